@@ -1,0 +1,64 @@
+"""Where Draftwise keeps its files (the one adapter over ``platformdirs``).
+
+All folders can be redirected with ``DRAFTWISE_HOME`` (tests and portable installs):
+then config, data, cache and logs live in ``$DRAFTWISE_HOME/{config,data,cache,logs}``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+APP_NAME = "draftwise"
+
+
+def _base(kind: str) -> Path:
+    home = os.environ.get("DRAFTWISE_HOME")
+    if home:
+        return Path(home) / kind
+    if kind == "config":
+        return Path(platformdirs.user_config_dir(APP_NAME, appauthor=False))
+    if kind == "data":
+        return Path(platformdirs.user_data_dir(APP_NAME, appauthor=False))
+    if kind == "cache":
+        return Path(platformdirs.user_cache_dir(APP_NAME, appauthor=False))
+    if kind == "logs":
+        return Path(platformdirs.user_log_dir(APP_NAME, appauthor=False))
+    raise ValueError(f"unknown folder kind {kind!r}")
+
+
+def config_dir() -> Path:
+    """Settings folder, e.g. ``~/.config/draftwise`` (not created)."""
+    return _base("config")
+
+
+def data_dir() -> Path:
+    """Data folder for profiles and the API key, e.g. ``~/.local/share/draftwise`` (not created)."""
+    return _base("data")
+
+
+def cache_dir() -> Path:
+    """Cache folder for scan and ``--help`` caches, e.g. ``~/.cache/draftwise`` (not created)."""
+    return _base("cache")
+
+
+def log_dir() -> Path:
+    """Log folder for llama-server logs, e.g. ``~/.local/state/draftwise/log`` (not created)."""
+    return _base("logs")
+
+
+def profiles_dir() -> Path:
+    """Folder of saved tuning profiles (one JSON per target)."""
+    return data_dir() / "profiles"
+
+
+def xdg_data_home() -> Path:
+    """The user's XDG data home (``$XDG_DATA_HOME`` or ``~/.local/share``), for desktop entries."""
+    return Path(os.environ.get("XDG_DATA_HOME") or Path.home() / ".local" / "share")
+
+
+def xdg_config_home() -> Path:
+    """The user's XDG config home (``$XDG_CONFIG_HOME`` or ``~/.config``), for autostart entries."""
+    return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
