@@ -1,1 +1,6 @@
-"""tuner.telemetry"""
+"""tuner.telemetry: samplers (``/metrics``, NVML, psutil) into bounded ring buffers; no Qt.
+
+Public API: :class:`~tuner.telemetry.ring.RingBuffer`, :func:`~tuner.telemetry.prom.parse_metrics`,
+:class:`~tuner.telemetry.samplers.MetricsSampler` / ``ProcessSampler`` / ``VramSampler``,
+:class:`~tuner.telemetry.watch.AcceptanceWatch`, :class:`~tuner.telemetry.collector.Collector`.
+"""

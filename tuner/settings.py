@@ -1,0 +1,243 @@
+"""User settings and the API key (core: no Qt).
+
+Settings live in ``tuner.paths.config_dir() / "settings.json"`` and are written atomically
+through :mod:`tuner.storage`. The API key lives in ``tuner.paths.data_dir() / "api_key"`` with
+owner-only permissions (``0o600``); it is generated once with :mod:`secrets`.
+
+Security default: the server listens on ``127.0.0.1``. ``expose_on_lan=True`` makes it listen
+on ``0.0.0.0`` and is only allowed together with an API key (``--api-key`` of llama-server,
+tools/server/server-http.cpp checks it on every route except ``/health``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import secrets
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from tuner import paths, storage
+
+SETTINGS_FILE = "settings.json"
+API_KEY_FILE = "api_key"
+SCHEMA_VERSION = 1
+
+#: Bounds for the tuning budget (seconds) and the port.
+TUNE_BUDGET_MIN_S = 30
+TUNE_BUDGET_MAX_S = 24 * 3600
+DEFAULT_PORT = 8088
+
+
+class SettingsError(ValueError):
+    """A setting has a bad value. ``key`` names the setting, ``path`` the file it came from (or None)."""
+
+    def __init__(self, key: str, reason: str, path: Path | None = None) -> None:
+        self.key = key
+        self.reason = reason
+        self.path = Path(path) if path is not None else None
+        where = f"{path}: " if path is not None else ""
+        super().__init__(f"{where}setting {key!r}: {reason}")
+
+
+@dataclass(frozen=True)
+class Settings:
+    """The user's settings. ``None`` means "not chosen yet / find it automatically".
+
+    Attributes:
+        models_dir: folder of GGUF files to scan; None until the first run asks for it.
+        server_binary: llama-server to use; None = discover (``tuner.server.discovery.find_server``).
+        tune_budget_s: wall-clock budget of one calibration sweep, seconds (30 .. 86400).
+        port: TCP port of the served llama-server (1 .. 65535).
+        expose_on_lan: listen on 0.0.0.0 instead of 127.0.0.1; requires an API key.
+        start_at_login: install the desktop autostart entry (``tuner.desktop.set_autostart``).
+        prompts_path: the user's prompt set (JSONL); None = the built-in set.
+    """
+
+    models_dir: Path | None = None
+    server_binary: Path | None = None
+    tune_budget_s: int = 300
+    port: int = DEFAULT_PORT
+    expose_on_lan: bool = False
+    start_at_login: bool = False
+    prompts_path: Path | None = None
+
+    def __post_init__(self) -> None:
+        validate(self)
+
+    @property
+    def host(self) -> str:
+        """The listen address for llama-server: ``0.0.0.0`` when exposed on the LAN, else ``127.0.0.1``."""
+        return "0.0.0.0" if self.expose_on_lan else "127.0.0.1"
+
+    def endpoint_url(self) -> str:
+        """The OpenAI-compatible base URL a local client uses, e.g. ``http://127.0.0.1:8088/v1``."""
+        return f"http://127.0.0.1:{self.port}/v1"
+
+    def replace(self, **changes: Any) -> "Settings":
+        """A copy with ``changes`` applied (validated; raises :class:`SettingsError`)."""
+        return dataclasses.replace(self, **changes)
+
+
+_PATH_KEYS = ("models_dir", "server_binary", "prompts_path")
+
+
+def validate(settings: Settings, path: Path | None = None) -> None:
+    """Check every field of ``settings``.
+
+    Raises:
+        SettingsError: naming the first bad key and why.
+    """
+    s = settings
+    for key in _PATH_KEYS:
+        v = getattr(s, key)
+        if v is not None and not isinstance(v, Path):
+            raise SettingsError(key, f"expected a path or null, got {type(v).__name__}", path)
+    if isinstance(s.tune_budget_s, bool) or not isinstance(s.tune_budget_s, int):
+        raise SettingsError("tune_budget_s", f"expected whole seconds, got {s.tune_budget_s!r}", path)
+    if not TUNE_BUDGET_MIN_S <= s.tune_budget_s <= TUNE_BUDGET_MAX_S:
+        raise SettingsError(
+            "tune_budget_s",
+            f"{s.tune_budget_s} s is outside {TUNE_BUDGET_MIN_S}..{TUNE_BUDGET_MAX_S} s",
+            path,
+        )
+    if isinstance(s.port, bool) or not isinstance(s.port, int) or not 1 <= s.port <= 65535:
+        raise SettingsError("port", f"expected a TCP port 1..65535, got {s.port!r}", path)
+    for key in ("expose_on_lan", "start_at_login"):
+        if not isinstance(getattr(s, key), bool):
+            raise SettingsError(key, f"expected true or false, got {getattr(s, key)!r}", path)
+
+
+def settings_path() -> Path:
+    """``config_dir()/settings.json``."""
+    return paths.config_dir() / SETTINGS_FILE
+
+
+def to_json(settings: Settings) -> dict[str, Any]:
+    """The JSON object saved for ``settings`` (paths as strings, ``schema_version`` added)."""
+    out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
+    for f in dataclasses.fields(Settings):
+        v = getattr(settings, f.name)
+        out[f.name] = str(v) if isinstance(v, Path) else v
+    return out
+
+
+def from_json(obj: Any, path: Path | None = None) -> Settings:
+    """Build :class:`Settings` from a parsed JSON object; unknown keys are ignored, missing keys default.
+
+    Raises:
+        SettingsError: the object is not a mapping or a value has the wrong type/range (names the key).
+    """
+    if not isinstance(obj, dict):
+        raise SettingsError("<root>", f"expected a JSON object, got {type(obj).__name__}", path)
+    kwargs: dict[str, Any] = {}
+    for f in dataclasses.fields(Settings):
+        if f.name not in obj:
+            continue
+        v = obj[f.name]
+        if f.name in _PATH_KEYS:
+            if v is None or v == "":
+                v = None
+            elif isinstance(v, str):
+                v = Path(v).expanduser()
+            else:
+                raise SettingsError(f.name, f"expected a path string or null, got {v!r}", path)
+        kwargs[f.name] = v
+    try:
+        return Settings(**kwargs)
+    except SettingsError as exc:
+        raise SettingsError(exc.key, exc.reason, path) from None
+
+
+def load_settings() -> Settings:
+    """Load the settings file; defaults when it does not exist.
+
+    Raises:
+        SettingsError: a value is bad (names the file and key).
+        tuner.storage.CorruptFileError: the file is not JSON (it is kept aside as ``*.corrupt-<time>``).
+    """
+    p = settings_path()
+    obj = storage.load_json(p)
+    if obj is None:
+        return Settings()
+    return from_json(obj, p)
+
+
+def save_settings(settings: Settings) -> Path:
+    """Validate and write ``settings`` atomically; returns the file written.
+
+    Raises:
+        SettingsError: LAN exposure without an API key on disk (key ``expose_on_lan``), or a bad value.
+        OSError: the config folder is not writable.
+    """
+    validate(settings)
+    if settings.expose_on_lan and read_api_key() is None:
+        raise SettingsError(
+            "expose_on_lan", "exposing the server on the LAN requires an API key; generate one first"
+        )
+    p = settings_path()
+    storage.atomic_write_json(p, to_json(settings))
+    return p
+
+
+# ---------------------------------------------------------------- API key
+
+
+def api_key_path() -> Path:
+    """``data_dir()/api_key`` (mode 0o600)."""
+    return paths.data_dir() / API_KEY_FILE
+
+
+def read_api_key() -> str | None:
+    """The stored API key, or None when none was generated.
+
+    Raises:
+        SettingsError: the key file is readable by group/others (key ``api_key``; fix with chmod 600)
+            or is empty.
+    """
+    p = api_key_path()
+    try:
+        st = p.stat()
+    except FileNotFoundError:
+        return None
+    if os.name == "posix" and st.st_mode & 0o077:
+        raise SettingsError("api_key", f"{p} is readable by others (mode {st.st_mode & 0o777:o}); run chmod 600")
+    key = p.read_text(encoding="utf-8").strip()
+    if not key:
+        raise SettingsError("api_key", f"{p} is empty")
+    return key
+
+
+def generate_api_key() -> str:
+    """Create a new random API key (``secrets.token_urlsafe(32)``, 43 characters), store it with mode
+    0o600 (replacing any old one) and return it. The UI shows it once.
+
+    Raises:
+        OSError: the data folder is not writable.
+    """
+    key = "dw-" + secrets.token_urlsafe(32)
+    storage.atomic_write_text(api_key_path(), key + "\n", mode=0o600)
+    return key
+
+
+def delete_api_key() -> bool:
+    """Remove the stored key; True when one existed."""
+    try:
+        api_key_path().unlink()
+        return True
+    except FileNotFoundError:
+        return False
+
+
+def server_api_key(settings: Settings) -> str | None:
+    """The key to pass to llama-server's ``--api-key``: the stored key when exposed on the LAN,
+    None when listening on 127.0.0.1 only.
+
+    Raises:
+        SettingsError: ``expose_on_lan`` is set but no key exists (key ``expose_on_lan``).
+    """
+    key = read_api_key()
+    if settings.expose_on_lan and key is None:
+        raise SettingsError("expose_on_lan", "exposing the server on the LAN requires an API key")
+    return key if settings.expose_on_lan else None

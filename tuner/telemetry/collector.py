@@ -1,0 +1,112 @@
+"""Poll the samplers once per tick into named ring buffers (no Qt; the UI calls :meth:`poll`
+from a worker thread and reads the buffers from the GUI thread).
+
+Series (name → unit):
+
+* ``gen_tokens_per_s`` — generation tokens/s while generating (``/metrics`` deltas)
+* ``acceptance_rate`` — draft acceptance rate 0..1 (``/metrics`` counter deltas)
+* ``requests_processing`` — requests in flight
+* ``vram_used_bytes`` — device memory used (NVML), summed over devices
+* ``ram_rss_bytes`` — resident memory of the llama-server process tree
+* ``cpu_percent`` — CPU of the llama-server process tree, % of one core
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from typing import Callable
+
+from tuner.telemetry.ring import RingBuffer
+from tuner.telemetry.samplers import (
+    MetricsRates,
+    MetricsSampler,
+    ProcessRates,
+    ProcessSampler,
+    VramSampler,
+)
+from tuner.telemetry.watch import AcceptanceWatch, WatchVerdict
+
+SERIES = (
+    "gen_tokens_per_s",
+    "acceptance_rate",
+    "requests_processing",
+    "vram_used_bytes",
+    "ram_rss_bytes",
+    "cpu_percent",
+)
+
+#: One hour at 1 Hz plus slack: the longest range the Monitor tab shows is 60 minutes.
+DEFAULT_CAPACITY = 3700
+
+
+@dataclass(frozen=True)
+class TelemetryTick:
+    """Everything one :meth:`Collector.poll` measured (for the tray tooltip and notifications)."""
+
+    t_s: float
+    metrics: MetricsRates | None
+    process: ProcessRates | None
+    vram_used_bytes: int | None
+    watch: WatchVerdict | None
+
+
+class Collector:
+    """Holds one ring buffer per series and the samplers feeding them.
+
+    Args:
+        metrics: ``/metrics`` sampler or None (no server yet).
+        process: sampler of the server process or None.
+        vram: NVML sampler or None.
+        capacity: samples kept per series.
+        clock: seconds clock (``time.monotonic`` by default; injectable in tests).
+    """
+
+    def __init__(
+        self,
+        metrics: MetricsSampler | None = None,
+        process: ProcessSampler | None = None,
+        vram: VramSampler | None = None,
+        capacity: int = DEFAULT_CAPACITY,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.metrics = metrics
+        self.process = process
+        self.vram = vram
+        self.watch: AcceptanceWatch | None = None
+        self.clock = clock
+        self.series: dict[str, RingBuffer] = {name: RingBuffer(capacity) for name in SERIES}
+
+    def attach(
+        self,
+        metrics: MetricsSampler | None,
+        process: ProcessSampler | None,
+        watch: AcceptanceWatch | None = None,
+    ) -> None:
+        """Point the collector at a (new) server; the buffers keep their history."""
+        self.metrics = metrics
+        self.process = process
+        self.watch = watch
+
+    def detach(self) -> None:
+        """Stop sampling the server (VRAM keeps being sampled)."""
+        self.metrics = None
+        self.process = None
+        self.watch = None
+
+    def poll(self) -> TelemetryTick:
+        """Sample every source once and append to the buffers (never raises)."""
+        t = self.clock()
+        m = self.metrics.sample(t) if self.metrics else None
+        p = self.process.sample(t) if self.process else None
+        v = self.vram.sample() if self.vram else None
+        w = None
+        if m is not None and self.watch is not None:
+            w = self.watch.feed(t, m.draft_tokens, m.accepted_tokens)
+        self.series["gen_tokens_per_s"].append(t, m.gen_tokens_per_s if m else None)
+        self.series["acceptance_rate"].append(t, m.acceptance_rate if m else None)
+        self.series["requests_processing"].append(t, m.requests_processing if m else None)
+        self.series["vram_used_bytes"].append(t, v)
+        self.series["ram_rss_bytes"].append(t, p.rss_bytes if p else None)
+        self.series["cpu_percent"].append(t, p.cpu_percent if p else None)
+        return TelemetryTick(t_s=t, metrics=m, process=p, vram_used_bytes=v, watch=w)
