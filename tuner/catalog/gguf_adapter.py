@@ -1,0 +1,86 @@
+"""The one adapter over the ``gguf`` package (gguf-py from llama.cpp).
+
+The catalog needs only the package's constants: the architecture names llama.cpp knows
+(``MODEL_ARCH_NAMES``), the GGML tensor types with their block sizes (``GGML_QUANT_SIZES``)
+and the file-type names (``LlamaFileType``). Importing the ``gguf`` package itself pulls in
+numpy and its reader (about 0.1-0.4 s), too slow for a scan command, so when the package is
+not already imported we load its ``constants.py`` module on its own (it imports nothing but
+the standard library). The writer (``gguf.GGUFWriter``) is used only by tests and benches.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+from functools import lru_cache
+from types import ModuleType
+
+
+class GGUFPackageError(RuntimeError):
+    """The ``gguf`` package is missing or lacks an expected constant (names the constant)."""
+
+
+@lru_cache(maxsize=1)
+def _constants() -> ModuleType:
+    loaded = sys.modules.get("gguf.constants")
+    if loaded is not None:
+        return loaded
+    spec = importlib.util.find_spec("gguf")
+    if spec is None or not spec.submodule_search_locations:
+        raise GGUFPackageError("the 'gguf' package is not installed (pip install gguf)")
+    path = None
+    for folder in spec.submodule_search_locations:
+        candidate = f"{folder}/constants.py"
+        try:
+            with open(candidate, "rb"):
+                path = candidate
+                break
+        except OSError:
+            continue
+    if path is None:
+        raise GGUFPackageError("gguf package has no constants.py")
+    mod_spec = importlib.util.spec_from_file_location("_draftwise_gguf_constants", path)
+    assert mod_spec is not None and mod_spec.loader is not None
+    module = importlib.util.module_from_spec(mod_spec)
+    mod_spec.loader.exec_module(module)
+    return module
+
+
+@lru_cache(maxsize=1)
+def known_architectures() -> frozenset[str]:
+    """Architecture strings (``general.architecture`` values) that the gguf package, and so
+    llama.cpp's src/llama-arch.cpp ``LLM_ARCH_NAMES`` of the same era, knows.
+
+    Raises:
+        GGUFPackageError: ``gguf.constants.MODEL_ARCH_NAMES`` is missing.
+    """
+    names = getattr(_constants(), "MODEL_ARCH_NAMES", None)
+    if not names:
+        raise GGUFPackageError("gguf.constants.MODEL_ARCH_NAMES is missing")
+    return frozenset(str(v) for v in names.values())
+
+
+@lru_cache(maxsize=1)
+def ggml_type_table() -> dict[int, tuple[str, int, int]]:
+    """GGML tensor types: ``{type id: (name, block size in elements, bytes per block)}``
+    (from ``gguf.constants.GGML_QUANT_SIZES``, mirroring ggml/src/ggml.c ``type_traits``)."""
+    consts = _constants()
+    sizes = getattr(consts, "GGML_QUANT_SIZES", None)
+    if sizes is None:
+        raise GGUFPackageError("gguf.constants.GGML_QUANT_SIZES is missing")
+    return {int(t): (t.name, int(block), int(nbytes)) for t, (block, nbytes) in sizes.items()}
+
+
+@lru_cache(maxsize=1)
+def file_type_names() -> dict[int, str]:
+    """``general.file_type`` values → short names such as ``Q4_K_M`` (``gguf.constants.LlamaFileType``)."""
+    enum = getattr(_constants(), "LlamaFileType", None)
+    if enum is None:
+        return {}
+    out = {}
+    for member in enum:
+        name = member.name
+        if name.startswith("MOSTLY_"):
+            name = name[len("MOSTLY_"):]
+        out[int(member)] = name
+    return out
