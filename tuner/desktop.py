@@ -13,7 +13,7 @@ Pure core (no Qt). Everything is written under the user's XDG folders, never sys
 - ``set_autostart(enabled)`` writes or removes ``<XDG_CONFIG_HOME>/autostart/<APP_ID>.desktop``
   (freedesktop "Desktop Application Autostart Specification"); ``autostart_enabled()`` reads it back.
 
-The entry text follows the freedesktop Desktop Entry Specification 1.5 (keys, ``Exec`` quoting);
+The entry text follows the freedesktop Desktop Entry Specification 1.4 (keys, ``Exec`` quoting);
 ``packaging/linux/<APP_ID>.desktop`` is the same text with ``Exec=draftwise`` (for distribution
 packages) and a test keeps the two in step.
 """
@@ -42,7 +42,7 @@ MANIFEST_VERSION = 1
 _NAME = "Draftwise"
 _GENERIC_NAME = "Speculative Decoding Tuner"
 _COMMENT = "Auto-tune speculative decoding for llama.cpp's llama-server and serve it from the tray"
-_CATEGORIES = "Development;Utility;"
+_CATEGORIES = "Development;"
 _KEYWORDS = "llama.cpp;llama-server;LLM;speculative decoding;draft model;GGUF;tray;"
 
 
@@ -186,7 +186,7 @@ def desktop_entry_text(exec_argv: tuple[str, ...] | list[str] = ("draftwise",), 
     lines = [
         "[Desktop Entry]",
         "Type=Application",
-        "Version=1.5",
+        "Version=1.4",
         f"Name={_NAME}",
         f"GenericName={_GENERIC_NAME}",
         f"Comment={_COMMENT}",
@@ -200,7 +200,6 @@ def desktop_entry_text(exec_argv: tuple[str, ...] | list[str] = ("draftwise",), 
         f"Categories={_CATEGORIES}",
         f"Keywords={_KEYWORDS}",
         "StartupNotify=false",
-        "SingleMainWindow=true",
     ]
     if autostart:
         lines += ["X-GNOME-Autostart-enabled=true"]
