@@ -1,0 +1,241 @@
+"""Candidate configurations for a sweep, and the plan that picks which ones may be launched.
+
+A *candidate* is one launchable llama-server configuration of a target: the baseline (no
+speculation), an n-gram speculation type, or a draft model with ``draft-simple`` at one draft length
+``n_max`` (and ``p_min``), or ``draft-mtp`` when the target has MTP layers. Speculative settings are
+server-wide in current builds (per-request overrides are compiled out: tools/server/server-schema.cpp),
+so each candidate costs one server launch.
+"""
+
+from __future__ import annotations
+
+from dataclasses import asdict, dataclass, field, replace
+from pathlib import Path
+from typing import Any, Iterable, Sequence
+
+NGRAM_TYPES = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v")
+"""n-gram speculation types tried by default, in order (``ngram-cache`` is left out: fixed draft 8)."""
+
+DRAFT_LENGTHS = tuple(range(1, 17))
+"""Draft lengths ``n_max`` the search may predict/measure for a draft model."""
+
+LONG_DRAFT_N_MAX = 16
+"""``n_max`` of the one long-draft probe run (``p_min`` 0) that yields per-position acceptance."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    """One launchable configuration.
+
+    Attributes:
+        spec_type: ``--spec-type`` value: ``"none"`` (baseline), ``"draft-simple"``, ``"draft-mtp"``
+            or an ``ngram-*`` type.
+        draft_path: absolute path of the draft GGUF for ``draft-simple``, else ``None``.
+        n_max: draft length ``--spec-draft-n-max`` (draft-* types), ``None`` = server default/not used.
+        n_min: ``--spec-draft-n-min``; ``None`` = server default (0).
+        p_min: ``--spec-draft-p-min``; ``None`` = server default (0.0).
+        ngl: target GPU layers; ``None`` = let the server decide (``--fit``), ``0`` on CPU-only hosts.
+        draft_ngl: draft GPU layers; ``None`` = server default.
+        placement: ``"default"``, ``"draft-on-gpu"`` (draft fully on the GPU, target gets the rest)
+            or ``"target-whole"`` (target kept fully on the GPU); informative for the UI.
+    """
+
+    spec_type: str = "none"
+    draft_path: str | None = None
+    n_max: int | None = None
+    n_min: int | None = None
+    p_min: float | None = None
+    ngl: int | None = None
+    draft_ngl: int | None = None
+    placement: str = "default"
+
+    @property
+    def is_baseline(self) -> bool:
+        """True for the no-speculation candidate."""
+        return self.spec_type == "none"
+
+    @property
+    def uses_draft_model(self) -> bool:
+        """True when a separate draft GGUF is loaded (``draft-simple``)."""
+        return self.draft_path is not None
+
+    @property
+    def key(self) -> tuple:
+        """Hashable identity (all fields)."""
+        return astuple_key(self)
+
+    @property
+    def label(self) -> str:
+        """Short human label, e.g. ``"no speculation"``, ``"ngram-mod"``, ``"draft-simple d.gguf n_max 8"``."""
+        if self.is_baseline:
+            return "no speculation"
+        parts = [self.spec_type]
+        if self.draft_path:
+            parts.append(Path(self.draft_path).name)
+        if self.n_max is not None and not self.spec_type.startswith("ngram"):
+            parts.append(f"n_max {self.n_max}")
+        if self.p_min:
+            parts.append(f"p_min {self.p_min:g}")
+        if self.placement != "default":
+            parts.append(self.placement)
+        return " ".join(parts)
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON dict of all fields (used by the CLI ``--json`` output and the profile)."""
+        return asdict(self)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> "Candidate":
+        """Inverse of :meth:`to_json`; unknown keys are ignored."""
+        names = {f for f in cls.__dataclass_fields__}
+        return cls(**{k: v for k, v in obj.items() if k in names})
+
+    def with_n_max(self, n_max: int) -> "Candidate":
+        """Copy with another draft length."""
+        return replace(self, n_max=n_max)
+
+
+def astuple_key(c: Candidate) -> tuple:
+    """Identity tuple of a candidate (field values in declaration order)."""
+    return (c.spec_type, c.draft_path, c.n_max, c.n_min, c.p_min, c.ngl, c.draft_ngl, c.placement)
+
+
+@dataclass(frozen=True)
+class DroppedCandidate:
+    """A candidate removed before launch, with the reason in plain words."""
+
+    candidate: Candidate
+    reason: str
+
+
+@dataclass(frozen=True)
+class DraftOption:
+    """A draft model the plan may use.
+
+    Attributes:
+        path: absolute path of the draft GGUF.
+        size_bytes: file size (bytes), used as the draft's cost estimate (roofline).
+        score: ranking from the catalog (higher = more promising), ``None`` when unranked.
+        warnings: catalog warnings for this pair.
+    """
+
+    path: str
+    size_bytes: int | None = None
+    score: float | None = None
+    warnings: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
+class CandidatePlan:
+    """The result of :func:`plan_candidates`.
+
+    Attributes:
+        baseline: the no-speculation candidate (always present).
+        ngram: n-gram candidates (no extra memory).
+        drafts: per draft model, its long-draft probe candidate (``n_max`` = LONG_DRAFT_N_MAX,
+            ``p_min`` 0); shorter drafts are derived by the search with :meth:`Candidate.with_n_max`.
+        mtp: the ``draft-mtp`` probe candidate, when the target has MTP layers.
+        dropped: candidates removed before launch, with reasons.
+        draft_sizes_bytes: file size per draft path (cost model input).
+    """
+
+    baseline: Candidate
+    ngram: tuple[Candidate, ...] = ()
+    drafts: tuple[Candidate, ...] = ()
+    mtp: Candidate | None = None
+    dropped: tuple[DroppedCandidate, ...] = ()
+    draft_sizes_bytes: dict[str, int] = field(default_factory=dict)
+
+    @property
+    def all_probes(self) -> tuple[Candidate, ...]:
+        """Baseline first, then draft probes, MTP, n-gram candidates."""
+        out = [self.baseline, *self.drafts]
+        if self.mtp is not None:
+            out.append(self.mtp)
+        out.extend(self.ngram)
+        return tuple(out)
+
+
+def plan_candidates(
+    target_path: str | Path,
+    drafts: Sequence[DraftOption],
+    spec_types: Iterable[str] | None = None,
+    mtp_layers: int | None = None,
+    memory_check: "Any | None" = None,
+    ngram_types: Sequence[str] = NGRAM_TYPES,
+    long_n_max: int = LONG_DRAFT_N_MAX,
+    gpu: bool = False,
+) -> CandidatePlan:
+    """Plan the candidates for one target.
+
+    Args:
+        target_path: the target GGUF.
+        drafts: compatible draft models (already checked with ``tuner.catalog.check_compatible``).
+        spec_types: ``Dialect.spec_types`` of the binary (``None`` = assume the b11434 list).
+            Types the binary lacks are dropped with the reason "not supported by this llama-server".
+        mtp_layers: target's MTP layer count (``ModelFile.mtp_layers``); > 0 adds a ``draft-mtp`` probe.
+        memory_check: optional callable ``(Candidate) -> str | None`` returning a reason when the
+            candidate does not fit the memory budget (built from ``tuner.hardware.memory.plan_memory``);
+            such candidates are dropped before launch.
+        ngram_types: n-gram types to try.
+        long_n_max: ``n_max`` of the long-draft probe.
+        gpu: True when a GPU is available: adds the ``target-whole`` placement for each draft next
+            to ``draft-on-gpu``.
+
+    Returns:
+        A :class:`CandidatePlan`; the baseline is never dropped (when even the baseline does not
+        fit, its reason is still recorded in ``dropped`` and the baseline kept, so the sweep can show
+        the server's own error).
+    """
+    available = set(spec_types) if spec_types is not None else None
+    dropped: list[DroppedCandidate] = []
+
+    def supported(c: Candidate) -> bool:
+        if available is not None and c.spec_type not in available:
+            dropped.append(DroppedCandidate(c, f"speculation type {c.spec_type} is not supported by this llama-server"))
+            return False
+        return True
+
+    def fits(c: Candidate) -> bool:
+        if memory_check is None:
+            return True
+        reason = memory_check(c)
+        if reason:
+            dropped.append(DroppedCandidate(c, reason))
+            return False
+        return True
+
+    baseline = Candidate()
+    if memory_check is not None:
+        reason = memory_check(baseline)
+        if reason:
+            dropped.append(DroppedCandidate(baseline, reason + " (kept: the baseline is always measured)"))
+
+    ngram = tuple(c for c in (Candidate(spec_type=t) for t in ngram_types) if supported(c) and fits(c))
+
+    draft_cands: list[Candidate] = []
+    sizes: dict[str, int] = {}
+    for d in drafts:
+        path = str(Path(d.path).resolve())
+        if d.size_bytes is not None:
+            sizes[path] = int(d.size_bytes)
+        placements = ("draft-on-gpu", "target-whole") if gpu else ("default",)
+        for placement in placements:
+            c = Candidate(spec_type="draft-simple", draft_path=path, n_max=long_n_max, p_min=0.0, placement=placement)
+            if supported(c) and fits(c):
+                draft_cands.append(c)
+
+    mtp = None
+    if mtp_layers:
+        c = Candidate(spec_type="draft-mtp", n_max=long_n_max, p_min=0.0)
+        if supported(c) and fits(c):
+            mtp = c
+
+    return CandidatePlan(
+        baseline=baseline,
+        ngram=ngram,
+        drafts=tuple(draft_cands),
+        mtp=mtp,
+        dropped=tuple(dropped),
+        draft_sizes_bytes=sizes,
+    )

@@ -1,0 +1,363 @@
+"""The decision: which candidate to serve, with statistics, or "no speculation" with the reason.
+
+DESIGN.md "Calibration method" step 6. A speculative candidate wins only when its speedup over the
+baseline (measured in the same sweep) is above 1 by more than the measured noise: the lower end of a
+bootstrap 95 % confidence interval of the speedup must exceed ``1 + min_gain``. Otherwise the answer is
+"no speculation", with the reason in plain words.
+"""
+
+from __future__ import annotations
+
+import random
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Sequence
+
+from .candidates import Candidate
+from .results import Measurement
+
+MIN_GAIN = 0.03
+"""A winner must be at least this much faster than the baseline at the low end of its interval."""
+
+BOOTSTRAP_ROUNDS = 2000
+
+
+@dataclass(frozen=True)
+class BreakEven:
+    """Break-even acceptance of one speculative candidate on this machine.
+
+    Attributes:
+        candidate: the measured candidate (the best-measured one per draft model / type).
+        acceptance: its measured acceptance rate.
+        break_even_acceptance: acceptance at which its measured per-step cost would exactly match the
+            baseline's tokens/s; ``None`` when it cannot be computed (no drafts). May exceed 1.0, meaning
+            no acceptance would make it pay.
+        gen_tokens_per_s: its measured tokens/s.
+    """
+
+    candidate: Candidate
+    acceptance: float | None
+    break_even_acceptance: float | None
+    gen_tokens_per_s: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return {
+            "candidate": self.candidate.to_json(),
+            "label": self.candidate.label,
+            "acceptance": self.acceptance,
+            "break_even_acceptance": self.break_even_acceptance,
+            "gen_tokens_per_s": self.gen_tokens_per_s,
+        }
+
+
+@dataclass(frozen=True)
+class CategoryResult:
+    """Per-category comparison of the best speculative candidate with the baseline.
+
+    Attributes:
+        category: prompt category.
+        baseline_gen_tokens_per_s: baseline tokens/s on this category's prompts.
+        gen_tokens_per_s: best speculative candidate's tokens/s on them.
+        speedup: ratio of the two.
+        acceptance: that candidate's acceptance on this category, ``None`` without drafts.
+    """
+
+    category: str
+    baseline_gen_tokens_per_s: float
+    gen_tokens_per_s: float | None
+    speedup: float | None
+    acceptance: float | None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return dict(self.__dict__)
+
+
+@dataclass(frozen=True)
+class Decision:
+    """The outcome of a sweep.
+
+    Attributes:
+        winner: the chosen candidate; the baseline (``spec_type == "none"``) for "no speculation".
+        gen_tokens_per_s: winner's median tokens/s.
+        baseline_gen_tokens_per_s: baseline's median tokens/s.
+        speedup: winner ÷ baseline (1.0 for the baseline).
+        speedup_ci_low: lower end of the 95 % bootstrap interval of the speedup (``None`` = unknown).
+        speedup_ci_high: upper end.
+        reason: the decision in plain words.
+        best_speculative: the fastest speculative candidate that ran correctly, even when it lost.
+        best_speculative_speedup: its speedup (``None`` when none ran).
+        break_even: one entry per draft model / speculation type.
+        per_category: best speculative candidate vs baseline per prompt category.
+        lossless: the winner's lossless check (``None`` for the baseline).
+    """
+
+    winner: Candidate
+    gen_tokens_per_s: float | None
+    baseline_gen_tokens_per_s: float | None
+    speedup: float
+    speedup_ci_low: float | None
+    speedup_ci_high: float | None
+    reason: str
+    best_speculative: Candidate | None = None
+    best_speculative_speedup: float | None = None
+    break_even: tuple[BreakEven, ...] = ()
+    per_category: tuple[CategoryResult, ...] = ()
+    lossless: bool | None = None
+
+    @property
+    def no_speculation(self) -> bool:
+        """True when the answer is to run the target alone."""
+        return self.winner.is_baseline
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form (the profile's ``decision`` and the CLI's ``--json`` detail)."""
+        return {
+            "winner": self.winner.to_json(),
+            "label": self.winner.label,
+            "spec_type": self.winner.spec_type,
+            "draft": self.winner.draft_path,
+            "n_max": self.winner.n_max,
+            "gen_tokens_per_s": self.gen_tokens_per_s,
+            "baseline_gen_tokens_per_s": self.baseline_gen_tokens_per_s,
+            "speedup": self.speedup,
+            "speedup_ci_low": self.speedup_ci_low,
+            "speedup_ci_high": self.speedup_ci_high,
+            "reason": self.reason,
+            "best_speculative": self.best_speculative.to_json() if self.best_speculative else None,
+            "best_speculative_speedup": self.best_speculative_speedup,
+            "break_even": [b.to_json() for b in self.break_even],
+            "per_category": [c.to_json() for c in self.per_category],
+            "lossless": self.lossless,
+        }
+
+
+def _rep_values(m: Measurement) -> list[float]:
+    return [v for v in m.rep_gen_tokens_per_s() if v > 0]
+
+
+def speedup_interval(
+    candidate: Measurement,
+    baseline: Measurement,
+    rounds: int = BOOTSTRAP_ROUNDS,
+    seed: int = 12345,
+    level: float = 0.95,
+) -> tuple[float, float | None, float | None]:
+    """Speedup (ratio of medians over repetitions) and its bootstrap confidence interval.
+
+    Repetitions of each side are resampled with replacement independently; the interval is the
+    percentile interval of the ratio of medians. With a single repetition on both sides there is
+    no noise estimate and the interval is ``(None, None)``.
+
+    Returns:
+        ``(speedup, ci_low, ci_high)``.
+
+    Raises:
+        ValueError: either side has no samples.
+    """
+    c = _rep_values(candidate)
+    b = _rep_values(baseline)
+    if not c or not b:
+        raise ValueError("speedup_interval needs samples on both sides")
+    point = statistics.median(c) / statistics.median(b)
+    if len(c) < 2 and len(b) < 2:
+        return point, None, None
+    rng = random.Random(seed)
+    ratios = []
+    for _ in range(rounds):
+        cs = [rng.choice(c) for _ in c]
+        bs = [rng.choice(b) for _ in b]
+        ratios.append(statistics.median(cs) / statistics.median(bs))
+    ratios.sort()
+    lo_i = int((1 - level) / 2 * (rounds - 1))
+    hi_i = int((1 + level) / 2 * (rounds - 1))
+    return point, ratios[lo_i], ratios[hi_i]
+
+
+def break_even_acceptance(m: Measurement, baseline_gen_tokens_per_s: float) -> float | None:
+    """Acceptance at which ``m``'s measured per-step cost would match the baseline's tokens/s.
+
+    Per sample, steps = predicted_n − draft_n_accepted (each verification step yields its accepted
+    tokens plus one), time per step = predicted time ÷ steps, drafted per step = draft_n ÷ steps. The
+    break-even acceptance r solves ``(1 + r · drafted_per_step) / time_per_step = baseline tokens/s``.
+
+    Returns ``None`` when nothing was drafted or times are missing.
+    """
+    steps = 0.0
+    secs = 0.0
+    drafted = 0
+    for s in m.samples:
+        if not s.draft_n or not s.predicted_n or not s.predicted_ms:
+            continue
+        steps += max(1, s.predicted_n - (s.draft_n_accepted or 0))
+        secs += s.predicted_ms / 1000.0
+        drafted += s.draft_n
+    if steps <= 0 or drafted <= 0 or secs <= 0:
+        return None
+    t_step = secs / steps
+    d = drafted / steps
+    return max(0.0, (baseline_gen_tokens_per_s * t_step - 1.0) / d)
+
+
+def _fmt_pct(x: float | None) -> str:
+    return "unknown" if x is None else f"{100 * x:.0f} %"
+
+
+def decide(
+    measurements: Sequence[Measurement],
+    min_gain: float = MIN_GAIN,
+    seed: int = 12345,
+) -> Decision:
+    """Pick the winner among measured candidates, or "no speculation".
+
+    Args:
+        measurements: every measurement of the sweep; launches of the same candidate are pooled.
+            Exactly one candidate must be the baseline (``spec_type == "none"``).
+        min_gain: the low end of the speedup interval must exceed ``1 + min_gain`` (with a single
+            repetition, the point estimate must exceed ``1 + 2 · min_gain``).
+        seed: bootstrap seed (the decision is deterministic for given measurements).
+
+    Raises:
+        ValueError: no successful baseline measurement.
+    """
+    pooled: dict[tuple, Measurement] = {}
+    for m in measurements:
+        k = m.candidate.key
+        pooled[k] = pooled[k].merged(m) if k in pooled else m
+    baseline = next((m for m in pooled.values() if m.candidate.is_baseline and m.ok), None)
+    if baseline is None or not baseline.gen_tokens_per_s:
+        raise ValueError("no successful baseline measurement: the target alone could not be measured")
+    base_tps = float(baseline.gen_tokens_per_s)
+
+    spec_ok = [m for m in pooled.values() if not m.candidate.is_baseline and m.ok and m.gen_tokens_per_s]
+    failed = [m for m in pooled.values() if not m.candidate.is_baseline and not m.ok]
+
+    # Break-even per draft model / speculation type: the best-measured candidate of each group.
+    groups: dict[str, Measurement] = {}
+    for m in spec_ok:
+        g = m.candidate.draft_path or m.candidate.spec_type
+        if g not in groups or (m.gen_tokens_per_s or 0) > (groups[g].gen_tokens_per_s or 0):
+            groups[g] = m
+    break_even = tuple(
+        BreakEven(m.candidate, m.acceptance, break_even_acceptance(m, base_tps), m.gen_tokens_per_s)
+        for m in groups.values()
+    )
+
+    if not spec_ok:
+        why = "no speculative configuration ran correctly"
+        if failed:
+            why += ": " + "; ".join(f"{m.candidate.label}: {m.error}" for m in failed[:3])
+        elif not pooled or len(pooled) == 1:
+            why = "no speculative configuration was available to measure (no compatible draft, no n-gram type)"
+        return Decision(baseline.candidate, base_tps, base_tps, 1.0, None, None, "No speculation: " + why + ".",
+                        break_even=break_even)
+
+    scored = []
+    for m in spec_ok:
+        sp, lo, hi = speedup_interval(m, baseline, seed=seed)
+        scored.append((sp, lo, hi, m))
+    scored.sort(key=lambda t: t[0], reverse=True)
+    best_sp, best_lo, best_hi, best = scored[0]
+
+    per_category = _per_category(best, baseline)
+
+    # Winner: the best point estimate among those whose interval clears the bar.
+    def clears(sp: float, lo: float | None) -> bool:
+        if lo is None:
+            return sp > 1.0 + 2 * min_gain
+        return lo > 1.0 + min_gain and sp > 1.0 + min_gain
+
+    winners = [t for t in scored if clears(t[0], t[1])]
+    if winners:
+        sp, lo, hi, w = winners[0]
+        acc = w.acceptance
+        interval = f" (95 % interval {lo:.2f}–{hi:.2f}×)" if lo is not None else " (single repetition, no interval)"
+        reason = (
+            f"{w.candidate.label} is {sp:.2f}× as fast as no speculation: "
+            f"{w.gen_tokens_per_s:.1f} vs {base_tps:.1f} tokens/s{interval}"
+        )
+        if acc is not None:
+            reason += f", draft acceptance {_fmt_pct(acc)}"
+        reason += "."
+        return Decision(
+            winner=w.candidate,
+            gen_tokens_per_s=w.gen_tokens_per_s,
+            baseline_gen_tokens_per_s=base_tps,
+            speedup=sp,
+            speedup_ci_low=lo,
+            speedup_ci_high=hi,
+            reason=reason,
+            best_speculative=w.candidate,
+            best_speculative_speedup=sp,
+            break_even=break_even,
+            per_category=_per_category(w, baseline),
+            lossless=w.lossless,
+        )
+
+    # No speculation: explain with the best speculative candidate.
+    be = next((b for b in break_even if b.candidate == best.candidate), None)
+    acc = best.acceptance
+    if best_sp < 1.0:
+        reason = (
+            f"No speculation: the best speculative configuration ({best.candidate.label}) was slower than the "
+            f"target alone ({best.gen_tokens_per_s:.1f} vs {base_tps:.1f} tokens/s, {best_sp:.2f}×)"
+        )
+    else:
+        interval = (
+            f"95 % interval {best_lo:.2f}–{best_hi:.2f}×" if best_lo is not None else "a single repetition"
+        )
+        reason = (
+            f"No speculation: the best speculative configuration ({best.candidate.label}) was {best_sp:.2f}× the "
+            f"target alone, within the measurement noise ({interval}; needs more than {1 + min_gain:.2f}×)"
+        )
+    if acc is not None:
+        reason += f"; it reached {_fmt_pct(acc)} draft acceptance"
+        if be is not None and be.break_even_acceptance is not None:
+            if be.break_even_acceptance > 1.0:
+                reason += ", and even 100 % acceptance would not pay on this machine"
+            else:
+                reason += f", break-even on this machine is about {_fmt_pct(be.break_even_acceptance)}"
+    reason += "."
+    return Decision(
+        winner=baseline.candidate,
+        gen_tokens_per_s=base_tps,
+        baseline_gen_tokens_per_s=base_tps,
+        speedup=1.0,
+        speedup_ci_low=None,
+        speedup_ci_high=None,
+        reason=reason,
+        best_speculative=best.candidate,
+        best_speculative_speedup=best_sp,
+        break_even=break_even,
+        per_category=per_category,
+        lossless=None,
+    )
+
+
+def _per_category(m: Measurement, baseline: Measurement) -> tuple[CategoryResult, ...]:
+    base = baseline.category_gen_tokens_per_s()
+    cand = m.category_gen_tokens_per_s()
+    accs = m.category_acceptance()
+    out = []
+    for cat, b in base.items():
+        c = cand.get(cat)
+        out.append(CategoryResult(cat, b, c, (c / b) if (c and b) else None, accs.get(cat)))
+    return tuple(out)
+
+
+def describe_candidate(c: Candidate) -> str:
+    """One-line description for tables: label plus the draft's file name."""
+    return c.label if not c.draft_path else f"{c.label} ({Path(c.draft_path).parent})"
+
+
+__all__ = [
+    "BreakEven",
+    "CategoryResult",
+    "Decision",
+    "MIN_GAIN",
+    "break_even_acceptance",
+    "decide",
+    "speedup_interval",
+]

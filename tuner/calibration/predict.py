@@ -1,0 +1,215 @@
+"""Acceptance prediction from per-position counters, and the throughput cost model.
+
+DESIGN.md "Calibration method" step 5. llama-server's ``/metrics`` exposes
+``llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="i"}``: the number of verification
+steps in which at least i+1 drafted tokens were accepted (tools/server/server-context.cpp, the
+``n_accepted_per_pos`` fold at slot release; printed by ``server_task_result_metrics::to_metrics`` in
+server-task.cpp). With ``drafts`` = ``spec_decode_num_drafts_total`` (verification steps), a run at a
+long draft length K with ``p_min`` 0 predicts, for any k ≤ K:
+
+    accepted tokens per step at n_max k  =  Σ_{i<k} per_pos[i] / drafts
+    acceptance rate at n_max k           =  that / min(k, drafted tokens per step at K)
+
+Throughput model (per target-token time ``t`` = 1 / baseline tokens/s): one verification step at draft
+length k costs ``t · (1 + w + u·k)`` seconds, where ``u`` is the cost of drafting and verifying one more
+token relative to a target token, and ``w`` a fixed per-step overhead; it yields ``1 + a(k)`` tokens.
+``u`` (and ``w`` when two or more draft lengths were measured) are fitted to measured runs.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+from typing import Sequence
+
+_METRIC_RE = re.compile(r'^(llamacpp:[a-z_]+)(\{position="(\d+)"\})?\s+([0-9.eE+-]+|nan|NaN|inf)\s*$')
+
+
+@dataclass(frozen=True)
+class PerPositionCounts:
+    """Speculative counters from ``/metrics`` (cumulative, or a difference of two scrapes).
+
+    Attributes:
+        drafts_total: ``spec_decode_num_drafts_total`` (verification steps with a draft).
+        draft_tokens_total: ``spec_decode_num_draft_tokens_total``.
+        accepted_tokens_total: ``spec_decode_num_accepted_tokens_total``.
+        accepted_per_pos: ``spec_decode_num_accepted_tokens_per_pos_total`` by position 0, 1, …
+            (empty when the server has not exposed them yet).
+    """
+
+    drafts_total: int
+    draft_tokens_total: int
+    accepted_tokens_total: int
+    accepted_per_pos: tuple[int, ...] = ()
+
+    @property
+    def acceptance(self) -> float | None:
+        """accepted ÷ drafted tokens, ``None`` when nothing was drafted."""
+        return self.accepted_tokens_total / self.draft_tokens_total if self.draft_tokens_total else None
+
+    @property
+    def drafted_per_step(self) -> float | None:
+        """Mean drafted tokens per verification step, ``None`` without drafts."""
+        return self.draft_tokens_total / self.drafts_total if self.drafts_total else None
+
+    def minus(self, before: "PerPositionCounts | None") -> "PerPositionCounts":
+        """Counters accumulated since ``before`` (a previous scrape of the same server)."""
+        if before is None:
+            return self
+        n = max(len(self.accepted_per_pos), len(before.accepted_per_pos))
+        a = list(self.accepted_per_pos) + [0] * (n - len(self.accepted_per_pos))
+        b = list(before.accepted_per_pos) + [0] * (n - len(before.accepted_per_pos))
+        return PerPositionCounts(
+            drafts_total=self.drafts_total - before.drafts_total,
+            draft_tokens_total=self.draft_tokens_total - before.draft_tokens_total,
+            accepted_tokens_total=self.accepted_tokens_total - before.accepted_tokens_total,
+            accepted_per_pos=tuple(x - y for x, y in zip(a, b)),
+        )
+
+    def accepted_per_step(self, k: int) -> float | None:
+        """Predicted accepted tokens per verification step at draft length ``k`` (Σ_{i<k} per_pos[i] / drafts).
+
+        Returns ``None`` without drafts or per-position counters. ``k`` beyond the probe's length uses
+        the probe's counters only (a lower bound).
+        """
+        if not self.drafts_total or not self.accepted_per_pos or k < 1:
+            return None
+        return sum(self.accepted_per_pos[:k]) / self.drafts_total
+
+    def predicted_acceptance(self, k: int) -> float | None:
+        """Predicted acceptance rate (accepted ÷ drafted) at draft length ``k``; ``None`` when unknown."""
+        a = self.accepted_per_step(k)
+        d = self.drafted_per_step
+        if a is None or not d:
+            return None
+        return min(1.0, a / min(float(k), d))
+
+    def to_json(self) -> dict:
+        """Plain-JSON form."""
+        return {
+            "drafts_total": self.drafts_total,
+            "draft_tokens_total": self.draft_tokens_total,
+            "accepted_tokens_total": self.accepted_tokens_total,
+            "accepted_per_pos": list(self.accepted_per_pos),
+        }
+
+
+def parse_spec_metrics(text: str) -> PerPositionCounts:
+    """Read the speculative counters from Prometheus text of llama-server's ``/metrics``.
+
+    Missing series count as 0 (they are absent until the first speculative request ends, S7 in the
+    reference). Never raises for unknown lines.
+    """
+    values: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for line in text.splitlines():
+        m = _METRIC_RE.match(line.strip())
+        if not m:
+            continue
+        name, _, pos, val = m.groups()
+        try:
+            v = float(val)
+        except ValueError:
+            continue
+        if name == "llamacpp:spec_decode_num_accepted_tokens_per_pos_total" and pos is not None:
+            per_pos[int(pos)] = v
+        elif pos is None:
+            values[name] = v
+    n = (max(per_pos) + 1) if per_pos else 0
+    return PerPositionCounts(
+        drafts_total=int(values.get("llamacpp:spec_decode_num_drafts_total", 0)),
+        draft_tokens_total=int(values.get("llamacpp:spec_decode_num_draft_tokens_total", 0)),
+        accepted_tokens_total=int(values.get("llamacpp:spec_decode_num_accepted_tokens_total", 0)),
+        accepted_per_pos=tuple(int(per_pos.get(i, 0)) for i in range(n)),
+    )
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Relative cost of one verification step: ``1 + w + u·k`` target-token times at draft length k.
+
+    Attributes:
+        per_draft_token: ``u`` (≥ 0): drafting + verifying one more token, relative to a target token.
+        per_step: ``w`` (≥ 0): fixed overhead of a speculative step.
+        baseline_gen_tokens_per_s: measured baseline tokens/s of the same sweep.
+    """
+
+    per_draft_token: float
+    per_step: float
+    baseline_gen_tokens_per_s: float
+
+    def predict_gen_tokens_per_s(self, accepted_per_step: float, k: int) -> float:
+        """Predicted tokens/s at draft length ``k`` yielding ``accepted_per_step`` accepted tokens per step."""
+        step_cost = 1.0 + self.per_step + self.per_draft_token * k
+        return self.baseline_gen_tokens_per_s * (1.0 + accepted_per_step) / step_cost
+
+
+def step_cost_ratio(gen_tokens_per_s: float, baseline_gen_tokens_per_s: float, accepted_per_step: float) -> float:
+    """Measured cost of one verification step relative to one baseline token: ``(1 + a) · base / tps``."""
+    return (1.0 + accepted_per_step) * baseline_gen_tokens_per_s / gen_tokens_per_s
+
+
+def fit_cost_model(
+    baseline_gen_tokens_per_s: float,
+    runs: Sequence[tuple[int, float, float]],
+) -> CostModel:
+    """Fit ``u`` and ``w`` of :class:`CostModel` to measured runs of one draft.
+
+    Args:
+        baseline_gen_tokens_per_s: baseline tokens/s (> 0).
+        runs: ``(k, accepted_per_step, gen_tokens_per_s)`` per measured draft length ``k`` (drafted
+            tokens per step, if smaller than ``n_max``, may be passed as ``k``).
+
+    Returns:
+        With one run: ``w`` = 0 and ``u`` from that run. With runs at two or more distinct ``k``: a
+        least-squares line through the step costs (both clamped at ≥ 0).
+
+    Raises:
+        ValueError: no runs, or a non-positive throughput.
+    """
+    if baseline_gen_tokens_per_s <= 0:
+        raise ValueError("baseline_gen_tokens_per_s must be > 0")
+    pts: list[tuple[float, float]] = []
+    for k, a, tps in runs:
+        if tps <= 0 or k <= 0:
+            raise ValueError(f"bad run (k={k}, gen_tokens_per_s={tps})")
+        pts.append((float(k), step_cost_ratio(tps, baseline_gen_tokens_per_s, a) - 1.0))
+    if not pts:
+        raise ValueError("fit_cost_model needs at least one run")
+    ks = {k for k, _ in pts}
+    if len(ks) < 2:
+        u = max(0.0, sum(c / k for k, c in pts) / len(pts))
+        return CostModel(u, 0.0, baseline_gen_tokens_per_s)
+    n = len(pts)
+    mk = sum(k for k, _ in pts) / n
+    mc = sum(c for _, c in pts) / n
+    var = sum((k - mk) ** 2 for k, _ in pts)
+    u = sum((k - mk) * (c - mc) for k, c in pts) / var
+    w = mc - u * mk
+    if u < 0 or w < 0:
+        # Fall back to a line through the origin (noise made the slope or intercept negative).
+        u = max(0.0, sum(c * k for k, c in pts) / sum(k * k for k, _ in pts))
+        w = 0.0
+    return CostModel(u, w, baseline_gen_tokens_per_s)
+
+
+def predict_curve(
+    counts: PerPositionCounts, model: CostModel, lengths: Sequence[int]
+) -> list[tuple[int, float, float]]:
+    """Predicted ``(k, acceptance, gen_tokens_per_s)`` for each draft length in ``lengths``.
+
+    Lengths beyond the probe's per-position series are skipped. Drafted tokens per step are capped
+    at the probe's mean (drafts shorten near the end of a generation).
+    """
+    out: list[tuple[int, float, float]] = []
+    cap = counts.drafted_per_step or 0.0
+    for k in lengths:
+        if k > len(counts.accepted_per_pos):
+            continue
+        a = counts.accepted_per_step(k)
+        acc = counts.predicted_acceptance(k)
+        if a is None or acc is None:
+            continue
+        k_eff = min(float(k), cap) if cap else float(k)
+        out.append((k, acc, model.predict_gen_tokens_per_s(a, k_eff)))
+    return out

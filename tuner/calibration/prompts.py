@@ -1,0 +1,201 @@
+"""Prompt sets for calibration: the user's file or the built-in default set.
+
+Two file formats are accepted:
+
+* JSONL (``.jsonl`` / ``.json`` suffix, or a file whose first non-blank line starts with ``{``):
+  one object per line with ``prompt`` (non-empty string) and optional ``category`` (string).
+* Plain text: prompts separated by lines holding only ``---`` (surrounding blanks ignored).
+  Plain-text prompts have category ``None``.
+
+Errors raise :class:`PromptFileError`, which names the file and the 1-based line.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner.resources import resource_path
+
+DEFAULT_PROMPTS = ("prompts", "default.jsonl")
+
+
+class PromptFileError(ValueError):
+    """A prompt file cannot be used. ``path`` and ``line`` (1-based, or ``None``) say where."""
+
+    def __init__(self, path: Path | str, line: int | None, reason: str) -> None:
+        self.path = Path(path)
+        self.line = line
+        self.reason = reason
+        where = f"{path}:{line}" if line is not None else f"{path}"
+        super().__init__(f"{where}: {reason}")
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One calibration prompt.
+
+    Attributes:
+        text: the prompt text sent to ``/completion``.
+        category: task category (``code``, ``math``, ``translation``, ``creative``, ``chat``, or the
+            user's own label); ``None`` when the file gives none.
+        line: 1-based line in the source file where the prompt starts (``None`` for built-in sets).
+    """
+
+    text: str
+    category: str | None = None
+    line: int | None = None
+
+
+@dataclass(frozen=True)
+class PromptSet:
+    """An ordered, non-empty set of prompts plus where it came from.
+
+    Attributes:
+        prompts: the prompts, in file order.
+        source: file path, or ``"default"`` for the built-in set.
+        sha256: hash over the prompt texts and categories (a profile staleness key; it does not
+            change with the file's path, comments or whitespace between plain-text prompts).
+    """
+
+    prompts: tuple[Prompt, ...]
+    source: str
+    sha256: str
+
+    @property
+    def categories(self) -> tuple[str, ...]:
+        """Distinct categories in first-seen order (``None`` left out)."""
+        seen: list[str] = []
+        for p in self.prompts:
+            if p.category is not None and p.category not in seen:
+                seen.append(p.category)
+        return tuple(seen)
+
+    def __len__(self) -> int:
+        return len(self.prompts)
+
+
+def prompt_set_hash(prompts: tuple[Prompt, ...] | list[Prompt]) -> str:
+    """SHA-256 hex digest over (category, text) of each prompt, in order."""
+    h = hashlib.sha256()
+    for p in prompts:
+        h.update(json.dumps([p.category, p.text], ensure_ascii=False).encode("utf-8"))
+        h.update(b"\n")
+    return h.hexdigest()
+
+
+def make_prompt_set(prompts: list[Prompt] | tuple[Prompt, ...], source: str = "inline") -> PromptSet:
+    """Build a :class:`PromptSet` from prompts given in code (tests, GUI editor).
+
+    Raises:
+        ValueError: no prompts, or an empty prompt text.
+    """
+    prompts = tuple(prompts)
+    if not prompts:
+        raise ValueError(f"{source}: the prompt set is empty")
+    for i, p in enumerate(prompts):
+        if not p.text.strip():
+            raise ValueError(f"{source}: prompt {i + 1} is empty")
+    return PromptSet(prompts=prompts, source=source, sha256=prompt_set_hash(prompts))
+
+
+def _looks_jsonl(path: Path, text: str) -> bool:
+    if path.suffix.lower() in (".jsonl", ".json", ".ndjson"):
+        return True
+    if path.suffix.lower() in (".txt", ".md", ".text"):
+        return False
+    for line in text.splitlines():
+        if line.strip():
+            return line.lstrip().startswith("{")
+    return False
+
+
+def _parse_jsonl(path: Path, text: str) -> list[Prompt]:
+    prompts: list[Prompt] = []
+    for n, raw in enumerate(text.splitlines(), start=1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        try:
+            obj = json.loads(line)
+        except json.JSONDecodeError as exc:
+            raise PromptFileError(path, n, f"not valid JSON ({exc.msg})") from exc
+        if not isinstance(obj, dict):
+            raise PromptFileError(path, n, "each line must be a JSON object with a 'prompt' key")
+        text_v = obj.get("prompt")
+        if not isinstance(text_v, str):
+            raise PromptFileError(path, n, "missing key 'prompt' (a string)")
+        if not text_v.strip():
+            raise PromptFileError(path, n, "'prompt' is empty")
+        cat = obj.get("category")
+        if cat is not None and not isinstance(cat, str):
+            raise PromptFileError(path, n, "'category' must be a string")
+        prompts.append(Prompt(text=text_v, category=(cat.strip() or None) if cat else None, line=n))
+    return prompts
+
+
+def _parse_text(path: Path, text: str) -> list[Prompt]:
+    prompts: list[Prompt] = []
+    block: list[str] = []
+    start: int | None = None
+
+    def flush(sep_line: int) -> None:
+        nonlocal block, start
+        body = "\n".join(block).strip()
+        if body:
+            prompts.append(Prompt(text=body, category=None, line=start))
+        elif start is not None or prompts:
+            raise PromptFileError(path, sep_line, "empty prompt between '---' separators")
+        block, start = [], None
+
+    lines = text.splitlines()
+    for n, raw in enumerate(lines, start=1):
+        if raw.strip() == "---":
+            flush(n)
+            continue
+        if start is None and raw.strip():
+            start = n
+        block.append(raw)
+    body = "\n".join(block).strip()
+    if body:
+        prompts.append(Prompt(text=body, category=None, line=start))
+    return prompts
+
+
+def load_prompts(path: Path | str) -> PromptSet:
+    """Load a prompt file (JSONL or ``---``-separated text; see module docstring).
+
+    Raises:
+        PromptFileError: unreadable file, not UTF-8, a bad JSONL line, an empty prompt, or no
+            prompts at all; the message names the file and line.
+    """
+    path = Path(path)
+    try:
+        raw = path.read_bytes()
+    except OSError as exc:
+        raise PromptFileError(path, None, f"cannot read prompt file ({exc.strerror or exc})") from exc
+    try:
+        text = raw.decode("utf-8-sig")
+    except UnicodeDecodeError as exc:
+        line = raw[: exc.start].count(b"\n") + 1
+        raise PromptFileError(path, line, "not UTF-8 text") from exc
+    prompts = _parse_jsonl(path, text) if _looks_jsonl(path, text) else _parse_text(path, text)
+    if not prompts:
+        raise PromptFileError(path, None, "no prompts found")
+    return PromptSet(prompts=tuple(prompts), source=str(path), sha256=prompt_set_hash(prompts))
+
+
+def default_prompts() -> PromptSet:
+    """The built-in set ``resources/prompts/default.jsonl`` (code, math, translation, creative, chat).
+
+    Raises:
+        PromptFileError: the resource is missing or damaged (an installation problem).
+    """
+    try:
+        path = resource_path(*DEFAULT_PROMPTS)
+    except FileNotFoundError as exc:
+        raise PromptFileError("/".join(DEFAULT_PROMPTS), None, str(exc)) from exc
+    ps = load_prompts(path)
+    return PromptSet(prompts=ps.prompts, source="default", sha256=ps.sha256)
