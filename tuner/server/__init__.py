@@ -1,1 +1,29 @@
-"""tuner.server"""
+"""llama-server runtime: discovery, flag dialect, argv building, supervision, HTTP client,
+failure diagnosis. See docs/architecture.md ("server") for the contract."""
+
+from tuner.server.argv import UnsupportedConfigError, build_argv, clean_env
+from tuner.server.client import (
+    Health,
+    ServerClient,
+    ServerClientError,
+    ServerHTTPError,
+    ServerUnreachableError,
+)
+from tuner.server.config import ServerConfig
+from tuner.server.diagnosis import Diagnosis, diagnose
+from tuner.server.dialect import Dialect, DialectError, parse_help, probe_dialect
+from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_server
+from tuner.server.supervisor import (
+    ServerStartError,
+    ServerState,
+    StateChange,
+    Supervisor,
+    startup_timeout_for,
+)
+
+__all__ = [
+    "Diagnosis", "Dialect", "DialectError", "Health", "ServerBinary", "ServerClient", "ServerClientError",
+    "ServerConfig", "ServerHTTPError", "ServerNotFoundError", "ServerStartError", "ServerState",
+    "ServerUnreachableError", "StateChange", "Supervisor", "UnsupportedConfigError", "build_argv",
+    "clean_env", "diagnose", "find_server", "parse_help", "probe_dialect", "startup_timeout_for",
+]

@@ -1,0 +1,173 @@
+"""Pure argv building for llama-server, per flag dialect, and the child's clean environment.
+
+Rules (docs in /work/shared/reference/llama-server.md §1, §8):
+- the speculation type is always passed explicitly where the binary has ``--spec-type``
+  (``-md`` alone loads the draft and never uses it: common/arg.cpp, server-context.cpp
+  ``load_model``), and as ``-md`` + ``--draft-max`` on legacy builds (where ``-md`` is the switch);
+- only flags the binary lists in ``--help`` are used (a removed or unknown flag exits 1);
+- ``--metrics`` and ``--slots`` are always on where they exist; ``-np`` is explicit;
+- ``LLAMA_ARG_*`` variables are stripped from the child environment, because the server applies
+  them first and ``--spec-type`` *appends* to the env value (common/arg.cpp
+  ``common_params_parse_ex`` and the ``--spec-type`` handler).
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Mapping
+
+from tuner.server.config import DRAFT_MODEL_TYPES, NGRAM_TYPES, ServerConfig
+from tuner.server.dialect import Dialect
+
+#: Draft-length flag per n-gram type in the current dialect (common/arg.cpp ``--spec-ngram-*``).
+_NGRAM_N_MAX_FLAG = {
+    "ngram-simple": "--spec-ngram-simple-size-m",
+    "ngram-map-k": "--spec-ngram-map-k-size-m",
+    "ngram-map-k4v": "--spec-ngram-map-k4v-size-m",
+    "ngram-mod": "--spec-ngram-mod-n-max",
+}
+
+
+class UnsupportedConfigError(ValueError):
+    """The configuration needs a flag or speculation type this binary does not have.
+
+    ``flag`` names the missing flag or ``--spec-type`` value; the message says which binary
+    dialect lacks it.
+    """
+
+    def __init__(self, flag: str, message: str) -> None:
+        self.flag = flag
+        super().__init__(message)
+
+
+def _need(dialect: Dialect, *names: str) -> str:
+    flag = dialect.first(*names)
+    if flag is None:
+        raise UnsupportedConfigError(
+            names[0], f"this llama-server ({dialect.spec_style} dialect) has no {' / '.join(names)} flag"
+        )
+    return flag
+
+
+def _fmt_layers(v: int | str) -> str:
+    return str(v)
+
+
+def _fmt_float(v: float) -> str:
+    return f"{float(v):g}"
+
+
+def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect) -> list[str]:
+    """The exact argv (``[binary, flag, value, …]``) that launches ``config`` on this binary.
+
+    Pure: no file or process access. ``config.port`` must be set (the supervisor picks a free
+    port first).
+
+    Raises:
+        UnsupportedConfigError: the binary lacks a needed flag or speculation type (e.g.
+            ``ngram-mod`` on a legacy build, ``--fit`` on a build without it), or a draft-model
+            type without ``draft_path``, or ``draft_path`` without a type that uses it.
+        ValueError: ``config.port`` is None.
+    """
+    if config.port is None:
+        raise ValueError("ServerConfig.port is None: pick a port before building the argv")
+    d = dialect
+    argv: list[str] = [str(binary_path)]
+    argv += [_need(d, "-m", "--model"), str(config.model_path)]
+    argv += [_need(d, "--host"), config.host, _need(d, "--port"), str(config.port)]
+    if config.n_ctx is not None:
+        argv += [_need(d, "-c", "--ctx-size"), str(config.n_ctx)]
+    if config.n_parallel is not None:
+        argv += [_need(d, "-np", "--parallel"), str(config.n_parallel)]
+    if config.ngl is not None:
+        argv += [_need(d, "-ngl", "--gpu-layers", "--n-gpu-layers"), _fmt_layers(config.ngl)]
+    if config.threads is not None:
+        argv += [_need(d, "-t", "--threads"), str(config.threads)]
+    if config.cache_type_k is not None:
+        argv += [_need(d, "-ctk", "--cache-type-k"), config.cache_type_k]
+    if config.cache_type_v is not None:
+        argv += [_need(d, "-ctv", "--cache-type-v"), config.cache_type_v]
+    if config.fit is not None:
+        argv += [_need(d, "--fit", "-fit"), "on" if config.fit else "off"]
+    if d.has_metrics:
+        argv.append("--metrics")
+    if d.has_slots:
+        argv.append("--slots")
+    if config.api_key:
+        argv += [_need(d, "--api-key"), config.api_key]
+    argv += _spec_args(config, d)
+    argv += list(config.extra_args)
+    return argv
+
+
+def _spec_args(config: ServerConfig, d: Dialect) -> list[str]:
+    types = config.spec_types
+    for t in types:
+        if t not in d.spec_types:
+            raise UnsupportedConfigError(
+                "--spec-type",
+                f"speculation type {t!r} is not supported by this llama-server "
+                f"({d.spec_style} dialect; supported: {', '.join(d.spec_types) or 'none'})",
+            )
+    needs_draft = any(t in DRAFT_MODEL_TYPES for t in types)
+    if needs_draft and config.draft_path is None:
+        raise UnsupportedConfigError(
+            "--spec-draft-model", f"speculation type {config.spec_type!r} needs a draft model (draft_path)"
+        )
+    uses_draft_file = needs_draft or "draft-mtp" in types
+    if config.draft_path is not None and not uses_draft_file:
+        raise UnsupportedConfigError(
+            "--spec-type",
+            f"draft model {config.draft_path} given with speculation type {config.spec_type or 'none'!r}: "
+            "the server would load it and never use it; pass a draft-* speculation type",
+        )
+    out: list[str] = []
+    if d.spec_style == "legacy":
+        if not types:
+            return out
+        # legacy: -md is the switch; only draft-simple exists
+        out += [_need(d, "-md", "--model-draft"), str(config.draft_path)]
+        if config.n_max is not None:
+            out += [_need(d, "--draft-max", "--draft", "--draft-n"), str(config.n_max)]
+        if config.n_min is not None:
+            out += [_need(d, "--draft-min", "--draft-n-min"), str(config.n_min)]
+        if config.p_min is not None:
+            out += [_need(d, "--draft-p-min"), _fmt_float(config.p_min)]
+        if config.draft_ngl is not None:
+            out += [_need(d, "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"), _fmt_layers(config.draft_ngl)]
+        return out
+    if d.spec_style == "none":
+        if types:
+            raise UnsupportedConfigError("--spec-type", "this llama-server has no speculative decoding flags")
+        return out
+    # current dialect: always explicit
+    out += ["--spec-type", ",".join(types) if types else "none"]
+    if config.draft_path is not None:
+        out += [_need(d, "--spec-draft-model", "-md", "--model-draft"), str(config.draft_path)]
+    draft_types = [t for t in types if t.startswith("draft-")]
+    if draft_types:
+        if config.n_max is not None:
+            out += [_need(d, "--spec-draft-n-max"), str(config.n_max)]
+        if config.n_min is not None:
+            out += [_need(d, "--spec-draft-n-min"), str(config.n_min)]
+        if config.p_min is not None:
+            out += [_need(d, "--spec-draft-p-min", "--draft-p-min"), _fmt_float(config.p_min)]
+        if config.draft_ngl is not None and config.draft_path is not None:
+            out += [_need(d, "--spec-draft-ngl", "-ngld"), _fmt_layers(config.draft_ngl)]
+    for t in types:
+        if t not in NGRAM_TYPES:
+            continue
+        if config.n_max is not None and t in _NGRAM_N_MAX_FLAG:
+            out += [_need(d, _NGRAM_N_MAX_FLAG[t]), str(config.n_max)]
+        if t == "ngram-mod" and config.n_min is not None:
+            out += [_need(d, "--spec-ngram-mod-n-min"), str(config.n_min)]
+    return out
+
+
+def clean_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``environ`` without any ``LLAMA_ARG_*`` (or ``LLAMA_API_KEY``) variable.
+
+    The server reads these before the CLI and ``--spec-type`` appends to them
+    (common/arg.cpp), so an inherited ``LLAMA_ARG_SPEC_TYPE`` would silently add a type.
+    """
+    return {k: v for k, v in environ.items() if not k.startswith("LLAMA_ARG_") and k != "LLAMA_API_KEY"}

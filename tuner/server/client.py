@@ -1,0 +1,167 @@
+"""HTTP client for llama-server (the one adapter over ``httpx``).
+
+Endpoints (tools/server/server.cpp routes; /work/shared/reference/llama-server.md §4): ``/health``
+(503 while loading, 200 when ready), ``/props`` (``model_path``, ``build_info``, …), ``/slots``
+(``speculative`` per slot; 501 when disabled), ``/metrics`` (Prometheus text; 501 without
+``--metrics``), ``/completion`` and ``/v1/chat/completions`` (final answer carries ``timings``).
+Proxy variables are ignored (``trust_env=False``): the server is local.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+import httpx
+
+
+class ServerClientError(RuntimeError):
+    """Base of client errors; ``url`` names the request."""
+
+    def __init__(self, url: str, message: str) -> None:
+        self.url = url
+        super().__init__(f"{url}: {message}")
+
+
+class ServerUnreachableError(ServerClientError):
+    """No HTTP answer (connection refused/reset, timeout)."""
+
+
+class ServerHTTPError(ServerClientError):
+    """An HTTP answer other than 200. ``status_code`` and ``message`` (the server's
+    ``error.message`` when it sent one) tell why."""
+
+    def __init__(self, url: str, status_code: int, message: str) -> None:
+        self.status_code = status_code
+        self.message = message
+        super().__init__(url, f"HTTP {status_code}: {message}")
+
+
+@dataclass(frozen=True)
+class Health:
+    """Answer of ``GET /health``: ``status_code`` (200 ready, 503 loading, None unreachable),
+    ``ok``, and ``message`` (``"Loading model"``, ``"ok"``, or the connection error)."""
+
+    status_code: int | None
+    ok: bool
+    message: str
+
+
+def _error_message(resp: httpx.Response) -> str:
+    try:
+        data = resp.json()
+    except ValueError:
+        return resp.text[:300]
+    if isinstance(data, dict):
+        err = data.get("error")
+        if isinstance(err, dict) and "message" in err:
+            return str(err["message"])
+        if isinstance(err, str):
+            return err
+    return resp.text[:300]
+
+
+class ServerClient:
+    """Synchronous client for one llama-server.
+
+    Args:
+        base_url: e.g. ``http://127.0.0.1:8080``.
+        api_key: sent as ``Authorization: Bearer …`` when set.
+        timeout_s: default timeout of short requests (completions get their own).
+    """
+
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
+        self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, trust_env=False)
+
+    def close(self) -> None:
+        """Close the connection pool."""
+        self._http.close()
+
+    def __enter__(self) -> "ServerClient":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    def _request(self, method: str, path: str, timeout_s: float | None = None, **kw: Any) -> httpx.Response:
+        url = self.base_url + path
+        try:
+            if timeout_s is not None:
+                kw["timeout"] = timeout_s
+            return self._http.request(method, path, **kw)
+        except httpx.TimeoutException as exc:
+            raise ServerUnreachableError(url, f"timed out ({type(exc).__name__})") from exc
+        except httpx.HTTPError as exc:
+            raise ServerUnreachableError(url, f"{type(exc).__name__}: {exc}") from exc
+
+    def _json(self, method: str, path: str, timeout_s: float | None = None, **kw: Any) -> Any:
+        resp = self._request(method, path, timeout_s=timeout_s, **kw)
+        if resp.status_code != 200:
+            raise ServerHTTPError(self.base_url + path, resp.status_code, _error_message(resp))
+        try:
+            return resp.json()
+        except ValueError as exc:
+            raise ServerHTTPError(self.base_url + path, resp.status_code, f"not JSON: {resp.text[:200]!r}") from exc
+
+    def health(self, timeout_s: float = 2.0) -> Health:
+        """``GET /health``; never raises (unreachable → ``status_code`` None)."""
+        try:
+            resp = self._request("GET", "/health", timeout_s=timeout_s)
+        except ServerUnreachableError as exc:
+            return Health(None, False, str(exc))
+        if resp.status_code == 200:
+            return Health(200, True, "ok")
+        return Health(resp.status_code, False, _error_message(resp))
+
+    def props(self) -> dict:
+        """``GET /props`` as a dict (``model_path``, ``build_info``, ``total_slots``, …).
+
+        Raises: ServerUnreachableError, ServerHTTPError.
+        """
+        return self._json("GET", "/props")
+
+    def slots(self) -> list[dict]:
+        """``GET /slots``: one dict per slot (``speculative`` bool, ``n_ctx``, ``params``).
+
+        Raises: ServerUnreachableError, ServerHTTPError (501 when the server has slots disabled).
+        """
+        data = self._json("GET", "/slots")
+        if not isinstance(data, list):
+            raise ServerHTTPError(self.base_url + "/slots", 200, f"expected a list, got {type(data).__name__}")
+        return data
+
+    def metrics_text(self) -> str:
+        """``GET /metrics`` Prometheus text (``llamacpp:`` metrics).
+
+        Raises: ServerUnreachableError, ServerHTTPError (501 without ``--metrics``).
+        """
+        resp = self._request("GET", "/metrics")
+        if resp.status_code != 200:
+            raise ServerHTTPError(self.base_url + "/metrics", resp.status_code, _error_message(resp))
+        return resp.text
+
+    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: Any) -> dict:
+        """``POST /completion`` (not streamed); returns the answer with ``content`` and ``timings``
+        (``predicted_per_second``, and ``draft_n`` / ``draft_n_accepted`` only when drafts were
+        made: server-common.cpp ``server_slot_stats::to_json``).
+
+        Extra ``params`` go into the request body (e.g. ``temperature=0``, ``cache_prompt=False``,
+        ``seed=1``).
+
+        Raises: ServerUnreachableError (also when the server dies mid-request), ServerHTTPError.
+        """
+        body = {"prompt": prompt, "n_predict": int(n_predict), "stream": False}
+        body.update(params)
+        return self._json("POST", "/completion", timeout_s=timeout_s, json=body)
+
+    def chat(self, messages: list[dict], max_tokens: int, timeout_s: float = 120.0, **params: Any) -> dict:
+        """``POST /v1/chat/completions`` (OpenAI shape, not streamed); the answer dict
+        (``choices``, ``usage``, and llama.cpp's ``timings``).
+
+        Raises: ServerUnreachableError, ServerHTTPError.
+        """
+        body = {"messages": messages, "max_tokens": int(max_tokens), "stream": False}
+        body.update(params)
+        return self._json("POST", "/v1/chat/completions", timeout_s=timeout_s, json=body)

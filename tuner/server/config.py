@@ -1,0 +1,114 @@
+"""One launchable llama-server configuration (pure data, no I/O).
+
+A :class:`ServerConfig` says *what* to serve (target, optional draft, speculation type and its
+knobs, memory placement, where to listen); :func:`tuner.server.argv.build_argv` turns it into the
+exact argv for one binary's flag dialect.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+#: Speculation types that need a separate draft GGUF (``-md``); common/speculative.cpp
+#: ``common_speculative_init`` builds them only when a draft context exists.
+DRAFT_MODEL_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
+#: n-gram speculation types: no draft model, no extra memory (common/speculative.cpp).
+NGRAM_TYPES = frozenset({"ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"})
+
+
+@dataclass(frozen=True)
+class ServerConfig:
+    """A single llama-server launch.
+
+    Fields (``None`` = leave the server's default):
+        model_path: target GGUF (first shard for split models).
+        draft_path: draft GGUF for ``draft-*`` speculation types (``-md``), else None.
+        spec_type: speculation type as llama-server spells it (``"none"``, ``"draft-simple"``,
+            ``"draft-mtp"``, ``"ngram-mod"``, …; a comma list is allowed). ``None`` means
+            ``"none"`` and is still passed explicitly where the binary has ``--spec-type``.
+        n_max: draft length (``--spec-draft-n-max`` for draft-* types, the type's own
+            ``size-m`` / ``n-max`` flag for n-gram types; ignored by ``ngram-cache``, fixed at 8).
+        n_min: minimum draft length (``--spec-draft-n-min`` / ``--spec-ngram-mod-n-min``).
+        p_min: stop drafting when the draft's top-1 probability is below this (0..1).
+        ngl: target GPU layers: an int, ``"auto"`` or ``"all"``.
+        draft_ngl: draft GPU layers (``--spec-draft-ngl`` / legacy ``-ngld``).
+        n_ctx: context size in tokens (``-c``).
+        n_parallel: server slots (``-np``); 1 for speculative configurations (each slot needs
+            draft state; the server's own default is 4).
+        host: address to bind; ``127.0.0.1`` by default.
+        port: TCP port; ``None`` = the supervisor picks a free one.
+        api_key: passed as ``--api-key`` when set.
+        cache_type_k / cache_type_v: target KV cache types (``-ctk`` / ``-ctv``), e.g. ``"q8_0"``.
+        threads: CPU threads (``-t``).
+        fit: ``True``/``False`` → ``--fit on|off`` where the binary has ``--fit``; None = default.
+        extra_args: appended verbatim at the end of the argv (expert escape hatch).
+    """
+
+    model_path: Path
+    draft_path: Path | None = None
+    spec_type: str | None = None
+    n_max: int | None = None
+    n_min: int | None = None
+    p_min: float | None = None
+    ngl: int | str | None = None
+    draft_ngl: int | str | None = None
+    n_ctx: int | None = None
+    n_parallel: int | None = 1
+    host: str = "127.0.0.1"
+    port: int | None = None
+    api_key: str | None = None
+    cache_type_k: str | None = None
+    cache_type_v: str | None = None
+    threads: int | None = None
+    fit: bool | None = None
+    extra_args: tuple[str, ...] = field(default_factory=tuple)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "model_path", Path(self.model_path))
+        if self.draft_path is not None:
+            object.__setattr__(self, "draft_path", Path(self.draft_path))
+        object.__setattr__(self, "extra_args", tuple(str(a) for a in self.extra_args))
+
+    @property
+    def spec_types(self) -> tuple[str, ...]:
+        """The speculation types as a tuple, without ``none`` (empty = no speculation)."""
+        if not self.spec_type:
+            return ()
+        parts = [p.strip() for p in self.spec_type.split(",") if p.strip()]
+        return tuple(p for p in parts if p != "none")
+
+    @property
+    def is_speculative(self) -> bool:
+        """True when any speculation type other than ``none`` is requested."""
+        return bool(self.spec_types)
+
+    def with_port(self, port: int) -> "ServerConfig":
+        """Return a copy listening on ``port``."""
+        return replace(self, port=port)
+
+    def model_bytes(self) -> int:
+        """Bytes of target + draft files on disk (all split shards of the target); 0 if missing."""
+        total = 0
+        for p in (self.model_path, self.draft_path):
+            if p is None:
+                continue
+            for shard in _shards(p):
+                try:
+                    total += shard.stat().st_size
+                except OSError:
+                    continue
+        return total
+
+
+_SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$")
+
+
+def _shards(path: Path) -> list[Path]:
+    """All shards of a split GGUF (``name-00001-of-00003.gguf``), or ``[path]``."""
+    m = _SPLIT_RE.match(path.name)
+    if not m:
+        return [path]
+    n = int(m.group("n"))
+    return [path.with_name(f"{m.group('stem')}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]

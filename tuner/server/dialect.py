@@ -1,0 +1,249 @@
+"""The flag dialect of one llama-server binary, read from its ``--help`` text.
+
+llama.cpp renamed the speculative flags in 2026 (common/arg.cpp: ``--draft-max`` →
+``--spec-draft-n-max``, ``-ngld`` → ``--spec-draft-ngl``, new ``--spec-type``) and keeps the old
+names only as "removed" stubs that make the server exit 1 (arg.cpp ``add_opt`` of the removed
+flags, "the argument has been removed. <hint>"). Builds also differ in smaller flags
+(``--log-jsonl``, ``--spec-draft-sampling`` exist in b11434, not b10434). So nothing is assumed:
+:func:`parse_help` turns a ``--help`` text into a :class:`Dialect`, and :func:`probe_dialect` runs
+the binary once per (path, size, mtime) and caches the text on disk.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import re
+from dataclasses import dataclass
+from pathlib import Path
+
+from tuner import paths
+
+#: Description column of llama.cpp's help printer (common/arg.cpp ``common_arg::to_string``).
+_REMOVED_MARK = "the argument has been removed"
+
+
+@dataclass(frozen=True)
+class HelpEntry:
+    """One option of the ``--help`` text: all its names, its argument word and description."""
+
+    names: tuple[str, ...]
+    arg: str | None
+    description: str
+
+
+@dataclass(frozen=True)
+class Dialect:
+    """What one llama-server binary accepts.
+
+    Fields:
+        spec_style: ``"current"`` (``--spec-type`` + ``--spec-draft-*``), ``"legacy"``
+            (``--draft-max`` / ``-ngld``, ``-md`` alone turns draft speculation on) or ``"none"``
+            (no speculative flags at all).
+        spec_types: values ``--spec-type`` accepts, in help order; legacy builds report
+            ``("none", "draft-simple")`` (what ``-md`` gives them); empty for ``"none"``.
+        flags: every accepted flag name (short and long aliases), removed stubs excluded.
+        removed_flags: ``(flag, hint)`` for flags the binary lists as removed, e.g.
+            ``("--draft-max", "use --spec-draft-n-max or --spec-ngram-mod-n-max")``.
+        has_fit / has_metrics / has_slots / has_list_devices: convenience booleans.
+        help_sha256: hash of the help text this was parsed from (a staleness key for profiles).
+    """
+
+    spec_style: str
+    spec_types: tuple[str, ...]
+    flags: frozenset[str]
+    removed_flags: tuple[tuple[str, str], ...]
+    has_fit: bool
+    has_metrics: bool
+    has_slots: bool
+    has_list_devices: bool
+    help_sha256: str
+
+    def has(self, flag: str) -> bool:
+        """True when ``flag`` (e.g. ``"--spec-draft-n-max"`` or ``"-ngld"``) is accepted."""
+        return flag in self.flags
+
+    def first(self, *names: str) -> str | None:
+        """The first of ``names`` this binary accepts, or None."""
+        for n in names:
+            if n in self.flags:
+                return n
+        return None
+
+    def removed_hint(self, flag: str) -> str | None:
+        """The replacement hint for a removed flag (``"use --spec-draft-n-max …"``), or None."""
+        for name, hint in self.removed_flags:
+            if name == flag:
+                return hint
+        return None
+
+    def supports_spec_type(self, spec_type: str) -> bool:
+        """True when every comma-separated type in ``spec_type`` is launchable on this binary."""
+        parts = [p.strip() for p in spec_type.split(",") if p.strip()]
+        return all(p in self.spec_types for p in parts)
+
+
+def parse_help_entries(text: str) -> list[HelpEntry]:
+    """Split a llama.cpp ``--help`` text into options.
+
+    An option starts on a line beginning with ``-``; its names are the leading comma-separated
+    ``-x`` / ``--xx`` words, then an optional argument word, then the description, which continues
+    on indented lines (common/arg.cpp ``common_arg::to_string``).
+    """
+    entries: list[HelpEntry] = []
+    names: list[str] = []
+    arg: str | None = None
+    desc: list[str] = []
+
+    def flush() -> None:
+        if names:
+            entries.append(HelpEntry(tuple(names), arg, " ".join(d for d in desc if d).strip()))
+
+    for raw in text.splitlines():
+        line = raw.rstrip()
+        if line.startswith("-") and not line.startswith("-----"):
+            flush()
+            names, arg, desc = [], None, []
+            tokens = line.split()
+            i = 0
+            while i < len(tokens) and tokens[i].startswith("-"):
+                tok = tokens[i]
+                names.append(tok.rstrip(","))
+                i += 1
+                if not tok.endswith(","):
+                    break
+            # an argument word follows the names when it is separated by one space only
+            rest = line
+            for n in names:
+                rest = rest.split(n, 1)[1] if n in rest else rest
+            rest = rest.lstrip(",")
+            m = re.match(r"^ (\S+)(?:\s{2,}(.*))?$", rest)
+            if m:
+                arg = m.group(1)
+                desc = [m.group(2) or ""]
+            else:
+                desc = [rest.strip()]
+        elif names and raw.startswith(" "):
+            desc.append(line.strip())
+        elif names and not line.strip():
+            continue
+        else:
+            flush()
+            names, arg, desc = [], None, []
+    flush()
+    return entries
+
+
+def parse_help(text: str) -> Dialect:
+    """Build a :class:`Dialect` from a ``llama-server --help`` text (pure).
+
+    Raises:
+        ValueError: the text has no options at all (not a llama.cpp help text).
+    """
+    entries = parse_help_entries(text)
+    if not entries:
+        raise ValueError("not a llama-server --help text: no options found")
+    flags: set[str] = set()
+    removed: list[tuple[str, str]] = []
+    spec_types: tuple[str, ...] = ()
+    for e in entries:
+        if _REMOVED_MARK in e.description:
+            hint = e.description.split(_REMOVED_MARK, 1)[1].lstrip(". ")
+            hint = re.sub(r"\s*\(env: [^)]*\)", "", hint).strip()
+            removed.extend((n, hint) for n in e.names)
+            continue
+        flags.update(e.names)
+        if "--spec-type" in e.names and e.arg:
+            spec_types = tuple(t for t in e.arg.split(",") if t)
+    if "--spec-type" in flags:
+        style = "current"
+        if not spec_types:
+            spec_types = ("none", "draft-simple")
+    elif "--draft-max" in flags or "-md" in flags or "--model-draft" in flags:
+        style = "legacy"
+        spec_types = ("none", "draft-simple")
+    else:
+        style = "none"
+        spec_types = ()
+    return Dialect(
+        spec_style=style,
+        spec_types=spec_types,
+        flags=frozenset(flags),
+        removed_flags=tuple(removed),
+        has_fit="--fit" in flags,
+        has_metrics="--metrics" in flags,
+        has_slots="--slots" in flags,
+        has_list_devices="--list-devices" in flags,
+        help_sha256=hashlib.sha256(text.encode("utf-8", "replace")).hexdigest(),
+    )
+
+
+_memory_cache: dict[tuple[str, int, int], Dialect] = {}
+
+
+def _cache_key(path: Path) -> tuple[str, int, int]:
+    st = path.stat()
+    return (str(path.resolve()), st.st_size, st.st_mtime_ns)
+
+
+def read_help_text(path: Path, timeout_s: float = 30.0) -> str:
+    """Run ``<path> --help`` and return its text (stdout + stderr).
+
+    Raises:
+        DialectError: the binary cannot be run, times out, or prints no options.
+    """
+    from tuner.server import process
+
+    try:
+        rc, out = process.run_capture([str(path), "--help"], timeout_s=timeout_s)
+    except (OSError, TimeoutError) as exc:
+        raise DialectError(f"{path}: could not run --help: {exc}") from exc
+    if "--" not in out:
+        raise DialectError(f"{path}: --help printed no options (rc {rc}): {out[-300:]!r}")
+    return out
+
+
+def probe_dialect(path: str | Path, use_cache: bool = True) -> Dialect:
+    """The :class:`Dialect` of the binary at ``path``.
+
+    Cached in memory and under ``tuner.paths.cache_dir()/dialect/`` keyed by the binary's
+    resolved path, size and mtime, so a rebuilt binary is probed again.
+
+    Raises:
+        DialectError: the binary is missing, cannot run ``--help``, or the text is unreadable.
+    """
+    path = Path(path)
+    try:
+        key = _cache_key(path)
+    except OSError as exc:
+        raise DialectError(f"{path}: llama-server binary not found: {exc}") from exc
+    if use_cache and key in _memory_cache:
+        return _memory_cache[key]
+    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
+    cache_file = paths.cache_dir() / "dialect" / f"{digest}.json"
+    text: str | None = None
+    if use_cache and cache_file.is_file():
+        try:
+            data = json.loads(cache_file.read_text(encoding="utf-8"))
+            if data.get("key") == list(key):
+                text = data["help"]
+        except (OSError, ValueError, KeyError):
+            text = None
+    if text is None:
+        text = read_help_text(path)
+        try:
+            from tuner.storage import atomic_write_json
+
+            atomic_write_json(cache_file, {"key": list(key), "help": text})
+        except Exception:  # a cache that cannot be written is not an error
+            pass
+    try:
+        dialect = parse_help(text)
+    except ValueError as exc:
+        raise DialectError(f"{path}: {exc}") from exc
+    _memory_cache[key] = dialect
+    return dialect
+
+
+class DialectError(RuntimeError):
+    """The flag dialect of a binary could not be determined (message names the binary)."""

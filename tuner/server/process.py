@@ -1,0 +1,376 @@
+"""The one adapter over ``subprocess`` and (for process trees and sockets) ``psutil``.
+
+Children never outlive Draftwise:
+
+- On Linux each child sets ``prctl(PR_SET_PDEATHSIG, SIGKILL)`` between fork and exec, so the
+  kernel kills it when its parent dies, even by SIGKILL. PDEATHSIG fires when the *thread* that
+  forked the child exits, so every child is forked by one long-lived launcher thread owned by
+  this module (:func:`spawn` hands the work to it and waits); servers started from short-lived
+  worker threads therefore stay alive. If the parent is already gone when the child runs the
+  pre-exec hook, the child exits at once.
+- Each child gets its own session/process group; :meth:`ChildProcess.stop` sends SIGTERM, waits,
+  then SIGKILLs the whole tree (psutil children + the process group).
+- An ``atexit`` hook stops every child still running at a normal interpreter exit.
+"""
+
+from __future__ import annotations
+
+import atexit
+import collections
+import ctypes
+import ctypes.util
+import os
+import queue
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+from concurrent.futures import Future
+from pathlib import Path
+from typing import Callable, Mapping, Sequence
+
+import psutil
+
+_PR_SET_PDEATHSIG = 1
+
+#: Lines of log each child keeps in memory (the full log goes to its file).
+DEFAULT_TAIL_LINES = 2000
+
+
+def _load_prctl() -> Callable[..., int] | None:
+    if not sys.platform.startswith("linux"):
+        return None
+    try:
+        libc = ctypes.CDLL(ctypes.util.find_library("c") or "libc.so.6", use_errno=True)
+        return libc.prctl
+    except (OSError, AttributeError):
+        return None
+
+
+_prctl = _load_prctl()
+
+
+def _make_preexec(parent_pid: int) -> Callable[[], None] | None:
+    if _prctl is None:
+        return None
+    prctl = _prctl
+
+    def preexec() -> None:  # runs in the child between fork and exec
+        prctl(_PR_SET_PDEATHSIG, int(signal.SIGKILL), 0, 0, 0)
+        if os.getppid() != parent_pid:  # parent died before prctl took effect
+            os._exit(1)
+
+    return preexec
+
+
+# ---------------------------------------------------------------------------------------------
+# the launcher thread
+
+
+class _Launcher:
+    """One daemon thread that lives as long as the interpreter and forks every child."""
+
+    def __init__(self) -> None:
+        self._queue: queue.Queue[tuple[Callable[[], object], Future]] = queue.Queue()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _run(self) -> None:
+        while True:
+            fn, fut = self._queue.get()
+            if not fut.set_running_or_notify_cancel():
+                continue
+            try:
+                fut.set_result(fn())
+            except BaseException as exc:  # handed back to the caller
+                fut.set_exception(exc)
+
+    def call(self, fn: Callable[[], object]) -> object:
+        with self._lock:
+            if self._thread is None or not self._thread.is_alive():
+                self._thread = threading.Thread(target=self._run, name="draftwise-launcher", daemon=True)
+                self._thread.start()
+        if threading.current_thread() is self._thread:
+            return fn()
+        fut: Future = Future()
+        self._queue.put((fn, fut))
+        return fut.result()
+
+    @property
+    def thread(self) -> threading.Thread | None:
+        return self._thread
+
+
+_launcher = _Launcher()
+
+
+def launcher_thread() -> threading.Thread | None:
+    """The thread that forks children (None before the first spawn); for tests."""
+    return _launcher.thread
+
+
+# ---------------------------------------------------------------------------------------------
+
+
+class ChildProcess:
+    """A running child with its log captured (stdout and stderr merged).
+
+    Attributes:
+        pid: process id (also its process-group id).
+        argv: the argv it was started with.
+        log_path: the file receiving the full log, or None.
+        started_at_s: ``time.monotonic()`` at start.
+    """
+
+    def __init__(self, popen: subprocess.Popen, argv: Sequence[str], log_path: Path | None,
+                 tail_lines: int, on_line: Callable[[str], None] | None) -> None:
+        self._popen = popen
+        self.pid = popen.pid
+        self.argv = list(argv)
+        self.log_path = log_path
+        self.started_at_s = time.monotonic()
+        self._tail: collections.deque[str] = collections.deque(maxlen=tail_lines)
+        self._tail_lock = threading.Lock()
+        self._on_line = on_line
+        self._eof = threading.Event()
+        self._reader = threading.Thread(target=self._read, name=f"llama-server-log-{self.pid}", daemon=True)
+        self._reader.start()
+
+    def _read(self) -> None:
+        f = None
+        try:
+            if self.log_path is not None:
+                try:
+                    self.log_path.parent.mkdir(parents=True, exist_ok=True)
+                    f = open(self.log_path, "a", encoding="utf-8")
+                    f.write("# " + " ".join(self.argv) + "\n")
+                except OSError:
+                    f = None
+            assert self._popen.stdout is not None
+            for raw in iter(self._popen.stdout.readline, b""):
+                line = raw.decode("utf-8", "replace").rstrip("\r\n")
+                with self._tail_lock:
+                    self._tail.append(line)
+                if f is not None:
+                    try:
+                        f.write(line + "\n")
+                        f.flush()
+                    except OSError:
+                        pass
+                if self._on_line is not None:
+                    try:
+                        self._on_line(line)
+                    except Exception:
+                        pass
+        except (OSError, ValueError):
+            pass
+        finally:
+            if f is not None:
+                f.close()
+            self._eof.set()
+
+    def log_lines(self, n: int | None = None) -> list[str]:
+        """The last ``n`` log lines (all kept lines when None), oldest first."""
+        with self._tail_lock:
+            lines = list(self._tail)
+        return lines if n is None else lines[-n:]
+
+    def poll(self) -> int | None:
+        """The exit status, or None while running (negative = killed by that signal)."""
+        return self._popen.poll()
+
+    @property
+    def returncode(self) -> int | None:
+        """Same as :meth:`poll`."""
+        return self._popen.poll()
+
+    def wait(self, timeout_s: float | None = None) -> int | None:
+        """Wait up to ``timeout_s`` for exit; the status, or None on timeout.
+
+        Also waits (briefly) for the log reader to drain, so the last lines are in
+        :meth:`log_lines` once this returns a status.
+        """
+        try:
+            rc = self._popen.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return None
+        self._eof.wait(2.0)
+        return rc
+
+    def is_alive(self) -> bool:
+        """True while the process runs."""
+        return self._popen.poll() is None
+
+    def signal(self, sig: int) -> None:
+        """Send ``sig`` to the child (no error if it is gone)."""
+        try:
+            os.kill(self.pid, sig)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        """Graceful stop: SIGTERM, wait ``grace_s``, then SIGKILL the whole tree. The exit status."""
+        if self.is_alive():
+            self.signal(signal.SIGTERM if hasattr(signal, "SIGTERM") else signal.SIGINT)
+            rc = self.wait(grace_s)
+            if rc is None:
+                kill_tree(self.pid)
+        rc = self.wait(10.0)
+        _live.discard(self)
+        return rc
+
+    def kill(self) -> int | None:
+        """Immediately SIGKILL the child's whole tree; the exit status."""
+        kill_tree(self.pid)
+        rc = self.wait(10.0)
+        _live.discard(self)
+        return rc
+
+    def listens_on(self, port: int) -> bool | None:
+        """True when this process (or a descendant) holds a listening TCP socket on ``port``.
+
+        None when psutil cannot tell (no permission / unsupported platform).
+        """
+        try:
+            procs = [psutil.Process(self.pid)]
+            procs += procs[0].children(recursive=True)
+            for p in procs:
+                conns = p.net_connections(kind="tcp") if hasattr(p, "net_connections") else p.connections(kind="tcp")
+                for c in conns:
+                    if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port:
+                        return True
+            return False
+        except psutil.NoSuchProcess:
+            return False
+        except (psutil.AccessDenied, NotImplementedError):
+            return None
+
+
+_live: set[ChildProcess] = set()
+
+
+def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None, log_path: Path | None = None,
+          tail_lines: int = DEFAULT_TAIL_LINES, on_line: Callable[[str], None] | None = None,
+          cwd: Path | None = None) -> ChildProcess:
+    """Start ``argv`` from the module's launcher thread (see module docstring).
+
+    Args:
+        argv: program and arguments.
+        env: the complete child environment (None = inherit).
+        log_path: file that receives every log line (appended), or None.
+        tail_lines: lines kept in memory for :meth:`ChildProcess.log_lines`.
+        on_line: called from the reader thread with each line.
+
+    Raises:
+        OSError: the program cannot be executed (missing, not executable).
+    """
+    parent = os.getpid()
+
+    def _do() -> ChildProcess:
+        kwargs: dict = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
+                            env=dict(env) if env is not None else None, cwd=str(cwd) if cwd else None,
+                            close_fds=True)
+        if os.name == "posix":
+            kwargs["start_new_session"] = True
+            pre = _make_preexec(parent)
+            if pre is not None:
+                kwargs["preexec_fn"] = pre
+        else:  # pragma: no cover - Windows
+            kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+        popen = subprocess.Popen(list(argv), **kwargs)
+        return ChildProcess(popen, argv, log_path, tail_lines, on_line)
+
+    child = _launcher.call(_do)
+    assert isinstance(child, ChildProcess)
+    _live.add(child)
+    return child
+
+
+def run_capture(argv: Sequence[str], timeout_s: float = 30.0, env: Mapping[str, str] | None = None) -> tuple[int, str]:
+    """Run a short command (``--help``, ``--version``, ``--list-devices``) and return
+    ``(exit status, stdout + stderr text)``.
+
+    Raises:
+        OSError: cannot execute. TimeoutError: still running after ``timeout_s`` (it is killed).
+    """
+    if env is None:
+        from tuner.server.argv import clean_env
+
+        env = clean_env(os.environ)
+    child = spawn(argv, env=env, tail_lines=100_000)
+    rc = child.wait(timeout_s)
+    if rc is None:
+        child.kill()
+        raise TimeoutError(f"{argv[0]} {' '.join(argv[1:])}: no exit within {timeout_s:.0f} s")
+    _live.discard(child)
+    return rc, "\n".join(child.log_lines())
+
+
+def kill_tree(pid: int, sig: int = signal.SIGKILL if hasattr(signal, "SIGKILL") else 9) -> None:
+    """Send ``sig`` to ``pid``, all its descendants (psutil) and its process group."""
+    try:
+        root = psutil.Process(pid)
+        procs = root.children(recursive=True) + [root]
+    except psutil.NoSuchProcess:
+        procs = []
+    for p in procs:
+        try:
+            p.send_signal(sig)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            pass
+    if os.name == "posix":
+        try:
+            os.killpg(pid, sig)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+
+
+def free_port(host: str = "127.0.0.1") -> int:
+    """A TCP port that is free right now on ``host`` (the OS picks it; a race is still possible,
+    so callers treat "couldn't bind" as port busy and retry)."""
+    with socket.socket(socket.AF_INET6 if ":" in host else socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind((host, 0))
+        return int(s.getsockname()[1])
+
+
+def pids_listening_on(port: int) -> list[int] | None:
+    """Pids holding a listening TCP socket on ``port``; None when psutil may not look
+    (permission)."""
+    try:
+        return sorted({c.pid for c in psutil.net_connections(kind="tcp")
+                       if c.status == psutil.CONN_LISTEN and c.laddr and c.laddr.port == port and c.pid})
+    except (psutil.AccessDenied, NotImplementedError):
+        return None
+
+
+def process_exists(pid: int) -> bool:
+    """True when ``pid`` runs (zombies count as gone)."""
+    try:
+        return psutil.Process(pid).status() != psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return False
+
+
+def find_processes(name_part: str) -> list[int]:
+    """Pids whose executable name or first argv element contains ``name_part`` (for checks)."""
+    out = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            cmd = p.info.get("cmdline") or []
+            if name_part in (p.info.get("name") or "") or (cmd and name_part in cmd[0]):
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append(p.info["pid"])
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
+
+
+@atexit.register
+def _stop_all_children() -> None:
+    for child in list(_live):
+        try:
+            child.stop(grace_s=3.0)
+        except Exception:
+            pass

@@ -1,0 +1,598 @@
+"""Supervised llama-server: start, readiness, stop, crash restart, with diagnosis.
+
+States (one ``_set_state`` changes them; every change is reported to ``on_state`` callbacks,
+called from a non-GUI thread)::
+
+    stopped --start()--> starting --ready checks pass--> ready --stop()--> stopping --> stopped
+                           |                               |
+                           +--fails / timeout--> failed    +--child exits--> starting (auto_restart,
+                                                                              after a backoff)
+                                                                         or failed (no restart)
+
+Ready means, in this order (docs: /work/shared/reference/llama-server.md §4, §6):
+
+1. ``GET /health`` answers 200 (503 "Loading model" while loading; server-http.cpp);
+2. ``GET /props`` reports *our* ``model_path`` and, where psutil can tell, our child holds the
+   listening socket: another process on the port is never mistaken for ours;
+3. one short greedy completion succeeds (a server can answer /health and then die of OOM on the
+   first real request);
+4. for speculative configurations ``/slots[].speculative`` is true for every slot; otherwise the
+   start fails with ``speculation_inactive`` and the reason from the log (an incompatible draft
+   leaves the server running without speculation: server-context.cpp ``load_model``).
+
+The port is picked free by the supervisor unless the configuration names one; a "couldn't bind"
+on a picked port is retried on a new port. Stop = SIGTERM, wait, SIGKILL of the whole tree
+(:mod:`tuner.server.process`). After a crash while serving (``auto_restart``) the server is
+restarted with exponential backoff; after ``max_restarts`` crashes within ``restart_window_s``
+the supervisor falls back to the last other configuration that reached ready, if any, else fails.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import enum
+import os
+import threading
+import time
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from tuner import paths
+from tuner.server import process
+from tuner.server.argv import build_argv, clean_env
+from tuner.server.client import ServerClient, ServerClientError, ServerHTTPError
+from tuner.server.config import ServerConfig
+from tuner.server.diagnosis import Diagnosis, diagnose, load_hang, speculation_reason
+from tuner.server.dialect import Dialect, probe_dialect
+from tuner.server.discovery import ServerBinary, find_server
+
+#: Prompt of the readiness completion (any text works; this one suits the demo model).
+READY_PROMPT = "Once upon a time"
+#: Log files kept in the log folder (older ones are deleted at start).
+MAX_LOG_FILES = 100
+
+
+class ServerState(str, enum.Enum):
+    """Supervisor states (see the module docstring)."""
+
+    STOPPED = "stopped"
+    STARTING = "starting"
+    READY = "ready"
+    STOPPING = "stopping"
+    FAILED = "failed"
+
+
+@dataclass(frozen=True)
+class StateChange:
+    """One state transition, as passed to ``on_state`` callbacks.
+
+    Fields: ``state`` (new), ``previous``, ``base_url`` (``http://host:port`` or None),
+    ``diagnosis`` (for failed/crash restarts, else None), ``config`` (the configuration being
+    served), ``restart_count`` (crash restarts so far), ``message`` (one line for people),
+    ``time_s`` (``time.time()``).
+    """
+
+    state: ServerState
+    previous: ServerState
+    base_url: str | None
+    diagnosis: Diagnosis | None
+    config: ServerConfig | None
+    restart_count: int
+    message: str
+    time_s: float
+
+
+class ServerStartError(RuntimeError):
+    """The server did not become ready; ``diagnosis`` says why (with log evidence)."""
+
+    def __init__(self, diagnosis: Diagnosis) -> None:
+        self.diagnosis = diagnosis
+        super().__init__(f"{diagnosis.code}: {diagnosis.message}")
+
+
+def startup_timeout_for(config: ServerConfig, base_s: float = 30.0, s_per_gib: float = 20.0) -> float:
+    """Seconds to wait for readiness: ``base_s`` plus ``s_per_gib`` per GiB of target + draft
+    files (a slow disk reads roughly 50 MB/s; the load also builds the KV cache)."""
+    return base_s + s_per_gib * config.model_bytes() / 2**30
+
+
+def _same_path(a: str | Path, b: str | Path) -> bool:
+    try:
+        return os.path.samefile(a, b)
+    except OSError:
+        return os.path.normpath(os.path.abspath(str(a))) == os.path.normpath(os.path.abspath(str(b)))
+
+
+class Supervisor:
+    """Runs one llama-server at a time as a supervised child process.
+
+    Synchronous use (e.g. from a worker thread)::
+
+        sup = Supervisor()
+        sup.start(config)
+        base_url = sup.wait_ready(timeout_s=60, cancel=event)   # raises ServerStartError
+        client = sup.client()
+        ...
+        sup.stop()
+
+    Args:
+        binary: a :class:`ServerBinary`, a path, or None (:func:`find_server`).
+        dialect: the binary's flag dialect, or None (probed from ``--help``).
+        auto_restart: restart after a crash while ready (the serving use); off for calibration.
+        max_restarts: crashes within ``restart_window_s`` before falling back / failing.
+        backoff_s: delays before successive restarts (the last one repeats).
+        log_dir: where full logs go (default ``tuner.paths.log_dir()``).
+        tail_lines: log lines kept in memory.
+        ready_n_predict: tokens of the readiness completion.
+        on_state: a first state callback (more with :meth:`on_state`).
+
+    Raises (constructor): ServerNotFoundError, DialectError.
+    """
+
+    def __init__(self, binary: ServerBinary | str | Path | None = None, dialect: Dialect | None = None, *,
+                 auto_restart: bool = False, max_restarts: int = 3, restart_window_s: float = 300.0,
+                 backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0), log_dir: Path | None = None,
+                 tail_lines: int = process.DEFAULT_TAIL_LINES, ready_n_predict: int = 4,
+                 on_state: Callable[[StateChange], None] | None = None) -> None:
+        if binary is None:
+            binary = find_server()
+        if not isinstance(binary, ServerBinary):
+            binary = ServerBinary(path=Path(binary), source="given", build=None)
+        self.binary = binary
+        self.dialect = dialect if dialect is not None else probe_dialect(binary.path)
+        self.auto_restart = auto_restart
+        self.max_restarts = max_restarts
+        self.restart_window_s = restart_window_s
+        self.backoff_s = tuple(backoff_s) or (1.0,)
+        self._log_dir = Path(log_dir) if log_dir is not None else None
+        self._tail_lines = tail_lines
+        self.ready_n_predict = ready_n_predict
+
+        self._lock = threading.RLock()
+        self._cond = threading.Condition(self._lock)
+        self._callbacks: list[Callable[[StateChange], None]] = []
+        if on_state is not None:
+            self._callbacks.append(on_state)
+        self._state = ServerState.STOPPED
+        self._gen = 0
+        self._child: process.ChildProcess | None = None
+        self._config: ServerConfig | None = None
+        self._requested: ServerConfig | None = None
+        self._port: int | None = None
+        self._diagnosis: Diagnosis | None = None
+        self._startup_timeout_s = 30.0
+        self._restart_count = 0
+        self._crash_times: list[float] = []
+        self._good_configs: list[ServerConfig] = []
+        self._log_path: Path | None = None
+        self._argv: list[str] | None = None
+        self._last_lines: list[str] = []
+
+    # ------------------------------------------------------------------ public read-only state
+    @property
+    def state(self) -> ServerState:
+        """The current :class:`ServerState`."""
+        return self._state
+
+    @property
+    def base_url(self) -> str | None:
+        """``http://host:port`` of the current child (None when none was launched)."""
+        cfg, port = self._config, self._port
+        if cfg is None or port is None:
+            return None
+        host = cfg.host if cfg.host not in ("0.0.0.0", "::") else "127.0.0.1"
+        if ":" in host:
+            host = f"[{host}]"
+        return f"http://{host}:{port}"
+
+    @property
+    def diagnosis(self) -> Diagnosis | None:
+        """Why the last start failed / the last crash happened (None if nothing failed)."""
+        return self._diagnosis
+
+    @property
+    def config(self) -> ServerConfig | None:
+        """The configuration being served (with the actual port), or None."""
+        return self._config
+
+    @property
+    def argv(self) -> list[str] | None:
+        """The argv of the current/last child."""
+        return list(self._argv) if self._argv else None
+
+    @property
+    def pid(self) -> int | None:
+        """Pid of the running child, or None."""
+        child = self._child
+        return child.pid if child is not None and child.is_alive() else None
+
+    @property
+    def log_path(self) -> Path | None:
+        """File with the full log of the current/last child."""
+        return self._log_path
+
+    @property
+    def restart_count(self) -> int:
+        """Crash restarts since the last :meth:`start`."""
+        return self._restart_count
+
+    def log_tail(self, n: int = 50) -> list[str]:
+        """The last ``n`` log lines of the current (or last) child, oldest first."""
+        child = self._child
+        if child is not None:
+            return child.log_lines(n)
+        return self._last_lines[-n:]
+
+    def client(self, timeout_s: float = 10.0) -> ServerClient:
+        """A new :class:`ServerClient` for the current child (caller closes it).
+
+        Raises: RuntimeError when no server was launched.
+        """
+        url = self.base_url
+        if url is None:
+            raise RuntimeError("no llama-server launched: call start() first")
+        return ServerClient(url, api_key=self._config.api_key if self._config else None, timeout_s=timeout_s)
+
+    def on_state(self, callback: Callable[[StateChange], None]) -> Callable[[], None]:
+        """Register ``callback(StateChange)`` (called from supervisor threads, never the GUI
+        thread); returns a function that unregisters it."""
+        with self._lock:
+            self._callbacks.append(callback)
+
+        def remove() -> None:
+            with self._lock:
+                if callback in self._callbacks:
+                    self._callbacks.remove(callback)
+
+        return remove
+
+    # ------------------------------------------------------------------ control
+    def start(self, config: ServerConfig, startup_timeout_s: float | None = None) -> None:
+        """Launch ``config`` and return at once (state ``starting``); readiness is checked in
+        the background, see :meth:`wait_ready`. A running server is stopped first.
+
+        Args:
+            config: what to serve; ``port`` None = pick a free port.
+            startup_timeout_s: load-hang limit (default :func:`startup_timeout_for`).
+
+        Raises:
+            UnsupportedConfigError: the binary lacks a needed flag (nothing is launched).
+        """
+        if self._state in (ServerState.STARTING, ServerState.READY, ServerState.STOPPING):
+            self.stop()
+        # validate the argv before launching anything (raises UnsupportedConfigError)
+        build_argv(self.binary.path, config if config.port is not None else config.with_port(1), self.dialect)
+        with self._lock:
+            self._requested = config
+            self._restart_count = 0
+            self._crash_times = []
+            self._diagnosis = None
+            self._startup_timeout_s = startup_timeout_s if startup_timeout_s is not None else startup_timeout_for(config)
+            self._gen += 1
+            gen = self._gen
+        self._launch(gen, config, message=f"starting {config.model_path.name}")
+
+    def wait_ready(self, timeout_s: float | None = None, cancel: threading.Event | None = None) -> str:
+        """Block until ready; returns ``base_url``.
+
+        Args:
+            timeout_s: give up after this many seconds: the child is stopped and the start fails
+                with ``load_hang`` (None = the start's own load-hang limit).
+            cancel: when set, the child is stopped and ``ServerStartError`` (``cancelled``) raised.
+
+        Raises:
+            ServerStartError: failed (with its diagnosis), timed out, cancelled or stopped.
+        """
+        t_end = None if timeout_s is None else time.monotonic() + timeout_s
+        with self._cond:
+            gen = self._gen
+            while True:
+                if self._state == ServerState.READY:
+                    return self.base_url or ""
+                if self._state == ServerState.FAILED:
+                    raise ServerStartError(self._diagnosis or Diagnosis("exited", "llama-server failed"))
+                if self._state == ServerState.STOPPED or self._gen != gen:
+                    raise ServerStartError(Diagnosis("cancelled", "llama-server was stopped before it was ready",
+                                                     tuple(self.log_tail(20))))
+                if cancel is not None and cancel.is_set():
+                    break
+                if t_end is not None and time.monotonic() >= t_end:
+                    break
+                self._cond.wait(0.1)
+        # cancelled or timed out: stop the child, report
+        if cancel is not None and cancel.is_set():
+            lines = self.log_tail(20)
+            self.stop(grace_s=2.0)
+            raise ServerStartError(Diagnosis("cancelled", "start cancelled", tuple(lines)))
+        self._fail_now(gen, load_hang(timeout_s or 0.0, self.log_tail(50)))
+        raise ServerStartError(self._diagnosis or load_hang(timeout_s or 0.0, []))
+
+    def start_and_wait(self, config: ServerConfig, timeout_s: float | None = None,
+                       cancel: threading.Event | None = None) -> str:
+        """:meth:`start` then :meth:`wait_ready`; returns ``base_url``."""
+        self.start(config, startup_timeout_s=timeout_s)
+        return self.wait_ready(timeout_s=None, cancel=cancel)
+
+    def stop(self, grace_s: float = 10.0) -> int | None:
+        """Stop the child: SIGTERM, wait ``grace_s``, then kill the whole tree. Returns its exit
+        status (None if nothing ran). State ends ``stopped``; a ``failed`` state stays failed
+        only if there was no child."""
+        with self._lock:
+            self._gen += 1
+            child = self._child
+            was = self._state
+            if child is None and was in (ServerState.STOPPED, ServerState.FAILED):
+                return None
+            self._set_state(ServerState.STOPPING, message="stopping")
+        rc = child.stop(grace_s) if child is not None else None
+        with self._lock:
+            if child is not None:
+                self._last_lines = child.log_lines()
+            self._child = None
+            self._set_state(ServerState.STOPPED, message="stopped")
+        return rc
+
+    def restart(self, config: ServerConfig | None = None) -> None:
+        """Stop and start again (with ``config`` or the last requested configuration)."""
+        cfg = config or self._requested
+        if cfg is None:
+            raise RuntimeError("restart(): nothing was started before and no config given")
+        self.stop()
+        self.start(cfg)
+
+    def close(self) -> None:
+        """Same as :meth:`stop` (for ``with`` blocks)."""
+        self.stop()
+
+    def __enter__(self) -> "Supervisor":
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+    # ------------------------------------------------------------------ internals
+    def _set_state(self, state: ServerState, diagnosis: Diagnosis | None = None, message: str = "") -> None:
+        """The one place that changes the state (caller holds the lock)."""
+        prev = self._state
+        self._state = state
+        if diagnosis is not None:
+            self._diagnosis = diagnosis
+        change = StateChange(state, prev, self.base_url, diagnosis, self._config, self._restart_count,
+                             message or state.value, time.time())
+        self._cond.notify_all()
+        for cb in list(self._callbacks):
+            try:
+                cb(change)
+            except Exception:
+                pass
+
+    def _new_log_path(self, port: int) -> Path:
+        folder = self._log_dir or paths.log_dir()
+        try:
+            folder.mkdir(parents=True, exist_ok=True)
+            logs = sorted(folder.glob("llama-server-*.log"), key=lambda p: p.stat().st_mtime)
+            for old in logs[:-MAX_LOG_FILES]:
+                old.unlink(missing_ok=True)
+        except OSError:
+            pass
+        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
+        return folder / f"llama-server-{stamp}-{port}.log"
+
+    def _launch(self, gen: int, config: ServerConfig, message: str, port_attempt: int = 0) -> None:
+        port = config.port if config.port is not None else process.free_port(config.host if config.host not in ("0.0.0.0", "::") else "127.0.0.1")
+        cfg = config.with_port(port)
+        argv = build_argv(self.binary.path, cfg, self.dialect)
+        log_path = self._new_log_path(port)
+        with self._lock:
+            if gen != self._gen:
+                return
+            self._config = cfg
+            self._port = port
+            self._argv = argv
+            self._log_path = log_path
+            self._set_state(ServerState.STARTING, message=message)
+            try:
+                child = process.spawn(argv, env=clean_env(os.environ), log_path=log_path,
+                                      tail_lines=self._tail_lines)
+            except OSError as exc:
+                self._set_state(ServerState.FAILED, Diagnosis(
+                    "exited", f"cannot execute {self.binary.path}: {exc}", (), None, None, None),
+                    message=f"cannot execute {self.binary.path}")
+                return
+            self._child = child
+        t = threading.Thread(target=self._monitor, args=(gen, child, cfg, config, port_attempt),
+                             name=f"llama-server-monitor-{child.pid}", daemon=True)
+        t.start()
+
+    def _fail_now(self, gen: int, diag: Diagnosis) -> None:
+        """Fail the current start: kill the child, state failed with ``diag``."""
+        with self._lock:
+            if gen != self._gen:
+                return
+            self._gen += 1  # the monitor of this child stands down
+            child = self._child
+        if child is not None:
+            child.kill()
+        with self._lock:
+            if child is not None:
+                self._last_lines = child.log_lines()
+                diag = replace(diag, returncode=child.returncode if diag.returncode is None else diag.returncode)
+            self._child = None
+            self._set_state(ServerState.FAILED, diag, message=diag.message)
+
+    def _alive_gen(self, gen: int) -> bool:
+        return gen == self._gen
+
+    def _monitor(self, gen: int, child: process.ChildProcess, cfg: ServerConfig, requested: ServerConfig,
+                 port_attempt: int) -> None:
+        try:
+            outcome = self._bring_up(gen, child, cfg)
+        except Exception as exc:  # a bug must not leave the state hanging in "starting"
+            outcome = Diagnosis("exited", f"internal error while checking readiness: {exc!r}",
+                                tuple(child.log_lines(20)))
+        if not self._alive_gen(gen):
+            return
+        if isinstance(outcome, Diagnosis):
+            if (outcome.code == "port_busy" and requested.port is None and port_attempt < 3):
+                child.wait(5.0)
+                self._launch(gen, requested, message="port was taken, retrying on another port",
+                             port_attempt=port_attempt + 1)
+                return
+            if self._restart_count > 0 and self.auto_restart:
+                # a restart attempt failed to come up: count it as a crash
+                self._after_crash(gen, child, outcome)
+                return
+            self._fail_now(gen, outcome)
+            return
+        # ready
+        with self._lock:
+            if not self._alive_gen(gen):
+                return
+            if requested in self._good_configs:
+                self._good_configs.remove(requested)
+            self._good_configs.append(requested)
+            self._set_state(ServerState.READY, message=f"serving {cfg.model_path.name} at {self.base_url}")
+        # watch for a crash
+        while self._alive_gen(gen):
+            rc = child.wait(0.5)
+            if rc is None:
+                continue
+            if not self._alive_gen(gen):
+                return
+            diag = diagnose(rc, child.log_lines(200))
+            if diag.code == "exited" and rc != 0:
+                diag = replace(diag, code="crashed", message=f"llama-server crashed (exit status {rc})")
+            elif diag.code == "exited":
+                diag = replace(diag, code="crashed", message="llama-server exited unexpectedly")
+            self._after_crash(gen, child, diag)
+            return
+
+    def _after_crash(self, gen: int, child: process.ChildProcess, diag: Diagnosis) -> None:
+        if not self.auto_restart:
+            with self._lock:
+                if not self._alive_gen(gen):
+                    return
+                self._last_lines = child.log_lines()
+                self._child = None
+                self._set_state(ServerState.FAILED, diag, message=diag.message)
+            return
+        child.kill()
+        now = time.monotonic()
+        with self._lock:
+            if not self._alive_gen(gen):
+                return
+            self._last_lines = child.log_lines()
+            self._crash_times = [t for t in self._crash_times if now - t < self.restart_window_s] + [now]
+            current = self._requested
+            next_cfg = current
+            msg = ""
+            if len(self._crash_times) > self.max_restarts:
+                fallback = next((c for c in reversed(self._good_configs) if c != current), None)
+                if fallback is None:
+                    self._child = None
+                    self._set_state(ServerState.FAILED, diag,
+                                    message=f"{diag.message}; gave up after {len(self._crash_times)} crashes")
+                    return
+                next_cfg = fallback
+                self._requested = fallback
+                self._crash_times = []
+                msg = "repeated crashes: falling back to the last configuration that worked"
+            self._restart_count += 1
+            delay = self.backoff_s[min(self._restart_count - 1, len(self.backoff_s) - 1)]
+            self._diagnosis = diag
+            self._set_state(ServerState.STARTING, diag,
+                            message=(msg or f"{diag.message}; restarting in {delay:g} s "
+                                     f"(restart {self._restart_count})"))
+        # back off, then relaunch (stop() during the wait bumps the generation)
+        t_end = time.monotonic() + delay
+        while time.monotonic() < t_end:
+            if not self._alive_gen(gen):
+                return
+            time.sleep(min(0.1, max(0.0, t_end - time.monotonic())))
+        with self._lock:
+            if not self._alive_gen(gen):
+                return
+            assert next_cfg is not None
+            self._startup_timeout_s = startup_timeout_for(next_cfg)
+        self._launch(gen, next_cfg, message=f"restarting {next_cfg.model_path.name} (restart {self._restart_count})")
+
+    def _bring_up(self, gen: int, child: process.ChildProcess, cfg: ServerConfig) -> Diagnosis | None:
+        """Run the readiness checks; None when ready, else the failure's :class:`Diagnosis`."""
+        deadline = child.started_at_s + self._startup_timeout_s
+        assert cfg.port is not None
+        with ServerClient(self.base_url or "", api_key=cfg.api_key, timeout_s=5.0) as client:
+
+            def exited() -> Diagnosis | None:
+                rc = child.poll()
+                if rc is None:
+                    return None
+                child.wait(2.0)
+                return diagnose(rc, child.log_lines(200))
+
+            # 1 + 2: /health 200 and identity
+            foreign_seen: str | None = None
+            while True:
+                if not self._alive_gen(gen):
+                    return None
+                d = exited()
+                if d is not None:
+                    return d
+                if time.monotonic() > deadline:
+                    if foreign_seen is not None:
+                        return Diagnosis("not_ours", f"another server answers on port {cfg.port}: {foreign_seen}",
+                                         tuple(child.log_lines(20)), "--port")
+                    return load_hang(self._startup_timeout_s, child.log_lines(50))
+                h = client.health(timeout_s=2.0)
+                if h.ok:
+                    ident = self._identity(client, child, cfg)
+                    if ident is None:
+                        break
+                    foreign_seen = ident
+                time.sleep(0.15)
+            # 3: one short completion
+            try:
+                client.completion(READY_PROMPT, self.ready_n_predict, temperature=0.0, cache_prompt=False,
+                                  timeout_s=max(10.0, deadline - time.monotonic() + 30.0))
+            except ServerClientError as exc:
+                # the child may be dying (e.g. OOM on the first request): give it a moment
+                rc = child.wait(5.0)
+                if rc is not None:
+                    return diagnose(rc, child.log_lines(200))
+                return Diagnosis("request_failed", f"the first completion failed: {exc}",
+                                 tuple(child.log_lines(20)) + (str(exc),))
+            # 4: speculation really on
+            if cfg.is_speculative:
+                try:
+                    slots = client.slots()
+                except ServerHTTPError as exc:
+                    return Diagnosis("speculation_inactive",
+                                     f"cannot confirm speculation: /slots answered {exc.status_code}",
+                                     tuple(child.log_lines(20)))
+                except ServerClientError as exc:
+                    rc = child.wait(5.0)
+                    if rc is not None:
+                        return diagnose(rc, child.log_lines(200))
+                    return Diagnosis("request_failed", f"/slots failed: {exc}", tuple(child.log_lines(20)))
+                if not slots or not all(bool(s.get("speculative")) for s in slots):
+                    lines = child.log_lines(400)
+                    reason = speculation_reason(lines)
+                    d = diagnose(None, lines)
+                    ev = d.evidence if d.code == "draft_incompatible" else tuple(lines[-20:])
+                    return Diagnosis("speculation_inactive", f"speculation inactive: {reason}", ev,
+                                     "--spec-type", None, None)
+        return None
+
+    def _identity(self, client: ServerClient, child: process.ChildProcess, cfg: ServerConfig) -> str | None:
+        """None when the answering server is our child, else what answered instead."""
+        try:
+            props = client.props()
+        except ServerClientError as exc:
+            return f"/props failed: {exc}"
+        mp = props.get("model_path")
+        if not mp or not _same_path(str(mp), cfg.model_path):
+            return f"model_path {mp!r} is not {str(cfg.model_path)!r}"
+        assert cfg.port is not None
+        if child.listens_on(cfg.port) is False:
+            return "the listening socket belongs to another process"
+        return None
