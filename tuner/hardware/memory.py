@@ -16,7 +16,10 @@ Rules follow llama.cpp b11434:
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+import os
+import re
+from dataclasses import dataclass, field, replace
+from pathlib import Path
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -67,6 +70,9 @@ class ModelMemorySpec:
     swa_layers: tuple[int, ...] = ()
     recurrent_state_bytes_per_seq: int = 0
     context_length: int | None = None
+    tied_output: bool = False
+    architecture: str | None = None
+    notes: tuple[str, ...] = ()
 
     @property
     def weights_bytes(self) -> int:
@@ -187,3 +193,415 @@ class MemoryPlan:
     def total_bytes(self) -> int:
         """Everything the configuration allocates, all places together."""
         return self.host.need.total_bytes + sum(d.need.total_bytes for d in self.devices)
+
+
+# --------------------------------------------------------------------------------------------------
+# Building a ModelMemorySpec from a GGUF header
+
+_INPUT_TENSORS = ("token_embd.", "pos_embd.", "per_layer_token_embd.", "token_types.")
+_BLOCK = re.compile(r"^blk\.(\d+)\.")
+
+# sliding-window layer pattern per architecture (llama.cpp src/llama-model.cpp load_hparams:
+# hparams.set_swa_pattern(n): every n-th layer is global (dense), the rest use the window)
+_SWA_PATTERN = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4, "gemma4": 6}
+
+
+def _kv_values(value: object) -> tuple | None:
+    if value is None:
+        return None
+    if isinstance(value, (int, float)):
+        return (value,)
+    if isinstance(value, (tuple, list)):
+        return tuple(value)
+    values = getattr(value, "values", None)
+    if callable(values):
+        return tuple(values())
+    return None
+
+
+def _per_layer(value: object, n: int, default: int) -> tuple[int, ...]:
+    vals = _kv_values(value)
+    if not vals:
+        return (default,) * n
+    if len(vals) == 1:
+        return (int(vals[0]),) * n
+    vals = tuple(int(v) for v in vals)
+    return (vals + (vals[-1],) * n)[:n]
+
+
+def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec:
+    """Build a :class:`ModelMemorySpec` from a ``tuner.catalog.header.GGUFHeader``-like object
+    (``kv`` dict, ``tensors`` with ``name``/``n_bytes``, ``path``).
+
+    Per-layer ``head_count_kv`` arrays (0 = recurrent layer without KV) are honoured; hybrid models
+    with ``full_attention_interval`` keep KV only on every n-th layer. Raises ``ValueError`` naming
+    the missing key when ``general.architecture`` or ``<arch>.block_count`` is absent.
+    """
+    kv: dict = dict(getattr(header, "kv"))
+    path = getattr(header, "path", None)
+    arch = kv.get("general.architecture")
+    if not isinstance(arch, str):
+        raise ValueError(f"{path}: GGUF key general.architecture missing")
+    n_layer = kv.get(f"{arch}.block_count")
+    if not isinstance(n_layer, int):
+        raise ValueError(f"{path}: GGUF key {arch}.block_count missing")
+    notes: list[str] = []
+    n_embd = int(kv.get(f"{arch}.embedding_length") or 0)
+    n_head = _per_layer(kv.get(f"{arch}.attention.head_count"), n_layer, 0)
+    n_head_kv = _per_layer(kv.get(f"{arch}.attention.head_count_kv"), n_layer, n_head[0] if n_head else 0)
+    head0 = (n_embd // n_head[0]) if n_head and n_head[0] else 0
+    key_len = int(kv.get(f"{arch}.attention.key_length") or head0)
+    val_len = int(kv.get(f"{arch}.attention.value_length") or head0)
+    mla_kv = kv.get(f"{arch}.attention.kv_lora_rank")
+    if mla_kv:
+        # DeepSeek-style MLA caches the compressed latent + rope part, one "head"
+        rope = int(kv.get(f"{arch}.rope.dimension_count") or 64)
+        k_gqa = tuple(int(mla_kv) + rope if h else 0 for h in n_head_kv)
+        v_gqa = tuple(0 for _ in n_head_kv)
+        notes.append("MLA attention: KV estimated as latent + rope dims")
+    else:
+        k_gqa = tuple(h * key_len for h in n_head_kv)
+        v_gqa = tuple(h * val_len for h in n_head_kv)
+    interval = kv.get(f"{arch}.full_attention_interval")
+    if isinstance(interval, int) and interval > 1:
+        keep = [(i + 1) % interval == 0 for i in range(n_layer)]
+        k_gqa = tuple(k if keep[i] else 0 for i, k in enumerate(k_gqa))
+        v_gqa = tuple(v if keep[i] else 0 for i, v in enumerate(v_gqa))
+        notes.append("hybrid model: KV only on full-attention layers; recurrent state not counted")
+    n_ff_vals = _kv_values(kv.get(f"{arch}.feed_forward_length"))
+    n_ff = int(max(n_ff_vals)) if n_ff_vals else None
+    tokens = kv.get("tokenizer.ggml.tokens")
+    n_vocab = int(kv.get(f"{arch}.vocab_size") or (len(tokens) if tokens is not None else 0))
+    mtp = int(kv.get(f"{arch}.nextn_predict_layers") or 0)
+    swa = kv.get(f"{arch}.attention.sliding_window")
+    swa_layers: tuple[int, ...] = ()
+    if isinstance(swa, int) and swa > 0:
+        pattern = _SWA_PATTERN.get(arch)
+        if pattern:
+            swa_layers = tuple(i for i in range(n_layer) if (i + 1) % pattern != 0)
+        else:
+            notes.append(f"{arch}.attention.sliding_window set but the layer pattern is unknown: full KV assumed")
+            swa = None
+    block = [0] * n_layer
+    inp = out = 0
+    have_output = False
+    embd_bytes = 0
+    for t in getattr(header, "tensors"):
+        nb = int(t.n_bytes or 0)
+        m = _BLOCK.match(t.name)
+        if m and int(m.group(1)) < n_layer:
+            block[int(m.group(1))] += nb
+        elif t.name.startswith(_INPUT_TENSORS):
+            inp += nb
+            if t.name.startswith("token_embd."):
+                embd_bytes += nb
+        else:
+            out += nb
+            if t.name.startswith("output.weight"):
+                have_output = True
+    tied = not have_output
+    return ModelMemorySpec(
+        name=name or str(kv.get("general.name") or (Path(path).stem if path else arch)),
+        path=str(path) if path else None,
+        n_layer=n_layer,
+        block_bytes=tuple(block),
+        input_bytes=inp,
+        output_bytes=out + (embd_bytes if tied else 0),
+        n_embd=n_embd,
+        n_vocab=n_vocab,
+        n_embd_k_gqa=k_gqa,
+        n_embd_v_gqa=v_gqa,
+        n_ff=n_ff,
+        n_head=n_head[0] if n_head else None,
+        mtp_layers=mtp,
+        swa_window=int(swa) if swa_layers else None,
+        swa_layers=swa_layers,
+        context_length=kv.get(f"{arch}.context_length") if isinstance(kv.get(f"{arch}.context_length"), int) else None,
+        tied_output=tied,
+        architecture=arch,
+        notes=tuple(notes),
+    )
+
+
+def load_model_spec(path: str | os.PathLike[str]) -> ModelMemorySpec:
+    """Read ``path``'s GGUF header (``tuner.catalog.header.read_header``) into a spec.
+
+    Raises ``tuner.catalog.header.GGUFError`` for an unreadable file, ``ValueError`` for missing keys.
+    """
+    from tuner.catalog.header import read_header
+
+    return spec_from_header(read_header(Path(path)))
+
+
+# --------------------------------------------------------------------------------------------------
+# The plan
+
+def pad_to(n: int, multiple: int) -> int:
+    """Round ``n`` up to a multiple (GGML_PAD)."""
+    return (n + multiple - 1) // multiple * multiple
+
+
+def kv_type_bytes(cache_type: str) -> float:
+    """Bytes per element of a KV cache type (``-ctk``/``-ctv`` value). Raises ``ValueError`` naming it."""
+    try:
+        return KV_TYPE_BYTES[cache_type.lower()]
+    except KeyError:
+        raise ValueError(f"unknown KV cache type {cache_type!r} (-ctk/-ctv); known: {', '.join(KV_TYPE_BYTES)}") from None
+
+
+def _layer_devices(n_layer_all: int, ngl: int, splits: list[float]) -> list[int]:
+    """Device of each layer 0..n_layer_all (the last entry = output layer); -1 = CPU.
+
+    src/llama-model.cpp load_tensors: i_gpu_start = max(n_layer + 1 - ngl, 0); act = min(ngl, n_layer + 1);
+    device = upper_bound(cumulative splits, (il - i_gpu_start) / act).
+    """
+    if not splits:
+        return [-1] * (n_layer_all + 1)
+    if ngl < 0:
+        ngl = n_layer_all + 1
+    i_gpu_start = max(n_layer_all + 1 - ngl, 0)
+    act = min(ngl, n_layer_all + 1)
+    total = sum(splits) or float(len(splits))
+    cum, acc = [], 0.0
+    for s in splits:
+        acc += s if sum(splits) else 1.0
+        cum.append(acc / total)
+    out = []
+    for il in range(n_layer_all + 1):
+        if il < i_gpu_start or (il - i_gpu_start) >= act:
+            out.append(-1)
+            continue
+        x = (il - i_gpu_start) / act
+        dev = next((i for i, c in enumerate(cum) if c > x), len(cum) - 1)
+        out.append(dev)
+    return out
+
+
+def _kv_cells(spec: ModelMemorySpec, layer: int, n_ctx: int, n_parallel: int, unified: bool, n_ubatch: int) -> int:
+    if spec.swa_window and layer in spec.swa_layers:
+        # src/llama-kv-cache-iswa.cpp: min(size_base, n_swa * (unified ? n_seq : 1) + n_ubatch), padded to 256
+        swa = spec.swa_window * (n_parallel if unified else 1) + n_ubatch
+        per_stream = n_ctx if unified else n_ctx // n_parallel
+        cells = pad_to(min(per_stream, swa), 256)
+        return cells * (1 if unified else n_parallel)
+    return n_ctx
+
+
+def _kv_layer_bytes(spec: ModelMemorySpec, layer: int, cells: int, bk: float, bv: float) -> int:
+    return int(cells * (spec.n_embd_k_gqa[layer] * bk + spec.n_embd_v_gqa[layer] * bv))
+
+
+# Compute-buffer model (bytes of the ggml graph allocator for one ubatch). Coefficients fitted
+# against llama-server -lv 4 "compute buffer size" lines on the CPU (bench/memory_accuracy.py).
+COMPUTE_F32 = 4
+
+
+def compute_buffer_bytes(spec: ModelMemorySpec, n_ubatch: int, n_ctx: int, with_output: bool,
+                         flash_attn: bool, n_outputs: int | None = None) -> int:
+    """Estimated compute buffer of one ggml backend that runs ``spec``'s layers for a ubatch.
+
+    Peak of (a) the layer activations — residual, norms, Q/K/V, FFN gate/up — and, without flash
+    attention, the KQ matrix (``n_head × n_kv × n_ubatch`` f32), and (b) the logits
+    (``n_vocab × n_outputs`` f32) when this backend holds the output layer.
+    """
+    n_ff = spec.n_ff or 4 * spec.n_embd
+    act = n_ubatch * COMPUTE_F32 * (3 * spec.n_embd + 2 * n_ff)
+    if not flash_attn and spec.n_head:
+        act += spec.n_head * n_ctx * n_ubatch * COMPUTE_F32
+    logits = 0
+    if with_output:
+        rows = n_ubatch if n_outputs is None else n_outputs
+        logits = rows * COMPUTE_F32 * (spec.n_vocab + 2 * spec.n_embd)
+    return max(act, logits)
+
+
+@dataclass
+class _Acc:
+    target_weights_bytes: int = 0
+    target_kv_bytes: int = 0
+    draft_weights_bytes: int = 0
+    draft_kv_bytes: int = 0
+    mtp_kv_bytes: int = 0
+    compute_bytes: int = 0
+    output_bytes: int = 0
+    target_layers: int = 0
+    draft_layers: int = 0
+    output_here: bool = False
+
+    def freeze(self) -> PlacementBytes:
+        return PlacementBytes(self.target_weights_bytes, self.target_kv_bytes, self.draft_weights_bytes,
+                              self.draft_kv_bytes, self.mtp_kv_bytes, self.compute_bytes, self.output_bytes)
+
+
+def _place_model(spec: ModelMemorySpec, ngl: int, splits: list[float], places: list[_Acc], host: _Acc,
+                 draft: bool, n_ctx: int, n_parallel: int, unified: bool, n_ubatch: int,
+                 bk: float, bv: float, trunk_layers: int, flash_attn: bool) -> list[int]:
+    devs = _layer_devices(spec.n_layer, ngl, splits)
+
+    def at(dev: int) -> _Acc:
+        return host if dev < 0 else places[dev]
+
+    host_acc = at(-1)
+    if draft:
+        host_acc.draft_weights_bytes += spec.input_bytes
+    else:
+        host_acc.target_weights_bytes += spec.input_bytes
+    for il in range(spec.n_layer):
+        acc = at(devs[il])
+        if draft:
+            acc.draft_weights_bytes += spec.block_bytes[il]
+            if devs[il] >= 0:
+                acc.draft_layers += 1
+        else:
+            acc.target_weights_bytes += spec.block_bytes[il]
+            if devs[il] >= 0:
+                acc.target_layers += 1
+        if il < trunk_layers:
+            kvb = _kv_layer_bytes(spec, il, _kv_cells(spec, il, n_ctx, n_parallel, unified, n_ubatch), bk, bv)
+            if draft:
+                acc.draft_kv_bytes += kvb
+            else:
+                acc.target_kv_bytes += kvb
+    out_acc = at(devs[spec.n_layer])
+    out_bytes = spec.output_bytes
+    if spec.tied_output and devs[spec.n_layer] < 0:
+        # a tied output on the CPU maps the same token_embd bytes again: nothing extra
+        out_bytes = 0
+    if draft:
+        out_acc.draft_weights_bytes += out_bytes
+    else:
+        out_acc.target_weights_bytes += out_bytes
+    if devs[spec.n_layer] >= 0:
+        out_acc.output_here = True
+    return devs
+
+
+def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
+    """Plan where every byte of ``request`` goes on ``devices`` and whether it fits.
+
+    ``devices``: a ``tuner.hardware.devices.Devices`` (or a tuple of ``Device``) in llama.cpp's order.
+    GPUs are checked against ``budget_bytes − margin_bytes``; the host against available RAM.
+    Raises ``ValueError`` for a bad request (unknown cache type, n_ctx < 1, n_parallel < 1).
+    """
+    devs = tuple(getattr(devices, "devices", devices))
+    ram_avail = getattr(devices, "ram_available_bytes", None)
+    t = request.target
+    d = request.draft
+    notes: list[str] = list(t.notes)
+    if request.n_ctx < 1:
+        raise ValueError(f"n_ctx must be >= 1 (-c), got {request.n_ctx}")
+    if request.n_parallel is not None and request.n_parallel < 1:
+        raise ValueError(f"n_parallel must be >= 1 (-np), got {request.n_parallel}")
+    n_par = 4 if request.n_parallel is None else request.n_parallel
+    unified = request.kv_unified if request.kv_unified is not None else (request.n_parallel is None)
+    # src/llama-context.cpp: n_ctx padded to 256; non-unified: per-slot n_ctx_seq padded to 256
+    n_ctx = pad_to(request.n_ctx, 256)
+    if unified:
+        n_ctx_slot = n_ctx
+    else:
+        n_ctx_slot = pad_to(max(n_ctx // n_par, 1), 256)
+        n_ctx = n_ctx_slot * n_par
+    flash = True if request.flash_attn is None else request.flash_attn
+    bk, bv = kv_type_bytes(request.cache_type_k), kv_type_bytes(request.cache_type_v)
+    bkd, bvd = kv_type_bytes(request.cache_type_k_draft), kv_type_bytes(request.cache_type_v_draft)
+    spec_types = {s.strip() for s in request.spec_type.split(",")}
+    uses_draft = d is not None and bool(spec_types & {"draft-simple", "draft", "draft-eagle3", "draft-dflash"})
+    if d is not None and not uses_draft:
+        notes.append(f"draft {d.name} given but --spec-type {request.spec_type!r} does not use it (not planned)")
+    uses_mtp = "draft-mtp" in spec_types
+    if uses_mtp and t.mtp_layers == 0:
+        notes.append(f"target {t.name} has no MTP layers: draft-mtp fails to start (llama.cpp exits 1)")
+
+    n_all_t = t.n_layer + 1
+    ngl = n_all_t if request.ngl is None or request.ngl < 0 else min(request.ngl, n_all_t)
+    splits = list(request.tensor_split) if request.tensor_split else [
+        float(x.free_bytes if x.free_bytes is not None else (x.budget_bytes or 0)) for x in devs]
+    if devs and not any(splits):
+        splits = [1.0] * len(devs)
+    places = [_Acc() for _ in devs]
+    host = _Acc()
+    trunk = t.n_layer - t.mtp_layers
+    tdevs = _place_model(t, ngl if devs else 0, splits if devs else [], places, host, False, n_ctx, n_par,
+                         unified, request.n_ubatch, bk, bv, trunk, flash)
+    # MTP context: KV for the MTP layers at the same n_ctx, cache type from -ctkd/-ctvd (reference S10)
+    if uses_mtp and t.mtp_layers:
+        for il in range(trunk, t.n_layer):
+            acc = host if tdevs[il] < 0 else places[tdevs[il]]
+            acc.mtp_kv_bytes += _kv_layer_bytes(t, il, n_ctx, bkd, bvd)
+    # compute buffers of the target: one per backend that runs any of its layers
+    t_out_dev = tdevs[t.n_layer]
+    for i, acc in enumerate(places):
+        if acc.target_layers or acc.output_here:
+            acc.compute_bytes += compute_buffer_bytes(t, request.n_ubatch, n_ctx, acc.output_here, flash)
+    host.compute_bytes += compute_buffer_bytes(t, request.n_ubatch, n_ctx, t_out_dev < 0, flash) \
+        if (any(x < 0 for x in tdevs[:-1]) or t_out_dev < 0 or not devs) else \
+        request.n_ubatch * COMPUTE_F32 * t.n_embd * 2
+    # logits/embeddings output buffer (host): n_vocab f32 per output row, one row per slot reserved
+    host.output_bytes += t.n_vocab * COMPUTE_F32 * n_par
+    dngl = None
+    if uses_draft and d is not None:
+        n_all_d = d.n_layer + 1
+        dngl = n_all_d if request.draft_ngl is None or request.draft_ngl < 0 else min(request.draft_ngl, n_all_d)
+        for acc in places:
+            acc.output_here = False
+        host.output_here = False
+        ddevs = _place_model(d, dngl if devs else 0, splits if devs else [], places, host, True, n_ctx, n_par,
+                             unified, request.n_ubatch, bkd, bvd, d.n_layer - d.mtp_layers, flash)
+        d_layers_by_dev = [sum(1 for x in ddevs[:-1] if x == i) for i in range(len(devs))]
+        for i, acc in enumerate(places):
+            if d_layers_by_dev[i] or ddevs[d.n_layer] == i:
+                acc.compute_bytes += compute_buffer_bytes(d, request.n_ubatch, n_ctx, ddevs[d.n_layer] == i, flash)
+        if any(x < 0 for x in ddevs) or not devs:
+            host.compute_bytes += compute_buffer_bytes(d, request.n_ubatch, n_ctx, ddevs[d.n_layer] < 0, flash)
+        host.output_bytes += d.n_vocab * COMPUTE_F32 * n_par
+    elif d is not None:
+        dngl = request.draft_ngl
+
+    dplans = []
+    for i, (dev, acc) in enumerate(zip(devs, places)):
+        need = acc.freeze()
+        budget = getattr(dev, "budget_bytes", None)
+        headroom = None if budget is None else budget - request.margin_bytes - need.total_bytes
+        fits = None if headroom is None else headroom >= 0
+        if budget is None and need.total_bytes:
+            notes.append(f"{dev.name}: budget unknown, fit not checked")
+        dplans.append(DevicePlan(i, dev.name, need, budget, request.margin_bytes, headroom, fits,
+                                 acc.target_layers, acc.draft_layers, tdevs[t.n_layer] == i))
+    hneed = host.freeze()
+    hhead = None if ram_avail is None else ram_avail - hneed.total_bytes
+    hplan = HostPlan(hneed, ram_avail, hhead, None if hhead is None else hhead >= 0)
+    gpu_heads = [p.headroom_bytes for p in dplans if p.headroom_bytes is not None]
+    if gpu_heads:
+        margin = min(gpu_heads)
+    else:
+        margin = hhead
+    fits = all(p.fits is not False for p in dplans) and hplan.fits is not False
+    if ngl > 0 and not devs:
+        notes.append("no GPU: every layer runs on the CPU (ngl has no effect)")
+    return MemoryPlan(fits, margin, tuple(dplans), hplan, ngl if devs else 0, dngl, n_ctx, n_ctx_slot, n_par,
+                      unified, tuple(notes))
+
+
+def max_target_ngl(request: MemoryRequest, devices: object) -> int:
+    """Largest target ``ngl`` (0 … n_layer + 1) whose plan fits every GPU next to the request's draft
+    placement (``draft_ngl`` unchanged). 0 when no GPU or nothing fits (check ``plan_memory`` then).
+    GPU usage grows with ngl, so a binary search over ngl is exact.
+    """
+    devs = tuple(getattr(devices, "devices", devices))
+    if not devs:
+        return 0
+
+    def ok(n: int) -> bool:
+        plan = plan_memory(replace(request, ngl=n), devices)
+        return all(p.fits is not False for p in plan.devices)
+
+    lo, hi = 0, request.target.n_layer + 1
+    if ok(hi):
+        return hi
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo
