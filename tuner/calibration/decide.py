@@ -223,16 +223,20 @@ def decide(
         ValueError: no successful baseline measurement.
     """
     pooled: dict[tuple, Measurement] = {}
+    failed_by_key: dict[tuple, Measurement] = {}
     for m in measurements:
         k = m.candidate.key
+        if not m.ok:
+            failed_by_key.setdefault(k, m)
+            continue
         pooled[k] = pooled[k].merged(m) if k in pooled else m
-    baseline = next((m for m in pooled.values() if m.candidate.is_baseline and m.ok), None)
+    baseline = next((m for m in pooled.values() if m.candidate.is_baseline), None)
     if baseline is None or not baseline.gen_tokens_per_s:
         raise ValueError("no successful baseline measurement: the target alone could not be measured")
     base_tps = float(baseline.gen_tokens_per_s)
 
-    spec_ok = [m for m in pooled.values() if not m.candidate.is_baseline and m.ok and m.gen_tokens_per_s]
-    failed = [m for m in pooled.values() if not m.candidate.is_baseline and not m.ok]
+    spec_ok = [m for m in pooled.values() if not m.candidate.is_baseline and m.gen_tokens_per_s]
+    failed = [m for k, m in failed_by_key.items() if k not in pooled and not m.candidate.is_baseline]
 
     # Break-even per draft model / speculation type: the best-measured candidate of each group.
     groups: dict[str, Measurement] = {}
@@ -249,7 +253,7 @@ def decide(
         why = "no speculative configuration ran correctly"
         if failed:
             why += ": " + "; ".join(f"{m.candidate.label}: {m.error}" for m in failed[:3])
-        elif not pooled or len(pooled) == 1:
+        else:
             why = "no speculative configuration was available to measure (no compatible draft, no n-gram type)"
         return Decision(baseline.candidate, base_tps, base_tps, 1.0, None, None, "No speculation: " + why + ".",
                         break_even=break_even)

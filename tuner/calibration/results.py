@@ -175,9 +175,12 @@ class Measurement:
         return {c: da[c] / dn[c] for c in dn}
 
     def merged(self, other: "Measurement") -> "Measurement":
-        """Pool another launch of the same candidate (repetition numbers are offset to stay distinct)."""
-        offset = 1 + max((s.repetition for s in self.samples), default=-1)
-        extra = tuple(replace(s, repetition=s.repetition + offset) for s in other.samples)
+        """Pool another launch of the same candidate (overlapping repetition ids are offset to stay distinct)."""
+        mine = {s.repetition for s in self.samples}
+        extra = other.samples
+        if mine & {s.repetition for s in other.samples}:
+            offset = 1 + max(mine)
+            extra = tuple(replace(s, repetition=s.repetition + offset) for s in other.samples)
         counts = self.counts
         if other.counts is not None:
             if counts is None:

@@ -1,0 +1,136 @@
+"""Decision unit tests on recorded measurements (issue 5 "Done when", last bullet)."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from tuner.calibration.candidates import Candidate
+from tuner.calibration.decide import break_even_acceptance, decide, speedup_interval
+from tuner.calibration.results import Measurement, Sample, synthetic_samples
+
+BASE = Candidate()
+GOOD = Candidate(spec_type="draft-simple", draft_path="/m/good.gguf", n_max=8, p_min=0.0)
+BAD = Candidate(spec_type="draft-simple", draft_path="/m/unrelated.gguf", n_max=8, p_min=0.0)
+NGRAM = Candidate(spec_type="ngram-mod")
+
+
+def m(c: Candidate, reps, acceptance=None, **kw) -> Measurement:
+    return Measurement(c, samples=synthetic_samples(reps, acceptance=acceptance, **kw), speculative_active=True)
+
+
+def test_41_percent_acceptance_slower_than_baseline_is_no_speculation():
+    base = m(BASE, [240.0, 238.0, 243.0])
+    spec = m(GOOD, [205.0, 210.0, 199.0], acceptance=0.41)
+    d = decide([base, spec])
+    assert d.no_speculation
+    assert d.winner == BASE
+    assert d.speedup == 1.0
+    assert d.best_speculative == GOOD
+    assert d.best_speculative_speedup < 1.0
+    assert "41 %" in d.reason and "slower" in d.reason
+    be = d.break_even[0]
+    assert be.acceptance == pytest.approx(0.41, abs=0.01)
+    # Slower at 41 % means break-even must be above 41 %.
+    assert be.break_even_acceptance is not None and be.break_even_acceptance > 0.41
+    assert f"{100 * be.break_even_acceptance:.0f} %" in d.reason
+
+
+def test_one_draft_slow_at_7_percent_and_one_flat_at_90_percent_is_no_speculation():
+    base = m(BASE, [240.0, 252.0, 231.0, 246.0])
+    slow = m(BAD, [80.0, 78.0, 81.0], acceptance=0.07)
+    flat = m(GOOD, [247.0, 229.0, 251.0], acceptance=0.90)
+    d = decide([base, slow, flat])
+    assert d.no_speculation
+    assert d.best_speculative == GOOD
+    assert 0.95 < d.best_speculative_speedup < 1.05
+    assert "noise" in d.reason
+    by_draft = {b.candidate.draft_path: b for b in d.break_even}
+    assert by_draft["/m/unrelated.gguf"].break_even_acceptance > by_draft["/m/unrelated.gguf"].acceptance
+
+
+def test_clear_winner_beats_baseline_with_interval_above_one():
+    base = m(BASE, [240.0, 236.0, 244.0])
+    good = m(GOOD, [330.0, 338.0, 325.0], acceptance=0.64)
+    bad = m(BAD, [78.0, 80.0], acceptance=0.05)
+    d = decide([base, good, bad])
+    assert not d.no_speculation
+    assert d.winner == GOOD
+    assert d.speedup == pytest.approx(330.0 / 240.0, rel=0.02)
+    assert d.speedup_ci_low > 1.03 and d.speedup_ci_high >= d.speedup
+    assert "64 %" in d.reason
+
+
+def test_noisy_gain_is_not_enough():
+    # Medians say 1.06x, but repetitions scatter far more than that.
+    base = m(BASE, [240.0, 180.0, 300.0])
+    spec = m(GOOD, [255.0, 190.0, 320.0], acceptance=0.8)
+    d = decide([base, spec])
+    assert d.no_speculation
+    lo_hi = speedup_interval(spec, base)
+    assert lo_hi[1] < 1.03
+
+
+def test_failed_speculative_candidate_never_wins_however_fast():
+    base = m(BASE, [240.0, 241.0])
+    fast_but_inactive = Measurement(
+        GOOD, samples=synthetic_samples([900.0, 910.0]), speculative_active=False,
+        error="the server started without speculation (/slots speculative: false)",
+    )
+    d = decide([base, fast_but_inactive])
+    assert d.no_speculation
+    assert "speculative: false" in d.reason
+
+
+def test_pooled_launches_and_ngram_win_only_beyond_noise():
+    base1 = m(BASE, [240.0, 242.0])
+    base2 = Measurement(BASE, samples=tuple(
+        Sample(s.prompt_index, s.category, s.repetition + 2, s.gen_tokens_per_s, None, s.predicted_n, s.predicted_ms)
+        for s in synthetic_samples([238.0, 239.0])))
+    ngram = m(NGRAM, [244.0, 243.0, 241.0], acceptance=0.3)
+    d = decide([base1, ngram, base2])
+    assert d.no_speculation  # ~1.01x: within noise
+    ngram_fast = m(NGRAM, [300.0, 305.0, 298.0], acceptance=0.6)
+    d2 = decide([base1, base2, ngram_fast])
+    assert d2.winner == NGRAM
+
+
+def test_per_category_results():
+    cats = ["code", "creative"]
+    base = m(BASE, [[240.0, 240.0], [242.0, 238.0]], categories=cats)
+    spec = Measurement(GOOD, samples=tuple(
+        Sample(p, cats[p], r, tps, None, 128, 127 / tps * 1000, 100, acc)
+        for r in range(2) for p, (tps, acc) in enumerate([(400.0, 90), (200.0, 30)])
+    ), speculative_active=True)
+    d = decide([base, spec])
+    by_cat = {c.category: c for c in d.per_category}
+    assert by_cat["code"].speedup > 1.5
+    assert by_cat["creative"].speedup < 0.9
+    assert by_cat["code"].acceptance == pytest.approx(0.9)
+
+
+def test_break_even_matches_measured_step_cost():
+    # 128 tokens, 100 drafted, 50 accepted → 78 steps; at 200 tok/s vs baseline 240 tok/s.
+    s = Sample(0, None, 0, 200.0, None, 128, 127 / 200.0 * 1000, 100, 50)
+    meas = Measurement(GOOD, samples=(s,))
+    r = break_even_acceptance(meas, 240.0)
+    t_step = (127 / 200.0) / 78
+    d = 100 / 78
+    assert r == pytest.approx((240.0 * t_step - 1) / d)
+    # Sanity: at exactly r acceptance the throughput equals the baseline.
+    assert (1 + r * d) / t_step == pytest.approx(240.0)
+
+
+def test_decision_requires_baseline():
+    with pytest.raises(ValueError, match="baseline"):
+        decide([m(GOOD, [300.0], acceptance=0.8)])
+
+
+def test_measurement_json_round_trip():
+    meas = m(GOOD, [300.0, 310.0], acceptance=0.7)
+    back = Measurement.from_json(json.loads(json.dumps(meas.to_json())))
+    assert back.candidate == GOOD
+    assert back.gen_tokens_per_s == pytest.approx(meas.gen_tokens_per_s)
+    assert back.acceptance == pytest.approx(meas.acceptance)
+    assert decide([m(BASE, [240.0, 241.0]), back]).winner == GOOD

@@ -1,0 +1,285 @@
+"""The measurement protocol: one launch per candidate, a discarded warm-up, greedy fixed-length requests.
+
+DESIGN.md "Calibration method" steps 3–4:
+
+* one server launch per candidate (speculative settings are server-wide);
+* after start, ``/slots[].speculative`` must be true for a speculative candidate (an incompatible
+  draft leaves the server running without speculation: tools/server/server-context.cpp ``load_model``);
+* a warm-up request that is not counted;
+* every request greedy (``temperature`` 0, ``top_k`` 1), fixed ``n_predict`` (``ignore_eos``), prompt
+  cache off (``cache_prompt: false``) and a fresh prefix per repetition, so repeated prompts cannot
+  reuse the prompt cache or drafts;
+* record ``predicted_per_second``, ``prompt_per_second``, ``draft_n``, ``draft_n_accepted``
+  (server-common.cpp ``server_slot_stats::to_json``; the draft fields are omitted when nothing was
+  drafted) and the per-position counters from ``/metrics`` (difference of two scrapes);
+* a speculative run without any ``draft_n`` has failed, however fast it ran;
+* each output is compared with the baseline's for the same prompt and repetition (reported).
+
+The launch itself is abstracted as a :data:`LaunchFn` so the protocol can be driven by the real
+supervisor (``tuner.calibration.engine``) or by a test double.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Mapping, Protocol, Sequence
+
+from .candidates import Candidate
+from .predict import PerPositionCounts, parse_spec_metrics
+from .prompts import Prompt
+from .results import Divergence, Measurement, Sample
+
+WARMUP_PROMPT = "Warm-up request, not measured. Once upon a time"
+
+
+class Cancelled(Exception):
+    """The cancel event was set; the server of the current candidate has been stopped."""
+
+
+class LaunchError(RuntimeError):
+    """A candidate's server could not start. ``evidence`` holds the server's last log lines."""
+
+    def __init__(self, message: str, evidence: Sequence[str] = ()) -> None:
+        self.evidence = tuple(evidence)
+        super().__init__(message)
+
+
+class CompletionClient(Protocol):
+    """What the protocol needs from ``tuner.server.client.ServerClient``."""
+
+    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict: ...
+
+    def slots(self) -> list[dict]: ...
+
+    def metrics_text(self) -> str: ...
+
+
+@dataclass
+class Launch:
+    """A running server for one candidate.
+
+    Attributes:
+        client: HTTP client of the server.
+        stop: stops the server and its whole process tree (idempotent).
+        log_tail: ``log_tail(n)`` → last n log lines (for diagnoses).
+        load_s: seconds from start to ready.
+        speculation_reason: ``log_lines → str`` explaining inactive speculation, when available.
+    """
+
+    client: CompletionClient
+    stop: Callable[[], None]
+    log_tail: Callable[[int], list[str]]
+    load_s: float
+    speculation_reason: Callable[[list[str]], str] | None = None
+
+
+LaunchFn = Callable[[Candidate, threading.Event], Launch]
+"""``launch(candidate, cancel) -> Launch``; raises :class:`LaunchError` or :class:`Cancelled`."""
+
+
+def repetition_prompt(prompt: Prompt, repetition: int) -> str:
+    """The text sent for ``prompt`` at ``repetition``: a fresh prefix per repetition, same for every candidate."""
+    return f"Request {repetition + 1}.\n{prompt.text}"
+
+
+def first_divergence(a: str, b: str) -> int | None:
+    """Index of the first differing character of two outputs, ``None`` when equal."""
+    if a == b:
+        return None
+    n = min(len(a), len(b))
+    for i in range(n):
+        if a[i] != b[i]:
+            return i
+    return n
+
+
+def request_params(n_predict: int, seed: int = 1) -> dict:
+    """Body fields of every measured request (greedy, fixed length, no prompt cache)."""
+    return {
+        "temperature": 0.0,
+        "top_k": 1,
+        "seed": seed,
+        "cache_prompt": False,
+        "ignore_eos": True,
+        "n_predict": n_predict,
+    }
+
+
+def measure_candidate(
+    launch_fn: LaunchFn,
+    candidate: Candidate,
+    prompts: Sequence[tuple[int, Prompt]],
+    repetitions: Sequence[int],
+    n_predict: int,
+    cancel: threading.Event,
+    baseline_outputs: Mapping[tuple[int, int], str] | None = None,
+    on_request: Callable[[Sample], None] | None = None,
+    request_timeout_s: float = 300.0,
+    stage: str = "probe",
+    predicted_gen_tokens_per_s: float | None = None,
+    deadline_s: float | None = None,
+) -> Measurement:
+    """Launch ``candidate``, run the protocol, stop the server; never leaves the server running.
+
+    Args:
+        launch_fn: starts a server for a candidate (see :data:`LaunchFn`).
+        candidate: what to measure.
+        prompts: ``(index in the prompt set, prompt)`` pairs.
+        repetitions: repetition ids to run (each gets its own prompt prefix; ids are shared with the
+            baseline so outputs can be compared).
+        n_predict: generated tokens per request.
+        cancel: checked before every request.
+        baseline_outputs: ``(prompt index, repetition) → text`` of the baseline (lossless check).
+        on_request: called after every measured request.
+        request_timeout_s: per-request HTTP timeout.
+        stage: recorded in the measurement.
+        predicted_gen_tokens_per_s: the search's prediction, recorded.
+        deadline_s: ``time.monotonic()`` value after which no further repetition is started (the
+            first repetition always runs).
+
+    Returns:
+        A :class:`Measurement`; failures (launch error, speculation inactive, nothing drafted, a
+        request error) are recorded in ``error`` rather than raised.
+
+    Raises:
+        Cancelled: ``cancel`` was set (the server has been stopped).
+    """
+    if cancel.is_set():
+        raise Cancelled()
+    try:
+        launch = launch_fn(candidate, cancel)
+    except LaunchError as exc:
+        return Measurement(candidate, error=str(exc), stage=stage, predicted_gen_tokens_per_s=predicted_gen_tokens_per_s)
+    try:
+        return _run(launch, candidate, prompts, repetitions, n_predict, cancel, baseline_outputs, on_request,
+                    request_timeout_s, stage, predicted_gen_tokens_per_s, deadline_s)
+    finally:
+        launch.stop()
+
+
+def _run(
+    launch: Launch,
+    candidate: Candidate,
+    prompts: Sequence[tuple[int, Prompt]],
+    repetitions: Sequence[int],
+    n_predict: int,
+    cancel: threading.Event,
+    baseline_outputs: Mapping[tuple[int, int], str] | None,
+    on_request: Callable[[Sample], None] | None,
+    request_timeout_s: float,
+    stage: str,
+    predicted: float | None,
+    deadline_s: float | None,
+) -> Measurement:
+    client = launch.client
+    base = dict(candidate=candidate, load_s=launch.load_s, stage=stage, predicted_gen_tokens_per_s=predicted)
+    speculative = not candidate.is_baseline
+    spec_active: bool | None = None
+    try:
+        slots = client.slots()
+        spec_active = any(bool(s.get("speculative")) for s in slots) if slots else None
+    except Exception as exc:  # noqa: BLE001 - /slots may be disabled; recorded, not fatal
+        spec_active = None
+        if speculative:
+            return Measurement(**base, error=f"/slots could not be read to check speculation ({exc})")
+    if speculative and spec_active is False:
+        why = ""
+        if launch.speculation_reason is not None:
+            why = ": " + launch.speculation_reason(launch.log_tail(200))
+        return Measurement(**base, speculative_active=False,
+                           error=f"the server started without speculation (/slots speculative: false){why}")
+
+    try:
+        client.completion(WARMUP_PROMPT, min(16, n_predict), timeout_s=request_timeout_s,
+                          **{k: v for k, v in request_params(min(16, n_predict)).items() if k != "n_predict"})
+    except Exception as exc:  # noqa: BLE001 - the server's HTTP errors are recorded as the failure
+        return Measurement(**base, speculative_active=spec_active, error=f"warm-up request failed: {exc}")
+
+    before = _scrape(client) if speculative else None
+    samples: list[Sample] = []
+    divergences: list[Divergence] = []
+    compared = 0
+    error: str | None = None
+    for n_rep, rep in enumerate(repetitions):
+        if n_rep > 0 and deadline_s is not None and time.monotonic() > deadline_s:
+            break
+        for idx, prompt in prompts:
+            if cancel.is_set():
+                raise Cancelled()
+            try:
+                resp = client.completion(repetition_prompt(prompt, rep), n_predict, timeout_s=request_timeout_s,
+                                         **{k: v for k, v in request_params(n_predict).items() if k != "n_predict"})
+            except Exception as exc:  # noqa: BLE001
+                error = f"request failed (prompt {idx + 1}, repetition {rep + 1}): {exc}"
+                break
+            t = resp.get("timings") or {}
+            content = resp.get("content")
+            tps = t.get("predicted_per_second")
+            if not tps:
+                error = f"no timings.predicted_per_second in the answer (prompt {idx + 1})"
+                break
+            s = Sample(
+                prompt_index=idx,
+                category=prompt.category,
+                repetition=rep,
+                gen_tokens_per_s=float(tps),
+                prompt_tokens_per_s=_f(t.get("prompt_per_second")),
+                predicted_n=_i(t.get("predicted_n")),
+                predicted_ms=_f(t.get("predicted_ms")),
+                draft_n=_i(t.get("draft_n")),
+                draft_n_accepted=_i(t.get("draft_n_accepted")),
+                content=content if isinstance(content, str) else None,
+            )
+            samples.append(s)
+            if baseline_outputs is not None and s.content is not None and (idx, rep) in baseline_outputs:
+                compared += 1
+                off = first_divergence(baseline_outputs[(idx, rep)], s.content)
+                if off is not None:
+                    divergences.append(Divergence(idx, rep, off))
+            if on_request is not None:
+                on_request(s)
+        if error:
+            break
+
+    counts: PerPositionCounts | None = None
+    if speculative:
+        after = _scrape(client)
+        if after is not None:
+            counts = after.minus(before)
+    if speculative and error is None and samples and not any(s.draft_n for s in samples):
+        error = "draft_n absent in every answer: the server never drafted, so this is not a speculative run"
+    lossless = None
+    if speculative and compared:
+        lossless = not divergences
+    return Measurement(
+        **base,
+        samples=tuple(samples),
+        speculative_active=spec_active,
+        counts=counts,
+        error=error,
+        lossless=lossless,
+        divergences=tuple(divergences),
+    )
+
+
+def _scrape(client: CompletionClient) -> PerPositionCounts | None:
+    try:
+        return parse_spec_metrics(client.metrics_text())
+    except Exception:  # noqa: BLE001 - metrics are optional (no --metrics); prediction then unavailable
+        return None
+
+
+def _f(v: object) -> float | None:
+    try:
+        return float(v) if v is not None else None  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None
+
+
+def _i(v: object) -> int | None:
+    try:
+        return int(v) if v is not None else None  # type: ignore[arg-type]
+    except (TypeError, ValueError):
+        return None

@@ -1,0 +1,329 @@
+"""The search: predict before measuring, measure only promising candidates, drop losers early.
+
+DESIGN.md "Calibration method" step 5. Stages, each candidate one server launch:
+
+1. ``baseline``: the target alone (``baseline_repetitions`` repetitions). Its outputs are the
+   reference for the lossless check.
+2. ``probe``: per draft model one run at a long draft (``n_max`` 16, ``p_min`` 0): its per-position
+   acceptance counters predict accepted tokens per verification for every shorter draft, and its
+   measured step cost fits a :class:`~tuner.calibration.predict.CostModel`; together they predict
+   tokens/s for every ``n_max`` (event ``"predicted"``). n-gram types and ``draft-mtp`` get one run.
+3. ``refine``: the draft lengths predicted fastest (and predicted to beat the baseline) are measured,
+   best prediction first; after each, the cost model is refitted on every measured length of that draft
+   and the curve re-predicted, so a better length found by the refit is measured too.
+4. ``confirm`` (successive halving): the measured candidates are ranked; those slower than the
+   baseline are dropped, the top half (at most ``finalists``) is measured again in new launches,
+   together with a new baseline launch, so the decision compares launches spread over time.
+
+Budget: the baseline, the first draft's probe and the confirmation of the leader always run; every
+other step runs only when its estimated time fits the remaining budget (event ``"skipped"`` otherwise).
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+import time
+from dataclasses import dataclass
+from typing import Callable, Sequence
+
+from .candidates import DRAFT_LENGTHS, Candidate, CandidatePlan
+from .decide import MIN_GAIN
+from .measure import Cancelled, LaunchFn, measure_candidate
+from .predict import CostModel, fit_cost_model, predict_curve
+from .prompts import Prompt
+from .results import Measurement, Sample
+
+
+@dataclass(frozen=True)
+class SearchSettings:
+    """Knobs of :class:`Search`.
+
+    Attributes:
+        n_predict: generated tokens per request.
+        baseline_repetitions: repetitions of the first baseline launch.
+        probe_repetitions: repetitions of probe and refine launches.
+        confirm_repetitions: repetitions of each confirmation launch (finalists and baseline).
+        budget_s: time budget in seconds.
+        min_gain: see :func:`tuner.calibration.decide.decide`.
+        draft_lengths: ``n_max`` values the prediction covers.
+        refine_per_draft: draft lengths measured per draft after the probe (more when a refit asks).
+        finalists: at most this many candidates are confirmed.
+        request_timeout_s: per-request HTTP timeout.
+    """
+
+    n_predict: int = 128
+    baseline_repetitions: int = 2
+    probe_repetitions: int = 1
+    confirm_repetitions: int = 2
+    budget_s: float = 180.0
+    min_gain: float = MIN_GAIN
+    draft_lengths: tuple[int, ...] = DRAFT_LENGTHS
+    refine_per_draft: int = 2
+    finalists: int = 2
+    request_timeout_s: float = 300.0
+
+
+Emit = Callable[..., None]
+"""``emit(kind, message, candidate=None, measurement=None, detail=None)``."""
+
+
+class BaselineFailed(RuntimeError):
+    """The target alone could not be measured; ``measurement.error`` says why."""
+
+    def __init__(self, measurement: Measurement) -> None:
+        self.measurement = measurement
+        super().__init__(f"the baseline (target alone) failed: {measurement.error}")
+
+
+class Search:
+    """One sweep over a :class:`CandidatePlan`.
+
+    Args:
+        launch_fn: starts a server per candidate.
+        plan: the candidates.
+        prompts: ``(index, prompt)`` pairs used for every candidate.
+        settings: :class:`SearchSettings`.
+        cancel: set to stop (raises :class:`~tuner.calibration.measure.Cancelled` out of :meth:`run`).
+        emit: event sink (see :data:`Emit`).
+        clock: ``time.monotonic`` (replaceable in tests).
+    """
+
+    def __init__(
+        self,
+        launch_fn: LaunchFn,
+        plan: CandidatePlan,
+        prompts: Sequence[tuple[int, Prompt]],
+        settings: SearchSettings,
+        cancel: threading.Event,
+        emit: Emit,
+        clock: Callable[[], float] = time.monotonic,
+    ) -> None:
+        self.launch_fn = launch_fn
+        self.plan = plan
+        self.prompts = list(prompts)
+        self.s = settings
+        self.cancel = cancel
+        self._emit = emit
+        self.clock = clock
+        self.t0 = clock()
+        self.measurements: list[Measurement] = []
+        self.baseline_outputs: dict[tuple[int, int], str] = {}
+        self.base_tps: float | None = None
+        self.curves: dict[str, list[tuple[int, float, float]]] = {}
+        self._load_s: list[float] = []
+        self._pending_s = 0.0
+
+    # ---- time accounting -------------------------------------------------------------------
+    def elapsed_s(self) -> float:
+        """Seconds since the search started."""
+        return self.clock() - self.t0
+
+    def remaining_s(self) -> float:
+        """Budget left (may be negative)."""
+        return self.s.budget_s - self.elapsed_s()
+
+    def estimate_s(self, gen_tokens_per_s: float | None, repetitions: int) -> float:
+        """Estimated seconds of one launch: mean load time + warm-up + requests at ``gen_tokens_per_s``."""
+        load = sum(self._load_s) / len(self._load_s) if self._load_s else 5.0
+        tps = gen_tokens_per_s or self.base_tps or 20.0
+        per_request = self.s.n_predict / max(tps, 1e-3) + 0.05
+        return load + per_request * (len(self.prompts) * repetitions + 0.2)
+
+    def emit(self, kind: str, message: str, **kw: object) -> None:
+        """Send an event with progress and ETA from the current estimate of pending work."""
+        elapsed = self.elapsed_s()
+        pending = max(0.0, self._pending_s)
+        eta = min(pending, max(0.0, self.remaining_s())) if pending else 0.0
+        progress = elapsed / (elapsed + eta) if (elapsed + eta) > 0 else 0.0
+        self._emit(kind, message, progress=min(1.0, progress), elapsed_s=elapsed, eta_s=eta, **kw)
+
+    # ---- one launch ----------------------------------------------------------------------------
+    def _measure(
+        self, c: Candidate, reps: Sequence[int], stage: str, predicted: float | None = None
+    ) -> Measurement:
+        est = self.estimate_s(predicted, len(reps))
+        self._pending_s += est
+        self.emit("launch", f"{stage}: starting {c.label}", candidate=c)
+
+        def on_request(sample: Sample) -> None:
+            self.emit("progress", f"{c.label}: {sample.gen_tokens_per_s:.1f} tokens/s", candidate=c)
+
+        try:
+            m = measure_candidate(
+                self.launch_fn, c, self.prompts, reps, self.s.n_predict, self.cancel,
+                baseline_outputs=None if c.is_baseline else self.baseline_outputs,
+                on_request=on_request, request_timeout_s=self.s.request_timeout_s, stage=stage,
+                predicted_gen_tokens_per_s=predicted,
+            )
+        finally:
+            self._pending_s -= est
+        if m.load_s is not None:
+            self._load_s.append(m.load_s)
+        self.measurements.append(m)
+        if m.ok:
+            acc = f", acceptance {100 * m.acceptance:.0f} %" if m.acceptance is not None else ""
+            msg = f"{c.label}: {m.gen_tokens_per_s:.1f} tokens/s{acc}"
+        else:
+            msg = f"{c.label} failed: {m.error}"
+        self.emit("measured", msg, candidate=c, measurement=m)
+        return m
+
+    def _fits(self, est_s: float) -> bool:
+        return self.remaining_s() >= est_s
+
+    # ---- stages --------------------------------------------------------------------------------
+    def run(self) -> list[Measurement]:
+        """Run all stages; returns every measurement (in order).
+
+        Raises:
+            BaselineFailed: the baseline could not be measured.
+            Cancelled: the cancel event was set.
+        """
+        s = self.s
+        base = self._measure(self.plan.baseline, list(range(s.baseline_repetitions)), "baseline")
+        if not base.ok or not base.gen_tokens_per_s:
+            raise BaselineFailed(base)
+        self.base_tps = float(base.gen_tokens_per_s)
+        for smp in base.samples:
+            if smp.content is not None:
+                self.baseline_outputs[(smp.prompt_index, smp.repetition)] = smp.content
+
+        probe_reps = list(range(s.probe_repetitions))
+        # Probes: drafts first (the first one always), then MTP, then n-gram types.
+        probes: list[Candidate] = list(self.plan.drafts)
+        if self.plan.mtp is not None:
+            probes.append(self.plan.mtp)
+        probes.extend(self.plan.ngram)
+        self._pending_s = sum(self.estimate_s(None, len(probe_reps)) for _ in probes)
+        first_draft = self.plan.drafts[0] if self.plan.drafts else None
+        for c in probes:
+            est = self.estimate_s(None, len(probe_reps))
+            self._pending_s -= est
+            if c is not first_draft and not self._fits(est):
+                self.emit("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
+                continue
+            m = self._measure(c, probe_reps, "probe")
+            if m.ok and c.spec_type.startswith("draft"):
+                self._predict(c)
+        self._pending_s = 0.0
+
+        self._refine(probe_reps)
+        self._confirm()
+        return list(self.measurements)
+
+    def _runs_of(self, probe: Candidate) -> list[Measurement]:
+        """Successful measurements of the same draft/type/placement as ``probe`` (any n_max)."""
+        return [
+            m for m in self.measurements
+            if m.ok and m.candidate.spec_type == probe.spec_type and m.candidate.draft_path == probe.draft_path
+            and m.candidate.placement == probe.placement and m.candidate.p_min == probe.p_min
+        ]
+
+    def _group(self, c: Candidate) -> str:
+        return f"{c.spec_type}|{c.draft_path}|{c.placement}"
+
+    def _predict(self, probe: Candidate) -> list[tuple[int, float, float]]:
+        """(Re)fit the cost model of ``probe``'s draft and predict the curve; emits ``"predicted"``."""
+        runs = self._runs_of(probe)
+        long_run = next((m for m in runs if m.counts and m.counts.accepted_per_pos and m.counts.drafts_total), None)
+        if long_run is None or self.base_tps is None:
+            self.curves[self._group(probe)] = []
+            return []
+        fit_pts = []
+        for m in runs:
+            if m.counts and m.counts.drafts_total and m.gen_tokens_per_s:
+                a = m.counts.accepted_tokens_total / m.counts.drafts_total
+                k_eff = m.counts.drafted_per_step or float(m.candidate.n_max or 1)
+                fit_pts.append((k_eff, a, float(m.gen_tokens_per_s)))
+        model: CostModel = fit_cost_model(self.base_tps, fit_pts)
+        curve = predict_curve(long_run.counts, model, self.s.draft_lengths)
+        self.curves[self._group(probe)] = curve
+        self.emit(
+            "predicted",
+            f"{probe.label}: predicted best n_max "
+            + (f"{max(curve, key=lambda t: t[2])[0]}" if curve else "unknown"),
+            candidate=probe,
+            detail={"curve": [list(t) for t in curve], "cost_per_draft_token": model.per_draft_token,
+                    "cost_per_step": model.per_step},
+        )
+        return curve
+
+    def _measured_n_max(self, probe: Candidate) -> set[int]:
+        return {m.candidate.n_max for m in self.measurements if self._group(m.candidate) == self._group(probe)
+                and m.candidate.n_max is not None}
+
+    def _refine(self, reps: list[int]) -> None:
+        assert self.base_tps is not None
+        bar = self.base_tps * (1.0 + self.s.min_gain / 2)
+        probes = [c for c in (*self.plan.drafts, *( [self.plan.mtp] if self.plan.mtp else [])) if self._runs_of(c)]
+        queue: list[tuple[float, Candidate, Candidate]] = []
+        for probe in probes:
+            curve = self.curves.get(self._group(probe)) or []
+            done = self._measured_n_max(probe)
+            promising = sorted((t for t in curve if t[2] > bar and t[0] not in done), key=lambda t: -t[2])
+            for k, _acc, tps in promising[: self.s.refine_per_draft]:
+                queue.append((tps, probe, probe.with_n_max(k)))
+            if not curve and not any(m.candidate.n_max != probe.n_max for m in self._runs_of(probe)):
+                # No per-position counters (no /metrics): fall back to a few fixed lengths.
+                for k in (4, 8):
+                    if k not in done:
+                        queue.append((0.0, probe, probe.with_n_max(k)))
+        queue.sort(key=lambda t: -t[0])
+        extra_budget = {self._group(p): 2 for p in probes}
+        self._pending_s = sum(self.estimate_s(t[0] or None, len(reps)) for t in queue)
+        while queue:
+            if self.cancel.is_set():
+                raise Cancelled()
+            predicted, probe, c = queue.pop(0)
+            est = self.estimate_s(predicted or None, len(reps))
+            self._pending_s = max(0.0, self._pending_s - est)
+            if c.n_max in self._measured_n_max(probe):
+                continue
+            if not self._fits(est):
+                self.emit("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
+                continue
+            self._measure(c, reps, "refine", predicted or None)
+            curve = self._predict(probe)
+            done = self._measured_n_max(probe)
+            best_measured = max((m.gen_tokens_per_s or 0.0) for m in self._runs_of(probe))
+            better = [t for t in curve if t[0] not in done and t[2] > max(bar, best_measured * 1.02)]
+            g = self._group(probe)
+            if better and extra_budget[g] > 0 and not any(q[2].n_max == max(better, key=lambda t: t[2])[0]
+                                                          and self._group(q[2]) == g for q in queue):
+                k, _acc, tps = max(better, key=lambda t: t[2])
+                extra_budget[g] -= 1
+                queue.append((tps, probe, probe.with_n_max(k)))
+                queue.sort(key=lambda t: -t[0])
+                self._pending_s += self.estimate_s(tps, len(reps))
+        self._pending_s = 0.0
+
+    def _confirm(self) -> None:
+        assert self.base_tps is not None
+        s = self.s
+        ok = [m for m in self.measurements if m.ok and not m.candidate.is_baseline and m.gen_tokens_per_s]
+        contenders = sorted((m for m in ok if m.gen_tokens_per_s > self.base_tps), key=lambda m: -m.gen_tokens_per_s)
+        if not contenders:
+            self.emit("skipped", "no speculative configuration beat the baseline: nothing to confirm")
+            return
+        keep = max(1, min(s.finalists, math.ceil(len(contenders) / 2)))
+        finalists = [m.candidate for m in contenders[:keep]]
+        for m in contenders[keep:]:
+            self.emit("skipped", f"{m.candidate.label}: dropped after the first round (successive halving)",
+                      candidate=m.candidate)
+        first = s.baseline_repetitions
+        reps = list(range(first, first + s.confirm_repetitions))
+        order = [self.plan.baseline, finalists[0], *finalists[1:]]
+        self._pending_s = sum(self.estimate_s(None, len(reps)) for _ in order)
+        for i, c in enumerate(order):
+            est = self.estimate_s(None if c.is_baseline else self.base_tps, len(reps))
+            self._pending_s = max(0.0, self._pending_s - est)
+            if i >= 2 and not self._fits(est):
+                self.emit("skipped", f"{c.label}: confirmation skipped, the time budget is spent", candidate=c)
+                continue
+            m = self._measure(c, reps, "confirm")
+            if c.is_baseline and m.ok:
+                for smp in m.samples:
+                    if smp.content is not None:
+                        self.baseline_outputs[(smp.prompt_index, smp.repetition)] = smp.content
+        self._pending_s = 0.0
