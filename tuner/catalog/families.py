@@ -1,17 +1,39 @@
-"""Families: the LLMs that can draft for each other, with ranked draft candidates per target."""
+"""Families: the LLMs that can draft for each other, with ranked draft candidates per target.
+
+Two LLMs are in the same family when llama.cpp would accept one as the other's draft
+(:func:`tuner.catalog.compat.check_compatible`; families are the connected groups of that
+relation). Within a family each model is a possible target; its draft candidates are the
+*smaller* compatible members, ranked by usefulness:
+
+- size ratio (draft bytes ÷ target bytes): a draft costs a forward pass per drafted token, so
+  it must be much cheaper than the target. Ratios up to ~10 % score best; from 50 % on a draft
+  cannot speed the target up (warning), from 25 % only with very high acceptance (warning);
+- quantization: a full-precision (F32/F16/BF16) draft next to a quantized target wastes memory
+  bandwidth (warning, small penalty);
+- context: a draft trained on a shorter context than the target's (warning).
+"""
 
 from __future__ import annotations
 
 from dataclasses import dataclass
 
-from tuner.catalog.compat import CompatVerdict
+from tuner.catalog.compat import CompatVerdict, check_compatible, check_tokenizers
+from tuner.catalog.header import GGUFError
 from tuner.catalog.model import ModelFile
+
+FULL_PRECISION = frozenset({"F32", "F16", "BF16"})
 
 
 @dataclass(frozen=True)
 class DraftCandidate:
-    """A compatible draft for one target. ``score`` in [0, 1], higher is more useful;
-    ``warnings`` are plain sentences (e.g. the draft is too big to speed the target up)."""
+    """A compatible draft for one target.
+
+    Attributes:
+        model: the draft.
+        score: usefulness in [0, 1], higher is better (ranking key).
+        size_ratio: draft size ÷ target size (``None`` when a size is unknown).
+        warnings: plain sentences, e.g. "draft is 60 % of the target's size: it cannot speed it up".
+    """
 
     model: ModelFile
     score: float
@@ -21,7 +43,7 @@ class DraftCandidate:
 
 @dataclass(frozen=True)
 class TargetEntry:
-    """One target model of a family with its ranked drafts (best first) and the models
+    """One target model of a family with its ranked drafts (best first) and the smaller LLMs
     rejected as drafts, each with llama.cpp's verdict."""
 
     target: ModelFile
@@ -34,9 +56,9 @@ class Family:
     """Models that pass the draft-compatibility check with each other.
 
     Attributes:
-        fingerprint: tokenizer fingerprint of the first member (the family's key).
+        fingerprint: tokenizer fingerprint of the largest member (the family's key).
         members: every LLM of the family, largest first.
-        targets: per member, its draft candidates (smaller compatible members).
+        targets: one entry per member (largest first) with its draft candidates.
     """
 
     fingerprint: str
@@ -44,10 +66,146 @@ class Family:
     targets: tuple[TargetEntry, ...]
 
 
+def rank_draft(target: ModelFile, draft: ModelFile) -> DraftCandidate:
+    """Score one compatible draft for ``target`` (see the module docstring for the rules)."""
+    warnings: list[str] = []
+    ratio = None
+    score = 0.5
+    if target.size_bytes and draft.size_bytes:
+        ratio = draft.size_bytes / target.size_bytes
+        pct = round(ratio * 100)
+        if ratio >= 0.5:
+            score = 0.0
+            warnings.append(f"draft is {pct} % of the target's size: it cannot speed it up")
+        elif ratio >= 0.25:
+            score = 0.25 * (0.5 - ratio) / 0.25
+            warnings.append(f"draft is {pct} % of the target's size: a speedup needs very high acceptance")
+        elif ratio > 0.1:
+            score = 0.25 + 0.65 * (0.25 - ratio) / 0.15
+        else:
+            score = 0.9 + ratio  # 0.9 .. 1.0: small drafts are all good; among them prefer the larger
+    tq, dq = (target.quantization or "").upper(), (draft.quantization or "").upper()
+    if dq in FULL_PRECISION and tq and tq not in FULL_PRECISION:
+        score *= 0.8
+        warnings.append(f"draft is {dq} while the target is {tq}: a quantized draft would be cheaper")
+    if target.context_length and draft.context_length and draft.context_length < target.context_length:
+        warnings.append(
+            f"draft was trained on {draft.context_length} tokens of context, the target on {target.context_length}"
+        )
+    tt, dt = target.tokenizer, draft.tokenizer
+    if tt and dt and tt.n_tokens != dt.n_tokens:
+        warnings.append(f"vocab sizes differ ({tt.n_tokens} vs {dt.n_tokens}); llama.cpp still accepts the pair")
+    return DraftCandidate(model=draft, score=round(max(0.0, min(1.0, score)), 4), size_ratio=ratio, warnings=tuple(warnings))
+
+
+def _verdict(cache: dict, a: ModelFile, b: ModelFile) -> CompatVerdict:
+    key = (str(a.path), str(b.path))
+    v = cache.get(key)
+    if v is None:
+        try:
+            v = check_compatible(a, b)
+        except GGUFError as exc:
+            v = CompatVerdict(False, None, f"cannot compare token texts: {exc}")
+        cache[key] = v
+    return v
+
+
 def group_families(models: list[ModelFile]) -> list[Family]:
     """Group the ``llm`` models into families and rank the drafts of each target.
 
     Non-LLM kinds are ignored. A model with no compatible partner forms a one-member family
-    (it can still use n-gram speculation or its own MTP layers).
+    (it can still use n-gram speculation or its own MTP layers). Models with equal tokenizer
+    fingerprints are grouped without reading their files; other pairs go through
+    :func:`check_compatible` (which may read the token arrays).
+
+    Returns:
+        Families sorted by their largest member's size (largest first).
     """
-    raise NotImplementedError
+    llms = [m for m in models if m.is_llm and m.tokenizer is not None]
+    llms.sort(key=lambda m: (-m.size_bytes, str(m.path)))
+    cache: dict = {}
+    # union-find over fingerprint groups first (cheap), then across groups with the full check
+    parent = list(range(len(llms)))
+
+    def find(i: int) -> int:
+        while parent[i] != i:
+            parent[i] = parent[parent[i]]
+            i = parent[i]
+        return i
+
+    def union(i: int, j: int) -> None:
+        ri, rj = find(i), find(j)
+        if ri != rj:
+            parent[max(ri, rj)] = min(ri, rj)
+
+    by_fp: dict[str, int] = {}
+    reps: list[int] = []
+    for i, m in enumerate(llms):
+        fp = m.tokenizer.fingerprint  # type: ignore[union-attr]
+        if fp in by_fp:
+            union(by_fp[fp], i)
+        else:
+            by_fp[fp] = i
+            reps.append(i)
+    for x in range(len(reps)):
+        for y in range(x + 1, len(reps)):
+            i, j = reps[x], reps[y]
+            if check_tokenizers(llms[i].tokenizer, llms[j].tokenizer) is not None:  # type: ignore[arg-type]
+                continue
+            if _verdict(cache, llms[i], llms[j]).compatible:
+                union(i, j)
+
+    groups: dict[int, list[int]] = {}
+    for i in range(len(llms)):
+        groups.setdefault(find(i), []).append(i)
+
+    families = []
+    for root in sorted(groups):
+        idx = groups[root]
+        members = tuple(llms[i] for i in idx)
+        targets = []
+        for ti in idx:
+            target = llms[ti]
+            drafts = []
+            rejected = []
+            for m in llms:
+                if m is target or m.size_bytes >= target.size_bytes:
+                    continue
+                v = _verdict(cache, target, m)
+                if v.compatible:
+                    drafts.append(rank_draft(target, m))
+                else:
+                    rejected.append((m, v))
+            drafts.sort(key=lambda c: (-c.score, str(c.model.path)))
+            targets.append(TargetEntry(target=target, drafts=tuple(drafts), incompatible=tuple(rejected)))
+        families.append(
+            Family(fingerprint=members[0].tokenizer.fingerprint, members=members, targets=tuple(targets))  # type: ignore[union-attr]
+        )
+    return families
+
+
+def family_to_json(family: Family) -> dict:
+    """JSON form used by ``draftwise scan --json``."""
+    return {
+        "fingerprint": family.fingerprint,
+        "members": [str(m.path) for m in family.members],
+        "targets": [
+            {
+                "target": str(e.target.path),
+                "mtp_layers": e.target.mtp_layers,
+                "drafts": [
+                    {
+                        "path": str(c.model.path),
+                        "score": c.score,
+                        "size_ratio": None if c.size_ratio is None else round(c.size_ratio, 4),
+                        "warnings": list(c.warnings),
+                    }
+                    for c in e.drafts
+                ],
+                "incompatible": [
+                    {"path": str(m.path), "rule": v.rule, "message": v.message} for m, v in e.incompatible
+                ],
+            }
+            for e in family.targets
+        ],
+    }

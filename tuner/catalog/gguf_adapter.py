@@ -80,7 +80,8 @@ def file_type_names() -> dict[int, str]:
     out = {}
     for member in enum:
         name = member.name
-        if name.startswith("MOSTLY_"):
-            name = name[len("MOSTLY_"):]
+        for prefix in ("MOSTLY_", "ALL_"):
+            if name.startswith(prefix):
+                name = name[len(prefix):]
         out[int(member)] = name
     return out

@@ -72,8 +72,8 @@ class ModelFile:
         name: ``general.name`` or ``None``.
         n_layers: ``<arch>.block_count`` (includes MTP blocks when the file has them).
         n_params: parameter count (sum of tensor elements over all shards).
-        quantization: dominant weight type (e.g. ``Q4_K``, ``F16``), from the tensor types
-            (``general.file_type`` when no tensors are available).
+        quantization: ``general.file_type`` as a name (e.g. ``Q4_K_M``, ``F16``), else the GGML type
+            holding most bytes among the 2-D tensors (e.g. ``Q4_K``).
         context_length: ``<arch>.context_length`` (training context, tokens).
         mtp_layers: ``<arch>.nextn_predict_layers`` or the number of blocks that have
             ``blk.N.nextn.*`` tensors, whichever is larger; 0 when none.

@@ -1,23 +1,495 @@
-"""Scan a folder of GGUF files: classification, split sets, and a cache keyed by path+size+mtime."""
+"""Scan a folder of GGUF files: classification, split sets, and a cache keyed by path+size+mtime.
+
+Kinds (``ModelFile.kind``):
+
+- ``llm``: a text model llama.cpp can load (its architecture is known to the gguf package).
+- ``mmproj``: a multimodal projector (``general.architecture`` = ``clip`` or ``general.type`` = ``mmproj``).
+- ``vocab-only``: tokenizer keys and no tensors (llama.cpp's ``models/ggml-vocab-*.gguf``).
+- ``embedding``: ``<arch>.pooling_type`` set to a pooling (> 0) or a BERT-like architecture.
+- ``draft-head``: a draft sidecar that only works with its target: EAGLE-3 (arch ``eagle3``),
+  DFlash/DSpark (arch ``dflash``), ``gemma4-assistant``, or an MTP head (every block is a
+  ``blk.N.nextn.*`` block) — common/speculative.cpp ``common_speculative_infer_type`` family.
+- ``unsupported``: an architecture not in the gguf package's ``MODEL_ARCH_NAMES``.
+- ``broken``: not GGUF, GGUF v1, big-endian, truncated, empty, unreadable, no tokenizer,
+  or an incomplete split set; ``error`` names the cause.
+
+Split sets follow llama.cpp's ``llama_split_path`` naming, ``NAME-%05d-of-%05d.gguf`` (1-based in
+the name, ``split.no`` 0-based in the keys); only the first shard carries the architecture and
+tokenizer. A complete set is one row (the first shard's path) listing every shard.
+"""
 
 from __future__ import annotations
 
+import os
+import re
+import stat
+from collections import Counter
+from dataclasses import dataclass, replace
 from pathlib import Path
 
-from tuner.catalog.model import ModelFile
+from tuner.catalog import gguf_adapter
+from tuner.catalog.header import GGUFError, GGUFHeader, read_header
+from tuner.catalog.model import (
+    KIND_BROKEN,
+    KIND_DRAFT_HEAD,
+    KIND_EMBEDDING,
+    KIND_LLM,
+    KIND_MMPROJ,
+    KIND_UNSUPPORTED,
+    KIND_VOCAB_ONLY,
+    ModelFile,
+    TokenizerInfo,
+)
+from tuner.catalog.tokenizer import tokenizer_info
+
+# Bump when classification or the cached fields change: old cache entries are then ignored.
+CACHE_VERSION = 1
+CACHE_FILE_NAME = "scan-cache.json"
+
+SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+
+# Architectures of draft sidecars (llama-arch.cpp: eagle3, dflash, gemma4-assistant).
+DRAFT_HEAD_ARCHS = frozenset({"eagle3", "dflash", "gemma4-assistant"})
+# BERT-like encoders: always embedding models.
+EMBEDDING_ARCHS = frozenset(
+    {
+        "bert", "nomic-bert", "nomic-bert-moe", "jina-bert-v2", "jina-bert-v3", "modern-bert",
+        "neo-bert", "eurobert", "gemma-embedding", "llama-embed", "t5encoder",
+    }
+)
+# Projector architectures (tools/mtmd/clip.cpp writes general.architecture = "clip").
+MMPROJ_ARCHS = frozenset({"clip"})
+
+_NEXTN_TENSOR = re.compile(r"^blk\.(\d+)\.nextn\.")
+_BLOCK_TENSOR = re.compile(r"^blk\.(\d+)\.")
+
+
+@dataclass(frozen=True)
+class _FileFacts:
+    """One file's own scan result plus its split keys (what the cache stores per file)."""
+
+    model: ModelFile
+    split_no: int | None
+    split_count: int | None
+
+
+def _int(value: object) -> int | None:
+    if isinstance(value, bool):
+        return None
+    if isinstance(value, int):
+        return value
+    if isinstance(value, tuple) and value and all(isinstance(v, int) for v in value):
+        return max(value)  # per-layer arrays (e.g. head_count per block): the largest
+    return None
+
+
+def _quantization(header: GGUFHeader) -> str | None:
+    ftype = _int(header.kv.get("general.file_type"))
+    if ftype is not None:
+        name = gguf_adapter.file_type_names().get(ftype)
+        if name:
+            return name
+    table = gguf_adapter.ggml_type_table()
+    by_type: Counter[int] = Counter()
+    for t in header.tensors:
+        if len(t.shape) >= 2:
+            by_type[t.ggml_type] += t.n_bytes or 0
+    if not by_type:
+        return None
+    top = by_type.most_common(1)[0][0]
+    return table.get(top, (f"type{top}",))[0]
+
+
+def _mtp_layers(header: GGUFHeader, arch: str | None) -> tuple[int, set[int], set[int]]:
+    nextn_blocks: set[int] = set()
+    all_blocks: set[int] = set()
+    for t in header.tensors:
+        m = _BLOCK_TENSOR.match(t.name)
+        if not m:
+            continue
+        all_blocks.add(int(m.group(1)))
+        if _NEXTN_TENSOR.match(t.name):
+            nextn_blocks.add(int(m.group(1)))
+    declared = _int(header.kv.get(f"{arch}.nextn_predict_layers")) if arch else None
+    return max(declared or 0, len(nextn_blocks)), nextn_blocks, all_blocks
+
+
+def classify_header(header: GGUFHeader, size_bytes: int | None = None, mtime_ns: int | None = None) -> ModelFile:
+    """Classify one parsed header (a single file, or a split shard read alone).
+
+    Returns a :class:`ModelFile` with ``shards = (header.path,)``. Never raises.
+    """
+    path = header.path
+    kv = header.kv
+    arch = header.architecture
+    size = header.file_size_bytes if size_bytes is None else size_bytes
+    base = dict(path=path, shards=(path,), size_bytes=size, mtime_ns=mtime_ns, architecture=arch)
+    try:
+        tok: TokenizerInfo | None = tokenizer_info(header)
+    except GGUFError as exc:
+        return ModelFile(kind=KIND_BROKEN, error=exc.reason, **base)
+    split_count = _int(kv.get("split.count"))
+    split_no = _int(kv.get("split.no"))
+    if arch is None:
+        if split_count and split_count > 1 and split_no:
+            return ModelFile(
+                kind=KIND_BROKEN,
+                error=f"shard {split_no + 1} of {split_count} of a split set read alone (its name does not "
+                "follow NAME-0000i-of-0000N.gguf, so the other shards cannot be found)",
+                **base,
+            )
+        return ModelFile(kind=KIND_BROKEN, error="no 'general.architecture' key", tokenizer=tok, **base)
+
+    n_params = sum(t.n_elements for t in header.tensors)
+    mtp, nextn_blocks, all_blocks = _mtp_layers(header, arch)
+    n_embd = _int(kv.get(f"{arch}.embedding_length"))
+    n_head = _int(kv.get(f"{arch}.attention.head_count"))
+    n_head_kv = _int(kv.get(f"{arch}.attention.head_count_kv"))
+    if n_head_kv is None:
+        n_head_kv = n_head
+    key_length = _int(kv.get(f"{arch}.attention.key_length"))
+    value_length = _int(kv.get(f"{arch}.attention.value_length"))
+    if n_embd and n_head:
+        key_length = key_length if key_length is not None else n_embd // n_head
+        value_length = value_length if value_length is not None else n_embd // n_head
+    name = kv.get("general.name")
+    pooling = _int(kv.get(f"{arch}.pooling_type"))
+    detail: list[tuple[str, str]] = []
+    if pooling is not None:
+        detail.append(("pooling_type", str(pooling)))
+    fields = dict(
+        name=name if isinstance(name, str) else None,
+        n_layers=_int(kv.get(f"{arch}.block_count")),
+        n_params=n_params or None,
+        quantization=_quantization(header),
+        context_length=_int(kv.get(f"{arch}.context_length")),
+        mtp_layers=mtp,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        key_length=key_length,
+        value_length=value_length,
+        tokenizer=tok,
+    )
+
+    def row(kind: str, error: str | None = None, extra: tuple[tuple[str, str], ...] = ()) -> ModelFile:
+        return ModelFile(kind=kind, error=error, detail=tuple(detail) + extra, **base, **fields)
+
+    if not header.tensors and not (split_count and split_count > 1):
+        if tok is not None:
+            return row(KIND_VOCAB_ONLY)
+        return row(KIND_BROKEN, "no tensors and no tokenizer")
+    general_type = kv.get("general.type")
+    if arch in MMPROJ_ARCHS or general_type == "mmproj":
+        return row(KIND_MMPROJ)
+    if arch in DRAFT_HEAD_ARCHS:
+        spec = "draft-eagle3" if arch == "eagle3" else "draft-mtp" if arch == "gemma4-assistant" else (
+            "draft-dspark" if any(t.name == "markov_w1.weight" for t in header.tensors) else "draft-dflash"
+        )
+        return row(KIND_DRAFT_HEAD, extra=(("spec_type", spec),))
+    if nextn_blocks and all_blocks and all_blocks <= nextn_blocks:
+        return row(KIND_DRAFT_HEAD, extra=(("spec_type", "draft-mtp"),))
+    if arch in EMBEDDING_ARCHS or (pooling is not None and pooling > 0):
+        return row(KIND_EMBEDDING)
+    try:
+        known = gguf_adapter.known_architectures()
+    except gguf_adapter.GGUFPackageError as exc:  # pragma: no cover - broken install
+        known = None
+        detail.append(("note", str(exc)))
+    if known is not None and arch not in known:
+        return row(
+            KIND_UNSUPPORTED,
+            f"architecture '{arch}' (general.architecture) is not known to llama.cpp "
+            "(not in the gguf package's MODEL_ARCH_NAMES)",
+        )
+    if tok is None:
+        return row(KIND_BROKEN, "no tokenizer ('tokenizer.ggml.model' missing): llama.cpp cannot load it")
+    return row(KIND_LLM)
+
+
+def _stat(path: Path) -> os.stat_result | None:
+    try:
+        return os.stat(path)
+    except OSError:
+        return None
+
+
+def scan_file(path: Path | str) -> ModelFile:
+    """Classify one GGUF file (a split shard is read alone; use :func:`scan_folder` for sets).
+
+    Never raises: unreadable or invalid files give a ``broken`` row whose ``error`` names the cause.
+    """
+    return _scan_one(Path(path)).model
+
+
+def _scan_one(path: Path) -> _FileFacts:
+    st = _stat(path)
+    size = st.st_size if st else 0
+    mtime = st.st_mtime_ns if st else None
+    try:
+        header = read_header(path)
+    except GGUFError as exc:
+        return _FileFacts(
+            ModelFile(path=path, kind=KIND_BROKEN, error=exc.reason, shards=(path,), size_bytes=size, mtime_ns=mtime),
+            None,
+            None,
+        )
+    model = classify_header(header, size_bytes=size, mtime_ns=mtime)
+    return _FileFacts(model, _int(header.kv.get("split.no")), _int(header.kv.get("split.count")))
+
+
+# ---------------------------------------------------------------------------------------------
+# folder walk
+
+
+def _walk_gguf(folder: Path) -> list[Path]:
+    """Every ``*.gguf`` file under ``folder`` (following symlinks, each directory and file once)."""
+    seen_dirs: set[tuple[int, int]] = set()
+    seen_files: set[tuple[int, int]] = set()
+    out: list[Path] = []
+    stack = [folder]
+    while stack:
+        d = stack.pop()
+        st = _stat(d)
+        if st is None:
+            continue
+        key = (st.st_dev, st.st_ino)
+        if key in seen_dirs:
+            continue  # symlink loop or a folder reached twice
+        seen_dirs.add(key)
+        try:
+            entries = sorted(os.scandir(d), key=lambda e: e.name)
+        except OSError:
+            continue  # unreadable folder
+        subdirs = []
+        for e in entries:
+            try:
+                is_dir = e.is_dir(follow_symlinks=True)
+            except OSError:
+                continue
+            if is_dir:
+                subdirs.append(Path(e.path))
+                continue
+            if not e.name.lower().endswith(".gguf"):
+                continue
+            p = Path(e.path)
+            fst = _stat(p)
+            if fst is None:
+                if e.is_symlink():
+                    continue  # dangling link
+                out.append(p)  # exists but cannot be stat'ed: reported as broken
+                continue
+            if not stat.S_ISREG(fst.st_mode):
+                continue
+            fkey = (fst.st_dev, fst.st_ino)
+            if fkey in seen_files:
+                continue
+            seen_files.add(fkey)
+            out.append(p)
+        stack.extend(reversed(subdirs))
+    return out
+
+
+def _group_splits(facts: list[_FileFacts]) -> list[ModelFile]:
+    singles: list[ModelFile] = []
+    sets: dict[tuple[Path, str, int], dict[int, _FileFacts]] = {}
+    for f in facts:
+        m = SPLIT_NAME.match(f.model.path.name)
+        if m and int(m.group("count")) > 1:
+            key = (f.model.path.parent, m.group("stem"), int(m.group("count")))
+            sets.setdefault(key, {})[int(m.group("no"))] = f
+        else:
+            singles.append(f.model)
+    rows = list(singles)
+    for (parent, stem, count), shards in sets.items():
+        rows.append(_merge_split(parent, stem, count, shards))
+    rows.sort(key=lambda r: str(r.path))
+    return rows
+
+
+def _merge_split(parent: Path, stem: str, count: int, shards: dict[int, _FileFacts]) -> ModelFile:
+    names = {i: f"{stem}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)}
+    present = [shards[i].model.path for i in sorted(shards)]
+    total = sum(shards[i].model.size_bytes for i in shards)
+    first = shards.get(1)
+    head_path = first.model.path if first else present[0]
+    mtime = first.model.mtime_ns if first else None
+    missing = [names[i] for i in range(1, count + 1) if i not in shards]
+    if missing:
+        return ModelFile(
+            path=head_path, kind=KIND_BROKEN, shards=tuple(present), size_bytes=total, mtime_ns=mtime,
+            architecture=first.model.architecture if first else None,
+            error=f"incomplete split set: missing shard{'s' if len(missing) > 1 else ''} " + ", ".join(missing),
+        )
+    for i in range(1, count + 1):
+        f = shards[i]
+        # Shards 2..N read alone have no architecture: that is expected. A shard is bad when its
+        # header could not be read at all (no split keys) or when the first shard is broken.
+        if f.model.kind == KIND_BROKEN and (i == 1 or f.split_count is None):
+            return ModelFile(
+                path=head_path, kind=KIND_BROKEN, shards=tuple(present), size_bytes=total, mtime_ns=mtime,
+                error=f"shard {names[i]}: {f.model.error}",
+            )
+        if f.split_count is not None and f.split_count != count:
+            return ModelFile(
+                path=head_path, kind=KIND_BROKEN, shards=tuple(present), size_bytes=total, mtime_ns=mtime,
+                error=f"shard {names[i]}: split.count is {f.split_count}, the file name says {count}",
+            )
+        if f.split_no is not None and f.split_no != i - 1:
+            return ModelFile(
+                path=head_path, kind=KIND_BROKEN, shards=tuple(present), size_bytes=total, mtime_ns=mtime,
+                error=f"shard {names[i]}: split.no is {f.split_no} (0-based), expected {i - 1}",
+            )
+    assert first is not None
+    n_params = sum((shards[i].model.n_params or 0) for i in shards) or None
+    return replace(first.model, shards=tuple(present), size_bytes=total, n_params=n_params)
+
+
+# ---------------------------------------------------------------------------------------------
+# cache
+
+
+def _cache_path() -> Path:
+    from tuner.paths import cache_dir
+
+    return cache_dir() / CACHE_FILE_NAME
+
+
+def _tok_to_dict(t: TokenizerInfo | None) -> dict | None:
+    if t is None:
+        return None
+    return {
+        "model": t.model, "pre": t.pre, "n_tokens": t.n_tokens, "bos_id": t.bos_id, "eos_id": t.eos_id,
+        "add_bos": t.add_bos, "add_eos": t.add_eos, "fingerprint": t.fingerprint, "vocab_type": t.vocab_type,
+    }
+
+
+def _tok_from_dict(d: dict | None) -> TokenizerInfo | None:
+    return None if d is None else TokenizerInfo(**d)
+
+
+def _model_to_dict(m: ModelFile) -> dict:
+    return {
+        "path": str(m.path), "kind": m.kind, "error": m.error, "shards": [str(s) for s in m.shards],
+        "size_bytes": m.size_bytes, "architecture": m.architecture, "name": m.name, "n_layers": m.n_layers,
+        "n_params": m.n_params, "quantization": m.quantization, "context_length": m.context_length,
+        "mtp_layers": m.mtp_layers, "n_embd": m.n_embd, "n_head": m.n_head, "n_head_kv": m.n_head_kv,
+        "key_length": m.key_length, "value_length": m.value_length, "tokenizer": _tok_to_dict(m.tokenizer),
+        "mtime_ns": m.mtime_ns, "detail": [list(x) for x in m.detail],
+    }
+
+
+def _model_from_dict(d: dict) -> ModelFile:
+    d = dict(d)
+    d["path"] = Path(d["path"])
+    d["shards"] = tuple(Path(s) for s in d["shards"])
+    d["tokenizer"] = _tok_from_dict(d.get("tokenizer"))
+    d["detail"] = tuple(tuple(x) for x in d.get("detail", ()))
+    return ModelFile(**d)
+
+
+def _load_cache() -> dict:
+    from tuner.storage import CorruptFileError, load_json
+
+    try:
+        data = load_json(_cache_path())
+    except (CorruptFileError, OSError):
+        return {}
+    if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
+        return {}
+    entries = data.get("entries")
+    return entries if isinstance(entries, dict) else {}
+
+
+def _save_cache(entries: dict) -> None:
+    from tuner.storage import atomic_write_json
+
+    try:
+        atomic_write_json(_cache_path(), {"version": CACHE_VERSION, "entries": entries})
+    except OSError:
+        pass  # a read-only cache folder only costs speed
 
 
 def scan_folder(folder: Path | str, cache: bool = True) -> list[ModelFile]:
     """Classify every ``*.gguf`` under ``folder`` (recursive; symlink loops and unreadable files are safe).
 
-    Never raises for a bad file: it becomes a ``broken`` row with ``error`` naming the cause.
+    Args:
+        folder: the models folder (a single ``.gguf`` file is accepted too).
+        cache: reuse results for files whose absolute path, size and mtime are unchanged, from
+            ``tuner.paths.cache_dir() / "scan-cache.json"`` (written atomically).
+
+    Returns:
+        One :class:`ModelFile` per model, sorted by path; a complete split set is one row.
+        Never raises for a bad file: it becomes a ``broken`` row with ``error`` naming the cause.
 
     Raises:
-        NotADirectoryError / FileNotFoundError: ``folder`` itself is missing.
+        FileNotFoundError: ``folder`` does not exist.
     """
-    raise NotImplementedError
+    folder = Path(folder)
+    if not folder.exists():
+        raise FileNotFoundError(f"models folder not found: {folder}")
+    files = [folder] if folder.is_file() else _walk_gguf(folder)
+    entries = _load_cache() if cache else {}
+    facts: list[_FileFacts] = []
+    changed = False
+    for p in files:
+        ap = str(p.absolute())
+        st = _stat(p)
+        hit = entries.get(ap) if st is not None else None
+        if hit and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
+            try:
+                facts.append(_FileFacts(_model_from_dict(hit["model"]), hit.get("split_no"), hit.get("split_count")))
+                continue
+            except (KeyError, TypeError, ValueError):
+                pass
+        f = _scan_one(p)
+        facts.append(f)
+        if cache and st is not None and f.model.mtime_ns is not None:
+            entries[ap] = {
+                "size": st.st_size, "mtime_ns": st.st_mtime_ns, "model": _model_to_dict(f.model),
+                "split_no": f.split_no, "split_count": f.split_count,
+            }
+            changed = True
+    if cache and changed:
+        _save_cache(entries)
+    return _group_splits(facts)
 
 
-def scan_file(path: Path | str) -> ModelFile:
-    """Classify one GGUF file (a split shard is read alone; use :func:`scan_folder` for sets)."""
-    raise NotImplementedError
+def model_to_json(m: ModelFile) -> dict:
+    """JSON form used by ``draftwise scan --json``: ``shards`` is the number of files,
+    ``shard_paths`` lists them; ``tokenizer`` has ``model, pre, n_tokens, bos, eos, add_bos,
+    add_eos, fingerprint`` (plus ``vocab_type``); ``error`` only for broken/unsupported files."""
+    t = m.tokenizer
+    out: dict = {
+        "path": str(m.path),
+        "kind": m.kind,
+    }
+    if m.error is not None:
+        out["error"] = m.error
+    out.update(
+        {
+            "shards": len(m.shards),
+            "shard_paths": [str(s) for s in m.shards],
+            "size_bytes": m.size_bytes,
+            "architecture": m.architecture,
+            "name": m.name,
+            "n_layers": m.n_layers,
+            "n_params": m.n_params,
+            "quantization": m.quantization,
+            "context_length": m.context_length,
+            "mtp_layers": m.mtp_layers,
+            "n_embd": m.n_embd,
+            "n_head": m.n_head,
+            "n_head_kv": m.n_head_kv,
+            "tokenizer": None
+            if t is None
+            else {
+                "model": t.model, "pre": t.pre, "n_tokens": t.n_tokens, "bos": t.bos_id, "eos": t.eos_id,
+                "add_bos": t.add_bos, "add_eos": t.add_eos, "fingerprint": t.fingerprint,
+                "vocab_type": t.vocab_type,
+            },
+        }
+    )
+    if m.detail:
+        out["detail"] = dict(m.detail)
+    return out

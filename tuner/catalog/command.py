@@ -1,0 +1,154 @@
+"""CLI: ``draftwise scan DIR [--json]`` and ``draftwise compat TARGET DRAFT [--json]``.
+
+Machine-readable output goes to stdout; notes go to stderr. Heavy imports happen inside the
+handlers so that ``draftwise --help`` and the other sub-commands stay fast.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def register(subparsers) -> None:
+    """Add the ``scan`` and ``compat`` sub-commands to the ``draftwise`` parser."""
+    p = subparsers.add_parser(
+        "scan",
+        help="list the GGUF models in a folder, their kinds and draft families",
+        description="Scan DIR recursively for .gguf files: classify each (llm, mmproj, vocab-only, "
+        "embedding, draft-head, unsupported, broken), join split sets, and group the LLMs into "
+        "families that can draft for each other (llama.cpp's compatibility rules).",
+    )
+    p.add_argument("dir", type=Path, help="models folder (or one .gguf file)")
+    p.add_argument("--json", action="store_true", help='print {"models": [...], "families": [...]} as JSON')
+    p.add_argument("--no-cache", action="store_true", help="read every header again (ignore the scan cache)")
+    p.set_defaults(func=run_scan)
+
+    c = subparsers.add_parser(
+        "compat",
+        help="can DRAFT draft for TARGET? (llama.cpp's draft-simple vocabulary rules)",
+        description="Apply common/speculative.cpp common_speculative_are_compatible to two GGUF files "
+        "and name the rule that fails (vocab-type, bos, eos, vocab-size, token-text). "
+        "Exit status 0 for either verdict, 2 when a file cannot be read.",
+    )
+    c.add_argument("target", type=Path, help="target model .gguf (first shard of a split set)")
+    c.add_argument("draft", type=Path, help="draft model .gguf")
+    c.add_argument("--json", action="store_true", help='print {"compatible", "rule", "message"} as JSON')
+    c.set_defaults(func=run_compat)
+
+
+def _human_size(n: int | None) -> str:
+    if not n:
+        return "-"
+    size = float(n)
+    for unit in ("B", "KB", "MB", "GB", "TB"):
+        if size < 1000 or unit == "TB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1000
+    return f"{n} B"
+
+
+def _rel(path: Path, root: Path) -> str:
+    try:
+        return str(path.relative_to(root))
+    except ValueError:
+        return str(path)
+
+
+def _table(models, families, root: Path) -> str:
+    rows = [("KIND", "SIZE", "ARCH", "LAYERS", "MTP", "QUANT", "CTX", "VOCAB", "FILE")]
+    notes = []
+    for m in models:
+        t = m.tokenizer
+        vocab = f"{t.vocab_type or t.model} {t.n_tokens}" if t else "-"
+        shards = f" ({len(m.shards)} shards)" if len(m.shards) > 1 else ""
+        rows.append(
+            (
+                m.kind,
+                _human_size(m.size_bytes),
+                m.architecture or "-",
+                str(m.n_layers) if m.n_layers is not None else "-",
+                str(m.mtp_layers) if m.mtp_layers else "-",
+                m.quantization or "-",
+                str(m.context_length) if m.context_length else "-",
+                vocab,
+                _rel(m.path, root) + shards,
+            )
+        )
+        if m.error:
+            notes.append(f"  {_rel(m.path, root)}: {m.error}")
+    widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
+    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows]
+    if notes:
+        lines += ["", "Problems:"] + notes
+    lines.append("")
+    if not families:
+        lines.append("No LLMs found, so no draft families.")
+    for n, fam in enumerate(families, 1):
+        first = fam.members[0].tokenizer
+        lines.append(
+            f"Family {n} ({first.vocab_type or first.model} vocabulary, {first.n_tokens} tokens, "
+            f"{len(fam.members)} model{'s' if len(fam.members) != 1 else ''}):"
+        )
+        for entry in fam.targets:
+            mtp = f" [MTP: {entry.target.mtp_layers} layer(s)]" if entry.target.mtp_layers else ""
+            lines.append(f"  target {_rel(entry.target.path, root)}{mtp}")
+            if not entry.drafts:
+                lines.append("    no smaller compatible draft (n-gram speculation is still possible)")
+            for cand in entry.drafts:
+                ratio = f"{cand.size_ratio * 100:.1f} % of target" if cand.size_ratio is not None else "size unknown"
+                lines.append(f"    draft {_rel(cand.model.path, root)}  score {cand.score:.2f}  ({ratio})")
+                for w in cand.warnings:
+                    lines.append(f"      warning: {w}")
+    return "\n".join(lines)
+
+
+def run_scan(args: argparse.Namespace) -> int:
+    """``draftwise scan``: exit 0 after listing (broken files are rows, not failures); 2 when DIR is missing."""
+    from tuner.catalog.families import family_to_json, group_families
+    from tuner.catalog.scan import model_to_json, scan_folder
+
+    root = args.dir
+    try:
+        models = scan_folder(root, cache=not args.no_cache)
+    except FileNotFoundError as exc:
+        print(f"draftwise scan: {exc}", file=sys.stderr)
+        return 2
+    families = group_families(models)
+    if args.json:
+        out = {"models": [model_to_json(m) for m in models], "families": [family_to_json(f) for f in families]}
+        json.dump(out, sys.stdout, indent=2)
+        sys.stdout.write("\n")
+    else:
+        print(_table(models, families, root if root.is_dir() else root.parent))
+    return 0
+
+
+def run_compat(args: argparse.Namespace) -> int:
+    """``draftwise compat``: exit 0 with the verdict; 2 when a file cannot be read."""
+    from tuner.catalog.compat import check_compatible
+    from tuner.catalog.header import GGUFError
+    from tuner.catalog.model import KIND_BROKEN
+    from tuner.catalog.scan import scan_file
+
+    models = []
+    for role, path in (("target", args.target), ("draft", args.draft)):
+        m = scan_file(path)
+        if m.kind == KIND_BROKEN and m.tokenizer is None:
+            print(f"draftwise compat: cannot read {role} {path}: {m.error}", file=sys.stderr)
+            return 2
+        models.append(m)
+    try:
+        verdict = check_compatible(models[0], models[1])
+    except GGUFError as exc:
+        print(f"draftwise compat: {exc}", file=sys.stderr)
+        return 2
+    if args.json:
+        json.dump({"compatible": verdict.compatible, "rule": verdict.rule, "message": verdict.message}, sys.stdout)
+        sys.stdout.write("\n")
+    else:
+        status = "compatible" if verdict.compatible else f"NOT compatible (rule: {verdict.rule})"
+        print(f"{status}\n{verdict.message}")
+    return 0
