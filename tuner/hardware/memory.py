@@ -2,9 +2,10 @@
 
 Rules follow llama.cpp b11434:
 - layer placement by ``-ngl``: src/llama-model.cpp ``llama_model::load_tensors`` (``i_gpu_start =
-  max(n_layer + 1 - ngl, 0)``; the input layer — token embeddings — always on the CPU; the output
-  layer on the GPU only when ``ngl > n_layer``; layers split over GPUs in proportion to free memory
-  unless a tensor split is given);
+  max(n_layer + 1 - ngl, 0)``, the output layer counting as layer ``n_layer``, so it is the FIRST
+  layer offloaded: ngl 1 = output only, ngl k = output + the last k-1 blocks; the input layer —
+  token embeddings — always on the CPU; layers split over GPUs in proportion to free memory unless
+  a tensor split is given);
 - context size: src/llama-context.cpp ``llama_context::llama_context`` (``n_ctx`` padded to 256; with
   a non-unified KV cache every slot gets ``n_ctx / n_parallel`` cells, padded to 256);
 - KV cache bytes: src/llama-kv-cache.cpp (per layer ``n_ctx × n_embd_k_gqa`` K and ``n_ctx × n_embd_v_gqa`` V
@@ -84,8 +85,8 @@ class ModelMemorySpec:
 class MemoryRequest:
     """One candidate launch configuration to plan.
 
-    ``ngl``/``draft_ngl``: GPU layers as llama.cpp counts them (``n_layer + 1`` or more = everything
-    incl. the output layer; None = all). ``spec_type``: the ``--spec-type`` value (``none``,
+    ``ngl``/``draft_ngl``: GPU layers as llama.cpp counts them (the output layer is offloaded first;
+    ``n_layer + 1`` or more = everything; None or negative = all). ``spec_type``: the ``--spec-type`` value (``none``,
     ``draft-simple``, ``draft-mtp``, ``ngram-*``...). ``n_parallel``: slots (``-np``; None = server
     auto = 4 slots with a unified KV). ``kv_unified`` None = llama-server's rule (True for auto -np,
     False for an explicit -np). ``margin_bytes``: free memory left on every GPU (``--fit-target``).

@@ -1,0 +1,29 @@
+"""Fixtures of the hardware tests: header-like model specs and fake devices."""
+
+from __future__ import annotations
+
+from tuner.hardware.devices import Device, Devices
+from tuner.hardware.memory import GIB, MIB, ModelMemorySpec
+
+
+def dense_spec(name: str, *, file_bytes: int, n_layer: int, n_embd: int, n_head: int, n_head_kv: int,
+               head_dim: int, n_ff: int, n_vocab: int, embd_bytes_per_param: float = 0.5625,
+               out_bytes_per_param: float = 0.8203) -> ModelMemorySpec:
+    """A header-like spec of a dense GGUF of ``file_bytes`` (Q4_K token embeddings, Q6_K output)."""
+    embd = int(n_vocab * n_embd * embd_bytes_per_param)
+    out = int(n_vocab * n_embd * out_bytes_per_param)
+    block = (file_bytes - embd - out) // n_layer
+    return ModelMemorySpec(
+        name=name, path=None, n_layer=n_layer, block_bytes=(block,) * n_layer, input_bytes=embd,
+        output_bytes=out, n_embd=n_embd, n_vocab=n_vocab,
+        n_embd_k_gqa=(n_head_kv * head_dim,) * n_layer, n_embd_v_gqa=(n_head_kv * head_dim,) * n_layer,
+        n_ff=n_ff, n_head=n_head,
+    )
+
+
+def gpu_devices(*gpus: tuple[str, int, int], ram_bytes: int = 32 * GIB) -> Devices:
+    """Devices with GPUs given as (name, total MiB, free MiB); budget = free."""
+    devs = tuple(
+        Device(i, name, "CUDA", total * MIB, free * MIB, free * MIB, "test") for i, (name, total, free) in enumerate(gpus)
+    )
+    return Devices(devs, ram_bytes, ram_bytes, 8, (), 16, None, True)
