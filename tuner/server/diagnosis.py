@@ -70,10 +70,10 @@ def _matching(lines: Sequence[str], pattern: str | re.Pattern[str], n: int = 6) 
 
 
 def _evidence(lines: Sequence[str], pattern: str | re.Pattern[str] | None = None) -> tuple[str, ...]:
-    """The matching lines first (deduplicated), then the tail."""
-    first = _matching(lines, pattern) if pattern is not None else ()
+    """Matching lines older than the tail, then the last lines (oldest first)."""
     tail = _tail(lines)
-    return first + tuple(l for l in tail if l not in first)
+    first = _matching(lines[: max(0, len(lines) - len(tail))], pattern) if pattern is not None else ()
+    return first + tail
 
 
 def diagnose(returncode: int | None, log_lines: Iterable[str]) -> Diagnosis:

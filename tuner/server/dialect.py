@@ -174,8 +174,14 @@ def parse_help(text: str) -> Dialect:
         has_metrics="--metrics" in flags,
         has_slots="--slots" in flags,
         has_list_devices="--list-devices" in flags,
-        help_sha256=hashlib.sha256(text.encode("utf-8", "replace")).hexdigest(),
+        help_sha256=_help_digest(text),
     )
+
+
+def _help_digest(text: str) -> str:
+    """SHA-256 of the help text with line endings and trailing blanks normalised."""
+    norm = "\n".join(line.rstrip() for line in text.strip().splitlines())
+    return hashlib.sha256(norm.encode("utf-8", "replace")).hexdigest()
 
 
 _memory_cache: dict[tuple[str, int, int], Dialect] = {}

@@ -1,0 +1,36 @@
+"""Fixtures of the server tests: the fake llama-server, an isolated DRAFTWISE_HOME."""
+
+from __future__ import annotations
+
+import os
+import stat
+import sys
+from pathlib import Path
+
+import pytest
+
+DATA = Path(__file__).resolve().parent / "data"
+FAKE = Path(__file__).resolve().parent.parent / "fakes" / "fake_llama_server.py"
+
+
+@pytest.fixture(autouse=True)
+def _draftwise_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """Every server test writes logs and caches under a private DRAFTWISE_HOME."""
+    home = tmp_path_factory.mktemp("dw-home")
+    monkeypatch.setenv("DRAFTWISE_HOME", str(home))
+    return home
+
+
+@pytest.fixture(scope="session")
+def fake_server_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An executable that runs tests/fakes/fake_llama_server.py with this Python."""
+    d = tmp_path_factory.mktemp("fakebin")
+    exe = d / "llama-server"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n", encoding="utf-8")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return exe
+
+
+def help_text(name: str) -> str:
+    """A captured ``--help`` text: ``b11434``, ``b10434`` or ``legacy-4227c9b``."""
+    return (DATA / f"llama-server-help-{name}.txt").read_text(encoding="utf-8")
