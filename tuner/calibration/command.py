@@ -1,0 +1,224 @@
+"""``draftwise tune``: calibrate on the user's machine and save the profile (headless front end of ``tune``).
+
+    draftwise tune --models DIR [--target NAME|PATH] [--prompts FILE] [--budget SECONDS] [--force] [--json]
+
+Progress goes to stderr (a one-line progress bar on a terminal, plain lines otherwise), the final
+table to stdout; with ``--json`` stdout is exactly one JSON object::
+
+    {"decision": {"spec_type", "draft", "n_max", "argv", "gen_tokens_per_s",
+                  "baseline_gen_tokens_per_s", "speedup", "reason"},
+     "measurements": [{"candidate": {...}, "gen_tokens_per_s", "acceptance",
+                       "speculative_active", "lossless"}],
+     "profile_path": "..."}
+
+Exit status: 0 done (also when the answer is "no speculation"), 1 tuning failed, 2 bad input
+(prompt file, folder, target), 130 interrupted (Ctrl-C cancels cleanly: no server is left running).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+import threading
+from pathlib import Path
+from typing import Any, TextIO
+
+from .prompts import PromptFileError
+from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
+
+
+def register(subparsers: Any) -> None:
+    """Add the ``tune`` sub-command."""
+    p = subparsers.add_parser(
+        "tune",
+        help="measure speculative decoding configurations and save the fastest (often none)",
+        description="Measure the target alone, n-gram speculation and each compatible draft model on your "
+        "prompts, pick the fastest configuration beyond measurement noise and save it as a profile "
+        "that 'draftwise serve --models DIR' uses.",
+    )
+    p.add_argument("--models", required=True, metavar="DIR", help="folder of GGUF models")
+    p.add_argument("--target", metavar="NAME|PATH", help="target model (file name, stem or path); "
+                   "default: the largest model that has a compatible draft")
+    p.add_argument("--prompts", metavar="FILE", help="prompt file: JSONL with 'prompt' (+ 'category') or text "
+                   "with prompts separated by lines holding only '---' (default: built-in set)")
+    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
+                   help=f"time budget in seconds (default {DEFAULT_BUDGET_S:.0f})")
+    p.add_argument("--force", action="store_true", help="re-tune even when a fresh profile exists")
+    p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--server", metavar="PATH", help="llama-server binary (default: discovered)")
+    p.add_argument("--n-predict", type=int, default=128, metavar="N", help="tokens per request (default 128)")
+    p.add_argument("--repetitions", type=int, default=3, metavar="N", help="repetitions of finalists (default 3)")
+    p.add_argument("--max-prompts", type=int, default=None, metavar="N",
+                   help="use at most N prompts of the set (default: all of a file, 5 of the built-in set)")
+    p.add_argument("--ctx-size", type=int, default=2048, metavar="N", help="context size per launch (default 2048)")
+    p.set_defaults(func=run)
+
+
+class _Progress:
+    """Renders TuneEvents on stderr: a rewritten bar line on a TTY, plain lines otherwise."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.tty = bool(getattr(stream, "isatty", lambda: False)())
+        self._bar_shown = False
+
+    def _bar(self, ev: TuneEvent) -> None:
+        frac = ev.progress or 0.0
+        width = 24
+        filled = int(round(frac * width))
+        eta = f" ETA {ev.eta_s:.0f}s" if ev.eta_s else ""
+        line = f"\r[{'#' * filled}{'.' * (width - filled)}] {100 * frac:3.0f}% {ev.elapsed_s:5.0f}s{eta}  {ev.message}"
+        self.stream.write(line[:160].ljust(100))
+        self.stream.flush()
+        self._bar_shown = True
+
+    def __call__(self, ev: TuneEvent) -> None:
+        if self.tty and ev.kind == "progress":
+            self._bar(ev)
+            return
+        if ev.kind == "progress":
+            return
+        if self._bar_shown:
+            self.stream.write("\n")
+            self._bar_shown = False
+        eta = f" (ETA {ev.eta_s:.0f} s)" if ev.eta_s else ""
+        self.stream.write(f"[{ev.elapsed_s:6.1f}s] {ev.kind}: {ev.message}{eta}\n")
+        if ev.kind == "plan":
+            for d in ev.detail.get("dropped", []):
+                self.stream.write(f"          dropped {d['label']}: {d['reason']}\n")
+        self.stream.flush()
+
+
+def result_to_json(result: TuneResult) -> dict[str, Any]:
+    """The ``--json`` object (see module docstring)."""
+    d = result.decision
+    prof = result.profile
+    decision: dict[str, Any] = {
+        "spec_type": d.winner.spec_type if d else None,
+        "draft": d.winner.draft_path if d else None,
+        "n_max": d.winner.n_max if d else None,
+        "argv": list(prof.argv) if prof else None,
+        "gen_tokens_per_s": d.gen_tokens_per_s if d else None,
+        "baseline_gen_tokens_per_s": d.baseline_gen_tokens_per_s if d else None,
+        "speedup": d.speedup if d else None,
+        "reason": d.reason if d else ("cancelled" if result.cancelled else None),
+    }
+    if d is not None:
+        decision.update(
+            speedup_ci_low=d.speedup_ci_low,
+            speedup_ci_high=d.speedup_ci_high,
+            best_speculative_speedup=d.best_speculative_speedup,
+            break_even=[b.to_json() for b in d.break_even],
+            per_category=[c.to_json() for c in d.per_category],
+        )
+    if result.measurements:
+        ms = [m.to_json() for m in result.measurements]
+    elif prof is not None:
+        ms = list(prof.evidence)
+    else:
+        ms = []
+    measurements = [
+        {
+            "candidate": m.get("candidate"),
+            "label": m.get("label"),
+            "stage": m.get("stage"),
+            "gen_tokens_per_s": m.get("gen_tokens_per_s"),
+            "acceptance": m.get("acceptance"),
+            "speculative_active": m.get("speculative_active"),
+            "lossless": m.get("lossless"),
+            "error": m.get("error"),
+        }
+        for m in ms
+    ]
+    return {
+        "decision": decision,
+        "measurements": measurements,
+        "profile_path": str(result.profile_path) if result.profile_path else None,
+        "reused": result.reused,
+        "cancelled": result.cancelled,
+        "dropped": [{"label": x.candidate.label, "reason": x.reason} for x in result.dropped],
+    }
+
+
+def _fmt(v: float | None, spec: str) -> str:
+    return "-" if v is None else format(v, spec)
+
+
+def print_table(result: TuneResult, out: TextIO) -> None:
+    """Human-readable summary: one row per measurement, then the decision."""
+    data = result_to_json(result)
+    rows = data["measurements"]
+    out.write(f"{'configuration':<46} {'stage':<8} {'tokens/s':>9} {'accept':>7} {'lossless':>8}  note\n")
+    for m in rows:
+        lossless = "-" if m["lossless"] is None else ("yes" if m["lossless"] else "differs")
+        acc = "-" if m["acceptance"] is None else f"{100 * m['acceptance']:.0f} %"
+        out.write(f"{(m['label'] or '')[:46]:<46} {(m['stage'] or ''):<8} {_fmt(m['gen_tokens_per_s'], '9.1f')} "
+                  f"{acc:>7} {lossless:>8}  {m['error'] or ''}\n")
+    d = result.decision
+    if d is not None:
+        out.write("\n")
+        for b in d.break_even:
+            be = "-" if b.break_even_acceptance is None else f"{100 * b.break_even_acceptance:.0f} %"
+            acc = "-" if b.acceptance is None else f"{100 * b.acceptance:.0f} %"
+            out.write(f"break-even {b.candidate.label}: acceptance {acc}, break-even {be}\n")
+        for c in d.per_category:
+            out.write(f"category {c.category}: {_fmt(c.speedup, '.2f')}x"
+                      + (f", acceptance {100 * c.acceptance:.0f} %" if c.acceptance is not None else "") + "\n")
+        out.write(f"\nDecision: {d.winner.label} — {d.reason}\n")
+    if result.profile_path:
+        out.write(f"Profile: {result.profile_path}" + (" (reused)" if result.reused else "") + "\n")
+
+
+def run(args: argparse.Namespace) -> int:
+    """Entry of ``draftwise tune``; returns the exit status."""
+    progress = _Progress(sys.stderr)
+    cancel = threading.Event()
+    box: dict[str, Any] = {}
+
+    def work() -> None:
+        try:
+            box["result"] = tune(
+                models_dir=Path(args.models),
+                target=args.target,
+                prompts=args.prompts,
+                budget_s=args.budget,
+                force=args.force,
+                on_event=progress,
+                cancel=cancel,
+                server=args.server,
+                n_predict=args.n_predict,
+                repetitions=args.repetitions,
+                n_ctx=args.ctx_size,
+                max_prompts=args.max_prompts,
+            )
+        except BaseException as exc:  # noqa: BLE001 - reported on the main thread
+            box["error"] = exc
+
+    worker = threading.Thread(target=work, name="draftwise-tune", daemon=True)
+    worker.start()
+    try:
+        while worker.is_alive():
+            worker.join(0.2)
+    except KeyboardInterrupt:
+        cancel.set()
+        sys.stderr.write("\ncancelling: stopping the server...\n")
+        worker.join()
+        return 130
+    exc = box.get("error")
+    if isinstance(exc, PromptFileError):
+        sys.stderr.write(f"draftwise tune: {exc}\n")
+        return 2
+    if isinstance(exc, TuneError):
+        sys.stderr.write(f"draftwise tune: {exc}\n")
+        for line in exc.evidence[-10:]:
+            sys.stderr.write(f"    {line}\n")
+        return 2 if "not found" in str(exc) or "no LLM" in str(exc) or "does not exist" in str(exc) else 1
+    if exc is not None:
+        raise exc
+    result: TuneResult = box["result"]
+    if args.json:
+        sys.stdout.write(json.dumps(result_to_json(result)) + "\n")
+    else:
+        print_table(result, sys.stdout)
+    return 130 if result.cancelled else 0

@@ -1,0 +1,416 @@
+"""Implementation behind :func:`tuner.calibration.tune.tune`: composition of catalog, hardware, server,
+search, decision and profile store. Use :func:`tuner.calibration.tune.tune`, not this module.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import threading
+import time
+from pathlib import Path
+from typing import Any, Callable
+
+from tuner.profiles import ModelFileKey, Profile, ProfileError, ProfileStore, StalenessKeys
+
+from .candidates import Candidate, CandidatePlan, DraftOption, plan_candidates
+from .decide import Decision, decide
+from .measure import Cancelled, Launch, LaunchError, LaunchFn
+from .prompts import Prompt, PromptSet, default_prompts, load_prompts
+from .search import BaselineFailed, Search, SearchSettings
+from .serving import candidate_config, config_to_json
+from .tune import EventCallback, TuneError, TuneEvent, TuneResult
+
+DEFAULT_SET_PROMPTS = 5
+"""Prompts used from the built-in set (one per category) unless ``max_prompts`` says otherwise."""
+
+
+def select_prompts(ps: PromptSet, max_prompts: int | None) -> list[tuple[int, Prompt]]:
+    """Pick at most ``max_prompts`` prompts, round-robin over categories (file order within one)."""
+    indexed = list(enumerate(ps.prompts))
+    if max_prompts is None or max_prompts >= len(indexed):
+        return indexed
+    by_cat: dict[str | None, list[tuple[int, Prompt]]] = {}
+    for ip in indexed:
+        by_cat.setdefault(ip[1].category, []).append(ip)
+    out: list[tuple[int, Prompt]] = []
+    while len(out) < max_prompts:
+        for cat in list(by_cat):
+            if by_cat[cat] and len(out) < max_prompts:
+                out.append(by_cat[cat].pop(0))
+    return sorted(out)
+
+
+def hardware_fingerprint(devices: Any) -> str:
+    """Stable summary of the hardware: GPU names and total memory (GiB), host RAM (GiB), CPU cores."""
+    parts = []
+    for d in getattr(devices, "devices", ()) or ():
+        total = getattr(d, "total_bytes", None)
+        parts.append(f"{getattr(d, 'backend', '?')}:{getattr(d, 'name', '?')}:"
+                     f"{round(total / 2**30) if total else '?'}GiB")
+    ram = getattr(devices, "ram_total_bytes", None)
+    parts.append(f"ram:{round(ram / 2**30) if ram else '?'}GiB")
+    parts.append(f"cpu:{getattr(devices, 'cpu_cores', None) or '?'}")
+    return ";".join(parts)
+
+
+def _file_identity(path: Path) -> str:
+    try:
+        st = path.stat()
+        return f"{path.resolve()}:{st.st_size}:{st.st_mtime_ns}"
+    except OSError:
+        return str(path)
+
+
+class _Emitter:
+    def __init__(self, on_event: EventCallback | None) -> None:
+        self.on_event = on_event
+        self.t0 = time.monotonic()
+
+    def __call__(self, kind: str, message: str, **kw: Any) -> None:
+        if self.on_event is None:
+            return
+        kw.setdefault("elapsed_s", time.monotonic() - self.t0)
+        detail = kw.pop("detail", None) or {}
+        self.on_event(TuneEvent(kind=kind, message=message, detail=detail, **kw))
+
+
+def _choose_target(models_dir: Path, target: str | None) -> tuple[Any, Any, list]:
+    """(target ModelFile, TargetEntry or None, all models)."""
+    from tuner.catalog.families import group_families
+    from tuner.catalog.scan import scan_folder
+
+    if not models_dir.is_dir():
+        raise TuneError(f"models folder {models_dir} does not exist")
+    models = scan_folder(models_dir)
+    llms = [m for m in models if m.kind == "llm"]
+    if not llms:
+        broken = [f"{m.path.name} ({m.kind}{': ' + m.error if m.error else ''})" for m in models]
+        raise TuneError(f"no LLM GGUF file in {models_dir}" + (f"; found: {', '.join(broken)}" if broken else ""))
+    families = group_families(models)
+    entries = {str(Path(e.target.path).resolve()): e for f in families for e in f.targets}
+    if target is not None:
+        tp = Path(target)
+        want = tp.resolve() if tp.exists() else None
+        chosen = None
+        for m in llms:
+            p = Path(m.path)
+            if (want is not None and p.resolve() == want) or target in (p.name, p.stem):
+                chosen = m
+                break
+        if chosen is None:
+            raise TuneError(
+                f"target {target!r} not found in {models_dir}; LLMs there: " + ", ".join(Path(m.path).name for m in llms)
+            )
+    else:
+        with_drafts = [m for m in llms if (e := entries.get(str(Path(m.path).resolve()))) and e.drafts]
+        pool = with_drafts or llms
+        chosen = max(pool, key=lambda m: (m.size_bytes or 0, str(m.path)))
+    return chosen, entries.get(str(Path(chosen.path).resolve())), models
+
+
+def _memory_check_factory(target_path: Path, devices: Any, n_ctx: int, notes: list[str]) -> Callable | None:
+    try:
+        from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"memory plan unavailable ({exc})")
+        return None
+    specs: dict[str, Any] = {}
+
+    def spec(path: str) -> Any:
+        if path not in specs:
+            specs[path] = load_model_spec(path)
+        return specs[path]
+
+    def check(c: Candidate) -> str | None:
+        try:
+            req = MemoryRequest(
+                target=spec(str(target_path)),
+                draft=spec(c.draft_path) if c.draft_path else None,
+                spec_type=c.spec_type,
+                ngl=c.ngl,
+                draft_ngl=c.draft_ngl,
+                n_ctx=n_ctx,
+                n_parallel=1,
+            )
+            plan = plan_memory(req, devices)
+        except Exception as exc:  # noqa: BLE001 - a plan failure must not block tuning
+            notes.append(f"memory plan failed for {c.label}: {exc}")
+            return None
+        if plan.fits:
+            return None
+        short = -(plan.margin_bytes or 0) / 2**20
+        return f"does not fit in memory (short by about {short:.0f} MiB)"
+
+    return check
+
+
+def _supervisor_launch_fn(
+    sup: Any, target_path: Path, n_ctx: int, threads: int | None, emit: Callable, startup_timeout_s: float | None
+) -> LaunchFn:
+    from tuner.server.argv import UnsupportedConfigError
+    from tuner.server.diagnosis import speculation_reason
+    from tuner.server.supervisor import ServerStartError
+
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        cfg = candidate_config(c, target_path, n_ctx=n_ctx, threads=threads)
+        t = time.monotonic()
+        try:
+            sup.start(cfg, startup_timeout_s=startup_timeout_s)
+            sup.wait_ready(cancel=cancel)
+        except UnsupportedConfigError as exc:
+            raise LaunchError(str(exc)) from exc
+        except ServerStartError as exc:
+            sup.stop(grace_s=2.0)
+            if cancel.is_set():
+                raise Cancelled() from exc
+            d = exc.diagnosis
+            raise LaunchError(f"{d.message}", getattr(d, "evidence", ())) from exc
+        load_s = time.monotonic() - t
+        emit("ready", f"{c.label}: ready in {load_s:.1f} s", candidate=c, detail={"load_s": load_s,
+                                                                                 "argv": sup.argv})
+        client = sup.client(timeout_s=30.0)
+
+        def stop() -> None:
+            try:
+                client.close()
+            finally:
+                sup.stop(grace_s=5.0)
+
+        return Launch(client=client, stop=stop, log_tail=sup.log_tail, load_s=load_s,
+                      speculation_reason=speculation_reason)
+
+    return launch
+
+
+def run_tune(
+    models_dir: Path,
+    target: str | None,
+    prompts: str | Path | PromptSet | None,
+    budget_s: float,
+    force: bool,
+    on_event: EventCallback | None,
+    cancel: threading.Event,
+    server: str | Path | None,
+    store: ProfileStore,
+    n_predict: int,
+    repetitions: int,
+    n_ctx: int,
+    threads: int | None,
+    max_prompts: int | None,
+    launch_fn: LaunchFn | None = None,
+    settings: SearchSettings | None = None,
+) -> TuneResult:
+    """See :func:`tuner.calibration.tune.tune`. ``launch_fn`` / ``settings`` replace the supervisor
+    and the search settings (tests)."""
+    emit = _Emitter(on_event)
+    t0 = time.monotonic()
+    models_dir = Path(models_dir).resolve()
+
+    # Prompts first: a bad file is the user's quickest fix.
+    if isinstance(prompts, PromptSet):
+        ps = prompts
+    elif prompts is None:
+        ps = default_prompts()
+        if max_prompts is None:
+            max_prompts = DEFAULT_SET_PROMPTS
+    else:
+        ps = load_prompts(prompts)
+    chosen_prompts = select_prompts(ps, max_prompts)
+
+    target_model, entry, _models = _choose_target(models_dir, target)
+    target_path = Path(target_model.path).resolve()
+    emit("started", f"tuning {target_path.name} in {models_dir}", detail={"target": str(target_path)})
+
+    drafts: list[DraftOption] = []
+    if entry is not None:
+        for dc in entry.drafts:
+            drafts.append(DraftOption(path=str(Path(dc.model.path).resolve()), size_bytes=dc.model.size_bytes,
+                                      score=dc.score, warnings=tuple(dc.warnings)))
+        for m, verdict in entry.incompatible:
+            emit("error", f"{Path(m.path).name} cannot draft for {target_path.name}: {verdict.message}")
+
+    # Server and hardware.
+    from tuner.server.dialect import probe_dialect
+    from tuner.server.discovery import ServerNotFoundError, find_server
+
+    try:
+        binary = find_server(server)
+    except ServerNotFoundError as exc:
+        raise TuneError(str(exc)) from exc
+    dialect = probe_dialect(binary.path)
+    try:
+        from tuner.hardware import detect_devices
+
+        devices = detect_devices(binary.path)
+    except Exception as exc:  # noqa: BLE001 - hardware detection never blocks tuning
+        devices = None
+        emit("error", f"hardware detection failed: {exc}")
+
+    keys = StalenessKeys(
+        hardware_fingerprint=hardware_fingerprint(devices) if devices is not None else None,
+        server_binary=_file_identity(Path(binary.path)),
+        server_build=(f"{binary.build} ({binary.commit})" if binary.commit else str(binary.build))
+        if binary.build is not None else None,
+        dialect_fingerprint=dialect.help_sha256,
+        model_files=(ModelFileKey.of(target_path), *(ModelFileKey.of(d.path) for d in drafts)),
+        prompt_set_sha256=hashlib.sha256(
+            (ps.sha256 + ":" + ",".join(str(i) for i, _ in chosen_prompts) + f":{n_predict}").encode()
+        ).hexdigest(),
+    )
+
+    try:
+        saved = store.load(target_path)
+    except ProfileError as exc:
+        saved = None
+        emit("error", f"the saved profile was unreadable and has been kept aside: {exc}")
+    if saved is not None:
+        reasons = store.stale_reasons(saved, keys)
+        if not reasons and not force:
+            emit("reused", f"using the saved profile for {target_path.name} (still fresh; --force re-tunes)",
+                 detail={"profile_path": str(store.path_for(target_path))})
+            return TuneResult(target_path=target_path, decision=_decision_from_profile(saved), profile=saved,
+                              profile_path=store.path_for(target_path), reused=True,
+                              elapsed_s=time.monotonic() - t0)
+        if reasons:
+            emit("stale", "the saved profile is stale: " + "; ".join(reasons), detail={"reasons": reasons})
+
+    # Plan.
+    notes: list[str] = []
+    gpu = bool(devices is not None and getattr(devices, "devices", ()))
+    memory_check = _memory_check_factory(target_path, devices, n_ctx, notes) if devices is not None else None
+    plan: CandidatePlan = plan_candidates(
+        target_path, drafts, spec_types=dialect.spec_types, mtp_layers=getattr(target_model, "mtp_layers", 0),
+        memory_check=memory_check, gpu=gpu,
+    )
+    if gpu:
+        plan = _place_on_gpu(plan, target_path, devices, n_ctx, notes)
+    for note in notes:
+        emit("error", note)
+    emit(
+        "plan",
+        f"{len(plan.all_probes)} configurations to probe ({len(plan.drafts)} draft, {len(plan.ngram)} n-gram"
+        + (", MTP" if plan.mtp else "") + f"), {len(plan.dropped)} dropped before launch",
+        detail={"dropped": [{"label": d.candidate.label, "reason": d.reason} for d in plan.dropped],
+                "probes": [c.label for c in plan.all_probes],
+                "prompts": [i for i, _ in chosen_prompts]},
+    )
+
+    settings = settings or SearchSettings(
+        n_predict=n_predict,
+        budget_s=budget_s,
+        confirm_repetitions=max(1, repetitions - 1),
+        baseline_repetitions=max(1, min(2, repetitions)),
+    )
+    sup = None
+    if launch_fn is None:
+        from tuner.server.supervisor import Supervisor
+
+        sup = Supervisor(binary, dialect)
+        launch_fn = _supervisor_launch_fn(sup, target_path, n_ctx, threads, emit, None)
+    search = Search(launch_fn, plan, chosen_prompts, settings, cancel, emit)
+    try:
+        measurements = search.run()
+    except Cancelled:
+        emit("cancelled", "tuning cancelled; nothing was saved")
+        return TuneResult(target_path=target_path, decision=None, measurements=tuple(search.measurements),
+                          cancelled=True, dropped=plan.dropped, elapsed_s=time.monotonic() - t0)
+    except BaselineFailed as exc:
+        raise TuneError(
+            f"{target_path.name} could not be measured on its own: {exc.measurement.error}",
+            getattr(exc.measurement, "evidence", ()),
+        ) from exc
+    finally:
+        if sup is not None:
+            sup.stop(grace_s=5.0)
+
+    decision = decide(measurements, min_gain=settings.min_gain)
+    emit("decision", decision.reason, decision=decision)
+
+    winner_cfg = candidate_config(decision.winner, target_path, n_ctx=n_ctx, threads=threads)
+    try:
+        from tuner.server.argv import build_argv
+
+        argv = tuple(build_argv(binary.path, winner_cfg.with_port(8080), dialect))
+    except Exception as exc:  # noqa: BLE001
+        argv = ()
+        emit("error", f"could not build the winner's argv: {exc}")
+    profile = Profile(
+        target_path=str(target_path),
+        keys=keys,
+        winner=decision.winner.to_json(),
+        server_config=config_to_json(winner_cfg),
+        argv=argv,
+        decision=decision.to_json(),
+        evidence=tuple(m.to_json() for m in measurements),
+    )
+    path = store.save(profile)
+    emit("saved", f"profile saved to {path}", detail={"profile_path": str(path)})
+    return TuneResult(
+        target_path=target_path,
+        decision=decision,
+        measurements=tuple(measurements),
+        profile=store.load(target_path),
+        profile_path=path,
+        dropped=plan.dropped,
+        elapsed_s=time.monotonic() - t0,
+    )
+
+
+def _place_on_gpu(plan: CandidatePlan, target_path: Path, devices: Any, n_ctx: int, notes: list[str]) -> CandidatePlan:
+    """Set ``ngl``/``draft_ngl`` for the two GPU placements of each draft.
+
+    ``draft-on-gpu``: the draft fully on the GPU, the target gets the most layers that still fit
+    (``tuner.hardware.memory.max_target_ngl``). ``target-whole``: every target layer on the GPU, the draft
+    on the CPU (``draft_ngl`` 0). When the first already keeps the target whole, the second is dropped.
+    """
+    from dataclasses import replace
+
+    try:
+        from tuner.hardware.memory import MemoryRequest, load_model_spec, max_target_ngl
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"GPU placement unavailable ({exc}); the server's --fit decides")
+        return plan
+    out: list[Candidate] = []
+    try:
+        tspec = load_model_spec(str(target_path))
+    except Exception as exc:  # noqa: BLE001
+        notes.append(f"cannot read {target_path.name} for the memory plan ({exc}); the server's --fit decides")
+        return plan
+    full = tspec.n_layer + 1
+    for c in plan.drafts:
+        try:
+            dspec = load_model_spec(c.draft_path) if c.draft_path else None
+            if c.placement == "draft-on-gpu":
+                ngl = max_target_ngl(MemoryRequest(target=tspec, draft=dspec, spec_type=c.spec_type, draft_ngl=None,
+                                                   n_ctx=n_ctx, n_parallel=1), devices)
+                out.append(replace(c, ngl=ngl, draft_ngl=None))
+            elif c.placement == "target-whole":
+                twin = next((o for o in out if o.draft_path == c.draft_path and o.placement == "draft-on-gpu"), None)
+                if twin is not None and twin.ngl is not None and twin.ngl >= full:
+                    continue
+                out.append(replace(c, ngl=full, draft_ngl=0))
+            else:
+                out.append(c)
+        except Exception as exc:  # noqa: BLE001
+            notes.append(f"memory plan failed for {c.label}: {exc}")
+            out.append(c)
+    return replace(plan, drafts=tuple(out))
+
+
+def _decision_from_profile(p: Profile) -> Decision:
+    """Rebuild the :class:`Decision` summary saved in a profile."""
+    d = p.decision
+    winner = Candidate.from_json(p.winner)
+    best = d.get("best_speculative")
+    return Decision(
+        winner=winner,
+        gen_tokens_per_s=d.get("gen_tokens_per_s"),
+        baseline_gen_tokens_per_s=d.get("baseline_gen_tokens_per_s"),
+        speedup=float(d.get("speedup") or 1.0),
+        speedup_ci_low=d.get("speedup_ci_low"),
+        speedup_ci_high=d.get("speedup_ci_high"),
+        reason=str(d.get("reason") or ""),
+        best_speculative=Candidate.from_json(best) if best else None,
+        best_speculative_speedup=d.get("best_speculative_speedup"),
+        lossless=d.get("lossless"),
+    )
