@@ -99,7 +99,7 @@ def find_server_binary() -> Path | None:
         from tuner.server.discovery import find_server  # type: ignore[import-not-found]
 
         try:
-            return Path(find_server().path)
+            return Path(find_server(read_build=False).path)
         except Exception:  # noqa: BLE001 - not found is an answer, not a crash
             return None
     except ImportError:

@@ -577,8 +577,10 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
     else:
         margin = hhead
     fits = all(p.fits is not False for p in dplans) and hplan.fits is not False
-    if ngl > 0 and not devs:
+    if request.ngl is not None and request.ngl > 0 and not devs:
         notes.append("no GPU: every layer runs on the CPU (ngl has no effect)")
+    if not devs and dngl is not None:
+        dngl = 0
     return MemoryPlan(fits, margin, tuple(dplans), hplan, ngl if devs else 0, dngl, n_ctx, n_ctx_slot, n_par,
                       unified, tuple(notes))
 

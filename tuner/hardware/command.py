@@ -1,0 +1,161 @@
+"""``draftwise devices`` and ``draftwise plan``: the hardware package's CLI.
+
+Machine-readable output (``--json``) goes to stdout; progress and notes to stderr.
+"""
+
+from __future__ import annotations
+
+import argparse
+import dataclasses
+import json
+import sys
+from pathlib import Path
+
+from tuner.hardware.devices import Devices, detect_devices, find_server_binary
+from tuner.hardware.memory import (
+    MemoryPlan,
+    MemoryRequest,
+    load_model_spec,
+    max_target_ngl,
+    plan_memory,
+)
+
+MIB = 1024 * 1024
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add the ``devices`` and ``plan`` sub-commands."""
+    p = subparsers.add_parser("devices", help="list GPUs, their memory budgets, and host RAM/CPU")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    p.add_argument("--server", help="llama-server binary to ask (--list-devices); default: found automatically")
+    p.set_defaults(func=cmd_devices)
+
+    p = subparsers.add_parser("plan", help="memory plan of one configuration: where every byte goes, does it fit")
+    p.add_argument("--target", required=True, help="target model GGUF")
+    p.add_argument("--draft", help="draft model GGUF (implies --spec-type draft-simple)")
+    p.add_argument("--spec-type", help="--spec-type value (default: draft-simple with --draft, else none)")
+    p.add_argument("--ctx", type=int, default=4096, help="context size n_ctx (-c), default 4096")
+    p.add_argument("--ngl", type=int, help="target GPU layers (default: all)")
+    p.add_argument("--draft-ngl", type=int, help="draft GPU layers (default: all)")
+    p.add_argument("--np", type=int, default=1, help="parallel slots (-np), default 1; 0 = server auto (4, unified KV)")
+    p.add_argument("--ctk", default="f16", help="KV cache type K (-ctk)")
+    p.add_argument("--ctv", default="f16", help="KV cache type V (-ctv)")
+    p.add_argument("--margin-mib", type=int, default=1024, help="free memory kept on every GPU (--fit-target), MiB")
+    p.add_argument("--server", help="llama-server binary (for --list-devices); default: found automatically")
+    p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    p.set_defaults(func=cmd_plan)
+
+
+def _mib(n: int | None) -> str:
+    if n is None:
+        return "unknown"
+    if abs(n) >= 10 * 1024 * MIB:
+        return f"{n / (1024 * MIB):.1f} GiB"
+    return f"{n / MIB:.1f} MiB"
+
+
+def _detect(server: str | None) -> Devices:
+    binary = Path(server) if server else find_server_binary()
+    print(f"asking {binary} --list-devices ..." if binary else "no llama-server found; using NVML/sysfs only",
+          file=sys.stderr)
+    return detect_devices(binary)
+
+
+def devices_json(devs: Devices) -> dict:
+    """The JSON shape of ``draftwise devices --json``."""
+    return dataclasses.asdict(devs)
+
+
+def cmd_devices(args: argparse.Namespace) -> int:
+    """``draftwise devices``: print the devices (exit 0 also when CPU-only)."""
+    devs = _detect(args.server)
+    if args.json:
+        json.dump(devices_json(devs), sys.stdout, indent=2)
+        print()
+        return 0
+    print(f"Host: {_mib(devs.ram_total_bytes)} RAM ({_mib(devs.ram_available_bytes)} available), "
+          f"{devs.cpu_cores} cores / {devs.cpu_threads} threads")
+    if devs.cpu_only:
+        print("GPUs: none (CPU-only: every layer runs on the CPU)")
+    else:
+        print("GPUs (llama.cpp order):" if devs.listed_by_llama else "GPUs (order from NVML/sysfs):")
+        for d in devs.devices:
+            kind = ", unified memory" if d.unified_memory else ""
+            print(f"  [{d.index}] {d.name}: {d.description or '?'} ({d.backend}{kind})")
+            print(f"      total {_mib(d.total_bytes)}, free {_mib(d.free_bytes)}, budget {_mib(d.budget_bytes)}"
+                  f"  [source: {d.source}]")
+            for n in d.notes:
+                print(f"      note: {n}")
+    for n in devs.notes:
+        print(f"note: {n}")
+    return 0
+
+
+def plan_json(plan: MemoryPlan, max_ngl: int | None) -> dict:
+    """The JSON shape of ``draftwise plan --json``."""
+    out = dataclasses.asdict(plan)
+    out["total_bytes"] = plan.total_bytes
+    for dev in out["devices"]:
+        dev["need"]["total_bytes"] = sum(v for v in dev["need"].values())
+    out["host"]["need"]["total_bytes"] = plan.host.need.total_bytes
+    out["max_target_ngl"] = max_ngl
+    return out
+
+
+_COLS = (("target_weights_bytes", "target W"), ("target_kv_bytes", "target KV"), ("draft_weights_bytes", "draft W"),
+         ("draft_kv_bytes", "draft KV"), ("mtp_kv_bytes", "MTP KV"), ("compute_bytes", "compute"),
+         ("output_bytes", "output"))
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``draftwise plan``: exit 0 when the plan fits, 1 when it does not, 2 on a bad model file."""
+    try:
+        target = load_model_spec(args.target)
+        draft = load_model_spec(args.draft) if args.draft else None
+    except Exception as exc:  # noqa: BLE001 - GGUFError / ValueError name the file
+        print(f"draftwise plan: {exc}", file=sys.stderr)
+        return 2
+    spec_type = args.spec_type or ("draft-simple" if draft else "none")
+    req = MemoryRequest(target=target, draft=draft, spec_type=spec_type, ngl=args.ngl, draft_ngl=args.draft_ngl,
+                        n_ctx=args.ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
+                        n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB)
+    devs = _detect(args.server)
+    try:
+        plan = plan_memory(req, devs)
+    except ValueError as exc:
+        print(f"draftwise plan: {exc}", file=sys.stderr)
+        return 2
+    max_ngl = max_target_ngl(req, devs) if devs.devices else None
+    if args.json:
+        json.dump(plan_json(plan, max_ngl), sys.stdout, indent=2)
+        print()
+        return 0 if plan.fits else 1
+    dtext = f", draft {Path(args.draft).name} ({draft.n_layer} blocks, {_mib(draft.weights_bytes)})" if draft else ""
+    print(f"Plan: target {Path(args.target).name} ({target.n_layer} blocks, {_mib(target.weights_bytes)}){dtext}")
+    print(f"      --spec-type {spec_type}, n_ctx {plan.n_ctx} ({plan.n_parallel} slot(s) x {plan.n_ctx_slot}, "
+          f"{'unified' if plan.kv_unified else 'per-slot'} KV, {args.ctk}/{args.ctv}), "
+          f"target ngl {plan.target_ngl}" + (f", draft ngl {plan.draft_ngl}" if draft else ""))
+    header = f"{'place':<12}" + "".join(f"{h:>11}" for _, h in _COLS) + f"{'total':>11}{'budget':>11}{'headroom':>11}"
+    print(header)
+    rows = [(f"{p.device_name}", p.need, p.budget_bytes, p.headroom_bytes) for p in plan.devices]
+    rows.append(("host RAM", plan.host.need, plan.host.ram_available_bytes, plan.host.headroom_bytes))
+    for name, need, budget, head in rows:
+        cells = "".join(f"{_mib(getattr(need, k)):>11}" for k, _ in _COLS)
+        print(f"{name:<12}{cells}{_mib(need.total_bytes):>11}{_mib(budget):>11}{_mib(head):>11}")
+    for p in plan.devices:
+        print(f"  {p.device_name}: {p.target_layers} target blocks"
+              + (" + output layer" if p.output_on_device else "")
+              + (f", {p.draft_layers} draft blocks" if draft else "")
+              + f"; {_mib(p.margin_bytes)} kept free")
+    if not devs.devices:
+        print("  CPU-only: everything in host RAM (budget = available RAM)")
+    if plan.fits:
+        print(f"Verdict: FITS, headroom {_mib(plan.margin_bytes)}")
+    else:
+        print(f"Verdict: DOES NOT FIT, short by {_mib(-plan.margin_bytes if plan.margin_bytes is not None else None)}")
+    if max_ngl is not None:
+        print(f"Largest target ngl that fits{' next to this draft placement' if draft else ''}: {max_ngl} "
+              f"(of {target.n_layer + 1})")
+    for n in plan.notes + devs.notes:
+        print(f"note: {n}")
+    return 0 if plan.fits else 1
