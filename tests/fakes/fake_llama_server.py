@@ -42,6 +42,9 @@ def parse(argv: list[str]) -> dict:
         if a in ("-h", "--help", "--usage"):
             sys.stdout.write(HELP_FILE.read_text(encoding="utf-8"))
             sys.exit(0)
+        if a == "--list-devices":
+            sys.stdout.write("Available devices:\n  (none)\n")
+            sys.exit(0)
         if a == "--version":
             sys.stderr.write("version: 11434 (fa4e1ce)\nbuilt with fake for testing\n")
             sys.exit(0)

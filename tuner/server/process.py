@@ -353,6 +353,25 @@ def process_exists(pid: int) -> bool:
         return False
 
 
+def tree_usage(pid: int) -> tuple[int, float] | None:
+    """``(rss_bytes, cpu_seconds)`` summed over ``pid`` and its descendants; None when gone."""
+    try:
+        root = psutil.Process(pid)
+        procs = [root] + root.children(recursive=True)
+    except psutil.NoSuchProcess:
+        return None
+    rss, cpu = 0, 0.0
+    for p in procs:
+        try:
+            with p.oneshot():
+                rss += p.memory_info().rss
+                t = p.cpu_times()
+                cpu += t.user + t.system
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return rss, cpu
+
+
 def find_processes(name_part: str) -> list[int]:
     """Pids whose executable name or first argv element contains ``name_part`` (for checks)."""
     out = []

@@ -82,6 +82,10 @@ class StateChange:
     message: str
     time_s: float
 
+    def __str__(self) -> str:
+        """The new state's name (``"ready"``), so ``str(change)`` reads like the state."""
+        return self.state.value
+
 
 class ServerStartError(RuntimeError):
     """The server did not become ready; ``diagnosis`` says why (with log evidence)."""

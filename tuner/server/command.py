@@ -1,0 +1,326 @@
+"""``draftwise serve`` and ``draftwise doctor``.
+
+serve: run one supervised llama-server in the foreground until Ctrl-C (endpoint on stdout, state
+changes on stderr), either from flags (``--target`` [``--draft``, ``--spec-type``, ``--n-max``]) or
+from the saved tuning profile (``--models DIR [--target NAME|PATH]``).
+
+doctor: which binary, its build, devices, flag dialect, and a few-second self-test that proves
+speculation really happens on this build (the bundled demo model as both target and draft with
+``draft-simple``: ``/slots[].speculative`` true and ``timings.draft_n`` > 0).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import signal
+import sys
+import threading
+import time
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from tuner.server.argv import UnsupportedConfigError
+from tuner.server.config import ServerConfig
+from tuner.server.dialect import Dialect, DialectError, probe_dialect
+from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_server
+from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
+
+SELFTEST_PROMPT = "Once upon a time, there was a little girl named Lily."
+
+
+def _err(msg: str) -> None:
+    print(msg, file=sys.stderr, flush=True)
+
+
+def register(subparsers: argparse._SubParsersAction) -> None:
+    """Add ``serve`` and ``doctor`` to the ``draftwise`` CLI."""
+    p = subparsers.add_parser(
+        "serve", help="run a supervised llama-server in the foreground",
+        description="Run llama-server under supervision until Ctrl-C. Either give --target (and "
+        "optionally --draft/--spec-type/--n-max), or --models DIR to serve the tuned profile.")
+    p.add_argument("--target", help="target GGUF (with --models: its file name, stem or path)")
+    p.add_argument("--draft", help="draft GGUF (implies --spec-type draft-simple)")
+    p.add_argument("--spec-type", help="speculation type, e.g. none, draft-simple, draft-mtp, ngram-mod")
+    p.add_argument("--n-max", type=int, help="draft length n_max")
+    p.add_argument("--models", help="models folder that was tuned: serve its saved profile")
+    p.add_argument("--port", type=int, help="TCP port (default: a free one)")
+    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
+    p.add_argument("--ctx", type=int, dest="n_ctx", help="context size n_ctx")
+    p.add_argument("--ngl", help="target GPU layers (number, auto or all)")
+    p.add_argument("--draft-ngl", help="draft GPU layers (number, auto or all)")
+    p.add_argument("--server", help="llama-server binary (default: discovered)")
+    p.add_argument("--ready-timeout", type=float, default=None, help="seconds to wait for readiness")
+    p.set_defaults(func=cmd_serve)
+
+    d = subparsers.add_parser(
+        "doctor", help="check llama-server: binary, build, devices, flags, speculation self-test",
+        description="Report the llama-server binary, its build, devices and flag dialect, and run a "
+        "few-second self-test proving speculative decoding happens on this build.")
+    d.add_argument("--server", help="llama-server binary (default: discovered)")
+    d.add_argument("--json", action="store_true", help="print the report as JSON")
+    d.add_argument("--no-self-test", action="store_true", help="skip the speculation self-test")
+    d.add_argument("--timeout", type=float, default=60.0, help="self-test time limit in seconds")
+    d.set_defaults(func=cmd_doctor)
+
+
+def _layers(v: str | None) -> int | str | None:
+    if v is None:
+        return None
+    return int(v) if v.lstrip("-").isdigit() else v
+
+
+def config_from_args(args: argparse.Namespace) -> ServerConfig:
+    """The :class:`ServerConfig` a ``serve`` command line asks for.
+
+    Raises:
+        ValueError: inconsistent flags (message names them).
+        LookupError / ProfileError: from ``config_from_profile`` with ``--models``.
+    """
+    if args.models and not args.draft and not args.spec_type:
+        from tuner.calibration.serving import config_from_profile  # lazy: calibration is above us
+
+        cfg = config_from_profile(Path(args.models), args.target)
+        over: dict[str, Any] = {}
+        if args.port is not None:
+            over["port"] = args.port
+        if args.host:
+            over["host"] = args.host
+        if over:
+            from dataclasses import replace
+
+            cfg = replace(cfg, **over)
+        return cfg
+    if not args.target:
+        raise ValueError("serve needs --target T (or --models DIR to serve a tuned profile)")
+    target = Path(args.target)
+    if args.models and not target.is_file():
+        target = Path(args.models) / args.target
+    spec = args.spec_type or ("draft-simple" if args.draft else "none")
+    speculative = spec != "none"
+    return ServerConfig(
+        model_path=target.absolute(),
+        draft_path=Path(args.draft).absolute() if args.draft else None,
+        spec_type=spec,
+        n_max=args.n_max,
+        ngl=_layers(args.ngl),
+        draft_ngl=_layers(args.draft_ngl) if args.draft else None,
+        n_ctx=args.n_ctx,
+        n_parallel=1 if speculative else None,
+        host=args.host or "127.0.0.1",
+        port=args.port,
+    )
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    """Run the server until Ctrl-C/SIGTERM. Exit 0 after a clean stop, 1 if it failed, 2 for a
+    bad command line / missing profile / missing binary."""
+    try:
+        cfg = config_from_args(args)
+    except Exception as exc:  # ValueError, NoProfileError, ProfileError, ImportError
+        _err(f"draftwise serve: {exc}")
+        return 2
+    if not cfg.model_path.is_file():
+        _err(f"draftwise serve: target model not found: {cfg.model_path}")
+        return 2
+    try:
+        binary = find_server(args.server)
+        sup = Supervisor(binary, auto_restart=True)
+    except (ServerNotFoundError, DialectError) as exc:
+        _err(f"draftwise serve: {exc}")
+        return 2
+
+    done = threading.Event()
+
+    def on_state(ch: StateChange) -> None:
+        line = f"[{time.strftime('%H:%M:%S')}] {ch.state.value}: {ch.message}"
+        _err(line)
+        if ch.state == ServerState.FAILED and ch.previous != ServerState.STARTING:
+            done.set()
+        if ch.state == ServerState.READY:
+            print(f"{ch.base_url}/v1", flush=True)
+
+    sup.on_state(on_state)
+    prev = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGTERM,) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()):
+            prev[sig] = signal.signal(sig, lambda *_: done.set())
+    _err(f"llama-server: {binary.path} (build {binary.build or 'unknown'}, {sup.dialect.spec_style} flags)")
+    try:
+        sup.start(cfg, startup_timeout_s=args.ready_timeout)
+        _err("argv: " + " ".join(sup.argv or []))
+        sup.wait_ready()
+        while not done.wait(0.5):
+            if sup.state == ServerState.FAILED:
+                break
+    except UnsupportedConfigError as exc:
+        _err(f"draftwise serve: {exc}")
+        return 2
+    except ServerStartError as exc:
+        _print_diagnosis(exc.diagnosis, sup)
+        sup.stop()
+        return 1
+    except KeyboardInterrupt:
+        _err("stopping (Ctrl-C)")
+    finally:
+        for sig, handler in prev.items():
+            signal.signal(sig, handler)
+    failed = sup.state == ServerState.FAILED
+    if failed and sup.diagnosis is not None:
+        _print_diagnosis(sup.diagnosis, sup)
+    sup.stop()
+    return 1 if failed else 0
+
+
+def _print_diagnosis(diag: Any, sup: Supervisor | None) -> None:
+    _err(f"llama-server failed: {diag.message} [{diag.code}]")
+    for line in diag.evidence[-15:]:
+        _err(f"  | {line}")
+    if sup is not None and sup.log_path is not None:
+        _err(f"full log: {sup.log_path}")
+
+
+def _demo_model() -> Path:
+    from tuner.resources import resource_path
+
+    return resource_path("demo", "stories260K.gguf")
+
+
+def self_test(binary: ServerBinary, dialect: Dialect, model: Path | None = None, timeout_s: float = 60.0) -> dict:
+    """Prove speculation happens: demo model as target and draft, ``draft-simple``, n_max 4.
+
+    Returns a dict: ``ok`` (bool), ``speculative`` (``/slots`` flag), ``draft_n``,
+    ``draft_n_accepted``, ``acceptance_rate``, ``gen_tokens_per_s``, ``seconds``, ``error``
+    (a message when not ok), ``diagnosis_code``.
+    """
+    model = model or _demo_model()
+    out: dict[str, Any] = {"ok": False, "model": str(model), "speculative": None, "draft_n": None,
+                           "draft_n_accepted": None, "acceptance_rate": None, "gen_tokens_per_s": None,
+                           "seconds": None, "error": None, "diagnosis_code": None}
+    t0 = time.monotonic()
+    if not model.is_file():
+        out["error"] = f"demo model missing: {model}"
+        return out
+    cfg = ServerConfig(model_path=model, draft_path=model, spec_type="draft-simple", n_max=4, n_ctx=256,
+                       n_parallel=1)
+    sup = Supervisor(binary, dialect)
+    try:
+        sup.start(cfg, startup_timeout_s=timeout_s)
+        sup.wait_ready(timeout_s=timeout_s)
+        with sup.client(timeout_s=timeout_s) as c:
+            slots = c.slots()
+            out["speculative"] = bool(slots) and all(bool(s.get("speculative")) for s in slots)
+            res = c.completion(SELFTEST_PROMPT, 48, temperature=0.0, cache_prompt=False, timeout_s=timeout_s)
+        t = res.get("timings", {})
+        out["draft_n"] = int(t.get("draft_n", 0))
+        out["draft_n_accepted"] = int(t.get("draft_n_accepted", 0))
+        if out["draft_n"]:
+            out["acceptance_rate"] = out["draft_n_accepted"] / out["draft_n"]
+        out["gen_tokens_per_s"] = t.get("predicted_per_second")
+        out["ok"] = bool(out["speculative"]) and out["draft_n"] > 0
+        if not out["ok"]:
+            out["error"] = ("speculation inactive: /slots speculative is false" if not out["speculative"]
+                            else "no tokens were drafted (timings.draft_n is 0)")
+    except UnsupportedConfigError as exc:
+        out["error"] = str(exc)
+    except ServerStartError as exc:
+        out["error"] = exc.diagnosis.message
+        out["diagnosis_code"] = exc.diagnosis.code
+        out["evidence"] = list(exc.diagnosis.evidence[-10:])
+    except Exception as exc:  # client errors: report, do not crash the doctor
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        sup.stop(grace_s=3.0)
+        out["seconds"] = round(time.monotonic() - t0, 2)
+    return out
+
+
+def _devices_report(binary: ServerBinary) -> dict:
+    try:
+        from tuner.hardware import detect_devices  # type: ignore[attr-defined]
+    except ImportError:
+        try:
+            from tuner.hardware.devices import detect_devices  # type: ignore[no-redef]
+        except ImportError:
+            return {"available": False, "note": "tuner.hardware not installed"}
+    try:
+        devs = detect_devices(binary.path)
+    except Exception as exc:  # the hardware package promises not to raise; be safe anyway
+        return {"available": False, "note": f"device detection failed: {exc}"}
+    rows = []
+    for d in getattr(devs, "devices", ()):
+        rows.append({"index": d.index, "name": d.name, "backend": d.backend, "total_bytes": d.total_bytes,
+                     "free_bytes": d.free_bytes, "budget_bytes": d.budget_bytes})
+    return {"available": True, "devices": rows, "ram_total_bytes": getattr(devs, "ram_total_bytes", None),
+            "cpu_cores": getattr(devs, "cpu_cores", None), "notes": list(getattr(devs, "notes", ()))}
+
+
+def _gib(v: int | None) -> str:
+    return "unknown" if v is None else f"{v / 2**30:.1f} GiB"
+
+
+def cmd_doctor(args: argparse.Namespace) -> int:
+    """Print the doctor report. Exit 0 when the self-test passed (or was skipped), 1 when it
+    failed, 2 when no binary / no readable ``--help``."""
+    report: dict[str, Any] = {}
+    try:
+        binary = find_server(args.server)
+    except ServerNotFoundError as exc:
+        report["error"] = str(exc)
+        print(json.dumps(report, indent=2) if args.json else f"llama-server: NOT FOUND\n{exc}")
+        return 2
+    report["binary"] = {"path": str(binary.path), "source": binary.source, "build": binary.build,
+                        "commit": binary.commit, "version": binary.version_text}
+    try:
+        dialect = probe_dialect(binary.path)
+    except DialectError as exc:
+        report["error"] = str(exc)
+        print(json.dumps(report, indent=2) if args.json else f"llama-server: {binary.path}\n{exc}")
+        return 2
+    report["dialect"] = {"spec_style": dialect.spec_style, "spec_types": list(dialect.spec_types),
+                         "fit": dialect.has_fit, "metrics": dialect.has_metrics, "slots": dialect.has_slots,
+                         "list_devices": dialect.has_list_devices,
+                         "removed_flags": [f for f, _ in dialect.removed_flags]}
+    if not args.json:
+        print(f"llama-server: {binary.path}  (found via {binary.source})")
+        print(f"build:        {binary.build if binary.build is not None else 'unknown'}"
+              f"{' (' + binary.commit + ')' if binary.commit else ''}")
+        print(f"flags:        {dialect.spec_style} dialect; --fit {'yes' if dialect.has_fit else 'no'}, "
+              f"--metrics {'yes' if dialect.has_metrics else 'no'}, --list-devices "
+              f"{'yes' if dialect.has_list_devices else 'no'}")
+        print(f"spec types:   {', '.join(dialect.spec_types) or '(none)'}")
+        sys.stdout.flush()
+    _err("detecting devices...")
+    report["devices"] = _devices_report(binary)
+    if not args.json:
+        dev = report["devices"]
+        if not dev.get("available"):
+            print(f"devices:      unknown ({dev.get('note')})")
+        elif not dev["devices"]:
+            print(f"devices:      CPU only; RAM {_gib(dev.get('ram_total_bytes'))}, {dev.get('cpu_cores')} cores")
+        else:
+            for r in dev["devices"]:
+                print(f"device {r['index']}:     {r['name']} ({r['backend']}), total {_gib(r['total_bytes'])}, "
+                      f"free {_gib(r['free_bytes'])}")
+        for n in dev.get("notes", []):
+            print(f"  note: {n}")
+        sys.stdout.flush()
+    rc = 0
+    if not args.no_self_test:
+        _err("self-test: demo model as target and draft, draft-simple, n_max 4 ...")
+        st = self_test(binary, dialect, timeout_s=args.timeout)
+        report["self_test"] = st
+        rc = 0 if st["ok"] else 1
+        if not args.json:
+            if st["ok"]:
+                print(f"self-test:    OK, speculation active: draft_n {st['draft_n']}, accepted "
+                      f"{st['draft_n_accepted']} ({100 * (st['acceptance_rate'] or 0):.0f} %), "
+                      f"{st['gen_tokens_per_s'] or 0:.0f} tokens/s, {st['seconds']} s")
+            else:
+                print(f"self-test:    FAILED: {st['error']}")
+                for line in st.get("evidence", []):
+                    print(f"  | {line}")
+    if args.json:
+        print(json.dumps(report, indent=2, default=str))
+    return rc
