@@ -1,0 +1,129 @@
+"""Tuner quality: exhaustive grid vs the tuner on a generated family, side by side in one run.
+
+    python bench/tune_quality.py [--server PATH] [--n-predict 96] [--prompts 3] [--reps 2] [--budget 180]
+
+1. Generates the DESIGN.md acceptance-dial family (768 wide, 12 blocks F16 target, a good 2-block draft,
+   an unrelated 2-block draft; ε = 0.05) in a temp folder.
+2. Exhaustive grid: the baseline, every n-gram type, and each draft with ``draft-simple`` at every
+   draft length 1–16, each measured with the tuner's own protocol (one launch, warm-up, greedy,
+   fixed n_predict, ``--reps`` repetitions).
+3. The tuner: ``tune(...)`` on the same folder, prompts and n_predict.
+4. Prints the grid table, the tuner's pick, ``pick/best`` (the pick's throughput *as measured in the
+   grid* ÷ the best grid throughput) and ``wall-time ratio`` (tuner ÷ grid).
+
+Goal (issue 5): pick/best ≥ 0.95 with wall-time ratio ≤ 0.35. Exit status 0 when both hold, 1 otherwise.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.synth import make_family  # noqa: E402
+from tuner.calibration.candidates import NGRAM_TYPES, Candidate  # noqa: E402
+from tuner.calibration.engine import _supervisor_launch_fn, select_prompts  # noqa: E402
+from tuner.calibration.measure import measure_candidate  # noqa: E402
+from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
+from tuner.calibration.tune import tune  # noqa: E402
+from tuner.profiles import ProfileStore  # noqa: E402
+from tuner.server.dialect import probe_dialect  # noqa: E402
+from tuner.server.discovery import find_server  # noqa: E402
+from tuner.server.supervisor import Supervisor  # noqa: E402
+
+PROMPTS = [
+    Prompt("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", "code"),
+    Prompt("Once upon a time, in a small village by the sea, there lived", "creative"),
+    Prompt("Question: what is 17 times 23? Answer step by step.", "math"),
+    Prompt("Translate to French: The weather is nice today and we are going to the park.", "translation"),
+]
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", help="llama-server binary (default: discovered)")
+    ap.add_argument("--n-predict", type=int, default=96)
+    ap.add_argument("--prompts", type=int, default=3, help="prompts used (of 4)")
+    ap.add_argument("--reps", type=int, default=2, help="grid repetitions per candidate")
+    ap.add_argument("--budget", type=float, default=180.0, help="tuner budget (s)")
+    ap.add_argument("--n-ctx", type=int, default=1024)
+    ap.add_argument("--json", action="store_true", help="print the figures as one JSON object too")
+    args = ap.parse_args(argv)
+
+    work = Path(tempfile.mkdtemp(prefix="dw-tune-quality-"))
+    os.environ["DRAFTWISE_HOME"] = str(work / "home")
+    fam = make_family(work / "models", n_embd=768, n_layers=12, draft_layers=2, eps=0.05, dtype="f16")
+    ps = make_prompt_set(PROMPTS[: args.prompts], source="bench")
+    chosen = select_prompts(ps, None)
+    binary = find_server(args.server)
+    dialect = probe_dialect(binary.path)
+    target = fam.target.resolve()
+
+    # Exhaustive grid.
+    grid = [Candidate()] + [Candidate(spec_type=t) for t in NGRAM_TYPES if t in dialect.spec_types]
+    for d in (fam.good_draft, fam.unrelated_draft):
+        grid += [Candidate(spec_type="draft-simple", draft_path=str(d.resolve()), n_max=k, p_min=0.0)
+                 for k in range(1, 17)]
+    cancel = threading.Event()
+    sup = Supervisor(binary, dialect)
+    launch = _supervisor_launch_fn(sup, target, args.n_ctx, None, lambda *a, **k: None, None)
+    results: dict[tuple, float | None] = {}
+    base_out: dict = {}
+    t0 = time.monotonic()
+    try:
+        for i, c in enumerate(grid):
+            m = measure_candidate(launch, c, chosen, list(range(args.reps)), args.n_predict, cancel,
+                                  baseline_outputs=base_out if not c.is_baseline else None, stage="grid")
+            if c.is_baseline:
+                base_out.update({(s.prompt_index, s.repetition): s.content for s in m.samples if s.content})
+            results[c.key] = m.gen_tokens_per_s if m.ok else None
+            acc = f"{100 * m.acceptance:.0f} %" if m.acceptance is not None else "-"
+            print(f"[grid {i + 1:2d}/{len(grid)}] {c.label:<44} {m.gen_tokens_per_s or 0:8.1f} tok/s  acc {acc}"
+                  + (f"  FAILED: {m.error}" if not m.ok else ""), file=sys.stderr, flush=True)
+    finally:
+        sup.stop()
+    grid_s = time.monotonic() - t0
+    best_key = max((k for k in results if results[k]), key=lambda k: results[k])  # type: ignore[arg-type,return-value]
+    best_tps = results[best_key]
+    base_tps = results[Candidate().key]
+
+    # The tuner.
+    t1 = time.monotonic()
+    res = tune(work / "models", prompts=ps, budget_s=args.budget, force=True, server=binary.path,
+               store=ProfileStore(work / "profiles"), n_predict=args.n_predict, n_ctx=args.n_ctx,
+               on_event=lambda ev: print(f"  tune {ev.elapsed_s:6.1f}s {ev.kind}: {ev.message}", file=sys.stderr)
+               if ev.kind != "progress" else None)
+    tune_s = time.monotonic() - t1
+    pick = res.decision.winner if res.decision else Candidate()
+    pick_grid = pick
+    if pick.spec_type == "draft-simple":
+        pick_grid = Candidate(spec_type="draft-simple", draft_path=pick.draft_path, n_max=pick.n_max, p_min=0.0)
+    pick_tps = results.get(pick_grid.key)
+    ratio = (pick_tps / best_tps) if (pick_tps and best_tps) else None
+    time_ratio = tune_s / grid_s
+    best_label = next(c.label for c in grid if c.key == best_key)
+    print(f"\ngrid: {len(grid)} candidates in {grid_s:.0f} s; best {best_label} at {best_tps:.1f} tok/s "
+          f"(baseline {base_tps:.1f} tok/s, {best_tps / base_tps:.2f}x)")
+    print(f"tuner: {len(res.measurements)} launches in {tune_s:.0f} s; pick {pick.label} "
+          f"(tuner measured {res.decision.gen_tokens_per_s:.1f} tok/s, grid measured "
+          f"{pick_tps if pick_tps is not None else float('nan'):.1f} tok/s)")
+    print(f"pick/best throughput ratio: {ratio if ratio is not None else float('nan'):.3f}")
+    print(f"wall-time ratio (tuner/grid): {time_ratio:.3f}")
+    ok = ratio is not None and ratio >= 0.95 and time_ratio <= 0.35
+    if args.json:
+        print(json.dumps({"grid_s": grid_s, "tune_s": tune_s, "best": best_label, "best_tps": best_tps,
+                          "baseline_tps": base_tps, "pick": pick.label, "pick_grid_tps": pick_tps,
+                          "pick_best_ratio": ratio, "wall_time_ratio": time_ratio, "ok": ok}))
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
