@@ -1,0 +1,179 @@
+"""Memory plan rules: KV formula and slot rules, layer placement by ngl, draft/MTP KV, header reading."""
+
+from __future__ import annotations
+
+from dataclasses import replace
+
+import pytest
+
+from tests.hardware.conftest import dense_spec, gpu_devices
+from tuner.hardware.devices import Devices
+from tuner.hardware.memory import (
+    GIB,
+    MIB,
+    MemoryRequest,
+    ModelMemorySpec,
+    kv_type_bytes,
+    load_model_spec,
+    max_target_ngl,
+    plan_memory,
+    spec_from_header,
+)
+
+CPU_ONLY = Devices((), 16 * GIB, 12 * GIB, 4, (), 8, None, True)
+
+
+def small(n_layer=8, n_head_kv=2, head_dim=64, **kw) -> ModelMemorySpec:
+    return dense_spec("m", file_bytes=kw.pop("file_bytes", 400 * MIB), n_layer=n_layer, n_embd=512, n_head=8,
+                      n_head_kv=n_head_kv, head_dim=head_dim, n_ff=1536, n_vocab=32000, **kw)
+
+
+def test_kv_bytes_follow_the_formula_on_the_cpu():
+    m = small()
+    plan = plan_memory(MemoryRequest(target=m, n_ctx=1000, n_parallel=1), CPU_ONLY)
+    # n_ctx padded to 256: 1000 -> 1024; n_layer x n_ctx x n_head_kv x (k + v) x 2 bytes (f16)
+    assert plan.n_ctx == 1024
+    assert plan.host.need.target_kv_bytes == 8 * 1024 * 2 * (64 + 64) * 2
+    q8 = plan_memory(MemoryRequest(target=m, n_ctx=1024, cache_type_k="q8_0", cache_type_v="q8_0"), CPU_ONLY)
+    assert q8.host.need.target_kv_bytes == pytest.approx(8 * 1024 * 2 * 128 * 34 / 32)
+    with pytest.raises(ValueError, match="-ctk"):
+        kv_type_bytes("q3_weird")
+
+
+def test_slots_and_unified_kv_rules():
+    m = small()
+    # explicit -np 2 -c 512: per-slot KV, n_ctx_slot 256 (reference 5.3 [emp])
+    p = plan_memory(MemoryRequest(target=m, n_ctx=512, n_parallel=2), CPU_ONLY)
+    assert (p.n_parallel, p.n_ctx_slot, p.kv_unified, p.n_ctx) == (2, 256, False, 512)
+    # auto -np: 4 slots, unified KV, n_ctx_slot = the whole pool
+    a = plan_memory(MemoryRequest(target=m, n_ctx=512, n_parallel=None), CPU_ONLY)
+    assert (a.n_parallel, a.n_ctx_slot, a.kv_unified) == (4, 512, True)
+    # the KV pool is the same size either way: slots split it, they do not multiply it
+    assert a.host.need.target_kv_bytes == p.host.need.target_kv_bytes
+    # -np 3 -c 1000: n_ctx padded to 1024, per slot 1024/3 = 341 -> padded to 512, 3 x 512 = 1536 cells
+    q = plan_memory(MemoryRequest(target=m, n_ctx=1000, n_parallel=3), CPU_ONLY)
+    assert (q.n_ctx_slot, q.n_ctx) == (512, 1536)
+
+
+def test_draft_kv_uses_the_same_n_ctx_and_draft_cache_types():
+    t, d = small(n_layer=8), small(n_layer=2, file_bytes=60 * MIB)
+    t = replace(t, context_length=131072)
+    d = replace(d, context_length=32768)  # training context must NOT size the draft KV
+    base = MemoryRequest(target=t, draft=d, spec_type="draft-simple", n_ctx=2048, cache_type_k="q8_0",
+                         cache_type_v="q8_0")
+    p = plan_memory(base, CPU_ONLY)
+    assert p.host.need.draft_kv_bytes == 2 * 2048 * 2 * 128 * 2  # f16 default for -ctkd/-ctvd
+    p2 = plan_memory(replace(base, cache_type_k_draft="q8_0", cache_type_v_draft="q8_0"), CPU_ONLY)
+    assert p2.host.need.draft_kv_bytes < p.host.need.draft_kv_bytes
+    # a draft that --spec-type does not use costs nothing, and the plan says so
+    n = plan_memory(replace(base, spec_type="ngram-mod"), CPU_ONLY)
+    assert n.host.need.draft_weights_bytes == 0 and any("does not use it" in x for x in n.notes)
+
+
+def test_mtp_layers_get_kv_only_in_the_mtp_context():
+    t = replace(small(n_layer=9), mtp_layers=1)
+    none = plan_memory(MemoryRequest(target=t, n_ctx=1024), CPU_ONLY)
+    assert none.host.need.target_kv_bytes == 8 * 1024 * 2 * 128 * 2  # trunk only
+    mtp = plan_memory(MemoryRequest(target=t, spec_type="draft-mtp", n_ctx=1024), CPU_ONLY)
+    assert mtp.host.need.mtp_kv_bytes == 1 * 1024 * 2 * 128 * 2
+    assert mtp.host.need.draft_weights_bytes == 0  # MTP weights are shared with the target
+    bad = plan_memory(MemoryRequest(target=small(), spec_type="draft-mtp"), CPU_ONLY)
+    assert any("no MTP layers" in x for x in bad.notes)
+
+
+def test_ngl_places_output_first_then_last_blocks():
+    m = small(n_layer=8)
+    devs = gpu_devices(("CUDA0", 24576, 24000))
+    one = plan_memory(MemoryRequest(target=m, ngl=1), devs)
+    assert one.devices[0].output_on_device and one.devices[0].target_layers == 0
+    assert one.devices[0].need.target_weights_bytes == m.output_bytes
+    four = plan_memory(MemoryRequest(target=m, ngl=4), devs)
+    assert four.devices[0].target_layers == 3
+    assert four.devices[0].need.target_weights_bytes == m.output_bytes + 3 * m.block_bytes[0]
+    assert four.host.need.target_weights_bytes == m.input_bytes + 5 * m.block_bytes[0]
+    full = plan_memory(MemoryRequest(target=m), devs)
+    assert full.devices[0].target_layers == 8 and full.target_ngl == 9
+    # token embeddings never leave the CPU
+    assert full.host.need.target_weights_bytes == m.input_bytes
+    # KV follows its layer
+    assert four.devices[0].need.target_kv_bytes == 3 * 4096 * 2 * 128 * 2
+
+
+def test_two_gpus_split_by_free_memory_or_tensor_split():
+    m = small(n_layer=8)
+    devs = gpu_devices(("CUDA0", 24576, 24000), ("CUDA1", 12288, 8000))
+    p = plan_memory(MemoryRequest(target=m), devs)
+    # upper_bound over cumulative splits [0.75, 1.0] of il/9: layers 0..6 -> CUDA0, 7 + output -> CUDA1
+    assert [d.target_layers for d in p.devices] == [7, 1]
+    assert p.devices[1].output_on_device
+    ts = plan_memory(MemoryRequest(target=m, tensor_split=(1.0, 1.0)), devs)
+    assert sum(d.target_layers for d in ts.devices) == 8 and ts.devices[0].target_layers in (4, 5)
+
+
+def test_fits_and_margin_and_max_ngl_agree():
+    m = small(n_layer=32, file_bytes=8 * GIB)
+    devs = gpu_devices(("CUDA0", 6144, 5000))
+    req = MemoryRequest(target=m, n_ctx=4096)
+    best = max_target_ngl(req, devs)
+    assert 0 < best < 33
+    ok = plan_memory(replace(req, ngl=best), devs)
+    bad = plan_memory(replace(req, ngl=best + 1), devs)
+    assert ok.fits and ok.margin_bytes >= 0 and not bad.fits and bad.margin_bytes < 0
+    # linear search gives the same answer as the binary search
+    linear = max(n for n in range(0, 34) if plan_memory(replace(req, ngl=n), devs).fits)
+    assert linear == best
+    # the margin counts: a bigger --fit-target leaves fewer layers
+    assert max_target_ngl(replace(req, margin_bytes=3 * GIB), devs) < best
+    # the budget decides, not the total
+    assert max_target_ngl(req, gpu_devices(("CUDA0", 6144, 2000))) < best
+
+
+def test_unknown_budget_is_not_a_fit_failure():
+    m = small()
+    devs = gpu_devices(("CUDA0", 8192, 8000))
+    d = replace(devs.devices[0], budget_bytes=None)
+    p = plan_memory(MemoryRequest(target=m), Devices((d,), GIB * 8, GIB * 8, 4))
+    assert p.fits and p.devices[0].fits is None and any("budget unknown" in n for n in p.notes)
+
+
+def test_host_ram_is_checked():
+    m = small(file_bytes=2 * GIB)
+    tight = Devices((), 4 * GIB, 1 * GIB, 4)
+    p = plan_memory(MemoryRequest(target=m), tight)
+    assert not p.fits and p.host.fits is False and p.margin_bytes < 0
+
+
+def test_spec_from_real_header(stories260k_session):
+    from tuner.catalog.header import read_header
+
+    h = read_header(stories260k_session)
+    s = spec_from_header(h)
+    assert s.n_layer == 5 and s.n_embd == 64 and s.n_vocab == 512
+    assert s.weights_bytes == sum(t.n_bytes for t in h.tensors)
+    assert s.n_embd_k_gqa == (4 * 8,) * 5  # 4 KV heads of 8
+    assert s.block_bytes[0] == sum(t.n_bytes for t in h.tensors if t.name.startswith("blk.0."))
+    assert load_model_spec(stories260k_session) == s
+
+
+def test_spec_from_header_hybrid_mtp_and_swa():
+    from types import SimpleNamespace as NS
+
+    tensors = [NS(name=f"blk.{i}.w", n_bytes=100) for i in range(8)] + [
+        NS(name="token_embd.weight", n_bytes=1000), NS(name="output_norm.weight", n_bytes=10)]
+    kv = {"general.architecture": "qwen35", "qwen35.block_count": 8, "qwen35.embedding_length": 256,
+          "qwen35.attention.head_count": 8, "qwen35.attention.head_count_kv": 2,
+          "qwen35.attention.key_length": 64, "qwen35.attention.value_length": 64,
+          "qwen35.full_attention_interval": 4, "qwen35.nextn_predict_layers": 1, "qwen35.vocab_size": 1000}
+    s = spec_from_header(NS(kv=kv, tensors=tensors, path="/m/q.gguf"))
+    assert s.n_embd_k_gqa == (0, 0, 0, 128, 0, 0, 0, 128)
+    assert s.mtp_layers == 1 and s.tied_output and s.output_bytes == 10 + 1000
+    kv2 = {"general.architecture": "gemma3", "gemma3.block_count": 12, "gemma3.embedding_length": 256,
+           "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 1,
+           "gemma3.attention.sliding_window": 512}
+    g = spec_from_header(NS(kv=kv2, tensors=[], path=None))
+    assert g.swa_layers == (0, 1, 2, 3, 4, 6, 7, 8, 9, 10) and g.swa_window == 512
+    long = plan_memory(MemoryRequest(target=g, n_ctx=32768), CPU_ONLY)
+    # 2 global layers hold 32768 cells, 10 SWA layers pad(512 + 512) = 1024 cells
+    assert long.host.need.target_kv_bytes == (2 * 32768 + 10 * 1024) * 64 * 2 * 2
+    with pytest.raises(ValueError, match="block_count"):
+        spec_from_header(NS(kv={"general.architecture": "llama"}, tensors=[], path="/m/x.gguf"))
