@@ -1,0 +1,58 @@
+"""``draftwise devices`` and ``draftwise plan`` through the real CLI dispatcher."""
+
+from __future__ import annotations
+
+import json
+
+from tests.hardware.conftest import gpu_devices
+from tuner import cli
+from tuner.hardware import command
+from tuner.hardware.memory import load_model_spec
+
+
+def test_devices_human_and_json_here(capsys):
+    assert cli.main(["devices"]) == 0
+    out = capsys.readouterr().out
+    assert "Host:" in out and "RAM" in out and "GPUs: none (CPU-only" in out
+    assert cli.main(["devices", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert data["devices"] == [] and data["ram_total_bytes"] > 0 and data["cpu_cores"] >= 1
+    assert data["ram_available_bytes"] <= data["ram_total_bytes"]
+
+
+def test_devices_json_fields_with_a_gpu(monkeypatch, capsys):
+    monkeypatch.setattr(command, "detect_devices", lambda binary: gpu_devices(("CUDA0", 8192, 7000)))
+    assert cli.main(["devices", "--json", "--server", "/nonexistent/llama-server"]) == 0
+    (d,) = json.loads(capsys.readouterr().out)["devices"]
+    for key in ("name", "backend", "total_bytes", "free_bytes", "budget_bytes", "source", "notes"):
+        assert key in d
+    assert d["budget_bytes"] == 7000 * 1024 * 1024
+
+
+def test_plan_stories_cpu_only(stories260k_session, capsys):
+    rc = cli.main(["plan", "--target", str(stories260k_session), "--ctx", "512"])
+    out = capsys.readouterr().out
+    assert rc == 0
+    assert "stories260K.gguf (5 blocks" in out and "host RAM" in out and "Verdict: FITS" in out
+    assert cli.main(["plan", "--target", str(stories260k_session), "--ctx", "512", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    spec = load_model_spec(stories260k_session)
+    assert data["fits"] is True and data["n_ctx"] == 512
+    assert data["host"]["need"]["target_weights_bytes"] == spec.weights_bytes
+    assert data["host"]["need"]["target_kv_bytes"] == 5 * 512 * 32 * 2 * 2
+
+
+def test_plan_that_does_not_fit_exits_1(stories260k_session, monkeypatch, capsys):
+    tiny = gpu_devices(("CUDA0", 1024, 1000))  # 1000 MiB free < the 1024 MiB margin
+    monkeypatch.setattr(command, "detect_devices", lambda binary: tiny)
+    rc = cli.main(["plan", "--target", str(stories260k_session), "--draft", str(stories260k_session),
+                   "--ctx", "512", "--server", "/x"])
+    out = capsys.readouterr().out
+    assert rc == 1 and "DOES NOT FIT" in out and "CUDA0" in out and "Largest target ngl" in out
+
+
+def test_plan_bad_file_names_it(tmp_path, capsys):
+    bad = tmp_path / "broken.gguf"
+    bad.write_bytes(b"not a gguf at all")
+    assert cli.main(["plan", "--target", str(bad)]) == 2
+    assert "broken.gguf" in capsys.readouterr().err
