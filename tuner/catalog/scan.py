@@ -71,6 +71,7 @@ class _FileFacts:
     model: ModelFile
     split_no: int | None
     split_count: int | None
+    n_params: int | None = None  # tensor elements in this file alone (shards 2..N have no other facts)
 
 
 def _int(value: object) -> int | None:
@@ -235,7 +236,8 @@ def _scan_one(path: Path) -> _FileFacts:
             None,
         )
     model = classify_header(header, size_bytes=size, mtime_ns=mtime)
-    return _FileFacts(model, _int(header.kv.get("split.no")), _int(header.kv.get("split.count")))
+    n_params = sum(t.n_elements for t in header.tensors)
+    return _FileFacts(model, _int(header.kv.get("split.no")), _int(header.kv.get("split.count")), n_params)
 
 
 # ---------------------------------------------------------------------------------------------
@@ -341,7 +343,7 @@ def _merge_split(parent: Path, stem: str, count: int, shards: dict[int, _FileFac
                 error=f"shard {names[i]}: split.no is {f.split_no} (0-based), expected {i - 1}",
             )
     assert first is not None
-    n_params = sum((shards[i].model.n_params or 0) for i in shards) or None
+    n_params = sum((shards[i].n_params or 0) for i in shards) or None
     return replace(first.model, shards=tuple(present), size_bytes=total, n_params=n_params)
 
 
@@ -438,7 +440,11 @@ def scan_folder(folder: Path | str, cache: bool = True) -> list[ModelFile]:
         hit = entries.get(ap) if st is not None else None
         if hit and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
             try:
-                facts.append(_FileFacts(_model_from_dict(hit["model"]), hit.get("split_no"), hit.get("split_count")))
+                facts.append(
+                    _FileFacts(
+                        _model_from_dict(hit["model"]), hit.get("split_no"), hit.get("split_count"), hit.get("n_params")
+                    )
+                )
                 continue
             except (KeyError, TypeError, ValueError):
                 pass
@@ -447,7 +453,7 @@ def scan_folder(folder: Path | str, cache: bool = True) -> list[ModelFile]:
         if cache and st is not None and f.model.mtime_ns is not None:
             entries[ap] = {
                 "size": st.st_size, "mtime_ns": st.st_mtime_ns, "model": _model_to_dict(f.model),
-                "split_no": f.split_no, "split_count": f.split_count,
+                "split_no": f.split_no, "split_count": f.split_count, "n_params": f.n_params,
             }
             changed = True
     if cache and changed:
