@@ -69,7 +69,7 @@ class _Emitter:
     def __call__(self, kind: str, message: str, **kw: Any) -> None:
         if self.on_event is None:
             return
-        kw.setdefault("elapsed_s", time.monotonic() - self.t0)
+        kw["elapsed_s"] = time.monotonic() - self.t0  # one clock for all events of a tune call
         detail = kw.pop("detail", None) or {}
         self.on_event(TuneEvent(kind=kind, message=message, detail=detail, **kw))
 

@@ -1,0 +1,107 @@
+"""``draftwise tune`` on the real stories260K, profile reuse/staleness, and serving the saved winner."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+from tuner.calibration.serving import NoProfileError, config_from_profile
+from tuner.profiles import ProfileStore
+
+REPO = Path(__file__).resolve().parents[2]
+
+
+def _tune(models: Path, server: Path, home: Path, *extra: str) -> tuple[int, dict | None, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    env["DRAFTWISE_HOME"] = str(home)
+    proc = subprocess.run(
+        [sys.executable, "-m", "tuner", "tune", "--models", str(models), "--server", str(server), "--json",
+         "--budget", "40", "--n-predict", "48", "--max-prompts", "3", "--ctx-size", "512", *extra],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=300,
+    )
+    out = json.loads(proc.stdout) if proc.returncode == 0 and proc.stdout.strip() else None
+    return proc.returncode, out, proc.stderr
+
+
+@pytest.mark.server
+def test_tune_json_reuse_stale_and_serve(tmp_path: Path, stories260k: Path, llama_server_bin: Path):
+    models = stories260k.parent
+    home = tmp_path / "home"
+    rc, out, err = _tune(models, llama_server_bin, home)
+    assert rc == 0, err
+    dec = out["decision"]
+    for key in ("spec_type", "draft", "n_max", "argv", "gen_tokens_per_s", "baseline_gen_tokens_per_s",
+                "speedup", "reason"):
+        assert key in dec
+    assert dec["draft"] is None  # stories260K has no draft model in the folder
+    assert dec["argv"][0] == str(llama_server_bin) and str(stories260k.resolve()) in dec["argv"]
+    assert dec["baseline_gen_tokens_per_s"] > 0 and dec["reason"]
+    assert out["measurements"] and out["measurements"][0]["candidate"]["spec_type"] == "none"
+    for m in out["measurements"]:
+        assert set(m) >= {"candidate", "gen_tokens_per_s", "acceptance", "speculative_active", "lossless"}
+    profile_path = Path(out["profile_path"])
+    assert profile_path.is_file() and profile_path.is_relative_to(home)
+    assert "progress" not in err or "launch" in err  # progress goes to stderr
+
+    # A fresh profile is reused without measuring.
+    t0 = time.monotonic()
+    rc, again, err = _tune(models, llama_server_bin, home)
+    assert rc == 0, err
+    assert again["reused"] is True and again["profile_path"] == out["profile_path"]
+    assert again["decision"]["spec_type"] == dec["spec_type"]
+    assert "reused" in err
+    reuse_s = time.monotonic() - t0
+
+    # A profile made on another server build is stale and re-tuned.
+    obj = json.loads(profile_path.read_text())
+    obj["keys"]["server_build"] = "1 (0000000)"
+    profile_path.write_text(json.dumps(obj))
+    rc, retuned, err = _tune(models, llama_server_bin, home)
+    assert rc == 0, err
+    assert retuned["reused"] is False and "stale" in err and "build" in err
+    assert json.loads(profile_path.read_text())["keys"]["server_build"] != "1 (0000000)"
+    assert reuse_s < 30
+
+    # serve: the saved winner answers an OpenAI-style chat completion.
+    os.environ["DRAFTWISE_HOME"] = str(home)
+    cfg = config_from_profile(models)
+    assert Path(cfg.model_path) == stories260k.resolve() and cfg.port is None
+    from tuner.server.supervisor import Supervisor
+
+    with Supervisor(llama_server_bin) as sup:
+        sup.start(cfg)
+        sup.wait_ready(timeout_s=60)
+        with sup.client(timeout_s=30) as client:
+            answer = client.chat([{"role": "user", "content": "Tell me a story."}], max_tokens=16)
+    assert answer["choices"][0]["message"]["content"]
+
+
+def test_no_profile_error_names_the_command(tmp_path: Path):
+    with pytest.raises(NoProfileError, match=r"no profile: run draftwise tune --models .* first"):
+        config_from_profile(tmp_path, store=ProfileStore(tmp_path / "profiles"))
+
+
+def test_cli_reports_a_bad_prompt_file(tmp_path: Path, stories260k: Path):
+    bad = tmp_path / "p.jsonl"
+    bad.write_text('{"prompt": "ok"}\n{"oops": 1}\n', encoding="utf-8")
+    env = {**os.environ, "DRAFTWISE_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "tuner", "tune", "--models", str(stories260k.parent),
+                           "--prompts", str(bad), "--json"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert f"{bad}:2" in proc.stderr and proc.stdout == ""
+
+
+def test_cli_reports_a_missing_target(tmp_path: Path, stories260k: Path):
+    env = {**os.environ, "DRAFTWISE_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "tuner", "tune", "--models", str(stories260k.parent),
+                           "--target", "nope.gguf"], cwd=REPO, env=env, capture_output=True, text=True,
+                          timeout=120)
+    assert proc.returncode == 2
+    assert "nope.gguf" in proc.stderr and "stories260K.gguf" in proc.stderr

@@ -1,0 +1,121 @@
+"""End-to-end tuning with the real llama-server on a generated family (issue 5 "Done when").
+
+The wide family is generated once per session (tests/calibration/conftest.py). Budgets, prompts and
+n_predict are kept small; speedups are ratios measured side by side in the same sweep.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from pathlib import Path
+
+import psutil
+import pytest
+
+from tuner.calibration.prompts import Prompt, make_prompt_set
+from tuner.calibration.tune import TuneEvent, tune
+from tuner.profiles import ProfileStore
+
+from .conftest import link_models
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+PROMPTS = make_prompt_set(
+    [
+        Prompt("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", "code"),
+        Prompt("Once upon a time, in a small village by the sea, there lived", "creative"),
+        Prompt("Question: what is 17 times 23? Answer step by step.", "math"),
+    ],
+    source="test",
+)
+
+
+def _llama_children() -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "llama-server" in p.name() or any("llama-server" in a for a in p.cmdline()[:1]):
+                out.append(p)
+        except psutil.Error:
+            continue
+    return out
+
+
+def test_picks_the_good_draft_and_never_the_unrelated_one(tmp_path: Path, wide_family, llama_server_bin):
+    models = link_models(tmp_path / "models", wide_family.target, wide_family.good_draft,
+                         wide_family.unrelated_draft)
+    events: list[TuneEvent] = []
+    store = ProfileStore(tmp_path / "profiles")
+    res = tune(models, prompts=PROMPTS, budget_s=75, server=llama_server_bin, store=store, n_predict=96,
+               repetitions=3, n_ctx=1024, on_event=events.append)
+    d = res.decision
+    assert d is not None, "no decision"
+    table = "\n".join(f"{m.candidate.label}: {m.gen_tokens_per_s} tok/s acc {m.acceptance} err {m.error}"
+                      for m in res.measurements)
+    assert d.winner.draft_path == str(wide_family.good_draft.resolve()), f"{d.reason}\n{table}"
+    assert d.speedup >= 1.2, f"{d.reason}\n{table}"
+    assert d.speedup_ci_low is not None and d.speedup_ci_low > 1.0
+    # The unrelated draft was measured (its probe), failed to pay, and never won.
+    unrelated = [m for m in res.measurements if m.candidate.draft_path == str(wide_family.unrelated_draft.resolve())]
+    assert unrelated and all(m.acceptance is not None and m.acceptance < 0.3 for m in unrelated if m.ok)
+    # Every speculative run was checked: /slots speculative true and drafts made.
+    for m in res.measurements:
+        if m.ok and not m.candidate.is_baseline:
+            assert m.speculative_active is True and m.draft_n > 0
+            assert m.lossless is not None  # compared with the baseline and reported
+    # The long probe predicted the curve before refinement measured shorter drafts.
+    predicted = [e for e in events if e.kind == "predicted"]
+    assert predicted and predicted[0].detail["curve"]
+    refine = [m for m in res.measurements if m.stage == "refine"]
+    assert all(m.predicted_gen_tokens_per_s for m in refine)
+    # Progress events carry an ETA and the profile was saved with its evidence.
+    assert any(e.eta_s for e in events if e.kind == "launch")
+    assert res.profile_path is not None and res.profile_path.is_file()
+    assert res.profile is not None and res.profile.argv and "--spec-type" in res.profile.argv
+    assert len(res.profile.evidence) == len(res.measurements)
+    assert not _llama_children()
+
+
+def test_only_the_unrelated_draft_gives_no_speculation(tmp_path: Path, wide_family, llama_server_bin):
+    models = link_models(tmp_path / "models", wide_family.target, wide_family.unrelated_draft)
+    res = tune(models, prompts=PROMPTS, budget_s=60, server=llama_server_bin,
+               store=ProfileStore(tmp_path / "profiles"), n_predict=96, repetitions=3, n_ctx=1024)
+    d = res.decision
+    assert d is not None
+    table = "\n".join(f"{m.candidate.label}: {m.gen_tokens_per_s} tok/s acc {m.acceptance} err {m.error}"
+                      for m in res.measurements)
+    assert d.winner.draft_path is None, f"{d.reason}\n{table}"
+    if d.no_speculation:
+        assert d.reason.startswith("No speculation")
+        assert "acceptance" in d.reason or "slower" in d.reason
+    else:
+        # Only an n-gram type that measured faster beyond the noise may win.
+        assert d.winner.spec_type.startswith("ngram")
+        assert d.speedup_ci_low is not None and d.speedup_ci_low > 1.0
+    be = {b.candidate.draft_path: b for b in d.break_even}
+    unrelated = be[str(wide_family.unrelated_draft.resolve())]
+    assert unrelated.acceptance is not None and unrelated.break_even_acceptance is not None
+    assert unrelated.acceptance < unrelated.break_even_acceptance
+    assert not _llama_children()
+
+
+def test_cancel_stops_cleanly(tmp_path: Path, wide_family, llama_server_bin):
+    models = link_models(tmp_path / "models", wide_family.target, wide_family.good_draft)
+    cancel = threading.Event()
+    seen: list[str] = []
+
+    def on_event(ev: TuneEvent) -> None:
+        seen.append(ev.kind)
+        if ev.kind == "progress" and seen.count("progress") == 2:
+            cancel.set()
+
+    t0 = time.monotonic()
+    res = tune(models, prompts=PROMPTS, budget_s=120, server=llama_server_bin,
+               store=ProfileStore(tmp_path / "profiles"), n_predict=64, n_ctx=1024, on_event=on_event,
+               cancel=cancel)
+    assert res.cancelled and res.decision is None and res.profile_path is None
+    assert "cancelled" in seen
+    assert time.monotonic() - t0 < 60
+    assert not _llama_children()
+    assert ProfileStore(tmp_path / "profiles").load(wide_family.target) is None
