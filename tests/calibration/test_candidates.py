@@ -15,7 +15,10 @@ def test_plan_for_a_current_build():
     drafts = [DraftOption("/m/good.gguf", 30_000_000, 0.6), DraftOption("/m/other.gguf", 30_000_000, 0.5)]
     plan = plan_candidates("/m/target.gguf", drafts, spec_types=B11434_TYPES)
     assert plan.baseline == Candidate() and plan.baseline.is_baseline
-    assert [c.spec_type for c in plan.ngram] == ["ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v"]
+    assert [c.spec_type for c in plan.ngram] == ["ngram-mod", "ngram-simple"]
+    every = plan_candidates("/m/target.gguf", [], spec_types=B11434_TYPES, ngram_types=("ngram-cache", "ngram-bogus"))
+    assert [c.spec_type for c in every.ngram] == ["ngram-cache"]
+    assert "ngram-bogus" in every.dropped[0].reason
     assert [c.draft_path for c in plan.drafts] == ["/m/good.gguf", "/m/other.gguf"]
     assert all(c.n_max == LONG_DRAFT_N_MAX and c.p_min == 0.0 for c in plan.drafts)
     assert plan.mtp is None and plan.dropped == ()

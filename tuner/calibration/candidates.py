@@ -13,8 +13,10 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Sequence
 
-NGRAM_TYPES = ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v")
-"""n-gram speculation types tried by default, in order (``ngram-cache`` is left out: fixed draft 8)."""
+NGRAM_TYPES = ("ngram-mod", "ngram-simple")
+"""n-gram speculation types tried by default, in order. ``ngram-map-k``/``-k4v`` behave like
+``ngram-simple`` with another lookup and ``ngram-cache`` has a fixed draft of 8, so they are left out
+to save launches; pass ``ngram_types`` to :func:`plan_candidates` to try them."""
 
 DRAFT_LENGTHS = tuple(range(1, 17))
 """Draft lengths ``n_max`` the search may predict/measure for a draft model."""
