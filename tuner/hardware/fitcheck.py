@@ -1,0 +1,173 @@
+"""Cross-check of our memory plan with llama.cpp's own ``llama-fit-params`` (where the build ships it).
+
+``llama-fit-params`` (tools/fit-params/fit-params.cpp) measures a model with no-alloc loads
+(common/fit.cpp ``common_fit_params`` / ``common_fit_print``) and prints on stdout either the fitted
+arguments (``-c N -ngl N [-ts a,b] [-ot "..."]``) or, with ``--fit-print on``, one line per device
+``<DEV> <model MiB> <context MiB> <compute MiB>`` and a ``Host`` line. It ignores draft/MTP models
+(reference 5.2), so the cross-check compares the target alone. One short ``subprocess.run`` per call.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Callable
+
+from tuner.hardware.memory import MIB, MemoryPlan, MemoryRequest, max_target_ngl, plan_memory
+
+Runner = Callable[[list[str], float], "tuple[int, str, str]"]
+
+
+@dataclass(frozen=True)
+class FitBreakdown:
+    """One ``--fit-print`` row: llama.cpp's estimate for one place (``device`` = ggml name or ``Host``)."""
+
+    device: str
+    model_bytes: int
+    context_bytes: int
+    compute_bytes: int
+
+
+@dataclass(frozen=True)
+class FitCrossCheck:
+    """Outcome of a cross-check. ``ok`` False = the tool could not answer (``note`` says why).
+
+    ``fitted_ngl``/``fitted_n_ctx``: what ``llama-fit-params`` chose (None = not asked / no answer);
+    ``planned_ngl``: our largest target ngl for the same request without a draft. ``disagreements``:
+    plain-words differences beyond the tolerance (empty = the two agree).
+    """
+
+    ok: bool
+    tool_path: str | None
+    fitted_ngl: int | None
+    fitted_n_ctx: int | None
+    planned_ngl: int | None
+    breakdown: tuple[FitBreakdown, ...]
+    disagreements: tuple[str, ...]
+    note: str | None = None
+
+    @property
+    def agrees(self) -> bool | None:
+        """True when the tool answered and nothing disagrees; None when it could not answer."""
+        return None if not self.ok else not self.disagreements
+
+
+def _default_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
+    return p.returncode, p.stdout, p.stderr
+
+
+def find_fit_params(server_binary: str | os.PathLike[str] | None) -> Path | None:
+    """``llama-fit-params`` next to ``server_binary`` (same build), or None."""
+    if server_binary is None:
+        return None
+    base = Path(server_binary).parent
+    for name in ("llama-fit-params", "llama-fit-params.exe"):
+        if (base / name).is_file():
+            return base / name
+    return None
+
+
+_ARGS = re.compile(r"-c\s+(\d+)\s+-ngl\s+(-?\d+)")
+
+
+def parse_fit_args(stdout: str) -> tuple[int, int]:
+    """``(n_ctx, ngl)`` from the ``-c N -ngl N ...`` line. Raises ``ValueError`` if absent."""
+    for line in stdout.splitlines():
+        m = _ARGS.search(line)
+        if m:
+            return int(m.group(1)), int(m.group(2))
+    raise ValueError("no '-c N -ngl N' line in llama-fit-params output")
+
+
+def parse_fit_print(stdout: str) -> tuple[FitBreakdown, ...]:
+    """Rows of ``--fit-print on`` output (MiB → bytes). Raises ``ValueError`` without a ``Host`` row."""
+    rows = []
+    for line in stdout.splitlines():
+        parts = line.split()
+        if len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
+            rows.append(FitBreakdown(parts[0], int(parts[1]) * MIB, int(parts[2]) * MIB, int(parts[3]) * MIB))
+    if not any(r.device == "Host" for r in rows):
+        raise ValueError("no 'Host <model> <context> <compute>' row in llama-fit-params --fit-print output")
+    return tuple(rows)
+
+
+def _base_argv(tool: Path, req: MemoryRequest) -> list[str]:
+    if req.target.path is None:
+        raise ValueError("target has no file path: llama-fit-params needs the GGUF")
+    argv = [str(tool), "-m", req.target.path, "-c", str(req.n_ctx), "-ctk", req.cache_type_k,
+            "-ctv", req.cache_type_v, "-np", str(req.n_parallel or 4), "-ub", str(req.n_ubatch), "-b", str(req.n_batch)]
+    if req.flash_attn is not None:
+        argv += ["-fa", "on" if req.flash_attn else "off"]
+    return argv
+
+
+def _close(ours: int, theirs: int, rel: float, abs_bytes: int) -> bool:
+    return abs(ours - theirs) <= max(rel * max(ours, theirs), abs_bytes)
+
+
+def cross_check(request: MemoryRequest, devices: object, tool: str | os.PathLike[str] | None,
+                runner: Runner | None = None, timeout_s: float = 120.0, rel_tol: float = 0.10,
+                ngl_tol: int = 2) -> FitCrossCheck:
+    """Compare our plan for ``request``'s target (draft left out, as the tool does) with
+    ``llama-fit-params``: the per-place breakdown at the request's ``ngl`` (``--fit-print on``) and,
+    with GPUs, the fitted ``-ngl``. Differences over ``rel_tol`` (and 8 MiB, the tool's MiB rounding)
+    or ``ngl_tol`` layers are reported. Never raises.
+    """
+    if tool is None:
+        return FitCrossCheck(False, None, None, None, None, (), (), "llama-fit-params not shipped with this build")
+    run = runner or _default_runner
+    tool = Path(tool)
+    alone = replace(request, draft=None, spec_type="none")
+    try:
+        base = _base_argv(tool, alone)
+    except ValueError as exc:
+        return FitCrossCheck(False, str(tool), None, None, None, (), (), str(exc))
+    devs = tuple(getattr(devices, "devices", devices))
+    plan: MemoryPlan = plan_memory(alone, devices)
+    disagreements: list[str] = []
+    ngl_arg = ["-ngl", str(request.ngl if request.ngl is not None else 999)]
+    try:
+        rc, out, err = run(base + ngl_arg + ["--fit-print", "on"], timeout_s)
+        if rc != 0:
+            raise ValueError(f"exited {rc}: {' | '.join((err or out).strip().splitlines()[-2:])}")
+        rows = parse_fit_print(out)
+    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        return FitCrossCheck(False, str(tool), None, None, None, (), (), f"{tool.name} --fit-print: {exc}")
+    places = [(p.device_name, p.need) for p in plan.devices] + [("Host", plan.host.need)]
+    by_name = {r.device: r for r in rows}
+    slack = 8 * MIB
+    for name, need in places:
+        r = by_name.get(name)
+        if r is None:
+            if need.total_bytes > slack:
+                disagreements.append(f"{name}: planned {need.total_bytes // MIB} MiB, llama-fit-params has no row")
+            continue
+        ours_model = need.target_weights_bytes
+        ours_ctx = need.target_kv_bytes + need.output_bytes
+        for what, ours, theirs in (("weights", ours_model, r.model_bytes), ("KV/context", ours_ctx, r.context_bytes),
+                                   ("compute", need.compute_bytes, r.compute_bytes)):
+            if not _close(ours, theirs, rel_tol if what != "compute" else 0.5, slack):
+                disagreements.append(f"{name} {what}: ours {ours / MIB:.0f} MiB, llama-fit-params {theirs / MIB:.0f} MiB")
+    fitted_ngl = fitted_ctx = planned = None
+    if devs:
+        margins = ",".join(str(request.margin_bytes // MIB) for _ in devs)
+        try:
+            rc, out, err = run(base + ["-fitt", margins], timeout_s)
+            if rc == 0:
+                fitted_ctx, fitted_ngl = parse_fit_args(out)
+            else:
+                disagreements.append(f"llama-fit-params could not fit the target alone (exit {rc})")
+        except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+            disagreements.append(f"llama-fit-params fit run failed: {exc}")
+        planned = max_target_ngl(replace(alone, ngl=None), devices)
+        if fitted_ngl is not None:
+            n_all = request.target.n_layer + 1
+            f = n_all if fitted_ngl < 0 else min(fitted_ngl, n_all)
+            if abs(f - planned) > ngl_tol:
+                disagreements.append(f"target alone: llama-fit-params fits -ngl {f}, our plan {planned}")
+    return FitCrossCheck(True, str(tool), fitted_ngl, fitted_ctx, planned, rows, tuple(disagreements))
