@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from tuner.hardware.devices import Devices, detect_devices, find_server_binary
+from tuner.hardware.fitcheck import cross_check, find_fit_params
 from tuner.hardware.memory import (
     MemoryPlan,
     MemoryRequest,
@@ -42,6 +43,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--ctv", default="f16", help="KV cache type V (-ctv)")
     p.add_argument("--margin-mib", type=int, default=1024, help="free memory kept on every GPU (--fit-target), MiB")
     p.add_argument("--server", help="llama-server binary (for --list-devices); default: found automatically")
+    p.add_argument("--no-cross-check", action="store_true",
+                   help="skip the cross-check with llama-fit-params (run when the build ships it)")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.set_defaults(func=cmd_plan)
 
@@ -54,11 +57,11 @@ def _mib(n: int | None) -> str:
     return f"{n / MIB:.1f} MiB"
 
 
-def _detect(server: str | None) -> Devices:
+def _detect(server: str | None) -> tuple[Devices, Path | None]:
     binary = Path(server) if server else find_server_binary()
     print(f"asking {binary} --list-devices ..." if binary else "no llama-server found; using NVML/sysfs only",
           file=sys.stderr)
-    return detect_devices(binary)
+    return detect_devices(binary), binary
 
 
 def devices_json(devs: Devices) -> dict:
@@ -68,7 +71,7 @@ def devices_json(devs: Devices) -> dict:
 
 def cmd_devices(args: argparse.Namespace) -> int:
     """``draftwise devices``: print the devices (exit 0 also when CPU-only)."""
-    devs = _detect(args.server)
+    devs, _ = _detect(args.server)
     if args.json:
         json.dump(devices_json(devs), sys.stdout, indent=2)
         print()
@@ -119,15 +122,22 @@ def cmd_plan(args: argparse.Namespace) -> int:
     req = MemoryRequest(target=target, draft=draft, spec_type=spec_type, ngl=args.ngl, draft_ngl=args.draft_ngl,
                         n_ctx=args.ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
                         n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB)
-    devs = _detect(args.server)
+    devs, binary = _detect(args.server)
     try:
         plan = plan_memory(req, devs)
     except ValueError as exc:
         print(f"draftwise plan: {exc}", file=sys.stderr)
         return 2
     max_ngl = max_target_ngl(req, devs) if devs.devices else None
+    check = None
+    tool = None if args.no_cross_check else find_fit_params(binary)
+    if tool is not None:
+        print(f"cross-checking with {tool} ...", file=sys.stderr)
+        check = cross_check(req, devs, tool)
     if args.json:
-        json.dump(plan_json(plan, max_ngl), sys.stdout, indent=2)
+        data = plan_json(plan, max_ngl)
+        data["cross_check"] = dataclasses.asdict(check) if check is not None else None
+        json.dump(data, sys.stdout, indent=2)
         print()
         return 0 if plan.fits else 1
     dtext = f", draft {Path(args.draft).name} ({draft.n_layer} blocks, {_mib(draft.weights_bytes)})" if draft else ""
@@ -156,6 +166,16 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if max_ngl is not None:
         print(f"Largest target ngl that fits{' next to this draft placement' if draft else ''}: {max_ngl} "
               f"(of {target.n_layer + 1})")
+    if check is not None:
+        what = "target alone (llama-fit-params ignores drafts)" if draft else "target"
+        if not check.ok:
+            print(f"Cross-check: llama-fit-params gave no answer: {check.note}")
+        elif check.agrees:
+            print(f"Cross-check: llama-fit-params agrees on the {what}")
+        else:
+            print(f"Cross-check: llama-fit-params DISAGREES on the {what}:")
+            for d in check.disagreements:
+                print(f"  - {d}")
     for n in plan.notes + devs.notes:
         print(f"note: {n}")
     return 0 if plan.fits else 1
