@@ -387,3 +387,21 @@ def test_a_crashing_probe_becomes_a_note():
     p = Probes(list_devices=p.list_devices, nvml=p.nvml, pci=boom, host=p.host, unified=p.unified)
     devs = detect_devices(probes=p)
     assert devs.devices == () and any("sysfs exploded" in n for n in devs.notes)
+
+
+def test_live_sampling_skips_a_suspended_gpu(tmp_path):
+    from tuner.hardware.devices import Device, Devices, suspended_check
+
+    _fake_sys(tmp_path, "0000:01:00.0", vendor="0x10de", driver="nvidia", status="suspended")
+    devs = Devices((Device(0, "CUDA0", "CUDA", 8 * GIB, 7 * GIB, 7 * GIB, "test", nvml_index=0,
+                           pci_bus_id="00000000:01:00.0"),), 16 * GIB, 8 * GIB, 4)
+    lib = FakeNvml([gpu("RTX", "00000000:01:00.0", 8192, 100)])
+    s = NvmlSampler(lib, is_suspended=suspended_check(devs, str(tmp_path)))
+    assert s.open()
+    lib.nvmlDeviceGetHandleByIndex = None  # any query would now fail loudly
+    u = s.sample(0)
+    assert u.used_bytes is None and "suspended" in u.note
+    # once the GPU is awake it is polled again
+    (tmp_path / "bus/pci/devices/0000:01:00.0/power/runtime_status").write_text("active\n")
+    lib.nvmlDeviceGetHandleByIndex = FakeNvml.nvmlDeviceGetHandleByIndex.__get__(lib)
+    assert s.sample(0).used_bytes == 100 * MIB

@@ -339,3 +339,24 @@ def _mib(n: int | None) -> str:
 def with_budget(device: Device, budget_bytes: int | None) -> Device:
     """A copy of ``device`` with another budget (for what-if plans and tests)."""
     return replace(device, budget_bytes=budget_bytes)
+
+
+def pci_slot_of(nvml_bus_id: str | None) -> str | None:
+    """NVML bus id (``00000000:01:00.0``) → sysfs PCI slot (``0000:01:00.0``)."""
+    if not nvml_bus_id:
+        return None
+    return nvml_bus_id.lower()[-12:]
+
+
+def suspended_check(devices: Devices, sys_root: str = "/sys") -> Callable[[int], bool]:
+    """A ``NvmlSampler(is_suspended=...)`` callback: True for an NVML GPU whose PCI device is
+    runtime-suspended right now (reads only ``power/runtime_status``, which does not wake it)."""
+    from tuner.hardware.sysfs import runtime_status
+
+    slots = {d.nvml_index: pci_slot_of(d.pci_bus_id) for d in devices.devices if d.nvml_index is not None}
+
+    def check(nvml_index: int) -> bool:
+        slot = slots.get(nvml_index)
+        return slot is not None and runtime_status(slot, sys_root) == "suspended"
+
+    return check

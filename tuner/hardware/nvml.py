@@ -13,7 +13,7 @@ from __future__ import annotations
 import ctypes
 import os
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Callable
 
 # NVML return codes (nvml.h)
 NVML_ERROR_UNINITIALIZED = 1
@@ -238,9 +238,12 @@ class NvmlSampler:
     when NVML reports it as N/A (``usedGpuMemory`` None).
     """
 
-    def __init__(self, lib: Any = None) -> None:
+    def __init__(self, lib: Any = None, is_suspended: Callable[[int], bool] | None = None) -> None:
+        """``is_suspended(nvml_index)``: when it answers True the GPU is not queried at all (a
+        runtime-suspended laptop dGPU stays asleep); the sample then carries None values and a note."""
         self._lib = lib
         self._open = False
+        self._is_suspended = is_suspended
         self.note: str | None = None
 
     def open(self) -> bool:
@@ -259,6 +262,8 @@ class NvmlSampler:
         """Memory/utilisation of NVML GPU ``index`` (and memory of process ``pid`` on it)."""
         if not self._open:
             return GpuUsage(index, None, None, None, None, self.note or "NVML not open")
+        if self._is_suspended is not None and self._is_suspended(index):
+            return GpuUsage(index, None, None, None, None, "GPU runtime-suspended: not polled (would wake it)")
         lib = self._lib
         try:
             handle = lib.nvmlDeviceGetHandleByIndex(index)
