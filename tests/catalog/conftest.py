@@ -27,7 +27,7 @@ def big_vocab_pair(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Path]:
         "151936": write_vocab_gguf(folder / "v151936.gguf", tok.truncated(151936)),
         "151935": write_vocab_gguf(folder / "v151935.gguf", tok.truncated(151935)),
         "152064-text7": write_vocab_gguf(folder / "v152064-t7.gguf", tok.with_token(7, "changed-7")),
-        "152064-textlast": write_vocab_gguf(folder / "v152064-tl.gguf", tok.with_token(151935, "changed-last")),
+        "152064-textlast": write_vocab_gguf(folder / "v152064-tl.gguf", tok.with_token(152063, "changed-last")),
     }
 
 
