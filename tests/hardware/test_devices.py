@@ -405,3 +405,12 @@ def test_live_sampling_skips_a_suspended_gpu(tmp_path):
     (tmp_path / "bus/pci/devices/0000:01:00.0/power/runtime_status").write_text("active\n")
     lib.nvmlDeviceGetHandleByIndex = FakeNvml.nvmlDeviceGetHandleByIndex.__get__(lib)
     assert s.sample(0).used_bytes == 100 * MIB
+
+
+def test_used_bytes_total_for_the_vram_graph():
+    from tuner.hardware import nvml
+
+    lib = FakeNvml([gpu("A", "01", 8192, 1000), gpu("B", "02", 8192, 500)])
+    assert nvml.used_bytes_total(lib) == 1500 * MIB
+    assert nvml.used_bytes_total(FakeNvml(init_error=NVML_ERROR_DRIVER_NOT_LOADED)) is None
+    nvml._shared = None

@@ -177,3 +177,16 @@ def test_spec_from_header_hybrid_mtp_and_swa():
     assert long.host.need.target_kv_bytes == (2 * 32768 + 10 * 1024) * 64 * 2 * 2
     with pytest.raises(ValueError, match="block_count"):
         spec_from_header(NS(kv={"general.architecture": "llama"}, tensors=[], path="/m/x.gguf"))
+
+
+def test_plan_accepts_a_path_or_model_file_and_summarises(stories260k_session):
+    from types import SimpleNamespace
+
+    by_path = plan_memory(MemoryRequest(target=str(stories260k_session), n_ctx=512), CPU_ONLY)
+    by_file = plan_memory(MemoryRequest(target=SimpleNamespace(path=stories260k_session), n_ctx=512), CPU_ONLY)
+    assert by_path == by_file and by_path.host.need.target_weights_bytes > 1_000_000
+    assert "Verdict: fits" in by_path.summary and "n_ctx 512" in by_path.summary
+    tight = plan_memory(MemoryRequest(target=small(file_bytes=2 * GIB)), Devices((), 4 * GIB, GIB, 4))
+    assert "does NOT fit" in tight.summary
+    with pytest.raises(TypeError):
+        plan_memory(MemoryRequest(target=42), CPU_ONLY)

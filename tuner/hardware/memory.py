@@ -195,6 +195,25 @@ class MemoryPlan:
         """Everything the configuration allocates, all places together."""
         return self.host.need.total_bytes + sum(d.need.total_bytes for d in self.devices)
 
+    @property
+    def summary(self) -> str:
+        """One or two sentences for the UI: where things go and the verdict."""
+        def mib(n: int | None) -> str:
+            if n is None:
+                return "unknown"
+            return f"{n / GIB:.1f} GiB" if abs(n) >= GIB else f"{n / MIB:.0f} MiB"
+
+        parts = []
+        for d in self.devices:
+            parts.append(f"{d.device_name}: {d.target_layers} target layers"
+                         + (f", {d.draft_layers} draft layers" if d.draft_layers else "")
+                         + f", {mib(d.need.total_bytes)} of {mib(d.budget_bytes)}")
+        parts.append(f"host RAM: {mib(self.host.need.total_bytes)} (KV "
+                     f"{mib(self.host.need.target_kv_bytes + self.host.need.draft_kv_bytes)})")
+        verdict = (f"fits with {mib(self.margin_bytes)} to spare" if self.fits
+                   else f"does NOT fit: short by {mib(-self.margin_bytes if self.margin_bytes is not None else None)}")
+        return f"n_ctx {self.n_ctx}, target ngl {self.target_ngl}. " + "; ".join(parts) + f". Verdict: {verdict}."
+
 
 # --------------------------------------------------------------------------------------------------
 # Building a ModelMemorySpec from a GGUF header
@@ -477,6 +496,22 @@ def _place_model(spec: ModelMemorySpec, ngl: int, splits: list[float], places: l
     return devs
 
 
+def _coerce(request: MemoryRequest) -> MemoryRequest:
+    """Accept a path or a ``ModelFile`` (anything with ``.path``) for target/draft: read its header."""
+    def spec(m: object) -> ModelMemorySpec | None:
+        if m is None or isinstance(m, ModelMemorySpec):
+            return m
+        path = m if isinstance(m, (str, os.PathLike)) else getattr(m, "path", None)
+        if path is None:
+            raise TypeError(f"cannot plan memory for {m!r}: need a ModelMemorySpec, a path or a ModelFile")
+        return load_model_spec(path)
+
+    t, d = spec(request.target), spec(request.draft)
+    if t is request.target and d is request.draft:
+        return request
+    return replace(request, target=t, draft=d)
+
+
 def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
     """Plan where every byte of ``request`` goes on ``devices`` and whether it fits.
 
@@ -484,6 +519,7 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
     GPUs are checked against ``budget_bytes − margin_bytes``; the host against available RAM.
     Raises ``ValueError`` for a bad request (unknown cache type, n_ctx < 1, n_parallel < 1).
     """
+    request = _coerce(request)
     devs = tuple(getattr(devices, "devices", devices))
     ram_avail = getattr(devices, "ram_available_bytes", None)
     t = request.target
@@ -590,6 +626,7 @@ def max_target_ngl(request: MemoryRequest, devices: object) -> int:
     placement (``draft_ngl`` unchanged). 0 when no GPU or nothing fits (check ``plan_memory`` then).
     GPU usage grows with ngl, so a binary search over ngl is exact.
     """
+    request = _coerce(request)
     devs = tuple(getattr(devices, "devices", devices))
     if not devs:
         return 0

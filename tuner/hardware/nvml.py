@@ -286,6 +286,15 @@ class NvmlSampler:
                 notes.append(pnote)
         return GpuUsage(index, used, total, util, proc, "; ".join(notes) or None)
 
+    def count(self) -> int:
+        """Number of NVML GPUs (0 when NVML is not open or the query fails)."""
+        if not self._open:
+            return 0
+        try:
+            return int(self._lib.nvmlDeviceGetCount())
+        except Exception:  # noqa: BLE001
+            return 0
+
     def close(self) -> None:
         """Shut NVML down (safe to call twice)."""
         if self._open:
@@ -308,3 +317,22 @@ def _process_memory(lib: Any, handle: Any, pid: int) -> tuple[int | None, str | 
                 return None, "per-process GPU memory is N/A on this system (driver does not report it)"
             return int(used), None
     return None, f"process {pid} not found on this GPU"
+
+
+_shared: NvmlSampler | None = None
+
+
+def used_bytes_total(lib: Any = None) -> int | None:
+    """Device memory in use over all NVIDIA GPUs, in bytes, for the VRAM graph; None when NVML is
+    unavailable or no GPU reports its memory. Keeps one NVML session open between calls."""
+    global _shared
+    if _shared is None or lib is not None:
+        _shared = NvmlSampler(lib)
+        if not _shared.open():
+            return None
+    total = None
+    for i in range(_shared.count()):
+        used = _shared.sample(i).used_bytes
+        if used is not None:
+            total = (total or 0) + used
+    return total
