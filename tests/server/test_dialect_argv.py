@@ -118,11 +118,23 @@ def test_clean_env_strips_llama_arg() -> None:
     assert clean_env(env) == {"PATH": "/bin", "HOME": "/h"}
 
 
-def test_probe_dialect_caches_by_size_and_mtime(tmp_path: Path, fake_server_bin: Path) -> None:
-    d1 = probe_dialect(fake_server_bin)
+def test_probe_dialect_caches_by_size_and_mtime(tmp_path: Path, fake_server_bin: Path,
+                                                monkeypatch: pytest.MonkeyPatch) -> None:
+    import tuner.server.dialect as dialect_mod
+
+    d1 = probe_dialect(fake_server_bin, use_cache=False)
     assert d1.spec_style == "current" and d1.help_sha256 == CURRENT.help_sha256
     cached = list((Path(os.environ["DRAFTWISE_HOME"]) / "cache" / "dialect").glob("*.json"))
     assert len(cached) == 1
+    # the disk cache answers without running the binary again
+    monkeypatch.setattr(dialect_mod, "_memory_cache", {})
+
+    def no_run(path, timeout_s=30.0):
+        raise AssertionError("--help was run although the cache is fresh")
+
+    with monkeypatch.context() as m:
+        m.setattr(dialect_mod, "read_help_text", no_run)
+        assert probe_dialect(fake_server_bin) == d1
     # a different binary (legacy help) at another path is probed on its own
     legacy_exe = tmp_path / "legacy-server"
     legacy_exe.write_text("#!/bin/sh\ncat " + str(Path(__file__).parent / "data" / "llama-server-help-legacy-4227c9b.txt") + "\n")

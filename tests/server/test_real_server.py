@@ -49,7 +49,11 @@ def test_discovery_and_dialect_of_real_binary(llama_server_bin: Path, monkeypatc
     assert d.removed_hint("--draft-max") is not None and not d.has("--draft-max")
 
 
-def test_start_ready_complete_stop(llama_server_bin: Path, stories260k_session: Path) -> None:
+def test_start_ready_complete_stop(llama_server_bin: Path, stories260k_session: Path,
+                                   monkeypatch: pytest.MonkeyPatch) -> None:
+    # inherited LLAMA_ARG_* would add a speculation type and 4 slots if they reached the child
+    monkeypatch.setenv("LLAMA_ARG_SPEC_TYPE", "ngram-simple")
+    monkeypatch.setenv("LLAMA_ARG_N_PARALLEL", "4")
     changes: list[StateChange] = []
     sup = Supervisor(llama_server_bin, on_state=changes.append)
     sup.start(_cfg(stories260k_session))
@@ -64,6 +68,8 @@ def test_start_ready_complete_stop(llama_server_bin: Path, stories260k_session: 
             assert isinstance(res["content"], str) and res["content"].strip()
             assert res["timings"]["predicted_n"] > 0 and "draft_n" not in res["timings"]
             assert "llamacpp:" in c.metrics_text()
+            slots = c.slots()
+            assert len(slots) == 1 and slots[0]["speculative"] is False
         assert [c.state for c in changes] == [ServerState.STARTING, ServerState.READY]
         assert changes[-1].base_url == url
     finally:
