@@ -68,14 +68,19 @@ class TokenizerSpec:
         tokens[token_id] = text
         return replace(self, tokens=tuple(tokens))
 
-    def with_extra_tokens(self, n: int, prefix: str = "<extra_") -> "TokenizerSpec":
-        """A copy with ``n`` more normal tokens appended (``<extra_0>``, ``<extra_1>``, ...)."""
+    def with_extra_tokens(self, n: int, prefix: str = "<extra_", token_type: int = TOKEN_TYPE_NORMAL) -> "TokenizerSpec":
+        """A copy with ``n`` more tokens appended (``<extra_0>``, ``<extra_1>``, ...) of ``token_type``.
+
+        Use a non-normal type (e.g. 5, unused) for a *draft* whose vocabulary is larger than the
+        target's: its output rows are then zero, so it never proposes an id the target lacks
+        (llama-server b11434 aborts in ``common_batch::get_sub_batch`` when a draft does).
+        """
         extra = tuple(f"{prefix}{i}>" for i in range(n))
         return replace(
             self,
             tokens=self.tokens + extra,
             scores=self.scores + (0.0,) * n,
-            token_types=self.token_types + (TOKEN_TYPE_NORMAL,) * n,
+            token_types=self.token_types + (token_type,) * n,
         )
 
     def truncated(self, n_tokens: int) -> "TokenizerSpec":

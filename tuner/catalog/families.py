@@ -94,7 +94,10 @@ def rank_draft(target: ModelFile, draft: ModelFile) -> DraftCandidate:
         )
     tt, dt = target.tokenizer, draft.tokenizer
     if tt and dt and tt.n_tokens != dt.n_tokens:
-        warnings.append(f"vocab sizes differ ({tt.n_tokens} vs {dt.n_tokens}); llama.cpp still accepts the pair")
+        warnings.append(
+            f"vocab sizes differ ({tt.n_tokens} vs {dt.n_tokens}): llama.cpp accepts the pair, but llama-server "
+            "(b11434) aborts if either model ever produces one of the ids the other lacks"
+        )
     return DraftCandidate(model=draft, score=round(max(0.0, min(1.0, score)), 4), size_ratio=ratio, warnings=tuple(warnings))
 
 
