@@ -7,6 +7,9 @@ Usage (from the repo root; needs only PySide6, runs offscreen):
     python packaging/render_icons.py --check         # exit 1 if a committed render is stale
     python packaging/render_icons.py --preview DIR   # also write tray previews on light/dark panels
 
+Sources: draftwise.svg (app icon), draftwise-small.svg (the app icon redrawn on a 16 px grid, for the
+16 px render), tray-<state>.svg.
+
 Outputs (all under resources/icons/):
 - png/draftwise-<N>.png for N in tuner.desktop.ICON_SIZES_PX (the hicolor sizes we install);
 - png/tray-<state>-<N>.png for N in TRAY_SIZES_PX (for platforms without Qt's SVG icon engine);
@@ -41,6 +44,8 @@ ICO_SIZES_PX = (16, 24, 32, 48, 64, 128, 256)
 # ICNS element types holding PNG data (Apple "icns" format): type -> pixel size.
 ICNS_TYPES = (("ic11", 32), ("ic12", 64), ("ic07", 128), ("ic13", 256), ("ic08", 256),
               ("ic14", 512), ("ic09", 512), ("ic10", 1024))
+# Largest render drawn from draftwise-small.svg (hand-fitted to the 16 px grid).
+SMALL_MAX_PX = 16
 # Panel colours for the legibility preview (a light GNOME/KDE panel and a dark one).
 LIGHT_PANEL = "#f2f2f2"
 DARK_PANEL = "#1e1e1e"
@@ -100,11 +105,17 @@ def icns_bytes(pngs: dict[int, bytes]) -> bytes:
     return b"icns" + struct.pack(">I", 8 + len(body)) + body
 
 
+def app_icon_source(size_px: int) -> Path:
+    """The SVG the app icon is rendered from at ``size_px``: the 16 px-grid variant up to
+    ``SMALL_MAX_PX``, the full drawing above."""
+    return ICONS / ("draftwise-small.svg" if size_px <= SMALL_MAX_PX else "draftwise.svg")
+
+
 def planned_outputs() -> dict[Path, bytes]:
     """Every output file and its bytes, rendered now."""
     out: dict[Path, bytes] = {}
-    app_svg = ICONS / "draftwise.svg"
-    app_png = {s: png_bytes(render_svg(app_svg, s)) for s in sorted(set(ICON_SIZES_PX) | set(ICO_SIZES_PX) | {1024})}
+    app_png = {s: png_bytes(render_svg(app_icon_source(s), s))
+               for s in sorted(set(ICON_SIZES_PX) | set(ICO_SIZES_PX) | {1024})}
     for s in ICON_SIZES_PX:
         out[ICONS / "png" / f"draftwise-{s}.png"] = app_png[s]
     for state in TRAY_STATES:
@@ -131,8 +142,8 @@ def write_preview(folder: Path, zoom: int = 8) -> Path:
     and a dark panel, magnified ``zoom``× with nearest-neighbour so single pixels can be judged."""
     folder.mkdir(parents=True, exist_ok=True)
     tiles = [render_svg(ICONS / f"tray-{s}.svg", 16) for s in TRAY_STATES]
-    tiles.append(render_svg(ICONS / "draftwise.svg", 16))
-    tiles.append(render_svg(ICONS / "draftwise.svg", 22))
+    tiles.append(render_svg(app_icon_source(16), 16))
+    tiles.append(render_svg(app_icon_source(22), 22))
     cell = 30
     sheet = QImage(cell * len(tiles), cell * 2, QImage.Format.Format_ARGB32)
     p = QPainter(sheet)

@@ -52,7 +52,7 @@ def tray16(qapp) -> dict[str, QImage]:
 
 
 def test_every_svg_is_valid_and_draws_something(qapp):
-    svgs = [REPO / "resources" / "icons" / "draftwise.svg"] + [desktop.tray_icon_svg(s) for s in STATES]
+    svgs = [REPO / "resources" / "icons" / n for n in ("draftwise.svg", "draftwise-small.svg")] + [desktop.tray_icon_svg(s) for s in STATES]
     for svg in svgs:
         img = render_icons.render_svg(svg, 32)
         opaque = sum(1 for _, _, c in pixels(img) if c.alpha() > 200)
