@@ -198,7 +198,9 @@ def test_console_script_installs_for_a_new_user(tmp_path):
     env["HOME"] = str(tmp_path)
     res = subprocess.run([exe, "install-desktop-entry"], env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
+    written = [Path(p) for p in json.loads(res.stdout)["written"]]
     entry_file = tmp_path / ".local" / "share" / "applications" / f"{desktop.APP_ID}.desktop"
+    assert entry_file in written and all(p.is_file() for p in written)
     exec_value = desktop.read_desktop_entry(entry_file)["Exec"]
     started = exec_value.split(" ")[0].strip('"')
     assert os.path.isabs(started) and os.access(started, os.X_OK)
@@ -206,5 +208,7 @@ def test_console_script_installs_for_a_new_user(tmp_path):
     res = subprocess.run([exe, "install-desktop-entry", "--uninstall"], env=env, capture_output=True, text=True,
                          timeout=120)
     assert res.returncode == 0, res.stderr
+    assert not any(p.exists() for p in written)
+    # folders the install created go too (other code may keep its own data under ~/.local/share)
     assert not (tmp_path / ".local" / "share" / "applications").exists()
-    assert tree(tmp_path / ".local" / "share") == set()
+    assert not (tmp_path / ".local" / "share" / "icons").exists()
