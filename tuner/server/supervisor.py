@@ -290,13 +290,12 @@ class Supervisor:
         """
         t_end = None if timeout_s is None else time.monotonic() + timeout_s
         with self._cond:
-            gen = self._gen
             while True:
                 if self._state == ServerState.READY:
                     return self.base_url or ""
                 if self._state == ServerState.FAILED:
                     raise ServerStartError(self._diagnosis or Diagnosis("exited", "llama-server failed"))
-                if self._state == ServerState.STOPPED or self._gen != gen:
+                if self._state == ServerState.STOPPED:
                     raise ServerStartError(Diagnosis("cancelled", "llama-server was stopped before it was ready",
                                                      tuple(self.log_tail(20))))
                 if cancel is not None and cancel.is_set():
@@ -309,7 +308,11 @@ class Supervisor:
             lines = self.log_tail(20)
             self.stop(grace_s=2.0)
             raise ServerStartError(Diagnosis("cancelled", "start cancelled", tuple(lines)))
+        with self._lock:
+            gen = self._gen
         self._fail_now(gen, load_hang(timeout_s or 0.0, self.log_tail(50)))
+        if self._state == ServerState.READY:  # became ready in the last instant
+            return self.base_url or ""
         raise ServerStartError(self._diagnosis or load_hang(timeout_s or 0.0, []))
 
     def start_and_wait(self, config: ServerConfig, timeout_s: float | None = None,
@@ -410,9 +413,9 @@ class Supervisor:
         t.start()
 
     def _fail_now(self, gen: int, diag: Diagnosis) -> None:
-        """Fail the current start: kill the child, state failed with ``diag``."""
+        """Fail the current start (only while ``starting``): kill the child, state failed."""
         with self._lock:
-            if gen != self._gen:
+            if gen != self._gen or self._state != ServerState.STARTING:
                 return
             self._gen += 1  # the monitor of this child stands down
             child = self._child
