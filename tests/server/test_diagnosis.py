@@ -12,7 +12,7 @@ CASES = [
     (1, ["error: invalid argument: --spec-draft-cpu-range-batch"], "flag_unknown"),
     (1, ["E srv    start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080",
          "E srv  llama_server: exiting due to HTTP server error"], "port_busy"),
-    (1, ["gguf_init_from_file: failed to open GGUF file '/x/missing.gguf'",
+    (1, ["E gguf_init_from_file: failed to open GGUF file '/x/missing.gguf' (No such file or directory)",
          "llama_model_load: error loading model: llama_model_loader: failed to load model from /x/missing.gguf",
          "E srv    load_model: failed to load model, '/x/missing.gguf'"], "model_missing"),
     (1, ["llama_model_load: error loading model: tensor 'blk.0.attn_q.weight' data is not within the file bounds",
@@ -52,6 +52,11 @@ def test_removed_flag_names_replacement() -> None:
     d = diagnose(1, [CASES[0][1][0]])
     assert d.flag == "--draft-max" and d.replacement == "--spec-draft-n-max"
     assert "flag removed" in d.message and "use --spec-draft-n-max" in d.message
+
+
+def test_missing_model_names_the_file() -> None:
+    d = diagnose(1, CASES[3][1])
+    assert d.message == "model file missing or unreadable: /x/missing.gguf (No such file or directory)"
 
 
 def test_removed_env_variable() -> None:

@@ -212,3 +212,28 @@ def test_serve_and_doctor_commands(llama_server_bin: Path, stories260k_session: 
     finally:
         if p.poll() is None:
             p.kill()
+
+
+@pytest.mark.parametrize("case", ["model_missing", "model_corrupt", "mtp_missing", "draft_missing", "flag_unknown"])
+def test_fatal_starts_are_diagnosed(case: str, llama_server_bin: Path, stories260k_session: Path,
+                                    tmp_path: Path) -> None:
+    if case == "model_missing":
+        cfg, want = _cfg(tmp_path / "absent.gguf"), "model_missing"
+    elif case == "model_corrupt":
+        bad = tmp_path / "truncated.gguf"
+        bad.write_bytes(stories260k_session.read_bytes()[:300_000])
+        cfg, want = _cfg(bad), "model_load_failed"
+    elif case == "mtp_missing":
+        cfg, want = _cfg(stories260k_session, spec_type="draft-mtp"), "mtp_missing"
+    elif case == "draft_missing":
+        cfg = _cfg(stories260k_session, draft_path=tmp_path / "no-draft.gguf", spec_type="draft-simple")
+        want = "draft_load_failed"
+    else:
+        cfg, want = _cfg(stories260k_session, extra_args=("--no-such-flag",)), "flag_unknown"
+    sup = Supervisor(llama_server_bin)
+    sup.start(cfg)
+    with pytest.raises(ServerStartError) as e:
+        sup.wait_ready(timeout_s=60)
+    d = e.value.diagnosis
+    assert d.code == want, d
+    assert d.returncode == 1 and d.evidence and sup.state == ServerState.FAILED

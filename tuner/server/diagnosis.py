@@ -99,8 +99,8 @@ def diagnose(returncode: int | None, log_lines: Iterable[str]) -> Diagnosis:
         msg = f"{what} {flag} was removed from this llama-server build"
         if replacement:
             msg = f"flag removed: {flag} no longer exists in this llama-server build, use {replacement}"
-            if hint:
-                msg += f" ({hint})"
+            if hint and hint != f"use {replacement}":
+                msg += f" (llama.cpp says: {hint})"
         return Diagnosis("flag_removed", msg, _evidence(lines, "removed"), flag, replacement, returncode)
 
     # unknown flag: common/arg.cpp common_params_parse_ex → "error: invalid argument: <flag>"
@@ -132,9 +132,11 @@ def diagnose(returncode: int | None, log_lines: Iterable[str]) -> Diagnosis:
 
     # draft model failed to load: common/speculative.cpp common_speculative_init_result,
     # tools/server/server-context.cpp load_model
-    if _find(lines, r"failed to load draft model"):
+    m = _find(lines, r"failed to load draft model(?:, '([^']*)')?")
+    if m:
         oom = _find(lines, _OOM_LINE)
-        msg = "the draft model failed to load" + (" (out of memory)" if oom else "")
+        msg = "the draft model failed to load" + (f" ({m.group(1)})" if m.group(1) else "")
+        msg += " (out of memory)" if oom else ""
         missing = _find(lines, r"failed to open GGUF file|No such file")
         if missing and not oom:
             msg += ": file missing or unreadable"
@@ -159,9 +161,10 @@ def diagnose(returncode: int | None, log_lines: Iterable[str]) -> Diagnosis:
         return Diagnosis("oom", "out of memory (device or host)", _evidence(lines, _OOM_LINE), None, None, returncode)
 
     # model file missing / corrupt: ggml/src/gguf.cpp gguf_init_from_file, src/llama.cpp llama_model_load
-    m = _find(lines, r"failed to open GGUF file '([^']*)'|gguf_init_from_file: failed to open")
+    m = _find(lines, r"failed to open GGUF file '([^']*)'(?: \(([^)]*)\))?")
     if m:
-        return Diagnosis("model_missing", "model file missing or unreadable: " + (m.group(1) or "see log"),
+        why = f" ({m.group(2)})" if m.group(2) else ""
+        return Diagnosis("model_missing", f"model file missing or unreadable: {m.group(1)}{why}",
                          _evidence(lines, r"GGUF|load"), "-m", None, returncode)
     m = _find(lines, r"error loading model: (.*)|failed to load model|exiting due to model loading error")
     if m:
