@@ -168,7 +168,7 @@ def test_repeated_crashes_fall_back_to_last_good(fake_server_bin: Path, model: P
     good = ServerConfig(model_path=model)
     sup.start(good)
     sup.wait_ready(timeout_s=30)
-    bad = ServerConfig(model_path=model, extra_args=("--fake-mode", "crash-after-ready", "--fake-crash-s", "0.6"))
+    bad = ServerConfig(model_path=model, extra_args=("--fake-mode", "crash-after-ready", "--fake-crash-s", "1.5"))
     sup.start(bad)
     sup.wait_ready(timeout_s=30)
     try:
