@@ -6,7 +6,9 @@ one run times, side by side:
 1. in-process: ``tuner.catalog.scan.scan_file`` (header, classification, tokenizer fingerprint)
    against ``gguf.GGUFReader(path)`` (which decodes every token string);
 2. whole command: ``draftwise scan FILE --json --no-cache`` as a new process (interpreter start,
-   CLI imports and all) against the in-process ``GGUFReader`` time.
+   CLI imports and all) against the in-process ``GGUFReader`` time;
+3. for reference, ``python -m tuner.catalog scan FILE --json --no-cache`` (the same handler without
+   the other packages' sub-commands) and a bare ``python -c pass`` start on this machine.
 
 Goals (issue 2): in-process ratio >= 100x, whole command >= 50x. Prints the figures and exits 1
 when a goal is missed.
@@ -75,6 +77,9 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"draftwise scan failed (rc {r.returncode}): {r.stderr[-2000:]}")
 
     cmd_times = _time(run_cmd, args.repeat)
+    cat_cmd = [sys.executable, "-m", "tuner.catalog", "scan", str(path), "--json", "--no-cache"]
+    cat_times = _time(lambda: subprocess.run(cat_cmd, env=env, cwd=REPO, capture_output=True, check=True), args.repeat)
+    bare_times = _time(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), args.repeat)
 
     reader = statistics.median(reader_times)
     scan = statistics.median(scan_times)
@@ -85,6 +90,11 @@ def main(argv: list[str] | None = None) -> int:
     print(f"gguf.GGUFReader (in-process)        median {reader * 1000:9.1f} ms  ({len(reader_times)} runs)")
     print(f"scan_file (in-process)              median {scan * 1000:9.1f} ms  ({len(scan_times)} runs)")
     print(f"'draftwise scan --json --no-cache'  median {command * 1000:9.1f} ms  (new process, {len(cmd_times)} runs)")
+    cat = statistics.median(cat_times)
+    bare = statistics.median(bare_times)
+    print(f"'python -m tuner.catalog scan ...'  median {cat * 1000:9.1f} ms  (new process, reference)")
+    print(f"'python -c pass'                    median {bare * 1000:9.1f} ms  (interpreter start, reference)")
+    print(f"catalog-only command ratio {reader / cat:8.1f}x   (reference)")
     print(f"in-process ratio     {inproc_ratio:8.1f}x   (goal >= 100x)")
     print(f"whole-command ratio  {cmd_ratio:8.1f}x   (goal >= 50x)")
     ok = inproc_ratio >= 100 and cmd_ratio >= 50

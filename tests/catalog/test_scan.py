@@ -255,6 +255,14 @@ def test_cache_reuses_unchanged_files_and_rereads_changed(tmp_path: Path, monkey
     assert [p.name for p in calls] == ["a.gguf"]
     assert {r.path.name: r.n_layers for r in third}["a.gguf"] == 3
 
+    # a deleted file is dropped from the cache
+    import json
+
+    (models / "v.gguf").unlink()
+    assert [r.path.name for r in scan_folder(models)] == ["a.gguf"]
+    assert [Path(k).name for k in json.loads(cache_file.read_text())["entries"]] == ["a.gguf"]
+    write_vocab_gguf(models / "v.gguf")
+
     # cache=False reads everything
     calls.clear()
     scan_folder(models, cache=False)

@@ -456,8 +456,15 @@ def scan_folder(folder: Path | str, cache: bool = True) -> list[ModelFile]:
                 "split_no": f.split_no, "split_count": f.split_count, "n_params": f.n_params,
             }
             changed = True
-    if cache and changed:
-        _save_cache(entries)
+    if cache:
+        # forget files that were under this folder and are gone
+        root = str(folder.absolute())
+        seen = {str(p.absolute()) for p in files}
+        for key in [k for k in entries if (k == root or k.startswith(root + os.sep)) and k not in seen]:
+            del entries[key]
+            changed = True
+        if changed:
+            _save_cache(entries)
     return _group_splits(facts)
 
 
