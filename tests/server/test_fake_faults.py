@@ -184,3 +184,14 @@ def test_repeated_crashes_fall_back_to_last_good(fake_server_bin: Path, model: P
         assert len(crash_msgs) >= 3
     finally:
         sup.stop()
+
+
+def test_binary_that_cannot_execute(tmp_path: Path, model: Path, fake_server_bin: Path) -> None:
+    from tuner.server.dialect import probe_dialect
+
+    gone = tmp_path / "vanished-server"
+    sup = Supervisor(gone, dialect=probe_dialect(fake_server_bin))
+    sup.start(ServerConfig(model_path=model))
+    with pytest.raises(ServerStartError) as e:
+        sup.wait_ready(timeout_s=10)
+    assert e.value.diagnosis.code == "not_executable" and str(gone) in e.value.diagnosis.message

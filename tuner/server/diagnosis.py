@@ -25,7 +25,8 @@ class Diagnosis:
             ``spec_type_unknown``, ``port_busy``, ``model_missing``, ``model_load_failed``,
             ``oom_weights``, ``oom_kv``, ``oom_compute``, ``oom``, ``draft_load_failed``,
             ``draft_incompatible``, ``mtp_missing``, ``speculation_inactive``, ``load_hang``,
-            ``not_ours``, ``request_failed``, ``crashed``, ``exited``, ``cancelled``.
+            ``not_ours``, ``request_failed``, ``crashed``, ``exited``, ``cancelled``,
+            ``not_executable`` (the binary could not be started at all).
         message: one plain-language line for people.
         evidence: the last log lines (and/or the HTTP answer) that support it.
         flag: the offending flag for flag errors (e.g. ``"--draft-max"``), else None.

@@ -404,7 +404,7 @@ class Supervisor:
                                       tail_lines=self._tail_lines)
             except OSError as exc:
                 self._set_state(ServerState.FAILED, Diagnosis(
-                    "exited", f"cannot execute {self.binary.path}: {exc}", (), None, None, None),
+                    "not_executable", f"cannot execute {self.binary.path}: {exc}", (), None, None, None),
                     message=f"cannot execute {self.binary.path}")
                 return
             self._child = child
