@@ -71,3 +71,26 @@ def test_doctor_without_binary_exits_2(tmp_path: Path, capsys, monkeypatch) -> N
     rc = cli_main(["doctor", "--no-self-test"])
     out = capsys.readouterr().out
     assert rc == 2 and "NOT FOUND" in out and "DRAFTWISE_LLAMA_SERVER" in out and "also-nope" in out
+
+
+def test_serve_models_uses_the_profile_config(tmp_path: Path, monkeypatch) -> None:
+    import argparse
+
+    import tuner.calibration.serving as serving
+    from tuner.server.command import config_from_args
+    from tuner.server.config import ServerConfig
+
+    seen = {}
+    tuned = ServerConfig(model_path=tmp_path / "t.gguf", draft_path=tmp_path / "d.gguf", spec_type="draft-simple",
+                         n_max=6)
+
+    def fake_profile(models_dir, target):
+        seen["args"] = (Path(models_dir), target)
+        return tuned
+
+    monkeypatch.setattr(serving, "config_from_profile", fake_profile)
+    ns = argparse.Namespace(models=str(tmp_path), target="t", draft=None, spec_type=None, port=9123, host=None,
+                            n_max=None, ngl=None, draft_ngl=None, n_ctx=None)
+    cfg = config_from_args(ns)
+    assert seen["args"] == (tmp_path, "t")
+    assert cfg.spec_type == "draft-simple" and cfg.n_max == 6 and cfg.port == 9123

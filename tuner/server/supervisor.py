@@ -239,8 +239,13 @@ class Supervisor:
         return ServerClient(url, api_key=self._config.api_key if self._config else None, timeout_s=timeout_s)
 
     def on_state(self, callback: Callable[[StateChange], None]) -> Callable[[], None]:
-        """Register ``callback(StateChange)`` (called from supervisor threads, never the GUI
-        thread); returns a function that unregisters it."""
+        """Register ``callback(StateChange)``; returns a function that unregisters it.
+
+        Callbacks run on supervisor threads (or the thread calling start/stop), never on purpose
+        on the GUI thread, in state order, while the supervisor holds its lock: they must return
+        quickly (e.g. emit a Qt signal) and must not wait for another thread that uses this
+        supervisor. Exceptions they raise are swallowed.
+        """
         with self._lock:
             self._callbacks.append(callback)
 
