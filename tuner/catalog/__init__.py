@@ -1,5 +1,36 @@
 """tuner.catalog: GGUF header reading, folder scan, classification, draft compatibility, families.
 
-Public API (see docs/architecture.md): ``read_header``, ``scan_folder``, ``check_compatible``,
-``group_families`` and the types in :mod:`tuner.catalog.model`.
+Public API (see docs/architecture.md), importable from this package (loaded on first use):
+``read_header``, ``GGUFError``, ``scan_folder``, ``scan_file``, ``check_compatible``,
+``CompatVerdict``, ``group_families``, ``Family``, ``DraftCandidate``, ``ModelFile``, ``TokenizerInfo``.
 """
+
+from __future__ import annotations
+
+import importlib
+
+_EXPORTS = {
+    "read_header": "tuner.catalog.header",
+    "GGUFError": "tuner.catalog.header",
+    "GGUFHeader": "tuner.catalog.header",
+    "TensorInfo": "tuner.catalog.header",
+    "scan_folder": "tuner.catalog.scan",
+    "scan_file": "tuner.catalog.scan",
+    "check_compatible": "tuner.catalog.compat",
+    "CompatVerdict": "tuner.catalog.compat",
+    "group_families": "tuner.catalog.families",
+    "Family": "tuner.catalog.families",
+    "TargetEntry": "tuner.catalog.families",
+    "DraftCandidate": "tuner.catalog.families",
+    "ModelFile": "tuner.catalog.model",
+    "TokenizerInfo": "tuner.catalog.model",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str):
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tuner.catalog' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)
