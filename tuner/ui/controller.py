@@ -1,0 +1,263 @@
+"""The app's brain on the Qt side: owns the settings, the llama-server supervisor, the telemetry
+collector and the running workers, and tells the tray and the window what happened through signals.
+
+Every long step (scan, tune, start/stop the server, telemetry polling) runs in a
+:class:`~tuner.ui.workers.CallWorker` / :class:`~tuner.ui.workers.PollWorker`; the GUI thread only
+receives signals. The steps themselves are the core's functions, called through
+:mod:`tuner.ui.flow` (the same calls the ``draftwise`` command makes).
+"""
+
+from __future__ import annotations
+
+import threading
+from pathlib import Path
+from typing import Any
+
+from PySide6.QtCore import QObject, Signal
+
+from tuner import settings as settings_mod
+from tuner.settings import Settings
+from tuner.telemetry.collector import Collector, TelemetryTick
+from tuner.ui import flow
+from tuner.ui.state import AppState
+from tuner.ui.workers import CallWorker, PollWorker
+
+
+class AppController(QObject):
+    """State and actions of the running app.
+
+    Signals:
+        state_changed(AppState): tray state changed.
+        status(str): one-line status for the tooltip / status bar.
+        scan_done(object): a :class:`tuner.ui.flow.ScanResult`.
+        tune_event(object): a calibration ``TuneEvent`` (progress).
+        tune_done(object): the ``TuneResult`` / profile used for serving.
+        server_changed(object): a :class:`tuner.ui.flow.ServingInfo` or None when stopped.
+        telemetry(object): a :class:`tuner.telemetry.collector.TelemetryTick` (1 Hz while polling).
+        notify(str, str): title and message for a desktop notification.
+        error(str): a failure in plain words (also shown in the Serve tab).
+    """
+
+    state_changed = Signal(object)
+    status = Signal(str)
+    scan_done = Signal(object)
+    tune_event = Signal(object)
+    tune_done = Signal(object)
+    server_changed = Signal(object)
+    server_log = Signal(str)
+    telemetry = Signal(object)
+    notify = Signal(str, str)
+    error = Signal(str)
+    _supervisor_state = Signal(str)
+
+    def __init__(self, settings: Settings | None = None, poll_interval_s: float = 1.0) -> None:
+        super().__init__()
+        self.settings = settings if settings is not None else Settings()
+        self.state = AppState.IDLE
+        self.last_error: str | None = None
+        self.scan: flow.ScanResult | None = None
+        self.selected_target: Path | None = None
+        self.prompts_path: Path | None = self.settings.prompts_path
+        self.last_tune: Any = None
+        self.serving: flow.ServingInfo | None = None
+        self.runner = flow.ServerRunner(on_state=self._supervisor_state.emit)
+        self._supervisor_state.connect(self._on_supervisor_state)
+        self.collector = Collector(vram=flow.vram_sampler())
+        self.poll_interval_s = poll_interval_s
+        self._poller: PollWorker | None = None
+        self._work: CallWorker | None = None
+        self._stopping = False
+        self.last_tick: TelemetryTick | None = None
+
+    # ------------------------------------------------------------ state
+    def set_state(self, state: AppState, message: str | None = None) -> None:
+        """Change the tray state (emits :attr:`state_changed` when it differs)."""
+        if state is AppState.ERROR:
+            self.last_error = message
+        changed = state is not self.state
+        self.state = state
+        if changed:
+            self.state_changed.emit(state)
+        if message:
+            self.status.emit(message)
+
+    @property
+    def busy(self) -> bool:
+        """True while a scan/tune/serve worker runs."""
+        return self._work is not None and self._work.isRunning()
+
+    def endpoint_url(self) -> str | None:
+        """The served OpenAI-compatible URL, or None when not serving."""
+        return self.serving.endpoint_url if self.serving else None
+
+    def tooltip(self) -> str:
+        """Tray tooltip: state, model, endpoint and current tokens/s."""
+        lines = [f"Draftwise — {self.state.value}"]
+        if self.serving:
+            lines.append(f"{self.serving.model_name} at {self.serving.endpoint_url}")
+            tps = self.collector.series["gen_tokens_per_s"].last_value()
+            if tps is not None:
+                lines.append(f"{tps:.1f} tokens/s")
+        elif self.state is AppState.ERROR and self.last_error:
+            lines.append(self.last_error[:120])
+        return "\n".join(lines)
+
+    # ------------------------------------------------------------ settings
+    def update_settings(self, new: Settings) -> None:
+        """Save new settings (raises :class:`tuner.settings.SettingsError`) and apply autostart."""
+        if new.start_at_login != self.settings.start_at_login:
+            flow.set_autostart(new.start_at_login)
+        settings_mod.save_settings(new)
+        self.settings = new
+
+    # ------------------------------------------------------------ actions
+    def _start_work(self, fn, name: str, on_done, on_event=None) -> CallWorker | None:
+        if self.busy:
+            self.status.emit("Busy: wait for the current step or cancel it")
+            return None
+        w = CallWorker(fn, name)
+        if on_event is not None:
+            w.event.connect(on_event)
+        w.done.connect(on_done)
+        w.failed.connect(self._on_failed)
+        w.finished.connect(lambda: self._work_finished(w))
+        self._work = w
+        w.start()
+        return w
+
+    def _work_finished(self, w: CallWorker) -> None:
+        if self._work is w:
+            self._work = None
+
+    def _on_failed(self, exc: BaseException) -> None:
+        if isinstance(exc, flow.Cancelled):
+            self.set_state(AppState.SERVING if self.serving else AppState.IDLE, "Cancelled")
+            self.status.emit("Cancelled")
+            return
+        msg = flow.describe_error(exc)
+        self.error.emit(msg)
+        self.set_state(AppState.ERROR, msg)
+        self.notify.emit("Draftwise: something failed", msg)
+
+    def scan_models(self, folder: Path | None = None) -> None:
+        """Scan ``folder`` (default: the settings' models folder, else the demo folder) in a worker."""
+        folder = folder or self.settings.models_dir or flow.demo_models_dir()
+        self.status.emit(f"Scanning {folder}")
+        self._start_work(lambda ev, cancel: flow.scan(folder), "scan", self._on_scanned)
+
+    def _on_scanned(self, result: "flow.ScanResult") -> None:
+        self.scan = result
+        if self.selected_target is None or not any(m.path == self.selected_target for m in result.models):
+            self.selected_target = flow.default_target(result)
+        self.scan_done.emit(result)
+        self.status.emit(f"Found {len(result.models)} GGUF files in {result.folder}")
+
+    def tune_and_serve(self, force_retune: bool = False) -> None:
+        """One click: scan → tune (or reuse a fresh profile) → serve, in one cancellable worker."""
+        folder = self.settings.models_dir or flow.demo_models_dir()
+        target = self.selected_target
+        st = self.settings
+        prompts_path = self.prompts_path
+        self.set_state(AppState.TUNING, "Tuning…")
+
+        def job(on_event, cancel: threading.Event):
+            return flow.tune_and_serve(
+                folder=folder,
+                target=target,
+                settings=st,
+                prompts_path=prompts_path,
+                runner=self.runner,
+                on_event=on_event,
+                cancel=cancel,
+                force_retune=force_retune,
+            )
+
+        if self._start_work(job, "tune", self._on_served, self.tune_event.emit) is None:
+            self.set_state(AppState.SERVING if self.serving else AppState.IDLE)
+
+    def retune(self) -> None:
+        """Tune again even when a fresh profile exists, then serve the new winner."""
+        self.tune_and_serve(force_retune=True)
+
+    def _on_served(self, outcome: "flow.ServeOutcome") -> None:
+        self.last_tune = outcome.tune_result
+        if outcome.scan is not None:
+            self._on_scanned(outcome.scan)
+        if outcome.tune_result is not None:
+            self.tune_done.emit(outcome.tune_result)
+            self.notify.emit("Draftwise: tuning finished", outcome.decision_text)
+        self._serving_started(outcome.serving)
+
+    def start_server(self) -> None:
+        """Serve the selected target with its saved profile (tunes first when there is none)."""
+        self.tune_and_serve(force_retune=False)
+
+    def _serving_started(self, info: "flow.ServingInfo") -> None:
+        self.serving = info
+        self.collector.attach(*flow.server_samplers(info, self.runner))
+        self._start_polling()
+        self.server_changed.emit(info)
+        self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")
+
+    def stop_server(self) -> None:
+        """Stop llama-server (in a worker; the whole process tree goes)."""
+        self._stopping = True
+
+        def job(on_event, cancel):
+            self.runner.stop()
+            return None
+
+        self._start_work(job, "stop", lambda _r: self._serving_stopped())
+
+    def _serving_stopped(self) -> None:
+        self._stopping = False
+        self.serving = None
+        self.collector.detach()
+        self.server_changed.emit(None)
+        self.set_state(AppState.IDLE, "Server stopped")
+
+    def cancel(self) -> None:
+        """Cancel the running scan/tune (the core stops every child process it started)."""
+        if self._work is not None:
+            self._work.cancel()
+
+    def _on_supervisor_state(self, state: str) -> None:
+        if state == "failed" and self.serving and not self._stopping:
+            msg = flow.describe_supervisor_failure(self.runner)
+            self.notify.emit("Draftwise: llama-server stopped", msg)
+            self.set_state(AppState.ERROR, msg)
+
+    # ------------------------------------------------------------ telemetry
+    def _start_polling(self) -> None:
+        if self._poller is not None:
+            return
+        self._poller = PollWorker(self.collector.poll, self.poll_interval_s)
+        self._poller.tick.connect(self._on_tick)
+        self._poller.start()
+
+    def _on_tick(self, tick: TelemetryTick) -> None:
+        self.last_tick = tick
+        self.telemetry.emit(tick)
+        if tick.watch is not None and tick.watch.alert:
+            rate = tick.watch.acceptance_rate or 0.0
+            self.notify.emit(
+                "Draftwise: speculation is now slowing you down — re-tune?",
+                f"Draft acceptance {rate:.0%} has stayed below the break-even "
+                f"{self.collector.watch.break_even_rate:.0%} for "
+                f"{self.collector.watch.hold_s / 60:.0f} minutes.",
+            )
+
+    # ------------------------------------------------------------ shutdown
+    def shutdown(self, timeout_s: float = 20.0) -> None:
+        """Cancel work, stop polling, stop the server (blocking; called on Quit)."""
+        if self._work is not None:
+            self._work.cancel()
+            self._work.wait(int(timeout_s * 1000))
+        if self._poller is not None:
+            self._poller.stop()
+            self._poller = None
+        self._stopping = True
+        try:
+            self.runner.stop()
+        except Exception:
+            pass

@@ -1,0 +1,338 @@
+"""The GUI's calls into the core, in one place (plain Python, no Qt; runs inside workers).
+
+Nothing here re-implements core logic: scanning is :func:`tuner.catalog.scan.scan_folder` +
+:func:`tuner.catalog.families.group_families`, tuning is :func:`tuner.calibration.tune.tune`,
+serving is :class:`tuner.server.supervisor.Supervisor`. This module only chains them the way the
+one-click "Tune & serve" needs and turns their results into small records for the window.
+"""
+
+from __future__ import annotations
+
+import threading
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Callable
+
+from tuner.settings import Settings
+
+
+class Cancelled(Exception):
+    """The user cancelled the running step."""
+
+
+@dataclass(frozen=True)
+class ScanResult:
+    """One scan of a models folder: every file (``ModelFile``) and the families (``Family``)."""
+
+    folder: Path
+    models: tuple[Any, ...]
+    families: tuple[Any, ...]
+
+
+@dataclass(frozen=True)
+class ServingInfo:
+    """What is being served.
+
+    Attributes:
+        model_name: display name of the target.
+        target_path: the target GGUF.
+        endpoint_url: OpenAI-compatible base URL (``http://127.0.0.1:PORT/v1``).
+        base_url: server root (``http://127.0.0.1:PORT``).
+        argv: the exact llama-server command line.
+        pid: process id of llama-server, or None.
+        spec_label: the speculation in words ("no speculation", "draft-simple d.gguf n_max 8", …).
+        break_even_rate: acceptance rate below which speculation loses (0..1), None when unknown.
+        api_key: the key clients must send, or None.
+    """
+
+    model_name: str
+    target_path: Path
+    endpoint_url: str
+    base_url: str
+    argv: tuple[str, ...]
+    pid: int | None
+    spec_label: str
+    break_even_rate: float | None = None
+    api_key: str | None = None
+
+
+@dataclass(frozen=True)
+class ServeOutcome:
+    """Result of :func:`tune_and_serve`: the scan, the tune result (None when a fresh profile was
+    reused), the decision in words, and what is now being served."""
+
+    scan: ScanResult | None
+    tune_result: Any
+    decision_text: str
+    serving: ServingInfo
+
+
+def demo_models_dir() -> Path:
+    """``resources/demo`` (holds stories260K.gguf), for newcomers without models."""
+    from tuner.resources import resource_path
+
+    return resource_path("demo")
+
+
+def scan(folder: Path) -> ScanResult:
+    """Scan ``folder`` and group families (never raises for a bad file: it is a ``broken`` row).
+
+    Raises:
+        FileNotFoundError: ``folder`` does not exist (names it).
+    """
+    from tuner.catalog.families import group_families
+    from tuner.catalog.scan import scan_folder
+
+    folder = Path(folder)
+    if not folder.is_dir():
+        raise FileNotFoundError(f"models folder {folder} does not exist")
+    models = scan_folder(folder)
+    families = group_families([m for m in models if m.is_llm])
+    return ScanResult(folder=folder, models=tuple(models), families=tuple(families))
+
+
+def default_target(result: ScanResult) -> Path | None:
+    """The target the one-click flow tunes when the user picked none: the largest LLM that has a
+    draft candidate, else the largest LLM; None when the folder has no LLM."""
+    best = None
+    for fam in result.families:
+        for entry in fam.targets:
+            score = (bool(entry.drafts), entry.target.size_bytes)
+            if best is None or score > best[0]:
+                best = (score, entry.target.path)
+    if best is not None:
+        return best[1]
+    llms = [m for m in result.models if m.is_llm]
+    return max(llms, key=lambda m: m.size_bytes).path if llms else None
+
+
+def set_autostart(enabled: bool) -> None:
+    """``tuner.desktop.set_autostart`` (the packaging engineer's module), guarded until it exists.
+
+    Raises:
+        RuntimeError: the desktop module is not available on this install.
+    """
+    try:
+        from tuner import desktop
+    except ImportError as exc:
+        raise RuntimeError(f"start at login is not available: {exc}") from exc
+    desktop.set_autostart(enabled)
+
+
+def describe_error(exc: BaseException) -> str:
+    """A failure in plain words, with the core's evidence where it carries one."""
+    diag = getattr(exc, "diagnosis", None)
+    if diag is not None and getattr(diag, "message", None):
+        return f"{diag.message}"
+    return f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
+
+
+def describe_supervisor_failure(runner: "ServerRunner") -> str:
+    """Why the served llama-server stopped, from the supervisor's diagnosis."""
+    sup = runner.supervisor
+    diag = getattr(sup, "diagnosis", None) if sup is not None else None
+    if diag is not None and getattr(diag, "message", None):
+        return f"llama-server stopped: {diag.message}"
+    return "llama-server stopped unexpectedly"
+
+
+class ServerRunner:
+    """Holds the one served :class:`tuner.server.supervisor.Supervisor` (thread-safe start/stop).
+
+    Args:
+        on_state: called with the supervisor's state name on every change (from its thread).
+    """
+
+    def __init__(self, on_state: Callable[[str], None] | None = None) -> None:
+        self.on_state = on_state
+        self.supervisor: Any = None
+        self._lock = threading.Lock()
+
+    def _state_cb(self, *args: Any) -> None:
+        if self.on_state is None or not args:
+            return
+        state = args[-1] if len(args) > 1 else args[0]
+        name = getattr(state, "value", None) or getattr(state, "name", None) or str(state)
+        self.on_state(str(name).lower())
+
+    def start(self, config: Any, ready_timeout_s: float = 600.0, cancel: threading.Event | None = None) -> Any:
+        """Stop any running server, start ``config`` and wait until ready.
+
+        Raises:
+            tuner.server.supervisor.ServerStartError: the server failed (with ``diagnosis``).
+            Cancelled: ``cancel`` was set while loading (the process tree is stopped).
+        """
+        from tuner.server.supervisor import Supervisor
+
+        self.stop()
+        with self._lock:
+            sup = Supervisor()
+            sup.on_state(self._state_cb)
+            self.supervisor = sup
+        sup.start(config)
+        sup.wait_ready(timeout_s=ready_timeout_s, cancel=cancel)
+        if cancel is not None and cancel.is_set():
+            sup.stop()
+            raise Cancelled()
+        return sup
+
+    def stop(self) -> None:
+        """Stop the server and its whole process tree (no-op when none runs)."""
+        with self._lock:
+            sup, self.supervisor = self.supervisor, None
+        if sup is not None:
+            sup.stop()
+
+    def log_tail(self, n: int = 200) -> list[str]:
+        """Last ``n`` log lines of the running (or last) server."""
+        sup = self.supervisor
+        return list(sup.log_tail(n)) if sup is not None else []
+
+    @property
+    def pid(self) -> int | None:
+        """llama-server's process id, or None."""
+        sup = self.supervisor
+        return getattr(sup, "pid", None) if sup is not None else None
+
+
+def vram_sampler():
+    """A :class:`tuner.telemetry.samplers.VramSampler` over NVML when ``tuner.hardware.nvml`` offers
+    a used-memory reading; None otherwise (no NVIDIA GPU / module absent)."""
+    from tuner.telemetry.samplers import VramSampler
+
+    try:
+        from tuner.hardware import nvml
+    except ImportError:
+        return None
+    read = getattr(nvml, "used_bytes_total", None)
+    if read is None:
+        return None
+    return VramSampler(read)
+
+
+def server_samplers(info: ServingInfo, runner: ServerRunner):
+    """``(MetricsSampler, ProcessSampler, AcceptanceWatch|None)`` for the served server."""
+    from tuner.telemetry.samplers import MetricsSampler, ProcessSampler, ProcessUsage
+    from tuner.telemetry.watch import AcceptanceWatch
+    from tuner.server.client import ServerClient
+
+    client = ServerClient(info.base_url, api_key=info.api_key)
+    metrics = MetricsSampler(client.metrics_text)
+
+    def read_usage():
+        pid = runner.pid
+        if pid is None:
+            return None
+        from tuner.server import process as proc
+
+        usage = proc.tree_usage(pid)
+        if usage is None:
+            return None
+        return ProcessUsage(rss_bytes=usage[0], cpu_seconds=usage[1])
+
+    watch = AcceptanceWatch(info.break_even_rate) if info.break_even_rate else None
+    return metrics, ProcessSampler(read_usage), watch
+
+
+def tune_and_serve(
+    folder: Path,
+    target: Path | None,
+    settings: Settings,
+    prompts_path: Path | None,
+    runner: ServerRunner,
+    on_event: Callable[[Any], None],
+    cancel: threading.Event,
+    force_retune: bool = False,
+) -> ServeOutcome:
+    """Scan → tune (or reuse a fresh profile) → serve. Runs in a worker thread.
+
+    Raises:
+        Cancelled: ``cancel`` was set (every child process started is gone).
+        FileNotFoundError: no models folder / no LLM in it.
+        Exception: the core's own errors (ServerNotFoundError, ServerStartError, …) with evidence.
+    """
+    raise NotImplementedError("waiting for tuner.calibration.tune")
+
+
+@dataclass(frozen=True)
+class TuneProgress:
+    """What the Tune tab shows for one calibration event.
+
+    Attributes:
+        fraction: 0..1 of the sweep's budget/plan done, None when the event does not say.
+        eta_s: seconds left (estimate), None when unknown.
+        message: one line for the user, or None.
+        result: ``(candidate label, gen tokens/s, acceptance 0..1|None, is_baseline)`` when the event
+            carries a finished measurement, else None.
+    """
+
+    fraction: float | None = None
+    eta_s: float | None = None
+    message: str | None = None
+    result: tuple[str, float, float | None, bool] | None = None
+
+
+def tune_progress(ev: Any) -> TuneProgress:
+    """Map a calibration ``TuneEvent`` to :class:`TuneProgress` (see tuner.calibration.tune)."""
+    if isinstance(ev, str):
+        return TuneProgress(message=ev)
+    fraction = getattr(ev, "fraction", None)
+    eta_s = getattr(ev, "eta_s", None)
+    message = getattr(ev, "message", None)
+    result = None
+    m = getattr(ev, "measurement", None)
+    if m is not None:
+        row = measurement_row(m)
+        if row is not None:
+            result = row
+    return TuneProgress(fraction=fraction, eta_s=eta_s, message=message, result=result)
+
+
+def measurement_row(m: Any) -> tuple[str, float, float | None, bool] | None:
+    """``(label, gen tokens/s, acceptance, is_baseline)`` of one measurement, None without a speed."""
+    cand = getattr(m, "candidate", None)
+    tps = getattr(m, "gen_tokens_per_s", None)
+    if cand is None or tps is None:
+        return None
+    acc = getattr(m, "acceptance_rate", None)
+    label = getattr(cand, "label", None) or str(cand)
+    return (label, float(tps), acc, bool(getattr(cand, "is_baseline", False)))
+
+
+def result_rows(result: Any) -> list[tuple[str, float, float | None, bool]]:
+    """Rows for the candidate chart from a ``TuneResult`` (empty when it has no measurements)."""
+    rows = []
+    for m in getattr(result, "measurements", None) or ():
+        r = measurement_row(m)
+        if r is not None:
+            rows.append(r)
+    return rows
+
+
+def decision_text(result: Any) -> str:
+    """The decision in words (speedup or "no speculation" with the reason)."""
+    if result is None:
+        return "Served from a saved profile (still fresh)."
+    decision = getattr(result, "decision", result)
+    for attr in ("summary", "reason", "message"):
+        text = getattr(decision, attr, None)
+        if text:
+            return str(text)
+    if isinstance(decision, dict):
+        return str(decision.get("reason") or decision)
+    return str(decision)
+
+
+def memory_plan_text(model: Any) -> str:
+    """Where the model's weights and KV cache go on this machine, in words (``tuner.hardware``)."""
+    try:
+        from tuner.hardware import detect_devices
+        from tuner.hardware.memory import MemoryRequest, plan_memory
+    except ImportError:
+        return "Memory planning is not available yet in this build."
+    try:
+        devices = detect_devices()
+        plan = plan_memory(MemoryRequest(target=model), devices)
+    except Exception as exc:
+        return f"Memory plan unavailable: {exc}"
+    return str(getattr(plan, "summary", None) or plan)

@@ -1,0 +1,124 @@
+"""pyqtgraph plots with labelled axes and units (the only module that imports pyqtgraph)."""
+
+from __future__ import annotations
+
+import math
+
+import pyqtgraph as pg
+from PySide6.QtGui import QColor, QFont
+
+pg.setConfigOptions(antialias=True, background="w", foreground="#333333")
+
+PALETTE = ("#2563eb", "#16a34a", "#d97706", "#dc2626", "#7c3aed")
+
+
+def _finite(xs, ys):
+    """Replace None by NaN (a gap in the line) and return float lists."""
+    return [float(x) for x in xs], [math.nan if y is None else float(y) for y in ys]
+
+
+class TimePlot(pg.PlotWidget):
+    """A live line plot against "minutes before now".
+
+    Args:
+        title: plot title.
+        y_label: left axis label; y_unit: its unit (shown in parentheses).
+        series: names of the lines (legend entries).
+        y_scale: multiply values by this before plotting (e.g. 100 for a 0..1 rate shown in %).
+    """
+
+    def __init__(self, title: str, y_label: str, y_unit: str, series: tuple[str, ...] = ("",), y_scale: float = 1.0, parent=None) -> None:
+        super().__init__(parent=parent)
+        self.y_scale = y_scale
+        self.setTitle(title, size="10pt")
+        self.getAxis("left").setLabel(f"{y_label} ({y_unit})" if y_unit else y_label)
+        self.getAxis("bottom").setLabel("time (minutes before now)")
+        self.showGrid(x=True, y=True, alpha=0.25)
+        self.setMouseEnabled(x=False, y=False)
+        self.hideButtons()
+        self.setMenuEnabled(False)
+        self.setMinimumHeight(150)
+        if len(series) > 1:
+            self.addLegend(offset=(-10, 10))
+        self.curves = {}
+        for i, name in enumerate(series):
+            pen = pg.mkPen(QColor(PALETTE[i % len(PALETTE)]), width=2)
+            self.curves[name] = self.plot([], [], pen=pen, name=name or None, connect="finite")
+        self.set_span_min(5)
+        self.getPlotItem().enableAutoRange(axis="y", enable=True)
+
+    def set_span_min(self, minutes: float) -> None:
+        """Show the last ``minutes`` minutes."""
+        self.span_min = minutes
+        self.setXRange(-minutes, 0, padding=0.01)
+
+    def set_series(self, name: str, ages_s, values) -> None:
+        """Replace one line's data: ``ages_s`` (<= 0, seconds before now) and values (None = gap)."""
+        xs, ys = _finite(ages_s, values)
+        self.curves[name].setData([x / 60.0 for x in xs], [y * self.y_scale for y in ys])
+
+    def point_count(self, name: str = "") -> int:
+        """Number of finite points in a line (for tests)."""
+        _x, y = self.curves[name].getData()
+        if y is None:
+            return 0
+        return int(sum(1 for v in y if not math.isnan(v)))
+
+
+class CandidateChart(pg.PlotWidget):
+    """Bar chart of each candidate's generation tokens/s with a dashed baseline line; the bar label
+    shows the candidate and its acceptance rate."""
+
+    def __init__(self, parent=None) -> None:
+        super().__init__(parent=parent)
+        self.setTitle("Candidates: generation speed vs. the baseline", size="10pt")
+        self.getAxis("left").setLabel("generation (tokens/s)")
+        self.getAxis("bottom").setLabel("candidate")
+        self.showGrid(y=True, alpha=0.25)
+        self.setMouseEnabled(x=False, y=False)
+        self.hideButtons()
+        self.setMenuEnabled(False)
+        self.setMinimumHeight(220)
+        self._bars = None
+        self._baseline = pg.InfiniteLine(angle=0, pen=pg.mkPen("#6b7280", width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine))
+        self._baseline.setVisible(False)
+        self.addItem(self._baseline)
+        self._labels: list[pg.TextItem] = []
+        self.rows: list[tuple[str, float, float | None, bool]] = []
+
+    def set_rows(self, rows: list[tuple[str, float, float | None, bool]]) -> None:
+        """``rows``: (label, gen tokens/s, acceptance 0..1 or None, is_baseline)."""
+        self.rows = list(rows)
+        if self._bars is not None:
+            self.removeItem(self._bars)
+        for t in self._labels:
+            self.removeItem(t)
+        self._labels = []
+        if not rows:
+            self._baseline.setVisible(False)
+            self._bars = None
+            return
+        xs = list(range(len(rows)))
+        hs = [r[1] for r in rows]
+        brushes = ["#9ca3af" if r[3] else PALETTE[0] for r in rows]
+        self._bars = pg.BarGraphItem(x=xs, height=hs, width=0.6, brushes=brushes)
+        self.addItem(self._bars)
+        base = next((r[1] for r in rows if r[3]), None)
+        self._baseline.setVisible(base is not None)
+        if base is not None:
+            self._baseline.setValue(base)
+        ticks = []
+        font = QFont()
+        font.setPointSizeF(8)
+        for x, (label, tps, acc, is_base) in zip(xs, rows):
+            short = label if len(label) <= 22 else label[:21] + "…"
+            ticks.append((x, short))
+            txt = f"{tps:.0f} tok/s" + (f"\n{acc:.0%} acc." if acc is not None else "")
+            t = pg.TextItem(txt, color="#111827", anchor=(0.5, 1.0))
+            t.setFont(font)
+            t.setPos(x, tps)
+            self.addItem(t)
+            self._labels.append(t)
+        self.getAxis("bottom").setTicks([ticks])
+        self.setXRange(-0.6, len(rows) - 0.4, padding=0)
+        self.setYRange(0, max(hs) * 1.3 if max(hs) > 0 else 1, padding=0)

@@ -1,0 +1,195 @@
+"""Models tab: folder picker, families (target and draft roles), incompatible pairs with the failed
+rule, broken files with the reason, and the memory plan of the selected model."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt, Signal
+from PySide6.QtWidgets import (
+    QFileDialog,
+    QHBoxLayout,
+    QHeaderView,
+    QLabel,
+    QLineEdit,
+    QPushButton,
+    QTreeWidget,
+    QTreeWidgetItem,
+    QVBoxLayout,
+    QWidget,
+)
+
+from tuner.ui import flow
+from tuner.ui.controller import AppController
+
+
+def human_bytes(n: int | None) -> str:
+    """``1536`` → ``"1.5 KiB"``; None → ``"?"``."""
+    if n is None:
+        return "?"
+    size = float(n)
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
+            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
+        size /= 1024
+    return f"{n} B"
+
+
+def _model_name(m) -> str:
+    return m.name or Path(m.path).stem
+
+
+class ModelsTab(QWidget):
+    """Shows the last scan; "Scan" runs one in a worker through the controller.
+
+    Signals:
+        folder_chosen(Path): the user picked a new models folder (the window saves it in settings).
+    """
+
+    folder_chosen = Signal(object)
+
+    def __init__(self, controller: AppController) -> None:
+        super().__init__()
+        self.controller = controller
+        lay = QVBoxLayout(self)
+        self.first_run = QLabel(
+            "<b>Welcome to Draftwise.</b> Choose the folder that holds your GGUF models (Browse…), "
+            "or try the whole flow on the bundled demo model. The folder is remembered."
+        )
+        self.first_run.setWordWrap(True)
+        self.first_run.setStyleSheet("background:#dbeafe; color:#1e3a8a; padding:8px; border-radius:4px")
+        self.first_run.setVisible(False)
+        lay.addWidget(self.first_run)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Models folder:"))
+        self.folder_edit = QLineEdit(str(controller.settings.models_dir or ""))
+        self.folder_edit.setPlaceholderText("Choose the folder that holds your .gguf files")
+        row.addWidget(self.folder_edit, 1)
+        self.browse_btn = QPushButton("Browse…")
+        self.browse_btn.clicked.connect(self.browse)
+        row.addWidget(self.browse_btn)
+        self.demo_btn = QPushButton("Use demo model")
+        self.demo_btn.setToolTip("Try the whole flow on the bundled stories260K model")
+        self.demo_btn.clicked.connect(self.use_demo)
+        row.addWidget(self.demo_btn)
+        self.scan_btn = QPushButton("Scan")
+        self.scan_btn.clicked.connect(self.scan)
+        row.addWidget(self.scan_btn)
+        lay.addLayout(row)
+
+        self.tree = QTreeWidget()
+        self.tree.setColumnCount(5)
+        self.tree.setHeaderLabels(["Model", "Role", "Size", "Details", "File"])
+        self.tree.setAlternatingRowColors(True)
+        self.tree.setUniformRowHeights(True)
+        hdr = self.tree.header()
+        hdr.setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
+        hdr.setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        hdr.setSectionResizeMode(2, QHeaderView.ResizeMode.ResizeToContents)
+        hdr.setSectionResizeMode(3, QHeaderView.ResizeMode.Stretch)
+        hdr.setSectionResizeMode(4, QHeaderView.ResizeMode.Interactive)
+        self.tree.currentItemChanged.connect(self._on_current)
+        lay.addWidget(self.tree, 1)
+
+        lay.addWidget(QLabel("<b>Memory plan of the selected target</b>"))
+        self.plan_label = QLabel("Select a target to see where its weights and KV cache go.")
+        self.plan_label.setWordWrap(True)
+        self.plan_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        lay.addWidget(self.plan_label)
+        controller.scan_done.connect(self.show_scan)
+
+    def show_first_run_prompt(self) -> None:
+        """Ask for the models folder (first run: no folder in the settings yet)."""
+        self.first_run.setVisible(True)
+
+    # -------------------------------------------------------------- actions
+    def browse(self) -> None:
+        """Folder dialog; a chosen folder is remembered and scanned."""
+        d = QFileDialog.getExistingDirectory(self, "Models folder", self.folder_edit.text() or str(Path.home()))
+        if d:
+            self.folder_edit.setText(d)
+            self.folder_chosen.emit(Path(d))
+            self.scan()
+
+    def use_demo(self) -> None:
+        """Point at the bundled demo model and scan it."""
+        d = flow.demo_models_dir()
+        self.folder_edit.setText(str(d))
+        self.folder_chosen.emit(d)
+        self.scan()
+
+    def scan(self) -> None:
+        """Scan the folder in the edit box (worker thread)."""
+        self.first_run.setVisible(False)
+        text = self.folder_edit.text().strip()
+        self.controller.scan_models(Path(text) if text else None)
+
+    # -------------------------------------------------------------- display
+    def show_scan(self, result: flow.ScanResult) -> None:
+        """Fill the tree from a :class:`tuner.ui.flow.ScanResult`."""
+        self.tree.clear()
+        if str(result.folder) != self.folder_edit.text():
+            self.folder_edit.setText(str(result.folder))
+        in_family: set[Path] = set()
+        for i, fam in enumerate(result.families, start=1):
+            members = ", ".join(_model_name(m) for m in fam.members)
+            fam_item = QTreeWidgetItem([f"Family {i}", "", "", f"shared tokenizer: {members}", ""])
+            f = fam_item.font(0)
+            f.setBold(True)
+            fam_item.setFont(0, f)
+            self.tree.addTopLevelItem(fam_item)
+            for entry in fam.targets:
+                t = entry.target
+                in_family.add(Path(t.path))
+                n_drafts = len(entry.drafts)
+                details = f"{t.architecture or '?'}, {t.n_layers or '?'} layers, {t.quantization or '?'}"
+                if t.mtp_layers:
+                    details += f", MTP ({t.mtp_layers} layers)"
+                details += f"; {n_drafts} draft candidate{'s' if n_drafts != 1 else ''}"
+                it = QTreeWidgetItem([_model_name(t), "target", human_bytes(t.size_bytes), details, str(t.path)])
+                it.setData(0, Qt.ItemDataRole.UserRole, t)
+                if self.controller.selected_target and Path(t.path) == Path(self.controller.selected_target):
+                    it.setText(1, "target (selected)")
+                fam_item.addChild(it)
+                for dc in entry.drafts:
+                    dm = dc.model
+                    warn = ("; " + "; ".join(dc.warnings)) if dc.warnings else ""
+                    ch = QTreeWidgetItem(
+                        [_model_name(dm), "draft", human_bytes(dm.size_bytes), f"score {dc.score:.2f}{warn}", str(dm.path)]
+                    )
+                    it.addChild(ch)
+                for dm, verdict in entry.incompatible:
+                    ch = QTreeWidgetItem(
+                        [_model_name(dm), "incompatible", human_bytes(dm.size_bytes),
+                         f"rule '{verdict.rule}': {verdict.message}", str(dm.path)]
+                    )
+                    ch.setForeground(1, Qt.GlobalColor.darkRed)
+                    it.addChild(ch)
+            fam_item.setExpanded(True)
+            for j in range(fam_item.childCount()):
+                fam_item.child(j).setExpanded(True)
+        others = [m for m in result.models if Path(m.path) not in in_family]
+        if others:
+            other_item = QTreeWidgetItem(["Other files", "", "", "not usable as target or draft", ""])
+            f = other_item.font(0)
+            f.setBold(True)
+            other_item.setFont(0, f)
+            self.tree.addTopLevelItem(other_item)
+            for m in others:
+                why = m.error or m.kind
+                ch = QTreeWidgetItem([Path(m.path).name, m.kind, human_bytes(m.size_bytes), why, str(m.path)])
+                if m.kind == "broken":
+                    ch.setForeground(1, Qt.GlobalColor.darkRed)
+                other_item.addChild(ch)
+            other_item.setExpanded(True)
+        if not result.models:
+            self.tree.addTopLevelItem(QTreeWidgetItem(["No .gguf files found", "", "", str(result.folder), ""]))
+
+    def _on_current(self, item: QTreeWidgetItem | None, _prev) -> None:
+        if item is None:
+            return
+        model = item.data(0, Qt.ItemDataRole.UserRole)
+        if model is None:
+            return
+        self.controller.selected_target = Path(model.path)
+        self.plan_label.setText(flow.memory_plan_text(model))

@@ -1,0 +1,99 @@
+"""Monitor tab: live graphs of generation tokens/s, draft acceptance rate (from ``/metrics`` counter
+deltas), VRAM and RAM, and requests in flight, over the last 5 / 15 / 60 minutes."""
+
+from __future__ import annotations
+
+import time
+
+from PySide6.QtCore import QTimer
+from PySide6.QtWidgets import QButtonGroup, QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+
+from tuner.ui.controller import AppController
+from tuner.ui.graphs import TimePlot
+
+RANGES_MIN = (5, 15, 60)
+GIB = 1024 ** 3
+
+
+class MonitorTab(QWidget):
+    """Four plots fed from the controller's ring buffers; redrawn on each telemetry tick while visible."""
+
+    def __init__(self, controller: AppController) -> None:
+        super().__init__()
+        self.controller = controller
+        self.span_min = RANGES_MIN[0]
+        lay = QVBoxLayout(self)
+        top = QHBoxLayout()
+        self.summary = QLabel("Not serving: graphs fill in while llama-server runs.")
+        top.addWidget(self.summary, 1)
+        top.addWidget(QLabel("Show last:"))
+        self.range_group = QButtonGroup(self)
+        self.range_buttons: dict[int, QPushButton] = {}
+        for m in RANGES_MIN:
+            b = QPushButton(f"{m} min")
+            b.setCheckable(True)
+            b.setChecked(m == self.span_min)
+            b.clicked.connect(lambda _c=False, m=m: self.set_range(m))
+            self.range_group.addButton(b)
+            self.range_buttons[m] = b
+            top.addWidget(b)
+        lay.addLayout(top)
+
+        grid = QGridLayout()
+        self.tps_plot = TimePlot("Generation speed", "tokens/s", "tok/s")
+        self.acc_plot = TimePlot("Draft acceptance rate", "acceptance", "%", y_scale=100.0)
+        self.acc_plot.setYRange(0, 100, padding=0.02)
+        self.acc_plot.getPlotItem().enableAutoRange(axis="y", enable=False)
+        self.mem_plot = TimePlot("Memory", "memory", "GiB", series=("VRAM used", "llama-server RAM"), y_scale=1.0 / GIB)
+        self.req_plot = TimePlot("Requests in flight", "requests", "count")
+        grid.addWidget(self.tps_plot, 0, 0)
+        grid.addWidget(self.acc_plot, 0, 1)
+        grid.addWidget(self.mem_plot, 1, 0)
+        grid.addWidget(self.req_plot, 1, 1)
+        lay.addLayout(grid, 1)
+        controller.telemetry.connect(self.on_tick)
+        self._timer = QTimer(self)  # redraw when shown, even without new ticks
+        self._timer.setSingleShot(True)
+        self._timer.timeout.connect(self.redraw)
+
+    def set_range(self, minutes: int) -> None:
+        """Show the last 5, 15 or 60 minutes."""
+        self.span_min = minutes
+        self.range_buttons[minutes].setChecked(True)
+        for p in (self.tps_plot, self.acc_plot, self.mem_plot, self.req_plot):
+            p.set_span_min(minutes)
+        self.redraw()
+
+    def showEvent(self, ev) -> None:  # noqa: N802 - Qt override
+        super().showEvent(ev)
+        self._timer.start(0)
+
+    def on_tick(self, tick) -> None:
+        """A new telemetry sample arrived; redraw when visible (hidden window costs nothing)."""
+        if self.isVisible():
+            self.redraw(now_s=tick.t_s)
+
+    def redraw(self, now_s: float | None = None) -> None:
+        """Pull the visible window out of the ring buffers and draw it."""
+        c = self.controller
+        s = c.collector.series
+        now = now_s if now_s is not None else c.collector.clock()
+        span = self.span_min * 60.0
+        self.tps_plot.set_series("", *s["gen_tokens_per_s"].window(now, span))
+        self.acc_plot.set_series("", *s["acceptance_rate"].window(now, span))
+        self.mem_plot.set_series("VRAM used", *s["vram_used_bytes"].window(now, span))
+        self.mem_plot.set_series("llama-server RAM", *s["ram_rss_bytes"].window(now, span))
+        self.req_plot.set_series("", *s["requests_processing"].window(now, span))
+        if c.serving is not None:
+            tps = s["gen_tokens_per_s"].last_value()
+            acc = s["acceptance_rate"].last_value()
+            rss = s["ram_rss_bytes"].last_value()
+            parts = [f"<b>{c.serving.model_name}</b> — {c.serving.spec_label}"]
+            parts.append(f"{tps:.1f} tok/s" if tps is not None else "no generation yet")
+            if acc is not None:
+                parts.append(f"acceptance {acc:.0%}")
+            if rss is not None:
+                parts.append(f"RAM {rss / GIB:.2f} GiB")
+            self.summary.setText(" · ".join(parts))
+        else:
+            self.summary.setText("Not serving: graphs fill in while llama-server runs.")

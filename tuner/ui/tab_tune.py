@@ -1,0 +1,147 @@
+"""Tune tab: budget, start / cancel, progress with ETA, a live chart of each candidate's tokens/s
+against the baseline with its acceptance rate, and the decision in words."""
+
+from __future__ import annotations
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import (
+    QHBoxLayout,
+    QLabel,
+    QProgressBar,
+    QPushButton,
+    QSpinBox,
+    QVBoxLayout,
+    QWidget,
+)
+
+from tuner.ui import flow
+from tuner.ui.controller import AppController
+from tuner.ui.graphs import CandidateChart
+from tuner.ui.state import AppState
+
+
+def format_eta(eta_s: float | None) -> str:
+    """``95`` → ``"1 min 35 s left"``; None → ``""``."""
+    if eta_s is None:
+        return ""
+    eta_s = max(0, int(round(eta_s)))
+    if eta_s >= 60:
+        return f"about {eta_s // 60} min {eta_s % 60:02d} s left"
+    return f"about {eta_s} s left"
+
+
+class TuneTab(QWidget):
+    """Runs the sweep through the controller and shows its events."""
+
+    def __init__(self, controller: AppController) -> None:
+        super().__init__()
+        self.controller = controller
+        self.results: dict[str, tuple[str, float, float | None, bool]] = {}
+        lay = QVBoxLayout(self)
+        row = QHBoxLayout()
+        row.addWidget(QLabel("Time budget:"))
+        self.budget = QSpinBox()
+        self.budget.setRange(1, 24 * 60)
+        self.budget.setSuffix(" min")
+        self.budget.setValue(max(1, round(controller.settings.tune_budget_s / 60)))
+        self.budget.setToolTip("How long the calibration sweep may take (model loads dominate)")
+        row.addWidget(self.budget)
+        row.addSpacing(16)
+        self.start_btn = QPushButton("Tune && serve")
+        self.start_btn.clicked.connect(self.start)
+        row.addWidget(self.start_btn)
+        self.retune_btn = QPushButton("Re-tune")
+        self.retune_btn.setToolTip("Measure again even when a fresh profile exists")
+        self.retune_btn.clicked.connect(self.retune)
+        row.addWidget(self.retune_btn)
+        self.cancel_btn = QPushButton("Cancel")
+        self.cancel_btn.setEnabled(False)
+        self.cancel_btn.clicked.connect(controller.cancel)
+        row.addWidget(self.cancel_btn)
+        row.addStretch(1)
+        lay.addLayout(row)
+
+        self.progress = QProgressBar()
+        self.progress.setRange(0, 1000)
+        self.progress.setValue(0)
+        self.progress.setFormat("idle")
+        self.progress.setTextVisible(True)
+        lay.addWidget(self.progress)
+        self.step_label = QLabel("Press “Tune & serve” to measure which configuration is fastest on this machine.")
+        self.step_label.setWordWrap(True)
+        lay.addWidget(self.step_label)
+
+        self.chart = CandidateChart()
+        lay.addWidget(self.chart, 1)
+
+        lay.addWidget(QLabel("<b>Decision</b>"))
+        self.decision_label = QLabel("No decision yet.")
+        self.decision_label.setWordWrap(True)
+        self.decision_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        lay.addWidget(self.decision_label)
+
+        controller.tune_event.connect(self.on_event)
+        controller.tune_done.connect(self.on_done)
+        controller.state_changed.connect(self.on_state)
+        self.on_state(controller.state)
+
+    def _budget_s(self) -> int:
+        return int(self.budget.value()) * 60
+
+    def _apply_budget(self) -> None:
+        st = self.controller.settings
+        if st.tune_budget_s != self._budget_s():
+            try:
+                self.controller.update_settings(st.replace(tune_budget_s=self._budget_s()))
+            except Exception as exc:
+                self.step_label.setText(str(exc))
+
+    def start(self) -> None:
+        """Start "Tune & serve"."""
+        self._apply_budget()
+        self.results.clear()
+        self.chart.set_rows([])
+        self.controller.tune_and_serve()
+
+    def retune(self) -> None:
+        """Force a new sweep."""
+        self._apply_budget()
+        self.results.clear()
+        self.chart.set_rows([])
+        self.controller.retune()
+
+    def on_state(self, state: AppState) -> None:
+        """Enable the buttons that make sense now."""
+        tuning = state is AppState.TUNING
+        self.start_btn.setEnabled(not tuning)
+        self.retune_btn.setEnabled(not tuning)
+        self.cancel_btn.setEnabled(tuning)
+        self.budget.setEnabled(not tuning)
+        if not tuning and self.progress.format() not in ("done",):
+            if state is AppState.ERROR:
+                self.progress.setFormat("failed")
+            elif self.progress.value() < 1000:
+                self.progress.setFormat("idle" if not self.results else "stopped")
+
+    def on_event(self, ev) -> None:
+        """Show one calibration event (progress, ETA, candidate result)."""
+        p = flow.tune_progress(ev)
+        if p.fraction is not None:
+            self.progress.setValue(int(p.fraction * 1000))
+            self.progress.setFormat(f"{p.fraction:.0%}  {format_eta(p.eta_s)}".strip())
+        if p.message:
+            self.step_label.setText(p.message)
+        if p.result is not None:
+            label, tps, acc, is_base = p.result
+            self.results[label] = p.result
+            rows = sorted(self.results.values(), key=lambda r: (not r[3], -r[1]))
+            self.chart.set_rows(rows)
+
+    def on_done(self, result) -> None:
+        """Show the decision in words."""
+        self.progress.setValue(1000)
+        self.progress.setFormat("done")
+        self.decision_label.setText(flow.decision_text(result))
+        for row in flow.result_rows(result):
+            self.results[row[0]] = row
+        self.chart.set_rows(sorted(self.results.values(), key=lambda r: (not r[3], -r[1])))

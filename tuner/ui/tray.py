@@ -1,0 +1,102 @@
+"""The tray icon and its menu (rebuilt every time it opens, from the controller's current state)."""
+
+from __future__ import annotations
+
+from PySide6.QtGui import QAction, QGuiApplication
+from PySide6.QtWidgets import QMenu, QSystemTrayIcon
+
+from tuner.ui.controller import AppController
+from tuner.ui.icons import state_icon
+from tuner.ui.state import AppState
+
+#: Menu entries in order (text of the action), for tests and docs.
+MENU_ITEMS = ("Tune & serve", "Open Draftwise", "Start server", "Stop server", "Copy endpoint URL", "Re-tune", "Quit")
+
+
+class Tray:
+    """Owns the ``QSystemTrayIcon``; ``available`` is False where the desktop has no tray.
+
+    Args:
+        controller: the app controller (state, actions).
+        show_window: callable that shows and raises the main window.
+        quit_app: callable that stops the server and quits.
+    """
+
+    def __init__(self, controller: AppController, show_window, quit_app) -> None:
+        self.controller = controller
+        self.show_window = show_window
+        self.quit_app = quit_app
+        self.available = QSystemTrayIcon.isSystemTrayAvailable()
+        self.icon = QSystemTrayIcon(state_icon(controller.state))
+        self.menu = QMenu()
+        self.menu.aboutToShow.connect(self.rebuild_menu)
+        self.icon.setContextMenu(self.menu)
+        self.icon.activated.connect(self._on_activated)
+        self.rebuild_menu()
+        self.refresh()
+        controller.state_changed.connect(lambda _s: self.refresh())
+        controller.telemetry.connect(lambda _t: self.icon.setToolTip(controller.tooltip()))
+        controller.notify.connect(self.notify)
+        if self.available:
+            self.icon.show()
+
+    def refresh(self) -> None:
+        """Update icon and tooltip from the controller's state."""
+        self.icon.setIcon(state_icon(self.controller.state))
+        self.icon.setToolTip(self.controller.tooltip())
+
+    def rebuild_menu(self) -> None:
+        """Recreate the menu for the current state (connected to ``aboutToShow``)."""
+        c = self.controller
+        m = self.menu
+        m.clear()
+        busy = c.state is AppState.TUNING
+        serving = c.serving is not None
+
+        a = m.addAction("Tune & serve")
+        a.setEnabled(not busy and not serving)
+        a.triggered.connect(c.tune_and_serve)
+        if busy:
+            m.addAction("Cancel tuning").triggered.connect(c.cancel)
+        m.addAction("Open Draftwise").triggered.connect(self.show_window)
+        m.addSeparator()
+        if serving:
+            m.addAction("Stop server").triggered.connect(c.stop_server)
+        else:
+            a = m.addAction("Start server")
+            a.setEnabled(not busy)
+            a.triggered.connect(c.start_server)
+        a = m.addAction("Copy endpoint URL")
+        a.setEnabled(serving)
+        a.triggered.connect(self.copy_endpoint)
+        a = m.addAction("Re-tune")
+        a.setEnabled(not busy)
+        a.triggered.connect(c.retune)
+        m.addSeparator()
+        if serving:
+            info = m.addAction(f"Serving {c.serving.model_name}")
+            info.setEnabled(False)
+        m.addAction("Quit").triggered.connect(self.quit_app)
+
+    def actions(self) -> dict[str, QAction]:
+        """The current menu's actions by text (separators left out)."""
+        return {a.text(): a for a in self.menu.actions() if not a.isSeparator()}
+
+    def copy_endpoint(self) -> None:
+        """Put the endpoint URL on the clipboard."""
+        url = self.controller.endpoint_url()
+        if url:
+            QGuiApplication.clipboard().setText(url)
+
+    def notify(self, title: str, message: str) -> None:
+        """Desktop notification through the tray (no-op without a tray)."""
+        if self.available and QSystemTrayIcon.supportsMessages():
+            self.icon.showMessage(title, message, state_icon(self.controller.state), 10000)
+
+    def _on_activated(self, reason) -> None:
+        if reason in (QSystemTrayIcon.ActivationReason.Trigger, QSystemTrayIcon.ActivationReason.DoubleClick):
+            self.show_window()
+
+    def hide(self) -> None:
+        """Remove the icon (on quit)."""
+        self.icon.hide()

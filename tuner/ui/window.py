@@ -1,0 +1,113 @@
+"""The main window: tabs Models / Prompts / Tune / Serve / Monitor, a status bar, and the one-line
+hint shown when the desktop has no system tray."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from PySide6.QtCore import Qt
+from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWidget
+
+from tuner.ui.controller import AppController
+from tuner.ui.icons import state_icon
+from tuner.ui.state import AppState
+from tuner.ui.tab_models import ModelsTab
+from tuner.ui.tab_monitor import MonitorTab
+from tuner.ui.tab_prompts import PromptsTab
+from tuner.ui.tab_serve import ServeTab
+from tuner.ui.tab_tune import TuneTab
+
+NO_TRAY_HINT = (
+    "No system tray found on this desktop: Draftwise keeps running in this window; "
+    "closing it minimises instead of quitting (use File ▸ Quit)."
+)
+
+TAB_NAMES = ("Models", "Prompts", "Tune", "Serve", "Monitor")
+
+
+class MainWindow(QMainWindow):
+    """The Draftwise window.
+
+    Args:
+        controller: the app controller.
+        tray_available: False → show :data:`NO_TRAY_HINT` and minimise on close instead of hiding.
+        quit_app: callable for the Quit action.
+    """
+
+    def __init__(self, controller: AppController, tray_available: bool = True, quit_app=None) -> None:
+        super().__init__()
+        self.controller = controller
+        self.tray_available = tray_available
+        self.quit_app = quit_app
+        self.allow_close = False
+        self.setWindowTitle("Draftwise")
+        self.setWindowIcon(state_icon(AppState.SERVING))
+        self.resize(1100, 720)
+        central = QWidget()
+        v = QVBoxLayout(central)
+        v.setContentsMargins(8, 8, 8, 4)
+        self.hint = QLabel(NO_TRAY_HINT)
+        self.hint.setWordWrap(True)
+        self.hint.setStyleSheet("background:#fef3c7; color:#78350f; padding:6px; border-radius:4px")
+        self.hint.setVisible(not tray_available)
+        v.addWidget(self.hint)
+        self.tabs = QTabWidget()
+        self.models_tab = ModelsTab(controller)
+        self.prompts_tab = PromptsTab(controller)
+        self.tune_tab = TuneTab(controller)
+        self.serve_tab = ServeTab(controller)
+        self.monitor_tab = MonitorTab(controller)
+        for name, tab in zip(TAB_NAMES, (self.models_tab, self.prompts_tab, self.tune_tab, self.serve_tab, self.monitor_tab)):
+            self.tabs.addTab(tab, name)
+        v.addWidget(self.tabs, 1)
+        self.setCentralWidget(central)
+
+        menu = self.menuBar().addMenu("&File")
+        menu.addAction("Tune && serve", controller.tune_and_serve)
+        menu.addAction("Stop server", controller.stop_server)
+        menu.addSeparator()
+        menu.addAction("Quit", self._quit)
+
+        self.models_tab.folder_chosen.connect(self._remember_folder)
+        self.prompts_tab.prompts_changed.connect(self._remember_prompts)
+        controller.status.connect(lambda m: self.statusBar().showMessage(m, 15000))
+        controller.state_changed.connect(lambda s: self.setWindowIcon(state_icon(s)))
+
+    def _quit(self) -> None:
+        if self.quit_app is not None:
+            self.quit_app()
+
+    def _remember_folder(self, folder: Path) -> None:
+        c = self.controller
+        if c.settings.models_dir != folder:
+            try:
+                c.update_settings(c.settings.replace(models_dir=folder))
+            except Exception as exc:
+                self.statusBar().showMessage(str(exc))
+
+    def _remember_prompts(self, path) -> None:
+        c = self.controller
+        if c.settings.prompts_path != path:
+            try:
+                c.update_settings(c.settings.replace(prompts_path=path))
+            except Exception as exc:
+                self.statusBar().showMessage(str(exc))
+
+    def bring_forward(self) -> None:
+        """Show, un-minimise and raise the window (tray click, second launch)."""
+        if self.isMinimized():
+            self.setWindowState(self.windowState() & ~Qt.WindowState.WindowMinimized)
+        self.show()
+        self.raise_()
+        self.activateWindow()
+
+    def closeEvent(self, ev) -> None:  # noqa: N802 - Qt override
+        """Closing hides to the tray (or minimises without a tray); the server keeps running."""
+        if self.allow_close:
+            ev.accept()
+            return
+        ev.ignore()
+        if self.tray_available:
+            self.hide()
+        else:
+            self.showMinimized()
