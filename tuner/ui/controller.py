@@ -48,7 +48,7 @@ class AppController(QObject):
     telemetry = Signal(object)
     notify = Signal(str, str)
     error = Signal(str)
-    _supervisor_state = Signal(str)
+    _supervisor_state = Signal(object)
 
     def __init__(self, settings: Settings | None = None, poll_interval_s: float = 1.0) -> None:
         super().__init__()
@@ -64,6 +64,7 @@ class AppController(QObject):
         self._supervisor_state.connect(self._on_supervisor_state)
         self.collector = Collector(vram=flow.vram_sampler())
         self.poll_interval_s = poll_interval_s
+        self.tune_options: dict[str, Any] = {}
         self._poller: PollWorker | None = None
         self._work: CallWorker | None = None
         self._stopping = False
@@ -158,6 +159,7 @@ class AppController(QObject):
         target = self.selected_target
         st = self.settings
         prompts_path = self.prompts_path
+        tune_options = dict(self.tune_options)
         self.set_state(AppState.TUNING, "Tuning…")
 
         def job(on_event, cancel: threading.Event):
@@ -170,6 +172,7 @@ class AppController(QObject):
                 on_event=on_event,
                 cancel=cancel,
                 force_retune=force_retune,
+                tune_options=tune_options,
             )
 
         if self._start_work(job, "tune", self._on_served, self.tune_event.emit) is None:
@@ -221,11 +224,31 @@ class AppController(QObject):
         if self._work is not None:
             self._work.cancel()
 
-    def _on_supervisor_state(self, state: str) -> None:
-        if state == "failed" and self.serving and not self._stopping:
+    def _on_supervisor_state(self, change) -> None:
+        """Supervisor transitions while serving: crash restarts and failures become notifications."""
+        state = str(getattr(change, "state", change))
+        state = getattr(getattr(change, "state", None), "value", state)
+        if self.serving is None or self._stopping:
+            return
+        prev = getattr(getattr(change, "previous", None), "value", None)
+        if state == "starting" and prev == "ready":
+            diag = getattr(change, "diagnosis", None)
+            why = f": {diag.message}" if diag is not None else ""
+            self.notify.emit("Draftwise: llama-server crashed", f"llama-server stopped unexpectedly{why}; restarting it.")
+            self.status.emit("llama-server crashed; restarting")
+        elif state == "ready" and prev == "starting" and getattr(change, "restart_count", 0):
+            self.metrics_reset()
+            self.notify.emit("Draftwise: llama-server restarted", f"llama-server crashed and was restarted ({change.message}).")
+            self.set_state(AppState.SERVING, "llama-server restarted")
+        elif state == "failed":
             msg = flow.describe_supervisor_failure(self.runner)
             self.notify.emit("Draftwise: llama-server stopped", msg)
             self.set_state(AppState.ERROR, msg)
+
+    def metrics_reset(self) -> None:
+        """Forget the previous /metrics scrape (after a restart the counters start again)."""
+        if self.collector.metrics is not None:
+            self.collector.metrics.reset()
 
     # ------------------------------------------------------------ telemetry
     def _start_polling(self) -> None:

@@ -140,46 +140,53 @@ class ServerRunner:
     """Holds the one served :class:`tuner.server.supervisor.Supervisor` (thread-safe start/stop).
 
     Args:
-        on_state: called with the supervisor's state name on every change (from its thread).
+        on_state: called with each ``tuner.server.supervisor.StateChange`` (from supervisor threads;
+            it must return quickly, e.g. emit a Qt signal).
     """
 
-    def __init__(self, on_state: Callable[[str], None] | None = None) -> None:
+    def __init__(self, on_state: Callable[[Any], None] | None = None) -> None:
         self.on_state = on_state
         self.supervisor: Any = None
         self._lock = threading.Lock()
 
-    def _state_cb(self, *args: Any) -> None:
-        if self.on_state is None or not args:
-            return
-        state = args[-1] if len(args) > 1 else args[0]
-        name = getattr(state, "value", None) or getattr(state, "name", None) or str(state)
-        self.on_state(str(name).lower())
+    def _state_cb(self, change: Any) -> None:
+        if self.on_state is not None:
+            self.on_state(change)
 
-    def start(self, config: Any, ready_timeout_s: float = 600.0, cancel: threading.Event | None = None) -> Any:
-        """Stop any running server, start ``config`` and wait until ready.
+    def start(
+        self,
+        config: Any,
+        binary: Path | None = None,
+        ready_timeout_s: float | None = None,
+        cancel: threading.Event | None = None,
+    ) -> Any:
+        """Stop any running server, start ``config`` (crash restarts on) and wait until ready.
 
         Raises:
+            tuner.server.discovery.ServerNotFoundError: no llama-server (names the places looked at).
             tuner.server.supervisor.ServerStartError: the server failed (with ``diagnosis``).
             Cancelled: ``cancel`` was set while loading (the process tree is stopped).
         """
-        from tuner.server.supervisor import Supervisor
+        from tuner.server.supervisor import ServerStartError, Supervisor
 
         self.stop()
+        sup = Supervisor(binary, auto_restart=True, on_state=self._state_cb)
         with self._lock:
-            sup = Supervisor()
-            sup.on_state(self._state_cb)
             self.supervisor = sup
         sup.start(config)
-        sup.wait_ready(timeout_s=ready_timeout_s, cancel=cancel)
-        if cancel is not None and cancel.is_set():
-            sup.stop()
-            raise Cancelled()
+        try:
+            sup.wait_ready(timeout_s=ready_timeout_s, cancel=cancel)
+        except ServerStartError:
+            if cancel is not None and cancel.is_set():
+                self.stop()
+                raise Cancelled() from None
+            raise
         return sup
 
     def stop(self) -> None:
         """Stop the server and its whole process tree (no-op when none runs)."""
         with self._lock:
-            sup, self.supervisor = self.supervisor, None
+            sup = self.supervisor
         if sup is not None:
             sup.stop()
 
@@ -192,7 +199,7 @@ class ServerRunner:
     def pid(self) -> int | None:
         """llama-server's process id, or None."""
         sup = self.supervisor
-        return getattr(sup, "pid", None) if sup is not None else None
+        return sup.pid if sup is not None else None
 
 
 def vram_sampler():
@@ -223,15 +230,54 @@ def server_samplers(info: ServingInfo, runner: ServerRunner):
         pid = runner.pid
         if pid is None:
             return None
-        from tuner.server import process as proc
+        from tuner.server.process import tree_usage
 
-        usage = proc.tree_usage(pid)
+        usage = tree_usage(pid)
         if usage is None:
             return None
         return ProcessUsage(rss_bytes=usage[0], cpu_seconds=usage[1])
 
     watch = AcceptanceWatch(info.break_even_rate) if info.break_even_rate else None
     return metrics, ProcessSampler(read_usage), watch
+
+
+#: Keyword arguments for :func:`tuner.calibration.tune.tune` that the GUI may override (tests use a
+#: small context and few tokens on the demo model).
+TUNE_OPTIONS_DEFAULT: dict[str, Any] = {}
+
+
+def _break_even_for(decision_json: dict[str, Any]) -> float | None:
+    """The winner's break-even acceptance (0..1) from a decision's JSON, None for the baseline/unknown."""
+    winner = decision_json.get("winner") or {}
+    if not winner or winner.get("spec_type", "none") == "none":
+        return None
+    best = None
+    for be in decision_json.get("break_even") or ():
+        cand = be.get("candidate") or {}
+        value = be.get("break_even_acceptance")
+        if value is None:
+            continue
+        same_type = cand.get("spec_type") == winner.get("spec_type") and cand.get("draft_path") == winner.get("draft_path")
+        if same_type:
+            best = value
+    if best is None or not 0.0 < best < 1.0:
+        return None
+    return float(best)
+
+
+def serving_config(profile: Any, settings: Settings) -> Any:
+    """The profile's winning ``ServerConfig`` with the user's port, listen address and API key.
+
+    Raises:
+        tuner.settings.SettingsError: LAN exposure without an API key.
+    """
+    from dataclasses import replace
+
+    from tuner.calibration.serving import config_from_json
+    from tuner.settings import server_api_key
+
+    cfg = config_from_json(profile.server_config)
+    return replace(cfg, port=settings.port, host=settings.host, api_key=server_api_key(settings))
 
 
 def tune_and_serve(
@@ -243,15 +289,61 @@ def tune_and_serve(
     on_event: Callable[[Any], None],
     cancel: threading.Event,
     force_retune: bool = False,
+    tune_options: dict[str, Any] | None = None,
 ) -> ServeOutcome:
     """Scan → tune (or reuse a fresh profile) → serve. Runs in a worker thread.
 
     Raises:
-        Cancelled: ``cancel`` was set (every child process started is gone).
-        FileNotFoundError: no models folder / no LLM in it.
-        Exception: the core's own errors (ServerNotFoundError, ServerStartError, …) with evidence.
+        Cancelled: ``cancel`` was set (tune stops every child process it started).
+        FileNotFoundError: the models folder does not exist.
+        tuner.calibration.tune.TuneError: no LLM, no server, baseline failed (with evidence).
+        tuner.server.supervisor.ServerStartError: the winner did not start (with diagnosis).
     """
-    raise NotImplementedError("waiting for tuner.calibration.tune")
+    from tuner.calibration.tune import tune
+
+    scanned = scan(folder)
+    if cancel.is_set():
+        raise Cancelled()
+    target = target or default_target(scanned)
+    opts = dict(TUNE_OPTIONS_DEFAULT)
+    opts.update(tune_options or {})
+    result = tune(
+        models_dir=folder,
+        target=str(target) if target else None,
+        prompts=prompts_path,
+        budget_s=float(settings.tune_budget_s),
+        force=force_retune,
+        on_event=on_event,
+        cancel=cancel,
+        server=settings.server_binary,
+        **opts,
+    )
+    if result.cancelled or cancel.is_set():
+        raise Cancelled()
+    profile = result.profile
+    if profile is None:
+        raise RuntimeError(f"tuning {result.target_path} produced no profile")
+    config = serving_config(profile, settings)
+    on_event(f"Starting llama-server for {Path(profile.target_path).name} on port {config.port}")
+    sup = runner.start(config, binary=settings.server_binary, cancel=cancel)
+    decision_json = dict(profile.decision)
+    info = ServingInfo(
+        model_name=Path(profile.target_path).name,
+        target_path=Path(profile.target_path),
+        endpoint_url=f"{sup.base_url}/v1",
+        base_url=sup.base_url,
+        argv=tuple(sup.argv or ()),
+        pid=sup.pid,
+        spec_label=str(decision_json.get("label") or "no speculation"),
+        break_even_rate=_break_even_for(decision_json),
+        api_key=config.api_key,
+    )
+    return ServeOutcome(
+        scan=scanned,
+        tune_result=result,
+        decision_text=decision_text(result),
+        serving=info,
+    )
 
 
 @dataclass(frozen=True)
@@ -276,7 +368,7 @@ def tune_progress(ev: Any) -> TuneProgress:
     """Map a calibration ``TuneEvent`` to :class:`TuneProgress` (see tuner.calibration.tune)."""
     if isinstance(ev, str):
         return TuneProgress(message=ev)
-    fraction = getattr(ev, "fraction", None)
+    fraction = getattr(ev, "progress", None)
     eta_s = getattr(ev, "eta_s", None)
     message = getattr(ev, "message", None)
     result = None
@@ -294,7 +386,9 @@ def measurement_row(m: Any) -> tuple[str, float, float | None, bool] | None:
     tps = getattr(m, "gen_tokens_per_s", None)
     if cand is None or tps is None:
         return None
-    acc = getattr(m, "acceptance_rate", None)
+    if getattr(m, "error", None):
+        return None
+    acc = getattr(m, "acceptance", None)
     label = getattr(cand, "label", None) or str(cand)
     return (label, float(tps), acc, bool(getattr(cand, "is_baseline", False)))
 
@@ -314,6 +408,11 @@ def decision_text(result: Any) -> str:
     if result is None:
         return "Served from a saved profile (still fresh)."
     decision = getattr(result, "decision", result)
+    if decision is None and getattr(result, "profile", None) is not None:
+        decision = result.profile.decision
+    if getattr(result, "reused", False):
+        text = decision.get("reason") if isinstance(decision, dict) else getattr(decision, "reason", None)
+        return f"Using the saved profile (still fresh): {text or 'no reason recorded'}"
     for attr in ("summary", "reason", "message"):
         text = getattr(decision, attr, None)
         if text:
@@ -326,13 +425,13 @@ def decision_text(result: Any) -> str:
 def memory_plan_text(model: Any) -> str:
     """Where the model's weights and KV cache go on this machine, in words (``tuner.hardware``)."""
     try:
-        from tuner.hardware import detect_devices
+        from tuner.hardware.devices import detect_devices
         from tuner.hardware.memory import MemoryRequest, plan_memory
     except ImportError:
         return "Memory planning is not available yet in this build."
     try:
         devices = detect_devices()
-        plan = plan_memory(MemoryRequest(target=model), devices)
+        plan = plan_memory(MemoryRequest(target=model, n_ctx=min(4096, model.context_length or 4096)), devices)
     except Exception as exc:
-        return f"Memory plan unavailable: {exc}"
+        return f"Memory plan unavailable for {Path(model.path).name}: {exc}"
     return str(getattr(plan, "summary", None) or plan)
