@@ -61,6 +61,17 @@ def known_architectures() -> frozenset[str]:
 
 
 @lru_cache(maxsize=1)
+def package_version() -> str | None:
+    """Installed version of the ``gguf`` package (e.g. ``0.19.0``), ``None`` when unknown."""
+    try:
+        from importlib.metadata import PackageNotFoundError, version
+
+        return version("gguf")
+    except (ImportError, PackageNotFoundError):  # pragma: no cover - depends on the install
+        return None
+
+
+@lru_cache(maxsize=1)
 def ggml_type_table() -> dict[int, tuple[str, int, int]]:
     """GGML tensor types: ``{type id: (name, block size in elements, bytes per block)}``
     (from ``gguf.constants.GGML_QUANT_SIZES``, mirroring ggml/src/ggml.c ``type_traits``)."""

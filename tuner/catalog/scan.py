@@ -200,8 +200,9 @@ def classify_header(header: GGUFHeader, size_bytes: int | None = None, mtime_ns:
     if known is not None and arch not in known:
         return row(
             KIND_UNSUPPORTED,
-            f"architecture '{arch}' (general.architecture) is not known to llama.cpp "
-            "(not in the gguf package's MODEL_ARCH_NAMES)",
+            f"architecture '{arch}' (general.architecture) is not known to llama.cpp: not in "
+            f"MODEL_ARCH_NAMES of gguf {gguf_adapter.package_version() or '(unknown version)'}; "
+            "a newer llama.cpp and gguf package may support it",
         )
     if tok is None:
         return row(KIND_BROKEN, "no tokenizer ('tokenizer.ggml.model' missing): llama.cpp cannot load it")
