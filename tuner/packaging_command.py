@@ -13,7 +13,22 @@ import sys
 from tuner import desktop
 
 
+def _unsupported_platform() -> str | None:
+    """A message when this OS has no freedesktop menus / XDG autostart (Windows, macOS), else None."""
+    if sys.platform == "win32":
+        return ("desktop entries are a Linux (freedesktop) feature; on Windows the installer adds the "
+                "Start Menu shortcut and the start-at-login option (docs/packaging.md)")
+    if sys.platform == "darwin":
+        return ("desktop entries are a Linux (freedesktop) feature; on macOS copy Draftwise.app to "
+                "Applications and add it under Login Items (docs/packaging.md)")
+    return None
+
+
 def _install(args: argparse.Namespace) -> int:
+    msg = _unsupported_platform()
+    if msg:
+        print(f"draftwise: {msg}", file=sys.stderr)
+        return 2
     try:
         if args.uninstall:
             res = desktop.uninstall_desktop_entry()
@@ -49,6 +64,10 @@ def _install(args: argparse.Namespace) -> int:
 
 
 def _autostart(args: argparse.Namespace) -> int:
+    msg = _unsupported_platform()
+    if msg:
+        print(f"draftwise: {msg}", file=sys.stderr)
+        return 2
     try:
         if args.state in ("on", "off"):
             desktop.set_autostart(args.state == "on")

@@ -212,3 +212,13 @@ def test_console_script_installs_for_a_new_user(tmp_path):
     # folders the install created go too (other code may keep its own data under ~/.local/share)
     assert not (tmp_path / ".local" / "share" / "applications").exists()
     assert not (tmp_path / ".local" / "share" / "icons").exists()
+
+
+@pytest.mark.parametrize("platform", ["win32", "darwin"])
+def test_commands_refuse_politely_where_there_is_no_xdg_desktop(platform, xdg_homes, monkeypatch, capsys):
+    data_home, config_home = xdg_homes
+    monkeypatch.setattr(sys, "platform", platform)
+    assert cli_main(["install-desktop-entry"]) == 2
+    assert cli_main(["autostart", "on"]) == 2
+    assert "docs/packaging.md" in capsys.readouterr().err
+    assert tree(data_home) == set() and tree(config_home) == set()
