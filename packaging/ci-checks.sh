@@ -29,6 +29,7 @@ if [ -z "$WORK" ]; then
 fi
 mkdir -p "$WORK"
 
+python -c "import PyInstaller" 2>/dev/null || fail "PyInstaller missing: pip install -e '.[bundle]'"
 say "build the PyInstaller bundle in $WORK"
 start=$(date +%s)
 python -m PyInstaller --noconfirm --clean --log-level WARN \
