@@ -29,7 +29,10 @@ if [ -z "$WORK" ]; then
 fi
 mkdir -p "$WORK"
 
-python -c "import PyInstaller" 2>/dev/null || fail "PyInstaller missing: pip install -e '.[bundle]'"
+if ! python -c "import PyInstaller" 2>/dev/null; then
+  say "installing the 'bundle' extra (PyInstaller)"
+  python -m pip install -q -e ".[bundle]" || fail "PyInstaller missing and pip install -e '.[bundle]' failed"
+fi
 say "build the PyInstaller bundle in $WORK"
 start=$(date +%s)
 python -m PyInstaller --noconfirm --clean --log-level WARN \
