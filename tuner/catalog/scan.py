@@ -43,7 +43,7 @@ from tuner.catalog.model import (
 from tuner.catalog.tokenizer import tokenizer_info
 
 # Bump when classification or the cached fields change: old cache entries are then ignored.
-CACHE_VERSION = 1
+CACHE_VERSION = 2
 CACHE_FILE_NAME = "scan-cache.json"
 
 SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
