@@ -99,9 +99,10 @@ def compare(name: str, server: Path, target: Path, draft: Path | None, n_ctx: in
     rows = []
 
     def row(what: str, m: float, e: float, goal: float | None) -> None:
-        err = (e - m) / m if m else (0.0 if e == 0 else float("inf"))
+        err = (e - m) / m if m >= 0.01 else None
         rows.append({"what": what, "measured_mib": round(m, 3), "estimate_mib": round(e, 3),
-                     "error": err, "goal": goal, "ok": goal is None or abs(err) <= goal})
+                     "error": err, "goal": goal,
+                     "ok": goal is None or (err is not None and abs(err) <= goal)})
 
     row("target weights", meas["target"].get("model", 0.0), est["target"]["model"], 0.10)
     row("target KV", meas["target"].get("kv", 0.0), est["target"]["KV"], 0.10)
@@ -151,8 +152,9 @@ def main(argv: list[str] | None = None) -> int:
         for res in results:
             for r in res["rows"]:
                 goal = "" if r["goal"] is None else f"±{r['goal']:.0%} {'ok' if r['ok'] else 'MISSED'}"
+                err = "n/a" if r["error"] is None else f"{r['error']:+.1%}"
                 print(f"{res['config']:<22}{res['n_ctx']:>7}  {r['what']:<16}{r['measured_mib']:>11.2f} MiB"
-                      f"{r['estimate_mib']:>8.2f} MiB{r['error']:>+9.1%}  {goal}")
+                      f"{r['estimate_mib']:>8.2f} MiB{err:>9}  {goal}")
         print("all goals met" if ok else "some goals MISSED")
     return 0 if ok else 1
 

@@ -411,28 +411,32 @@ def _kv_layer_bytes(spec: ModelMemorySpec, layer: int, cells: int, bk: float, bv
     return int(cells * (spec.n_embd_k_gqa[layer] * bk + spec.n_embd_v_gqa[layer] * bv))
 
 
-# Compute-buffer model (bytes of the ggml graph allocator for one ubatch). Coefficients fitted
-# against llama-server -lv 4 "compute buffer size" lines on the CPU (bench/memory_accuracy.py).
+# Compute-buffer model (bytes of the ggml graph allocator for one ubatch), fitted against llama-server
+# b11434 "-lv 4" lines "CPU compute buffer size" (bench/memory_accuracy.py): on the CPU with flash
+# attention, 768-wide/2304-ffn models need 21.0 MiB + 1024 B per context cell at n_ubatch 512, 64-wide
+# ones 1.65 MiB + 1024 B per cell, independent of the number of layers. That is
+#   activations  n_ubatch x 4 B x (8 n_embd + 2 n_ff)   (residual, norms, Q/K/V, FFN gate/up alive at once)
+#   logits       n_ubatch x 4 B x (n_vocab + n_embd)     (the reserve graph outputs every token)
+#   KQ mask      n_ubatch x n_kv x 2 B (f16)             (+ the f32 KQ matrix per head without flash attention)
 COMPUTE_F32 = 4
 
 
-def compute_buffer_bytes(spec: ModelMemorySpec, n_ubatch: int, n_ctx: int, with_output: bool,
-                         flash_attn: bool, n_outputs: int | None = None) -> int:
+def compute_buffer_bytes(spec: ModelMemorySpec, n_ubatch: int, n_kv: int, with_output: bool,
+                         flash_attn: bool) -> int:
     """Estimated compute buffer of one ggml backend that runs ``spec``'s layers for a ubatch.
 
-    Peak of (a) the layer activations — residual, norms, Q/K/V, FFN gate/up — and, without flash
-    attention, the KQ matrix (``n_head × n_kv × n_ubatch`` f32), and (b) the logits
-    (``n_vocab × n_outputs`` f32) when this backend holds the output layer.
+    ``n_kv``: KV cells one sequence attends (``n_ctx_slot``). The peak is the larger of the layer
+    activations and — when this backend holds the output layer — the logits of the reserve graph,
+    plus the attention mask (and, without flash attention, the ``n_head × n_kv × n_ubatch`` f32 KQ).
+    Source of the shape: src/llama-context.cpp ``graph_reserve`` (worst-case ubatch, all outputs).
     """
     n_ff = spec.n_ff or 4 * spec.n_embd
-    act = n_ubatch * COMPUTE_F32 * (3 * spec.n_embd + 2 * n_ff)
+    act = n_ubatch * COMPUTE_F32 * (8 * spec.n_embd + 2 * n_ff)
+    logits = n_ubatch * COMPUTE_F32 * (spec.n_vocab + spec.n_embd) if with_output else 0
+    attn = n_ubatch * n_kv * 2
     if not flash_attn and spec.n_head:
-        act += spec.n_head * n_ctx * n_ubatch * COMPUTE_F32
-    logits = 0
-    if with_output:
-        rows = n_ubatch if n_outputs is None else n_outputs
-        logits = rows * COMPUTE_F32 * (spec.n_vocab + 2 * spec.n_embd)
-    return max(act, logits)
+        attn += spec.n_head * n_kv * n_ubatch * COMPUTE_F32
+    return max(act, logits) + attn
 
 
 @dataclass
@@ -569,8 +573,8 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
     t_out_dev = tdevs[t.n_layer]
     for i, acc in enumerate(places):
         if acc.target_layers or acc.output_here:
-            acc.compute_bytes += compute_buffer_bytes(t, request.n_ubatch, n_ctx, acc.output_here, flash)
-    host.compute_bytes += compute_buffer_bytes(t, request.n_ubatch, n_ctx, t_out_dev < 0, flash) \
+            acc.compute_bytes += compute_buffer_bytes(t, request.n_ubatch, n_ctx_slot, acc.output_here, flash)
+    host.compute_bytes += compute_buffer_bytes(t, request.n_ubatch, n_ctx_slot, t_out_dev < 0, flash) \
         if (any(x < 0 for x in tdevs[:-1]) or t_out_dev < 0 or not devs) else \
         request.n_ubatch * COMPUTE_F32 * t.n_embd * 2
     # logits/embeddings output buffer (host): n_vocab f32 per output row, one row per slot reserved
@@ -587,9 +591,9 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
         d_layers_by_dev = [sum(1 for x in ddevs[:-1] if x == i) for i in range(len(devs))]
         for i, acc in enumerate(places):
             if d_layers_by_dev[i] or ddevs[d.n_layer] == i:
-                acc.compute_bytes += compute_buffer_bytes(d, request.n_ubatch, n_ctx, ddevs[d.n_layer] == i, flash)
+                acc.compute_bytes += compute_buffer_bytes(d, request.n_ubatch, n_ctx_slot, ddevs[d.n_layer] == i, flash)
         if any(x < 0 for x in ddevs) or not devs:
-            host.compute_bytes += compute_buffer_bytes(d, request.n_ubatch, n_ctx, ddevs[d.n_layer] < 0, flash)
+            host.compute_bytes += compute_buffer_bytes(d, request.n_ubatch, n_ctx_slot, ddevs[d.n_layer] < 0, flash)
         host.output_bytes += d.n_vocab * COMPUTE_F32 * n_par
     elif d is not None:
         dngl = request.draft_ngl
