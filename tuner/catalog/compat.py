@@ -96,18 +96,35 @@ def _token_region(path: Path) -> StringArray:
     return tokens
 
 
-def _offsets(buf: bytes, start_id: int, stop_id: int) -> tuple[int, int]:
-    """Byte offsets (in ``buf``) where elements ``start_id`` and ``stop_id`` begin."""
+def _offsets(buf: bytes, count: int, start_id: int, stop_id: int) -> tuple[int, int]:
+    """Byte offsets (in ``buf``, a region of ``count`` strings) where elements ``start_id`` and
+    ``stop_id`` begin. Only the length prefixes up to ``stop_id`` are walked, and none past
+    ``start_id`` when ``stop_id`` is the end of the region."""
     unpack = _U64.unpack_from
     pos = 0
-    start = 0
-    for i in range(stop_id):
+    walk_to = start_id if stop_id >= count else stop_id
+    start = None
+    for i in range(walk_to):
         if i == start_id:
             start = pos
         pos += 8 + unpack(buf, pos)[0]
-    if stop_id <= start_id:
+    if start is None:
         start = pos
-    return start, pos
+    stop = len(buf) if stop_id >= count else pos
+    return start, stop
+
+
+def _load_region(path: Path, memo: dict | None) -> tuple[int, bytes]:
+    """(count, raw bytes) of a file's ``tokenizer.ggml.tokens`` region, from ``memo`` when given
+    (``group_families`` shares one per call so that each vocabulary is read once)."""
+    key = str(path)
+    if memo is not None and key in memo:
+        return memo[key]
+    tokens = _token_region(path)
+    value = (tokens.count, tokens.raw())
+    if memo is not None:
+        memo[key] = value
+    return value
 
 
 def _text(raw: bytes, token_id: int) -> bytes:
@@ -130,9 +147,12 @@ def _first_text_difference(a: bytes, b: bytes, a_pos: int, b_pos: int, first_id:
     return None
 
 
-def compare_token_texts(target_path: Path, draft_path: Path, n_target: int, n_draft: int) -> CompatVerdict | None:
+def compare_token_texts(
+    target_path: Path, draft_path: Path, n_target: int, n_draft: int, regions: dict | None = None
+) -> CompatVerdict | None:
     """Rule 5 on the files: compare the raw ``tokenizer.ggml.tokens`` bytes from id 5 up to the
     smaller vocabulary; only when they differ is the first differing id located.
+    ``regions`` is an optional memo of token regions by path, shared between calls.
 
     Returns:
         The ``token-text`` failure, or ``None`` when the texts match.
@@ -140,15 +160,13 @@ def compare_token_texts(target_path: Path, draft_path: Path, n_target: int, n_dr
     Raises:
         GGUFError: a file or its token array cannot be read.
     """
-    ta = _token_region(target_path)
-    da = _token_region(draft_path)
-    n = min(ta.count, da.count, n_target, n_draft)
+    a_count, a = _load_region(target_path, regions)
+    b_count, b = _load_region(draft_path, regions)
+    n = min(a_count, b_count, n_target, n_draft)
     if n <= SPEC_VOCAB_CHECK_START_TOKEN_ID:
         return None
-    a = ta.raw()
-    b = da.raw()
-    a_start, a_stop = _offsets(a, SPEC_VOCAB_CHECK_START_TOKEN_ID, n)
-    b_start, b_stop = _offsets(b, SPEC_VOCAB_CHECK_START_TOKEN_ID, n)
+    a_start, a_stop = _offsets(a, a_count, SPEC_VOCAB_CHECK_START_TOKEN_ID, n)
+    b_start, b_stop = _offsets(b, b_count, SPEC_VOCAB_CHECK_START_TOKEN_ID, n)
     if a[a_start:a_stop] == b[b_start:b_stop]:
         return None
     found = _first_text_difference(a, b, a_start, b_start, SPEC_VOCAB_CHECK_START_TOKEN_ID, n)
@@ -160,12 +178,13 @@ def compare_token_texts(target_path: Path, draft_path: Path, n_target: int, n_dr
     return _fail("token-text", f"token text differs at id {i}: target {xs!r}, draft {ys!r}")
 
 
-def check_compatible(target: ModelFile, draft: ModelFile) -> CompatVerdict:
+def check_compatible(target: ModelFile, draft: ModelFile, *, regions: dict | None = None) -> CompatVerdict:
     """Apply llama.cpp's draft-compatibility rules to two scanned models.
 
     Token texts are compared on the raw bytes of the ``tokenizer.ggml.tokens`` regions of the
     two files, read again from disk only when the tokenizer fingerprints differ (equal
-    fingerprints mean identical token texts, ids and flags).
+    fingerprints mean identical token texts, ids and flags). ``regions``: optional memo of
+    token regions by path for many calls over the same files (files must not change meanwhile).
 
     Raises:
         tuner.catalog.header.GGUFError: a file needed for the token-text rule cannot be read.
@@ -179,7 +198,7 @@ def check_compatible(target: ModelFile, draft: ModelFile) -> CompatVerdict:
     if failed is not None:
         return failed
     if t.fingerprint != d.fingerprint:
-        failed = compare_token_texts(target.path, draft.path, t.n_tokens, d.n_tokens)
+        failed = compare_token_texts(target.path, draft.path, t.n_tokens, d.n_tokens, regions)
         if failed is not None:
             return failed
     note = ""

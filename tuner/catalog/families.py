@@ -106,7 +106,7 @@ def _verdict(cache: dict, a: ModelFile, b: ModelFile) -> CompatVerdict:
     v = cache.get(key)
     if v is None:
         try:
-            v = check_compatible(a, b)
+            v = check_compatible(a, b, regions=cache.setdefault("regions", {}))
         except GGUFError as exc:
             v = CompatVerdict(False, None, f"cannot compare token texts: {exc}")
         cache[key] = v
