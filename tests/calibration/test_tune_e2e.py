@@ -17,7 +17,7 @@ from tuner.calibration.prompts import Prompt, make_prompt_set
 from tuner.calibration.tune import TuneEvent, tune
 from tuner.profiles import ProfileStore
 
-from .conftest import link_models
+from .conftest import TUNE_THREADS, link_models
 
 pytestmark = [pytest.mark.server, pytest.mark.slow]
 
@@ -47,8 +47,8 @@ def test_picks_the_good_draft_and_never_the_unrelated_one(tmp_path: Path, wide_f
                          wide_family.unrelated_draft)
     events: list[TuneEvent] = []
     store = ProfileStore(tmp_path / "profiles")
-    res = tune(models, prompts=PROMPTS, budget_s=75, server=llama_server_bin, store=store, n_predict=96,
-               repetitions=3, n_ctx=1024, on_event=events.append)
+    res = tune(models, prompts=PROMPTS, budget_s=60, server=llama_server_bin, store=store, n_predict=96,
+               repetitions=3, n_ctx=1024, threads=TUNE_THREADS, on_event=events.append)
     d = res.decision
     assert d is not None, "no decision"
     table = "\n".join(f"{m.candidate.label}: {m.gen_tokens_per_s} tok/s acc {m.acceptance} err {m.error}"
@@ -80,7 +80,8 @@ def test_picks_the_good_draft_and_never_the_unrelated_one(tmp_path: Path, wide_f
 def test_only_the_unrelated_draft_gives_no_speculation(tmp_path: Path, wide_family, llama_server_bin):
     models = link_models(tmp_path / "models", wide_family.target, wide_family.unrelated_draft)
     res = tune(models, prompts=PROMPTS, budget_s=60, server=llama_server_bin,
-               store=ProfileStore(tmp_path / "profiles"), n_predict=96, repetitions=3, n_ctx=1024)
+               store=ProfileStore(tmp_path / "profiles"), n_predict=96, repetitions=3, n_ctx=1024,
+               threads=TUNE_THREADS)
     d = res.decision
     assert d is not None
     table = "\n".join(f"{m.candidate.label}: {m.gen_tokens_per_s} tok/s acc {m.acceptance} err {m.error}"
@@ -112,7 +113,7 @@ def test_cancel_stops_cleanly(tmp_path: Path, wide_family, llama_server_bin):
 
     t0 = time.monotonic()
     res = tune(models, prompts=PROMPTS, budget_s=120, server=llama_server_bin,
-               store=ProfileStore(tmp_path / "profiles"), n_predict=64, n_ctx=1024, on_event=on_event,
+               store=ProfileStore(tmp_path / "profiles"), n_predict=64, n_ctx=1024, threads=TUNE_THREADS, on_event=on_event,
                cancel=cancel)
     assert res.cancelled and res.decision is None and res.profile_path is None
     assert "cancelled" in seen

@@ -52,6 +52,7 @@ def register(subparsers: Any) -> None:
     p.add_argument("--max-prompts", type=int, default=None, metavar="N",
                    help="use at most N prompts of the set (default: all of a file, 5 of the built-in set)")
     p.add_argument("--ctx-size", type=int, default=2048, metavar="N", help="context size per launch (default 2048)")
+    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads per launch (default: server's)")
     p.set_defaults(func=run)
 
 
@@ -190,6 +191,7 @@ def run(args: argparse.Namespace) -> int:
                 n_predict=args.n_predict,
                 repetitions=args.repetitions,
                 n_ctx=args.ctx_size,
+                threads=args.threads,
                 max_prompts=args.max_prompts,
             )
         except BaseException as exc:  # noqa: BLE001 - reported on the main thread

@@ -120,6 +120,7 @@ def measure_candidate(
     stage: str = "probe",
     predicted_gen_tokens_per_s: float | None = None,
     deadline_s: float | None = None,
+    stop_if: Callable[[Sequence[Sample]], bool] | None = None,
 ) -> Measurement:
     """Launch ``candidate``, run the protocol, stop the server; never leaves the server running.
 
@@ -138,6 +139,8 @@ def measure_candidate(
         predicted_gen_tokens_per_s: the search's prediction, recorded.
         deadline_s: ``time.monotonic()`` value after which no further repetition is started (the
             first repetition always runs).
+        stop_if: called with the samples so far after each request; True stops the run early (a clear
+            loser); the measurement keeps its samples and is marked ``stopped_early``.
 
     Returns:
         A :class:`Measurement`; failures (launch error, speculation inactive, nothing drafted, a
@@ -154,7 +157,7 @@ def measure_candidate(
         return Measurement(candidate, error=str(exc), stage=stage, predicted_gen_tokens_per_s=predicted_gen_tokens_per_s)
     try:
         return _run(launch, candidate, prompts, repetitions, n_predict, cancel, baseline_outputs, on_request,
-                    request_timeout_s, stage, predicted_gen_tokens_per_s, deadline_s)
+                    request_timeout_s, stage, predicted_gen_tokens_per_s, deadline_s, stop_if)
     finally:
         launch.stop()
 
@@ -172,6 +175,7 @@ def _run(
     stage: str,
     predicted: float | None,
     deadline_s: float | None,
+    stop_if: Callable[[Sequence[Sample]], bool] | None = None,
 ) -> Measurement:
     client = launch.client
     base = dict(candidate=candidate, load_s=launch.load_s, stage=stage, predicted_gen_tokens_per_s=predicted)
@@ -202,6 +206,7 @@ def _run(
     divergences: list[Divergence] = []
     compared = 0
     error: str | None = None
+    stopped_early = False
     for n_rep, rep in enumerate(repetitions):
         if n_rep > 0 and deadline_s is not None and time.monotonic() > deadline_s:
             break
@@ -240,7 +245,10 @@ def _run(
                     divergences.append(Divergence(idx, rep, off))
             if on_request is not None:
                 on_request(s)
-        if error:
+            if stop_if is not None and stop_if(samples):
+                stopped_early = True
+                break
+        if error or stopped_early:
             break
 
     counts: PerPositionCounts | None = None
@@ -261,6 +269,7 @@ def _run(
         error=error,
         lossless=lossless,
         divergences=tuple(divergences),
+        stopped_early=stopped_early,
     )
 
 

@@ -80,6 +80,7 @@ class Measurement:
             flip a near-tie on GPUs).
         predicted_gen_tokens_per_s: the search's prediction for this candidate before it ran.
         stage: search stage that produced it (``"baseline"``, ``"probe"``, ``"refine"``, ``"confirm"``).
+        stopped_early: True when the run was cut short as a clear loser (fewer prompts measured).
     """
 
     candidate: Candidate
@@ -92,6 +93,7 @@ class Measurement:
     divergences: tuple[Divergence, ...] = ()
     predicted_gen_tokens_per_s: float | None = None
     stage: str = "probe"
+    stopped_early: bool = False
 
     @property
     def ok(self) -> bool:
@@ -230,6 +232,7 @@ class Measurement:
             "load_s": self.load_s,
             "predicted_gen_tokens_per_s": self.predicted_gen_tokens_per_s,
             "counts": self.counts.to_json() if self.counts else None,
+            "stopped_early": self.stopped_early,
             "samples": samples,
         }
 
@@ -251,6 +254,7 @@ class Measurement:
             divergences=tuple(Divergence(**d) for d in obj.get("divergences", ())),
             predicted_gen_tokens_per_s=obj.get("predicted_gen_tokens_per_s"),
             stage=obj.get("stage", "probe"),
+            stopped_early=bool(obj.get("stopped_early", False)),
         )
 
 

@@ -50,6 +50,8 @@ class SearchSettings:
         refine_per_draft: draft lengths measured per draft after the probe (more when a refit asks).
         finalists: at most this many candidates are confirmed.
         request_timeout_s: per-request HTTP timeout.
+        loser_ratio: a probe/refine run is stopped early once its tokens/s so far fall below this
+            fraction of the baseline (a clear loser; its per-position counters still feed the prediction).
     """
 
     n_predict: int = 128
@@ -62,6 +64,7 @@ class SearchSettings:
     refine_per_draft: int = 2
     finalists: int = 2
     request_timeout_s: float = 300.0
+    loser_ratio: float = 0.5
 
 
 Emit = Callable[..., None]
@@ -155,6 +158,7 @@ class Search:
                 baseline_outputs=None if c.is_baseline else self.baseline_outputs,
                 on_request=on_request, request_timeout_s=self.s.request_timeout_s, stage=stage,
                 predicted_gen_tokens_per_s=predicted,
+                stop_if=None if (c.is_baseline or stage == "confirm") else self._clear_loser,
             )
         finally:
             self._pending_s -= est
@@ -164,10 +168,22 @@ class Search:
         if m.ok:
             acc = f", acceptance {100 * m.acceptance:.0f} %" if m.acceptance is not None else ""
             msg = f"{c.label}: {m.gen_tokens_per_s:.1f} tokens/s{acc}"
+            if m.stopped_early:
+                msg += f" (stopped early after {len(m.samples)} of {len(self.prompts) * len(reps)} requests: " \
+                       f"below {self.s.loser_ratio:.0%} of the baseline)"
         else:
             msg = f"{c.label} failed: {m.error}"
         self.emit("measured", msg, candidate=c, measurement=m)
         return m
+
+    def _clear_loser(self, samples: Sequence[Sample]) -> bool:
+        """True when the requests so far run below ``loser_ratio`` × baseline tokens/s (Σ tokens ÷ Σ time)."""
+        if self.base_tps is None or not samples:
+            return False
+        toks = sum(max(1, (s.predicted_n or 1) - 1) for s in samples)
+        secs = sum((s.predicted_ms or 0.0) for s in samples) / 1000.0
+        tps = toks / secs if secs > 0 else min(s.gen_tokens_per_s for s in samples)
+        return tps < self.s.loser_ratio * self.base_tps
 
     def _fits(self, est_s: float) -> bool:
         return self.remaining_s() >= est_s
