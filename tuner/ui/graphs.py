@@ -7,7 +7,9 @@ import math
 import pyqtgraph as pg
 from PySide6.QtGui import QColor, QFont
 
-pg.setConfigOptions(antialias=True, background="w", foreground="#333333")
+# antialiasing makes software-rendered plots ~15x slower to paint (470 ms vs 33 ms for the four Monitor
+# plots at 600 points each, measured offscreen): lines stay crisp enough without it.
+pg.setConfigOptions(antialias=False, background="w", foreground="#333333")
 
 PALETTE = ("#2563eb", "#16a34a", "#d97706", "#dc2626", "#7c3aed")
 

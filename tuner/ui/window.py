@@ -73,6 +73,15 @@ class MainWindow(QMainWindow):
         controller.status.connect(lambda m: self.statusBar().showMessage(m, 15000))
         controller.state_changed.connect(lambda s: self.setWindowIcon(state_icon(s)))
 
+    def prewarm(self) -> None:
+        """Render every tab once off screen (called at start-up, before the event loop): the first
+        paint of the plots costs ~100 ms, which would otherwise stall the first switch to a tab."""
+        size = self.tabs.size()
+        for i in range(self.tabs.count()):
+            tab = self.tabs.widget(i)
+            tab.resize(size)
+            tab.grab()
+
     def _quit(self) -> None:
         if self.quit_app is not None:
             self.quit_app()

@@ -1,0 +1,140 @@
+"""The one-click flow with the real llama-server on stories260K: Tune & serve, live graphs from the
+serving session, the GUI event loop never stalls, and Cancel in the middle leaves no child process."""
+
+from __future__ import annotations
+
+import threading
+import time
+
+import psutil
+import pytest
+
+from tuner.server.client import ServerClient
+from tuner.settings import Settings
+from tuner.ui.state import AppState
+
+pytestmark = [pytest.mark.server, pytest.mark.gui, pytest.mark.slow, pytest.mark.timeout(300)]
+
+QUICK_TUNE = dict(n_predict=32, repetitions=1, n_ctx=256, max_prompts=2)
+
+
+def llama_children() -> list[psutil.Process]:
+    out = []
+    for p in psutil.Process().children(recursive=True):
+        try:
+            if "llama-server" in " ".join(p.cmdline()[:1]) or "llama-server" in p.name():
+                out.append(p)
+        except psutil.NoSuchProcess:
+            continue
+    return out
+
+
+def configure(app, models_dir, port, budget_s=60, **tune):
+    c = app.controller
+    c.settings = Settings(models_dir=models_dir, port=port, tune_budget_s=budget_s)
+    c.tune_options = dict(QUICK_TUNE, **tune)
+    c.poll_interval_s = 0.5
+
+
+def test_tune_and_serve_then_live_graphs(make_app, qtbot, models_dir, free_port, llama_server_bin, monkeypatch, loop_latency):
+    monkeypatch.setenv("DRAFTWISE_LLAMA_SERVER", str(llama_server_bin))
+    app = make_app(tray_available=True)
+    configure(app, models_dir, free_port)
+    w = app.window
+    w.show()
+    qtbot.waitExposed(w)
+    w.tabs.setCurrentWidget(w.tune_tab)
+    events = []
+    app.controller.tune_event.connect(events.append)
+
+    from PySide6.QtCore import Qt
+
+    qtbot.mouseClick(w.tune_tab.start_btn, Qt.MouseButton.LeftButton)
+    assert app.controller.state is AppState.TUNING
+    qtbot.waitUntil(lambda: app.controller.state in (AppState.SERVING, AppState.ERROR), timeout=180_000)
+    assert app.controller.state is AppState.SERVING, app.controller.last_error
+
+    # Tune tab: progress, chart of candidates against the baseline, decision in words
+    kinds = [getattr(e, "kind", None) for e in events]
+    assert "measured" in kinds and "decision" in kinds
+    assert w.tune_tab.progress.value() == 1000
+    assert any(row[3] for row in w.tune_tab.chart.rows), "baseline bar missing"
+    assert w.tune_tab.decision_label.text() not in ("", "No decision yet.")
+
+    # Serve tab + tray: endpoint, exact command line, menu
+    info = app.controller.serving
+    assert info.endpoint_url == f"http://127.0.0.1:{free_port}/v1"
+    assert w.serve_tab.endpoint_edit.text() == info.endpoint_url
+    assert f"--port {free_port}" in w.serve_tab.cmd_edit.text()
+    assert "--metrics" in w.serve_tab.cmd_edit.text()
+    app.tray.menu.aboutToShow.emit()
+    assert app.tray.actions()["Stop server"].isEnabled()
+    pid = info.pid
+    assert pid and psutil.pid_exists(pid)
+
+    # graphs receive samples from the real serving session
+    w.tabs.setCurrentWidget(w.monitor_tab)
+    stop = threading.Event()
+
+    def load():
+        with ServerClient(info.base_url) as client:
+            i = 0
+            while not stop.is_set():
+                client.completion(f"Once upon a time {i}", n_predict=64, temperature=0, cache_prompt=False)
+                i += 1
+
+    t = threading.Thread(target=load, daemon=True)
+    t.start()
+    try:
+        qtbot.waitUntil(lambda: w.monitor_tab.tps_plot.point_count() >= 2, timeout=60_000)
+        qtbot.waitUntil(lambda: w.monitor_tab.mem_plot.point_count("llama-server RAM") >= 2, timeout=10_000)
+        qtbot.waitUntil(lambda: w.monitor_tab.req_plot.point_count() >= 2, timeout=10_000)
+    finally:
+        stop.set()
+        t.join(30)
+    tps = app.controller.collector.series["gen_tokens_per_s"].last_value()
+    assert tps is not None and tps > 0
+    assert "tok/s" in w.monitor_tab.summary.text()
+    assert f"{tps:.1f} tokens/s" in app.controller.tooltip() or "tokens/s" in app.controller.tooltip()
+    w.tabs.setCurrentWidget(w.serve_tab)
+    qtbot.waitUntil(lambda: "llama_server" in w.serve_tab.log.toPlainText() or "srv" in w.serve_tab.log.toPlainText(), timeout=5000)
+
+    # GUI thread never stalled during the sweep and serving
+    stalls = loop_latency.gui_stalls(100.0)
+    assert len(loop_latency.gaps_ms) > 100
+    assert stalls == [], f"GUI event loop stalled: {stalls} ms (max gap {loop_latency.max_gap_ms:.0f} ms)"
+
+    # Stop server: the whole process tree goes
+    app.controller.stop_server()
+    qtbot.waitUntil(lambda: app.controller.state is AppState.IDLE, timeout=30_000)
+    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert llama_children() == []
+
+
+def test_cancel_mid_sweep_leaves_no_child(make_app, qtbot, models_dir, free_port, llama_server_bin, monkeypatch):
+    monkeypatch.setenv("DRAFTWISE_LLAMA_SERVER", str(llama_server_bin))
+    app = make_app(tray_available=True)
+    # a longer sweep (more tokens and repetitions) so Cancel lands in the middle of it
+    configure(app, models_dir, free_port, budget_s=300, n_predict=256, repetitions=3, max_prompts=None)
+    seen_pids: set[int] = set()
+    kinds: list[str] = []
+
+    def on_event(ev):
+        kinds.append(getattr(ev, "kind", ""))
+        seen_pids.update(p.pid for p in llama_children())
+
+    app.controller.tune_event.connect(on_event)
+    app.controller.tune_and_serve()
+    qtbot.waitUntil(lambda: "measured" in kinds or "progress" in kinds, timeout=120_000)
+    seen_pids.update(p.pid for p in llama_children())
+    assert seen_pids, "no llama-server was running during the sweep"
+    app.controller.cancel()
+    t0 = time.monotonic()
+    qtbot.waitUntil(lambda: app.controller.state is not AppState.TUNING, timeout=60_000)
+    assert time.monotonic() - t0 < 60
+    assert app.controller.state is AppState.IDLE
+    assert "decision" not in kinds  # it really stopped in the middle
+    assert app.controller.serving is None
+    for pid in seen_pids:
+        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert llama_children() == []
