@@ -8,7 +8,9 @@ one run times, side by side:
 2. whole command: ``draftwise scan FILE --json --no-cache`` as a new process (interpreter start,
    CLI imports and all) against the in-process ``GGUFReader`` time;
 3. for reference, ``python -m tuner.catalog scan FILE --json --no-cache`` (the same handler without
-   the other packages' sub-commands) and a bare ``python -c pass`` start on this machine.
+   the other packages' sub-commands) and a bare ``python -c pass`` start on this machine;
+4. ``check_compatible`` between the file and a copy whose token 7 differs (token-text rule on
+   raw bytes; no goal, printed for information).
 
 Goals (issue 2): in-process ratio >= 100x, whole command >= 50x. Prints the figures and exits 1
 when a goal is missed.
@@ -81,6 +83,22 @@ def main(argv: list[str] | None = None) -> int:
     cat_times = _time(lambda: subprocess.run(cat_cmd, env=env, cwd=REPO, capture_output=True, check=True), args.repeat)
     bare_times = _time(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), args.repeat)
 
+    from dataclasses import replace as _replace
+
+    from tuner.catalog.compat import check_compatible
+
+    other = folder / f"vocab{args.tokens}-t7.gguf"
+    if not other.exists():
+        tok = big_tokenizer(args.tokens)
+        write_llama_gguf(other, n_embd=8, n_head=2, n_head_kv=1, n_layers=1, tokenizer=tok.with_token(7, "changed"))
+    ma, mb = scan_file(path), scan_file(other)
+    verdict = check_compatible(ma, mb)
+    assert verdict.rule == "token-text" and "id 7" in verdict.message, verdict
+    compat_times = _time(lambda: check_compatible(ma, mb), args.repeat)
+    # identical texts but different fingerprints: forces the full byte comparison
+    ma_other_fp = _replace(ma, tokenizer=_replace(ma.tokenizer, fingerprint="forced"))
+    same_times = _time(lambda: check_compatible(ma, ma_other_fp), args.repeat)
+
     reader = statistics.median(reader_times)
     scan = statistics.median(scan_times)
     command = statistics.median(cmd_times)
@@ -95,6 +113,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"'python -m tuner.catalog scan ...'  median {cat * 1000:9.1f} ms  (new process, reference)")
     print(f"'python -c pass'                    median {bare * 1000:9.1f} ms  (interpreter start, reference)")
     print(f"catalog-only command ratio {reader / cat:8.1f}x   (reference)")
+    print(f"check_compatible, token 7 differs   median {statistics.median(compat_times) * 1000:9.1f} ms")
+    print(f"check_compatible, identical texts   median {statistics.median(same_times) * 1000:9.1f} ms  (byte comparison forced)")
     print(f"in-process ratio     {inproc_ratio:8.1f}x   (goal >= 100x)")
     print(f"whole-command ratio  {cmd_ratio:8.1f}x   (goal >= 50x)")
     ok = inproc_ratio >= 100 and cmd_ratio >= 50
