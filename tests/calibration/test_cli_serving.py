@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import subprocess
 import sys
 import time
@@ -68,18 +69,32 @@ def test_tune_json_reuse_stale_and_serve(tmp_path: Path, stories260k: Path, llam
     assert json.loads(profile_path.read_text())["keys"]["server_build"] != "1 (0000000)"
     assert reuse_s < 30
 
-    # serve: the saved winner answers an OpenAI-style chat completion.
+    # serve: config_from_profile gives the saved winner, and `draftwise serve --models DIR` serves it
+    # and answers an OpenAI-style chat completion.
     os.environ["DRAFTWISE_HOME"] = str(home)
     cfg = config_from_profile(models)
     assert Path(cfg.model_path) == stories260k.resolve() and cfg.port is None
-    from tuner.server.supervisor import Supervisor
+    assert cfg.spec_type == dec["spec_type"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    proc = subprocess.Popen([sys.executable, "-m", "tuner", "serve", "--models", str(models), "--server",
+                             str(llama_server_bin)], cwd=REPO, env=env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True)
+    try:
+        url = proc.stdout.readline().strip()  # printed once the server is ready
+        assert url.startswith("http://127.0.0.1:") and url.endswith("/v1"), proc.stderr.read()
+        from tuner.server.client import ServerClient
 
-    with Supervisor(llama_server_bin) as sup:
-        sup.start(cfg)
-        sup.wait_ready(timeout_s=60)
-        with sup.client(timeout_s=30) as client:
+        with ServerClient(url[: -len("/v1")], timeout_s=30) as client:
             answer = client.chat([{"role": "user", "content": "Tell me a story."}], max_tokens=16)
-    assert answer["choices"][0]["message"]["content"]
+        assert answer["choices"][0]["message"]["content"]
+    finally:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            rc = proc.wait(30)
+        finally:
+            if proc.poll() is None:
+                proc.kill()
+    assert rc == 0
 
 
 def test_no_profile_error_names_the_command(tmp_path: Path):
