@@ -38,6 +38,7 @@ def _free_port() -> int:
 
 def _pairs():
     s = stories_tokenizer()
+    b = bpe_tokenizer(s)
     return [
         # (id, target tokenizer, draft tokenizer, expected rule)
         ("identical", s, s, None),
@@ -50,6 +51,11 @@ def _pairs():
         ("pre-only", replace(s, pre="llama-spm"), replace(s, pre="something-else"), None),
         ("eos-added-different-id", replace(s, add_eos=True), replace(s, add_eos=True, eos_id=5), "eos"),
         ("add-bos-differs", s, replace(s, add_bos=False), "bos"),
+        ("bos-id-differs", s, replace(s, bos_id=5), "bos"),
+        ("eos-id-differs-not-added", s, replace(s, eos_id=5), None),
+        # llama.cpp's defaults when the add_bos key is absent: true for pre 'llama-bpe', false for 'qwen2'
+        ("bpe-default-add-bos", replace(b, pre="llama-bpe", add_bos=None), replace(b, pre="qwen2", add_bos=None), "bos"),
+        ("bpe-default-vs-explicit", replace(b, pre="llama-bpe", add_bos=None), replace(b, pre="qwen2", add_bos=True), None),
     ]
 
 
