@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import re
 import select
 import subprocess
 import sys
@@ -27,10 +26,10 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tuner.hardware.buffers import parse_load_buffers  # noqa: E402
 from tuner.hardware.devices import Devices, find_server_binary  # noqa: E402
 from tuner.hardware.memory import MIB, MemoryRequest, load_model_spec, plan_memory  # noqa: E402
 
-_BUF = re.compile(r"(\S+)\s+(model|KV|compute|output|RS) buffer size\s*=\s*([\d.]+) MiB")
 CPU_ONLY = Devices((), None, None, None)
 
 
@@ -42,8 +41,6 @@ def server_buffers(server: Path, target: Path, draft: Path | None, n_ctx: int, t
         argv += ["-md", str(draft), "--spec-type", "draft-simple"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
     proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    out = {"target": {}, "draft": {}}
-    who = "target"
     lines: list[str] = []
     deadline = time.monotonic() + timeout_s
     try:
@@ -57,12 +54,6 @@ def server_buffers(server: Path, target: Path, draft: Path | None, n_ctx: int, t
             if not line:
                 break
             lines.append(line)
-            if "loading draft model" in line:
-                who = "draft"
-            m = _BUF.search(line)
-            if m:
-                kind = m.group(2).lower()
-                out[who][kind] = out[who].get(kind, 0.0) + float(m.group(3))
             if "listening on" in line or "model loaded" in line:
                 break
     finally:
@@ -72,9 +63,16 @@ def server_buffers(server: Path, target: Path, draft: Path | None, n_ctx: int, t
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait()
-    if not out["target"]:
-        raise RuntimeError("no buffer lines from llama-server; last lines:\n" + "".join(lines[-15:]))
-    return out
+    try:
+        bufs = parse_load_buffers(lines)
+    except ValueError as exc:
+        raise RuntimeError(f"{exc}; last lines:\n" + "".join(lines[-15:])) from None
+
+    def mib(b) -> dict:
+        return {"model": b.model_bytes / MIB, "kv": b.kv_bytes / MIB, "compute": b.compute_bytes / MIB,
+                "output": b.output_bytes / MIB} if b else {}
+
+    return {"target": mib(bufs.target), "draft": mib(bufs.draft)}
 
 
 def estimate(target: Path, draft: Path | None, n_ctx: int) -> dict:

@@ -27,3 +27,16 @@ def gpu_devices(*gpus: tuple[str, int, int], ram_bytes: int = 32 * GIB) -> Devic
         Device(i, name, "CUDA", total * MIB, free * MIB, free * MIB, "test") for i, (name, total, free) in enumerate(gpus)
     )
     return Devices(devs, ram_bytes, ram_bytes, 8, (), 16, None, True)
+
+
+import pytest  # noqa: E402
+
+
+@pytest.fixture(scope="session")
+def synth_family(tmp_path_factory):
+    """A small generated family (256 wide, 6 blocks, F16, draft = first 2 blocks): a shape the
+    compute-buffer model was NOT fitted on."""
+    from tests.synth import make_family
+
+    return make_family(tmp_path_factory.mktemp("hw-family"), n_embd=256, n_layers=6, draft_layers=2,
+                       n_head=8, n_head_kv=2)

@@ -1,0 +1,89 @@
+"""Our plan against the buffer sizes a real llama-server reports at load (-lv 4), on the CPU."""
+
+from __future__ import annotations
+
+import os
+import select
+import subprocess
+import time
+
+import pytest
+
+from tuner.hardware.buffers import parse_load_buffers
+from tuner.hardware.devices import Devices
+from tuner.hardware.memory import GIB, MemoryRequest, load_model_spec, plan_memory
+
+CPU_ONLY = Devices((), 16 * GIB, 8 * GIB, 2)
+
+
+def test_parse_load_buffers_splits_target_and_draft():
+    log = [
+        "I load_tensors:   CPU_Mapped model buffer size =   163.57 MiB\n",
+        "I llama_kv_cache:        CPU KV buffer size =    72.00 MiB\n",
+        "I sched_reserve:        CPU compute buffer size =    25.02 MiB\n",
+        "I common_speculative_init_result: loading draft model 'd.gguf'\n",
+        "I load_tensors:   CPU_Mapped model buffer size =    28.51 MiB\n",
+        "I load_tensors:        CUDA0 model buffer size =    10.00 MiB\n",
+    ]
+    b = parse_load_buffers(log)
+    assert b.target.model_bytes == round(163.57 * 2**20) and b.target.kv_bytes == 72 * 2**20
+    assert b.draft.model_bytes == round(38.51 * 2**20)
+    assert ("model", "CUDA0", 10 * 2**20) in b.draft.by_backend
+    with pytest.raises(ValueError, match="-lv 4"):
+        parse_load_buffers(["I srv  llama_server: model loaded\n"])
+
+
+def _load(server, target, draft, n_ctx, n_parallel):
+    argv = [str(server), "-m", str(target), "-c", str(n_ctx), "-lv", "4", "--fit", "off", "--host", "127.0.0.1",
+            "--port", "0", "-t", "1", "--no-warmup"]
+    if n_parallel is not None:
+        argv += ["-np", str(n_parallel)]
+    if draft is not None:
+        argv += ["-md", str(draft), "--spec-type", "draft-simple"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+    lines = []
+    deadline = time.monotonic() + 120
+    try:
+        while time.monotonic() < deadline:
+            if not select.select([proc.stdout], [], [], 1.0)[0]:
+                if proc.poll() is not None:
+                    break
+                continue
+            line = proc.stdout.readline()
+            if not line:
+                break
+            lines.append(line)
+            if "model loaded" in line or "listening on" in line:
+                break
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+    return parse_load_buffers(lines), lines
+
+
+@pytest.mark.server
+@pytest.mark.parametrize("n_ctx, n_parallel", [(1000, 1), (2048, 2), (1024, None)])
+def test_plan_matches_llama_server(llama_server_bin, synth_family, n_ctx, n_parallel):
+    bufs, lines = _load(llama_server_bin, synth_family.target, synth_family.good_draft, n_ctx, n_parallel)
+    t, d = load_model_spec(synth_family.target), load_model_spec(synth_family.good_draft)
+    plan = plan_memory(MemoryRequest(target=t, draft=d, spec_type="draft-simple", n_ctx=n_ctx,
+                                     n_parallel=n_parallel), CPU_ONLY)
+    # the server agrees on the slot layout
+    slots = next(x for x in lines if "n_slots" in x and "n_ctx_slot" in x)
+    assert f"n_slots = {plan.n_parallel}" in slots and f"n_ctx_slot = {plan.n_ctx_slot}" in slots
+    h = plan.host.need
+    assert bufs.draft is not None
+    for ours, theirs, tol in (
+        (h.target_weights_bytes, bufs.target.model_bytes, 0.10),
+        (h.target_kv_bytes, bufs.target.kv_bytes, 0.10),
+        (h.draft_weights_bytes, bufs.draft.model_bytes, 0.10),
+        (h.draft_kv_bytes, bufs.draft.kv_bytes, 0.10),
+        (h.compute_bytes, bufs.target.compute_bytes + bufs.draft.compute_bytes, 0.25),
+        (plan.total_bytes, bufs.total_bytes, 0.15),
+    ):
+        assert abs(ours - theirs) <= tol * theirs, (ours / 2**20, theirs / 2**20)
