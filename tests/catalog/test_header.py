@@ -181,3 +181,12 @@ def test_short_numeric_arrays_are_decoded(tmp_path: Path) -> None:
 def test_unreadable_path_is_an_error(tmp_path: Path) -> None:
     with pytest.raises(GGUFError, match="cannot open"):
         read_header(tmp_path / "missing.gguf")
+
+
+def test_misaligned_tensor_offset(tmp_path: Path) -> None:
+    # one F32 tensor of 8 elements whose stored offset (4) is not a multiple of the alignment (32)
+    tensor = _s("w") + struct.pack("<I", 1) + struct.pack("<Q", 8) + struct.pack("<I", 0) + struct.pack("<Q", 4)
+    p = tmp_path / "mis.gguf"
+    p.write_bytes(raw_gguf([kv_str("general.architecture", "llama")], [tensor]) + b"\0" * 128)
+    with pytest.raises(GGUFError, match="'w': data offset 4 is not a multiple of the alignment 32"):
+        read_header(p)

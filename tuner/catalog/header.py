@@ -454,6 +454,10 @@ def _parse(mm, size: int, path: Path, check_data: bool) -> GGUFHeader:
                     path, f"tensor {name!r}: row length {shape[0]} is not a multiple of the {info[0]} block size {block}"
                 )
             n_bytes = n_elem // block * type_size
+        if offset % alignment:
+            raise GGUFError(
+                path, f"tensor {name!r}: data offset {offset} is not a multiple of the alignment {alignment}"
+            )
         start = data_offset + offset
         if check_data:
             end = start + (n_bytes or 0)
