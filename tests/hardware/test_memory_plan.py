@@ -167,6 +167,16 @@ def test_spec_from_header_hybrid_mtp_and_swa():
     s = spec_from_header(NS(kv=kv, tensors=tensors, path="/m/q.gguf"))
     assert s.n_embd_k_gqa == (0, 0, 0, 128, 0, 0, 0, 128)
     assert s.mtp_layers == 1 and s.tied_output and s.output_bytes == 10 + 1000
+    assert s.recurrent_layer_bytes == () and any("not counted" in n for n in s.notes)
+    # with the ssm.* keys the recurrent state is counted per sequence (f32 conv + state rows)
+    kv.update({"qwen35.ssm.conv_kernel": 4, "qwen35.ssm.inner_size": 512, "qwen35.ssm.state_size": 64,
+               "qwen35.ssm.group_count": 4})
+    r = spec_from_header(NS(kv=kv, tensors=tensors, path="/m/q.gguf"))
+    per_layer = 4 * (3 * (512 + 2 * 4 * 64) + 64 * 512)
+    assert r.recurrent_layer_bytes == (per_layer,) * 3 + (0,) + (per_layer,) * 3 + (0,)
+    p2 = plan_memory(MemoryRequest(target=r, n_ctx=1024, n_parallel=2), CPU_ONLY)
+    # trunk = 7 layers (the last is MTP): 1 attention layer with KV, 6 recurrent layers x 2 sequences
+    assert p2.host.need.target_kv_bytes == 1024 * 128 * 2 * 2 + 6 * per_layer * 2
     kv2 = {"general.architecture": "gemma3", "gemma3.block_count": 12, "gemma3.embedding_length": 256,
            "gemma3.attention.head_count": 4, "gemma3.attention.head_count_kv": 1,
            "gemma3.attention.sliding_window": 512}

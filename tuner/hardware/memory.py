@@ -51,7 +51,8 @@ class ModelMemorySpec:
     ``n_embd_k_gqa`` / ``n_embd_v_gqa`` per layer = n_head_kv × key_length / value_length (0 for a
     layer without KV: recurrent layers of hybrid models). ``mtp_layers`` = trailing MTP blocks
     (``nextn_predict_layers``). ``swa_window`` = sliding-window size for layers listed in
-    ``swa_layers`` (their KV holds only the window).
+    ``swa_layers`` (their KV holds only the window). ``recurrent_layer_bytes[i]``: recurrent
+    (SSM / linear-attention) state of layer i per sequence, f32 (empty = none).
     """
 
     name: str
@@ -69,7 +70,7 @@ class ModelMemorySpec:
     mtp_layers: int = 0
     swa_window: int | None = None
     swa_layers: tuple[int, ...] = ()
-    recurrent_state_bytes_per_seq: int = 0
+    recurrent_layer_bytes: tuple[int, ...] = ()
     context_length: int | None = None
     tied_output: bool = False
     architecture: str | None = None
@@ -123,6 +124,8 @@ class PlacementBytes:
     mtp_kv_bytes: int = 0
     compute_bytes: int = 0
     output_bytes: int = 0
+
+    # KV fields include the recurrent state of SSM / linear-attention layers (hybrid models)
 
     @property
     def total_bytes(self) -> int:
@@ -287,7 +290,18 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
         keep = [(i + 1) % interval == 0 for i in range(n_layer)]
         k_gqa = tuple(k if keep[i] else 0 for i, k in enumerate(k_gqa))
         v_gqa = tuple(v if keep[i] else 0 for i, v in enumerate(v_gqa))
-        notes.append("hybrid model: KV only on full-attention layers; recurrent state not counted")
+        notes.append("hybrid model: KV only on full-attention layers")
+    # recurrent state (src/llama-hparams.cpp n_embd_r / n_embd_s; f32 rows, one per sequence)
+    d_conv = int(kv.get(f"{arch}.ssm.conv_kernel") or 0)
+    d_inner = int(kv.get(f"{arch}.ssm.inner_size") or 0)
+    d_state = int(kv.get(f"{arch}.ssm.state_size") or 0)
+    n_group = int(kv.get(f"{arch}.ssm.group_count") or 0)
+    recurrent: tuple[int, ...] = ()
+    if d_inner and d_state:
+        per_layer = 4 * (max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner)
+        recurrent = tuple(per_layer if k == 0 else 0 for k in k_gqa)
+    elif any(k == 0 for k in k_gqa):
+        notes.append("layers without KV (recurrent?) and no ssm.* keys: their state is not counted")
     n_ff_vals = _kv_values(kv.get(f"{arch}.feed_forward_length"))
     n_ff = int(max(n_ff_vals)) if n_ff_vals else None
     tokens = kv.get("tokenizer.ggml.tokens")
@@ -338,6 +352,7 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
         swa_layers=swa_layers,
         context_length=kv.get(f"{arch}.context_length") if isinstance(kv.get(f"{arch}.context_length"), int) else None,
         tied_output=tied,
+        recurrent_layer_bytes=recurrent,
         architecture=arch,
         notes=tuple(notes),
     )
@@ -482,6 +497,8 @@ def _place_model(spec: ModelMemorySpec, ngl: int, splits: list[float], places: l
                 acc.target_layers += 1
         if il < trunk_layers:
             kvb = _kv_layer_bytes(spec, il, _kv_cells(spec, il, n_ctx, n_parallel, unified, n_ubatch), bk, bv)
+            if spec.recurrent_layer_bytes:
+                kvb += spec.recurrent_layer_bytes[il] * n_parallel
             if draft:
                 acc.draft_kv_bytes += kvb
             else:
