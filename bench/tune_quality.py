@@ -1,9 +1,10 @@
 """Tuner quality: exhaustive grid vs the tuner on a generated family, side by side in one run.
 
     python bench/tune_quality.py [--server PATH] [--n-predict 96] [--prompts 3] [--reps 2] [--budget 180]
+                                 [--threads N] [--eps 0.05]
 
 1. Generates the DESIGN.md acceptance-dial family (768 wide, 12 blocks F16 target, a good 2-block draft,
-   an unrelated 2-block draft; ε = 0.05) in a temp folder.
+   an unrelated 2-block draft; ε = ``--eps``, default 0.05) in a temp folder.
 2. Exhaustive grid: the baseline, every n-gram type, and each draft with ``draft-simple`` at every
    draft length 1–16, each measured with the tuner's own protocol (one launch, warm-up, greedy,
    fixed n_predict, ``--reps`` repetitions).
@@ -31,7 +32,7 @@ sys.path.insert(0, str(REPO))
 from tests.synth import make_family  # noqa: E402
 from tuner.calibration.candidates import NGRAM_TYPES, Candidate  # noqa: E402
 from tuner.calibration.engine import _supervisor_launch_fn, select_prompts  # noqa: E402
-from tuner.calibration.measure import measure_candidate  # noqa: E402
+from tuner.calibration.measure import measure_repetitions  # noqa: E402
 from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
 from tuner.calibration.tune import tune  # noqa: E402
 from tuner.profiles import ProfileStore  # noqa: E402
@@ -55,12 +56,14 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--reps", type=int, default=2, help="grid repetitions per candidate")
     ap.add_argument("--budget", type=float, default=180.0, help="tuner budget (s)")
     ap.add_argument("--n-ctx", type=int, default=1024)
+    ap.add_argument("--threads", type=int, default=None, help="server threads (1 is steadier on a shared CPU)")
+    ap.add_argument("--eps", type=float, default=0.05, help="acceptance dial of the generated family")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object too")
     args = ap.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="dw-tune-quality-"))
     os.environ["DRAFTWISE_HOME"] = str(work / "home")
-    fam = make_family(work / "models", n_embd=768, n_layers=12, draft_layers=2, eps=0.05, dtype="f16")
+    fam = make_family(work / "models", n_embd=768, n_layers=12, draft_layers=2, eps=args.eps, dtype="f16")
     ps = make_prompt_set(PROMPTS[: args.prompts], source="bench")
     chosen = select_prompts(ps, None)
     binary = find_server(args.server)
@@ -74,13 +77,13 @@ def main(argv: list[str] | None = None) -> int:
                  for k in range(1, 17)]
     cancel = threading.Event()
     sup = Supervisor(binary, dialect)
-    launch = _supervisor_launch_fn(sup, target, args.n_ctx, None, lambda *a, **k: None, None)
+    launch = _supervisor_launch_fn(sup, target, args.n_ctx, args.threads, lambda *a, **k: None, None)
     results: dict[tuple, float | None] = {}
     base_out: dict = {}
     t0 = time.monotonic()
     try:
         for i, c in enumerate(grid):
-            m = measure_candidate(launch, c, chosen, list(range(args.reps)), args.n_predict, cancel,
+            m = measure_repetitions(launch, c, chosen, list(range(args.reps)), args.n_predict, cancel,
                                   baseline_outputs=base_out if not c.is_baseline else None, stage="grid")
             if c.is_baseline:
                 base_out.update({(s.prompt_index, s.repetition): s.content for s in m.samples if s.content})
@@ -98,7 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     # The tuner.
     t1 = time.monotonic()
     res = tune(work / "models", prompts=ps, budget_s=args.budget, force=True, server=binary.path,
-               store=ProfileStore(work / "profiles"), n_predict=args.n_predict, n_ctx=args.n_ctx,
+               store=ProfileStore(work / "profiles"), n_predict=args.n_predict, n_ctx=args.n_ctx, threads=args.threads,
                on_event=lambda ev: print(f"  tune {ev.elapsed_s:6.1f}s {ev.kind}: {ev.message}", file=sys.stderr)
                if ev.kind != "progress" else None)
     tune_s = time.monotonic() - t1

@@ -241,3 +241,27 @@ def plan_candidates(
         dropped=tuple(dropped),
         draft_sizes_bytes=sizes,
     )
+
+
+def apply_memory_check(plan: CandidatePlan, memory_check: "Any", drafts_only: bool = False) -> CandidatePlan:
+    """Drop the candidates of ``plan`` that ``memory_check(candidate) -> reason | None`` rejects.
+
+    Used after GPU placement has set ``ngl``/``draft_ngl`` (the check depends on them). The baseline is
+    never dropped. With ``drafts_only`` only draft-model candidates are checked (the others keep
+    ``ngl`` unset, so the server's ``--fit`` places them: common/fit.cpp ``common_fit_params``).
+    """
+    dropped = list(plan.dropped)
+
+    def keep(c: Candidate) -> bool:
+        reason = memory_check(c)
+        if reason:
+            dropped.append(DroppedCandidate(c, reason))
+            return False
+        return True
+
+    drafts = tuple(c for c in plan.drafts if keep(c))
+    ngram = plan.ngram if drafts_only else tuple(c for c in plan.ngram if keep(c))
+    mtp = plan.mtp
+    if mtp is not None and not drafts_only and not keep(mtp):
+        mtp = None
+    return replace(plan, drafts=drafts, ngram=ngram, mtp=mtp, dropped=tuple(dropped))

@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from tuner.profiles import ModelFileKey, Profile, ProfileError, ProfileStore, StalenessKeys
 
-from .candidates import Candidate, CandidatePlan, DraftOption, plan_candidates
+from .candidates import Candidate, CandidatePlan, DraftOption, apply_memory_check, plan_candidates
 from .decide import Decision, decide
 from .measure import Cancelled, Launch, LaunchError, LaunchFn
 from .prompts import Prompt, PromptSet, default_prompts, load_prompts
@@ -280,10 +280,12 @@ def run_tune(
     memory_check = _memory_check_factory(target_path, devices, n_ctx, notes) if devices is not None else None
     plan: CandidatePlan = plan_candidates(
         target_path, drafts, spec_types=dialect.spec_types, mtp_layers=getattr(target_model, "mtp_layers", 0),
-        memory_check=memory_check, gpu=gpu,
+        memory_check=None if gpu else memory_check, gpu=gpu,
     )
     if gpu:
         plan = _place_on_gpu(plan, target_path, devices, n_ctx, notes)
+        if memory_check is not None:
+            plan = apply_memory_check(plan, memory_check, drafts_only=True)
     for note in notes:
         emit("error", note)
     emit(

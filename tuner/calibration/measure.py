@@ -292,3 +292,36 @@ def _i(v: object) -> int | None:
         return int(v) if v is not None else None  # type: ignore[arg-type]
     except (TypeError, ValueError):
         return None
+
+
+def needs_fresh_launch_per_repetition(candidate: Candidate) -> bool:
+    """True for n-gram types: their n-gram pool lives in the server across requests (common/ngram-*.cpp,
+    ``ngram-mod`` keeps one hash pool for all slots), so a repeated prompt would draft from the previous
+    repetition's output. Each repetition then gets its own launch."""
+    return candidate.spec_type.startswith("ngram")
+
+
+def measure_repetitions(
+    launch_fn: LaunchFn,
+    candidate: Candidate,
+    prompts: Sequence[tuple[int, Prompt]],
+    repetitions: Sequence[int],
+    n_predict: int,
+    cancel: threading.Event,
+    **kw: object,
+) -> Measurement:
+    """:func:`measure_candidate`, with one launch per repetition where
+    :func:`needs_fresh_launch_per_repetition` says so (the launches are pooled into one measurement).
+
+    Same arguments, return value and exceptions as :func:`measure_candidate`.
+    """
+    if len(repetitions) <= 1 or not needs_fresh_launch_per_repetition(candidate):
+        return measure_candidate(launch_fn, candidate, prompts, repetitions, n_predict, cancel, **kw)  # type: ignore[arg-type]
+    pooled: Measurement | None = None
+    for rep in repetitions:
+        m = measure_candidate(launch_fn, candidate, prompts, [rep], n_predict, cancel, **kw)  # type: ignore[arg-type]
+        pooled = m if pooled is None else pooled.merged(m)
+        if not m.ok or m.stopped_early:
+            break
+    assert pooled is not None
+    return pooled

@@ -29,7 +29,7 @@ from typing import Callable, Sequence
 
 from .candidates import DRAFT_LENGTHS, Candidate, CandidatePlan
 from .decide import MIN_GAIN
-from .measure import Cancelled, LaunchFn, measure_candidate
+from .measure import Cancelled, LaunchFn, measure_repetitions
 from .predict import CostModel, fit_cost_model, predict_curve
 from .prompts import Prompt
 from .results import Measurement, Sample
@@ -153,7 +153,7 @@ class Search:
             self.emit("progress", f"{c.label}: {sample.gen_tokens_per_s:.1f} tokens/s", candidate=c)
 
         try:
-            m = measure_candidate(
+            m = measure_repetitions(
                 self.launch_fn, c, self.prompts, reps, self.s.n_predict, self.cancel,
                 baseline_outputs=None if c.is_baseline else self.baseline_outputs,
                 on_request=on_request, request_timeout_s=self.s.request_timeout_s, stage=stage,
