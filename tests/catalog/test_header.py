@@ -190,3 +190,15 @@ def test_misaligned_tensor_offset(tmp_path: Path) -> None:
     p.write_bytes(raw_gguf([kv_str("general.architecture", "llama")], [tensor]) + b"\0" * 128)
     with pytest.raises(GGUFError, match="'w': data offset 4 is not a multiple of the alignment 32"):
         read_header(p)
+
+
+@pytest.mark.parametrize("chunk", [64, 1000, 4096])
+def test_small_read_chunks_give_the_same_header(
+    chunk: int, stories260k_session: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """The header is read in growing chunks; any first-chunk size must give the same result."""
+    import tuner.catalog.header as header_mod
+
+    full = read_header(stories260k_session)
+    monkeypatch.setattr(header_mod, "FIRST_CHUNK_BYTES", chunk)
+    assert read_header(stories260k_session) == full

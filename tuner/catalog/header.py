@@ -15,7 +15,6 @@ llama.cpp does. Files are little-endian; a big-endian GGUF is refused on a littl
 
 from __future__ import annotations
 
-import mmap
 import os
 import struct
 import sys
@@ -53,6 +52,8 @@ _U64 = struct.Struct("<Q")
 # Numeric arrays up to this many elements are decoded into tuples right away (split info,
 # eagle3 target layers, ...); longer ones stay as ArrayRef.
 EAGER_ARRAY_MAX = 64
+# The header is read in chunks starting with this many bytes (doubling as needed).
+FIRST_CHUNK_BYTES = 4 << 20
 # Nested arrays deeper than this are refused (gguf.cpp has no nesting in practice).
 MAX_NESTING = 4
 
@@ -234,23 +235,46 @@ def _describe_non_gguf(head: bytes) -> str:
 
 
 class _Cursor:
-    """Bounds-checked reads over a buffer; every failure is a GGUFError naming ``what``."""
+    """Bounds-checked reads over the start of a file, read in growing chunks (no mmap, so a file
+    truncated while we read it gives an error, not SIGBUS). Every failure is a GGUFError naming
+    ``what``. ``buf`` holds the first ``len(buf)`` bytes of the file; ``pos`` may run past it
+    while skipping data nobody reads."""
 
-    __slots__ = ("buf", "pos", "size", "path")
+    __slots__ = ("buf", "pos", "size", "path", "fh")
 
-    def __init__(self, buf, size: int, path: Path, pos: int = 0) -> None:
-        self.buf = buf
+    def __init__(self, fh, size: int, path: Path, first_chunk: int) -> None:
+        self.fh = fh
         self.size = size
         self.path = path
-        self.pos = pos
+        self.pos = 0
+        fh.seek(0)
+        self.buf = bytearray(fh.read(min(size, first_chunk)))
+
+    def truncated(self, n: int, what: str) -> GGUFError:
+        return GGUFError(
+            self.path,
+            f"truncated or corrupt header: {what} needs {n} bytes at offset {self.pos}, "
+            f"but the file has {self.size} bytes",
+        )
+
+    def ensure(self, end: int) -> None:
+        """Make ``buf`` cover the file up to ``end`` (which must be <= size)."""
+        have = len(self.buf)
+        if end <= have:
+            return
+        want = min(self.size, max(end, 2 * have, have + (1 << 20)))
+        self.fh.seek(have)
+        more = self.fh.read(want - have)
+        self.buf += more
+        if len(self.buf) < end:
+            raise GGUFError(self.path, "file became shorter while it was being read")
 
     def need(self, n: int, what: str) -> None:
-        if n < 0 or self.pos + n > self.size:
-            raise GGUFError(
-                self.path,
-                f"truncated or corrupt header: {what} needs {n} bytes at offset {self.pos}, "
-                f"but the file has {self.size} bytes",
-            )
+        end = self.pos + n
+        if n < 0 or end > self.size:
+            raise self.truncated(n, what)
+        if end > len(self.buf):
+            self.ensure(end)
 
     def u32(self, what: str) -> int:
         self.need(4, what)
@@ -269,7 +293,7 @@ class _Cursor:
         self.need(n, what)
         raw = self.buf[self.pos : self.pos + n]
         self.pos += n
-        return bytes(raw).decode("utf-8", errors="replace")
+        return raw.decode("utf-8", errors="replace")
 
     def scalar(self, t: int, what: str):
         st = _SCALAR[t]
@@ -278,16 +302,27 @@ class _Cursor:
         self.pos += st.size
         return v
 
+    def skip(self, n: int) -> None:
+        """Advance over ``n`` bytes that were already checked against the file size."""
+        self.pos += n
+
     def skip_strings(self, count: int, what: str) -> None:
         """Advance over ``count`` strings, reading only their length prefixes."""
-        buf, pos, size = self.buf, self.pos, self.size
+        pos, size, i = self.pos, self.size, 0
         unpack = _U64.unpack_from
-        try:
-            for _ in range(count):
-                pos += 8 + unpack(buf, pos)[0]
-        except struct.error:
-            pos = size + 1
-        if pos > size:
+        done = False
+        while not done:
+            buf = self.buf
+            try:
+                for i in range(i, count):  # noqa: B020 - resumes at the entry that failed
+                    pos += 8 + unpack(buf, pos)[0]
+                done = True
+            except struct.error:
+                # the next length prefix lies past what we have read so far (or past the file)
+                if pos + 8 > size:
+                    break
+                self.ensure(pos + 8)
+        if not done or pos > size:
             raise GGUFError(
                 self.path,
                 f"truncated or corrupt header: string array {what} ({count} entries) runs past the end "
@@ -316,9 +351,11 @@ def _read_value(cur: _Cursor, t: int, key: str, path: Path, depth: int = 0):
                     f"{remaining} bytes left in the file",
                 )
             start = cur.pos
-            cur.pos += count * esize
             if count <= EAGER_ARRAY_MAX:
+                cur.need(count * esize, f"elements of {key!r}")
+                cur.skip(count * esize)
                 return struct.unpack_from(f"<{count}{_SCALAR_FORMATS[et][1]}", cur.buf, start)
+            cur.skip(count * esize)
             return ArrayRef(path, et, count, start)
         if et == T_STRING:
             if count * 8 > remaining:
@@ -371,21 +408,18 @@ def read_header(path: Path | str, check_data: bool = True) -> GGUFHeader:
             if head[:4] != GGUF_MAGIC:
                 raise GGUFError(path, _describe_non_gguf(head))
             raise GGUFError(path, f"truncated: {size} bytes is shorter than a GGUF header")
+        head = fh.read(64)
+        if head[:4] != GGUF_MAGIC:
+            raise GGUFError(path, _describe_non_gguf(head))
         try:
-            mm = mmap.mmap(fh.fileno(), 0, access=mmap.ACCESS_READ)
-        except (OSError, ValueError) as exc:
-            raise GGUFError(path, f"cannot map file: {exc}") from exc
-        try:
-            return _parse(mm, size, path, check_data)
-        finally:
-            mm.close()
+            cur = _Cursor(fh, size, path, FIRST_CHUNK_BYTES)
+            return _parse(cur, size, path, check_data)
+        except OSError as exc:
+            raise GGUFError(path, f"read error: {exc.strerror or exc}") from exc
 
 
-def _parse(mm, size: int, path: Path, check_data: bool) -> GGUFHeader:
-    head = mm[:64]
-    if head[:4] != GGUF_MAGIC:
-        raise GGUFError(path, _describe_non_gguf(bytes(head)))
-    cur = _Cursor(mm, size, path, 4)
+def _parse(cur: _Cursor, size: int, path: Path, check_data: bool) -> GGUFHeader:
+    cur.pos = 4
     version = cur.u32("version")
     if version & 0xFFFF == 0 and (version >> 24) in (1, 2, 3):
         swapped = version >> 24
@@ -430,7 +464,7 @@ def _parse(mm, size: int, path: Path, check_data: bool) -> GGUFHeader:
         if n_dims == 0 or n_dims > MAX_DIMS:
             raise GGUFError(path, f"tensor {name!r} has {n_dims} dimensions (1..{MAX_DIMS} allowed)")
         cur.need(8 * n_dims, f"shape of tensor {name!r}")
-        shape = struct.unpack_from(f"<{n_dims}Q", mm, cur.pos)
+        shape = struct.unpack_from(f"<{n_dims}Q", cur.buf, cur.pos)
         cur.pos += 8 * n_dims
         ggml_type = cur.u32(f"type of tensor {name!r}")
         offset = cur.u64(f"offset of tensor {name!r}")
