@@ -142,8 +142,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 0 if plan.fits else 1
     dtext = f", draft {Path(args.draft).name} ({draft.n_layer} blocks, {_mib(draft.weights_bytes)})" if draft else ""
     print(f"Plan: target {Path(args.target).name} ({target.n_layer} blocks, {_mib(target.weights_bytes)}){dtext}")
-    print(f"      --spec-type {spec_type}, n_ctx {plan.n_ctx} ({plan.n_parallel} slot(s) x {plan.n_ctx_slot}, "
-          f"{'unified' if plan.kv_unified else 'per-slot'} KV, {args.ctk}/{args.ctv}), "
+    slots = (f"{plan.n_parallel} slot(s) sharing one unified KV" if plan.kv_unified
+             else f"{plan.n_parallel} slot(s) x {plan.n_ctx_slot} cells")
+    print(f"      --spec-type {spec_type}, n_ctx {plan.n_ctx} ({slots}, KV {args.ctk}/{args.ctv}), "
           f"target ngl {plan.target_ngl}" + (f", draft ngl {plan.draft_ngl}" if draft else ""))
     header = f"{'place':<12}" + "".join(f"{h:>11}" for _, h in _COLS) + f"{'total':>11}{'budget':>11}{'headroom':>11}"
     print(header)
