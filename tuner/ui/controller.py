@@ -13,7 +13,7 @@ import threading
 from pathlib import Path
 from typing import Any
 
-from PySide6.QtCore import QObject, Signal
+from PySide6.QtCore import QObject, QTimer, Signal
 
 from tuner import settings as settings_mod
 from tuner.settings import Settings
@@ -183,21 +183,23 @@ class AppController(QObject):
         self.tune_and_serve(force_retune=True)
 
     def _on_served(self, outcome: "flow.ServeOutcome") -> None:
+        """The worker finished: update the views in separate event-loop turns (each repaint is
+        small), serving state first."""
         self.last_tune = outcome.tune_result
-        if outcome.scan is not None:
-            self._on_scanned(outcome.scan)
+        self._serving_started(outcome.serving, outcome.samplers)
         if outcome.tune_result is not None:
-            self.tune_done.emit(outcome.tune_result)
-            self.notify.emit("Draftwise: tuning finished", outcome.decision_text)
-        self._serving_started(outcome.serving)
+            QTimer.singleShot(60, lambda: self.tune_done.emit(outcome.tune_result))
+            QTimer.singleShot(120, lambda: self.notify.emit("Draftwise: tuning finished", outcome.decision_text))
+        if outcome.scan is not None:
+            QTimer.singleShot(180, lambda: self._on_scanned(outcome.scan))
 
     def start_server(self) -> None:
         """Serve the selected target with its saved profile (tunes first when there is none)."""
         self.tune_and_serve(force_retune=False)
 
-    def _serving_started(self, info: "flow.ServingInfo") -> None:
+    def _serving_started(self, info: "flow.ServingInfo", samplers: tuple = ()) -> None:
         self.serving = info
-        self.collector.attach(*flow.server_samplers(info, self.runner))
+        self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)))
         self._start_polling()
         self.server_changed.emit(info)
         self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")

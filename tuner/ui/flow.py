@@ -65,6 +65,7 @@ class ServeOutcome:
     tune_result: Any
     decision_text: str
     serving: ServingInfo
+    samplers: tuple[Any, ...] = ()
 
 
 def demo_models_dir() -> Path:
@@ -343,6 +344,8 @@ def tune_and_serve(
         tune_result=result,
         decision_text=decision_text(result),
         serving=info,
+        # built here, off the GUI thread: creating the HTTP client costs tens of ms of CPU
+        samplers=server_samplers(info, runner),
     )
 
 

@@ -2,7 +2,8 @@
 
 Measured here (PySide6-Essentials 6.12.0, CPython 3.11.7): every call of a Qt method that returns
 ``void`` (``QLabel.setText``, ``QPainter.setPen``, ``QTimer.setInterval``, ...) *decrements*
-``None``'s reference count by one. ``None`` starts with ~24 000 references, and pyqtgraph makes
+``None``'s reference count by one, and every ``Signal.emit`` (which returns ``True``) decrements
+``True``'s. ``None`` starts with ~24 000 references, and pyqtgraph makes
 hundreds of such calls per repaint, so the app aborts with "Fatal Python error: none_dealloc"
 within a minute of showing the Monitor tab (6.11.3 does not have the bug; CPython 3.12+ makes
 ``None`` immortal, so it is harmless there).
@@ -34,16 +35,21 @@ def binding_drops_none_refs(calls: int = 200) -> bool:
     return before - after >= calls // 2
 
 
-def _add_none_refs(n: int) -> None:
+_SINGLETONS = (None, True, False)
+
+
+def _add_refs(obj: object, n: int) -> None:
     # CPython object header: ob_refcnt (Py_ssize_t) is the first field of every object
-    cell = ctypes.c_ssize_t.from_address(id(None))
+    cell = ctypes.c_ssize_t.from_address(id(obj))
     cell.value += n
 
 
 def top_up() -> None:
-    """Raise ``None``'s reference count by :data:`TOP_UP` when it is below :data:`LOW_WATER`."""
-    if sys.getrefcount(None) < LOW_WATER:
-        _add_none_refs(TOP_UP)
+    """Raise the reference count of ``None``, ``True`` and ``False`` by :data:`TOP_UP` where it is
+    below :data:`LOW_WATER`."""
+    for obj in _SINGLETONS:
+        if sys.getrefcount(obj) < LOW_WATER:
+            _add_refs(obj, TOP_UP)
 
 
 _timer = None
