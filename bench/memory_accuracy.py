@@ -16,7 +16,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import select
 import subprocess
 import sys
 import tempfile
@@ -40,29 +39,26 @@ def server_buffers(server: Path, target: Path, draft: Path | None, n_ctx: int, t
     if draft is not None:
         argv += ["-md", str(draft), "--spec-type", "draft-simple"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    lines: list[str] = []
-    deadline = time.monotonic() + timeout_s
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([proc.stdout], [], [], 1.0)
-            if not ready:
-                if proc.poll() is not None:
-                    break
-                continue
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "listening on" in line or "model loaded" in line:
-                break
-    finally:
-        proc.terminate()
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "server.log"
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        text = ""
         try:
-            proc.wait(10)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            while time.monotonic() < deadline:
+                text = log.read_text(errors="replace")
+                if "model loaded" in text or "listening on" in text or proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        lines = log.read_text(errors="replace").splitlines(keepends=True)
     try:
         bufs = parse_load_buffers(lines)
     except ValueError as exc:

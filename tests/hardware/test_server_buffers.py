@@ -3,9 +3,10 @@
 from __future__ import annotations
 
 import os
-import select
 import subprocess
+import tempfile
 import time
+from pathlib import Path
 
 import pytest
 
@@ -41,28 +42,26 @@ def _load(server, target, draft, n_ctx, n_parallel):
     if draft is not None:
         argv += ["-md", str(draft), "--spec-type", "draft-simple"]
     env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    proc = subprocess.Popen(argv, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
-    lines = []
-    deadline = time.monotonic() + 120
-    try:
-        while time.monotonic() < deadline:
-            if not select.select([proc.stdout], [], [], 1.0)[0]:
-                if proc.poll() is not None:
-                    break
-                continue
-            line = proc.stdout.readline()
-            if not line:
-                break
-            lines.append(line)
-            if "model loaded" in line or "listening on" in line:
-                break
-    finally:
-        proc.terminate()
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "server.log"
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + 120
+        text = ""
         try:
-            proc.wait(15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+            while time.monotonic() < deadline:
+                text = log.read_text(errors="replace")
+                if "model loaded" in text or "listening on" in text or proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        lines = log.read_text(errors="replace").splitlines(keepends=True)
     return parse_load_buffers(lines), lines
 
 
