@@ -414,3 +414,17 @@ def test_used_bytes_total_for_the_vram_graph():
     assert nvml.used_bytes_total(lib) == 1500 * MIB
     assert nvml.used_bytes_total(FakeNvml(init_error=NVML_ERROR_DRIVER_NOT_LOADED)) is None
     nvml._shared = None
+
+
+def test_gpu_present_but_cpu_only_build_says_so(tmp_path):
+    lib = FakeNvml([gpu("NVIDIA GeForce RTX 4090", "01", 24564, 400)])
+    devs = detect_devices(probes=probes(list_result=listed(), nvml=lib))
+    assert devs.devices == () and devs.listed_by_llama
+    assert any("RTX 4090" in n and "lists no GPU" in n for n in devs.notes)
+
+
+def test_vulkan_device_on_an_nvidia_card_is_matched_with_nvml():
+    lib = FakeNvml([gpu("NVIDIA GeForce RTX 3060", "00000000:01:00.0", 12288, 300)])
+    (d,) = detect_devices(probes=probes(
+        list_result=listed("  Vulkan0: NVIDIA GeForce RTX 3060 (12288 MiB, 11800 MiB free)"), nvml=lib)).devices
+    assert d.backend == "Vulkan" and d.nvml_index == 0 and d.source == "llama-server+nvml"

@@ -228,7 +228,7 @@ def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: 
             if backend in ("BLAS", "ACCEL"):
                 notes.append(f"{ld.name} ({ld.description}) is a compute accelerator, not an offload device")
                 continue
-            if backend == "CUDA" and free_nvml:
+            if free_nvml and (backend == "CUDA" or (backend == "Vulkan" and "nvidia" in ld.description.lower())):
                 g = _match_nvml(ld, free_nvml)
                 if g is not None:
                     free_nvml.remove(g)
@@ -261,6 +261,13 @@ def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: 
                 budget = unified_budget(min(x for x in (total, free) if x is not None) if total else None)
             devices.append(Device(len(devices), ld.name, backend, total, free, budget, source, tuple(dnotes),
                                   is_unified, ld.description, nv_index, pci_id, gtt, suspended))
+        unused = [g.name or f"NVML GPU {g.index}" for g in free_nvml]
+        unused += [f"AMD GPU {a.slot}" for a in free_amd if not any(d.pci_bus_id == a.slot for d in devices)]
+        if unused and not devices:
+            notes.append(f"{', '.join(unused)} present, but this llama-server build lists no GPU (built without "
+                         "CUDA/Vulkan/ROCm?): every layer will run on the CPU")
+        elif unused:
+            notes.append(f"{', '.join(unused)} present but not among llama.cpp's devices (not used)")
         if len(order) > 1 and [i for _, i in order] != sorted(i for _, i in order):
             mapping = ", ".join(f"{n} = NVML GPU {i}" for n, i in order)
             notes.append(f"NVML (PCI order) and llama.cpp list the GPUs in different orders; using llama.cpp's: {mapping}")
