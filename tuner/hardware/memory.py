@@ -177,8 +177,8 @@ class MemoryPlan:
     """Answer of :func:`plan_memory`.
 
     ``fits`` = every GPU and the host fit (a place whose budget is unknown counts as fitting, with a
-    note). ``margin_bytes`` = the smallest headroom over the GPUs (host when CPU-only); negative =
-    short by that much. ``n_ctx`` / ``n_ctx_slot`` = the sizes llama.cpp will use after padding.
+    note). ``margin_bytes`` = the smallest headroom over every place (GPUs and host RAM); negative =
+    short by that much; None when no budget is known. ``n_ctx`` / ``n_ctx_slot`` = the sizes llama.cpp will use after padding.
     """
 
     fits: bool
@@ -628,11 +628,10 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
     hneed = host.freeze()
     hhead = None if ram_avail is None else ram_avail - hneed.total_bytes
     hplan = HostPlan(hneed, ram_avail, hhead, None if hhead is None else hhead >= 0)
-    gpu_heads = [p.headroom_bytes for p in dplans if p.headroom_bytes is not None]
-    if gpu_heads:
-        margin = min(gpu_heads)
-    else:
-        margin = hhead
+    heads = [p.headroom_bytes for p in dplans if p.headroom_bytes is not None]
+    if hhead is not None:
+        heads.append(hhead)
+    margin = min(heads) if heads else None
     fits = all(p.fits is not False for p in dplans) and hplan.fits is not False
     if request.ngl is not None and request.ngl > 0 and not devs:
         notes.append("no GPU: every layer runs on the CPU (ngl has no effect)")
