@@ -200,3 +200,14 @@ def test_plan_accepts_a_path_or_model_file_and_summarises(stories260k_session):
     assert "does NOT fit" in tight.summary
     with pytest.raises(TypeError):
         plan_memory(MemoryRequest(target=42), CPU_ONLY)
+
+
+def test_ngl_spellings_of_llama_cpp():
+    m = small(n_layer=8)
+    devs = gpu_devices(("CUDA0", 24576, 24000))
+    full = plan_memory(MemoryRequest(target=m), devs)
+    assert plan_memory(MemoryRequest(target=m, ngl="all"), devs) == full
+    assert plan_memory(MemoryRequest(target=m, ngl="auto"), devs) == full
+    assert plan_memory(MemoryRequest(target=m, ngl="4"), devs).devices[0].target_layers == 3
+    with pytest.raises(ValueError, match="-ngl"):
+        plan_memory(MemoryRequest(target=m, ngl="most"), devs)

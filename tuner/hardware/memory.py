@@ -518,7 +518,8 @@ def _place_model(spec: ModelMemorySpec, ngl: int, splits: list[float], places: l
 
 
 def _coerce(request: MemoryRequest) -> MemoryRequest:
-    """Accept a path or a ``ModelFile`` (anything with ``.path``) for target/draft: read its header."""
+    """Accept a path or a ``ModelFile`` (anything with ``.path``) for target/draft (read its header),
+    and ``"auto"``/``"all"``/numeric strings for ngl/draft_ngl."""
     def spec(m: object) -> ModelMemorySpec | None:
         if m is None or isinstance(m, ModelMemorySpec):
             return m
@@ -527,10 +528,22 @@ def _coerce(request: MemoryRequest) -> MemoryRequest:
             raise TypeError(f"cannot plan memory for {m!r}: need a ModelMemorySpec, a path or a ModelFile")
         return load_model_spec(path)
 
+    def layers(n: object, flag: str) -> int | None:
+        # llama.cpp spellings: "auto" (-1) and "all" (-2) both mean every layer to the plan
+        if n is None or isinstance(n, int):
+            return n
+        if isinstance(n, str) and n.strip().lower() in ("auto", "all"):
+            return None
+        try:
+            return int(n)  # type: ignore[call-overload]
+        except (TypeError, ValueError):
+            raise ValueError(f"{flag} must be an integer, 'auto' or 'all', got {n!r}") from None
+
     t, d = spec(request.target), spec(request.draft)
-    if t is request.target and d is request.draft:
+    ngl, dngl = layers(request.ngl, "-ngl"), layers(request.draft_ngl, "--spec-draft-ngl")
+    if t is request.target and d is request.draft and ngl == request.ngl and dngl == request.draft_ngl:
         return request
-    return replace(request, target=t, draft=d)
+    return replace(request, target=t, draft=d, ngl=ngl, draft_ngl=dngl)
 
 
 def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
