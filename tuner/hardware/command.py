@@ -52,7 +52,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _mib(n: int | None) -> str:
     if n is None:
         return "unknown"
-    if abs(n) >= 10 * 1024 * MIB:
+    if abs(n) >= 1024 * MIB:
         return f"{n / (1024 * MIB):.1f} GiB"
     return f"{n / MIB:.1f} MiB"
 
