@@ -186,6 +186,7 @@ def test_collector_fills_every_series():
         vram=VramSampler(lambda: 4096),
         capacity=10,
         clock=lambda: t[0],
+        process_every=1,
     )
     c.watch = AcceptanceWatch(0.9, hold_s=0.5, min_draft_tokens=1)
     c.poll()
@@ -201,3 +202,21 @@ def test_collector_fills_every_series():
     c.detach()
     c.poll()
     assert c.series["gen_tokens_per_s"].latest().value is None
+
+
+def test_collector_samples_process_every_nth_poll():
+    reads = []
+
+    def read():
+        reads.append(1)
+        return ProcessUsage(100, float(len(reads)))
+
+    t = [0.0]
+    c = Collector(process=ProcessSampler(read), clock=lambda: t[0], process_every=3)
+    for i in range(7):
+        t[0] = float(i)
+        c.poll()
+    assert len(reads) == 3  # polls 0, 3, 6
+    assert len(c.series["ram_rss_bytes"]) == 3
+    assert len(c.series["gen_tokens_per_s"]) == 7
+    assert c.series["cpu_percent"].last_value() == pytest.approx(100 / 3)
