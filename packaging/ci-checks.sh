@@ -83,6 +83,10 @@ if grep -q DRAFTWISE_SMOKE_QUIT_MS "$REPO/tuner/app.py" 2>/dev/null; then
     tail -40 "$RUNDIR/smoke.log" >&2
     fail "smoke start exited $rc"
   fi
+  if grep -q "Traceback (most recent call last)" "$RUNDIR/smoke.log"; then
+    cat "$RUNDIR/smoke.log" >&2
+    fail "smoke start exited 0 but logged a Python traceback"
+  fi
   echo "smoke start: exit 0"
 else
   echo "NOTICE: smoke start SKIPPED: tuner/app.py does not implement DRAFTWISE_SMOKE_QUIT_MS yet"
