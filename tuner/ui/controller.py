@@ -48,6 +48,7 @@ class AppController(QObject):
     telemetry = Signal(object)
     notify = Signal(str, str)
     error = Signal(str)
+    plan_ready = Signal(object, str)
     _supervisor_state = Signal(object)
 
     def __init__(self, settings: Settings | None = None, poll_interval_s: float = 1.0) -> None:
@@ -152,6 +153,15 @@ class AppController(QObject):
             self.selected_target = flow.default_target(result)
         self.scan_done.emit(result)
         self.status.emit(f"Found {len(result.models)} GGUF files in {result.folder}")
+
+    def plan_memory(self, model) -> None:
+        """Compute the memory plan of ``model`` in a worker (device detection runs llama-server
+        ``--list-devices``); the answer arrives as :attr:`plan_ready` ``(model, text)``."""
+        w = CallWorker(lambda ev, cancel: flow.memory_plan_text(model), "plan")
+        w.done.connect(lambda text: self.plan_ready.emit(model, text))
+        w.failed.connect(lambda exc: self.plan_ready.emit(model, f"Memory plan unavailable: {exc}"))
+        self._plan_workers = [x for x in getattr(self, "_plan_workers", []) if x.isRunning()] + [w]
+        w.start()
 
     def tune_and_serve(self, force_retune: bool = False) -> None:
         """One click: scan → tune (or reuse a fresh profile) → serve, in one cancellable worker."""
@@ -278,6 +288,8 @@ class AppController(QObject):
         if self._work is not None:
             self._work.cancel()
             self._work.wait(int(timeout_s * 1000))
+        for w in getattr(self, "_plan_workers", []):
+            w.wait(int(timeout_s * 1000))
         if self._poller is not None:
             self._poller.stop()
             self._poller = None

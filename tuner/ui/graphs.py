@@ -29,11 +29,16 @@ class TimePlot(pg.PlotWidget):
         y_scale: multiply values by this before plotting (e.g. 100 for a 0..1 rate shown in %).
     """
 
-    def __init__(self, title: str, y_label: str, y_unit: str, series: tuple[str, ...] = ("",), y_scale: float = 1.0, parent=None) -> None:
+    def __init__(self, title: str, y_label: str, y_unit: str, series: tuple[str, ...] = ("",), y_scale: float = 1.0,
+                 skip_gaps: bool = False, parent=None) -> None:
         super().__init__(parent=parent)
         self.y_scale = y_scale
+        self.y_label = y_label
+        self.skip_gaps = skip_gaps
         self.setTitle(title, size="10pt")
-        self.getAxis("left").setLabel(f"{y_label} ({y_unit})" if y_unit else y_label)
+        self.getAxis("left").enableAutoSIPrefix(False)
+        self.getAxis("bottom").enableAutoSIPrefix(False)
+        self.set_unit(y_unit, y_scale)
         self.getAxis("bottom").setLabel("time (minutes before now)")
         self.showGrid(x=True, y=True, alpha=0.25)
         self.setMouseEnabled(x=False, y=False)
@@ -44,10 +49,18 @@ class TimePlot(pg.PlotWidget):
             self.addLegend(offset=(-10, 10))
         self.curves = {}
         for i, name in enumerate(series):
-            pen = pg.mkPen(QColor(PALETTE[i % len(PALETTE)]), width=2)
-            self.curves[name] = self.plot([], [], pen=pen, name=name or None, connect="finite")
+            color = QColor(PALETTE[i % len(PALETTE)])
+            pen = pg.mkPen(color, width=2)
+            extra = dict(symbol="o", symbolSize=4, symbolBrush=color, symbolPen=None) if skip_gaps else {}
+            self.curves[name] = self.plot([], [], pen=pen, name=name or None, connect="finite", **extra)
         self.set_span_min(5)
         self.getPlotItem().enableAutoRange(axis="y", enable=True)
+
+    def set_unit(self, y_unit: str, y_scale: float) -> None:
+        """Change the y unit (label) and the factor applied to values."""
+        self.y_unit = y_unit
+        self.y_scale = y_scale
+        self.getAxis("left").setLabel(f"{self.y_label} ({y_unit})" if y_unit else self.y_label)
 
     def set_span_min(self, minutes: float) -> None:
         """Show the last ``minutes`` minutes."""
@@ -56,6 +69,9 @@ class TimePlot(pg.PlotWidget):
 
     def set_series(self, name: str, ages_s, values) -> None:
         """Replace one line's data: ``ages_s`` (<= 0, seconds before now) and values (None = gap)."""
+        if self.skip_gaps:  # rates only exist for intervals with activity: join the measured points
+            pairs = [(x, y) for x, y in zip(ages_s, values) if y is not None]
+            ages_s, values = [p[0] for p in pairs], [p[1] for p in pairs]
         xs, ys = _finite(ages_s, values)
         self.curves[name].setData([x / 60.0 for x in xs], [y * self.y_scale for y in ys])
 

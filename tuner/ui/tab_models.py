@@ -97,6 +97,8 @@ class ModelsTab(QWidget):
         self.plan_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.plan_label)
         controller.scan_done.connect(self.show_scan)
+        controller.plan_ready.connect(self._on_plan)
+        self._plan_for = None
 
     def show_first_run_prompt(self) -> None:
         """Ask for the models folder (first run: no folder in the settings yet)."""
@@ -131,6 +133,7 @@ class ModelsTab(QWidget):
         if str(result.folder) != self.folder_edit.text():
             self.folder_edit.setText(str(result.folder))
         in_family: set[Path] = set()
+        selected_item = None
         for i, fam in enumerate(result.families, start=1):
             members = ", ".join(_model_name(m) for m in fam.members)
             fam_item = QTreeWidgetItem([f"Family {i}", "", "", f"shared tokenizer: {members}", ""])
@@ -148,9 +151,10 @@ class ModelsTab(QWidget):
                 details += f"; {n_drafts} draft candidate{'s' if n_drafts != 1 else ''}"
                 it = QTreeWidgetItem([_model_name(t), "target", human_bytes(t.size_bytes), details, str(t.path)])
                 it.setData(0, Qt.ItemDataRole.UserRole, t)
+                fam_item.addChild(it)
                 if self.controller.selected_target and Path(t.path) == Path(self.controller.selected_target):
                     it.setText(1, "target (selected)")
-                fam_item.addChild(it)
+                    selected_item = it
                 for dc in entry.drafts:
                     dm = dc.model
                     warn = ("; " + "; ".join(dc.warnings)) if dc.warnings else ""
@@ -184,6 +188,8 @@ class ModelsTab(QWidget):
             other_item.setExpanded(True)
         if not result.models:
             self.tree.addTopLevelItem(QTreeWidgetItem(["No .gguf files found", "", "", str(result.folder), ""]))
+        if selected_item is not None:
+            self.tree.setCurrentItem(selected_item)
 
     def _on_current(self, item: QTreeWidgetItem | None, _prev) -> None:
         if item is None:
@@ -192,4 +198,10 @@ class ModelsTab(QWidget):
         if model is None:
             return
         self.controller.selected_target = Path(model.path)
-        self.plan_label.setText(flow.memory_plan_text(model))
+        self._plan_for = model.path
+        self.plan_label.setText(f"Computing the memory plan of {Path(model.path).name}…")
+        self.controller.plan_memory(model)
+
+    def _on_plan(self, model, text: str) -> None:
+        if model.path == self._plan_for:
+            self.plan_label.setText(f"<b>{Path(model.path).name}</b>: {text}")

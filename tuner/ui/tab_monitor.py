@@ -14,6 +14,12 @@ from tuner.ui.graphs import TimePlot
 RANGES_MIN = (5, 15, 60)
 STAGGER_MS = 150
 GIB = 1024 ** 3
+MIB = 1024 ** 2
+
+
+def fmt_bytes(n: float) -> str:
+    """``"812 MiB"`` below 1 GiB, else ``"3.25 GiB"``."""
+    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
 
 
 class MonitorTab(QWidget):
@@ -41,12 +47,15 @@ class MonitorTab(QWidget):
         lay.addLayout(top)
 
         grid = QGridLayout()
-        self.tps_plot = TimePlot("Generation speed", "tokens/s", "tok/s")
-        self.acc_plot = TimePlot("Draft acceptance rate", "acceptance", "%", y_scale=100.0)
+        self.tps_plot = TimePlot("Generation speed", "generation", "tokens/s", skip_gaps=True)
+        self.acc_plot = TimePlot("Draft acceptance rate", "acceptance", "%", y_scale=100.0, skip_gaps=True)
         self.acc_plot.setYRange(0, 100, padding=0.02)
         self.acc_plot.getPlotItem().enableAutoRange(axis="y", enable=False)
-        self.mem_plot = TimePlot("Memory", "memory", "GiB", series=("VRAM used", "llama-server RAM"), y_scale=1.0 / GIB)
+        self.mem_plot = TimePlot("Memory", "memory", "MiB", series=("VRAM used", "llama-server RAM"), y_scale=1.0 / MIB)
         self.req_plot = TimePlot("Requests in flight", "requests", "count")
+        self.req_plot.getAxis("left").setTickSpacing(1, 1)
+        self.req_plot.setYRange(0, 2, padding=0.05)
+        self.req_plot.getPlotItem().enableAutoRange(axis="y", enable=False)
         grid.addWidget(self.tps_plot, 0, 0)
         grid.addWidget(self.acc_plot, 0, 1)
         grid.addWidget(self.mem_plot, 1, 0)
@@ -94,12 +103,22 @@ class MonitorTab(QWidget):
     def _update_mem(self, now: float) -> None:
         s = self.controller.collector.series
         span = self.span_min * 60.0
-        self.mem_plot.set_series("VRAM used", *s["vram_used_bytes"].window(now, span))
-        self.mem_plot.set_series("llama-server RAM", *s["ram_rss_bytes"].window(now, span))
+        vram = s["vram_used_bytes"].window(now, span)
+        ram = s["ram_rss_bytes"].window(now, span)
+        top = max([v for v in vram[1] + ram[1] if v is not None], default=0)
+        if top >= 2 * GIB and self.mem_plot.y_unit != "GiB":
+            self.mem_plot.set_unit("GiB", 1.0 / GIB)
+        elif top < 2 * GIB and self.mem_plot.y_unit != "MiB":
+            self.mem_plot.set_unit("MiB", 1.0 / MIB)
+        self.mem_plot.set_series("VRAM used", *vram)
+        self.mem_plot.set_series("llama-server RAM", *ram)
 
     def _update_req(self, now: float) -> None:
         s = self.controller.collector.series
-        self.req_plot.set_series("", *s["requests_processing"].window(now, self.span_min * 60.0))
+        ages, values = s["requests_processing"].window(now, self.span_min * 60.0)
+        top = max([v for v in values if v is not None], default=0)
+        self.req_plot.setYRange(0, max(2, top + 1), padding=0.05)
+        self.req_plot.set_series("", ages, values)
 
     @property
     def _plot_updaters(self):
@@ -125,7 +144,10 @@ class MonitorTab(QWidget):
             if acc is not None:
                 parts.append(f"acceptance {acc:.0%}")
             if rss is not None:
-                parts.append(f"RAM {rss / GIB:.2f} GiB")
+                parts.append(f"RAM {fmt_bytes(rss)}")
             self.summary.setText(" · ".join(parts))
+            title = "Draft acceptance rate" if c.serving.spec_label != "no speculation" else "Draft acceptance rate (not speculating)"
+            if self.acc_plot.plotItem.titleLabel.text != title:
+                self.acc_plot.setTitle(title, size="10pt")
         else:
             self.summary.setText("Not serving: graphs fill in while llama-server runs.")

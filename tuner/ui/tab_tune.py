@@ -141,6 +141,12 @@ class TuneTab(QWidget):
         """Show the decision in words."""
         self.progress.setValue(1000)
         self.progress.setFormat("done")
+        took = getattr(result, "elapsed_s", None)
+        serving = self.controller.serving
+        msg = "Tuning finished" + (f" in {took:.0f} s" if took else "")
+        if serving is not None:
+            msg += f"; serving {serving.model_name} at {serving.endpoint_url}"
+        self.step_label.setText(msg + ".")
         self.decision_label.setText(flow.decision_text(result))
         for row in flow.result_rows(result):
             self.results[row[0]] = row

@@ -53,7 +53,7 @@ class Tray:
         busy = c.state is AppState.TUNING
         serving = c.serving is not None
 
-        a = m.addAction("Tune & serve")
+        a = m.addAction("Tune && serve")  # "&&" shows one "&" (a single "&" marks a mnemonic)
         a.setEnabled(not busy and not serving)
         a.triggered.connect(c.tune_and_serve)
         if busy:
@@ -80,7 +80,7 @@ class Tray:
 
     def actions(self) -> dict[str, QAction]:
         """The current menu's actions by text (separators left out)."""
-        return {a.text(): a for a in self.menu.actions() if not a.isSeparator()}
+        return {a.text().replace("&&", "&"): a for a in self.menu.actions() if not a.isSeparator()}
 
     def copy_endpoint(self) -> None:
         """Put the endpoint URL on the clipboard."""

@@ -1,0 +1,173 @@
+"""Take the README screenshots of every tab and of the tray menu under Xvfb with ``trayer``.
+
+Usage (needs Xvfb, trayer, imagemagick's ``import``, xdotool and the real llama-server)::
+
+    python docs/screenshots/capture.py            # 1280x800 at 100 %, then 2560x1600 at 200 %
+    python docs/screenshots/capture.py --scale 1  # only one
+
+It generates a small synthetic family (tests/synth.py: a target, a good draft, an unrelated
+draft), adds the demo model and a truncated (broken) copy, runs the real "Tune & serve", puts
+light load on the server for a while so the Monitor graphs have data, and writes
+``<tab>.png`` / ``<tab>@2x.png`` here.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+HERE = Path(__file__).resolve().parent
+REPO = HERE.parent.parent
+sys.path.insert(0, str(REPO))
+
+DRIVER = r"""
+import os, subprocess, sys, threading, time
+from pathlib import Path
+from PySide6.QtCore import QTimer, QPoint
+from tuner import app as app_mod
+from tuner.settings import Settings
+from tuner.ui.state import AppState
+
+out = Path(os.environ["SHOT_OUT"]); suffix = os.environ["SHOT_SUFFIX"]; load_s = float(os.environ["SHOT_LOAD_S"])
+from tuner.settings import save_settings
+st = Settings(models_dir=Path(os.environ["SHOT_MODELS"]), port=int(os.environ["SHOT_PORT"]), tune_budget_s=90)
+save_settings(st)
+a = app_mod.build(single_instance=False)
+c, w = a.controller, a.window
+c.tune_options = dict(n_predict=64, repetitions=2, n_ctx=512, max_prompts=4)
+c.poll_interval_s = 1.0
+w.resize(1100, 720); w.move(20, 40); w.show()
+
+def shot(name):
+    a.qapp.processEvents()
+    subprocess.run(["import", "-window", "root", str(out / f"{name}{suffix}.png")], check=True)
+    print("shot", name, flush=True)
+
+steps = []
+def later(ms, fn): QTimer.singleShot(ms, fn)
+measured = []
+c.tune_event.connect(lambda e: measured.append(e) if getattr(e, "kind", "") == "measured" else None)
+
+def s_models():
+    later(3000, lambda: (w.tabs.setCurrentWidget(w.models_tab), later(800, lambda: (shot("models"), s_prompts()))))
+def s_prompts():
+    w.tabs.setCurrentWidget(w.prompts_tab); later(800, lambda: (shot("prompts"), s_tune()))
+def s_tune():
+    w.tabs.setCurrentWidget(w.tune_tab)
+    c.tune_and_serve()
+    def wait_mid():
+        if len(measured) >= 3 or c.state is not AppState.TUNING:
+            shot("tune-progress"); wait_served()
+        else:
+            later(300, wait_mid)
+    later(300, wait_mid)
+def wait_served():
+    if c.state is AppState.SERVING:
+        later(1500, lambda: (shot("tune"), s_load()))
+    elif c.state is AppState.ERROR:
+        print("ERROR", c.last_error, flush=True); a.quit()
+    else:
+        later(500, wait_served)
+def s_load():
+    from tuner.server.client import ServerClient
+    stop = threading.Event()
+    def load():
+        with ServerClient(c.serving.base_url) as cl:
+            i = 0
+            while not stop.is_set():
+                cl.completion(f"Once upon a time {i}", n_predict=48, temperature=0, cache_prompt=False)
+                i += 1; time.sleep(0.3 if i % 7 else 2.0)
+    threading.Thread(target=load, daemon=True).start()
+    w.tabs.setCurrentWidget(w.monitor_tab)
+    later(int(load_s * 1000), lambda: (stop.set(), shot("monitor"), s_serve()))
+def s_serve():
+    w.tabs.setCurrentWidget(w.serve_tab); later(1500, lambda: (shot("serve"), s_tray()))
+def s_tray():
+    geo = a.tray.icon.geometry()
+    print("tray geometry", geo, flush=True)
+    if geo.width() > 0:
+        x, y = geo.center().x(), geo.center().y()
+        subprocess.run(["xdotool", "mousemove", str(x), str(y), "click", "3"], check=False)
+    else:
+        a.tray.menu.popup(QPoint(1280 - 260, 30))
+    later(1500, lambda: (shot("tray-menu"), subprocess.run(["xdotool", "key", "Escape"]), later(500, a.quit)))
+
+later(1500, s_models)
+sys.exit(a.qapp.exec())
+"""
+
+
+def free_port() -> int:
+    import socket
+
+    s = socket.socket()
+    s.bind(("127.0.0.1", 0))
+    p = s.getsockname()[1]
+    s.close()
+    return p
+
+
+def make_models(folder: Path) -> None:
+    from tests.synth import corrupt_copy, make_family
+
+    make_family(folder, n_embd=512, n_layers=10, draft_layers=2, eps=0.05)
+    corrupt_copy(folder / "draft-good.gguf", folder / "half-downloaded.gguf", truncate_to=4096)
+
+
+def run(scale: int, models: Path, load_s: float) -> int:
+    display = f":{91 + scale}"
+    w, h = 1280 * scale, 800 * scale
+    xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp"])
+    procs = [xvfb]
+    try:
+        time.sleep(1.5)
+        env = dict(os.environ, DISPLAY=display)
+        env.pop("QT_QPA_PLATFORM", None)
+        procs.append(subprocess.Popen(
+            ["trayer", "--edge", "top", "--align", "right", "--height", str(24 * scale), "--widthtype", "request",
+             "--transparent", "false", "--tint", "0xdddddd"], env=env))
+        time.sleep(1.0)
+        home = Path(tempfile.mkdtemp(prefix="dw-shots-"))
+        env.update(
+            DRAFTWISE_HOME=str(home),
+            QT_SCALE_FACTOR=str(scale),
+            SHOT_OUT=str(HERE),
+            SHOT_SUFFIX="" if scale == 1 else f"@{scale}x",
+            SHOT_MODELS=str(models),
+            SHOT_PORT=str(free_port()),
+            SHOT_LOAD_S=str(load_s),
+        )
+        r = subprocess.run([sys.executable, "-c", DRIVER], env=env, cwd=REPO, timeout=900)
+        shutil.rmtree(home, ignore_errors=True)
+        return r.returncode
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--scale", type=int, choices=(1, 2), action="append")
+    ap.add_argument("--load-s", type=float, default=90.0, help="seconds of load before the Monitor shot")
+    args = ap.parse_args()
+    with tempfile.TemporaryDirectory(prefix="dw-shot-models-") as d:
+        models = Path(d)
+        make_models(models)
+        rc = 0
+        for scale in args.scale or (1, 2):
+            rc |= run(scale, models, args.load_s)
+    return rc
+
+
+if __name__ == "__main__":
+    sys.exit(main())
