@@ -200,6 +200,10 @@ def desktop_entry_text(exec_argv: tuple[str, ...] | list[str] = ("draftwise",), 
         f"Categories={_CATEGORIES}",
         f"Keywords={_KEYWORDS}",
         "StartupNotify=false",
+        # X11: lets GNOME/KDE match the window to this entry (Qt sets WM_CLASS to
+        # ("draftwise", applicationName "Draftwise")); on Wayland the app id is
+        # QGuiApplication.desktopFileName, which tuner/app.py sets to APP_ID.
+        "StartupWMClass=Draftwise",
     ]
     if autostart:
         lines += ["X-GNOME-Autostart-enabled=true"]
