@@ -215,6 +215,11 @@ def vram_sampler():
     read = getattr(nvml, "used_bytes_total", None)
     if read is None:
         return None
+    try:
+        if read() is None:  # no NVML library or no NVIDIA GPU: no VRAM series at all
+            return None
+    except Exception:
+        return None
     return VramSampler(read)
 
 

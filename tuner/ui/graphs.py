@@ -129,7 +129,8 @@ class CandidateChart(pg.PlotWidget):
         font = QFont()
         font.setPointSizeF(8)
         for x, (label, tps, acc, is_base) in zip(xs, rows):
-            short = label if len(label) <= 22 else label[:21] + "…"
+            room = max(14, int(110 / max(1, len(rows))))  # characters that fit under one bar
+            short = label if len(label) <= room else label[: room - 1] + "…"
             ticks.append((x, short))
             txt = f"{tps:.0f} tok/s" + (f"\n{acc:.0%} acc." if acc is not None else "")
             t = pg.TextItem(txt, color="#111827", anchor=(0.5, 1.0))

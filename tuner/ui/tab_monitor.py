@@ -51,7 +51,13 @@ class MonitorTab(QWidget):
         self.acc_plot = TimePlot("Draft acceptance rate", "acceptance", "%", y_scale=100.0, skip_gaps=True)
         self.acc_plot.setYRange(0, 100, padding=0.02)
         self.acc_plot.getPlotItem().enableAutoRange(axis="y", enable=False)
-        self.mem_plot = TimePlot("Memory", "memory", "MiB", series=("VRAM used", "llama-server RAM"), y_scale=1.0 / MIB)
+        self.has_vram = controller.collector.vram is not None
+        self.mem_plot = TimePlot(
+            "Memory" if self.has_vram else "Memory (no NVIDIA GPU found: host RAM only)",
+            "memory", "MiB",
+            series=("VRAM used", "llama-server RAM") if self.has_vram else ("llama-server RAM",),
+            y_scale=1.0 / MIB,
+        )
         self.req_plot = TimePlot("Requests in flight", "requests", "count")
         self.req_plot.getAxis("left").setTickSpacing(1, 1)
         self.req_plot.setYRange(0, 2, padding=0.05)
@@ -110,7 +116,8 @@ class MonitorTab(QWidget):
             self.mem_plot.set_unit("GiB", 1.0 / GIB)
         elif top < 2 * GIB and self.mem_plot.y_unit != "MiB":
             self.mem_plot.set_unit("MiB", 1.0 / MIB)
-        self.mem_plot.set_series("VRAM used", *vram)
+        if self.has_vram:
+            self.mem_plot.set_series("VRAM used", *vram)
         self.mem_plot.set_series("llama-server RAM", *ram)
 
     def _update_req(self, now: float) -> None:

@@ -150,4 +150,14 @@ class TuneTab(QWidget):
         self.decision_label.setText(flow.decision_text(result))
         for row in flow.result_rows(result):
             self.results[row[0]] = row
+        # the winner and the baseline are shown with the decision's figures (median over all runs)
+        d = getattr(result, "decision", None)
+        if d is not None:
+            base_label = "no speculation"
+            if d.baseline_gen_tokens_per_s and base_label in self.results:
+                self.results[base_label] = (base_label, d.baseline_gen_tokens_per_s, None, True)
+            win = d.winner.label
+            if d.gen_tokens_per_s and win in self.results and win != base_label:
+                old = self.results[win]
+                self.results[win] = (win, d.gen_tokens_per_s, old[2], False)
         self.chart.set_rows(sorted(self.results.values(), key=lambda r: (not r[3], -r[1])))
