@@ -46,6 +46,8 @@ def test_tune_and_serve_then_live_graphs(make_app, qtbot, models_dir, free_port,
     w.tabs.setCurrentWidget(w.tune_tab)
     events = []
     app.controller.tune_event.connect(events.append)
+    notes = []
+    app.controller.notify.connect(lambda title, msg: notes.append((title, msg)))
 
     from PySide6.QtCore import Qt
 
@@ -60,6 +62,8 @@ def test_tune_and_serve_then_live_graphs(make_app, qtbot, models_dir, free_port,
     qtbot.waitUntil(lambda: w.tune_tab.decision_label.text() not in ("", "No decision yet."), timeout=5000)
     assert w.tune_tab.progress.value() == 1000
     assert any(row[3] for row in w.tune_tab.chart.rows), "baseline bar missing"
+    qtbot.waitUntil(lambda: any("tuning finished" in t for t, _m in notes), timeout=5000)
+    assert any(("speculation" in m.lower() or "×" in m) for _t, m in notes)
 
     # Serve tab + tray: endpoint, exact command line, menu
     info = app.controller.serving

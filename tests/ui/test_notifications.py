@@ -1,0 +1,74 @@
+"""Desktop notifications: tuning finished, server crashed and restarted, acceptance below break-even."""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from tuner.server.supervisor import ServerState, StateChange
+from tuner.telemetry.collector import Collector
+from tuner.telemetry.samplers import MetricsRates
+from tuner.telemetry.watch import AcceptanceWatch
+from tuner.ui import flow
+from tuner.ui.controller import AppController
+from tuner.ui.state import AppState
+
+
+def change(state, previous, restart_count=0, message=""):
+    return StateChange(state, previous, "http://127.0.0.1:1", None, None, restart_count, message, time.time())
+
+
+@pytest.fixture
+def serving_controller(qapp):
+    c = AppController()
+    c.serving = flow.ServingInfo("m.gguf", Path("m.gguf"), "http://127.0.0.1:1/v1", "http://127.0.0.1:1", (), None,
+                                 "draft-simple d.gguf n_max 8", break_even_rate=0.6)
+    c.set_state(AppState.SERVING)
+    yield c
+    c.shutdown()
+
+
+def test_crash_and_restart_notify(serving_controller, qtbot):
+    c = serving_controller
+    got = []
+    c.notify.connect(lambda t, m: got.append(t))
+    c._on_supervisor_state(change(ServerState.STARTING, ServerState.READY, 0))
+    c._on_supervisor_state(change(ServerState.READY, ServerState.STARTING, 1, "restart 1"))
+    assert got == ["Draftwise: llama-server crashed", "Draftwise: llama-server restarted"]
+    assert c.state is AppState.SERVING
+    c._on_supervisor_state(change(ServerState.FAILED, ServerState.STARTING, 3))
+    assert c.state is AppState.ERROR and got[-1] == "Draftwise: llama-server stopped"
+
+
+def test_stop_by_user_does_not_notify(serving_controller):
+    c = serving_controller
+    got = []
+    c.notify.connect(lambda t, m: got.append(t))
+    c._stopping = True
+    c._on_supervisor_state(change(ServerState.STOPPING, ServerState.READY))
+    c._on_supervisor_state(change(ServerState.STOPPED, ServerState.STOPPING))
+    assert got == []
+
+
+def test_low_acceptance_notifies_once(serving_controller):
+    c = serving_controller
+
+    class FakeMetrics:
+        def __init__(self):
+            self.t = 0
+
+        def sample(self, t):
+            return MetricsRates(t_s=t, draft_tokens=100, accepted_tokens=30, acceptance_rate=0.3)
+
+    clock = [0.0]
+    c.collector = Collector(clock=lambda: clock[0])
+    c.collector.attach(FakeMetrics(), None, AcceptanceWatch(0.6, hold_s=30, min_draft_tokens=50))
+    got = []
+    c.notify.connect(lambda t, m: got.append((t, m)))
+    for i in range(40):
+        clock[0] = float(i)
+        c._on_tick(c.collector.poll())
+    assert len(got) == 1
+    assert "slowing you down" in got[0][0] and "30%" in got[0][1] and "60%" in got[0][1]
