@@ -72,3 +72,22 @@ def test_low_acceptance_notifies_once(serving_controller):
         c._on_tick(c.collector.poll())
     assert len(got) == 1
     assert "slowing you down" in got[0][0] and "30%" in got[0][1] and "60%" in got[0][1]
+
+
+def test_failure_goes_to_error_state_with_evidence(make_app, qtbot, models_dir, tmp_path):
+    from tuner.settings import Settings
+
+    a = make_app()
+    c = a.controller
+    missing = tmp_path / "nowhere" / "llama-server"
+    c.settings = Settings(models_dir=models_dir, server_binary=missing, tune_budget_s=30)
+    got = []
+    c.notify.connect(lambda t, m: got.append(t))
+    c.tune_and_serve()
+    qtbot.waitUntil(lambda: c.state is AppState.ERROR, timeout=60_000)
+    assert "nowhere" in (c.last_error or "")
+    assert "nowhere" in a.tray.icon.toolTip()
+    assert "nowhere" in a.window.serve_tab.error_label.text()
+    assert got and "failed" in got[-1]
+    a.tray.menu.aboutToShow.emit()
+    assert a.tray.actions()["Tune & serve"].isEnabled()  # the user can try again
