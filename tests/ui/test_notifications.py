@@ -74,13 +74,15 @@ def test_low_acceptance_notifies_once(serving_controller):
     assert "slowing you down" in got[0][0] and "30%" in got[0][1] and "60%" in got[0][1]
 
 
-def test_failure_goes_to_error_state_with_evidence(make_app, qtbot, models_dir, tmp_path):
+def test_failure_goes_to_error_state_with_evidence(make_app, qtbot, tmp_path):
     from tuner.settings import Settings
 
     a = make_app()
     c = a.controller
-    missing = tmp_path / "nowhere" / "llama-server"
-    c.settings = Settings(models_dir=models_dir, server_binary=missing, tune_budget_s=30)
+    folder = tmp_path / "nowhere"
+    folder.mkdir()
+    (folder / "half-downloaded.gguf").write_bytes(b"GGUF\x03\x00\x00\x00")  # broken: no LLM to tune
+    c.settings = Settings(models_dir=folder, tune_budget_s=30)
     got = []
     c.notify.connect(lambda t, m: got.append(t))
     c.tune_and_serve()

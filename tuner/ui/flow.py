@@ -157,7 +157,7 @@ class ServerRunner:
     def start(
         self,
         config: Any,
-        binary: Path | None = None,
+        binary: Any = None,
         ready_timeout_s: float | None = None,
         cancel: threading.Event | None = None,
     ) -> Any:
@@ -306,8 +306,10 @@ def tune_and_serve(
         tuner.server.supervisor.ServerStartError: the winner did not start (with diagnosis).
     """
     from tuner.calibration.tune import tune
+    from tuner.server.discovery import find_server
 
     scanned = scan(folder)
+    binary = find_server(settings.server_binary)  # one binary for the sweep and for serving
     if cancel.is_set():
         raise Cancelled()
     target = target or default_target(scanned)
@@ -321,7 +323,7 @@ def tune_and_serve(
         force=force_retune,
         on_event=on_event,
         cancel=cancel,
-        server=settings.server_binary,
+        server=binary.path,
         **opts,
     )
     if result.cancelled or cancel.is_set():
@@ -331,7 +333,7 @@ def tune_and_serve(
         raise RuntimeError(f"tuning {result.target_path} produced no profile")
     config = serving_config(profile, settings)
     on_event(f"Starting llama-server for {Path(profile.target_path).name} on port {config.port}")
-    sup = runner.start(config, binary=settings.server_binary, cancel=cancel)
+    sup = runner.start(config, binary=binary, cancel=cancel)
     decision_json = dict(profile.decision)
     info = ServingInfo(
         model_name=Path(profile.target_path).name,
