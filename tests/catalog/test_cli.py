@@ -113,3 +113,17 @@ def test_real_command_process(folder: Path, tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     assert len(json.loads(r.stdout)["models"]) == 4
     assert (tmp_path / "home" / "cache" / "scan-cache.json").is_file()
+
+
+def test_scan_empty_folder_says_so(capsys, tmp_path: Path) -> None:
+    rc, out, _ = run(capsys, ["scan", str(tmp_path)])
+    assert rc == 0 and out.strip() == f"No .gguf files found under {tmp_path}."
+
+
+def test_compat_refuses_an_incomplete_split_set(capsys, tmp_path: Path) -> None:
+    shards = write_split_gguf(tmp_path, "part", 3)
+    rc, out, _ = run(capsys, ["compat", str(shards[0]), str(shards[0]), "--json"])
+    assert rc == 0 and json.loads(out)["compatible"] is True
+    shards[1].unlink()
+    rc, out, err = run(capsys, ["compat", str(stories_model_path()), str(shards[0]), "--json"])
+    assert rc == 2 and out == "" and "missing shard part-00002-of-00003.gguf" in err and "draft" in err

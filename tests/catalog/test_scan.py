@@ -290,3 +290,15 @@ def test_copies_of_the_real_model(tmp_path: Path, stories260k_session: Path) -> 
     rows = scan_folder(tmp_path)
     assert [r.kind for r in rows] == ["llm", "llm"]
     assert rows[0].tokenizer.fingerprint == rows[1].tokenizer.fingerprint
+
+
+def test_split_shard_paths_rule(tmp_path: Path) -> None:
+    from tuner.catalog.split import missing_shards, split_shard_paths
+
+    first = tmp_path / "Model-Q4-00001-of-00003.gguf"
+    assert [p.name for p in split_shard_paths(first)] == [
+        "Model-Q4-00001-of-00003.gguf", "Model-Q4-00002-of-00003.gguf", "Model-Q4-00003-of-00003.gguf"]
+    for look_alike in ("best-of-breed.gguf", "x-00001-of-00001.gguf", "x-0001-of-0003.gguf"):
+        assert split_shard_paths(tmp_path / look_alike) == (tmp_path / look_alike,)
+    first.write_bytes(b"")
+    assert [p.name for p in missing_shards(first)] == ["Model-Q4-00002-of-00003.gguf", "Model-Q4-00003-of-00003.gguf"]

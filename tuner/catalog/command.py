@@ -79,6 +79,8 @@ def _table(models, families, root: Path) -> str:
         )
         if m.error:
             notes.append(f"  {_rel(m.path, root)}: {m.error}")
+    if not models:
+        return f"No .gguf files found under {root}."
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows]
     if notes:
@@ -133,8 +135,15 @@ def run_compat(args: argparse.Namespace) -> int:
     from tuner.catalog.model import KIND_BROKEN
     from tuner.catalog.scan import scan_file
 
+    from tuner.catalog.split import missing_shards
+
     models = []
     for role, path in (("target", args.target), ("draft", args.draft)):
+        gone = missing_shards(path) if path.is_file() else ()
+        if gone:
+            print(f"draftwise compat: cannot read {role} {path}: incomplete split set: missing shard "
+                  + ", ".join(p.name for p in gone), file=sys.stderr)
+            return 2
         m = scan_file(path)
         if m.kind == KIND_BROKEN and m.tokenizer is None:
             print(f"draftwise compat: cannot read {role} {path}: {m.error}", file=sys.stderr)

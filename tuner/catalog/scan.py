@@ -40,13 +40,14 @@ from tuner.catalog.model import (
     ModelFile,
     TokenizerInfo,
 )
+from tuner.catalog.split import SPLIT_NAME
 from tuner.catalog.tokenizer import tokenizer_info
 
 # Bump when classification or the cached fields change: old cache entries are then ignored.
 CACHE_VERSION = 2
 CACHE_FILE_NAME = "scan-cache.json"
 
-SPLIT_NAME = re.compile(r"^(?P<stem>.+)-(?P<no>\d{5})-of-(?P<count>\d{5})\.gguf$", re.IGNORECASE)
+# the split-set naming rule lives in tuner.catalog.split (also used by the server and hardware packages)
 
 # Architectures of draft sidecars (llama-arch.cpp: eagle3, dflash, gemma4-assistant).
 DRAFT_HEAD_ARCHS = frozenset({"eagle3", "dflash", "gemma4-assistant"})
