@@ -56,3 +56,33 @@ def test_plan_bad_file_names_it(tmp_path, capsys):
     bad.write_bytes(b"not a gguf at all")
     assert cli.main(["plan", "--target", str(bad)]) == 2
     assert "broken.gguf" in capsys.readouterr().err
+
+
+def test_plan_counts_every_shard_of_a_split_set(tmp_path, capsys):
+    from tests.synth import write_llama_gguf, write_split_gguf
+
+    whole = load_model_spec(write_llama_gguf(tmp_path / "whole.gguf", n_layers=2, n_embd=64, seed=0,
+                                             general_name="tiny"))
+    shards = write_split_gguf(tmp_path / "split", "tiny", 3)
+    split = load_model_spec(shards[0])
+    assert split.weights_bytes == whole.weights_bytes and split.block_bytes == whole.block_bytes
+    shards[1].unlink()
+    assert cli.main(["plan", "--target", str(shards[0]), "--no-cross-check"]) == 2
+    err = capsys.readouterr().err
+    assert "tiny-00002-of-00003.gguf" in err and "missing shard" in err
+
+
+def test_plan_rejects_inconsistent_flags(stories260k_session, capsys):
+    t = str(stories260k_session)
+    cases = [
+        (["--spec-type", "bogus"], "--spec-type 'bogus'"),
+        (["--spec-type", "draft-simple"], "--draft"),
+        (["--draft-ngl", "3"], "--draft-ngl"),
+        (["--draft", t, "--spec-type", "ngram-mod"], "--draft"),
+        (["--margin-mib", "-1"], "--margin-mib"),
+        (["--ctx", "0"], "n_ctx"),
+    ]
+    for extra, needle in cases:
+        assert cli.main(["plan", "--target", t, "--no-cross-check", *extra]) == 2, extra
+        err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("draftwise plan:")]
+        assert len(err) == 1 and needle in err[0], (extra, err)

@@ -110,6 +110,26 @@ _COLS = (("target_weights_bytes", "target W"), ("target_kv_bytes", "target KV"),
          ("output_bytes", "output"))
 
 
+def _plan_args_problem(args: argparse.Namespace, spec_type: str) -> str | None:
+    """One line naming the flag when the plan's command line is inconsistent, else None."""
+    from tuner.server.config import DRAFT_MODEL_TYPES, NGRAM_TYPES
+
+    known = {"none", "draft-mtp"} | DRAFT_MODEL_TYPES | NGRAM_TYPES
+    types = [t.strip() for t in spec_type.split(",") if t.strip()]
+    unknown = [t for t in types if t not in known]
+    if unknown:
+        return f"--spec-type {unknown[0]!r} is not a speculation type; known: {', '.join(sorted(known))}"
+    if args.draft and not set(types) & DRAFT_MODEL_TYPES:
+        return f"--draft is given but --spec-type {spec_type} does not use a draft model"
+    if not args.draft and set(types) & DRAFT_MODEL_TYPES:
+        return f"--spec-type {spec_type} needs a draft model: add --draft D"
+    if args.draft_ngl is not None and not args.draft:
+        return "--draft-ngl needs --draft"
+    if args.margin_mib < 0:
+        return f"--margin-mib must be >= 0, got {args.margin_mib}"
+    return None
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """``draftwise plan``: exit 0 when the plan fits, 1 when it does not, 2 on a bad model file."""
     try:
@@ -119,6 +139,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"draftwise plan: {exc}", file=sys.stderr)
         return 2
     spec_type = args.spec_type or ("draft-simple" if draft else "none")
+    problem = _plan_args_problem(args, spec_type)
+    if problem:
+        print(f"draftwise plan: {problem}", file=sys.stderr)
+        return 2
     req = MemoryRequest(target=target, draft=draft, spec_type=spec_type, ngl=args.ngl, draft_ngl=args.draft_ngl,
                         n_ctx=args.ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
                         n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB)

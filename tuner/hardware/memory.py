@@ -361,11 +361,36 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
 def load_model_spec(path: str | os.PathLike[str]) -> ModelMemorySpec:
     """Read ``path``'s GGUF header (``tuner.catalog.header.read_header``) into a spec.
 
-    Raises ``tuner.catalog.header.GGUFError`` for an unreadable file, ``ValueError`` for missing keys.
-    """
-    from tuner.catalog.header import read_header
+    For the first shard of a split set (``NAME-00001-of-0000N.gguf``, see
+    :mod:`tuner.catalog.split`) the tensors of every shard are counted: llama.cpp loads them all
+    (src/llama-model-loader.cpp), while only the first shard carries the keys.
 
-    return spec_from_header(read_header(Path(path)))
+    Raises ``tuner.catalog.header.GGUFError`` for an unreadable file or a missing shard (named),
+    ``ValueError`` for missing keys.
+    """
+    from tuner.catalog.header import GGUFError, read_header
+    from tuner.catalog.split import split_shard_paths
+
+    path = Path(path)
+    first = read_header(path)
+    shards = split_shard_paths(path)
+    if len(shards) < 2 or shards[0] != path:
+        return spec_from_header(first)
+    tensors = list(first.tensors)
+    for shard in shards[1:]:
+        if not shard.exists():
+            raise GGUFError(shard, f"missing shard of split set {path.name} (interrupted download?)")
+        tensors.extend(read_header(shard).tensors)
+    return spec_from_header(_Shards(kv=first.kv, tensors=tuple(tensors), path=first.path))
+
+
+@dataclass(frozen=True)
+class _Shards:
+    """The header-like view :func:`spec_from_header` reads: first shard's keys, all shards' tensors."""
+
+    kv: dict
+    tensors: tuple
+    path: object
 
 
 # --------------------------------------------------------------------------------------------------
