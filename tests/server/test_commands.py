@@ -4,10 +4,13 @@ from __future__ import annotations
 
 import json
 import os
+import shutil
 import signal
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from tuner.cli import main as cli_main
 
@@ -25,16 +28,17 @@ def test_serve_needs_a_target(capsys) -> None:
     assert "--target" in capsys.readouterr().err
 
 
-def test_serve_rejects_type_the_binary_lacks(tmp_path: Path, capsys, fake_server_bin: Path) -> None:
+def test_serve_rejects_type_the_binary_lacks(tmp_path: Path, capsys, fake_server_bin: Path,
+                                             stories260k_session: Path) -> None:
     m = tmp_path / "t.gguf"
-    m.write_bytes(b"GGUF")
+    shutil.copyfile(stories260k_session, m)
     rc = cli_main(["serve", "--target", str(m), "--spec-type", "draft-bogus", "--server", str(fake_server_bin)])
     assert rc == 2 and "draft-bogus" in capsys.readouterr().err
 
 
-def test_serve_foreground_until_ctrl_c(tmp_path: Path, fake_server_bin: Path) -> None:
+def test_serve_foreground_until_ctrl_c(tmp_path: Path, fake_server_bin: Path, stories260k_session: Path) -> None:
     m = tmp_path / "t.gguf"
-    m.write_bytes(b"GGUF")
+    shutil.copyfile(stories260k_session, m)
     env = dict(os.environ, PYTHONPATH=str(REPO))
     p = subprocess.Popen([sys.executable, "-m", "tuner.cli", "serve", "--target", str(m), "--server",
                           str(fake_server_bin)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
@@ -49,6 +53,43 @@ def test_serve_foreground_until_ctrl_c(tmp_path: Path, fake_server_bin: Path) ->
     finally:
         if p.poll() is None:
             p.kill()
+
+
+@pytest.mark.parametrize(
+    "extra, needle",
+    [
+        (["--port", "99999"], "--port"),
+        (["--port", "0"], "--port"),
+        (["--n-max", "0"], "--n-max"),
+        (["--ngl", "abc"], "--ngl"),
+        (["--ctx", "-1"], "--ctx"),
+    ],
+)
+def test_serve_rejects_bad_numbers_before_launch(extra: list, needle: str, capsys, fake_server_bin: Path,
+                                                 stories260k_session: Path) -> None:
+    rc = cli_main(["serve", "--target", str(stories260k_session), "--server", str(fake_server_bin), *extra])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and needle in err[0] and err[0].startswith("draftwise serve:")
+
+
+def test_serve_preflight_names_the_bad_model_file(tmp_path: Path, capsys, fake_server_bin: Path,
+                                                  stories260k_session: Path) -> None:
+    from tests.synth import write_split_gguf
+
+    html = tmp_path / "page.gguf"
+    html.write_text("<!DOCTYPE html><html><body>404</body></html>", encoding="utf-8")
+    rc = cli_main(["serve", "--target", str(html), "--server", str(fake_server_bin)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "page.gguf" in err and "HTML" in err
+    rc = cli_main(["serve", "--target", str(stories260k_session), "--draft", str(tmp_path / "gone.gguf"),
+                   "--server", str(fake_server_bin)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "draft model not found" in err and "gone.gguf" in err
+    shards = write_split_gguf(tmp_path / "split", "tiny", 3)
+    shards[2].unlink()
+    rc = cli_main(["serve", "--target", str(shards[0]), "--server", str(fake_server_bin)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "missing shard tiny-00003-of-00003.gguf" in err
 
 
 def test_doctor_reports_inactive_speculation(fake_server_bin: Path, capsys) -> None:

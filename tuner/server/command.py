@@ -65,10 +65,47 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.set_defaults(func=cmd_doctor)
 
 
-def _layers(v: str | None) -> int | str | None:
+def _layers(v: str | None, flag: str = "--ngl") -> int | str | None:
+    """``--ngl`` / ``--draft-ngl`` value: an int, ``auto`` or ``all`` (common/arg.cpp ``-ngl``).
+    Raises ValueError naming ``flag`` for anything else."""
     if v is None:
         return None
-    return int(v) if v.lstrip("-").isdigit() else v
+    text = v.strip()
+    if text.lstrip("-").isdigit():
+        return int(text)
+    if text.lower() in ("auto", "all"):
+        return text.lower()
+    raise ValueError(f"{flag} must be a number of layers, 'auto' or 'all', got {v!r}")
+
+
+def _check_serve_args(args: argparse.Namespace) -> None:
+    """Reject out-of-range numbers before anything is launched. Raises ValueError naming the flag."""
+    if args.port is not None and not 1 <= args.port <= 65535:
+        raise ValueError(f"--port must be 1..65535, got {args.port}")
+    if args.n_max is not None and args.n_max < 1:
+        raise ValueError(f"--n-max (draft length n_max) must be >= 1, got {args.n_max}")
+    if args.n_ctx is not None and args.n_ctx < 0:
+        raise ValueError(f"--ctx must be >= 0 (0 = the model's training context), got {args.n_ctx}")
+    if args.ready_timeout is not None and args.ready_timeout <= 0:
+        raise ValueError(f"--ready-timeout must be > 0 seconds, got {args.ready_timeout}")
+
+
+def _check_model_file(path: Path, role: str) -> None:
+    """Pre-flight read of a GGUF header and its split shards (tuner.catalog), so a missing or
+    broken file is one clear line instead of a failed launch. Raises ValueError naming the file."""
+    from tuner.catalog.header import GGUFError, read_header
+    from tuner.catalog.split import missing_shards
+
+    if not path.is_file():
+        raise ValueError(f"{role} model not found: {path}")
+    gone = missing_shards(path)
+    if gone:
+        raise ValueError(f"{role} model {path}: incomplete split set: missing shard "
+                         + ", ".join(p.name for p in gone))
+    try:
+        read_header(path)
+    except GGUFError as exc:
+        raise ValueError(f"{role} model {exc}") from None
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
@@ -92,6 +129,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
             cfg = replace(cfg, **over)
         return cfg
+    _check_serve_args(args)
     if not args.target:
         raise ValueError("serve needs --target T (or --models DIR to serve a tuned profile)")
     target = Path(args.target)
@@ -105,7 +143,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         spec_type=spec,
         n_max=args.n_max,
         ngl=_layers(args.ngl),
-        draft_ngl=_layers(args.draft_ngl) if args.draft else None,
+        draft_ngl=_layers(args.draft_ngl, "--draft-ngl") if args.draft else None,
         n_ctx=args.n_ctx,
         n_parallel=1 if speculative else None,
         host=args.host or "127.0.0.1",
@@ -121,8 +159,12 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except Exception as exc:  # ValueError, NoProfileError, ProfileError, ImportError
         _err(f"draftwise serve: {exc}")
         return 2
-    if not cfg.model_path.is_file():
-        _err(f"draftwise serve: target model not found: {cfg.model_path}")
+    try:
+        _check_model_file(cfg.model_path, "target")
+        if cfg.draft_path is not None:
+            _check_model_file(cfg.draft_path, "draft")
+    except ValueError as exc:
+        _err(f"draftwise serve: {exc}")
         return 2
     try:
         binary = find_server(args.server)

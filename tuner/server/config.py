@@ -7,9 +7,10 @@ exact argv for one binary's flag dialect.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from tuner.catalog.split import split_shard_paths
 
 #: Speculation types that need a separate draft GGUF (``-md``); common/speculative.cpp
 #: ``common_speculative_init`` builds them only when a draft context exists.
@@ -94,21 +95,9 @@ class ServerConfig:
         for p in (self.model_path, self.draft_path):
             if p is None:
                 continue
-            for shard in _shards(p):
+            for shard in split_shard_paths(p):
                 try:
                     total += shard.stat().st_size
                 except OSError:
                     continue
         return total
-
-
-_SPLIT_RE = re.compile(r"^(?P<stem>.*)-(?P<i>\d{5})-of-(?P<n>\d{5})\.gguf$")
-
-
-def _shards(path: Path) -> list[Path]:
-    """All shards of a split GGUF (``name-00001-of-00003.gguf``), or ``[path]``."""
-    m = _SPLIT_RE.match(path.name)
-    if not m:
-        return [path]
-    n = int(m.group("n"))
-    return [path.with_name(f"{m.group('stem')}-{i:05d}-of-{n:05d}.gguf") for i in range(1, n + 1)]
