@@ -63,6 +63,9 @@ def test_serve_foreground_until_ctrl_c(tmp_path: Path, fake_server_bin: Path, st
         (["--n-max", "0"], "--n-max"),
         (["--ngl", "abc"], "--ngl"),
         (["--ctx", "-1"], "--ctx"),
+        (["--spec-type", "draft-simple"], "--draft"),
+        (["--draft-ngl", "3"], "--draft-ngl"),
+        (["--n-max", "4"], "--n-max"),
     ],
 )
 def test_serve_rejects_bad_numbers_before_launch(extra: list, needle: str, capsys, fake_server_bin: Path,

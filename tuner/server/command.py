@@ -22,7 +22,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.server.argv import UnsupportedConfigError
-from tuner.server.config import ServerConfig
+from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_server
 from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
@@ -137,6 +137,12 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         target = Path(args.models) / args.target
     spec = args.spec_type or ("draft-simple" if args.draft else "none")
     speculative = spec != "none"
+    if not args.draft and {t.strip() for t in spec.split(",")} & DRAFT_MODEL_TYPES:
+        raise ValueError(f"--spec-type {spec} needs a draft model: add --draft D")
+    if args.draft_ngl is not None and not args.draft:
+        raise ValueError("--draft-ngl needs --draft")
+    if args.n_max is not None and not speculative:
+        raise ValueError("--n-max (draft length) needs speculation: add --draft D or --spec-type TYPE")
     return ServerConfig(
         model_path=target.absolute(),
         draft_path=Path(args.draft).absolute() if args.draft else None,
