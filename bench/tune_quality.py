@@ -9,10 +9,13 @@
    draft length 1–16, each measured with the tuner's own protocol (one launch, warm-up, greedy,
    fixed n_predict, ``--reps`` repetitions).
 3. The tuner: ``tune(...)`` on the same folder, prompts and n_predict.
-4. Prints the grid table, the tuner's pick, ``pick/best`` (the pick's throughput *as measured in the
-   grid* ÷ the best grid throughput) and ``wall-time ratio`` (tuner ÷ grid).
+4. Referee: one grid pass on a shared CPU is noisy (a single lucky launch can top it), so the grid's
+   top 3 and the tuner's pick are measured again, interleaved, ``--referee-rounds`` times (not counted
+   in either wall time).
+5. Prints the grid table, the tuner's pick, ``pick/best`` (the pick's throughput ÷ the best throughput,
+   both from the single grid pass and from the referee) and ``wall-time ratio`` (tuner ÷ grid).
 
-Goal (issue 5): pick/best ≥ 0.95 with wall-time ratio ≤ 0.35. Exit status 0 when both hold, 1 otherwise.
+Goal (issue 5): pick/best ≥ 0.95 (referee) with wall-time ratio ≤ 0.35. Exit status 0 when both hold.
 """
 
 from __future__ import annotations
@@ -58,6 +61,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=None, help="server threads (1 is steadier on a shared CPU)")
     ap.add_argument("--eps", type=float, default=0.05, help="acceptance dial of the generated family")
+    ap.add_argument("--referee-rounds", type=int, default=2, help="interleaved re-measurement rounds")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object too")
     args = ap.parse_args(argv)
 
@@ -113,18 +117,44 @@ def main(argv: list[str] | None = None) -> int:
     ratio = (pick_tps / best_tps) if (pick_tps and best_tps) else None
     time_ratio = tune_s / grid_s
     best_label = next(c.label for c in grid if c.key == best_key)
+
+    # Referee: on a shared machine one grid pass is noisy (a single lucky launch can top the grid), so
+    # the grid's top 3 and the pick are measured again, interleaved, in --referee-rounds rounds; the
+    # pooled medians give a second, steadier pick/best ratio. Not counted in either wall time.
+    ranked = sorted((c for c in grid if results.get(c.key)), key=lambda c: -results[c.key])  # type: ignore[operator]
+    finalists = ranked[:3] + ([pick_grid] if pick_grid.key not in {c.key for c in ranked[:3]} else [])
+    pooled: dict[tuple, object] = {}
+    sup = Supervisor(binary, dialect)
+    launch = _supervisor_launch_fn(sup, target, args.n_ctx, args.threads, lambda *a, **k: None, None)
+    try:
+        for r in range(args.referee_rounds):
+            for c in finalists:
+                reps = [10 + 2 * r, 11 + 2 * r]
+                m = measure_repetitions(launch, c, chosen, reps, args.n_predict, cancel, stage="referee")
+                pooled[c.key] = pooled[c.key].merged(m) if c.key in pooled else m  # type: ignore[attr-defined]
+    finally:
+        sup.stop()
+    ref = {k: m.gen_tokens_per_s for k, m in pooled.items() if m.ok}  # type: ignore[attr-defined]
+    for c in finalists:
+        print(f"[referee] {c.label:<44} {ref.get(c.key) or 0:8.1f} tok/s", file=sys.stderr)
+    ref_best_key = max(ref, key=lambda k: ref[k]) if ref else None
+    ref_ratio = (ref[pick_grid.key] / ref[ref_best_key]) if (ref_best_key and ref.get(pick_grid.key)) else None
     print(f"\ngrid: {len(grid)} candidates in {grid_s:.0f} s; best {best_label} at {best_tps:.1f} tok/s "
           f"(baseline {base_tps:.1f} tok/s, {best_tps / base_tps:.2f}x)")
     print(f"tuner: {len(res.measurements)} launches in {tune_s:.0f} s; pick {pick.label} "
           f"(tuner measured {res.decision.gen_tokens_per_s:.1f} tok/s, grid measured "
           f"{pick_tps if pick_tps is not None else float('nan'):.1f} tok/s)")
-    print(f"pick/best throughput ratio: {ratio if ratio is not None else float('nan'):.3f}")
+    print(f"pick/best throughput ratio (single grid pass): {ratio if ratio is not None else float('nan'):.3f}")
+    ref_best_label = next((c.label for c in finalists if c.key == ref_best_key), "-")
+    print(f"pick/best throughput ratio (referee, {args.referee_rounds} interleaved rounds of the grid's top 3 "
+          f"and the pick; best {ref_best_label}): {ref_ratio if ref_ratio is not None else float('nan'):.3f}")
     print(f"wall-time ratio (tuner/grid): {time_ratio:.3f}")
-    ok = ratio is not None and ratio >= 0.95 and time_ratio <= 0.35
+    ok = ref_ratio is not None and ref_ratio >= 0.95 and time_ratio <= 0.35
     if args.json:
         print(json.dumps({"grid_s": grid_s, "tune_s": tune_s, "best": best_label, "best_tps": best_tps,
                           "baseline_tps": base_tps, "pick": pick.label, "pick_grid_tps": pick_tps,
-                          "pick_best_ratio": ratio, "wall_time_ratio": time_ratio, "ok": ok}))
+                          "pick_best_ratio": ratio, "referee_pick_best_ratio": ref_ratio,
+                          "referee_best": ref_best_label, "wall_time_ratio": time_ratio, "ok": ok}))
     return 0 if ok else 1
 
 

@@ -319,7 +319,7 @@ def run_tune(
     except BaselineFailed as exc:
         raise TuneError(
             f"{target_path.name} could not be measured on its own: {exc.measurement.error}",
-            getattr(exc.measurement, "evidence", ()),
+            exc.measurement.evidence,
         ) from exc
     finally:
         if sup is not None:

@@ -154,7 +154,8 @@ def measure_candidate(
     try:
         launch = launch_fn(candidate, cancel)
     except LaunchError as exc:
-        return Measurement(candidate, error=str(exc), stage=stage, predicted_gen_tokens_per_s=predicted_gen_tokens_per_s)
+        return Measurement(candidate, error=str(exc), stage=stage, predicted_gen_tokens_per_s=predicted_gen_tokens_per_s,
+                           evidence=tuple(str(x) for x in exc.evidence))
     try:
         return _run(launch, candidate, prompts, repetitions, n_predict, cancel, baseline_outputs, on_request,
                     request_timeout_s, stage, predicted_gen_tokens_per_s, deadline_s, stop_if)

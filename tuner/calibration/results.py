@@ -81,6 +81,7 @@ class Measurement:
         predicted_gen_tokens_per_s: the search's prediction for this candidate before it ran.
         stage: search stage that produced it (``"baseline"``, ``"probe"``, ``"refine"``, ``"confirm"``).
         stopped_early: True when the run was cut short as a clear loser (fewer prompts measured).
+        evidence: the server's last log lines when the launch failed.
     """
 
     candidate: Candidate
@@ -94,6 +95,7 @@ class Measurement:
     predicted_gen_tokens_per_s: float | None = None
     stage: str = "probe"
     stopped_early: bool = False
+    evidence: tuple[str, ...] = ()
 
     @property
     def ok(self) -> bool:
@@ -233,6 +235,7 @@ class Measurement:
             "predicted_gen_tokens_per_s": self.predicted_gen_tokens_per_s,
             "counts": self.counts.to_json() if self.counts else None,
             "stopped_early": self.stopped_early,
+            "evidence": list(self.evidence),
             "samples": samples,
         }
 
@@ -255,6 +258,7 @@ class Measurement:
             predicted_gen_tokens_per_s=obj.get("predicted_gen_tokens_per_s"),
             stage=obj.get("stage", "probe"),
             stopped_early=bool(obj.get("stopped_early", False)),
+            evidence=tuple(obj.get("evidence") or ()),
         )
 
 
