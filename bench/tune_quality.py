@@ -61,13 +61,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=None, help="server threads (1 is steadier on a shared CPU)")
     ap.add_argument("--eps", type=float, default=0.05, help="acceptance dial of the generated family")
+    ap.add_argument("--n-embd", type=int, default=768, help="width of the generated target (smoke runs: 128)")
+    ap.add_argument("--n-layers", type=int, default=12, help="blocks of the generated target")
     ap.add_argument("--referee-rounds", type=int, default=2, help="interleaved re-measurement rounds")
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object too")
     args = ap.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="dw-tune-quality-"))
     os.environ["DRAFTWISE_HOME"] = str(work / "home")
-    fam = make_family(work / "models", n_embd=768, n_layers=12, draft_layers=2, eps=args.eps, dtype="f16")
+    fam = make_family(work / "models", n_embd=args.n_embd, n_layers=args.n_layers, draft_layers=2, eps=args.eps,
+                      dtype="f16")
     ps = make_prompt_set(PROMPTS[: args.prompts], source="bench")
     chosen = select_prompts(ps, None)
     binary = find_server(args.server)
