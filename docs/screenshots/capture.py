@@ -62,7 +62,7 @@ def s_tune():
     w.tabs.setCurrentWidget(w.tune_tab)
     c.tune_and_serve()
     def wait_mid():
-        if len(measured) >= 3 or c.state is not AppState.TUNING:
+        if len(measured) >= 2 or c.state is not AppState.TUNING:
             shot("tune-progress"); wait_served()
         else:
             later(300, wait_mid)
@@ -92,7 +92,8 @@ def s_tray():
     geo = a.tray.icon.geometry()
     print("tray geometry", geo, flush=True)
     if geo.width() > 0:
-        x, y = geo.center().x(), geo.center().y()
+        k = float(os.environ.get("QT_SCALE_FACTOR", "1"))  # xdotool works in device pixels
+        x, y = int(geo.center().x() * k), int(geo.center().y() * k)
         subprocess.run(["xdotool", "mousemove", str(x), str(y), "click", "3"], check=False)
     else:
         a.tray.menu.popup(QPoint(1280 - 260, 30))

@@ -83,6 +83,12 @@ class TimePlot(pg.PlotWidget):
         return int(sum(1 for v in y if not math.isnan(v)))
 
 
+def chart_label(label: str) -> str:
+    """Short bar label: ``"draft-simple draft-good.gguf n_max 3"`` → ``"draft-good n_max 3"``."""
+    label = label.replace("draft-simple ", "").replace(".gguf", "")
+    return label
+
+
 class CandidateChart(pg.PlotWidget):
     """Bar chart of each candidate's generation tokens/s with a dashed baseline line; the bar label
     shows the candidate and its acceptance rate."""
@@ -129,6 +135,7 @@ class CandidateChart(pg.PlotWidget):
         font = QFont()
         font.setPointSizeF(8)
         for x, (label, tps, acc, is_base) in zip(xs, rows):
+            label = chart_label(label)
             room = max(14, int(110 / max(1, len(rows))))  # characters that fit under one bar
             short = label if len(label) <= room else label[: room - 1] + "…"
             ticks.append((x, short))
