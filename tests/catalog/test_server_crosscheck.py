@@ -13,27 +13,16 @@ an id the other lacks, so the extra tokens here are of type "unused" (zero outpu
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import time
 from dataclasses import replace
 from pathlib import Path
 
-import httpx
 import pytest
 
-from tests.synth import bpe_tokenizer, stories_tokenizer, write_llama_gguf
+from tests.synth import bpe_tokenizer, complete_greedy, raw_llama_server, stories_tokenizer, write_llama_gguf
 from tuner.catalog.compat import check_compatible
 from tuner.catalog.scan import scan_file
 
 pytestmark = pytest.mark.server
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _pairs():
@@ -64,47 +53,14 @@ PAIRS = _pairs()
 
 def _serve_and_ask(server: Path, target: Path, draft: Path, log: Path) -> tuple[bool, int | None]:
     """Start llama-server with the pair; return (/slots[0].speculative, completion draft_n or None)."""
-    port = _free_port()
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    argv = [
-        str(server), "-m", str(target), "-md", str(draft), "--spec-type", "draft-simple",
-        "--spec-draft-n-max", "4", "-c", "256", "-np", "1", "-t", "1", "--host", "127.0.0.1", "--port", str(port),
-    ]
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    try:
-        base = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 90
-        with httpx.Client(base_url=base, timeout=10) as client:
-            while True:
-                if proc.poll() is not None:
-                    raise AssertionError(f"llama-server exited {proc.returncode}:\n{log.read_text()[-3000:]}")
-                try:
-                    if client.get("/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                if time.monotonic() > deadline:
-                    raise AssertionError(f"llama-server not ready after 90 s:\n{log.read_text()[-3000:]}")
-                time.sleep(0.2)
-            slots = client.get("/slots").json()
-            speculative = bool(slots[0]["speculative"])
-            draft_n = None
-            if speculative:
-                r = client.post(
-                    "/completion",
-                    json={"prompt": "Once upon a time", "n_predict": 24, "temperature": 0, "cache_prompt": False},
-                )
-                r.raise_for_status()
-                draft_n = r.json().get("timings", {}).get("draft_n")
-            return speculative, draft_n
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+    args = ["-m", str(target), "-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", "4",
+            "-c", "256", "-np", "1", "-t", "1"]
+    with raw_llama_server(server, args, log=log, client_timeout_s=60) as client:
+        speculative = bool(client.get("/slots").json()[0]["speculative"])
+        if not speculative:
+            return False, None
+        _, draft_n, _ = complete_greedy(client, ["Once upon a time"], 24)
+        return True, draft_n
 
 
 @pytest.mark.parametrize("name, target_tok, draft_tok, rule", PAIRS, ids=[p[0] for p in PAIRS])

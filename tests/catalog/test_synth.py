@@ -2,18 +2,20 @@
 
 from __future__ import annotations
 
-import os
-import socket
-import subprocess
-import time
 from pathlib import Path
 
 import gguf
-import httpx
 import numpy as np
 import pytest
 
-from tests.synth import make_family, stories_tokenizer, write_llama_gguf, write_split_gguf
+from tests.synth import (
+    complete_greedy,
+    make_family,
+    raw_llama_server,
+    stories_tokenizer,
+    write_llama_gguf,
+    write_split_gguf,
+)
 
 
 def _tensors(path: Path) -> dict[str, np.ndarray]:
@@ -81,48 +83,12 @@ def test_split_writer_keys(tmp_path: Path) -> None:
 # --- the acceptance dial on the real llama-server -------------------------------------------
 
 
-def _port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
 def _generate(server: Path, target: Path, draft: Path | None, prompts: list[str], log: Path) -> tuple[list[str], int, int]:
-    port = _port()
-    argv = [str(server), "-m", str(target), "-c", "512", "-np", "1", "-t", "1", "--host", "127.0.0.1", "--port", str(port)]
+    args = ["-m", str(target), "-c", "512", "-np", "1", "-t", "1"]
     if draft is not None:
-        argv += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", "4", "--spec-draft-p-min", "0"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    with open(log, "wb") as fh:
-        proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env)
-    try:
-        with httpx.Client(base_url=f"http://127.0.0.1:{port}", timeout=120) as c:
-            deadline = time.monotonic() + 90
-            while True:
-                assert proc.poll() is None, log.read_text()[-2000:]
-                try:
-                    if c.get("/health").status_code == 200:
-                        break
-                except httpx.TransportError:
-                    pass
-                assert time.monotonic() < deadline, "llama-server not ready"
-                time.sleep(0.2)
-            outs, dn, da = [], 0, 0
-            for p in prompts:
-                r = c.post("/completion", json={"prompt": p, "n_predict": 32, "temperature": 0, "cache_prompt": False})
-                r.raise_for_status()
-                body = r.json()
-                outs.append(body["content"])
-                dn += body["timings"].get("draft_n", 0)
-                da += body["timings"].get("draft_n_accepted", 0)
-            return outs, dn, da
-    finally:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait()
+        args += ["-md", str(draft), "--spec-type", "draft-simple", "--spec-draft-n-max", "4", "--spec-draft-p-min", "0"]
+    with raw_llama_server(server, args, log=log) as client:
+        return complete_greedy(client, prompts, 32)
 
 
 @pytest.mark.server

@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import stat
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -52,3 +53,15 @@ def incompatible_draft(stories260k_session: Path, tmp_path_factory: pytest.TempP
     reader.data.flush()
     del reader
     return dst
+
+
+def wait_gone(pid: int, within_s: float = 10.0) -> bool:
+    """True once no process ``pid`` exists (polled every 50 ms), False after ``within_s`` seconds."""
+    from tuner.server import process
+
+    t_end = time.monotonic() + within_s
+    while time.monotonic() < t_end:
+        if not process.process_exists(pid):
+            return True
+        time.sleep(0.05)
+    return False

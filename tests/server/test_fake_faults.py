@@ -8,6 +8,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.server.conftest import wait_gone
 from tuner.server import process
 from tuner.server.config import ServerConfig
 from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
@@ -24,15 +25,6 @@ def _sup(fake_server_bin: Path, **kw) -> tuple[Supervisor, list[StateChange]]:
     changes: list[StateChange] = []
     sup = Supervisor(fake_server_bin, on_state=changes.append, **kw)
     return sup, changes
-
-
-def _gone(pid: int, within_s: float = 5.0) -> bool:
-    t_end = time.monotonic() + within_s
-    while time.monotonic() < t_end:
-        if not process.process_exists(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def test_slow_load_then_ready(fake_server_bin: Path, model: Path) -> None:
@@ -54,7 +46,7 @@ def test_slow_load_then_ready(fake_server_bin: Path, model: Path) -> None:
         pid = sup.pid
     finally:
         sup.stop()
-    assert sup.state == ServerState.STOPPED and _gone(pid)
+    assert sup.state == ServerState.STOPPED and wait_gone(pid)
     assert [c.state for c in changes][-2:] == [ServerState.STOPPING, ServerState.STOPPED]
 
 
@@ -69,7 +61,7 @@ def test_503_forever_is_a_load_hang(fake_server_bin: Path, model: Path) -> None:
     assert time.monotonic() - t0 < 10
     assert e.value.diagnosis.code == "load_hang" and "load hang" in e.value.diagnosis.message
     assert sup.state == ServerState.FAILED
-    assert pid is not None and _gone(pid)
+    assert pid is not None and wait_gone(pid)
     assert ServerState.READY not in [c.state for c in changes]
 
 
@@ -136,7 +128,7 @@ def test_cancel_stops_the_child(fake_server_bin: Path, model: Path) -> None:
     with pytest.raises(ServerStartError) as e:
         sup.wait_ready(timeout_s=60, cancel=cancel)
     assert e.value.diagnosis.code == "cancelled"
-    assert sup.state == ServerState.STOPPED and pid is not None and _gone(pid)
+    assert sup.state == ServerState.STOPPED and pid is not None and wait_gone(pid)
 
 
 def test_started_from_short_lived_thread_survives(fake_server_bin: Path, model: Path) -> None:

@@ -13,6 +13,7 @@ from pathlib import Path
 
 import pytest
 
+from tests.server.conftest import wait_gone
 from tuner.server import process
 from tuner.server.config import ServerConfig
 from tuner.server.dialect import probe_dialect
@@ -21,15 +22,6 @@ from tuner.server.supervisor import ServerStartError, ServerState, StateChange, 
 
 pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[2]
-
-
-def _gone(pid: int, within_s: float = 10.0) -> bool:
-    t_end = time.monotonic() + within_s
-    while time.monotonic() < t_end:
-        if not process.process_exists(pid):
-            return True
-        time.sleep(0.05)
-    return False
 
 
 def _cfg(model: Path, **kw) -> ServerConfig:
@@ -75,7 +67,7 @@ def test_start_ready_complete_stop(llama_server_bin: Path, stories260k_session: 
     finally:
         rc = sup.stop()
     assert rc == 0  # graceful SIGTERM exit
-    assert pid is not None and _gone(pid)
+    assert pid is not None and wait_gone(pid)
     assert sup.state == ServerState.STOPPED
     assert sup.log_path is not None and "listening on" in sup.log_path.read_text()
 
@@ -177,7 +169,7 @@ def test_sigkill_parent_leaves_no_server(llama_server_bin: Path, stories260k_ses
         assert process.process_exists(pid)
         parent.send_signal(signal.SIGKILL)
         parent.wait(10)
-        assert _gone(pid, 10.0), "llama-server outlived its SIGKILLed parent"
+        assert wait_gone(pid, 10.0), "llama-server outlived its SIGKILLed parent"
         assert pid not in process.find_processes("llama-server")
     finally:
         if parent.poll() is None:
@@ -208,7 +200,7 @@ def test_serve_and_doctor_commands(llama_server_bin: Path, stories260k_session: 
         assert kids
         p.send_signal(signal.SIGINT)
         assert p.wait(30) == 0
-        assert all(_gone(k, 10.0) for k in kids)
+        assert all(wait_gone(k, 10.0) for k in kids)
     finally:
         if p.poll() is None:
             p.kill()
