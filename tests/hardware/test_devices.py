@@ -3,7 +3,6 @@ injected through replaceable probes (fake NVML library, fake sysfs tree, fake --
 
 from __future__ import annotations
 
-import subprocess
 from pathlib import Path
 from types import SimpleNamespace
 
@@ -182,7 +181,7 @@ def test_parse_list_devices_lines_and_none():
 
 def test_list_devices_failures_are_notes():
     def timeout(argv, t):
-        raise subprocess.TimeoutExpired(argv, t)
+        raise TimeoutError(f"{argv[0]}: no exit within {t} s")
 
     def missing(argv, t):
         raise FileNotFoundError(2, "No such file", argv[0])

@@ -4,14 +4,13 @@
 (common/fit.cpp ``common_fit_params`` / ``common_fit_print``) and prints on stdout either the fitted
 arguments (``-c N -ngl N [-ts a,b] [-ot "..."]``) or, with ``--fit-print on``, one line per device
 ``<DEV> <model MiB> <context MiB> <compute MiB>`` and a ``Host`` line. It ignores draft/MTP models
-(reference 5.2), so the cross-check compares the target alone. One short ``subprocess.run`` per call.
+(reference 5.2), so the cross-check compares the target alone. One short run per call (``tuner.server.process.run_output``).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
@@ -56,9 +55,9 @@ class FitCrossCheck:
 
 
 def _default_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    p = subprocess.run(argv, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL)
-    return p.returncode, p.stdout, p.stderr
+    from tuner.server.process import run_output  # the one module that runs child processes
+
+    return run_output(argv, timeout_s)
 
 
 def find_fit_params(server_binary: str | os.PathLike[str] | None) -> Path | None:
@@ -136,7 +135,7 @@ def cross_check(request: MemoryRequest, devices: object, tool: str | os.PathLike
         if rc != 0:
             raise ValueError(f"exited {rc}: {' | '.join((err or out).strip().splitlines()[-2:])}")
         rows = parse_fit_print(out)
-    except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+    except (OSError, TimeoutError, ValueError) as exc:
         return FitCrossCheck(False, str(tool), None, None, None, (), (), f"{tool.name} --fit-print: {exc}")
     places = [(p.device_name, p.need) for p in plan.devices] + [("Host", plan.host.need)]
     by_name = {r.device: r for r in rows}
@@ -162,7 +161,7 @@ def cross_check(request: MemoryRequest, devices: object, tool: str | os.PathLike
                 fitted_ctx, fitted_ngl = parse_fit_args(out)
             else:
                 disagreements.append(f"llama-fit-params could not fit the target alone (exit {rc})")
-        except (OSError, subprocess.TimeoutExpired, ValueError) as exc:
+        except (OSError, TimeoutError, ValueError) as exc:
             disagreements.append(f"llama-fit-params fit run failed: {exc}")
         planned = max_target_ngl(replace(alone, ngl=None), devices)
         if fitted_ngl is not None:

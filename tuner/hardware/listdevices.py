@@ -7,14 +7,14 @@ The server prints (common/arg.cpp ``common_print_available_devices``)::
 
 or ``  (none)`` on a CPU-only build/host, and exits 0 at once. Only non-CPU ggml devices are listed,
 in the order ``--device`` / ``-ts`` use. This module is the only one in ``tuner.hardware`` that runs a
-process (one short ``subprocess.run`` with a timeout; the server package owns long-lived processes).
+process (one short run with a timeout through ``tuner.server.process.run_output``, the project's one
+subprocess adapter).
 """
 
 from __future__ import annotations
 
 import os
 import re
-import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Callable
@@ -56,16 +56,14 @@ class ListDevicesResult:
     raw_output: str = ""
 
 
-# runner(argv, timeout_s) -> (returncode, stdout, stderr); raises OSError / subprocess.TimeoutExpired
+# runner(argv, timeout_s) -> (returncode, stdout, stderr); raises OSError / TimeoutError
 Runner = Callable[[list[str], float], "tuple[int, str, str]"]
 
 
 def _default_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    proc = subprocess.run(
-        argv, capture_output=True, text=True, timeout=timeout_s, env=env, stdin=subprocess.DEVNULL
-    )
-    return proc.returncode, proc.stdout, proc.stderr
+    from tuner.server.process import run_output  # the one module that runs child processes
+
+    return run_output(argv, timeout_s)
 
 
 def parse_list_devices(text: str) -> tuple[ListedDevice, ...]:
@@ -114,7 +112,7 @@ def run_list_devices(
     run = runner or _default_runner
     try:
         rc, out, err = run(argv, timeout_s)
-    except subprocess.TimeoutExpired:
+    except TimeoutError:
         return ListDevicesResult(False, (), f"{argv[0]} --list-devices timed out after {timeout_s:g} s")
     except OSError as exc:
         return ListDevicesResult(False, (), f"{argv[0]} --list-devices could not run: {exc}")

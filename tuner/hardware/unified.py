@@ -8,8 +8,8 @@ reserve for the OS.
 
 from __future__ import annotations
 
+import os
 import platform
-import subprocess
 from dataclasses import dataclass
 from typing import Callable
 
@@ -35,11 +35,13 @@ class UnifiedInfo:
 
 
 def _sysctl(name: str) -> str | None:
+    from tuner.server.process import run_output  # the one module that runs child processes
+
     try:
-        out = subprocess.run(["sysctl", "-n", name], capture_output=True, text=True, timeout=5)
-    except (OSError, subprocess.TimeoutExpired):
+        rc, out, _err = run_output(["sysctl", "-n", name], timeout_s=5, env=os.environ)
+    except (OSError, TimeoutError):
         return None
-    return out.stdout.strip() if out.returncode == 0 else None
+    return out.strip() if rc == 0 else None
 
 
 def probe_unified(

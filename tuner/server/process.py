@@ -315,6 +315,28 @@ def run_capture(argv: Sequence[str], timeout_s: float = 30.0, env: Mapping[str, 
     return rc, "\n".join(child.log_lines())
 
 
+def run_output(argv: Sequence[str], timeout_s: float = 30.0,
+               env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+    """Run a short command to completion (``--list-devices``, ``llama-fit-params``, ``sysctl``)
+    with stdin closed and return ``(exit status, stdout text, stderr text)`` kept apart.
+
+    ``env`` None = this process's environment without ``LLAMA_ARG_*`` (:func:`clean_env`).
+
+    Raises:
+        OSError: cannot execute. TimeoutError: still running after ``timeout_s`` (it is killed).
+    """
+    if env is None:
+        from tuner.server.argv import clean_env
+
+        env = clean_env(os.environ)
+    try:
+        p = subprocess.run(list(argv), capture_output=True, text=True, errors="replace", timeout=timeout_s,
+                           env=dict(env), stdin=subprocess.DEVNULL)
+    except subprocess.TimeoutExpired:
+        raise TimeoutError(f"{argv[0]} {' '.join(argv[1:])}: no exit within {timeout_s:g} s") from None
+    return p.returncode, p.stdout, p.stderr
+
+
 def kill_tree(pid: int, sig: int = signal.SIGKILL if hasattr(signal, "SIGKILL") else 9) -> None:
     """Send ``sig`` to ``pid``, all its descendants (psutil) and its process group."""
     try:
