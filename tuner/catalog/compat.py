@@ -60,7 +60,8 @@ def _type_label(t: TokenizerInfo) -> str:
 
 
 def check_tokenizers(target: TokenizerInfo, draft: TokenizerInfo) -> CompatVerdict | None:
-    """Rules 1-4 on tokenizer identities alone.
+    """Rules 1-4 (``vocab-type``, ``bos``, ``eos``, ``vocab-size``) of common/speculative.cpp
+    ``common_speculative_are_compatible`` on tokenizer identities alone; reads no file, never raises.
 
     Returns:
         The failing verdict, or ``None`` when rules 1-4 pass (rule 5 still needs the token texts).

@@ -67,7 +67,12 @@ class Family:
 
 
 def rank_draft(target: ModelFile, draft: ModelFile) -> DraftCandidate:
-    """Score one compatible draft for ``target`` (see the module docstring for the rules)."""
+    """Score one compatible draft for ``target`` (see the module docstring for the rules).
+
+    Does not check compatibility (call :func:`check_compatible` first) and never raises.
+    Returns a :class:`DraftCandidate` whose ``score`` is higher for a more useful draft,
+    ``size_ratio`` = draft bytes ÷ target bytes (None when a size is unknown) and
+    ``warnings`` in plain words."""
     warnings: list[str] = []
     ratio = None
     score = 0.5

@@ -58,7 +58,12 @@ def _read_int(path: Path) -> int | None:
 
 
 def probe_pci_gpus(sys_root: str | os.PathLike[str] = "/sys") -> tuple[PciGpu, ...]:
-    """List display-class PCI devices in PCI order with their power state (and AMD memory)."""
+    """List display-class PCI devices (class ``0x03xxxx``) under ``sys_root/bus/pci/devices``
+    in PCI order, with their ``power/runtime_status`` and, for ``amdgpu``, VRAM and GTT bytes
+    (``mem_info_vram_total``/``_used``, ``mem_info_gtt_*``; GTT is never added to VRAM).
+
+    A runtime-suspended AMD GPU's memory files are not read (that would wake it). Never raises:
+    an unreadable tree gives ``()``, an unreadable file ``None``."""
     base = Path(sys_root) / "bus" / "pci" / "devices"
     try:
         entries = sorted(base.iterdir())

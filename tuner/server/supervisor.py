@@ -322,7 +322,11 @@ class Supervisor:
 
     def start_and_wait(self, config: ServerConfig, timeout_s: float | None = None,
                        cancel: threading.Event | None = None) -> str:
-        """:meth:`start` then :meth:`wait_ready`; returns ``base_url``."""
+        """:meth:`start` then :meth:`wait_ready`; returns ``base_url``.
+
+        ``timeout_s`` is the load-hang limit in seconds (None = :func:`startup_timeout_for`).
+        Raises: UnsupportedConfigError (nothing launched), ServerStartError (with its diagnosis).
+        """
         self.start(config, startup_timeout_s=timeout_s)
         return self.wait_ready(timeout_s=None, cancel=cancel)
 
@@ -346,7 +350,12 @@ class Supervisor:
         return rc
 
     def restart(self, config: ServerConfig | None = None) -> None:
-        """Stop and start again (with ``config`` or the last requested configuration)."""
+        """Stop and start again (with ``config`` or the last requested configuration); returns
+        at once like :meth:`start`.
+
+        Raises: RuntimeError when nothing was started before and no ``config`` is given;
+        UnsupportedConfigError like :meth:`start`.
+        """
         cfg = config or self._requested
         if cfg is None:
             raise RuntimeError("restart(): nothing was started before and no config given")
