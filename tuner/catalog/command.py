@@ -40,13 +40,14 @@ def register(subparsers) -> None:
 
 
 def _human_size(n: int | None) -> str:
+    """Bytes in binary units, as ``draftwise plan`` / ``devices`` print them (``1.1 MiB``)."""
     if not n:
         return "-"
     size = float(n)
-    for unit in ("B", "KB", "MB", "GB", "TB"):
-        if size < 1000 or unit == "TB":
+    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
+        if size < 1024 or unit == "TiB":
             return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1000
+        size /= 1024
     return f"{n} B"
 
 
@@ -82,7 +83,12 @@ def _table(models, families, root: Path) -> str:
     if not models:
         return f"No .gguf files found under {root}."
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
-    lines = ["  ".join(c.ljust(w) for c, w in zip(r[:-1], widths)) + "  " + r[-1] for r in rows]
+    numeric = {1, 3, 4, 6}  # SIZE, LAYERS, MTP, CTX: right-aligned
+    lines = [
+        "  ".join(c.rjust(w) if i in numeric else c.ljust(w) for i, (c, w) in enumerate(zip(r[:-1], widths)))
+        + "  " + r[-1]
+        for r in rows
+    ]
     if notes:
         lines += ["", "Problems:"] + notes
     lines.append("")
