@@ -1,1 +1,14 @@
-"""tuner.calibration"""
+"""tuner.calibration: the sweep, the decision and the profile it saves.
+
+Entry points: :func:`tuner.calibration.tune.tune` (one call for the CLI and the GUI; progress as
+:class:`~tuner.calibration.tune.TuneEvent`, cancel with a ``threading.Event``) and
+:func:`tuner.calibration.serving.config_from_profile` (what ``draftwise serve --models DIR`` serves).
+Modules: ``prompts`` (prompt sets), ``candidates`` (the plan), ``measure`` (the protocol), ``predict``
+(per-position acceptance → shorter drafts, cost model), ``search`` (probe / refine / confirm),
+``decide`` (statistics, break-even, "no speculation"), ``results`` (measurement records),
+``engine`` (composition behind ``tune``), ``command`` (``draftwise tune``).
+"""
+
+from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
+
+__all__ = ["DEFAULT_BUDGET_S", "TuneError", "TuneEvent", "TuneResult", "tune"]
