@@ -20,9 +20,17 @@ def test_devices_human_and_json_here(capsys):
     assert data["ram_available_bytes"] <= data["ram_total_bytes"]
 
 
-def test_devices_json_fields_with_a_gpu(monkeypatch, capsys):
+def _stand_in_binary(tmp_path):
+    """An executable file for ``--server`` (devices are faked, so it is never run)."""
+    exe = tmp_path / "llama-server"
+    exe.write_text("#!/bin/sh\nexit 1\n")
+    exe.chmod(0o755)
+    return str(exe)
+
+
+def test_devices_json_fields_with_a_gpu(monkeypatch, capsys, tmp_path):
     monkeypatch.setattr(command, "detect_devices", lambda binary: gpu_devices(("CUDA0", 8192, 7000)))
-    assert cli.main(["devices", "--json", "--server", "/nonexistent/llama-server"]) == 0
+    assert cli.main(["devices", "--json", "--server", _stand_in_binary(tmp_path)]) == 0
     (d,) = json.loads(capsys.readouterr().out)["devices"]
     for key in ("name", "backend", "total_bytes", "free_bytes", "budget_bytes", "source", "notes"):
         assert key in d
@@ -42,11 +50,11 @@ def test_plan_stories_cpu_only(stories260k_session, capsys):
     assert data["host"]["need"]["target_kv_bytes"] == 5 * 512 * 32 * 2 * 2
 
 
-def test_plan_that_does_not_fit_exits_1(stories260k_session, monkeypatch, capsys):
+def test_plan_that_does_not_fit_exits_1(stories260k_session, monkeypatch, capsys, tmp_path):
     tiny = gpu_devices(("CUDA0", 1024, 1000))  # 1000 MiB free < the 1024 MiB margin
     monkeypatch.setattr(command, "detect_devices", lambda binary: tiny)
     rc = cli.main(["plan", "--target", str(stories260k_session), "--draft", str(stories260k_session),
-                   "--ctx", "512", "--server", "/x"])
+                   "--ctx", "512", "--server", _stand_in_binary(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 1 and "DOES NOT FIT" in out and "CUDA0" in out and "Largest target ngl" in out
 
@@ -86,3 +94,11 @@ def test_plan_rejects_inconsistent_flags(stories260k_session, capsys):
         assert cli.main(["plan", "--target", t, "--no-cross-check", *extra]) == 2, extra
         err = [line for line in capsys.readouterr().err.splitlines() if line.startswith("draftwise plan:")]
         assert len(err) == 1 and needle in err[0], (extra, err)
+
+
+def test_a_named_server_that_is_missing_is_an_error(stories260k_session, tmp_path, capsys):
+    gone = str(tmp_path / "no-such-llama-server")
+    assert cli.main(["devices", "--server", gone]) == 2
+    assert f"--server {gone}" in capsys.readouterr().err
+    assert cli.main(["plan", "--target", str(stories260k_session), "--server", gone]) == 2
+    assert f"--server {gone}" in capsys.readouterr().err

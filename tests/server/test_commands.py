@@ -138,3 +138,14 @@ def test_serve_models_uses_the_profile_config(tmp_path: Path, monkeypatch) -> No
     cfg = config_from_args(ns)
     assert seen["args"] == (tmp_path, "t")
     assert cfg.spec_type == "draft-simple" and cfg.n_max == 6 and cfg.port == 9123
+
+
+def test_a_named_server_that_is_missing_is_an_error(tmp_path: Path, capsys, stories260k_session: Path) -> None:
+    """--server names one binary: a typo must not fall back silently to another build."""
+    gone = tmp_path / "no-such-llama-server"
+    rc = cli_main(["serve", "--target", str(stories260k_session), "--server", str(gone)])
+    err = capsys.readouterr().err
+    assert rc == 2 and "--server" in err and str(gone) in err
+    rc = cli_main(["doctor", "--no-self-test", "--server", str(gone)])
+    out = capsys.readouterr().out
+    assert rc == 2 and "NOT FOUND" in out and str(gone) in out

@@ -57,6 +57,21 @@ def _mib(n: int | None) -> str:
     return f"{n / MIB:.1f} MiB"
 
 
+def _bad_server_flag(server: str | None, command: str) -> bool:
+    """True (after printing one line naming ``--server``) when ``--server`` names no executable file:
+    a path typed by the user must not silently fall back to a CPU-only answer."""
+    if server is None:
+        return False
+    from tuner.server.discovery import ServerNotFoundError, find_named_server
+
+    try:
+        find_named_server(server, read_build=False)
+    except ServerNotFoundError:
+        print(f"draftwise {command}: --server {server}: no such executable llama-server", file=sys.stderr)
+        return True
+    return False
+
+
 def _detect(server: str | None) -> tuple[Devices, Path | None]:
     binary = Path(server) if server else find_server_binary()
     print(f"asking {binary} --list-devices ..." if binary else "no llama-server found; using NVML/sysfs only",
@@ -70,7 +85,9 @@ def devices_json(devs: Devices) -> dict:
 
 
 def cmd_devices(args: argparse.Namespace) -> int:
-    """``draftwise devices``: print the devices (exit 0 also when CPU-only)."""
+    """``draftwise devices``: print the devices (exit 0 also when CPU-only; 2 for a bad ``--server``)."""
+    if _bad_server_flag(args.server, "devices"):
+        return 2
     devs, _ = _detect(args.server)
     if args.json:
         json.dump(devices_json(devs), sys.stdout, indent=2)
@@ -142,6 +159,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     problem = _plan_args_problem(args, spec_type)
     if problem:
         print(f"draftwise plan: {problem}", file=sys.stderr)
+        return 2
+    if _bad_server_flag(args.server, "plan"):
         return 2
     req = MemoryRequest(target=target, draft=draft, spec_type=spec_type, ngl=args.ngl, draft_ngl=args.draft_ngl,
                         n_ctx=args.ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,

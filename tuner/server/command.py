@@ -24,7 +24,7 @@ from typing import Any
 from tuner.server.argv import UnsupportedConfigError
 from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
-from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_server
+from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_named_server, find_server
 from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
 
 SELFTEST_PROMPT = "Once upon a time, there was a little girl named Lily."
@@ -173,7 +173,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _err(f"draftwise serve: {exc}")
         return 2
     try:
-        binary = find_server(args.server)
+        binary = find_named_server(args.server) if args.server else find_server()
         sup = Supervisor(binary, auto_restart=True)
     except (ServerNotFoundError, DialectError) as exc:
         _err(f"draftwise serve: {exc}")
@@ -313,7 +313,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     failed, 2 when no binary / no readable ``--help``."""
     report: dict[str, Any] = {}
     try:
-        binary = find_server(args.server)
+        binary = find_named_server(args.server) if args.server else find_server()
     except ServerNotFoundError as exc:
         report["error"] = str(exc)
         print(json.dumps(report, indent=2) if args.json else f"llama-server: NOT FOUND\n{exc}")

@@ -10,7 +10,7 @@ from __future__ import annotations
 import os
 import re
 import shutil
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 ENV_VAR = "DRAFTWISE_LLAMA_SERVER"
@@ -166,6 +166,23 @@ def candidates(setting: str | Path | None = None) -> list[tuple[str, Path | None
     return out
 
 
+def find_named_server(path: str | Path, read_build: bool = True, flag: str = "--server") -> ServerBinary:
+    """The binary at ``path`` and nothing else (a path given on the command line must not fall
+    back silently to another build).
+
+    Raises:
+        ServerNotFoundError: ``path`` is missing or not executable; the message names ``flag``.
+    """
+    p = Path(path).expanduser()
+    if not _usable(p):
+        raise ServerNotFoundError([(flag, f"{p} (missing or not executable)")])
+    p = p.absolute()
+    build, commit, text = read_version(p) if read_build else (None, None, "")
+    if build is None and read_build and _is_package_binary(p):
+        build = _package_build()
+    return ServerBinary(path=p, source="setting", build=build, commit=commit, version_text=text)
+
+
 def find_server(setting: str | Path | None = None, read_build: bool = True) -> ServerBinary:
     """Locate llama-server (order in the module docstring) and read its build number.
 
@@ -178,10 +195,7 @@ def find_server(setting: str | Path | None = None, read_build: bool = True) -> S
     looked: list[tuple[str, str]] = []
     for source, path, desc in candidates(setting):
         if path is not None and _usable(path):
-            path = path.absolute()
-            build, commit, text = read_version(path) if read_build else (None, None, "")
-            if build is None and read_build and _is_package_binary(path):
-                build = _package_build()
-            return ServerBinary(path=path, source=source, build=build, commit=commit, version_text=text)
+            found = find_named_server(path, read_build=read_build)
+            return replace(found, source=source)
         looked.append((source, desc if path is None else f"{path} (missing or not executable)"))
     raise ServerNotFoundError(looked)
