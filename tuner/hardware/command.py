@@ -194,7 +194,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     rows = [(f"{p.device_name}", p.need, p.budget_bytes, p.headroom_bytes) for p in plan.devices]
     rows.append(("host RAM", plan.host.need, plan.host.ram_available_bytes, plan.host.headroom_bytes))
     for name, need, budget, head in rows:
-        cells = "".join(f"{_mib(getattr(need, k)):>11}" for k, _ in _COLS)
+        cells = "".join(f"{_mib(getattr(need, k)) if getattr(need, k) else '-':>11}" for k, _ in _COLS)
         print(f"{name:<12}{cells}{_mib(need.total_bytes):>11}{_mib(budget):>11}{_mib(head):>11}")
     for p in plan.devices:
         print(f"  {p.device_name}: {p.target_layers} target blocks"

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import os
 import signal
 import sys
 import threading
@@ -144,8 +145,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     if args.n_max is not None and not speculative:
         raise ValueError("--n-max (draft length) needs speculation: add --draft D or --spec-type TYPE")
     return ServerConfig(
-        model_path=target.absolute(),
-        draft_path=Path(args.draft).absolute() if args.draft else None,
+        model_path=Path(os.path.abspath(target)),
+        draft_path=Path(os.path.abspath(args.draft)) if args.draft else None,
         spec_type=spec,
         n_max=args.n_max,
         ngl=_layers(args.ngl),
