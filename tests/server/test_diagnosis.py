@@ -67,3 +67,18 @@ def test_removed_env_variable() -> None:
 def test_speculation_reason() -> None:
     assert "vocab type must match" in speculation_reason(CASES[11][1])
     assert "no speculator" in speculation_reason(["I srv listening"])
+
+
+@pytest.mark.parametrize(
+    "line, expected",
+    [
+        ("E srv    start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: 8080",
+         "port busy: another process already listens on 127.0.0.1:8080"),
+        ("E srv    start: couldn't bind HTTP server socket, hostname: 127.0.0.1, port: -1",
+         "cannot listen on 127.0.0.1:-1: not a TCP port (1-65535)"),
+        ("E srv    start: couldn't bind HTTP server socket", "port busy: another process already listens on the requested port"),
+    ],
+)
+def test_port_busy_message_is_a_whole_sentence(line: str, expected: str) -> None:
+    d = diagnose(1, [line, "E srv  llama_server: exiting due to HTTP server error"])
+    assert d.code == "port_busy" and d.message == expected and d.flag == "--port"

@@ -119,10 +119,15 @@ def diagnose(returncode: int | None, log_lines: Iterable[str]) -> Diagnosis:
                          _evidence(lines, "unknown speculative type"), "--spec-type", None, returncode)
 
     # port busy: tools/server/server-http.cpp start() → "couldn't bind HTTP server socket"
-    m = _find(lines, r"couldn't bind HTTP server socket(?:, hostname: (\S+), port: (\d+))?")
+    m = _find(lines, r"couldn't bind HTTP server socket(?:, hostname: (\S+), port: (-?\d+))?")
     if m:
-        where = f" {m.group(1)}:{m.group(2)}" if m.group(2) else ""
-        return Diagnosis("port_busy", f"port busy: another process already listens on{where}",
+        if m.group(2) is None:
+            message = "port busy: another process already listens on the requested port"
+        elif 1 <= int(m.group(2)) <= 65535:
+            message = f"port busy: another process already listens on {m.group(1)}:{m.group(2)}"
+        else:
+            message = f"cannot listen on {m.group(1)}:{m.group(2)}: not a TCP port (1-65535)"
+        return Diagnosis("port_busy", message,
                          _evidence(lines, "couldn't bind"), "--port", None, returncode)
 
     # MTP requested on a model without MTP layers: src/llama-context.cpp llama_init_from_model
