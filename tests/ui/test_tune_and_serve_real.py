@@ -139,8 +139,8 @@ def test_cancel_mid_sweep_leaves_no_child(make_app, qtbot, models_dir, free_port
     t0 = time.monotonic()
     qtbot.waitUntil(lambda: app.controller.state is not AppState.TUNING, timeout=60_000)
     assert time.monotonic() - t0 < 60
-    assert app.controller.state is AppState.IDLE
-    assert "decision" not in kinds  # it really stopped in the middle
+    assert app.controller.state is AppState.IDLE, (app.controller.state, app.controller.last_error, kinds)
+    assert "decision" not in kinds, kinds  # it really stopped in the middle
     assert app.controller.serving is None
     for pid in seen_pids:
         assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
