@@ -112,7 +112,7 @@ def test_refuses_crafted_string_array_count_without_allocating(tmp_path: Path) -
     t0 = time.perf_counter()
     with pytest.raises(GGUFError, match="tokenizer.ggml.tokens.*2?1099511627776 strings"):
         read_header(p)
-    assert time.perf_counter() - t0 < 1.0
+    assert time.perf_counter() - t0 < 5.0  # walking 2**40 strings would take hours
 
 
 @pytest.mark.parametrize(
