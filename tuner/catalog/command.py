@@ -80,8 +80,6 @@ def _table(models, families, root: Path) -> str:
         )
         if m.error:
             notes.append(f"  {_rel(m.path, root)}: {m.error}")
-    if not models:
-        return f"No .gguf files found under {root}."
     widths = [max(len(r[i]) for r in rows) for i in range(len(rows[0]) - 1)]
     numeric = {1, 3, 4, 6}  # SIZE, LAYERS, MTP, CTX: right-aligned
     lines = [
@@ -129,6 +127,8 @@ def run_scan(args: argparse.Namespace) -> int:
         out = {"models": [model_to_json(m) for m in models], "families": [family_to_json(f) for f in families]}
         json.dump(out, sys.stdout, indent=2)
         sys.stdout.write("\n")
+    elif not models:
+        print(f"No .gguf files found under {root}." if root.is_dir() else f"{root}: not a regular .gguf file.")
     else:
         print(_table(models, families, root if root.is_dir() else root.parent))
     return 0
