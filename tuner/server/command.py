@@ -87,8 +87,9 @@ def _check_serve_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--n-max (draft length n_max) must be >= 1, got {args.n_max}")
     if args.n_ctx is not None and args.n_ctx < 0:
         raise ValueError(f"--ctx must be >= 0 (0 = the model's training context), got {args.n_ctx}")
-    if args.ready_timeout is not None and args.ready_timeout <= 0:
-        raise ValueError(f"--ready-timeout must be > 0 seconds, got {args.ready_timeout}")
+    ready_timeout = getattr(args, "ready_timeout", None)
+    if ready_timeout is not None and ready_timeout <= 0:
+        raise ValueError(f"--ready-timeout must be > 0 seconds, got {ready_timeout}")
 
 
 def _check_model_file(path: Path, role: str) -> None:
@@ -116,6 +117,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         ValueError: inconsistent flags (message names them).
         LookupError / ProfileError: from ``config_from_profile`` with ``--models``.
     """
+    _check_serve_args(args)
     if args.models and not args.draft and not args.spec_type:
         from tuner.calibration.serving import config_from_profile  # lazy: calibration is above us
 
@@ -130,7 +132,6 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
             cfg = replace(cfg, **over)
         return cfg
-    _check_serve_args(args)
     if not args.target:
         raise ValueError("serve needs --target T (or --models DIR to serve a tuned profile)")
     target = Path(args.target)
