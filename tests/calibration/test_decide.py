@@ -63,13 +63,32 @@ def test_clear_winner_beats_baseline_with_interval_above_one():
 
 
 def test_noisy_gain_is_not_enough():
-    # Medians say 1.06x, but repetitions scatter far more than that.
+    # Paired repetitions whose ratios scatter around 1 (1.25, 0.94, 0.97): no speculation.
     base = m(BASE, [240.0, 180.0, 300.0])
-    spec = m(GOOD, [255.0, 190.0, 320.0], acceptance=0.8)
+    spec = m(GOOD, [300.0, 170.0, 290.0], acceptance=0.8)
     d = decide([base, spec])
     assert d.no_speculation
-    lo_hi = speedup_interval(spec, base)
-    assert lo_hi[1] < 1.03
+    sp, lo, hi = speedup_interval(spec, base)
+    assert lo < 1.03 <= hi
+    # A steady but tiny gain (1 %) is not enough either.
+    tiny = m(GOOD, [242.4, 181.8, 303.0], acceptance=0.8)
+    assert decide([base, tiny]).no_speculation
+
+
+def test_paired_repetitions_see_through_drift_of_the_machine():
+    # The machine slows down by a quarter between repetitions 0-1 and 2-3; each candidate repetition
+    # ran next to the baseline repetition with the same id, so the 1.17x gain is steady per pair.
+    base = m(BASE, [240.0, 240.0, 180.0, 180.0])
+    spec = m(GOOD, [280.0, 282.0, 210.0, 209.0], acceptance=0.75)
+    sp, lo, hi = speedup_interval(spec, base)
+    assert 1.15 < lo <= sp <= hi < 1.19
+    assert decide([base, spec]).winner == GOOD
+    # Without shared repetition ids the same numbers are unpaired and the interval is much wider.
+    shifted = Measurement(GOOD, samples=tuple(
+        Sample(x.prompt_index, x.category, x.repetition + 10, x.gen_tokens_per_s, None, x.predicted_n,
+               x.predicted_ms, x.draft_n, x.draft_n_accepted) for x in spec.samples), speculative_active=True)
+    _, lo2, hi2 = speedup_interval(shifted, base)
+    assert hi2 - lo2 > 3 * (hi - lo)
 
 
 def test_failed_speculative_candidate_never_wins_however_fast():

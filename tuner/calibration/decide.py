@@ -138,6 +138,12 @@ def _rep_values(m: Measurement) -> list[float]:
     return [v for v in m.rep_gen_tokens_per_s() if v > 0]
 
 
+def _percentiles(values: list[float], level: float) -> tuple[float, float]:
+    values = sorted(values)
+    n = len(values)
+    return values[int((1 - level) / 2 * (n - 1))], values[int((1 + level) / 2 * (n - 1))]
+
+
 def speedup_interval(
     candidate: Measurement,
     baseline: Measurement,
@@ -145,11 +151,14 @@ def speedup_interval(
     seed: int = 12345,
     level: float = 0.95,
 ) -> tuple[float, float | None, float | None]:
-    """Speedup (ratio of medians over repetitions) and its bootstrap confidence interval.
+    """Speedup over the baseline and its bootstrap confidence interval.
 
-    Repetitions of each side are resampled with replacement independently; the interval is the
-    percentile interval of the ratio of medians. With a single repetition on both sides there is
-    no noise estimate and the interval is ``(None, None)``.
+    Paired when the two share at least two repetition ids (the search measures each repetition of a
+    finalist next to a baseline repetition with the same prompts, so slow drift of the machine's load
+    cancels): the speedup is the median of the per-repetition ratios, and the interval the percentile
+    interval of that median over pairs resampled with replacement. Otherwise unpaired: ratio of the
+    medians over repetitions, each side resampled independently. With a single repetition on both
+    sides there is no noise estimate and the interval is ``(None, None)``.
 
     Returns:
         ``(speedup, ci_low, ci_high)``.
@@ -157,23 +166,30 @@ def speedup_interval(
     Raises:
         ValueError: either side has no samples.
     """
-    c = _rep_values(candidate)
-    b = _rep_values(baseline)
-    if not c or not b:
+    cr = {k: v for k, v in candidate.rep_gen_tokens_per_s_by_id().items() if v > 0}
+    br = {k: v for k, v in baseline.rep_gen_tokens_per_s_by_id().items() if v > 0}
+    if not cr or not br:
         raise ValueError("speedup_interval needs samples on both sides")
+    rng = random.Random(seed)
+    shared = sorted(cr.keys() & br.keys())
+    if len(shared) >= 2:
+        pairs = [cr[k] / br[k] for k in shared]
+        point = statistics.median(pairs)
+        meds = [statistics.median([rng.choice(pairs) for _ in pairs]) for _ in range(rounds)]
+        lo, hi = _percentiles(meds, level)
+        return point, lo, hi
+    c = list(cr.values())
+    b = list(br.values())
     point = statistics.median(c) / statistics.median(b)
     if len(c) < 2 and len(b) < 2:
         return point, None, None
-    rng = random.Random(seed)
     ratios = []
     for _ in range(rounds):
         cs = [rng.choice(c) for _ in c]
         bs = [rng.choice(b) for _ in b]
         ratios.append(statistics.median(cs) / statistics.median(bs))
-    ratios.sort()
-    lo_i = int((1 - level) / 2 * (rounds - 1))
-    hi_i = int((1 + level) / 2 * (rounds - 1))
-    return point, ratios[lo_i], ratios[hi_i]
+    lo, hi = _percentiles(ratios, level)
+    return point, lo, hi
 
 
 def break_even_acceptance(m: Measurement, baseline_gen_tokens_per_s: float) -> float | None:

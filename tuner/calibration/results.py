@@ -107,12 +107,12 @@ class Measurement:
         """Number of distinct repetitions measured."""
         return len({s.repetition for s in self.samples})
 
-    def rep_gen_tokens_per_s(self) -> list[float]:
-        """Aggregate tokens/s per repetition: Σ generated tokens ÷ Σ generation time over its prompts.
+    def rep_gen_tokens_per_s_by_id(self) -> dict[int, float]:
+        """Aggregate tokens/s per repetition id: Σ generated tokens ÷ Σ generation time over its prompts.
 
         Falls back to the mean of ``gen_tokens_per_s`` when token counts/times are missing.
         """
-        out: list[float] = []
+        out: dict[int, float] = {}
         reps: dict[int, list[Sample]] = {}
         for s in self.samples:
             reps.setdefault(s.repetition, []).append(s)
@@ -121,10 +121,14 @@ class Measurement:
             if all(s.predicted_n and s.predicted_ms for s in ss):
                 toks = sum(max(1, (s.predicted_n or 1) - 1) for s in ss)
                 ms = sum(s.predicted_ms or 0.0 for s in ss)
-                out.append(toks / (ms / 1000.0) if ms > 0 else statistics.fmean(s.gen_tokens_per_s for s in ss))
+                out[r] = toks / (ms / 1000.0) if ms > 0 else statistics.fmean(s.gen_tokens_per_s for s in ss)
             else:
-                out.append(statistics.fmean(s.gen_tokens_per_s for s in ss))
+                out[r] = statistics.fmean(s.gen_tokens_per_s for s in ss)
         return out
+
+    def rep_gen_tokens_per_s(self) -> list[float]:
+        """Aggregate tokens/s per repetition, in repetition order (see :meth:`rep_gen_tokens_per_s_by_id`)."""
+        return list(self.rep_gen_tokens_per_s_by_id().values())
 
     @property
     def gen_tokens_per_s(self) -> float | None:

@@ -12,11 +12,13 @@ DESIGN.md "Calibration method" step 5. Stages, each candidate one server launch:
    best prediction first; after each, the cost model is refitted on every measured length of that draft
    and the curve re-predicted, so a better length found by the refit is measured too.
 4. ``confirm`` (successive halving): the measured candidates are ranked; those slower than the
-   baseline are dropped, the top half (at most ``finalists``) is measured again in new launches,
-   together with a new baseline launch, so the decision compares launches spread over time.
+   baseline are dropped, the top half (at most ``finalists``) is measured again in interleaved rounds
+   (baseline, finalist 1, finalist 2, baseline, …; one launch and one repetition each), so the
+   decision pairs each finalist repetition with the baseline repetition next to it.
 
-Budget: the baseline, the first draft's probe and the confirmation of the leader always run; every
-other step runs only when its estimated time fits the remaining budget (event ``"skipped"`` otherwise).
+Budget: the baseline, the first draft's probe and the first confirmation round of the leader always
+run; every other step runs only when its estimated time fits the remaining budget (event
+``"skipped"`` otherwise).
 """
 
 from __future__ import annotations
@@ -43,7 +45,8 @@ class SearchSettings:
         n_predict: generated tokens per request.
         baseline_repetitions: repetitions of the first baseline launch.
         probe_repetitions: repetitions of probe and refine launches.
-        confirm_repetitions: repetitions of each confirmation launch (finalists and baseline).
+        confirm_repetitions: confirmation rounds (one launch and one repetition per finalist and the
+            baseline each).
         budget_s: time budget in seconds.
         min_gain: see :func:`tuner.calibration.decide.decide`.
         draft_lengths: ``n_max`` values the prediction covers.
@@ -329,17 +332,22 @@ class Search:
                       candidate=m.candidate)
         first = s.baseline_repetitions
         reps = list(range(first, first + s.confirm_repetitions))
-        order = [self.plan.baseline, finalists[0], *finalists[1:]]
-        self._pending_s = sum(self.estimate_s(None, len(reps)) for _ in order)
-        for i, c in enumerate(order):
-            est = self.estimate_s(None if c.is_baseline else self.base_tps, len(reps))
-            self._pending_s = max(0.0, self._pending_s - est)
-            if i >= 2 and not self._fits(est):
-                self.emit("skipped", f"{c.label}: confirmation skipped, the time budget is spent", candidate=c)
-                continue
-            m = self._measure(c, reps, "confirm")
-            if c.is_baseline and m.ok:
-                for smp in m.samples:
-                    if smp.content is not None:
-                        self.baseline_outputs[(smp.prompt_index, smp.repetition)] = smp.content
+        order = [self.plan.baseline, *finalists]
+        # Interleaved rounds: each repetition of each finalist runs right after the baseline's
+        # repetition with the same id, so decide() can pair them and slow drift cancels.
+        self._pending_s = sum(self.estimate_s(None, 1) for _ in order) * len(reps)
+        for n_round, rep in enumerate(reps):
+            for i, c in enumerate(order):
+                est = self.estimate_s(None if c.is_baseline else self.base_tps, 1)
+                self._pending_s = max(0.0, self._pending_s - est)
+                mandatory = n_round == 0 and i < 2
+                if not mandatory and not self._fits(est):
+                    self.emit("skipped", f"{c.label}: confirmation round {n_round + 1} skipped, the time budget "
+                              "is spent", candidate=c)
+                    continue
+                m = self._measure(c, [rep], "confirm")
+                if c.is_baseline and m.ok:
+                    for smp in m.samples:
+                        if smp.content is not None:
+                            self.baseline_outputs[(smp.prompt_index, smp.repetition)] = smp.content
         self._pending_s = 0.0
