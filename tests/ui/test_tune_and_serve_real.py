@@ -147,15 +147,18 @@ def test_cancel_mid_sweep_leaves_no_child(make_app, qtbot, models_dir, free_port
     assert llama_children() == []
 
 
-def test_quit_stops_the_server(make_app, qtbot, stories260k, llama_server_bin, free_port):
+def test_quit_stops_the_server(make_app, qtbot, stories260k, llama_server_bin, free_port, monkeypatch):
     from tuner.server.config import ServerConfig
 
     app = make_app()
+    exits = []
+    # the real exit() would end the test session's shared QApplication loop for every later test
+    monkeypatch.setattr(app.qapp, "exit", lambda code=0: exits.append(code))
     cfg = ServerConfig(model_path=stories260k, n_ctx=256, port=free_port)
     sup = app.controller.runner.start(cfg, binary=llama_server_bin, ready_timeout_s=120)
     pid = sup.pid
     assert pid and psutil.pid_exists(pid)
     app.quit()
-    assert app._quitting
+    assert app._quitting and exits == [0]
     assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
     assert llama_children() == []
