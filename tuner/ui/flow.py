@@ -315,17 +315,22 @@ def tune_and_serve(
     target = target or default_target(scanned)
     opts = dict(TUNE_OPTIONS_DEFAULT)
     opts.update(tune_options or {})
-    result = tune(
-        models_dir=folder,
-        target=str(target) if target else None,
-        prompts=prompts_path,
-        budget_s=float(settings.tune_budget_s),
-        force=force_retune,
-        on_event=on_event,
-        cancel=cancel,
-        server=binary.path,
-        **opts,
-    )
+    try:
+        result = tune(
+            models_dir=folder,
+            target=str(target) if target else None,
+            prompts=prompts_path,
+            budget_s=float(settings.tune_budget_s),
+            force=force_retune,
+            on_event=on_event,
+            cancel=cancel,
+            server=binary.path,
+            **opts,
+        )
+    except Exception:
+        if cancel.is_set():  # e.g. the baseline's server stopped by the cancel: not a failure to report
+            raise Cancelled() from None
+        raise
     if result.cancelled or cancel.is_set():
         raise Cancelled()
     profile = result.profile
