@@ -141,8 +141,10 @@ def tune(
         target: target model by file name, stem or path; ``None`` = the largest LLM that has a
             compatible draft, else the largest LLM.
         prompts: a prompt file path, a :class:`PromptSet`, or ``None`` for the built-in set.
-        budget_s: time budget in seconds (default 180). The baseline and at least one probe per
-            draft are always measured; refinement stops when the budget is spent.
+        budget_s: time budget in seconds (default 180). The baseline, the best-ranked draft's probe
+            and the first confirmation round of the leader always run (so a tiny budget can be
+            exceeded by them); every other step is skipped, with a ``"skipped"`` event, when its
+            estimated time does not fit.
         force: re-tune even when a fresh profile exists.
         on_event: callback receiving :class:`TuneEvent`s (on the calling thread).
         cancel: set it to stop; see the module docstring.
