@@ -80,12 +80,13 @@ def _choose_target(models_dir: Path, target: str | None) -> tuple[Any, Any, list
     from tuner.catalog.scan import scan_folder
 
     if not models_dir.is_dir():
-        raise TuneError(f"models folder {models_dir} does not exist")
+        raise TuneError(f"--models {models_dir}: no such folder", bad_input=True)
     models = scan_folder(models_dir)
     llms = [m for m in models if m.kind == "llm"]
     if not llms:
         broken = [f"{m.path.name} ({m.kind}{': ' + m.error if m.error else ''})" for m in models]
-        raise TuneError(f"no LLM GGUF file in {models_dir}" + (f"; found: {', '.join(broken)}" if broken else ""))
+        raise TuneError(f"--models {models_dir}: no LLM GGUF file in this folder"
+                        + (f"; found: {', '.join(broken)}" if broken else ""), bad_input=True)
     families = group_families(models)
     entries = {str(Path(e.target.path).resolve()): e for f in families for e in f.targets}
     if target is not None:
@@ -99,7 +100,9 @@ def _choose_target(models_dir: Path, target: str | None) -> tuple[Any, Any, list
                 break
         if chosen is None:
             raise TuneError(
-                f"target {target!r} not found in {models_dir}; LLMs there: " + ", ".join(Path(m.path).name for m in llms)
+                f"--target {target!r}: no such LLM in {models_dir}; LLMs there: "
+                + ", ".join(Path(m.path).name for m in llms),
+                bad_input=True,
             )
     else:
         with_drafts = [m for m in llms if (e := entries.get(str(Path(m.path).resolve()))) and e.drafts]
@@ -231,12 +234,19 @@ def run_tune(
 
     # Server and hardware.
     from tuner.server.dialect import probe_dialect
-    from tuner.server.discovery import ServerNotFoundError, find_server
+    from tuner.server.discovery import ServerNotFoundError, find_named_server, find_server
 
-    try:
-        binary = find_server(server)
-    except ServerNotFoundError as exc:
-        raise TuneError(str(exc)) from exc
+    if server is not None:
+        # A path the user named is that binary or an error, never a silent fallback to another build.
+        try:
+            binary = find_named_server(server, flag="--server")
+        except ServerNotFoundError as exc:
+            raise TuneError(f"--server {server}: no such file, or not executable", bad_input=True) from exc
+    else:
+        try:
+            binary = find_server(None)
+        except ServerNotFoundError as exc:
+            raise TuneError(str(exc)) from exc
     dialect = probe_dialect(binary.path)
     try:
         from tuner.hardware import detect_devices

@@ -34,11 +34,13 @@ class TuneError(RuntimeError):
     """Tuning cannot start or cannot finish: no models, unknown target, no server, baseline failed.
 
     The message is for the user (names the folder, file or flag); ``evidence`` holds log lines or
-    details when there are any.
+    details when there are any. ``bad_input`` is True when the user's input is at fault (missing or
+    empty folder, unknown target, bad ``--server`` path, bad budget): the CLI exits 2 for those, 1 otherwise.
     """
 
-    def __init__(self, message: str, evidence: Sequence[str] = ()) -> None:
+    def __init__(self, message: str, evidence: Sequence[str] = (), bad_input: bool = False) -> None:
         self.evidence = tuple(evidence)
+        self.bad_input = bad_input
         super().__init__(message)
 
 
