@@ -47,7 +47,27 @@ def test_one_draft_slow_at_7_percent_and_one_flat_at_90_percent_is_no_speculatio
     assert 0.95 < d.best_speculative_speedup < 1.05
     assert "noise" in d.reason
     by_draft = {b.candidate.draft_path: b for b in d.break_even}
-    assert by_draft["/m/unrelated.gguf"].break_even_acceptance > by_draft["/m/unrelated.gguf"].acceptance
+    slow_be = by_draft["/m/unrelated.gguf"]
+    assert slow_be.never_pays or slow_be.break_even_acceptance > slow_be.acceptance
+
+
+def test_break_even_above_100_percent_reads_as_never_pays():
+    # 3x slower at 7 % acceptance with ~0.5 drafted tokens per generated token: even if every drafted
+    # token were accepted, a step would yield at most ~1.5 tokens at 3x the baseline's step cost.
+    base = m(BASE, [240.0, 238.0, 243.0])
+    slow = m(BAD, [80.0, 78.0, 81.0], acceptance=0.07, drafted_per_token=0.5)
+    d = decide([base, slow])
+    (be,) = d.break_even
+    assert break_even_acceptance(slow, 240.0) > 1.0  # the raw solution of the break-even equation
+    assert be.never_pays and be.break_even_acceptance is None
+    assert "would not pay even at 100 % acceptance" in be.describe()
+    assert "even 100 % acceptance would not pay" in d.reason
+    assert be.to_json()["never_pays"] is True
+    # A draft that is slower but could pay at a reachable acceptance keeps its number (0..1).
+    near = m(GOOD, [220.0, 225.0, 222.0], acceptance=0.41)
+    be2 = decide([base, near]).break_even[0]
+    assert not be2.never_pays and 0.41 < be2.break_even_acceptance <= 1.0
+    assert f"break-even {100 * be2.break_even_acceptance:.0f} %" in be2.describe()
 
 
 def test_clear_winner_beats_baseline_with_interval_above_one():

@@ -160,9 +160,7 @@ def print_table(result: TuneResult, out: TextIO) -> None:
     if d is not None:
         out.write("\n")
         for b in d.break_even:
-            be = "-" if b.break_even_acceptance is None else f"{100 * b.break_even_acceptance:.0f} %"
-            acc = "-" if b.acceptance is None else f"{100 * b.acceptance:.0f} %"
-            out.write(f"break-even {b.candidate.label}: acceptance {acc}, break-even {be}\n")
+            out.write(f"break-even {b.candidate.label}: {b.describe()}\n")
         for c in d.per_category:
             out.write(f"category {c.category}: {_fmt(c.speedup, '.2f')}x"
                       + (f", acceptance {100 * c.acceptance:.0f} %" if c.acceptance is not None else "") + "\n")
@@ -215,7 +213,7 @@ def run(args: argparse.Namespace) -> int:
         sys.stderr.write(f"draftwise tune: {exc}\n")
         for line in exc.evidence[-10:]:
             sys.stderr.write(f"    {line}\n")
-        return 2 if "not found" in str(exc) or "no LLM" in str(exc) or "does not exist" in str(exc) else 1
+        return 2 if exc.bad_input else 1
     if exc is not None:
         raise exc
     result: TuneResult = box["result"]

@@ -30,16 +30,36 @@ class BreakEven:
     Attributes:
         candidate: the measured candidate (the best-measured one per draft model / type).
         acceptance: its measured acceptance rate.
-        break_even_acceptance: acceptance at which its measured per-step cost would exactly match the
-            baseline's tokens/s; ``None`` when it cannot be computed (no drafts). May exceed 1.0, meaning
-            no acceptance would make it pay.
+        break_even_acceptance: acceptance (0..1) at which its measured per-step cost would exactly
+            match the baseline's tokens/s; ``None`` when it cannot be computed (no drafts) or when no
+            acceptance up to 100 % would be enough (then ``never_pays`` is True). Never above 1.0.
         gen_tokens_per_s: its measured tokens/s.
+        never_pays: True when even 100 % acceptance would not reach the baseline's tokens/s at the
+            measured cost per verification step (the draft, or the n-gram lookup, costs too much here).
     """
 
     candidate: Candidate
     acceptance: float | None
     break_even_acceptance: float | None
     gen_tokens_per_s: float | None
+    never_pays: bool = False
+
+    @classmethod
+    def of(cls, m: Measurement, baseline_gen_tokens_per_s: float) -> "BreakEven":
+        """Break-even of measurement ``m`` against the baseline's tokens/s (see :func:`break_even_acceptance`)."""
+        raw = break_even_acceptance(m, baseline_gen_tokens_per_s)
+        never = raw is not None and raw > 1.0
+        return cls(m.candidate, m.acceptance, None if never else raw, m.gen_tokens_per_s, never)
+
+    def describe(self) -> str:
+        """Plain words, e.g. ``"acceptance 41 %, break-even 58 %"`` or
+        ``"acceptance 5 %, would not pay even at 100 % acceptance"``."""
+        acc = "acceptance unknown" if self.acceptance is None else f"acceptance {_fmt_pct(self.acceptance)}"
+        if self.never_pays:
+            return f"{acc}, would not pay even at 100 % acceptance"
+        if self.break_even_acceptance is None:
+            return f"{acc}, break-even unknown"
+        return f"{acc}, break-even {_fmt_pct(self.break_even_acceptance)}"
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -49,6 +69,7 @@ class BreakEven:
             "acceptance": self.acceptance,
             "break_even_acceptance": self.break_even_acceptance,
             "gen_tokens_per_s": self.gen_tokens_per_s,
+            "never_pays": self.never_pays,
         }
 
 
@@ -199,7 +220,13 @@ def break_even_acceptance(m: Measurement, baseline_gen_tokens_per_s: float) -> f
     tokens plus one), time per step = predicted time ÷ steps, drafted per step = draft_n ÷ steps. The
     break-even acceptance r solves ``(1 + r · drafted_per_step) / time_per_step = baseline tokens/s``.
 
-    Returns ``None`` when nothing was drafted or times are missing.
+    Derivation (DESIGN.md "Calibration method" step 5): a verification step yields its accepted drafted
+    tokens plus one, so tokens/s = (1 + r · drafted_per_step) ÷ time_per_step, with r the acceptance rate
+    (draft_n_accepted ÷ draft_n, server-common.cpp ``server_slot_stats``); the baseline yields one token per
+    step. The step cost is taken as measured, i.e. independent of r.
+
+    Returns ``None`` when nothing was drafted or times are missing. The raw value can exceed 1.0 (no
+    acceptance would pay); :class:`BreakEven` turns that into ``never_pays``.
     """
     steps = 0.0
     secs = 0.0
@@ -260,10 +287,7 @@ def decide(
         g = m.candidate.draft_path or m.candidate.spec_type
         if g not in groups or (m.gen_tokens_per_s or 0) > (groups[g].gen_tokens_per_s or 0):
             groups[g] = m
-    break_even = tuple(
-        BreakEven(m.candidate, m.acceptance, break_even_acceptance(m, base_tps), m.gen_tokens_per_s)
-        for m in groups.values()
-    )
+    break_even = tuple(BreakEven.of(m, base_tps) for m in groups.values())
 
     if not spec_ok:
         why = "no speculative configuration ran correctly"
@@ -334,11 +358,10 @@ def decide(
         )
     if acc is not None:
         reason += f"; it reached {_fmt_pct(acc)} draft acceptance"
-        if be is not None and be.break_even_acceptance is not None:
-            if be.break_even_acceptance > 1.0:
-                reason += ", and even 100 % acceptance would not pay on this machine"
-            else:
-                reason += f", break-even on this machine is about {_fmt_pct(be.break_even_acceptance)}"
+        if be is not None and be.never_pays:
+            reason += ", and even 100 % acceptance would not pay on this machine"
+        elif be is not None and be.break_even_acceptance is not None:
+            reason += f", break-even on this machine is about {_fmt_pct(be.break_even_acceptance)}"
     reason += "."
     return Decision(
         winner=baseline.candidate,
