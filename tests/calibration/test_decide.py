@@ -173,3 +173,38 @@ def test_measurement_json_round_trip():
     assert back.gen_tokens_per_s == pytest.approx(meas.gen_tokens_per_s)
     assert back.acceptance == pytest.approx(meas.acceptance)
     assert decide([m(BASE, [240.0, 241.0]), back]).winner == GOOD
+
+
+def test_per_category_compares_the_same_prompts_and_repetitions():
+    # The baseline ran prompts 0-1 at repetitions 0-2; the machine was twice as slow during repetition 2.
+    # The candidate was stopped early after prompt 0 of repetition 0 (code only), then confirmed at rep 2.
+    cats = ["code", "creative"]
+    base = m(BASE, [[240.0, 240.0], [240.0, 240.0], [120.0, 120.0]], categories=cats)
+    spec = Measurement(GOOD, samples=(
+        Sample(0, "code", 0, 300.0, None, 128, 127 / 300.0 * 1000, 100, 80),
+        Sample(0, "code", 2, 150.0, None, 128, 127 / 150.0 * 1000, 100, 80),
+        Sample(1, "creative", 2, 132.0, None, 128, 127 / 132.0 * 1000, 100, 40),
+    ), speculative_active=True)
+    by_cat = {c.category: c for c in decide([base, spec]).per_category}
+    # Like with like: 300 vs 240 at rep 0 and 150 vs 120 at rep 2 → 1.25x (not 450/600-ish mixes).
+    assert by_cat["code"].speedup == pytest.approx(1.25, rel=1e-3)
+    assert by_cat["code"].paired_requests == 2
+    assert by_cat["creative"].speedup == pytest.approx(1.10, rel=1e-3)
+    assert by_cat["creative"].paired_requests == 1
+    assert {c.candidate_label for c in by_cat.values()} == {GOOD.label}
+    # A category the candidate never reached has no speedup rather than a made-up one.
+    early = Measurement(GOOD, samples=spec.samples[:1], speculative_active=True)
+    by_cat2 = {c.category: c for c in decide([base, early]).per_category}
+    assert by_cat2["creative"].speedup is None and by_cat2["creative"].paired_requests == 0
+
+
+def test_decision_line_does_not_repeat_the_words():
+    from tuner.calibration.command import decision_line
+
+    base = m(BASE, [240.0, 238.0, 243.0])
+    slow = m(GOOD, [205.0, 210.0, 199.0], acceptance=0.41)
+    line = decision_line(decide([base, slow]))
+    assert line.startswith("Decision: No speculation: ") and line.lower().count("no speculation") == 1
+    fast = m(GOOD, [330.0, 338.0, 325.0], acceptance=0.64)
+    line2 = decision_line(decide([base, fast]))
+    assert line2.startswith(f"Decision: {GOOD.label} is ") and line2.count(GOOD.label) == 1

@@ -15,7 +15,7 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .candidates import Candidate
-from .results import Measurement
+from .results import Measurement, Sample
 
 MIN_GAIN = 0.03
 """A winner must be at least this much faster than the baseline at the low end of its interval."""
@@ -75,21 +75,29 @@ class BreakEven:
 
 @dataclass(frozen=True)
 class CategoryResult:
-    """Per-category comparison of the best speculative candidate with the baseline.
+    """Per-category comparison of one speculative candidate with the baseline, like with like.
+
+    Only requests that both measured are compared: the same prompt (``prompt_index``) at the same
+    repetition (the same fresh prefix), so a candidate stopped early, or measured on fewer
+    repetitions than the baseline, is compared on exactly the requests it ran.
 
     Attributes:
         category: prompt category.
-        baseline_gen_tokens_per_s: baseline tokens/s on this category's prompts.
-        gen_tokens_per_s: best speculative candidate's tokens/s on them.
-        speedup: ratio of the two.
-        acceptance: that candidate's acceptance on this category, ``None`` without drafts.
+        baseline_gen_tokens_per_s: baseline tokens/s on those requests (Σ tokens ÷ Σ generation time).
+        gen_tokens_per_s: the candidate's tokens/s on the same requests; ``None`` when it ran none.
+        speedup: ratio of the two; ``None`` when the candidate ran none of this category's requests.
+        acceptance: the candidate's acceptance on those requests, ``None`` without drafts.
+        candidate_label: the candidate these results are for (its ``label``).
+        paired_requests: number of (prompt, repetition) requests compared.
     """
 
     category: str
-    baseline_gen_tokens_per_s: float
+    baseline_gen_tokens_per_s: float | None
     gen_tokens_per_s: float | None
     speedup: float | None
     acceptance: float | None
+    candidate_label: str = ""
+    paired_requests: int = 0
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -111,7 +119,8 @@ class Decision:
         best_speculative: the fastest speculative candidate that ran correctly, even when it lost.
         best_speculative_speedup: its speedup (``None`` when none ran).
         break_even: one entry per draft model / speculation type.
-        per_category: best speculative candidate vs baseline per prompt category.
+        per_category: the winner (or, for "no speculation", the best speculative candidate) vs the
+            baseline per prompt category, on the requests both ran (see :func:`per_category`).
         lossless: the winner's lossless check (``None`` for the baseline).
     """
 
@@ -379,15 +388,48 @@ def decide(
     )
 
 
-def _per_category(m: Measurement, baseline: Measurement) -> tuple[CategoryResult, ...]:
-    base = baseline.category_gen_tokens_per_s()
-    cand = m.category_gen_tokens_per_s()
-    accs = m.category_acceptance()
+def _tokens_per_s(samples: Sequence[Sample]) -> float | None:
+    """Σ generated tokens ÷ Σ generation time (same rule as ``Measurement.rep_gen_tokens_per_s_by_id``)."""
+    if not samples:
+        return None
+    if all(s.predicted_n and s.predicted_ms for s in samples):
+        ms = sum(s.predicted_ms or 0.0 for s in samples)
+        if ms > 0:
+            return sum(max(1, (s.predicted_n or 1) - 1) for s in samples) / (ms / 1000.0)
+    return statistics.fmean(s.gen_tokens_per_s for s in samples)
+
+
+def per_category(m: Measurement, baseline: Measurement) -> tuple[CategoryResult, ...]:
+    """Per-category results of ``m`` against the baseline on the requests both ran.
+
+    Requests are matched on ``(prompt_index, repetition)``: the same prompt text with the same fresh
+    prefix (``tuner.calibration.measure.repetition_prompt``). Categories the baseline measured but ``m``
+    never reached (it was stopped early) are listed with ``speedup`` ``None``. Empty when the prompt set
+    has no categories.
+    """
+    base_by_key = {(s.prompt_index, s.repetition): s for s in baseline.samples if s.category is not None}
+    cats: dict[str, tuple[list[Sample], list[Sample]]] = {}
+    for s in base_by_key.values():
+        cats.setdefault(str(s.category), ([], []))
+    for s in m.samples:
+        b = base_by_key.get((s.prompt_index, s.repetition))
+        if b is None or s.category is None:
+            continue
+        pair = cats.setdefault(str(s.category), ([], []))
+        pair[0].append(b)
+        pair[1].append(s)
     out = []
-    for cat, b in base.items():
-        c = cand.get(cat)
-        out.append(CategoryResult(cat, b, c, (c / b) if (c and b) else None, accs.get(cat)))
+    for cat, (bs, cs) in cats.items():
+        b_tps = _tokens_per_s(bs)
+        c_tps = _tokens_per_s(cs)
+        dn = sum(s.draft_n or 0 for s in cs)
+        acc = sum(s.draft_n_accepted or 0 for s in cs) / dn if dn else None
+        out.append(CategoryResult(cat, b_tps, c_tps, (c_tps / b_tps) if (c_tps and b_tps) else None, acc,
+                                  candidate_label=m.candidate.label, paired_requests=len(cs)))
     return tuple(out)
+
+
+_per_category = per_category
 
 
 def describe_candidate(c: Candidate) -> str:
@@ -402,5 +444,6 @@ __all__ = [
     "MIN_GAIN",
     "break_even_acceptance",
     "decide",
+    "per_category",
     "speedup_interval",
 ]
