@@ -146,6 +146,18 @@ def _fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
+def decision_line(d: Any) -> str:
+    """The final line: ``Decision: <reason>``. The reason already names the winner ("ngram-mod is 1.3× as
+    fast ...") or starts with "No speculation:", so the label is not repeated in front of it."""
+    reason = (d.reason or "").strip()
+    label = d.winner.label
+    if not reason:
+        return f"Decision: {label}."
+    if reason.lower().startswith(label.lower()) or reason.lower().startswith("no speculation"):
+        return f"Decision: {reason}"
+    return f"Decision: {label}. {reason}"
+
+
 def print_table(result: TuneResult, out: TextIO) -> None:
     """Human-readable summary: one row per measurement, then the decision."""
     data = result_to_json(result)
@@ -161,10 +173,17 @@ def print_table(result: TuneResult, out: TextIO) -> None:
         out.write("\n")
         for b in d.break_even:
             out.write(f"break-even {b.candidate.label}: {b.describe()}\n")
+        if d.per_category:
+            label = d.per_category[0].candidate_label or "best speculative configuration"
+            out.write(f"per category, {label} vs no speculation on the same prompts and repetitions:\n")
         for c in d.per_category:
-            out.write(f"category {c.category}: {_fmt(c.speedup, '.2f')}x"
+            if c.speedup is None:
+                out.write(f"  {c.category}: not measured (the run stopped before these prompts)\n")
+                continue
+            out.write(f"  {c.category}: {c.speedup:.2f}x ({c.gen_tokens_per_s:.1f} vs {c.baseline_gen_tokens_per_s:.1f} "
+                      f"tokens/s, {c.paired_requests} request{'s' if c.paired_requests != 1 else ''})"
                       + (f", acceptance {100 * c.acceptance:.0f} %" if c.acceptance is not None else "") + "\n")
-        out.write(f"\nDecision: {d.winner.label} — {d.reason}\n")
+        out.write(f"\n{decision_line(d)}\n")
     if result.profile_path:
         out.write(f"Profile: {result.profile_path}" + (" (reused)" if result.reused else "") + "\n")
 
