@@ -120,3 +120,31 @@ def test_cli_reports_a_missing_target(tmp_path: Path, stories260k: Path):
                           timeout=120)
     assert proc.returncode == 2
     assert "nope.gguf" in proc.stderr and "stories260K.gguf" in proc.stderr
+
+
+@pytest.mark.parametrize("extra, words", [
+    (["--budget", "0"], "--budget 0: must be a positive"),
+    (["--budget", "-5"], "--budget -5: must be a positive"),
+    (["--n-predict", "0"], "--n-predict 0"),
+    (["--max-prompts", "0"], "--max-prompts 0"),
+    (["--server", "/nonexistent/llama-server"], "--server /nonexistent/llama-server"),
+])
+def test_cli_bad_options_are_one_line_errors(tmp_path: Path, stories260k: Path, extra: list, words: str):
+    env = {**os.environ, "DRAFTWISE_HOME": str(tmp_path / "home")}
+    proc = subprocess.run([sys.executable, "-m", "tuner", "tune", "--models", str(stories260k.parent), *extra],
+                          cwd=REPO, env=env, capture_output=True, text=True, timeout=120)
+    assert proc.returncode == 2, proc.stderr
+    lines = [ln for ln in proc.stderr.splitlines() if not ln.startswith("[")]  # progress lines start with [
+    assert lines == [lines[0]] and words in lines[0] and "Traceback" not in proc.stderr
+    assert proc.stdout == ""
+
+
+def test_cli_missing_and_empty_models_folder(tmp_path: Path):
+    env = {**os.environ, "DRAFTWISE_HOME": str(tmp_path / "home")}
+    (tmp_path / "empty").mkdir()
+    for folder, words in ((tmp_path / "missing", "no such folder"), (tmp_path / "empty", "no LLM GGUF file")):
+        proc = subprocess.run([sys.executable, "-m", "tuner", "tune", "--models", str(folder)], cwd=REPO, env=env,
+                              capture_output=True, text=True, timeout=120)
+        assert proc.returncode == 2
+        assert proc.stderr.strip() == proc.stderr.strip().splitlines()[0]
+        assert f"--models {folder}" in proc.stderr and words in proc.stderr

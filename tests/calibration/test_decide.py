@@ -208,3 +208,10 @@ def test_decision_line_does_not_repeat_the_words():
     fast = m(GOOD, [330.0, 338.0, 325.0], acceptance=0.64)
     line2 = decision_line(decide([base, fast]))
     assert line2.startswith(f"Decision: {GOOD.label} is ") and line2.count(GOOD.label) == 1
+
+
+def test_nothing_measured_for_lack_of_time_says_so():
+    base = m(BASE, [240.0, 238.0])
+    d = decide([base], unmeasured=[NGRAM])
+    assert d.no_speculation and "time budget" in d.reason and NGRAM.label in d.reason
+    assert "no compatible draft" in decide([base]).reason

@@ -188,8 +188,26 @@ def print_table(result: TuneResult, out: TextIO) -> None:
         out.write(f"Profile: {result.profile_path}" + (" (reused)" if result.reused else "") + "\n")
 
 
+def check_args(args: argparse.Namespace) -> str | None:
+    """The first bad numeric option as a one-line message naming the flag, ``None`` when all are usable."""
+    import math
+
+    if not (math.isfinite(args.budget) and args.budget > 0):
+        return f"--budget {args.budget:g}: must be a positive number of seconds"
+    for flag, value, least in (("--n-predict", args.n_predict, 1), ("--repetitions", args.repetitions, 1),
+                               ("--max-prompts", args.max_prompts, 1), ("--ctx-size", args.ctx_size, 64),
+                               ("--threads", args.threads, 1)):
+        if value is not None and value < least:
+            return f"{flag} {value}: must be at least {least}"
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
-    """Entry of ``draftwise tune``; returns the exit status."""
+    """Entry of ``draftwise tune``; returns the exit status (2 for bad input, see the module docstring)."""
+    bad = check_args(args)
+    if bad is not None:
+        sys.stderr.write(f"draftwise tune: {bad}\n")
+        return 2
     progress = _Progress(sys.stderr)
     cancel = threading.Event()
     box: dict[str, Any] = {}

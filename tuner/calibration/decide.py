@@ -261,6 +261,7 @@ def decide(
     measurements: Sequence[Measurement],
     min_gain: float = MIN_GAIN,
     seed: int = 12345,
+    unmeasured: Sequence[Candidate] = (),
 ) -> Decision:
     """Pick the winner among measured candidates, or "no speculation".
 
@@ -270,6 +271,8 @@ def decide(
         min_gain: the low end of the speedup interval must exceed ``1 + min_gain`` (with a single
             repetition, the point estimate must exceed ``1 + 2 · min_gain``).
         seed: bootstrap seed (the decision is deterministic for given measurements).
+        unmeasured: speculative candidates the search skipped for lack of time (named in the reason
+            when nothing speculative was measured).
 
     Raises:
         ValueError: no successful baseline measurement.
@@ -302,6 +305,10 @@ def decide(
         why = "no speculative configuration ran correctly"
         if failed:
             why += ": " + "; ".join(f"{m.candidate.label}: {m.error}" for m in failed[:3])
+        elif unmeasured:
+            why = ("no speculative configuration was measured: the time budget was spent before "
+                   + ", ".join(c.label for c in unmeasured[:4]) + (" and others" if len(unmeasured) > 4 else "")
+                   + " (a larger budget measures them)")
         else:
             why = "no speculative configuration was available to measure (no compatible draft, no n-gram type)"
         return Decision(baseline.candidate, base_tps, base_tps, 1.0, None, None, "No speculation: " + why + ".",

@@ -79,6 +79,9 @@ def _choose_target(models_dir: Path, target: str | None) -> tuple[Any, Any, list
     from tuner.catalog.families import group_families
     from tuner.catalog.scan import scan_folder
 
+    if models_dir.is_file():
+        raise TuneError(f"--models {models_dir}: is a file; give the folder that holds it (and --target "
+                        f"{models_dir.name})", bad_input=True)
     if not models_dir.is_dir():
         raise TuneError(f"--models {models_dir}: no such folder", bad_input=True)
     models = scan_folder(models_dir)
@@ -335,7 +338,7 @@ def run_tune(
         if sup is not None:
             sup.stop(grace_s=5.0)
 
-    decision = decide(measurements, min_gain=settings.min_gain)
+    decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured)
     emit("decision", decision.reason, decision=decision)
 
     winner_cfg = candidate_config(decision.winner, target_path, n_ctx=n_ctx, threads=threads)

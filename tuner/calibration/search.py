@@ -114,6 +114,8 @@ class Search:
         self.clock = clock
         self.t0 = clock()
         self.measurements: list[Measurement] = []
+        self.unmeasured: list[Candidate] = []
+        """Candidates skipped because the time budget was spent (probe and refine stages)."""
         self.baseline_outputs: dict[tuple[int, int], str] = {}
         self.base_tps: float | None = None
         self.curves: dict[str, list[tuple[int, float, float]]] = {}
@@ -221,6 +223,7 @@ class Search:
             self._pending_s -= est
             if c is not first_draft and not self._fits(est):
                 self.emit("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
+                self.unmeasured.append(c)
                 continue
             m = self._measure(c, probe_reps, "probe")
             if m.ok and c.spec_type.startswith("draft"):
@@ -301,6 +304,7 @@ class Search:
                 continue
             if not self._fits(est):
                 self.emit("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
+                self.unmeasured.append(c)
                 continue
             self._measure(c, reps, "refine", predicted or None)
             curve = self._predict(probe)
