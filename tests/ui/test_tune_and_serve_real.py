@@ -29,6 +29,14 @@ def llama_children() -> list[psutil.Process]:
     return out
 
 
+def gone_or_zombie(proc: psutil.Process) -> bool:
+    """True when ``proc`` has exited (a zombie awaiting its parent counts as exited)."""
+    try:
+        return not proc.is_running() or proc.status() == psutil.STATUS_ZOMBIE
+    except psutil.NoSuchProcess:
+        return True
+
+
 def configure(app, models_dir, port, budget_s=60, **tune):
     c = app.controller
     c.settings = Settings(models_dir=models_dir, port=port, tune_budget_s=budget_s)
@@ -75,6 +83,7 @@ def test_tune_and_serve_then_live_graphs(make_app, qtbot, models_dir, free_port,
     assert app.tray.actions()["Stop server"].isEnabled()
     pid = info.pid
     assert pid and psutil.pid_exists(pid)
+    proc = psutil.Process(pid)
 
     # graphs receive samples from the real serving session
     switch_t = time.monotonic()
@@ -114,7 +123,7 @@ def test_tune_and_serve_then_live_graphs(make_app, qtbot, models_dir, free_port,
     # Stop server: the whole process tree goes
     app.controller.stop_server()
     qtbot.waitUntil(lambda: app.controller.state is AppState.IDLE, timeout=30_000)
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert gone_or_zombie(proc), f"llama-server pid {pid} still running"
     assert llama_children() == []
 
 
@@ -123,18 +132,18 @@ def test_cancel_mid_sweep_leaves_no_child(make_app, qtbot, models_dir, free_port
     app = make_app(tray_available=True)
     # a longer sweep (more tokens and repetitions) so Cancel lands in the middle of it
     configure(app, models_dir, free_port, budget_s=300, n_predict=256, repetitions=3, max_prompts=None)
-    seen_pids: set[int] = set()
+    seen: dict[int, psutil.Process] = {}  # Process objects: is_running() is safe against pid reuse
     kinds: list[str] = []
 
     def on_event(ev):
         kinds.append(getattr(ev, "kind", ""))
-        seen_pids.update(p.pid for p in llama_children())
+        seen.update((p.pid, p) for p in llama_children())
 
     app.controller.tune_event.connect(on_event)
     app.controller.tune_and_serve()
     qtbot.waitUntil(lambda: "measured" in kinds or "progress" in kinds, timeout=120_000)
-    seen_pids.update(p.pid for p in llama_children())
-    assert seen_pids, "no llama-server was running during the sweep"
+    seen.update((p.pid, p) for p in llama_children())
+    assert seen, "no llama-server was running during the sweep"
     app.controller.cancel()
     t0 = time.monotonic()
     qtbot.waitUntil(lambda: app.controller.state is not AppState.TUNING, timeout=60_000)
@@ -142,8 +151,8 @@ def test_cancel_mid_sweep_leaves_no_child(make_app, qtbot, models_dir, free_port
     assert app.controller.state is AppState.IDLE, (app.controller.state, app.controller.last_error, kinds)
     assert "decision" not in kinds, kinds  # it really stopped in the middle
     assert app.controller.serving is None
-    for pid in seen_pids:
-        assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    left = [p.pid for p in seen.values() if gone_or_zombie(p) is False]
+    assert left == [], f"llama-server still running after Cancel: pids {left}"
     assert llama_children() == []
 
 
@@ -158,7 +167,8 @@ def test_quit_stops_the_server(make_app, qtbot, stories260k, llama_server_bin, f
     sup = app.controller.runner.start(cfg, binary=llama_server_bin, ready_timeout_s=120)
     pid = sup.pid
     assert pid and psutil.pid_exists(pid)
+    proc = psutil.Process(pid)
     app.quit()
     assert app._quitting and exits == [0]
-    assert not psutil.pid_exists(pid) or psutil.Process(pid).status() == psutil.STATUS_ZOMBIE
+    assert gone_or_zombie(proc), f"llama-server pid {pid} still running"
     assert llama_children() == []
