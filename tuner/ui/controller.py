@@ -250,12 +250,25 @@ class AppController(QObject):
             self.status.emit("llama-server crashed; restarting")
         elif state == "ready" and prev == "starting" and getattr(change, "restart_count", 0):
             self.metrics_reset()
+            self._refresh_serving_process()
             self.notify.emit("Draftwise: llama-server restarted", f"llama-server crashed and was restarted ({change.message}).")
             self.set_state(AppState.SERVING, "llama-server restarted")
         elif state == "failed":
             msg = flow.describe_supervisor_failure(self.runner)
             self.notify.emit("Draftwise: llama-server stopped", msg)
             self.set_state(AppState.ERROR, msg)
+
+    def _refresh_serving_process(self) -> None:
+        """After a crash restart: the new llama-server's pid and command line (a fallback
+        configuration may differ) go into :attr:`serving`, and the views are told."""
+        from dataclasses import replace
+
+        sup = self.runner.supervisor
+        if self.serving is None or sup is None:
+            return
+        argv = tuple(sup.argv or ()) or self.serving.argv
+        self.serving = replace(self.serving, pid=sup.pid, argv=argv)
+        self.server_changed.emit(self.serving)
 
     def metrics_reset(self) -> None:
         """Forget the previous /metrics scrape (after a restart the counters start again)."""

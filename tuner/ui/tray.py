@@ -27,6 +27,7 @@ class Tray:
         self.show_window = show_window
         self.quit_app = quit_app
         self.available = QSystemTrayIcon.isSystemTrayAvailable()
+        self.last_notification: tuple[str, str] | None = None
         self.icon = QSystemTrayIcon(state_icon(controller.state))
         self.menu = QMenu()
         self.menu.aboutToShow.connect(self.rebuild_menu)
@@ -89,7 +90,9 @@ class Tray:
             QGuiApplication.clipboard().setText(url)
 
     def notify(self, title: str, message: str) -> None:
-        """Desktop notification through the tray (no-op without a tray)."""
+        """Desktop notification through the tray (not shown without a tray; the last one is kept
+        in :attr:`last_notification` as ``(title, message)`` either way)."""
+        self.last_notification = (title, message)
         if self.available and QSystemTrayIcon.supportsMessages():
             self.icon.showMessage(title, message, state_icon(self.controller.state), 10000)
 
