@@ -11,6 +11,8 @@ DESIGN.md "Calibration method" step 5. Stages, each candidate one server launch:
 3. ``refine``: the draft lengths predicted fastest (and predicted to beat the baseline) are measured,
    best prediction first; after each, the cost model is refitted on every measured length of that draft
    and the curve re-predicted, so a better length found by the refit is measured too.
+   Then the best measured length of each draft is measured once more with ``p_min`` > 0
+   (``SearchSettings.p_min_variant``).
 4. ``confirm`` (successive halving): the measured candidates are ranked; those slower than the
    baseline are dropped, the top half (at most ``finalists``) is measured again in interleaved rounds
    (baseline, finalist 1, finalist 2, baseline, …; one launch and one repetition each), so the
@@ -26,7 +28,7 @@ from __future__ import annotations
 import math
 import threading
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Callable, Sequence
 
 from .candidates import DRAFT_LENGTHS, Candidate, CandidatePlan
@@ -55,6 +57,10 @@ class SearchSettings:
         request_timeout_s: per-request HTTP timeout.
         loser_ratio: a probe/refine run is stopped early once its tokens/s so far fall below this
             fraction of the baseline (a clear loser; its per-position counters still feed the prediction).
+        p_min_variant: after the refine stage, the best measured draft length of each draft model is
+            measured once more with this ``--spec-draft-p-min`` (the draft stops drafting once its own
+            probability of the next token falls below it: common/speculative.cpp), which cuts wasted draft
+            tokens where acceptance falls off; ``None`` turns the variant off.
     """
 
     n_predict: int = 128
@@ -68,6 +74,7 @@ class SearchSettings:
     finalists: int = 2
     request_timeout_s: float = 300.0
     loser_ratio: float = 0.5
+    p_min_variant: float | None = 0.75
 
 
 Emit = Callable[..., None]
@@ -231,6 +238,7 @@ class Search:
         self._pending_s = 0.0
 
         self._refine(probe_reps)
+        self._p_min_variants(probe_reps)
         self._confirm()
         return list(self.measurements)
 
@@ -319,6 +327,35 @@ class Search:
                 queue.append((tps, probe, probe.with_n_max(k)))
                 queue.sort(key=lambda t: -t[0])
                 self._pending_s += self.estimate_s(tps, len(reps))
+        self._pending_s = 0.0
+
+    def _p_min_variants(self, reps: list[int]) -> None:
+        """Measure ``p_min_variant`` at the best measured draft length of each draft (budget permitting).
+
+        Only where it can matter: a draft model (or MTP) whose best length is at least 4 and that is within
+        reach of the baseline (at least ``loser_ratio`` of its tokens/s)."""
+        assert self.base_tps is not None
+        pv = self.s.p_min_variant
+        if not pv:
+            return
+        probes = [c for c in (*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp else [])) if self._runs_of(c)]
+        for probe in probes:
+            if self.cancel.is_set():
+                raise Cancelled()
+            best = max(self._runs_of(probe), key=lambda m: m.gen_tokens_per_s or 0.0)
+            n_max = best.candidate.n_max or 0
+            if n_max < 4 or (best.gen_tokens_per_s or 0.0) < self.s.loser_ratio * self.base_tps:
+                continue
+            c = replace(best.candidate, p_min=pv)
+            if any(m.candidate == c for m in self.measurements):
+                continue
+            est = self.estimate_s(best.gen_tokens_per_s, len(reps))
+            if not self._fits(est):
+                self.emit("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
+                self.unmeasured.append(c)
+                continue
+            self._pending_s = est
+            self._measure(c, reps, "refine", best.gen_tokens_per_s)
         self._pending_s = 0.0
 
     def _confirm(self) -> None:

@@ -1,0 +1,76 @@
+"""The search's stages on a scripted launch (no server): which candidates it measures, in what order.
+
+A scripted server is used here only to pin the plan logic (what gets launched); the measurement
+protocol itself is tested against the real llama-server in test_measure.py / test_tune_e2e.py.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from tuner.calibration.candidates import Candidate, CandidatePlan
+from tuner.calibration.decide import decide
+from tuner.calibration.measure import Launch
+from tuner.calibration.prompts import Prompt
+from tuner.calibration.search import Search, SearchSettings
+
+DRAFT = "/m/good.gguf"
+
+
+class _Client:
+    """Answers like llama-server for a candidate whose speed depends on n_max and p_min."""
+
+    def __init__(self, c: Candidate) -> None:
+        self.c = c
+
+    def _tps(self) -> float:
+        if self.c.is_baseline:
+            return 100.0
+        n = self.c.n_max or 16
+        gain = {4: 1.30, 8: 1.45, 16: 1.20}.get(n, 1.25)
+        return 100.0 * gain * (1.05 if self.c.p_min else 1.0)
+
+    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
+        tps = self._tps()
+        t = {"predicted_per_second": tps, "predicted_n": n_predict, "predicted_ms": (n_predict - 1) / tps * 1000}
+        if not self.c.is_baseline:
+            t.update(draft_n=n_predict, draft_n_accepted=n_predict // 2)
+        return {"content": "same text", "timings": t}
+
+    def slots(self) -> list[dict]:
+        return [{"speculative": not self.c.is_baseline}]
+
+    def metrics_text(self) -> str:
+        return ""  # no per-position counters: the search falls back to fixed lengths (4, 8)
+
+    def close(self) -> None:
+        pass
+
+
+def test_refine_measures_a_p_min_variant_of_the_best_length():
+    launched: list[Candidate] = []
+
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        launched.append(c)
+        return Launch(client=_Client(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
+
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
+    events: list[str] = []
+    search = Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600),
+                    threading.Event(), lambda kind, msg, **kw: events.append(f"{kind}: {msg}"))
+    ms = search.run()
+    labels = [c.label for c in launched]
+    variant = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=8, p_min=0.75)
+    assert variant in launched, labels
+    # Measured after the plain lengths, and only once before confirmation.
+    assert launched.index(variant) > launched.index(probe.with_n_max(8))
+    assert [m.stage for m in ms if m.candidate == variant][0] == "refine"
+    d = decide(ms)
+    assert d.winner == variant and "p_min 0.75" in d.reason
+
+    # Off switch: no p_min variant at all.
+    launched.clear()
+    Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600, p_min_variant=None),
+           threading.Event(), lambda *a, **k: None).run()
+    assert not any(c.p_min for c in launched)
