@@ -135,20 +135,29 @@ class ModelsTab(QWidget):
         in_family: set[Path] = set()
         selected_item = None
         for i, fam in enumerate(result.families, start=1):
-            members = ", ".join(_model_name(m) for m in fam.members)
-            fam_item = QTreeWidgetItem([f"Family {i}", "", "", f"shared tokenizer: {members}", ""])
+            # a model that is only ever a draft here (no drafts of its own, listed under a larger
+            # target) gets one row, as a draft: not a second "target … 0 draft candidates" row
+            draft_paths = {Path(dc.model.path) for e in fam.targets for dc in e.drafts}
+            shown = [e for e in fam.targets if e.drafts or Path(e.target.path) not in draft_paths]
+            n_t, n_d = len(shown), len(draft_paths)
+            fam_item = QTreeWidgetItem([
+                f"Family {i}", "", "",
+                f"{len(fam.members)} models with one tokenizer: {n_t} target{'s' if n_t != 1 else ''}, "
+                f"{n_d} draft{'s' if n_d != 1 else ''}", ""])
             f = fam_item.font(0)
             f.setBold(True)
             fam_item.setFont(0, f)
             self.tree.addTopLevelItem(fam_item)
-            for entry in fam.targets:
+            in_family.update(Path(m.path) for m in fam.members)
+            for entry in shown:
                 t = entry.target
                 in_family.add(Path(t.path))
                 n_drafts = len(entry.drafts)
                 details = f"{t.architecture or '?'}, {t.n_layers or '?'} layers, {t.quantization or '?'}"
                 if t.mtp_layers:
                     details += f", MTP ({t.mtp_layers} layers)"
-                details += f"; {n_drafts} draft candidate{'s' if n_drafts != 1 else ''}"
+                details += (f"; {n_drafts} draft candidate{'s' if n_drafts != 1 else ''} below" if n_drafts
+                            else "; no smaller draft: n-gram speculation only")
                 it = QTreeWidgetItem([_model_name(t), "target", human_bytes(t.size_bytes), details, str(t.path)])
                 it.setData(0, Qt.ItemDataRole.UserRole, t)
                 fam_item.addChild(it)
@@ -158,9 +167,10 @@ class ModelsTab(QWidget):
                 for dc in entry.drafts:
                     dm = dc.model
                     warn = ("; " + "; ".join(dc.warnings)) if dc.warnings else ""
-                    ch = QTreeWidgetItem(
-                        [_model_name(dm), "draft", human_bytes(dm.size_bytes), f"score {dc.score:.2f}{warn}", str(dm.path)]
-                    )
+                    ch = QTreeWidgetItem([
+                        _model_name(dm), f"draft for {_model_name(t)}", human_bytes(dm.size_bytes),
+                        f"{dm.architecture or '?'}, {dm.n_layers or '?'} layers, {dm.quantization or '?'}; "
+                        f"draft rank score {dc.score:.2f}{warn}", str(dm.path)])
                     it.addChild(ch)
                 for dm, verdict in entry.incompatible:
                     ch = QTreeWidgetItem(

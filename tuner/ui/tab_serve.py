@@ -18,6 +18,7 @@ from PySide6.QtWidgets import (
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QSizePolicy,
     QSpinBox,
     QVBoxLayout,
     QWidget,
@@ -79,6 +80,8 @@ class ServeTab(QWidget):
         self.error_label.setStyleSheet("color: #b91c1c")
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         form.addRow("", self.error_label)
+        self._status_form = form
+        form.setRowVisible(self.error_label, False)  # no empty row under the buttons until a failure
         lay.addWidget(status)
 
         lay.addWidget(self._settings_box())
@@ -99,8 +102,13 @@ class ServeTab(QWidget):
 
         controller.state_changed.connect(lambda _s: self.refresh())
         controller.server_changed.connect(lambda _i: self.refresh())
-        controller.error.connect(self.error_label.setText)
+        controller.error.connect(self.show_error)
         self.refresh()
+
+    def show_error(self, text: str) -> None:
+        """Show a failure under the Start/Stop buttons (the row is hidden while there is none)."""
+        self.error_label.setText(text)
+        self._status_form.setRowVisible(self.error_label, bool(text))
 
     # ------------------------------------------------------------------ settings
     def _settings_box(self) -> QGroupBox:
@@ -110,6 +118,8 @@ class ServeTab(QWidget):
         self.port_spin = QSpinBox()
         self.port_spin.setRange(1, 65535)
         self.port_spin.setValue(st.port)
+        self.port_spin.setMinimumWidth(self.port_spin.fontMetrics().horizontalAdvance("655350") + 40)
+        self.port_spin.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.port_spin.editingFinished.connect(self._save_port)
         form.addRow("Port:", self.port_spin)
         self.lan_check = QCheckBox("Expose on the local network (listen on 0.0.0.0; needs an API key)")
@@ -233,7 +243,7 @@ class ServeTab(QWidget):
             self.endpoint_edit.setText(info.endpoint_url)
             self.cmd_edit.setText(shlex.join(info.argv))
             self.cmd_edit.setCursorPosition(0)
-            self.error_label.setText("")
+            self.show_error("")
         else:
             self.model_label.setText("—")
             self.endpoint_edit.setText("")
