@@ -215,3 +215,15 @@ def test_nothing_measured_for_lack_of_time_says_so():
     d = decide([base], unmeasured=[NGRAM])
     assert d.no_speculation and "time budget" in d.reason and NGRAM.label in d.reason
     assert "no compatible draft" in decide([base]).reason
+
+
+def test_a_winner_whose_output_differs_says_where():
+    from tuner.calibration.results import Divergence
+
+    base = m(BASE, [240.0, 236.0, 244.0])
+    good = m(GOOD, [330.0, 338.0, 325.0], acceptance=0.64)
+    good = Measurement(GOOD, samples=good.samples, speculative_active=True, lossless=False,
+                       divergences=(Divergence(8, 2, 238), Divergence(3, 2, 40)))
+    d = decide([base, good])
+    assert d.winner == GOOD and d.lossless is False
+    assert "prompt 9, repetition 3, character 238" in d.reason and "1 more request differed" in d.reason

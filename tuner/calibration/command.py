@@ -128,6 +128,7 @@ def result_to_json(result: TuneResult) -> dict[str, Any]:
             "acceptance": m.get("acceptance"),
             "speculative_active": m.get("speculative_active"),
             "lossless": m.get("lossless"),
+            "divergences": m.get("divergences") or [],
             "error": m.get("error"),
         }
         for m in ms
@@ -165,9 +166,14 @@ def print_table(result: TuneResult, out: TextIO) -> None:
     out.write(f"{'configuration':<46} {'stage':<8} {'tokens/s':>9} {'accept':>7} {'lossless':>8}  note\n")
     for m in rows:
         lossless = "-" if m["lossless"] is None else ("yes" if m["lossless"] else "differs")
+        note = m["error"] or ""
+        if not note and m["divergences"]:
+            first = m["divergences"][0]
+            note = (f"first differs at prompt {first['prompt_index'] + 1}, repetition {first['repetition'] + 1}, "
+                    f"character {first['char_offset']}")
         acc = "-" if m["acceptance"] is None else f"{100 * m['acceptance']:.0f} %"
         out.write(f"{(m['label'] or '')[:46]:<46} {(m['stage'] or ''):<8} {_fmt(m['gen_tokens_per_s'], '9.1f')} "
-                  f"{acc:>7} {lossless:>8}  {m['error'] or ''}\n")
+                  f"{acc:>7} {lossless:>8}  {note}\n")
     d = result.decision
     if d is not None:
         out.write("\n")

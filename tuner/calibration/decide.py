@@ -253,6 +253,24 @@ def break_even_acceptance(m: Measurement, baseline_gen_tokens_per_s: float) -> f
     return max(0.0, (baseline_gen_tokens_per_s * t_step - 1.0) / d)
 
 
+def divergence_text(m: Measurement) -> str:
+    """Where ``m``'s output first differed from the baseline's, in words (empty when it never did).
+
+    The first divergence in measurement order, 1-based prompt and repetition numbers, 0-based character
+    offset in the generated text. On CPUs and GPUs the target's batched verification of drafted tokens
+    can flip a near-tie of the greedy choice, so this is reported, not treated as a failure (DESIGN.md
+    "Calibration method" step 4).
+    """
+    if not m.divergences:
+        return ""
+    d = m.divergences[0]
+    more = len(m.divergences) - 1
+    return (f"Its output first differed from the target alone's at prompt {d.prompt_index + 1}, repetition "
+            f"{d.repetition + 1}, character {d.char_offset}"
+            + (f" ({more} more request{'s' if more != 1 else ''} differed)" if more else "")
+            + "; batched verification can flip a near-tie of the greedy choice")
+
+
 def _fmt_pct(x: float | None) -> str:
     return "unknown" if x is None else f"{100 * x:.0f} %"
 
@@ -341,6 +359,8 @@ def decide(
         if acc is not None:
             reason += f", draft acceptance {_fmt_pct(acc)}"
         reason += "."
+        if w.divergences:
+            reason += " " + divergence_text(w) + "."
         return Decision(
             winner=w.candidate,
             gen_tokens_per_s=w.gen_tokens_per_s,
@@ -451,6 +471,7 @@ __all__ = [
     "MIN_GAIN",
     "break_even_acceptance",
     "decide",
+    "divergence_text",
     "per_category",
     "speedup_interval",
 ]
