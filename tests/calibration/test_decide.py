@@ -227,3 +227,17 @@ def test_a_winner_whose_output_differs_says_where():
     d = decide([base, good])
     assert d.winner == GOOD and d.lossless is False
     assert "prompt 9, repetition 3, character 238" in d.reason and "1 more request differed" in d.reason
+
+
+def test_a_single_fast_repetition_does_not_beat_a_confirmed_winner():
+    # Recorded on the 256-wide family under load: the baseline slowed down in repetition 2; ngram-mod ran
+    # once (repetition 0, next to a 1088 tokens/s baseline), the good draft in repetitions 0, 2 and 3.
+    base = Measurement(BASE, samples=synthetic_samples([1088.0, 840.0, 577.0, 963.0]))
+    good = Measurement(GOOD, samples=tuple(
+        Sample(0, None, r, v, None, 128, 127 / v * 1000, 100, 60) for r, v in ((0, 1518.8), (2, 1066.5), (3, 1366.7))
+    ), speculative_active=True)
+    ngram = Measurement(NGRAM, samples=synthetic_samples([1336.7], acceptance=1.0), speculative_active=True)
+    sp, lo, hi = speedup_interval(ngram, base)
+    assert sp == pytest.approx(1336.7 / 1088.0, rel=1e-3) and lo is None and hi is None
+    d = decide([base, good, ngram])
+    assert d.winner == GOOD, d.reason

@@ -183,7 +183,8 @@ def speedup_interval(
 ) -> tuple[float, float | None, float | None]:
     """Speedup over the baseline and its bootstrap confidence interval.
 
-    Paired when the two share at least two repetition ids (the search measures each repetition of a
+    A single candidate repetition with a baseline repetition of the same id is compared with that one
+    (ratio of the pair, no interval). Paired when the two share at least two repetition ids (the search measures each repetition of a
     finalist next to a baseline repetition with the same prompts, so slow drift of the machine's load
     cancels): the speedup is the median of the per-repetition ratios, and the interval the percentile
     interval of that median over pairs resampled with replacement. Otherwise unpaired: ratio of the
@@ -208,6 +209,11 @@ def speedup_interval(
         meds = [statistics.median([rng.choice(pairs) for _ in pairs]) for _ in range(rounds)]
         lo, hi = _percentiles(meds, level)
         return point, lo, hi
+    if len(cr) == 1 and len(shared) == 1:
+        # One candidate repetition next to a baseline repetition of the same requests: compare like with
+        # like (not with the baseline's median over other repetitions); one pair gives no noise estimate.
+        (k,) = shared
+        return cr[k] / br[k], None, None
     c = list(cr.values())
     b = list(br.values())
     point = statistics.median(c) / statistics.median(b)
@@ -287,7 +293,8 @@ def decide(
         measurements: every measurement of the sweep; launches of the same candidate are pooled.
             Exactly one candidate must be the baseline (``spec_type == "none"``).
         min_gain: the low end of the speedup interval must exceed ``1 + min_gain`` (with a single
-            repetition, the point estimate must exceed ``1 + 2 · min_gain``).
+            repetition, the point estimate must exceed ``1 + 2 · min_gain``). Among those that clear the
+            bar, candidates measured in two or more repetitions are preferred to single-repetition ones.
         seed: bootstrap seed (the decision is deterministic for given measurements).
         unmeasured: speculative candidates the search skipped for lack of time (named in the reason
             when nothing speculative was measured).
@@ -348,6 +355,11 @@ def decide(
         return lo > 1.0 + min_gain and sp > 1.0 + min_gain
 
     winners = [t for t in scored if clears(t[0], t[1])]
+    # A candidate measured in several repetitions (a finalist of the confirmation rounds) is preferred to
+    # one measured once: a single fast repetition is not evidence enough to beat a confirmed speedup.
+    confirmed = [t for t in winners if t[3].repetitions >= 2]
+    if confirmed:
+        winners = confirmed
     if winners:
         sp, lo, hi, w = winners[0]
         acc = w.acceptance
