@@ -5,7 +5,7 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
-from PySide6.QtGui import QColor, QFont
+from PySide6.QtGui import QColor, QFont, QFontMetrics
 
 # antialiasing makes software-rendered plots ~15x slower to paint (470 ms vs 33 ms for the four Monitor
 # plots at 600 points each, measured offscreen): lines stay crisp enough without it.
@@ -89,6 +89,26 @@ def chart_label(label: str) -> str:
     return label
 
 
+def tick_text(label: str, room: int) -> str:
+    """``label`` in at most two lines of about ``room`` characters (broken at a space: the draft's
+    name over its ``n_max``), elided with "…" only when a single word is longer than a line."""
+    if len(label) <= room:
+        return label
+    if " n_max " in label:  # the draft over its draft length
+        head, _sep, tail = label.rpartition(" n_max ")
+        return "\n".join(ln if len(ln) <= room else ln[: room - 1] + "…" for ln in (head, f"n_max {tail}"))
+    lines: list[str] = []
+    for word in label.split(" "):
+        if lines and len(lines[-1]) + 1 + len(word) <= room:
+            lines[-1] += " " + word
+        else:
+            lines.append(word)
+    lines = [ln if len(ln) <= room else ln[: room - 1] + "…" for ln in lines]
+    if len(lines) > 2:
+        lines = [lines[0], (" ".join(lines[1:]))[: room - 1] + "…"]
+    return "\n".join(lines)
+
+
 class CandidateChart(pg.PlotWidget):
     """Bar chart of each candidate's generation tokens/s with a dashed baseline line; the bar label
     shows the candidate and its acceptance rate."""
@@ -132,19 +152,22 @@ class CandidateChart(pg.PlotWidget):
         if base is not None:
             self._baseline.setValue(base)
         ticks = []
+        room = max(12, int(110 / max(1, len(rows))))  # characters that fit under one bar
         font = QFont()
         font.setPointSizeF(8)
         for x, (label, tps, acc, is_base) in zip(xs, rows):
             label = chart_label(label)
-            room = max(14, int(110 / max(1, len(rows))))  # characters that fit under one bar
-            short = label if len(label) <= room else label[: room - 1] + "…"
-            ticks.append((x, short))
+            ticks.append((x, tick_text(label, room)))
             txt = f"{tps:.0f} tok/s" + (f"\n{acc:.0%} acc." if acc is not None else "")
             t = pg.TextItem(txt, color="#111827", anchor=(0.5, 1.0))
             t.setFont(font)
             t.setPos(x, tps)
             self.addItem(t)
             self._labels.append(t)
-        self.getAxis("bottom").setTicks([ticks])
+        axis = self.getAxis("bottom")
+        axis.setTicks([ticks])
+        n_lines = max(t[1].count("\n") + 1 for t in ticks)
+        line_px = QFontMetrics(axis.style.get("tickFont") or QFont()).height()
+        axis.setHeight(int(line_px * (n_lines + 1) + 8))  # tick lines and the axis label, unclipped
         self.setXRange(-0.6, len(rows) - 0.4, padding=0)
         self.setYRange(0, max(hs) * 1.3 if max(hs) > 0 else 1, padding=0)

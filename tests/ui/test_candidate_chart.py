@@ -1,0 +1,45 @@
+"""Candidate chart labels are not clipped: long candidate names go on two lines (the draft over its
+n_max) instead of being cut with "…", and the axis is tall enough for them."""
+
+from __future__ import annotations
+
+import pytest
+
+pytestmark = [pytest.mark.gui]
+
+ROWS = [
+    ("no speculation", 46.0, None, True),
+    ("draft-simple draft-good.gguf n_max 4", 91.0, 0.81, False),
+    ("draft-simple draft-good.gguf n_max 3", 87.0, 0.85, False),
+    ("ngram-mod", 66.0, 0.89, False),
+    ("draft-simple draft-good.gguf n_max 16", 61.0, 0.57, False),
+    ("draft-simple draft-unrelated.gguf n_max 16", 7.0, 0.0, False),
+]
+
+
+def test_six_candidates_keep_whole_names(qtbot):
+    from PySide6.QtGui import QFontMetrics
+
+    from tuner.ui.graphs import CandidateChart
+
+    chart = CandidateChart()
+    qtbot.addWidget(chart)
+    chart.resize(1060, 500)
+    chart.set_rows(ROWS)
+    axis = chart.getAxis("bottom")
+    texts = [t for _x, t in axis._tickLevels[0]]
+    assert texts[0] == "no speculation"
+    assert "draft-unrelated\nn_max 16" in texts and "draft-good\nn_max 16" in texts, texts
+    assert not any("…" in t for t in texts), texts
+    line_px = QFontMetrics(axis.style.get("tickFont") or chart.font()).height()
+    assert axis.minimumHeight() >= 3 * line_px  # two tick lines and the axis label
+
+
+def test_short_rows_stay_on_one_line(qtbot):
+    from tuner.ui.graphs import CandidateChart
+
+    chart = CandidateChart()
+    qtbot.addWidget(chart)
+    chart.set_rows(ROWS[:2])
+    texts = [t for _x, t in chart.getAxis("bottom")._tickLevels[0]]
+    assert texts == ["no speculation", "draft-good n_max 4"]
