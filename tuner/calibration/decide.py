@@ -59,6 +59,8 @@ class BreakEven:
             return f"{acc}, would not pay even at 100 % acceptance"
         if self.break_even_acceptance is None:
             return f"{acc}, break-even unknown"
+        if self.break_even_acceptance < 0.005:
+            return f"{acc}, break-even 0 % (its verification steps cost no more than the baseline's tokens)"
         return f"{acc}, break-even {_fmt_pct(self.break_even_acceptance)}"
 
     def to_json(self) -> dict[str, Any]:
@@ -408,7 +410,7 @@ def decide(
         reason += f"; it reached {_fmt_pct(acc)} draft acceptance"
         if be is not None and be.never_pays:
             reason += ", and even 100 % acceptance would not pay on this machine"
-        elif be is not None and be.break_even_acceptance is not None:
+        elif be is not None and be.break_even_acceptance is not None and be.break_even_acceptance >= 0.005:
             reason += f", break-even on this machine is about {_fmt_pct(be.break_even_acceptance)}"
     reason += "."
     return Decision(
