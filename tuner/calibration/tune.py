@@ -150,7 +150,9 @@ def tune(
         force: re-tune even when a fresh profile exists.
         on_event: callback receiving :class:`TuneEvent`s (on the calling thread).
         cancel: set it to stop; see the module docstring.
-        server: llama-server path (``None`` = ``tuner.server.discovery.find_server``).
+        server: llama-server path, used as is (``tuner.server.discovery.find_named_server``: a missing
+            or non-executable path raises :class:`TuneError` naming ``--server``, never a fallback);
+            ``None`` = discovered (``tuner.server.discovery.find_server``).
         store: profile store (``None`` = the default folder).
         n_predict: generated tokens per request (fixed; greedy decoding).
         repetitions: repetitions per prompt for finalists (probes use fewer).
@@ -163,7 +165,8 @@ def tune(
 
     Raises:
         TuneError: no LLM in the folder, target not found, llama-server not found, or the baseline
-            itself cannot run (with the server's diagnosis as evidence).
+            itself cannot run (with the server's diagnosis as evidence); ``bad_input`` tells the first
+            three (the user's input) from the last.
         PromptFileError: the prompt file is unusable (names file and line).
     """
     from .engine import run_tune  # the implementation (search + I/O)
