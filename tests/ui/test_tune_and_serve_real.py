@@ -77,8 +77,8 @@ def test_tune_and_serve_then_live_graphs(make_app, qtbot, models_dir, free_port,
     info = app.controller.serving
     assert info.endpoint_url == f"http://127.0.0.1:{free_port}/v1"
     assert w.serve_tab.endpoint_edit.text() == info.endpoint_url
-    assert f"--port {free_port}" in w.serve_tab.cmd_edit.text()
-    assert "--metrics" in w.serve_tab.cmd_edit.text()
+    assert f"--port {free_port}" in w.serve_tab.cmd_edit.toPlainText()
+    assert "--metrics" in w.serve_tab.cmd_edit.toPlainText()
     app.tray.menu.aboutToShow.emit()
     assert app.tray.actions()["Stop server"].isEnabled()
     pid = info.pid

@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
-from PySide6.QtGui import QFontDatabase, QGuiApplication
+from PySide6.QtGui import QFontDatabase, QFontMetrics, QGuiApplication, QTextOption
 from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
@@ -57,14 +57,17 @@ class ServeTab(QWidget):
         ep.addWidget(self.copy_url_btn)
         form.addRow("Endpoint:", ep)
         cmd = QHBoxLayout()
-        self.cmd_edit = QLineEdit()
+        # the whole command line, wrapped (a one-line box would hide most of it)
+        self.cmd_edit = QPlainTextEdit()
         self.cmd_edit.setReadOnly(True)
         self.cmd_edit.setFont(mono)
+        self.cmd_edit.setWordWrapMode(QTextOption.WrapMode.WrapAtWordBoundaryOrAnywhere)
+        self.cmd_edit.setFixedHeight(QFontMetrics(mono).lineSpacing() * 3 + 12)
         self.cmd_edit.setPlaceholderText("the llama-server command line appears here")
         cmd.addWidget(self.cmd_edit, 1)
         self.copy_cmd_btn = QPushButton("Copy command")
-        self.copy_cmd_btn.clicked.connect(lambda: self._copy(self.cmd_edit.text()))
-        cmd.addWidget(self.copy_cmd_btn)
+        self.copy_cmd_btn.clicked.connect(lambda: self._copy(self.cmd_edit.toPlainText()))
+        cmd.addWidget(self.copy_cmd_btn, 0, Qt.AlignmentFlag.AlignTop)
         form.addRow("Command:", cmd)
         btns = QHBoxLayout()
         self.start_btn = QPushButton("Start server")
@@ -156,17 +159,24 @@ class ServeTab(QWidget):
         self.settings_msg = QLabel()
         self.settings_msg.setWordWrap(True)
         form.addRow("", self.settings_msg)
+        self._settings_form = form
+        form.setRowVisible(self.settings_msg, False)  # shown with the first message
         return box
+
+    def _set_settings_msg(self, text: str) -> None:
+        """Show a settings message (its row is hidden while there is none)."""
+        self.settings_msg.setText(text)
+        self._settings_form.setRowVisible(self.settings_msg, bool(text))
 
     def _save(self, **changes) -> bool:
         try:
             self.controller.update_settings(self.controller.settings.replace(**changes))
         except Exception as exc:
             self.settings_msg.setStyleSheet("color: #b91c1c")
-            self.settings_msg.setText(str(exc))
+            self._set_settings_msg(str(exc))
             return False
         self.settings_msg.setStyleSheet("color: #15803d")
-        self.settings_msg.setText("Saved. Changes apply the next time the server starts.")
+        self._set_settings_msg("Saved. Changes apply the next time the server starts.")
         return True
 
     def _save_port(self) -> None:
@@ -203,7 +213,7 @@ class ServeTab(QWidget):
         try:
             return settings_mod.read_api_key()
         except settings_mod.SettingsError as exc:
-            self.settings_msg.setText(str(exc))
+            self._set_settings_msg(str(exc))
             return None
 
     def _show_key_state(self) -> None:
@@ -216,7 +226,7 @@ class ServeTab(QWidget):
         self.key_edit.setText(key)
         self.copy_key_btn.setEnabled(True)
         self.settings_msg.setStyleSheet("")
-        self.settings_msg.setText(
+        self._set_settings_msg(
             "Copy this key now: it is shown only once. Clients send it as “Authorization: Bearer <key>”."
         )
         return key
@@ -241,8 +251,7 @@ class ServeTab(QWidget):
         if info is not None:
             self.model_label.setText(f"{info.model_name} — {info.spec_label}")
             self.endpoint_edit.setText(info.endpoint_url)
-            self.cmd_edit.setText(shlex.join(info.argv))
-            self.cmd_edit.setCursorPosition(0)
+            self.cmd_edit.setPlainText(shlex.join(info.argv))
             self.show_error("")
         else:
             self.model_label.setText("—")
@@ -250,7 +259,7 @@ class ServeTab(QWidget):
         self.start_btn.setEnabled(info is None and c.state is not AppState.TUNING)
         self.stop_btn.setEnabled(info is not None)
         self.copy_url_btn.setEnabled(info is not None)
-        self.copy_cmd_btn.setEnabled(bool(self.cmd_edit.text()))
+        self.copy_cmd_btn.setEnabled(bool(self.cmd_edit.toPlainText()))
 
     def refresh_log(self) -> None:
         """Append new llama-server log lines (reads the supervisor's in-memory tail)."""
