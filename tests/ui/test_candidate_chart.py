@@ -14,10 +14,11 @@ ROWS = [
     ("ngram-mod", 66.0, 0.89, False),
     ("draft-simple draft-good.gguf n_max 16", 61.0, 0.57, False),
     ("draft-simple draft-unrelated.gguf n_max 16", 7.0, 0.0, False),
+    ("draft-simple draft-good.gguf n_max 4 p_min 0.5", 56.0, 1.0, False),
 ]
 
 
-def test_six_candidates_keep_whole_names(qtbot):
+def test_seven_candidates_keep_whole_names(qtbot):
     from PySide6.QtGui import QFontMetrics
 
     from tuner.ui.graphs import CandidateChart
@@ -29,7 +30,7 @@ def test_six_candidates_keep_whole_names(qtbot):
     axis = chart.getAxis("bottom")
     texts = [t for _x, t in axis._tickLevels[0]]
     assert texts[0] == "no speculation"
-    assert "draft-unrelated\nn_max 16" in texts and "draft-good\nn_max 16" in texts, texts
+    assert "draft-unrelated\nn_max 16" in texts and "draft-good\nn_max 4 p_min 0.5" in texts, texts
     assert not any("…" in t for t in texts), texts
     line_px = QFontMetrics(axis.style.get("tickFont") or chart.font()).height()
     assert axis.minimumHeight() >= 3 * line_px  # two tick lines and the axis label
@@ -43,3 +44,18 @@ def test_short_rows_stay_on_one_line(qtbot):
     chart.set_rows(ROWS[:2])
     texts = [t for _x, t in chart.getAxis("bottom")._tickLevels[0]]
     assert texts == ["no speculation", "draft-good n_max 4"]
+
+
+def test_winner_is_marked_chosen(qtbot):
+    from tuner.ui.graphs import WINNER_COLOR, CandidateChart
+
+    chart = CandidateChart()
+    qtbot.addWidget(chart)
+    chart.set_rows(ROWS, winner="draft-simple draft-good.gguf n_max 4")
+    brushes = chart._bars.opts["brushes"]
+    assert [b == WINNER_COLOR for b in brushes] == [False, True, False, False, False, False, False], brushes
+    texts = [t.toPlainText() for t in chart._labels]
+    assert [t.startswith("chosen") for t in texts] == [False, True, False, False, False, False, False], texts
+    chart.set_rows(ROWS, winner=None)  # "no speculation": nothing is marked
+    assert WINNER_COLOR not in chart._bars.opts["brushes"]
+    assert not any(t.toPlainText().startswith("chosen") for t in chart._labels)

@@ -109,6 +109,10 @@ def tick_text(label: str, room: int) -> str:
     return "\n".join(lines)
 
 
+#: Bar colour of the candidate the decision chose.
+WINNER_COLOR = "#16a34a"
+
+
 class CandidateChart(pg.PlotWidget):
     """Bar chart of each candidate's generation tokens/s with a dashed baseline line; the bar label
     shows the candidate and its acceptance rate."""
@@ -129,10 +133,13 @@ class CandidateChart(pg.PlotWidget):
         self.addItem(self._baseline)
         self._labels: list[pg.TextItem] = []
         self.rows: list[tuple[str, float, float | None, bool]] = []
+        self.winner: str | None = None
 
-    def set_rows(self, rows: list[tuple[str, float, float | None, bool]]) -> None:
-        """``rows``: (label, gen tokens/s, acceptance 0..1 or None, is_baseline)."""
+    def set_rows(self, rows: list[tuple[str, float, float | None, bool]], winner: str | None = None) -> None:
+        """``rows``: (label, gen tokens/s, acceptance 0..1 or None, is_baseline); ``winner``: the
+        label of the chosen speculative candidate (drawn green, marked "chosen"), None for none."""
         self.rows = list(rows)
+        self.winner = winner
         if self._bars is not None:
             self.removeItem(self._bars)
         for t in self._labels:
@@ -144,7 +151,7 @@ class CandidateChart(pg.PlotWidget):
             return
         xs = list(range(len(rows)))
         hs = [r[1] for r in rows]
-        brushes = ["#9ca3af" if r[3] else PALETTE[0] for r in rows]
+        brushes = ["#9ca3af" if r[3] else WINNER_COLOR if r[0] == winner else PALETTE[0] for r in rows]
         self._bars = pg.BarGraphItem(x=xs, height=hs, width=0.6, brushes=brushes)
         self.addItem(self._bars)
         base = next((r[1] for r in rows if r[3]), None)
@@ -152,13 +159,15 @@ class CandidateChart(pg.PlotWidget):
         if base is not None:
             self._baseline.setValue(base)
         ticks = []
-        room = max(12, int(110 / max(1, len(rows))))  # characters that fit under one bar
+        room = max(12, int(150 / max(1, len(rows))))  # characters that fit under one bar
         font = QFont()
         font.setPointSizeF(8)
         for x, (label, tps, acc, is_base) in zip(xs, rows):
             label = chart_label(label)
             ticks.append((x, tick_text(label, room)))
             txt = f"{tps:.0f} tok/s" + (f"\n{acc:.0%} acc." if acc is not None else "")
+            if winner is not None and label == chart_label(winner) and not is_base:
+                txt = "chosen\n" + txt
             t = pg.TextItem(txt, color="#111827", anchor=(0.5, 1.0))
             t.setFont(font)
             t.setPos(x, tps)

@@ -160,4 +160,9 @@ class TuneTab(QWidget):
             if d.gen_tokens_per_s and win in self.results and win != base_label:
                 old = self.results[win]
                 self.results[win] = (win, d.gen_tokens_per_s, old[2], False)
-        self.chart.set_rows(sorted(self.results.values(), key=lambda r: (not r[3], -r[1])))
+        win_label = None
+        if d is not None and d.winner is not None and d.winner.label in self.results:
+            win_label = d.winner.label if not self.results[d.winner.label][3] else None
+        # baseline first, then the chosen candidate, then the rest by speed
+        self.chart.set_rows(sorted(self.results.values(), key=lambda r: (not r[3], r[0] != win_label, -r[1])),
+                            winner=win_label)
