@@ -154,3 +154,54 @@ def test_a_named_server_that_is_missing_is_an_error(tmp_path: Path, capsys, stor
     rc = cli_main(["doctor", "--no-self-test", "--server", str(gone)])
     out = capsys.readouterr().out
     assert rc == 2 and "NOT FOUND" in out and str(gone) in out
+
+
+# --- LAN exposure needs an API key (issue 6) -------------------------------------------------------
+
+@pytest.mark.parametrize("host", ["0.0.0.0", "::", "192.168.1.20", "myhost.lan"])
+def test_serve_refuses_a_network_host_without_an_api_key(host: str, capsys, fake_server_bin: Path,
+                                                         stories260k_session: Path) -> None:
+    rc = cli_main(["serve", "--target", str(stories260k_session), "--host", host, "--server", str(fake_server_bin)])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and len(err) == 1 and "--host" in err[0] and "--api-key" in err[0]
+
+
+def test_loopback_hosts_need_no_key() -> None:
+    from tuner.server.command import _api_key_for, is_loopback_host
+
+    assert is_loopback_host("127.0.0.1") and is_loopback_host("::1") and is_loopback_host("localhost")
+    assert not is_loopback_host("0.0.0.0") and not is_loopback_host("10.0.0.1")
+    assert _api_key_for("127.0.0.1", None) is None
+    assert _api_key_for("0.0.0.0", "k1") == "k1"
+
+
+def test_serve_uses_the_stored_key_for_a_network_host(stories260k_session: Path, fake_server_bin: Path) -> None:
+    import argparse
+
+    from tuner import settings
+    from tuner.server.command import config_from_args
+
+    key = settings.generate_api_key()  # under the test's private DRAFTWISE_HOME
+    ns = argparse.Namespace(models=None, target=str(stories260k_session), draft=None, spec_type=None, port=None,
+                            host="0.0.0.0", n_max=None, ngl=None, draft_ngl=None, n_ctx=None, api_key=None)
+    assert config_from_args(ns).api_key == key
+
+
+def test_serve_on_all_interfaces_prints_the_bound_address(tmp_path: Path, fake_server_bin: Path,
+                                                          stories260k_session: Path) -> None:
+    m = tmp_path / "t.gguf"
+    shutil.copyfile(stories260k_session, m)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "tuner.cli", "serve", "--target", str(m), "--host", "0.0.0.0",
+                          "--api-key", "s3cret-key", "--server", str(fake_server_bin)],
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+    try:
+        endpoint = p.stdout.readline().strip()
+        assert endpoint.startswith("http://0.0.0.0:") and endpoint.endswith("/v1")
+        p.send_signal(signal.SIGTERM)
+        assert p.wait(30) == 0
+        err = p.stderr.read()
+        assert "--api-key <api key>" in err and "s3cret-key" not in err
+    finally:
+        if p.poll() is None:
+            p.kill()

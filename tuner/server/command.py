@@ -47,7 +47,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n-max", type=int, help="draft length n_max")
     p.add_argument("--models", help="models folder that was tuned: serve its saved profile")
     p.add_argument("--port", type=int, help="TCP port (default: a free one)")
-    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1)")
+    p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1); any other address "
+                   "exposes the server on the network and needs an API key")
+    p.add_argument("--api-key", default=None, help="API key clients must send (llama-server --api-key); "
+                   "default for a non-loopback --host: the key stored by the app (Settings)")
     p.add_argument("--ctx", type=int, dest="n_ctx", help="context size n_ctx")
     p.add_argument("--ngl", help="target GPU layers (number, auto or all)")
     p.add_argument("--draft-ngl", help="draft GPU layers (number, auto or all)")
@@ -110,6 +113,47 @@ def _check_model_file(path: Path, role: str) -> None:
         raise ValueError(f"{role} model {exc}") from None
 
 
+def is_loopback_host(host: str) -> bool:
+    """True when ``host`` only accepts connections from this machine (``127.0.0.0/8``, ``::1``,
+    ``localhost``). ``0.0.0.0``, ``::``, LAN addresses and other host names are not."""
+    import ipaddress
+
+    h = host.strip().strip("[]")
+    if h.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(h).is_loopback
+    except ValueError:
+        return False
+
+
+def _api_key_for(host: str, given: str | None) -> str | None:
+    """The key to pass as ``--api-key``: ``given`` (``--api-key``), else for a non-loopback host the
+    key stored by the app (:func:`tuner.settings.read_api_key`). Issue 6: exposing the server on the
+    LAN requires an API key.
+
+    Raises:
+        ValueError: non-loopback ``--host`` with no key (message names ``--host`` and ``--api-key``),
+            an empty ``--api-key``, or an unreadable stored key.
+    """
+    if given is not None:
+        if not given.strip():
+            raise ValueError("--api-key must not be empty")
+        return given.strip()
+    if is_loopback_host(host):
+        return None
+    from tuner.settings import SettingsError, read_api_key
+
+    try:
+        key = read_api_key()
+    except SettingsError as exc:
+        raise ValueError(f"--host {host} needs an API key, and the stored one is unusable: {exc}") from None
+    if key is None:
+        raise ValueError(f"--host {host} exposes the server beyond this machine: give --api-key KEY "
+                         "(or generate a key in the app's settings), or use --host 127.0.0.1")
+    return key
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The :class:`ServerConfig` a ``serve`` command line asks for.
 
@@ -127,6 +171,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             over["port"] = args.port
         if args.host:
             over["host"] = args.host
+        key = _api_key_for(args.host or cfg.host, getattr(args, "api_key", None))
+        if key is not None:
+            over["api_key"] = key
         if over:
             from dataclasses import replace
 
@@ -156,6 +203,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         n_parallel=1 if speculative else None,
         host=args.host or "127.0.0.1",
         port=args.port,
+        api_key=_api_key_for(args.host or "127.0.0.1", getattr(args, "api_key", None)),
     )
 
 
@@ -189,7 +237,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if ch.state == ServerState.FAILED and ch.previous != ServerState.STARTING:
             done.set()
         if ch.state == ServerState.READY:
-            print(f"{ch.base_url}/v1", flush=True)
+            url = bound_url(cfg.host, ch.base_url)
+            print(f"{url}/v1", flush=True)
+            if not is_loopback_host(cfg.host):
+                _err(f"listening on {url} (reachable from the network; clients must send the API key); "
+                     f"from this machine: {ch.base_url}/v1")
 
     sup.on_state(on_state)
     prev = {}
@@ -199,7 +251,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     _err(f"llama-server: {binary.path} (build {binary.build or 'unknown'}, {sup.dialect.spec_style} flags)")
     try:
         sup.start(cfg, startup_timeout_s=args.ready_timeout)
-        _err("argv: " + " ".join(sup.argv or []))
+        shown = ["<api key>" if cfg.api_key and a == cfg.api_key else a for a in (sup.argv or [])]
+        _err("argv: " + " ".join(shown))
         sup.wait_ready()
         while not done.wait(0.5):
             if sup.state == ServerState.FAILED:
@@ -221,6 +274,16 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _print_diagnosis(sup.diagnosis, sup)
     sup.stop()
     return 1 if failed else 0
+
+
+def bound_url(host: str, base_url: str | None) -> str:
+    """``http://HOST:PORT`` with the address the server is bound to (``--host``), not the loopback
+    address the supervisor connects to; the port is taken from ``base_url`` (``http://h:port``)."""
+    port = (base_url or "").rsplit(":", 1)[-1]
+    h = host.strip()
+    if ":" in h and not h.startswith("["):
+        h = f"[{h}]"
+    return f"http://{h}:{port}"
 
 
 def _print_diagnosis(diag: Any, sup: Supervisor | None) -> None:
