@@ -6,8 +6,8 @@ Usage (needs Xvfb, trayer, imagemagick's ``import``, xdotool and the real llama-
     python docs/screenshots/capture.py --scale 1  # only one
 
 It generates a synthetic family (tests/synth.py: a target, a good draft, an unrelated draft;
-eps 0.02 and one llama-server thread, so that the good draft really wins), adds the demo model
-(a target without a draft) and a truncated (broken) copy, runs the real "Tune & serve", puts
+eps 0.02 and one llama-server thread, so that the good draft really wins) and a truncated
+(broken) copy, runs the real "Tune & serve", puts
 light load on the server for a while so the Monitor graphs have data, and writes
 ``<tab>.png`` / ``<tab>@2x.png`` here.
 """
@@ -121,7 +121,6 @@ def make_models(folder: Path) -> None:
     # eps 0.02: the good draft agrees with the target often enough that speculation wins on one
     # CPU thread (about 1.5x on the 2-core build machine), so the Tune shot shows a speedup decision
     make_family(folder, draft_layers=2, eps=0.02)
-    shutil.copy(REPO / "resources" / "demo" / "stories260K.gguf", folder / "stories260K.gguf")  # a target without a draft
     corrupt_copy(folder / "draft-good.gguf", folder / "half-downloaded.gguf", truncate_to=4096)
 
 
