@@ -205,3 +205,23 @@ def test_serve_on_all_interfaces_prints_the_bound_address(tmp_path: Path, fake_s
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def test_serve_stops_on_ctrl_c_when_started_with_sigint_ignored(tmp_path: Path, fake_server_bin: Path,
+                                                                  stories260k_session: Path) -> None:
+    """A background job of a non-interactive shell inherits SIGINT as SIG_IGN; serve must still stop."""
+    m = tmp_path / "t.gguf"
+    shutil.copyfile(stories260k_session, m)
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "tuner.cli", "serve", "--target", str(m), "--server",
+                          str(fake_server_bin)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, cwd=REPO, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_IGN))
+    try:
+        assert p.stdout.readline().strip().endswith("/v1")
+        p.send_signal(signal.SIGINT)
+        assert p.wait(30) == 0
+        err = p.stderr.read()
+        assert "stopping (Ctrl-C)" in err and "stopped" in err
+    finally:
+        if p.poll() is None:
+            p.kill()

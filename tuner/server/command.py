@@ -245,22 +245,37 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     sup.on_state(on_state)
     prev = {}
+    stop_reason: list[str] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        stop_reason.append("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
+        done.set()
+
+    # Installed explicitly, SIGINT included: a background job of a non-interactive shell inherits
+    # SIGINT as SIG_IGN, and Python then never raises KeyboardInterrupt.
     if threading.current_thread() is threading.main_thread():
-        for sig in (signal.SIGTERM,) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()):
-            prev[sig] = signal.signal(sig, lambda *_: done.set())
+        sigs = (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ())
+        for sig in sigs:
+            prev[sig] = signal.signal(sig, on_signal)
     _err(f"llama-server: {binary.path} (build {binary.build or 'unknown'}, {sup.dialect.spec_style} flags)")
     try:
         sup.start(cfg, startup_timeout_s=args.ready_timeout)
         shown = ["<api key>" if cfg.api_key and a == cfg.api_key else a for a in (sup.argv or [])]
         _err("argv: " + " ".join(shown))
-        sup.wait_ready()
+        sup.wait_ready(cancel=done)
         while not done.wait(0.5):
             if sup.state == ServerState.FAILED:
                 break
+        if stop_reason:
+            _err(f"stopping ({stop_reason[0]})")
     except UnsupportedConfigError as exc:
         _err(f"draftwise serve: {exc}")
         return 2
     except ServerStartError as exc:
+        if stop_reason and exc.diagnosis.code == "cancelled":
+            _err(f"stopping ({stop_reason[0]}) before the server was ready")
+            sup.stop()
+            return 0
         _print_diagnosis(exc.diagnosis, sup)
         sup.stop()
         return 1
