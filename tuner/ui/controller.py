@@ -198,10 +198,10 @@ class AppController(QObject):
         self.last_tune = outcome.tune_result
         self._serving_started(outcome.serving, outcome.samplers)
         if outcome.tune_result is not None:
-            QTimer.singleShot(60, lambda: self.tune_done.emit(outcome.tune_result))
-            QTimer.singleShot(120, lambda: self.notify.emit("Draftwise: tuning finished", outcome.decision_text))
+            QTimer.singleShot(60, self, lambda: self.tune_done.emit(outcome.tune_result))
+            QTimer.singleShot(120, self, lambda: self.notify.emit("Draftwise: tuning finished", outcome.decision_text))
         if outcome.scan is not None:
-            QTimer.singleShot(180, lambda: self._on_scanned(outcome.scan))
+            QTimer.singleShot(180, self, lambda: self._on_scanned(outcome.scan))
 
     def start_server(self) -> None:
         """Serve the selected target with its saved profile (tunes first when there is none)."""

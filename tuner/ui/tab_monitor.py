@@ -83,7 +83,7 @@ class MonitorTab(QWidget):
         now = self.controller.collector.clock()
         self._update_summary()
         for i, fn in enumerate(self._plot_updaters):
-            QTimer.singleShot(STAGGER_MS + i * STAGGER_MS, lambda fn=fn, now=now: fn(now))
+            QTimer.singleShot(STAGGER_MS + i * STAGGER_MS, self, lambda fn=fn, now=now: fn(now))
 
     def on_tick(self, tick) -> None:
         """A new telemetry sample arrived; redraw when visible (hidden window costs nothing).
@@ -96,7 +96,8 @@ class MonitorTab(QWidget):
         now = tick.t_s
         self._update_summary()
         for i, fn in enumerate(self._plot_updaters):
-            QTimer.singleShot(i * STAGGER_MS, lambda fn=fn, now=now: fn(now))
+            # ``self`` as context: a pending update is dropped when the tab is destroyed
+            QTimer.singleShot(i * STAGGER_MS, self, lambda fn=fn, now=now: fn(now))
 
     def _update_tps(self, now: float) -> None:
         s = self.controller.collector.series
