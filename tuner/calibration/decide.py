@@ -230,6 +230,48 @@ def speedup_interval(
     return point, lo, hi
 
 
+def compared_rates(candidate: Measurement, baseline: Measurement) -> tuple[float, float, int]:
+    """The tokens/s of each side over the repetitions :func:`speedup_interval` compared.
+
+    Same pairing rule: with two or more shared repetition ids, the median over those ids on each side;
+    with one candidate repetition that the baseline also ran, that pair; otherwise each side's median
+    over all its repetitions. Sentences that quote a speedup quote these figures with it, so the
+    numbers never contradict the verdict (a noisy baseline's overall median can differ a lot from
+    its median over the paired repetitions).
+
+    Returns:
+        ``(candidate tokens/s, baseline tokens/s, paired repetitions)``; 0 paired = unpaired medians.
+
+    Raises:
+        ValueError: either side has no samples.
+    """
+    cr = {k: v for k, v in candidate.rep_gen_tokens_per_s_by_id().items() if v > 0}
+    br = {k: v for k, v in baseline.rep_gen_tokens_per_s_by_id().items() if v > 0}
+    if not cr or not br:
+        raise ValueError("compared_rates needs samples on both sides")
+    shared = sorted(cr.keys() & br.keys())
+    if len(shared) >= 2 or (len(cr) == 1 and len(shared) == 1):
+        return (statistics.median(cr[k] for k in shared), statistics.median(br[k] for k in shared),
+                len(shared))
+    return statistics.median(cr.values()), statistics.median(br.values()), 0
+
+
+def _comparison_text(sp: float, lo: float | None, hi: float | None, c_tps: float, b_tps: float,
+                     n_pairs: int) -> str:
+    """``"paired speedup 0.91× (95 % interval 0.85–0.97×) over 3 repetitions of the same requests:
+    medians 140.2 vs 152.6 tokens/s"``, the figures the verdict was computed from."""
+    if lo is not None and hi is not None:
+        interval = f" (95 % interval {lo:.2f}–{hi:.2f}×)"
+    else:
+        interval = " (single repetition, no interval)"
+    if n_pairs >= 2:
+        return (f"paired speedup {sp:.2f}×{interval}, the median ratio over {n_pairs} repetitions of the same "
+                f"requests; medians on those repetitions {c_tps:.1f} vs {b_tps:.1f} tokens/s")
+    if n_pairs == 1:
+        return f"{sp:.2f}×{interval}, on the same requests: {c_tps:.1f} vs {b_tps:.1f} tokens/s"
+    return f"{sp:.2f}×{interval}, medians over all repetitions: {c_tps:.1f} vs {b_tps:.1f} tokens/s"
+
+
 def break_even_acceptance(m: Measurement, baseline_gen_tokens_per_s: float) -> float | None:
     """Acceptance at which ``m``'s measured per-step cost would match the baseline's tokens/s.
 
@@ -279,6 +321,12 @@ def divergence_text(m: Measurement) -> str:
             + "; batched verification can flip a near-tie of the greedy choice")
 
 
+def _launches_text(m: Measurement) -> str:
+    """Which figures were pooled: the chart's "measured" events show one launch each, the decision
+    pools every launch of a candidate (probe, refine and confirm stages)."""
+    return "; all its runs pooled (the chart shows each run on its own)" if m.repetitions > 1 else ""
+
+
 def _fmt_pct(x: float | None) -> str:
     return "unknown" if x is None else f"{100 * x:.0f} %"
 
@@ -326,7 +374,8 @@ def decide(
         g = m.candidate.draft_path or m.candidate.spec_type
         if g not in groups or (m.gen_tokens_per_s or 0) > (groups[g].gen_tokens_per_s or 0):
             groups[g] = m
-    break_even = tuple(BreakEven.of(m, base_tps) for m in groups.values())
+    # Against the baseline's tokens/s on the repetitions this candidate is compared with (see compared_rates).
+    break_even = tuple(BreakEven.of(m, compared_rates(m, baseline)[1]) for m in groups.values())
 
     if not spec_ok:
         why = "no speculative configuration ran correctly"
@@ -365,10 +414,11 @@ def decide(
     if winners:
         sp, lo, hi, w = winners[0]
         acc = w.acceptance
-        interval = f" (95 % interval {lo:.2f}–{hi:.2f}×)" if lo is not None else " (single repetition, no interval)"
+        w_tps, w_base, n_pairs = compared_rates(w, baseline)
         reason = (
             f"{w.candidate.label} is {sp:.2f}× as fast as no speculation: "
-            f"{w.gen_tokens_per_s:.1f} vs {base_tps:.1f} tokens/s{interval}"
+            + _comparison_text(sp, lo, hi, w_tps, w_base, n_pairs)
+            + _launches_text(w)
         )
         if acc is not None:
             reason += f", draft acceptance {_fmt_pct(acc)}"
@@ -377,8 +427,8 @@ def decide(
             reason += " " + divergence_text(w) + "."
         return Decision(
             winner=w.candidate,
-            gen_tokens_per_s=w.gen_tokens_per_s,
-            baseline_gen_tokens_per_s=base_tps,
+            gen_tokens_per_s=w_tps,
+            baseline_gen_tokens_per_s=w_base,
             speedup=sp,
             speedup_ci_low=lo,
             speedup_ci_high=hi,
@@ -393,18 +443,17 @@ def decide(
     # No speculation: explain with the best speculative candidate.
     be = next((b for b in break_even if b.candidate == best.candidate), None)
     acc = best.acceptance
+    b_tps, b_base, n_pairs = compared_rates(best, baseline)
+    comparison = _comparison_text(best_sp, best_lo, best_hi, b_tps, b_base, n_pairs) + _launches_text(best)
     if best_sp < 1.0:
         reason = (
             f"No speculation: the best speculative configuration ({best.candidate.label}) was slower than the "
-            f"target alone ({best.gen_tokens_per_s:.1f} vs {base_tps:.1f} tokens/s, {best_sp:.2f}×)"
+            f"target alone ({comparison})"
         )
     else:
-        interval = (
-            f"95 % interval {best_lo:.2f}–{best_hi:.2f}×" if best_lo is not None else "a single repetition"
-        )
         reason = (
-            f"No speculation: the best speculative configuration ({best.candidate.label}) was {best_sp:.2f}× the "
-            f"target alone, within the measurement noise ({interval}; needs more than {1 + min_gain:.2f}×)"
+            f"No speculation: the best speculative configuration ({best.candidate.label}) was within the "
+            f"measurement noise of the target alone ({comparison}; needs more than {1 + min_gain:.2f}×)"
         )
     if acc is not None:
         reason += f"; it reached {_fmt_pct(acc)} draft acceptance"
