@@ -1,7 +1,7 @@
 """``draftwise install-desktop-entry [--uninstall]`` and ``draftwise autostart on|off|status``.
 
-Thin CLI over ``tuner.desktop``. Machine-readable output (one JSON object) goes to stdout,
-human-readable progress to stderr.
+Thin CLI over ``tuner.desktop``. A readable report on stdout by default; with ``--json`` one JSON
+object on stdout instead. Notes and errors go to stderr.
 """
 
 from __future__ import annotations
@@ -34,8 +34,6 @@ def _install(args: argparse.Namespace) -> int:
             res = desktop.uninstall_desktop_entry()
             for note in res.notes:
                 print(note, file=sys.stderr)
-            if res.manifest_found:
-                print(f"removed {len(res.removed_paths)} paths", file=sys.stderr)
             out = {
                 "action": "uninstall",
                 "installed_before": res.manifest_found,
@@ -46,9 +44,6 @@ def _install(args: argparse.Namespace) -> int:
         else:
             exec_argv = tuple(args.exec_command) if args.exec_command else None
             res = desktop.install_desktop_entry(exec_argv=exec_argv, force=args.force)
-            print(f"installed {res.entry_path} (starts: {' '.join(res.exec_argv)})", file=sys.stderr)
-            print("it appears in the application menu within a few seconds; "
-                  "undo with: draftwise install-desktop-entry --uninstall", file=sys.stderr)
             out = {
                 "action": "install",
                 "entry": str(res.entry_path),
@@ -59,8 +54,29 @@ def _install(args: argparse.Namespace) -> int:
     except desktop.DesktopInstallError as exc:
         print(f"draftwise: {exc}", file=sys.stderr)
         return 1
-    print(json.dumps(out, indent=2))
+    print(json.dumps(out, indent=2) if args.json else _install_report(out))
     return 0
+
+
+def _install_report(out: dict) -> str:
+    """The readable form of the ``install-desktop-entry`` JSON object."""
+    if out["action"] == "install":
+        return "\n".join([
+            f"Installed the menu entry {out['entry']}",
+            f"  starts:  {' '.join(out['exec'])}",
+            f"  wrote {len(out['written'])} files (recorded in {out['manifest']})",
+            "It appears in the application menu within a few seconds; undo with: "
+            "draftwise install-desktop-entry --uninstall",
+        ])
+    if not out["installed_before"]:
+        lines = ["Nothing to remove: no menu entry installed by draftwise was found."]
+    else:
+        lines = [f"Removed the menu entry: {len(out['removed'])} files."]
+    if out["kept"]:
+        lines.append(f"  kept (changed since install or not ours): {', '.join(out['kept'])}")
+    if out["missing"]:
+        lines.append(f"  already gone: {len(out['missing'])} files")
+    return "\n".join(lines)
 
 
 def _autostart(args: argparse.Namespace) -> int:
@@ -75,7 +91,13 @@ def _autostart(args: argparse.Namespace) -> int:
         print(f"draftwise: {exc}", file=sys.stderr)
         return 1
     enabled = desktop.autostart_enabled()
-    print(json.dumps({"autostart": enabled, "entry": str(desktop.autostart_path())}))
+    entry = desktop.autostart_path()
+    if args.json:
+        print(json.dumps({"autostart": enabled, "entry": str(entry)}))
+    elif enabled:
+        print(f"Autostart is on: Draftwise starts at login ({entry}).")
+    else:
+        print("Autostart is off: Draftwise does not start at login. Turn it on with: draftwise autostart on")
     return 0
 
 
@@ -92,6 +114,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="replace files in the way that draftwise did not write")
     p.add_argument("--exec", dest="exec_command", nargs="+", metavar="ARG",
                    help="command the entry runs (default: the absolute path of this draftwise)")
+    p.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     p.set_defaults(func=_install)
 
     a = subparsers.add_parser(
@@ -99,4 +122,5 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         help="start Draftwise at login: on, off or status (XDG autostart entry)",
     )
     a.add_argument("state", choices=("on", "off", "status"), nargs="?", default="status")
+    a.add_argument("--json", action="store_true", help="print one JSON object instead of the report")
     a.set_defaults(func=_autostart)

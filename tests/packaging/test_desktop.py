@@ -37,7 +37,7 @@ def validate(path: Path) -> None:
 
 def test_cli_install_writes_entry_and_icons_then_uninstall_removes_them(xdg_homes, capsys):
     data_home, _ = xdg_homes
-    assert cli_main(["install-desktop-entry"]) == 0
+    assert cli_main(["install-desktop-entry", "--json"]) == 0
     out = json.loads(capsys.readouterr().out)
     entry_file = data_home / "applications" / "io.github.draftwise.Draftwise.desktop"
     assert Path(out["entry"]) == entry_file
@@ -60,7 +60,7 @@ def test_cli_install_writes_entry_and_icons_then_uninstall_removes_them(xdg_home
     assert svg.read_bytes() == desktop.app_icon_svg().read_bytes()
     assert set(map(Path, out["written"])) == set(desktop.installed_files())
 
-    assert cli_main(["install-desktop-entry", "--uninstall"]) == 0
+    assert cli_main(["install-desktop-entry", "--uninstall", "--json"]) == 0
     res = json.loads(capsys.readouterr().out)
     assert res["installed_before"] is True and res["kept"] == []
     assert tree(data_home) == set(), "uninstall left something behind"
@@ -180,11 +180,15 @@ def test_autostart_on_off(xdg_homes, capsys):
     assert not path.exists() and desktop.autostart_enabled() is False
     desktop.set_autostart(False)  # already off: not an error
 
-    assert cli_main(["autostart", "on"]) == 0
+    assert cli_main(["autostart", "on", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["autostart"] is True
+    assert cli_main(["autostart", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["autostart"] is True
     assert cli_main(["autostart"]) == 0
-    assert json.loads(capsys.readouterr().out)["autostart"] is True
+    assert capsys.readouterr().out.startswith("Autostart is on: Draftwise starts at login")
     assert cli_main(["autostart", "off"]) == 0
+    assert capsys.readouterr().out.startswith("Autostart is off")
+    assert cli_main(["autostart", "status", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["autostart"] is False
     assert tree(config_home) == {"autostart/"}
 
@@ -196,7 +200,7 @@ def test_console_script_installs_for_a_new_user(tmp_path):
         pytest.skip("draftwise console script not on PATH (pip install -e . first)")
     env = {k: v for k, v in os.environ.items() if not k.startswith(("XDG_", "DRAFTWISE_"))}
     env["HOME"] = str(tmp_path)
-    res = subprocess.run([exe, "install-desktop-entry"], env=env, capture_output=True, text=True, timeout=120)
+    res = subprocess.run([exe, "install-desktop-entry", "--json"], env=env, capture_output=True, text=True, timeout=120)
     assert res.returncode == 0, res.stderr
     written = [Path(p) for p in json.loads(res.stdout)["written"]]
     entry_file = tmp_path / ".local" / "share" / "applications" / f"{desktop.APP_ID}.desktop"
@@ -222,3 +226,16 @@ def test_commands_refuse_politely_where_there_is_no_xdg_desktop(platform, xdg_ho
     assert cli_main(["autostart", "on"]) == 2
     assert "docs/packaging.md" in capsys.readouterr().err
     assert tree(data_home) == set() and tree(config_home) == set()
+
+
+def test_install_prints_a_readable_report_by_default(xdg_homes, capsys):
+    """README: every command prints a readable report by default; --json puts one JSON object on stdout."""
+    data_home, _ = xdg_homes
+    assert cli_main(["install-desktop-entry"]) == 0
+    out = capsys.readouterr().out
+    assert out.startswith("Installed the menu entry ") and "{" not in out
+    assert str(data_home / "applications" / f"{desktop.APP_ID}.desktop") in out and "--uninstall" in out
+    assert cli_main(["install-desktop-entry", "--uninstall"]) == 0
+    assert capsys.readouterr().out.startswith("Removed the menu entry:")
+    assert cli_main(["install-desktop-entry", "--uninstall"]) == 0
+    assert capsys.readouterr().out.startswith("Nothing to remove")
