@@ -102,3 +102,31 @@ def test_a_named_server_that_is_missing_is_an_error(stories260k_session, tmp_pat
     assert f"--server {gone}" in capsys.readouterr().err
     assert cli.main(["plan", "--target", str(stories260k_session), "--server", gone]) == 2
     assert f"--server {gone}" in capsys.readouterr().err
+
+
+def test_plan_default_ctx_is_capped_at_the_training_context(stories260k_session, capsys):
+    """stories260K was trained with context_length 2048: the default n_ctx is 2048, not 4096, and says so."""
+    spec = load_model_spec(stories260k_session)
+    assert spec.context_length == 2048
+    assert cli.main(["plan", "--target", str(stories260k_session), "--json"]) == 0
+    cap = capsys.readouterr()
+    data = json.loads(cap.out)
+    assert data["n_ctx"] == 2048 and "training context" in data["n_ctx_note"]
+    assert cli.main(["plan", "--target", str(stories260k_session)]) == 0
+    out = capsys.readouterr().out
+    assert "n_ctx 2048" in out and "note: n_ctx 2048: the model's training context" in out
+
+
+def test_plan_warns_when_ctx_exceeds_the_training_context(stories260k_session, capsys):
+    assert cli.main(["plan", "--target", str(stories260k_session), "--ctx", "8192"]) == 0
+    out = capsys.readouterr().out
+    assert "n_ctx 8192" in out and "warning: --ctx 8192 exceeds the model's training context 2048" in out
+    assert cli.main(["plan", "--target", str(stories260k_session), "--ctx", "1024"]) == 0
+    assert "training context" not in capsys.readouterr().out
+
+
+def test_plan_n_ctx_rule():
+    assert command.plan_n_ctx(None, None) == (4096, None)
+    assert command.plan_n_ctx(None, 131072) == (4096, None)
+    assert command.plan_n_ctx(None, 512)[0] == 512
+    assert command.plan_n_ctx(600, 512)[1] is not None and command.plan_n_ctx(512, 512) == (512, None)

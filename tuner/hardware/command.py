@@ -24,6 +24,27 @@ from tuner.hardware.memory import (
 MIB = 1024 * 1024
 
 
+DEFAULT_PLAN_CTX = 4096
+
+
+def plan_n_ctx(requested: int | None, context_length: int | None) -> tuple[int, str | None]:
+    """The n_ctx ``draftwise plan`` uses, and a note about it (None when nothing to say).
+
+    Default: ``min(DEFAULT_PLAN_CTX, context_length)`` (the GGUF key ``<arch>.context_length``, the
+    training context; llama.cpp warns when n_ctx exceeds it, llama-context.cpp "n_ctx_seq > n_ctx_train").
+    An explicit ``--ctx`` above the training context is kept and warned about.
+    """
+    if requested is None:
+        if context_length is not None and context_length < DEFAULT_PLAN_CTX:
+            return context_length, (f"n_ctx {context_length}: the model's training context "
+                                    f"(context_length), below the default {DEFAULT_PLAN_CTX}; set --ctx to change")
+        return DEFAULT_PLAN_CTX, None
+    if context_length is not None and requested > context_length:
+        return requested, (f"--ctx {requested} exceeds the model's training context {context_length} "
+                           "(context_length): quality degrades beyond it")
+    return requested, None
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``devices`` and ``plan`` sub-commands."""
     p = subparsers.add_parser("devices", help="list GPUs, their memory budgets, and host RAM/CPU")
@@ -35,7 +56,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", required=True, help="target model GGUF")
     p.add_argument("--draft", help="draft model GGUF (implies --spec-type draft-simple)")
     p.add_argument("--spec-type", help="--spec-type value (default: draft-simple with --draft, else none)")
-    p.add_argument("--ctx", type=int, default=4096, help="context size n_ctx (-c), default 4096")
+    p.add_argument("--ctx", type=int, default=None,
+                   help=f"context size n_ctx (-c); default {DEFAULT_PLAN_CTX} or the model's training context "
+                   "(GGUF <arch>.context_length) if smaller")
     p.add_argument("--ngl", type=int, help="target GPU layers (default: all)")
     p.add_argument("--draft-ngl", type=int, help="draft GPU layers (default: all)")
     p.add_argument("--np", type=int, default=1, help="parallel slots (-np), default 1; 0 = server auto (4, unified KV)")
@@ -162,8 +185,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 2
     if _bad_server_flag(args.server, "plan"):
         return 2
+    n_ctx, ctx_note = plan_n_ctx(args.ctx, target.context_length)
+    ctx_label = "warning" if args.ctx is not None else "note"
+    if ctx_note is not None and args.json:
+        print(f"draftwise plan: {ctx_label}: {ctx_note}", file=sys.stderr)
     req = MemoryRequest(target=target, draft=draft, spec_type=spec_type, ngl=args.ngl, draft_ngl=args.draft_ngl,
-                        n_ctx=args.ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
+                        n_ctx=n_ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
                         n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB)
     devs, binary = _detect(args.server)
     try:
@@ -180,6 +207,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if args.json:
         data = plan_json(plan, max_ngl)
         data["cross_check"] = dataclasses.asdict(check) if check is not None else None
+        data["n_ctx_note"] = ctx_note
         json.dump(data, sys.stdout, indent=2)
         print()
         return 0 if plan.fits else 1
@@ -220,6 +248,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"Cross-check: llama-fit-params DISAGREES on the {what}:")
             for d in check.disagreements:
                 print(f"  - {d}")
+    if ctx_note is not None:
+        print(f"{ctx_label}: {ctx_note}")
     for n in plan.notes + devs.notes:
         print(f"note: {n}")
     return 0 if plan.fits else 1
