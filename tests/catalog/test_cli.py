@@ -127,3 +127,16 @@ def test_compat_refuses_an_incomplete_split_set(capsys, tmp_path: Path) -> None:
     shards[1].unlink()
     rc, out, err = run(capsys, ["compat", str(stories_model_path()), str(shards[0]), "--json"])
     assert rc == 2 and out == "" and "missing shard part-00002-of-00003.gguf" in err and "draft" in err
+
+
+def test_compat_human_output_says_compatible_once(capsys, tmp_path: Path) -> None:
+    s = stories_tokenizer()
+    t = write_vocab_gguf(tmp_path / "t.gguf", s)
+    ok = write_vocab_gguf(tmp_path / "ok.gguf", replace(s, pre="other"))
+    bad = write_vocab_gguf(tmp_path / "bad.gguf", s.with_token(9, "<nine>"))
+    rc, out, _ = run(capsys, ["compat", str(t), str(ok)])
+    assert rc == 0 and out.lower().count("compatible") == 1
+    assert out.startswith("Compatible: ok.gguf can draft for t.gguf.") and "vocabulary" in out
+    rc, out, _ = run(capsys, ["compat", str(t), str(bad)])
+    assert out.startswith("NOT compatible: bad.gguf cannot draft for t.gguf (rule: token-text).")
+    assert out.lower().count("compatible") == 1 and "id 9" in out

@@ -134,6 +134,18 @@ def run_scan(args: argparse.Namespace) -> int:
     return 0
 
 
+def compat_report(target_name: str, draft_name: str, compatible: bool, rule: str | None, message: str) -> str:
+    """The readable verdict of ``draftwise compat``: one line saying whether the draft can draft for
+    the target, then the reason (the verdict's message without a repeated "compatible:" prefix)."""
+    reason = message
+    if reason.lower().startswith("compatible:"):
+        reason = reason.split(":", 1)[1].strip()
+    if compatible:
+        return f"Compatible: {draft_name} can draft for {target_name}.\nReason: {reason}"
+    why = f" (rule: {rule})" if rule else ""
+    return f"NOT compatible: {draft_name} cannot draft for {target_name}{why}.\nReason: {reason}"
+
+
 def run_compat(args: argparse.Namespace) -> int:
     """``draftwise compat``: exit 0 with the verdict; 2 when a file cannot be read."""
     from tuner.catalog.compat import check_compatible
@@ -164,6 +176,5 @@ def run_compat(args: argparse.Namespace) -> int:
         json.dump({"compatible": verdict.compatible, "rule": verdict.rule, "message": verdict.message}, sys.stdout)
         sys.stdout.write("\n")
     else:
-        status = "compatible" if verdict.compatible else f"NOT compatible (rule: {verdict.rule})"
-        print(f"{status}\n{verdict.message}")
+        print(compat_report(args.target.name, args.draft.name, verdict.compatible, verdict.rule, verdict.message))
     return 0
