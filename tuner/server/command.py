@@ -2,7 +2,10 @@
 
 serve: run one supervised llama-server in the foreground until Ctrl-C (endpoint on stdout, state
 changes on stderr), either from flags (``--target`` [``--draft``, ``--spec-type``, ``--n-max``]) or
-from the saved tuning profile (``--models DIR [--target NAME|PATH]``).
+from the saved tuning profile (``--models DIR [--target NAME|PATH]``). It listens on 127.0.0.1; any
+other ``--host`` needs an API key (``--api-key`` or the key stored by the app), and the printed
+endpoint is the address actually bound. SIGINT and SIGTERM handlers are installed explicitly, so
+Ctrl-C works even when the parent started it with SIGINT ignored (a background job).
 
 doctor: which binary, its build, devices, flag dialect, and a few-second self-test that proves
 speculation really happens on this build (the bundled demo model as both target and draft with
