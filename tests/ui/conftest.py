@@ -99,8 +99,9 @@ class LoopLatency:
             own0, others0 = self._last_delay
             if own is not None and own0 is not None:
                 # a thread started during the gap counts its whole run delay (all within the gap)
-                # the longest wait of one other thread (say the one holding the interpreter lock);
-                # not the sum, so that many waiting threads cannot excuse a real stall of ours
+                # the longest CPU-queue wait of one other thread (say the one holding the interpreter
+                # lock). Not the sum: threads *waiting* for that lock wake every 5 ms and queue for a
+                # CPU too, so on a loaded box the sum would excuse a real 300 ms stall of ours
                 others_waited = max((d - others0.get(tid, 0.0) for tid, d in others.items()), default=0.0)
                 others_waited = max(0.0, others_waited)
                 waited = (own - own0 + others_waited) * 1000.0
