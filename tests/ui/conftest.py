@@ -119,12 +119,18 @@ class LoopLatency:
 
     def stalls(self, limit_ms: float = 100.0, exclude: tuple = ()) -> list[tuple[float, float]]:
         """``(wall ms, CPU-queue wait ms)`` of gaps whose wall time minus CPU-queue wait exceeds
-        ``limit_ms``, outside the ``exclude`` ``(t0, t1)`` intervals."""
+        ``limit_ms`` and is at least half of the gap, outside the ``exclude`` ``(t0, t1)`` intervals.
+
+        The second condition: when waiting for a CPU dominates a gap (a starved 2-core box), our
+        threads hand the interpreter lock to each other late and the remainder is no longer a
+        reliable measure of our own work; a real stall of ours (e.g. a 300 ms sleep on the GUI
+        thread) is still most of its gap even when the box is busy."""
         out = []
         for t, gap, waited in self.gaps:
             if any(a <= t <= b for a, b in exclude):
                 continue
-            if gap - waited > limit_ms:
+            ours = gap - waited
+            if ours > limit_ms and ours >= waited:
                 out.append((round(gap), round(waited)))
         return out
 
