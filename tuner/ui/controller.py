@@ -152,7 +152,8 @@ class AppController(QObject):
         if self.selected_target is None or not any(m.path == self.selected_target for m in result.models):
             self.selected_target = flow.default_target(result)
         self.scan_done.emit(result)
-        self.status.emit(f"Found {len(result.models)} GGUF files in {result.folder}")
+        n = len(result.models)
+        self.status.emit(f"Found {n} GGUF file{'' if n == 1 else 's'} in {result.folder}")
 
     def plan_memory(self, model) -> None:
         """Compute the memory plan of ``model`` in a worker (device detection runs llama-server

@@ -54,7 +54,7 @@ class TimePlot(pg.PlotWidget):
             extra = dict(symbol="o", symbolSize=4, symbolBrush=color, symbolPen=None) if skip_gaps else {}
             self.curves[name] = self.plot([], [], pen=pen, name=name or None, connect="finite", **extra)
         self.set_span_min(5)
-        self.getPlotItem().enableAutoRange(axis="y", enable=True)
+        self._rescale_y()
 
     def set_unit(self, y_unit: str, y_scale: float) -> None:
         """Change the y unit (label) and the factor applied to values."""
@@ -74,6 +74,20 @@ class TimePlot(pg.PlotWidget):
             ages_s, values = [p[0] for p in pairs], [p[1] for p in pairs]
         xs, ys = _finite(ages_s, values)
         self.curves[name].setData([x / 60.0 for x in xs], [y * self.y_scale for y in ys])
+        self._rescale_y()
+
+    def _rescale_y(self) -> None:
+        """Y axis from 0 to a little above the largest value of every line. All our series are
+        non-negative (rates, percentages, bytes, counts); anchoring at 0 keeps a single point or a
+        flat line from being zoomed into a meaningless sliver (e.g. 1738.8-1739.6 tokens/s)."""
+        top = 0.0
+        for curve in self.curves.values():
+            _x, y = curve.getData()
+            if y is not None and len(y):
+                finite = [v for v in y if not math.isnan(v)]
+                if finite:
+                    top = max(top, max(finite))
+        self.setYRange(0, top * 1.15 if top > 0 else 1.0, padding=0)
 
     def point_count(self, name: str = "") -> int:
         """Number of finite points in a line (for tests)."""

@@ -63,15 +63,24 @@ class MainWindow(QMainWindow):
         self.setCentralWidget(central)
 
         menu = self.menuBar().addMenu("&File")
-        menu.addAction("Tune && serve", controller.tune_and_serve)
-        menu.addAction("Stop server", controller.stop_server)
+        self._tune_action = menu.addAction("Tune && serve", controller.tune_and_serve)
+        self._stop_action = menu.addAction("Stop server", controller.stop_server)
         menu.addSeparator()
         menu.addAction("Quit", self._quit)
+        # Same rules as the tray menu: no second "Tune & serve" while tuning or serving (Re-tune is there).
+        menu.aboutToShow.connect(self._update_file_menu)
 
         self.models_tab.folder_chosen.connect(self._remember_folder)
         self.prompts_tab.prompts_changed.connect(self._remember_prompts)
         controller.status.connect(lambda m: self.statusBar().showMessage(m, 15000))
         controller.state_changed.connect(lambda s: self.setWindowIcon(state_icon(s)))
+
+    def _update_file_menu(self) -> None:
+        """Enable the File menu's actions for the current state (called on ``aboutToShow``)."""
+        c = self.controller
+        serving = c.serving is not None
+        self._tune_action.setEnabled(c.state is not AppState.TUNING and not serving)
+        self._stop_action.setEnabled(serving)
 
     def prewarm(self) -> None:
         """Render every tab once off screen (called at start-up, before the event loop): the first
