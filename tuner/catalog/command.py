@@ -11,6 +11,8 @@ import json
 import sys
 from pathlib import Path
 
+from tuner.units import format_bytes
+
 
 def register(subparsers) -> None:
     """Add the ``scan`` and ``compat`` sub-commands to the ``draftwise`` parser."""
@@ -40,16 +42,8 @@ def register(subparsers) -> None:
 
 
 def _human_size(n: int | None) -> str:
-    """Bytes in binary units, as ``draftwise plan`` / ``devices`` print them (``1.1 MiB``)."""
-    if not n:
-        return "-"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
+    """Bytes in binary units, as ``draftwise plan`` / ``devices`` print them (``1.1 MiB``); ``-`` when 0/unknown."""
+    return format_bytes(n) if n else "-"
 
 def _rel(path: Path, root: Path) -> str:
     try:

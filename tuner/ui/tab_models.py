@@ -21,19 +21,12 @@ from PySide6.QtWidgets import (
 
 from tuner.ui import flow
 from tuner.ui.controller import AppController
+from tuner.units import format_bytes
 
 
 def human_bytes(n: int | None) -> str:
-    """``1536`` → ``"1.5 KiB"``; None → ``"?"``."""
-    if n is None:
-        return "?"
-    size = float(n)
-    for unit in ("B", "KiB", "MiB", "GiB", "TiB"):
-        if size < 1024 or unit == "TiB":
-            return f"{size:.0f} {unit}" if unit == "B" else f"{size:.1f} {unit}"
-        size /= 1024
-    return f"{n} B"
-
+    """``1536`` → ``"1.5 KiB"``; None → ``"?"`` (see :func:`tuner.units.format_bytes`)."""
+    return format_bytes(n)
 
 def _model_name(m) -> str:
     return m.name or Path(m.path).stem
