@@ -74,7 +74,7 @@ timeout 60 "$EXE" install-desktop-entry --uninstall >/dev/null
 [ -d "$XDG_DATA_HOME" ] && [ -z "$(ls -A "$XDG_DATA_HOME")" ] || fail "uninstall left files: $(find "$XDG_DATA_HOME" | head)"
 
 say "bundle smoke start (offscreen GUI)"
-if grep -q DRAFTWISE_SMOKE_QUIT_MS "$REPO/tuner/app.py" 2>/dev/null; then
+if grep -q DRAFTWISE_SMOKE_QUIT_MS "$REPO/tuner/ui/app.py" 2>/dev/null; then
   set +e
   QT_QPA_PLATFORM=offscreen DRAFTWISE_SMOKE_QUIT_MS=1500 timeout 120 "$EXE" >"$RUNDIR/smoke.log" 2>&1
   rc=$?
@@ -89,7 +89,7 @@ if grep -q DRAFTWISE_SMOKE_QUIT_MS "$REPO/tuner/app.py" 2>/dev/null; then
   fi
   echo "smoke start: exit 0"
 else
-  echo "NOTICE: smoke start SKIPPED: tuner/app.py does not implement DRAFTWISE_SMOKE_QUIT_MS yet"
+  echo "NOTICE: smoke start SKIPPED: tuner/ui/app.py does not implement DRAFTWISE_SMOKE_QUIT_MS yet"
 fi
 cd "$REPO"
 rm -rf "$RUNDIR"
