@@ -252,7 +252,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     def on_signal(signum: int, _frame: Any) -> None:
         stop_reason.append("Ctrl-C" if signum == signal.SIGINT else signal.Signals(signum).name)
-        done.set()
+        # Never done.set() here: the handler runs on the main thread, possibly while that thread is
+        # inside done.wait() holding the Event's lock, and set() would then deadlock. A helper thread
+        # sets it as soon as the main thread lets go of the lock.
+        threading.Thread(target=done.set, name="serve-signal", daemon=True).start()
 
     # Installed explicitly, SIGINT included: a background job of a non-interactive shell inherits
     # SIGINT as SIG_IGN, and Python then never raises KeyboardInterrupt.
