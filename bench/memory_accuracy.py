@@ -15,16 +15,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import os
-import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tests.synth import server_load_log  # noqa: E402
 from tuner.hardware.buffers import parse_load_buffers  # noqa: E402
 from tuner.hardware.devices import Devices, find_server_binary  # noqa: E402
 from tuner.hardware.memory import MIB, MemoryRequest, load_model_spec, plan_memory  # noqa: E402
@@ -38,27 +36,7 @@ def server_buffers(server: Path, target: Path, draft: Path | None, n_ctx: int, t
             "--host", "127.0.0.1", "--port", "0", "-t", "2", "--no-warmup"]
     if draft is not None:
         argv += ["-md", str(draft), "--spec-type", "draft-simple"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "server.log"
-        with open(log, "w") as fh:
-            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + timeout_s
-        text = ""
-        try:
-            while time.monotonic() < deadline:
-                text = log.read_text(errors="replace")
-                if "model loaded" in text or "listening on" in text or proc.poll() is not None:
-                    break
-                time.sleep(0.1)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        lines = log.read_text(errors="replace").splitlines(keepends=True)
+    lines = server_load_log(argv, timeout_s)
     try:
         bufs = parse_load_buffers(lines)
     except ValueError as exc:

@@ -658,3 +658,39 @@ def _measure_dial(argv: list[str] | None = None) -> int:
 
 if __name__ == "__main__":
     raise SystemExit(_measure_dial())
+
+
+def server_load_log(argv: Sequence[str], timeout_s: float = 120.0) -> list[str]:
+    """Start a bare ``llama-server`` (``argv``, binary first), wait until it logs ``model loaded`` /
+    ``listening on`` or exits, stop it, and return its combined log lines (with line ends).
+
+    Used where llama.cpp's own load-time report is the reference (e.g. the buffer sizes it logs at
+    ``-lv 4``). The child gets no inherited ``LLAMA_ARG_*`` variables; it is terminated, then killed
+    after 15 s. Gives up waiting after ``timeout_s`` seconds and returns what was logged so far.
+    """
+    import os
+    import subprocess
+    import tempfile
+    import time
+
+    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
+    with tempfile.TemporaryDirectory() as tmp:
+        log = Path(tmp) / "server.log"
+        with open(log, "w") as fh:
+            proc = subprocess.Popen(list(argv), stdout=fh, stderr=subprocess.STDOUT, env=env,
+                                    stdin=subprocess.DEVNULL)
+        deadline = time.monotonic() + timeout_s
+        try:
+            while time.monotonic() < deadline:
+                text = log.read_text(errors="replace")
+                if "model loaded" in text or "listening on" in text or proc.poll() is not None:
+                    break
+                time.sleep(0.1)
+        finally:
+            proc.terminate()
+            try:
+                proc.wait(15)
+            except subprocess.TimeoutExpired:
+                proc.kill()
+                proc.wait()
+        return log.read_text(errors="replace").splitlines(keepends=True)

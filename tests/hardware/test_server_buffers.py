@@ -2,14 +2,10 @@
 
 from __future__ import annotations
 
-import os
-import subprocess
-import tempfile
-import time
-from pathlib import Path
 
 import pytest
 
+from tests.synth import server_load_log
 from tuner.hardware.buffers import parse_load_buffers
 from tuner.hardware.devices import Devices
 from tuner.hardware.memory import GIB, MemoryRequest, load_model_spec, plan_memory
@@ -41,27 +37,7 @@ def _load(server, target, draft, n_ctx, n_parallel):
         argv += ["-np", str(n_parallel)]
     if draft is not None:
         argv += ["-md", str(draft), "--spec-type", "draft-simple"]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("LLAMA_ARG_")}
-    with tempfile.TemporaryDirectory() as tmp:
-        log = Path(tmp) / "server.log"
-        with open(log, "w") as fh:
-            proc = subprocess.Popen(argv, stdout=fh, stderr=subprocess.STDOUT, env=env, stdin=subprocess.DEVNULL)
-        deadline = time.monotonic() + 120
-        text = ""
-        try:
-            while time.monotonic() < deadline:
-                text = log.read_text(errors="replace")
-                if "model loaded" in text or "listening on" in text or proc.poll() is not None:
-                    break
-                time.sleep(0.1)
-        finally:
-            proc.terminate()
-            try:
-                proc.wait(15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
-                proc.wait()
-        lines = log.read_text(errors="replace").splitlines(keepends=True)
+    lines = server_load_log(argv, 120)
     return parse_load_buffers(lines), lines
 
 
