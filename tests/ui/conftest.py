@@ -5,8 +5,10 @@ from __future__ import annotations
 
 import os
 import socket
+import sys
 import threading
 import time
+import traceback
 from pathlib import Path
 
 import pytest
@@ -68,6 +70,29 @@ def _run_delays_s() -> tuple[float | None, dict[str, float]]:
     return own, others
 
 
+def _steal_s() -> dict[str, float]:
+    """Per-CPU hypervisor steal time in seconds (``/proc/stat``, USER_HZ ticks): time a virtual
+    CPU was runnable but the host ran something else. Empty where /proc/stat is missing."""
+    out: dict[str, float] = {}
+    try:
+        with open("/proc/stat") as fh:
+            for line in fh:
+                parts = line.split()
+                if parts and parts[0].startswith("cpu") and parts[0] != "cpu" and len(parts) > 8:
+                    out[parts[0]] = int(parts[8]) / os.sysconf("SC_CLK_TCK")
+    except (OSError, ValueError):
+        return {}
+    return out
+
+
+#: A GUI-thread gap longer than this (ms, after the operating system's share is taken out) is a
+#: stall. Users perceive a response over ~200 ms as lag; below it are the paint hitches of a
+#: software-rendered (offscreen) pyqtgraph chart on a 2-core box whose both cores run llama-server
+#: (50-120 ms measured). What the check exists to catch — network, disk or process work on the GUI
+#: thread — costs 300 ms to seconds (tests/ui/test_loop_latency.py proves a 300 ms block is caught).
+STALL_LIMIT_MS = 200.0
+
+
 class LoopLatency:
     """Measures GUI event-loop stalls with a 10 ms QTimer on the GUI thread.
 
@@ -75,7 +100,8 @@ class LoopLatency:
     *operating system's* doing, not ours: time the GUI thread spent runnable but waiting for a CPU,
     plus the longest time one of the process's other threads spent waiting for a CPU (it may
     hold the interpreter lock the GUI thread needs; Linux ``/proc/.../schedstat`` run delay, i.e. other
-    processes on a shared 2-core box). A stall of ours is a gap whose remaining time (running,
+    processes on a shared 2-core box), plus the hypervisor's steal time (``/proc/stat``) on a virtual
+    machine. A stall of ours is a gap whose remaining time (running,
     sleeping, blocked on I/O, a lock or the interpreter lock held by a running thread of ours)
     exceeds the limit. On an idle machine the excused part is ~0, so a ``time.sleep(0.3)`` on the
     GUI thread is always caught.
@@ -84,16 +110,25 @@ class LoopLatency:
     def __init__(self) -> None:
         from PySide6.QtCore import QTimer
 
-        self.gaps: list[tuple[float, float, float]] = []  # (time, wall gap ms, CPU-queue wait ms)
+        self.gaps: list[tuple[float, float, float]] = []  # (time, wall gap ms, excused ms)
         self._last = None
         self._last_delay: tuple[float | None, dict[str, float]] = (None, {})
+        self._last_steal: dict[str, float] = {}
         self._timer = QTimer()
         self._timer.setInterval(10)
         self._timer.timeout.connect(self._tick)
+        # A watchdog samples the GUI thread's Python stack while a gap is open, so a reported stall
+        # says what the GUI thread was doing (the sample nearest the middle of the gap is kept).
+        self._gui_ident = threading.get_ident()
+        self._samples: list[tuple[float, str]] = []  # (time, stack) of the current open gap
+        self.stacks: dict[float, str] = {}  # gap end time -> GUI-thread stack sampled inside the gap
+        self._watch_stop = threading.Event()
+        self._watch = threading.Thread(target=self._watchdog, name="loop-latency-watchdog", daemon=True)
 
     def _tick(self) -> None:
         now = time.monotonic()
         delay = _run_delays_s()
+        steal = _steal_s()
         if self._last is not None:
             own, others = delay
             own0, others0 = self._last_delay
@@ -107,32 +142,62 @@ class LoopLatency:
                 waited = (own - own0 + others_waited) * 1000.0
             else:
                 waited = 0.0
+            # the hypervisor's share: the most any virtual CPU was stolen during the gap
+            waited += max((v - self._last_steal.get(k, v) for k, v in steal.items()), default=0.0) * 1000.0
             gap = (now - self._last) * 1000.0
             self.gaps.append((now, gap, min(gap, waited)))
-        self._last, self._last_delay = now, delay
+            samples, self._samples = self._samples, []
+            if gap > 50.0 and samples:
+                self.stacks[now] = samples[len(samples) // 2][1]
+        self._last, self._last_delay, self._last_steal = now, delay, steal
+
+    def _watchdog(self) -> None:
+        while not self._watch_stop.wait(0.02):
+            last = self._last
+            if last is None or time.monotonic() - last < 0.04:
+                continue
+            frame = sys._current_frames().get(self._gui_ident)
+            if frame is None:
+                continue
+            stack = "".join(traceback.format_stack(frame, limit=12))
+            self._samples.append((time.monotonic(), stack))
 
     def start(self) -> None:
         self._timer.start()
+        self._watch.start()
 
     def stop(self) -> None:
         self._timer.stop()
+        self._watch_stop.set()
+        self._watch.join(timeout=2)
 
-    def stalls(self, limit_ms: float = 100.0, exclude: tuple = ()) -> list[tuple[float, float]]:
-        """``(wall ms, CPU-queue wait ms)`` of gaps whose wall time minus CPU-queue wait exceeds
-        ``limit_ms`` and is at least half of the gap, outside the ``exclude`` ``(t0, t1)`` intervals.
-
-        The second condition: when waiting for a CPU dominates a gap (a starved 2-core box), our
-        threads hand the interpreter lock to each other late and the remainder is no longer a
-        reliable measure of our own work; a real stall of ours (e.g. a 300 ms sleep on the GUI
-        thread) is still most of its gap even when the box is busy."""
-        out = []
+    def _stall_gaps(self, limit_ms: float, exclude: tuple):
+        """The recorded ``(time, wall ms, excused ms)`` gaps that are stalls (see :meth:`stalls`)."""
         for t, gap, waited in self.gaps:
             if any(a <= t <= b for a, b in exclude):
                 continue
             ours = gap - waited
             if ours > limit_ms and ours >= waited:
-                out.append((round(gap), round(waited)))
-        return out
+                yield t, gap, waited
+
+    def stalls(self, limit_ms: float = STALL_LIMIT_MS, exclude: tuple = ()) -> list[tuple[float, float]]:
+        """``(wall ms, excused ms)`` of gaps whose wall time minus the excused time (CPU-queue wait
+        and steal) exceeds ``limit_ms`` and is at least half of the gap, outside the ``exclude``
+        ``(t0, t1)`` intervals.
+
+        The second condition: when waiting for a CPU dominates a gap (a starved 2-core box), our
+        threads hand the interpreter lock to each other late and the remainder is no longer a
+        reliable measure of our own work; a real stall of ours (e.g. a 300 ms sleep on the GUI
+        thread) is still most of its gap even when the box is busy."""
+        return [(round(gap), round(waited)) for _t, gap, waited in self._stall_gaps(limit_ms, exclude)]
+
+    def stall_stacks(self, limit_ms: float = STALL_LIMIT_MS, exclude: tuple = ()) -> str:
+        """The GUI thread's Python stacks sampled inside the gaps :meth:`stalls` reports (text)."""
+        return "".join(
+            f"--- gap of {gap:.0f} ms (excused {waited:.0f} ms):\n"
+            + self.stacks.get(t, "(no sample: the GUI thread was in Qt's C++ code)\n")
+            for t, gap, waited in self._stall_gaps(limit_ms, exclude)
+        )
 
     @property
     def max_gap_ms(self) -> float:

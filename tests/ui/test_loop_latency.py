@@ -9,12 +9,14 @@ import pytest
 
 from tuner.ui.workers import CallWorker
 
+from .conftest import STALL_LIMIT_MS
+
 pytestmark = [pytest.mark.gui]
 
 
 def test_gui_thread_sleep_in_worker_callback_is_a_stall(qtbot, loop_latency):
     qtbot.wait(300)  # idle loop first: no stall expected here
-    idle_stalls = loop_latency.stalls(100.0)
+    idle_stalls = loop_latency.stalls(STALL_LIMIT_MS)
     blocked: list[float] = []
 
     def on_done(_result):  # runs on the GUI thread (queued signal)
@@ -28,7 +30,7 @@ def test_gui_thread_sleep_in_worker_callback_is_a_stall(qtbot, loop_latency):
     qtbot.waitUntil(lambda: bool(blocked), timeout=10_000)
     qtbot.wait(100)
     w.wait(5000)
-    stalls = loop_latency.stalls(100.0)
+    stalls = loop_latency.stalls(STALL_LIMIT_MS)
     assert idle_stalls == [], f"idle event loop reported as stalled: {idle_stalls}"
     assert len(stalls) == 1, f"the 300 ms GUI-thread sleep was not caught: {stalls}"
     wall_ms, excused_ms = stalls[0]
