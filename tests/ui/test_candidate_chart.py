@@ -59,3 +59,36 @@ def test_winner_is_marked_chosen(qtbot):
     chart.set_rows(ROWS, winner=None)  # "no speculation": nothing is marked
     assert WINNER_COLOR not in chart._bars.opts["brushes"]
     assert not any(t.toPlainText().startswith("chosen") for t in chart._labels)
+
+
+def test_empty_chart_says_what_will_appear_instead_of_blank_axes(qtbot):
+    from tuner.ui.graphs import CandidateChart
+
+    chart = CandidateChart()
+    qtbot.addWidget(chart)
+    plot = chart.getPlotItem()
+    assert chart.placeholder.isVisible() and "generation speed" in chart.placeholder.toPlainText()
+    assert not plot.getAxis("left").isVisible() and not plot.getAxis("bottom").isVisible()
+    chart.set_rows(ROWS[:1])
+    assert not chart.placeholder.isVisible()
+    assert plot.getAxis("left").isVisible() and plot.getAxis("bottom").isVisible()
+    # one bar: the bottom axis label has no SI multiplier and the bar is not stretched across the plot
+    assert plot.getAxis("bottom").labelString().find("x0.001") == -1
+    (x0, x1), _y = plot.viewRange()
+    assert x1 - x0 >= 3.0
+    chart.set_rows([])  # a new sweep starts: back to the sentence
+    assert chart.placeholder.isVisible() and not plot.getAxis("left").isVisible()
+
+
+def test_bar_label_lines_are_centred(qtbot):
+    from PySide6.QtCore import Qt
+
+    from tuner.ui.graphs import CandidateChart
+
+    chart = CandidateChart()
+    qtbot.addWidget(chart)
+    chart.set_rows(ROWS, winner="draft-simple draft-good.gguf n_max 4")
+    for t in chart._labels:
+        doc = t.textItem.document()
+        assert doc.defaultTextOption().alignment() & Qt.AlignmentFlag.AlignHCenter
+        assert doc.textWidth() > 0

@@ -371,12 +371,26 @@ class TuneProgress:
         message: one line for the user, or None.
         result: ``(candidate label, gen tokens/s, acceptance 0..1|None, is_baseline)`` when the event
             carries a finished measurement, else None.
+        elapsed_s: seconds since the sweep started, None when the event does not say.
     """
 
     fraction: float | None = None
     eta_s: float | None = None
     message: str | None = None
     result: tuple[str, float, float | None, bool] | None = None
+    elapsed_s: float | None = None
+
+    def at(self, seconds_later: float) -> tuple[float | None, float | None]:
+        """``(fraction, eta_s)`` extrapolated ``seconds_later`` after the event, so the progress bar
+        and the countdown move while one long launch (model load + requests) runs without events.
+        The ETA counts down to 0 and stays there; the fraction follows elapsed / (elapsed + ETA)."""
+        if self.eta_s is None:
+            return self.fraction, None
+        eta = max(0.0, self.eta_s - max(0.0, seconds_later))
+        if self.elapsed_s is None:
+            return self.fraction, eta
+        elapsed = self.elapsed_s + max(0.0, seconds_later)
+        return (elapsed / (elapsed + eta) if elapsed + eta > 0 else self.fraction), eta
 
 
 def tune_progress(ev: Any) -> TuneProgress:
@@ -392,7 +406,8 @@ def tune_progress(ev: Any) -> TuneProgress:
         row = measurement_row(m)
         if row is not None:
             result = row
-    return TuneProgress(fraction=fraction, eta_s=eta_s, message=message, result=result)
+    return TuneProgress(fraction=fraction, eta_s=eta_s, message=message, result=result,
+                        elapsed_s=getattr(ev, "elapsed_s", None))
 
 
 def measurement_row(m: Any) -> tuple[str, float, float | None, bool] | None:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import math
 
 import pyqtgraph as pg
+from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics
 
 # antialiasing makes software-rendered plots ~15x slower to paint (470 ms vs 33 ms for the four Monitor
@@ -123,6 +124,16 @@ def tick_text(label: str, room: int) -> str:
     return "\n".join(lines)
 
 
+def _center_lines(item: pg.TextItem) -> None:
+    """Centre each line of a multi-line label over its anchor (Qt left-aligns them by default)."""
+    doc = item.textItem.document()
+    opt = doc.defaultTextOption()
+    opt.setAlignment(Qt.AlignmentFlag.AlignHCenter)
+    doc.setDefaultTextOption(opt)
+    doc.setTextWidth(doc.idealWidth())  # alignment needs a fixed width: the widest line
+    item.updateTextPos()
+
+
 #: Bar colour of the candidate the decision chose.
 WINNER_COLOR = "#16a34a"
 
@@ -136,6 +147,8 @@ class CandidateChart(pg.PlotWidget):
         self.setTitle("Candidates: generation speed vs. the baseline", size="10pt")
         self.getAxis("left").setLabel("generation (tokens/s)")
         self.getAxis("bottom").setLabel("candidate")
+        for side in ("left", "bottom"):  # bar positions are indices, not a quantity: no "(x0.001)"
+            self.getAxis(side).enableAutoSIPrefix(False)
         self.showGrid(y=True, alpha=0.25)
         self.setMouseEnabled(x=False, y=False)
         self.hideButtons()
@@ -148,6 +161,23 @@ class CandidateChart(pg.PlotWidget):
         self._labels: list[pg.TextItem] = []
         self.rows: list[tuple[str, float, float | None, bool]] = []
         self.winner: str | None = None
+        # before the first result: a sentence instead of empty 0..1 axes
+        self.placeholder = pg.TextItem(self.PLACEHOLDER, color="#6b7280", anchor=(0.5, 0.5))
+        self.addItem(self.placeholder)
+        self._show_empty(True)
+
+    #: What the empty chart says.
+    PLACEHOLDER = "Each candidate's generation speed appears here as soon as it is measured."
+
+    def _show_empty(self, empty: bool) -> None:
+        self.placeholder.setVisible(empty)
+        for side in ("left", "bottom"):
+            self.getPlotItem().showAxis(side, not empty)
+        self.showGrid(y=not empty, alpha=0.25)
+        if empty:
+            self.setXRange(0, 1, padding=0)
+            self.setYRange(0, 1, padding=0)
+            self.placeholder.setPos(0.5, 0.5)
 
     def set_rows(self, rows: list[tuple[str, float, float | None, bool]], winner: str | None = None) -> None:
         """``rows``: (label, gen tokens/s, acceptance 0..1 or None, is_baseline); ``winner``: the
@@ -159,6 +189,7 @@ class CandidateChart(pg.PlotWidget):
         for t in self._labels:
             self.removeItem(t)
         self._labels = []
+        self._show_empty(not rows)
         if not rows:
             self._baseline.setVisible(False)
             self._bars = None
@@ -184,6 +215,7 @@ class CandidateChart(pg.PlotWidget):
                 txt = "chosen\n" + txt
             t = pg.TextItem(txt, color="#111827", anchor=(0.5, 1.0))
             t.setFont(font)
+            _center_lines(t)
             t.setPos(x, tps)
             self.addItem(t)
             self._labels.append(t)
@@ -192,5 +224,6 @@ class CandidateChart(pg.PlotWidget):
         n_lines = max(t[1].count("\n") + 1 for t in ticks)
         line_px = QFontMetrics(axis.style.get("tickFont") or QFont()).height()
         axis.setHeight(int(line_px * (n_lines + 1) + 8))  # tick lines and the axis label, unclipped
-        self.setXRange(-0.6, len(rows) - 0.4, padding=0)
+        pad = max(0.0, (3 - len(rows)) / 2)  # one or two bars keep the width of three, centred
+        self.setXRange(-0.6 - pad, len(rows) - 0.4 + pad, padding=0)
         self.setYRange(0, max(hs) * 1.3 if max(hs) > 0 else 1, padding=0)

@@ -3,7 +3,9 @@ against the baseline with its acceptance rate, and the decision in words."""
 
 from __future__ import annotations
 
-from PySide6.QtCore import Qt
+import time
+
+from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
     QHBoxLayout,
     QLabel,
@@ -21,10 +23,12 @@ from tuner.ui.state import AppState
 
 
 def format_eta(eta_s: float | None) -> str:
-    """``95`` → ``"1 min 35 s left"``; None → ``""``."""
+    """``95`` → ``"about 1 min 35 s left"``; ``0`` → ``"finishing…"``; None → ``""``."""
     if eta_s is None:
         return ""
     eta_s = max(0, int(round(eta_s)))
+    if eta_s == 0:
+        return "finishing…"
     if eta_s >= 60:
         return f"about {eta_s // 60} min {eta_s % 60:02d} s left"
     return f"about {eta_s} s left"
@@ -67,6 +71,11 @@ class TuneTab(QWidget):
         self.progress.setFormat("idle")
         self.progress.setTextVisible(True)
         lay.addWidget(self.progress)
+        # between events (one launch can take a minute) the ETA counts down once a second
+        self._last_progress: tuple[float, flow.TuneProgress] | None = None
+        self._tick = QTimer(self)
+        self._tick.setInterval(1000)
+        self._tick.timeout.connect(self._count_down)
         self.step_label = QLabel("Press “Tune & serve” to measure which configuration is fastest on this machine.")
         self.step_label.setWordWrap(True)
         lay.addWidget(self.step_label)
@@ -117,6 +126,11 @@ class TuneTab(QWidget):
         self.retune_btn.setEnabled(not tuning)
         self.cancel_btn.setEnabled(tuning)
         self.budget.setEnabled(not tuning)
+        if tuning:
+            self._tick.start()
+        else:
+            self._tick.stop()
+            self._last_progress = None
         if not tuning and self.progress.format() not in ("done",):
             if state is AppState.ERROR:
                 self.progress.setFormat("failed")
@@ -127,8 +141,8 @@ class TuneTab(QWidget):
         """Show one calibration event (progress, ETA, candidate result)."""
         p = flow.tune_progress(ev)
         if p.fraction is not None:
-            self.progress.setValue(int(p.fraction * 1000))
-            self.progress.setFormat(f"{p.fraction:.0%}  {format_eta(p.eta_s)}".strip())
+            self._last_progress = (time.monotonic(), p)
+            self._show_progress(p.fraction, p.eta_s)
         if p.message:
             self.step_label.setText(p.message)
         if p.result is not None:
@@ -136,6 +150,21 @@ class TuneTab(QWidget):
             self.results[label] = p.result
             rows = sorted(self.results.values(), key=lambda r: (not r[3], -r[1]))
             self.chart.set_rows(rows)
+
+    def _show_progress(self, fraction: float | None, eta_s: float | None) -> None:
+        if fraction is None:
+            return
+        self.progress.setValue(int(fraction * 1000))
+        if eta_s is not None and eta_s < 0.5 and fraction < 0.9:
+            eta_s = None  # nothing planned yet (or the estimate ran out early): unknown, not "finishing"
+        self.progress.setFormat(f"{fraction:.0%}  {format_eta(eta_s)}".strip())
+
+    def _count_down(self) -> None:
+        """Once a second while tuning: move the bar and the ETA on from the last event's estimate."""
+        if self._last_progress is None:
+            return
+        t, p = self._last_progress
+        self._show_progress(*p.at(time.monotonic() - t))
 
     def on_done(self, result) -> None:
         """Show the decision in words."""
