@@ -143,3 +143,18 @@ def test_probe_dialect_caches_by_size_and_mtime(tmp_path: Path, fake_server_bin:
     # rewriting the binary (size/mtime change) invalidates the cache
     legacy_exe.write_text("#!/bin/sh\ncat " + str(Path(__file__).parent / "data" / "llama-server-help-b10434.txt") + "\n\n")
     assert probe_dialect(legacy_exe).spec_style == "current"
+
+
+def test_api_key_goes_in_a_file_on_every_dialect() -> None:
+    cfg = ServerConfig(model_path=T, port=8080, api_key="k-123")
+    for d in (CURRENT, B10434, LEGACY):
+        assert d.has("--api-key-file")
+        argv = build_argv("/bin/llama-server", cfg, d, api_key_file="/run/key.txt")
+        assert argv[argv.index("--api-key-file") + 1] == "/run/key.txt"
+        assert "k-123" not in argv and "--api-key" not in argv
+        # without a file (the caller could not write one) the key goes on the command line
+        argv = build_argv("/bin/llama-server", cfg, d)
+        assert argv[argv.index("--api-key") + 1] == "k-123"
+    # no key: neither flag, even when a file is offered
+    argv = build_argv("/bin/llama-server", ServerConfig(model_path=T, port=8080), CURRENT, api_key_file="/x")
+    assert "--api-key-file" not in argv and "--api-key" not in argv

@@ -229,3 +229,31 @@ def test_fatal_starts_are_diagnosed(case: str, llama_server_bin: Path, stories26
     d = e.value.diagnosis
     assert d.code == want, d
     assert d.returncode == 1 and d.evidence and sup.state == ServerState.FAILED
+
+
+def test_api_key_reaches_the_server_in_a_private_file_not_the_command_line(
+        llama_server_bin: Path, stories260k_session: Path) -> None:
+    """``--api-key KEY`` would show the key to every local user in ps and /proc/PID/cmdline: the
+    supervisor passes ``--api-key-file`` (mode 0600, deleted once the server is up) instead."""
+    from tuner.server.client import ServerClient, ServerHTTPError
+
+    key = "dw-test-key-" + os.urandom(8).hex()
+    sup = Supervisor(llama_server_bin)
+    sup.start(_cfg(stories260k_session, api_key=key))
+    url = sup.wait_ready(timeout_s=120)
+    try:
+        argv = sup.argv or []
+        assert key not in " ".join(argv) and "--api-key" not in argv
+        key_file = Path(argv[argv.index("--api-key-file") + 1])
+        assert not key_file.exists(), "the key file outlived the start-up"
+        with open(f"/proc/{sup.pid}/cmdline", "rb") as fh:
+            assert key.encode() not in fh.read()
+        # the server really enforces the key it read from the file
+        with ServerClient(url) as anonymous:
+            with pytest.raises(ServerHTTPError) as err:
+                anonymous.completion("Once upon a time", 4, temperature=0.0)
+            assert err.value.status_code == 401
+        with sup.client() as c:  # sends the key
+            assert c.completion("Once upon a time", 4, temperature=0.0)["content"] is not None
+    finally:
+        sup.stop()

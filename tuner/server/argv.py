@@ -57,11 +57,15 @@ def _fmt_float(v: float) -> str:
     return f"{float(v):g}"
 
 
-def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect) -> list[str]:
+def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
+               api_key_file: str | Path | None = None) -> list[str]:
     """The exact argv (``[binary, flag, value, …]``) that launches ``config`` on this binary.
 
     Pure: no file or process access. ``config.port`` must be set (the supervisor picks a free
-    port first).
+    port first). ``api_key_file``: a file holding ``config.api_key``; when given, the key is passed
+    as ``--api-key-file FILE`` instead of ``--api-key KEY``, so it is not readable in ``ps`` or
+    ``/proc/PID/cmdline`` by other users (llama.cpp common/arg.cpp, ``--api-key-file``: one key per
+    line, read at start-up).
 
     Raises:
         UnsupportedConfigError: the binary lacks a needed flag or speculation type (e.g.
@@ -93,7 +97,9 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect) 
         argv.append("--metrics")
     if d.has_slots:
         argv.append("--slots")
-    if config.api_key:
+    if config.api_key and api_key_file is not None:
+        argv += [_need(d, "--api-key-file"), str(api_key_file)]
+    elif config.api_key:
         argv += [_need(d, "--api-key"), config.api_key]
     argv += _spec_args(config, d)
     argv += list(config.extra_args)

@@ -40,7 +40,8 @@ class ServerConfig:
             draft state; the server's own default is 4).
         host: address to bind; ``127.0.0.1`` by default.
         port: TCP port; ``None`` = the supervisor picks a free one.
-        api_key: passed as ``--api-key`` when set.
+        api_key: clients must send it; the supervisor passes it as ``--api-key-file`` (a private
+            file removed once the server is up) where the binary has that flag, else ``--api-key``.
         cache_type_k / cache_type_v: target KV cache types (``-ctk`` / ``-ctv``), e.g. ``"q8_0"``.
         threads: CPU threads (``-t``).
         fit: ``True``/``False`` → ``--fit on|off`` where the binary has ``--fit``; None = default.

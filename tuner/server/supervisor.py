@@ -95,6 +95,32 @@ class ServerStartError(RuntimeError):
         super().__init__(f"{diagnosis.code}: {diagnosis.message}")
 
 
+def _write_key_file(key: str) -> Path:
+    """Write ``key`` to a new private file (mode 0600, the system temp folder) for
+    ``--api-key-file``; the caller removes it once the server has read it.
+
+    Raises:
+        OSError: the temp folder is not writable.
+    """
+    import tempfile
+
+    fd, name = tempfile.mkstemp(prefix="draftwise-api-key-", suffix=".txt")  # created with mode 0600
+    try:
+        os.write(fd, (key + "\n").encode("utf-8"))
+    finally:
+        os.close(fd)
+    return Path(name)
+
+
+def _remove_key_file(path: Path | None) -> None:
+    """Delete a file written by :func:`_write_key_file` (missing is fine)."""
+    if path is not None:
+        try:
+            path.unlink()
+        except FileNotFoundError:
+            pass
+
+
 def startup_timeout_for(config: ServerConfig, base_s: float = 30.0, s_per_gib: float = 20.0) -> float:
     """Seconds to wait for readiness: ``base_s`` plus ``s_per_gib`` per GiB of target + draft
     files (a slow disk reads roughly 50 MB/s; the load also builds the KV cache)."""
@@ -403,10 +429,12 @@ class Supervisor:
     def _launch(self, gen: int, config: ServerConfig, message: str, port_attempt: int = 0) -> None:
         port = config.port if config.port is not None else process.free_port(config.host if config.host not in ("0.0.0.0", "::") else "127.0.0.1")
         cfg = config.with_port(port)
-        argv = build_argv(self.binary.path, cfg, self.dialect)
+        key_file = _write_key_file(cfg.api_key) if cfg.api_key and self.dialect.has("--api-key-file") else None
+        argv = build_argv(self.binary.path, cfg, self.dialect, api_key_file=key_file)
         log_path = self._new_log_path(port)
         with self._lock:
             if gen != self._gen:
+                _remove_key_file(key_file)
                 return
             self._config = cfg
             self._port = port
@@ -417,12 +445,13 @@ class Supervisor:
                 child = process.spawn(argv, env=clean_env(os.environ), log_path=log_path,
                                       tail_lines=self._tail_lines)
             except OSError as exc:
+                _remove_key_file(key_file)
                 self._set_state(ServerState.FAILED, Diagnosis(
                     "not_executable", f"cannot execute {self.binary.path}: {exc}", (), None, None, None),
                     message=f"cannot execute {self.binary.path}")
                 return
             self._child = child
-        t = threading.Thread(target=self._monitor, args=(gen, child, cfg, config, port_attempt),
+        t = threading.Thread(target=self._monitor, args=(gen, child, cfg, config, port_attempt, key_file),
                              name=f"llama-server-monitor-{child.pid}", daemon=True)
         t.start()
 
@@ -446,12 +475,14 @@ class Supervisor:
         return gen == self._gen
 
     def _monitor(self, gen: int, child: process.ChildProcess, cfg: ServerConfig, requested: ServerConfig,
-                 port_attempt: int) -> None:
+                 port_attempt: int, key_file: Path | None = None) -> None:
         try:
             outcome = self._bring_up(gen, child, cfg)
         except Exception as exc:  # a bug must not leave the state hanging in "starting"
             outcome = Diagnosis("exited", f"internal error while checking readiness: {exc!r}",
                                 tuple(child.log_lines(20)))
+        finally:
+            _remove_key_file(key_file)  # read at start-up; a restart writes a new one
         if not self._alive_gen(gen):
             return
         if isinstance(outcome, Diagnosis):
