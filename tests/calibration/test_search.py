@@ -9,7 +9,7 @@ from __future__ import annotations
 import threading
 
 from tuner.calibration.candidates import Candidate, CandidatePlan
-from tuner.calibration.decide import decide
+from tuner.calibration.decide import compared_rates, decide
 from tuner.calibration.measure import Launch
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.search import Search, SearchSettings
@@ -74,3 +74,32 @@ def test_refine_measures_a_p_min_variant_of_the_best_length():
     Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600, p_min_variant=None),
            threading.Event(), lambda *a, **k: None).run()
     assert not any(c.p_min for c in launched)
+
+
+def test_confirm_rounds_use_fresh_repetition_ids_and_pair_with_the_baseline_round():
+    """More probe repetitions than baseline ones: the confirm rounds must not reuse a probe id
+    (pooling would renumber them and each confirm run would pair with the wrong baseline run)."""
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        return Launch(client=_Client(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
+
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
+    settings = SearchSettings(n_predict=16, budget_s=600, baseline_repetitions=1, probe_repetitions=3,
+                              confirm_repetitions=2, p_min_variant=None)
+    ms = Search(launch, plan, [(0, Prompt("p", "code"))], settings, threading.Event(),
+                lambda *a, **k: None).run()
+    confirm = [m for m in ms if m.stage == "confirm"]
+    assert confirm, [m.stage for m in ms]
+    probe_ids = {s.repetition for m in ms if m.stage in ("probe", "refine") for s in m.samples}
+    confirm_ids = {s.repetition for m in confirm for s in m.samples}
+    assert probe_ids == {0, 1, 2} and confirm_ids == {3, 4}
+    # each confirm round ran the baseline and the finalist on the same id: pooled, nothing is renumbered
+    base_ids = {s.repetition for m in ms if m.candidate.is_baseline for s in m.samples}
+    assert confirm_ids <= base_ids
+    finalist = confirm[-1].candidate
+    pooled = {}
+    for m in ms:
+        if m.candidate in (finalist, plan.baseline):
+            pooled[m.candidate] = pooled[m.candidate].merged(m) if m.candidate in pooled else m
+    _c, _b, n_paired = compared_rates(pooled[finalist], pooled[plan.baseline])
+    assert n_paired == len(base_ids & {s.repetition for s in pooled[finalist].samples}) >= 2

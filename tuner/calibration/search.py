@@ -371,7 +371,10 @@ class Search:
         for m in contenders[keep:]:
             self.emit("skipped", f"{m.candidate.label}: dropped after the first round (successive halving)",
                       candidate=m.candidate)
-        first = s.baseline_repetitions
+        # Fresh repetition ids, after every id the baseline and the probe/refine launches used: pooled
+        # runs of one candidate then never share an id, so each confirm id pairs with the baseline's
+        # run of the same round (Measurement.merged would otherwise have to renumber them).
+        first = max(s.baseline_repetitions, s.probe_repetitions)
         reps = list(range(first, first + s.confirm_repetitions))
         order = [self.plan.baseline, *finalists]
         # Interleaved rounds: each repetition of each finalist runs right after the baseline's
