@@ -424,13 +424,17 @@ def measurement_row(m: Any) -> tuple[str, float, float | None, bool] | None:
 
 
 def result_rows(result: Any) -> list[tuple[str, float, float | None, bool]]:
-    """Rows for the candidate chart from a ``TuneResult`` (empty when it has no measurements)."""
-    rows = []
+    """Rows for the candidate chart from a ``TuneResult``: one per candidate, its successful runs
+    pooled (``Measurement.merged``: median tokens/s over all repetitions, acceptance over all
+    drafts) as the decision pools them, so the chart and the decision quote the same kind of
+    figure. Empty when the result has no measurements."""
+    pooled: dict[Any, Any] = {}
     for m in getattr(result, "measurements", None) or ():
-        r = measurement_row(m)
-        if r is not None:
-            rows.append(r)
-    return rows
+        if measurement_row(m) is None:
+            continue
+        key = getattr(m, "candidate", None)
+        pooled[key] = pooled[key].merged(m) if key in pooled and hasattr(pooled[key], "merged") else m
+    return [r for r in (measurement_row(m) for m in pooled.values()) if r is not None]
 
 
 def decision_text(result: Any) -> str:
