@@ -103,3 +103,47 @@ def test_confirm_rounds_use_fresh_repetition_ids_and_pair_with_the_baseline_roun
             pooled[m.candidate] = pooled[m.candidate].merged(m) if m.candidate in pooled else m
     _c, _b, n_paired = compared_rates(pooled[finalist], pooled[plan.baseline])
     assert n_paired == len(base_ids & {s.repetition for s in pooled[finalist].samples}) >= 2
+
+
+class _DipClient(_Client):
+    """A speed curve with its peak at n_max 5, between the fallback lengths 4 and 8."""
+
+    def _tps(self) -> float:
+        if self.c.is_baseline:
+            return 100.0
+        return 100.0 * {16: 1.10, 4: 1.30, 5: 1.40, 8: 1.20, 3: 1.05}.get(self.c.n_max or 16, 1.25)
+
+
+def _dip_search(**settings):
+    launched: list[Candidate] = []
+
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        launched.append(c)
+        return Launch(client=_DipClient(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
+
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
+    ms = Search(launch, plan, [(0, Prompt("p", "code"))],
+                SearchSettings(n_predict=16, budget_s=600, p_min_variant=None, **settings),
+                threading.Event(), lambda *a, **k: None).run()
+    return launched, decide(ms)
+
+
+def test_spare_budget_explores_the_neighbours_of_the_best_length():
+    launched, d = _dip_search()
+    lengths = [c.n_max for c in launched if not c.is_baseline]
+    # probe 16, refine's fallback 4 and 8, then the neighbours of the best (4): 5 wins, then 6
+    assert lengths[:3] == [16, 4, 8] and 5 in lengths and 6 in lengths, lengths
+    assert lengths.index(5) < lengths.index(6)
+    assert d.winner.n_max == 5, d.reason
+    # 3 (below 4) is a neighbour too, but 4 is no longer within 5 % of the best once 5 ran at 1.40x
+    assert 3 not in lengths
+
+    launched, d = _dip_search(explore_per_draft=0)  # off: the refine stage's local maximum stands
+    assert d.winner.n_max == 4 and 5 not in [c.n_max for c in launched]
+
+
+def test_no_exploration_without_spare_budget():
+    # a budget already more than half spent after the refine stage (the clock says so) explores nothing
+    launched, d = _dip_search(explore_spare=1.01)
+    assert 5 not in [c.n_max for c in launched] and d.winner.n_max == 4
