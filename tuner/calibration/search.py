@@ -11,6 +11,9 @@ DESIGN.md "Calibration method" step 5. Stages, each candidate one server launch:
 3. ``refine``: the draft lengths predicted fastest (and predicted to beat the baseline) are measured,
    best prediction first; after each, the cost model is refitted on every measured length of that draft
    and the curve re-predicted, so a better length found by the refit is measured too.
+   While more than half the budget is left, the neighbours (±1) of every length within 5 % of the
+   draft's best are measured as well (``SearchSettings.explore_per_draft``): on a noisy machine one
+   unlucky run can otherwise end the refit on a local maximum.
    Then the best measured length of each draft is measured once more with ``p_min`` > 0
    (``SearchSettings.p_min_variant``).
 4. ``confirm`` (successive halving): the measured candidates are ranked; those slower than the
