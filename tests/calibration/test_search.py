@@ -147,3 +147,25 @@ def test_no_exploration_without_spare_budget():
     # a budget already more than half spent after the refine stage (the clock says so) explores nothing
     launched, d = _dip_search(explore_spare=1.01)
     assert 5 not in [c.n_max for c in launched] and d.winner.n_max == 4
+
+
+class _SlowDraftClient(_Client):
+    """A draft that never beats the baseline (an unrelated draft: every length is slower)."""
+
+    def _tps(self) -> float:
+        return 100.0 if self.c.is_baseline else 60.0
+
+
+def test_a_draft_that_never_beats_the_baseline_is_not_explored():
+    launched: list[Candidate] = []
+
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        launched.append(c)
+        return Launch(client=_SlowDraftClient(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
+
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
+    Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600, p_min_variant=None),
+           threading.Event(), lambda *a, **k: None).run()
+    lengths = sorted(c.n_max for c in launched if not c.is_baseline)
+    assert lengths == [4, 8, 16], lengths  # the probe and the refine stage's fallback lengths, nothing more

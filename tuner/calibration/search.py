@@ -351,11 +351,14 @@ class Search:
 
         Unmeasured lengths next to (±1) a measured one whose tokens/s is within ``explore_within`` of
         the best measured; the one the cost model's curve ranks highest first (then the longer one).
-        None when there is none."""
+        None when there is none, or when the draft's best run does not beat the baseline (by half of
+        ``min_gain``, the refine stage's bar)."""
         runs = [m for m in self._runs_of(probe) if m.gen_tokens_per_s and m.candidate.n_max is not None]
         if not runs:
             return None
         best = max(float(m.gen_tokens_per_s) for m in runs)
+        if self.base_tps is None or best <= self.base_tps * (1.0 + self.s.min_gain / 2):
+            return None  # a draft that does not beat the baseline anywhere: nothing worth a closer look
         done = self._measured_n_max(probe)
         allowed = set(self.s.draft_lengths)
         near = {m.candidate.n_max for m in runs if float(m.gen_tokens_per_s) >= self.s.explore_within * best}
