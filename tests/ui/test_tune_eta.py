@@ -85,3 +85,15 @@ def test_chart_rows_pool_each_candidates_runs_like_the_decision():
     result.measurements.append(run(draft, 4, 100.0, 100, 100))
     rows = {r[0]: r for r in flow.result_rows(result)}
     assert rows[draft.label][1] == pytest.approx(85.0) and rows[draft.label][2] == pytest.approx(0.7)
+
+
+def test_done_is_not_overwritten_by_a_late_countdown_tick(make_app, qtbot):
+    app = make_app(tray_available=False)
+    tab = app.window.tune_tab
+    tab._tick.setInterval(20)
+    tab.on_state(AppState.TUNING)
+    tab.on_event(TuneEvent("measured", "last one", progress=0.9, elapsed_s=50.0, eta_s=5.0))
+    tab.on_done(None)  # the result arrives before the state change (two queued signals)
+    qtbot.wait(100)
+    assert tab.progress.format() == "done" and tab.progress.value() == 1000
+    tab.on_state(AppState.IDLE)

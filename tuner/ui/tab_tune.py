@@ -168,6 +168,8 @@ class TuneTab(QWidget):
 
     def on_done(self, result) -> None:
         """Show the decision in words."""
+        self._tick.stop()  # the countdown must not overwrite "done" before the state change arrives
+        self._last_progress = None
         self.progress.setValue(1000)
         self.progress.setFormat("done")
         took = getattr(result, "elapsed_s", None)
