@@ -169,3 +169,28 @@ def test_a_draft_that_never_beats_the_baseline_is_not_explored():
            threading.Event(), lambda *a, **k: None).run()
     lengths = sorted(c.n_max for c in launched if not c.is_baseline)
     assert lengths == [4, 8, 16], lengths  # the probe and the refine stage's fallback lengths, nothing more
+
+
+def test_explore_follows_the_curve_past_an_unlucky_neighbour():
+    """Measured: n_max 2 at 94 tokens/s, n_max 3 at 80 (one unlucky run). The refitted curve still
+    puts n_max 4 within 5 % of the best: it is explored before the far side (n_max 1)."""
+    from tuner.calibration.results import Measurement, Sample
+
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
+    search = Search(lambda c, e: None, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16),
+                    threading.Event(), lambda *a, **k: None)
+    search.base_tps = 75.0
+
+    def run(n_max, tps):
+        return Measurement(candidate=probe.with_n_max(n_max), samples=(Sample(0, "code", 0, tps, 16, 15_000 / tps),))
+
+    search.measurements = [run(16, 74.0), run(2, 94.0), run(3, 80.0)]
+    search.curves[search._group(probe)] = [(1, 0.83, 80.0), (2, 0.8, 92.0), (3, 0.75, 93.0), (4, 0.7, 93.5),
+                                          (5, 0.66, 91.0), (8, 0.55, 85.0)]
+    assert search._explore_next(probe) == (4, 93.5)
+    search.measurements.append(run(4, 99.0))
+    assert search._explore_next(probe) == (5, 91.0)  # now next to the new best, and predicted close
+    # without a curve: only the neighbours of lengths within 5 % of the best (4 → 5; 3 is measured)
+    search.curves.clear()
+    assert search._explore_next(probe) == (5, 0.0)

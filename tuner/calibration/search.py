@@ -350,7 +350,8 @@ class Search:
         """The next draft length to explore for ``probe``'s draft: ``(n_max, predicted tokens/s or 0)``.
 
         Unmeasured lengths next to (±1) a measured one whose tokens/s is within ``explore_within`` of
-        the best measured; the one the cost model's curve ranks highest first (then the longer one).
+        the best measured, and those the cost model's curve predicts within ``explore_within`` of it;
+        the one the curve ranks highest first (then the longer one).
         None when there is none, or when the draft's best run does not beat the baseline (by half of
         ``min_gain``, the refine stage's bar)."""
         runs = [m for m in self._runs_of(probe) if m.gen_tokens_per_s and m.candidate.n_max is not None]
@@ -362,10 +363,13 @@ class Search:
         done = self._measured_n_max(probe)
         allowed = set(self.s.draft_lengths)
         near = {m.candidate.n_max for m in runs if float(m.gen_tokens_per_s) >= self.s.explore_within * best}
-        options = {k + d for k in near for d in (-1, 1)} & allowed - done
+        predicted = {t[0]: t[2] for t in self.curves.get(self._group(probe)) or []}
+        # the neighbours, and any length the refitted curve itself puts within reach of the best
+        # (one unlucky run next to it must not hide it)
+        likely = {n for n, tps in predicted.items() if tps >= self.s.explore_within * best}
+        options = ({k + d for k in near for d in (-1, 1)} | likely) & allowed - done
         if not options:
             return None
-        predicted = {t[0]: t[2] for t in self.curves.get(self._group(probe)) or []}
         k = max(options, key=lambda n: (predicted.get(n, 0.0), n))
         return k, predicted.get(k, 0.0)
 
