@@ -30,11 +30,18 @@ def test_format_eta():
     assert format_eta(None) == ""
 
 
-def test_tune_tab_counts_down_while_tuning(make_app, qtbot):
-    app = make_app(tray_available=False)
-    tab = app.window.tune_tab
-    tab._tick.setInterval(100)
+@pytest.fixture
+def tuning_tab(make_app):
+    """The app's Tune tab in the tuning state, its countdown ticking every 20 ms; idle afterwards."""
+    tab = make_app(tray_available=False).window.tune_tab
+    tab._tick.setInterval(20)
     tab.on_state(AppState.TUNING)
+    yield tab
+    tab.on_state(AppState.IDLE)
+
+
+def test_tune_tab_counts_down_while_tuning(tuning_tab, qtbot):
+    tab = tuning_tab
     tab.on_event(TuneEvent("started", "loading the target", progress=0.1, elapsed_s=5.0, eta_s=45.0))
     assert tab.progress.format() == "10%  about 45 s left"
     # two seconds later without an event, the ETA has moved on (by time, not by a new estimate)
@@ -46,15 +53,13 @@ def test_tune_tab_counts_down_while_tuning(make_app, qtbot):
     assert not tab._tick.isActive()
 
 
-def test_zero_eta_early_is_unknown_not_finishing(make_app):
-    app = make_app(tray_available=False)
-    tab = app.window.tune_tab
-    tab.on_state(AppState.TUNING)
+def test_zero_eta_early_is_unknown_not_finishing(tuning_tab):
+    tab = tuning_tab
+    tab._tick.stop()  # only the events' own figures here
     tab.on_event(TuneEvent("started", "planning", progress=0.0, elapsed_s=0.5, eta_s=0.0))
     assert tab.progress.format() == "0%"
     tab.on_event(TuneEvent("measured", "last one", progress=0.97, elapsed_s=60.0, eta_s=0.0))
     assert tab.progress.format() == "97%  finishing…"
-    tab.on_state(AppState.IDLE)
 
 
 def test_chart_rows_pool_each_candidates_runs_like_the_decision():
@@ -87,13 +92,9 @@ def test_chart_rows_pool_each_candidates_runs_like_the_decision():
     assert rows[draft.label][1] == pytest.approx(85.0) and rows[draft.label][2] == pytest.approx(0.7)
 
 
-def test_done_is_not_overwritten_by_a_late_countdown_tick(make_app, qtbot):
-    app = make_app(tray_available=False)
-    tab = app.window.tune_tab
-    tab._tick.setInterval(20)
-    tab.on_state(AppState.TUNING)
+def test_done_is_not_overwritten_by_a_late_countdown_tick(tuning_tab, qtbot):
+    tab = tuning_tab
     tab.on_event(TuneEvent("measured", "last one", progress=0.9, elapsed_s=50.0, eta_s=5.0))
     tab.on_done(None)  # the result arrives before the state change (two queued signals)
     qtbot.wait(100)
     assert tab.progress.format() == "done" and tab.progress.value() == 1000
-    tab.on_state(AppState.IDLE)
