@@ -32,6 +32,7 @@ from __future__ import annotations
 import datetime as _dt
 import enum
 import os
+import tempfile
 import threading
 import time
 from dataclasses import dataclass, replace
@@ -102,8 +103,6 @@ def _write_key_file(key: str) -> Path:
     Raises:
         OSError: the temp folder is not writable.
     """
-    import tempfile
-
     fd, name = tempfile.mkstemp(prefix="draftwise-api-key-", suffix=".txt")  # created with mode 0600
     try:
         os.write(fd, (key + "\n").encode("utf-8"))
