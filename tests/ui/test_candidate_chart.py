@@ -92,3 +92,19 @@ def test_bar_label_lines_are_centred(qtbot):
         doc = t.textItem.document()
         assert doc.defaultTextOption().alignment() & Qt.AlignmentFlag.AlignHCenter
         assert doc.textWidth() > 0
+
+
+def test_empty_time_plots_keep_their_units_scale(qtbot):
+    """An empty acceptance plot spans 0-100 % (not 0-1 labelled "%"); requests in flight 0-2."""
+    from tuner.ui.graphs import TimePlot
+
+    acc = TimePlot("Draft acceptance rate", "acceptance", "%", y_scale=100.0, skip_gaps=True, min_top=100.0)
+    req = TimePlot("Requests in flight", "requests", "count", min_top=2.0)
+    for p in (acc, req):
+        qtbot.addWidget(p)
+    acc.set_series("", [], [])
+    req.set_series("", [-2.0, -1.0], [0, 0])
+    assert acc.getPlotItem().viewRange()[1] == [0.0, 100.0]
+    assert req.getPlotItem().viewRange()[1] == [0.0, 2.0]
+    req.set_series("", [-2.0, -1.0], [3, 4])
+    assert req.getPlotItem().viewRange()[1][1] == pytest.approx(4.6)

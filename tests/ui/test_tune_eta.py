@@ -98,3 +98,31 @@ def test_done_is_not_overwritten_by_a_late_countdown_tick(tuning_tab, qtbot):
     tab.on_done(None)  # the result arrives before the state change (two queued signals)
     qtbot.wait(100)
     assert tab.progress.format() == "done" and tab.progress.value() == 1000
+
+
+def test_progress_never_moves_back_within_a_sweep_and_a_new_sweep_clears_the_old_decision(tuning_tab):
+    tab = tuning_tab
+    tab._tick.stop()
+    tab.decision_label.setText("old decision: no speculation")
+    tab.on_event(TuneEvent("measured", "a", progress=0.75, elapsed_s=30.0, eta_s=10.0))
+    tab.on_event(TuneEvent("plan", "re-planned: more to measure", progress=0.45, elapsed_s=31.0, eta_s=38.0))
+    assert tab.progress.value() == 750 and tab.progress.format() == "75%  about 38 s left"
+    tab._reset()  # what Tune & serve / Re-tune do first
+    assert tab.decision_label.text() == "No decision yet." and tab.chart.rows == []
+    tab.on_event(TuneEvent("started", "b", progress=0.05, elapsed_s=1.0, eta_s=20.0))
+    assert tab.progress.value() == 50
+
+
+def test_tune_button_follows_the_menus_rule_while_serving(tuning_tab):
+    from types import SimpleNamespace
+
+    tab = tuning_tab
+    assert not tab.start_btn.isEnabled()  # tuning
+    tab.controller.serving = SimpleNamespace(model_name="m", endpoint_url="http://127.0.0.1:1/v1")
+    try:
+        tab.on_state(AppState.SERVING)
+        assert not tab.start_btn.isEnabled() and tab.retune_btn.isEnabled()
+    finally:
+        tab.controller.serving = None
+    tab.on_state(AppState.IDLE)
+    assert tab.start_btn.isEnabled()

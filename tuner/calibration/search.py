@@ -177,8 +177,14 @@ class Search:
         self._pending_s += est
         self.emit("launch", f"{stage}: starting {c.label}", candidate=c)
 
+        done = [0]
+        total = len(self.prompts) * len(reps)
+
         def on_request(sample: Sample) -> None:
-            self.emit("progress", f"{c.label}: {sample.gen_tokens_per_s:.1f} tokens/s", candidate=c)
+            # a running figure of one request: the chart waits for the whole launch ("measured")
+            done[0] += 1
+            self.emit("progress", f"{c.label}: request {done[0]} of {total}, {sample.gen_tokens_per_s:.1f} tokens/s",
+                      candidate=c)
 
         try:
             m = measure_repetitions(

@@ -28,12 +28,15 @@ class TimePlot(pg.PlotWidget):
         y_label: left axis label; y_unit: its unit (shown in parentheses).
         series: names of the lines (legend entries).
         y_scale: multiply values by this before plotting (e.g. 100 for a 0..1 rate shown in %).
+        min_top: the y axis reaches at least this (plotted units), also while the plot is empty
+            (e.g. 100 for a percentage, 2 for a request count).
     """
 
     def __init__(self, title: str, y_label: str, y_unit: str, series: tuple[str, ...] = ("",), y_scale: float = 1.0,
-                 skip_gaps: bool = False, parent=None) -> None:
+                 skip_gaps: bool = False, min_top: float = 1.0, parent=None) -> None:
         super().__init__(parent=parent)
         self.y_scale = y_scale
+        self.min_top = min_top
         self.y_label = y_label
         self.skip_gaps = skip_gaps
         self.setTitle(title, size="10pt")
@@ -88,7 +91,7 @@ class TimePlot(pg.PlotWidget):
                 finite = [v for v in y if not math.isnan(v)]
                 if finite:
                     top = max(top, max(finite))
-        self.setYRange(0, top * 1.15 if top > 0 else 1.0, padding=0)
+        self.setYRange(0, max(self.min_top, top * 1.15), padding=0)
 
     def point_count(self, name: str = "") -> int:
         """Number of finite points in a line (for tests)."""

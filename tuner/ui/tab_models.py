@@ -135,7 +135,7 @@ class ModelsTab(QWidget):
             n_t, n_d = len(shown), len(draft_paths)
             fam_item = QTreeWidgetItem([
                 f"Family {i}", "", "",
-                f"{len(fam.members)} models with one tokenizer: {n_t} target{'s' if n_t != 1 else ''}, "
+                f"{len(fam.members)} model{'s' if len(fam.members) != 1 else ''} with one tokenizer: {n_t} target{'s' if n_t != 1 else ''}, "
                 f"{n_d} draft{'s' if n_d != 1 else ''}", ""])
             f = fam_item.font(0)
             f.setBold(True)

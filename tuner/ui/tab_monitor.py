@@ -48,8 +48,8 @@ class MonitorTab(QWidget):
 
         grid = QGridLayout()
         self.tps_plot = TimePlot("Generation speed", "generation", "tokens/s", skip_gaps=True)
-        self.acc_plot = TimePlot("Draft acceptance rate", "acceptance", "%", y_scale=100.0, skip_gaps=True)
-        self.acc_plot.setYRange(0, 100, padding=0.02)
+        self.acc_plot = TimePlot("Draft acceptance rate", "acceptance", "%", y_scale=100.0, skip_gaps=True,
+                                 min_top=100.0)
         self.acc_plot.getPlotItem().enableAutoRange(axis="y", enable=False)
         self.has_vram = controller.collector.vram is not None
         self.mem_plot = TimePlot(
@@ -58,9 +58,8 @@ class MonitorTab(QWidget):
             series=("VRAM used", "llama-server RAM") if self.has_vram else ("llama-server RAM",),
             y_scale=1.0 / MIB,
         )
-        self.req_plot = TimePlot("Requests in flight", "requests", "count")
+        self.req_plot = TimePlot("Requests in flight", "requests", "count", min_top=2.0)
         self.req_plot.getAxis("left").setTickSpacing(1, 1)
-        self.req_plot.setYRange(0, 2, padding=0.05)
         self.req_plot.getPlotItem().enableAutoRange(axis="y", enable=False)
         grid.addWidget(self.tps_plot, 0, 0)
         grid.addWidget(self.acc_plot, 0, 1)
@@ -124,8 +123,6 @@ class MonitorTab(QWidget):
     def _update_req(self, now: float) -> None:
         s = self.controller.collector.series
         ages, values = s["requests_processing"].window(now, self.span_min * 60.0)
-        top = max([v for v in values if v is not None], default=0)
-        self.req_plot.setYRange(0, max(2, top + 1), padding=0.05)
         self.req_plot.set_series("", ages, values)
 
     @property

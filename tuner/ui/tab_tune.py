@@ -73,6 +73,7 @@ class TuneTab(QWidget):
         lay.addWidget(self.progress)
         # between events (one launch can take a minute) the ETA counts down once a second
         self._last_progress: tuple[float, flow.TuneProgress] | None = None
+        self._shown_fraction = 0.0  # the bar never moves back within one sweep (a re-plan only moves the ETA)
         self._tick = QTimer(self)
         self._tick.setInterval(1000)
         self._tick.timeout.connect(self._count_down)
@@ -105,24 +106,30 @@ class TuneTab(QWidget):
             except Exception as exc:
                 self.step_label.setText(str(exc))
 
+    def _reset(self) -> None:
+        """A new sweep: no bars, no decision, the progress bar from 0 again."""
+        self.results.clear()
+        self.chart.set_rows([])
+        self.decision_label.setText("No decision yet.")
+        self._shown_fraction = 0.0
+
     def start(self) -> None:
         """Start "Tune & serve"."""
         self._apply_budget()
-        self.results.clear()
-        self.chart.set_rows([])
+        self._reset()
         self.controller.tune_and_serve()
 
     def retune(self) -> None:
         """Force a new sweep."""
         self._apply_budget()
-        self.results.clear()
-        self.chart.set_rows([])
+        self._reset()
         self.controller.retune()
 
     def on_state(self, state: AppState) -> None:
         """Enable the buttons that make sense now."""
         tuning = state is AppState.TUNING
-        self.start_btn.setEnabled(not tuning)
+        # the File and tray menus' rule: no second "Tune & serve" while serving (Re-tune measures again)
+        self.start_btn.setEnabled(not tuning and self.controller.serving is None)
         self.retune_btn.setEnabled(not tuning)
         self.cancel_btn.setEnabled(tuning)
         self.budget.setEnabled(not tuning)
@@ -154,6 +161,8 @@ class TuneTab(QWidget):
     def _show_progress(self, fraction: float | None, eta_s: float | None) -> None:
         if fraction is None:
             return
+        fraction = max(fraction, self._shown_fraction)
+        self._shown_fraction = fraction
         self.progress.setValue(int(fraction * 1000))
         if eta_s is not None and eta_s < 0.5 and fraction < 0.9:
             eta_s = None  # nothing planned yet (or the estimate ran out early): unknown, not "finishing"
