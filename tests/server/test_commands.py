@@ -187,6 +187,26 @@ def test_serve_uses_the_stored_key_for_a_network_host(stories260k_session: Path,
     assert config_from_args(ns).api_key == key
 
 
+def test_serve_reads_the_key_from_api_key_file(tmp_path: Path, stories260k_session: Path) -> None:
+    import argparse
+
+    from tuner.server.command import config_from_args
+
+    def ns(**kw):
+        base = dict(models=None, target=str(stories260k_session), draft=None, spec_type=None, port=None,
+                    host="0.0.0.0", n_max=None, ngl=None, draft_ngl=None, n_ctx=None, api_key=None, api_key_file=None)
+        return argparse.Namespace(**{**base, **kw})
+
+    f = tmp_path / "key.txt"
+    f.write_text("\n  from-a-file-123  \nsecond line ignored\n")
+    assert config_from_args(ns(api_key_file=str(f))).api_key == "from-a-file-123"
+    f.write_text("\n \n")
+    with pytest.raises(ValueError, match=r"--api-key-file .*key.txt: the file holds no key"):
+        config_from_args(ns(api_key_file=str(f)))
+    with pytest.raises(ValueError, match=r"--api-key-file .*missing.txt: cannot read it"):
+        config_from_args(ns(api_key_file=str(tmp_path / "missing.txt")))
+
+
 def test_serve_on_all_interfaces_prints_the_bound_address(tmp_path: Path, fake_server_bin: Path,
                                                           stories260k_session: Path) -> None:
     m = tmp_path / "t.gguf"

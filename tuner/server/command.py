@@ -52,8 +52,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--port", type=int, help="TCP port (default: a free one)")
     p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1); any other address "
                    "exposes the server on the network and needs an API key")
-    p.add_argument("--api-key", default=None, help="API key clients must send (llama-server --api-key); "
-                   "default for a non-loopback --host: the key stored by the app (Settings)")
+    keys = p.add_mutually_exclusive_group()
+    keys.add_argument("--api-key", default=None, help="API key clients must send; "
+                      "default for a non-loopback --host: the key stored by the app (Settings)")
+    keys.add_argument("--api-key-file", default=None, metavar="FILE",
+                      help="read the API key from FILE (first non-empty line), so it is not on this "
+                      "command line where other local users can see it in ps")
     p.add_argument("--ctx", type=int, dest="n_ctx", help="context size n_ctx")
     p.add_argument("--ngl", help="target GPU layers (number, auto or all)")
     p.add_argument("--draft-ngl", help="draft GPU layers (number, auto or all)")
@@ -130,6 +134,25 @@ def is_loopback_host(host: str) -> bool:
         return False
 
 
+def _given_key(args: argparse.Namespace) -> str | None:
+    """The key given by ``--api-key`` or read from ``--api-key-file`` (first non-empty line), else None.
+
+    Raises:
+        ValueError: the ``--api-key-file`` cannot be read or holds no key (message names the flag and file).
+    """
+    path = getattr(args, "api_key_file", None)
+    if path is None:
+        return getattr(args, "api_key", None)
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"--api-key-file {path}: cannot read it ({exc})") from None
+    key = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    if not key:
+        raise ValueError(f"--api-key-file {path}: the file holds no key")
+    return key
+
+
 def _api_key_for(host: str, given: str | None) -> str | None:
     """The key to pass as ``--api-key``: ``given`` (``--api-key``), else for a non-loopback host the
     key stored by the app (:func:`tuner.settings.read_api_key`). Issue 6: exposing the server on the
@@ -152,8 +175,8 @@ def _api_key_for(host: str, given: str | None) -> str | None:
     except SettingsError as exc:
         raise ValueError(f"--host {host} needs an API key, and the stored one is unusable: {exc}") from None
     if key is None:
-        raise ValueError(f"--host {host} exposes the server beyond this machine: give --api-key KEY "
-                         "(or generate a key in the app's settings), or use --host 127.0.0.1")
+        raise ValueError(f"--host {host} exposes the server beyond this machine: give --api-key KEY or "
+                         "--api-key-file FILE (or generate a key in the app's settings), or use --host 127.0.0.1")
     return key
 
 
@@ -174,7 +197,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             over["port"] = args.port
         if args.host:
             over["host"] = args.host
-        key = _api_key_for(args.host or cfg.host, getattr(args, "api_key", None))
+        key = _api_key_for(args.host or cfg.host, _given_key(args))
         if key is not None:
             over["api_key"] = key
         if over:
@@ -206,7 +229,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         n_parallel=1 if speculative else None,
         host=args.host or "127.0.0.1",
         port=args.port,
-        api_key=_api_key_for(args.host or "127.0.0.1", getattr(args, "api_key", None)),
+        api_key=_api_key_for(args.host or "127.0.0.1", _given_key(args)),
     )
 
 
