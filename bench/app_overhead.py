@@ -23,7 +23,6 @@ import argparse
 import json
 import os
 import shutil
-import socket
 import subprocess
 import sys
 import tempfile
@@ -33,6 +32,8 @@ from pathlib import Path
 
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
+
+from tuner.server.process import free_port  # noqa: E402
 
 CPU_GOAL_PCT = 1.0
 RSS_GOAL_MB = 250.0
@@ -65,14 +66,6 @@ QTimer.singleShot(100, c.tune_and_serve)
 QTimer.singleShot(int(float(os.environ["BENCH_LIFETIME_S"]) * 1000), a.quit)
 sys.exit(a.qapp.exec())
 """
-
-
-def free_port() -> int:
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -27,6 +27,8 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
+from tuner.server.process import free_port  # noqa: E402
+
 DRIVER = r"""
 import os, subprocess, sys, threading, time
 from pathlib import Path
@@ -103,16 +105,6 @@ def s_tray():
 later(1500, s_models)
 sys.exit(a.qapp.exec())
 """
-
-
-def free_port() -> int:
-    import socket
-
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    p = s.getsockname()[1]
-    s.close()
-    return p
 
 
 def make_models(folder: Path) -> None:

@@ -76,18 +76,29 @@ def test_refine_measures_a_p_min_variant_of_the_best_length():
     assert not any(c.p_min for c in launched)
 
 
-def test_confirm_rounds_use_fresh_repetition_ids_and_pair_with_the_baseline_round():
-    """More probe repetitions than baseline ones: the confirm rounds must not reuse a probe id
-    (pooling would renumber them and each confirm run would pair with the wrong baseline run)."""
+def _scripted_search(client_cls: type, **settings) -> tuple[list[Candidate], list]:
+    """One search over the baseline and one draft (probe at n_max 16) on a scripted ``client_cls``;
+    ``SearchSettings`` overrides in ``settings`` (no p_min variant unless asked). Returns
+    ``(launched candidates in order, measurements)``."""
+    launched: list[Candidate] = []
+
     def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        return Launch(client=_Client(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
+        launched.append(c)
+        return Launch(client=client_cls(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
 
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
-    settings = SearchSettings(n_predict=16, budget_s=600, baseline_repetitions=1, probe_repetitions=3,
-                              confirm_repetitions=2, p_min_variant=None)
-    ms = Search(launch, plan, [(0, Prompt("p", "code"))], settings, threading.Event(),
-                lambda *a, **k: None).run()
+    ms = Search(launch, plan, [(0, Prompt("p", "code"))],
+                SearchSettings(**{"n_predict": 16, "budget_s": 600, "p_min_variant": None, **settings}),
+                threading.Event(), lambda *a, **k: None).run()
+    return launched, ms
+
+
+def test_confirm_rounds_use_fresh_repetition_ids_and_pair_with_the_baseline_round():
+    """More probe repetitions than baseline ones: the confirm rounds must not reuse a probe id
+    (pooling would renumber them and each confirm run would pair with the wrong baseline run)."""
+    _launched, ms = _scripted_search(_Client, baseline_repetitions=1, probe_repetitions=3, confirm_repetitions=2)
+    baseline = Candidate()
     confirm = [m for m in ms if m.stage == "confirm"]
     assert confirm, [m.stage for m in ms]
     probe_ids = {s.repetition for m in ms if m.stage in ("probe", "refine") for s in m.samples}
@@ -99,9 +110,9 @@ def test_confirm_rounds_use_fresh_repetition_ids_and_pair_with_the_baseline_roun
     finalist = confirm[-1].candidate
     pooled = {}
     for m in ms:
-        if m.candidate in (finalist, plan.baseline):
+        if m.candidate in (finalist, baseline):
             pooled[m.candidate] = pooled[m.candidate].merged(m) if m.candidate in pooled else m
-    _c, _b, n_paired = compared_rates(pooled[finalist], pooled[plan.baseline])
+    _c, _b, n_paired = compared_rates(pooled[finalist], pooled[baseline])
     assert n_paired == len(base_ids & {s.repetition for s in pooled[finalist].samples}) >= 2
 
 
@@ -115,17 +126,7 @@ class _DipClient(_Client):
 
 
 def _dip_search(**settings):
-    launched: list[Candidate] = []
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        launched.append(c)
-        return Launch(client=_DipClient(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
-
-    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
-    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
-    ms = Search(launch, plan, [(0, Prompt("p", "code"))],
-                SearchSettings(n_predict=16, budget_s=600, p_min_variant=None, **settings),
-                threading.Event(), lambda *a, **k: None).run()
+    launched, ms = _scripted_search(_DipClient, **settings)
     return launched, decide(ms)
 
 
@@ -157,16 +158,7 @@ class _SlowDraftClient(_Client):
 
 
 def test_a_draft_that_never_beats_the_baseline_is_not_explored():
-    launched: list[Candidate] = []
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        launched.append(c)
-        return Launch(client=_SlowDraftClient(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
-
-    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
-    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
-    Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600, p_min_variant=None),
-           threading.Event(), lambda *a, **k: None).run()
+    launched, _ms = _scripted_search(_SlowDraftClient)
     lengths = sorted(c.n_max for c in launched if not c.is_baseline)
     assert lengths == [4, 8, 16], lengths  # the probe and the refine stage's fallback lengths, nothing more
 

@@ -4,7 +4,6 @@ and the single-instance socket name is unique per test."""
 from __future__ import annotations
 
 import os
-import socket
 import sys
 import threading
 import time
@@ -12,6 +11,8 @@ import traceback
 from pathlib import Path
 
 import pytest
+
+from tuner.server import process
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
@@ -29,11 +30,7 @@ def draftwise_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 @pytest.fixture
 def free_port() -> int:
     """A TCP port that was free a moment ago."""
-    s = socket.socket()
-    s.bind(("127.0.0.1", 0))
-    port = s.getsockname()[1]
-    s.close()
-    return port
+    return process.free_port()
 
 
 @pytest.fixture

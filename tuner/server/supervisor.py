@@ -114,10 +114,7 @@ def _write_key_file(key: str) -> Path:
 def _remove_key_file(path: Path | None) -> None:
     """Delete a file written by :func:`_write_key_file` (missing is fine)."""
     if path is not None:
-        try:
-            path.unlink()
-        except FileNotFoundError:
-            pass
+        path.unlink(missing_ok=True)
 
 
 def startup_timeout_for(config: ServerConfig, base_s: float = 30.0, s_per_gib: float = 20.0) -> float:

@@ -433,7 +433,7 @@ def result_rows(result: Any) -> list[tuple[str, float, float | None, bool]]:
         if measurement_row(m) is None:
             continue
         key = getattr(m, "candidate", None)
-        pooled[key] = pooled[key].merged(m) if key in pooled and hasattr(pooled[key], "merged") else m
+        pooled[key] = pooled[key].merged(m) if key in pooled else m
     return [r for r in (measurement_row(m) for m in pooled.values()) if r is not None]
 
 
