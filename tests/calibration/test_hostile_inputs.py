@@ -286,3 +286,33 @@ def test_the_sweep_measures_a_bounded_number_of_prompts(tmp_path: Path) -> None:
     assert "100,000 prompts" in events[-1].message and f"at most {MAX_PROMPTS_PER_SWEEP}" in events[-1].message
     chosen = select_prompts(ps, MAX_PROMPTS_PER_SWEEP)
     assert len(chosen) == MAX_PROMPTS_PER_SWEEP and {p.category for _, p in chosen} == {"a", "b", "c"}
+
+
+# ------------------------------------------------------------------------------ minor items
+
+
+def test_minor_command_line_items(tmp_path: Path, stories260k: Path, llama_server_bin: Path) -> None:
+    """One-line errors, no tracebacks: tune --server /bin/false, serve --target on a vocab-only
+    file (refused before any launch), plan --ngl -5, doctor --timeout -1, and a scan table with a
+    file name that is not UTF-8."""
+    from tests.synth import write_vocab_gguf
+
+    home = tmp_path / "home"
+    rc, _, err, _ = _run(["tune", "--models", str(stories260k.parent), "--server", "/bin/false"], home)
+    assert rc == 2 and "Traceback" not in err and "/bin/false" in err, err
+    vocab = write_vocab_gguf(tmp_path / "vocab" / "ggml-vocab.gguf")
+    rc, _, err, _ = _run(["serve", "--target", str(vocab), "--server", str(llama_server_bin)], home)
+    assert rc == 2 and "vocab-only" in err and "argv:" not in err, err
+    rc, _, err, _ = _run(["plan", "--target", str(stories260k), "--ngl", "-5", "--no-cross-check"], home)
+    assert rc == 2 and "--ngl must be >= 0" in err, err
+    rc, _, err, _ = _run(["doctor", "--timeout", "-1", "--server", str(llama_server_bin)], home)
+    assert rc == 2 and "--timeout must be > 0" in err, err
+    odd = tmp_path / "odd"
+    odd.mkdir()
+    os.symlink(stories260k, os.path.join(os.fsencode(odd), b"caf\xe9-\xff.gguf"))
+    env = _env(home)
+    env["LC_ALL"] = env["LANG"] = "C.UTF-8"
+    p = subprocess.run([sys.executable, "-m", "tuner", "scan", str(odd)], cwd=REPO, env=env, capture_output=True,
+                       timeout=60)
+    assert p.returncode == 0 and b"Traceback" not in p.stderr, p.stderr
+    assert b"\\udce9" in p.stdout or b"\\xe9" in p.stdout, p.stdout
