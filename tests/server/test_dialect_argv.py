@@ -172,3 +172,16 @@ def test_api_key_goes_in_a_file_on_every_dialect() -> None:
     # no key: neither flag, even when a file is offered
     argv = build_argv("/bin/llama-server", ServerConfig(model_path=T, port=8080), CURRENT, api_key_file="/x")
     assert "--api-key-file" not in argv and "--api-key" not in argv
+
+
+@pytest.mark.parametrize("content", ["[]", "{\"key\": 5}", "{\"key\": [], \"help\": 3}", "\"x\"", "{bad"])
+def test_a_damaged_dialect_cache_is_ignored(content: str, fake_server_bin: Path) -> None:
+    """Issue 16 item 4: a dialect cache holding [] made serve and doctor crash."""
+    from tuner import paths
+    from tuner.server import dialect as dialect_mod
+
+    first = dialect_mod.probe_dialect(fake_server_bin, use_cache=True)
+    dialect_mod._memory_cache.clear()
+    for f in (paths.cache_dir() / "dialect").glob("*.json"):
+        f.write_text(content)
+    assert dialect_mod.probe_dialect(fake_server_bin, use_cache=True) == first
