@@ -114,16 +114,19 @@ class CorruptFileError(ValueError):
         super().__init__(f"{path}: {reason}{where}")
 
 
-def _is_state_path(path: Path) -> bool:
-    """True when ``path`` lies in one of Draftwise's own state folders (config, data, cache, logs)."""
+def _state_base(path: Path) -> Path | None:
+    """The Draftwise state folder (config, data, cache, logs) ``path`` lies in, or None."""
     from tuner import paths
 
     try:
         p = Path(path).absolute()
-        return any(p.is_relative_to(base().absolute()) for base in
-                   (paths.config_dir, paths.data_dir, paths.cache_dir, paths.log_dir))
+        for base in (paths.config_dir, paths.data_dir, paths.cache_dir, paths.log_dir):
+            b = base().absolute()
+            if p.is_relative_to(b):
+                return b
     except (OSError, ValueError):
-        return False
+        return None
+    return None
 
 
 #: A temp file of an atomic write older than this was left by a killed process.
@@ -159,7 +162,10 @@ def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None
     path = Path(path)
     from tuner.paths import ensure_private_dir
 
-    ensure_private_dir(path.parent, fix_existing=_is_state_path(path))
+    base = _state_base(path)
+    if base is not None:
+        ensure_private_dir(base)  # Draftwise's own folders are owner-only, also when made by an older version
+    ensure_private_dir(path.parent, fix_existing=base is not None)
     _sweep_stale_temps(path)
     fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
     try:

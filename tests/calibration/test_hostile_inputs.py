@@ -316,3 +316,25 @@ def test_minor_command_line_items(tmp_path: Path, stories260k: Path, llama_serve
                        timeout=60)
     assert p.returncode == 0 and b"Traceback" not in p.stderr, p.stderr
     assert b"\\udce9" in p.stdout or b"\\xe9" in p.stdout, p.stdout
+
+
+def test_state_folders_and_files_are_owner_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """Issue 16 item 11: state folders were 0755 (also when an older version made them)."""
+    from tuner import paths, settings as S
+    from tuner.storage import atomic_write_json
+
+    monkeypatch.setenv("DRAFTWISE_HOME", str(tmp_path / "home"))
+    paths.data_dir().mkdir(parents=True, mode=0o755)
+    os.chmod(paths.data_dir(), 0o755)
+    S.save_settings(S.Settings(port=9002))
+    atomic_write_json(paths.profiles_dir() / "x.json", {"a": 1})
+    atomic_write_json(paths.cache_dir() / "scan-cache.json", {})
+    for folder in (paths.config_dir(), paths.data_dir(), paths.profiles_dir(), paths.cache_dir()):
+        assert folder.stat().st_mode & 0o777 == 0o700, folder
+    assert S.settings_path().stat().st_mode & 0o777 == 0o600
+    # a folder of the user's (not Draftwise's) is never chmodded
+    mine = tmp_path / "mine"
+    mine.mkdir(mode=0o755)
+    os.chmod(mine, 0o755)
+    atomic_write_json(mine / "out.json", {})
+    assert mine.stat().st_mode & 0o777 == 0o755
