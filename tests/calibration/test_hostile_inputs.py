@@ -267,9 +267,9 @@ def test_the_sweep_measures_a_bounded_number_of_prompts(tmp_path: Path) -> None:
 
     f = tmp_path / "many.jsonl"
     f.write_text("".join(json.dumps({"prompt": f"p{i}", "category": ["a", "b", "c"][i % 3]}) + "\n"
-                         for i in range(100_000)))
+                         for i in range(20_000)))
     ps = load_prompts(f)
-    assert len(ps) == 100_000
+    assert len(ps) == 20_000
     events = []
     from tuner.calibration.tune import tune
 
@@ -283,7 +283,7 @@ def test_the_sweep_measures_a_bounded_number_of_prompts(tmp_path: Path) -> None:
 
     with pytest.raises(Stop):  # stopped at the note, before anything is scanned or launched
         tune(models_dir=tmp_path, prompts=f, budget_s=30, on_event=on_event)
-    assert "100,000 prompts" in events[-1].message and f"at most {MAX_PROMPTS_PER_SWEEP}" in events[-1].message
+    assert "20,000 prompts" in events[-1].message and f"at most {MAX_PROMPTS_PER_SWEEP}" in events[-1].message
     chosen = select_prompts(ps, MAX_PROMPTS_PER_SWEEP)
     assert len(chosen) == MAX_PROMPTS_PER_SWEEP and {p.category for _, p in chosen} == {"a", "b", "c"}
 
