@@ -71,6 +71,14 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``draftwise`` console script; returns the exit status."""
     if argv is None:
         argv = sys.argv[1:]
+    for stream in (sys.stdout, sys.stderr):
+        # a file name that is not valid UTF-8 (kept as surrogates by the file system encoding) is
+        # printed escaped instead of raising UnicodeEncodeError in the middle of a table
+        if hasattr(stream, "reconfigure"):
+            try:
+                stream.reconfigure(errors="backslashreplace")
+            except (ValueError, OSError):
+                pass
     parser = build_parser(only=argv[0] if argv else None)
     args = parser.parse_args(argv)
     if not getattr(args, "command", None):

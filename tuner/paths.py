@@ -62,3 +62,31 @@ def xdg_data_home() -> Path:
 def xdg_config_home() -> Path:
     """The user's XDG config home (``$XDG_CONFIG_HOME`` or ``~/.config``), for autostart entries."""
     return Path(os.environ.get("XDG_CONFIG_HOME") or Path.home() / ".config")
+
+
+def ensure_private_dir(folder: Path, fix_existing: bool = True) -> Path:
+    """Create ``folder`` (and missing parents) owner-only: mode 0700 for every folder created, and
+    with ``fix_existing`` for ``folder`` itself when it already exists and we own it. Draftwise's
+    state (settings, key, profiles, caches, logs) is readable by its user only.
+
+    Returns ``folder``. Raises OSError when it cannot be created.
+    """
+    folder = Path(folder)
+    missing = []
+    p = folder
+    while not p.exists() and p != p.parent:
+        missing.append(p)
+        p = p.parent
+    for d in reversed(missing):
+        try:
+            os.mkdir(d, 0o700)
+        except FileExistsError:
+            pass
+    if fix_existing and os.name == "posix":
+        try:
+            st = folder.stat()
+            if st.st_uid == os.getuid() and st.st_mode & 0o077:
+                os.chmod(folder, st.st_mode & 0o700 | 0o700)
+        except OSError:
+            pass
+    return folder

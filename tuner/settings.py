@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import re
 import secrets
 from dataclasses import dataclass
 from pathlib import Path
@@ -53,6 +54,11 @@ class Settings:
         expose_on_lan: listen on 0.0.0.0 instead of 127.0.0.1; requires an API key.
         start_at_login: install the desktop autostart entry (``tuner.desktop.set_autostart``).
         prompts_path: the user's prompt set (JSONL); None = the built-in set.
+        cors_origin: one extra web origin (``scheme://host[:port]``, e.g. a browser front end on
+            another port) allowed to call the served endpoint; None = pages from localhost only
+            (``--cors-origins localhost``). llama-server b11434 sends any value other than
+            ``localhost`` verbatim as ``Access-Control-Allow-Origin``, so one origin is the most
+            it can admit besides the default (tools/server/server-http.cpp, pre-routing handler).
     """
 
     models_dir: Path | None = None
@@ -62,6 +68,7 @@ class Settings:
     expose_on_lan: bool = False
     start_at_login: bool = False
     prompts_path: Path | None = None
+    cors_origin: str | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -75,12 +82,18 @@ class Settings:
         """The OpenAI-compatible base URL a local client uses, e.g. ``http://127.0.0.1:8088/v1``."""
         return f"http://127.0.0.1:{self.port}/v1"
 
+    def cors_origins_value(self) -> str:
+        """The ``--cors-origins`` value to serve with: ``cors_origin`` or ``"localhost"``."""
+        return self.cors_origin or "localhost"
+
     def replace(self, **changes: Any) -> "Settings":
         """A copy with ``changes`` applied (validated; raises :class:`SettingsError`)."""
         return dataclasses.replace(self, **changes)
 
 
 _PATH_KEYS = ("models_dir", "server_binary", "prompts_path")
+#: One web origin: http(s)://host[:port], host a name, IPv4 or [IPv6] (no path, no comma list, no '*').
+_ORIGIN = re.compile(r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))(?::\d{1,5})?$")
 
 
 def validate(settings: Settings, path: Path | None = None) -> None:
@@ -107,6 +120,9 @@ def validate(settings: Settings, path: Path | None = None) -> None:
     for key in ("expose_on_lan", "start_at_login"):
         if not isinstance(getattr(s, key), bool):
             raise SettingsError(key, f"expected true or false, got {getattr(s, key)!r}", path)
+    if s.cors_origin is not None and (not isinstance(s.cors_origin, str) or not _ORIGIN.match(s.cors_origin)):
+        raise SettingsError("cors_origin", f"expected one web origin such as http://localhost:3000 (scheme, "
+                            f"host, optional port; no path, no list), got {s.cors_origin!r}", path)
 
 
 def settings_path() -> Path:
@@ -164,6 +180,94 @@ def load_settings() -> Settings:
     return from_json(obj, p)
 
 
+@dataclass(frozen=True)
+class LoadedSettings:
+    """What :func:`load_settings_keeping_valid` found.
+
+    Attributes:
+        settings: the valid keys of the file, defaults for the rest.
+        problems: one :class:`SettingsError` per bad key (or one for the whole file), in file order.
+        kept_aside: where the original file was copied when it had problems (never overwritten
+            silently), else None.
+    """
+
+    settings: Settings
+    problems: tuple[SettingsError, ...] = ()
+    kept_aside: Path | None = None
+
+    def message(self) -> str | None:
+        """One line for people (which keys, which values, where the original is), or None."""
+        if not self.problems:
+            return None
+        parts = "; ".join(f"{e.key!r}: {e.reason}" for e in self.problems)
+        where = f"; the original file is kept as {self.kept_aside}" if self.kept_aside else ""
+        return f"{settings_path()}: {parts} (using the defaults for {'that key' if len(self.problems) == 1 else 'those keys'}){where}"
+
+
+def load_settings_keeping_valid(repair: bool = True) -> LoadedSettings:
+    """Load the settings file key by key: a bad value costs only its own key.
+
+    A file with a bad value (or unparsable JSON, or a non-object) is first copied aside as
+    ``settings.json.invalid-<unix time>`` (or renamed ``.corrupt-<time>`` when not JSON), then
+    ``settings.json`` is rewritten with the valid keys, so the next save cannot lose them. Each
+    key is checked alone (a ``Settings`` with only that key set), so validation stays per key
+    whatever keys are added. A UTF-8 byte-order mark is accepted. With ``repair`` False (read-only
+    commands such as ``serve``) nothing is copied, renamed or rewritten.
+
+    Returns:
+        :class:`LoadedSettings`. Raises nothing for a bad file; OSError only when the config
+        folder cannot be read at all (a FIFO or device as settings.json is a problem, not a hang).
+    """
+    p = settings_path()
+    try:
+        obj = storage.load_json(p, keep_aside=repair)
+    except storage.CorruptFileError as exc:
+        return LoadedSettings(Settings(), (SettingsError("<file>", exc.reason, p),), exc.moved_to)
+    except OSError as exc:
+        return LoadedSettings(Settings(), (SettingsError("<file>", f"cannot read it ({exc})", p),), None)
+    if obj is None:
+        return LoadedSettings(Settings())
+    if not isinstance(obj, dict):
+        moved = _keep_copy(p) if repair else None
+        return LoadedSettings(Settings(), (SettingsError("<root>", f"expected a JSON object, got "
+                                                         f"{type(obj).__name__}", p),), moved)
+    good: dict[str, Any] = {}
+    problems: list[SettingsError] = []
+    for f in dataclasses.fields(Settings):
+        if f.name not in obj:
+            continue
+        try:
+            one = from_json({f.name: obj[f.name]}, p)
+        except SettingsError as exc:
+            problems.append(SettingsError(exc.key, f"{exc.reason} (value {obj[f.name]!r})", p))
+            continue
+        good[f.name] = getattr(one, f.name)
+    settings = Settings(**good)
+    if not problems or not repair:
+        return LoadedSettings(settings, tuple(problems))
+    moved = _keep_copy(p)
+    try:
+        storage.atomic_write_json(p, {**to_json(settings), **{k: v for k, v in obj.items()
+                                                              if k not in good and k not in
+                                                              {e.key for e in problems}}})
+    except OSError:
+        pass  # the valid keys are still in memory; the copy aside keeps the original
+    return LoadedSettings(settings, tuple(problems), moved)
+
+
+def _keep_copy(p: Path) -> Path | None:
+    """Copy ``p`` to ``<name>.invalid-<time>`` (owner-only); None when that fails."""
+    import time
+
+    try:
+        data = storage.read_regular_bytes(p)
+        aside = p.with_name(f"{p.name}.invalid-{int(time.time())}")
+        storage.atomic_write_bytes(aside, data, mode=0o600)
+        return aside
+    except OSError:
+        return None
+
+
 def save_settings(settings: Settings) -> Path:
     """Validate and write ``settings`` atomically; returns the file written.
 
@@ -177,7 +281,7 @@ def save_settings(settings: Settings) -> Path:
             "expose_on_lan", "exposing the server on the LAN requires an API key; generate one first"
         )
     p = settings_path()
-    storage.atomic_write_json(p, to_json(settings))
+    storage.atomic_write_json(p, to_json(settings), mode=0o600)
     return p
 
 
@@ -198,15 +302,41 @@ def read_api_key() -> str | None:
     """
     p = api_key_path()
     try:
-        st = p.stat()
+        key = read_private_key_file(p)
     except FileNotFoundError:
         return None
-    if os.name == "posix" and st.st_mode & 0o077:
-        raise SettingsError("api_key", f"{p} is readable by others (mode {st.st_mode & 0o777:o}); run chmod 600")
-    key = p.read_text(encoding="utf-8").strip()
+    except (OSError, ValueError) as exc:
+        raise SettingsError("api_key", str(exc) + ("; run chmod 600" if "readable" in str(exc) else "")) from None
     if not key:
         raise SettingsError("api_key", f"{p} is empty")
     return key
+
+
+def read_private_key_file(path: Path | str) -> str:
+    """The first non-empty, non-comment line of a key file, checked first: a regular file (no
+    FIFO can block), owned by this user's eyes only (no group/other permission bits, checked on
+    the open descriptor), at most 64 KiB, UTF-8. ``""`` when it holds no key.
+
+    Raises:
+        FileNotFoundError: missing.
+        tuner.storage.NotRegularFileError: a FIFO, socket, device or folder.
+        ValueError: readable by group or others (the mode is named), too large, or not UTF-8.
+        OSError: cannot be read.
+    """
+    path = Path(path)
+    with storage.open_regular(path) as fh:
+        st = os.fstat(fh.fileno())
+        if os.name == "posix" and st.st_mode & 0o077:
+            raise ValueError(f"{path} is readable by group or others (mode {st.st_mode & 0o777:o}); "
+                             "a key file must be private: chmod 600 it")
+        data = fh.read(64 * 1024 + 1)
+    if len(data) > 64 * 1024:
+        raise ValueError(f"{path} is larger than 64 KiB: not a key file")
+    try:
+        text = data.decode("utf-8-sig")
+    except UnicodeDecodeError:
+        raise ValueError(f"{path} is not UTF-8 text") from None
+    return next((ln.strip() for ln in text.splitlines() if ln.strip() and not ln.lstrip().startswith("#")), "")
 
 
 def generate_api_key() -> str:

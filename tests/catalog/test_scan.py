@@ -201,8 +201,12 @@ def test_recursive_with_symlink_loops_and_odd_entries(tmp_path: Path) -> None:
     os.mkfifo(tmp_path / "pipe.gguf")  # reading it would block forever
     (tmp_path / "link.gguf").symlink_to(tmp_path / "a" / "b" / "deep.gguf")  # same file twice
     rows = scan_folder(tmp_path)
-    assert [r.path.name for r in rows] == ["deep.gguf"] or [r.path.name for r in rows] == ["link.gguf"]
-    assert rows[0].kind == "llm"
+    models = [r for r in rows if r.path.name != "pipe.gguf"]
+    assert [r.path.name for r in models] == ["deep.gguf"] or [r.path.name for r in models] == ["link.gguf"]
+    assert models[0].kind == "llm"
+    # the FIFO is listed (never opened), not skipped silently
+    (pipe,) = [r for r in rows if r.path.name == "pipe.gguf"]
+    assert pipe.kind == "broken" and "not a regular file" in pipe.error and "FIFO" in pipe.error
 
 
 @pytest.mark.skipif(os.geteuid() == 0, reason="root can read files without read permission")
@@ -218,14 +222,14 @@ def test_unreadable_file_is_broken(tmp_path: Path) -> None:
 
 def test_unreadable_file_is_broken_when_open_fails(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     p = write_llama_gguf(tmp_path / "locked.gguf")
-    real_open = open
+    real_open = os.open
 
     def deny(path, *a, **k):
         if str(path) == str(p):
             raise PermissionError(13, "Permission denied", str(path))
         return real_open(path, *a, **k)
 
-    monkeypatch.setattr("builtins.open", deny)
+    monkeypatch.setattr(os, "open", deny)  # every model file is opened through tuner.storage.open_regular
     rows = scan_folder(tmp_path, cache=False)
     assert rows[0].kind == "broken" and "Permission denied" in rows[0].error
 

@@ -199,6 +199,11 @@ def test_serve_reads_the_key_from_api_key_file(tmp_path: Path, stories260k_sessi
 
     f = tmp_path / "key.txt"
     f.write_text("\n  from-a-file-123  \nsecond line ignored\n")
+    # a key file others can read is refused, with its mode named (issue 16)
+    f.chmod(0o644)
+    with pytest.raises(ValueError, match=r"--api-key-file refused: .*key.txt is readable by group or others \(mode 644\)"):
+        config_from_args(ns(api_key_file=str(f)))
+    f.chmod(0o600)
     assert config_from_args(ns(api_key_file=str(f))).api_key == "from-a-file-123"
     f.write_text("\n \n")
     with pytest.raises(ValueError, match=r"--api-key-file .*key.txt: the file holds no key"):

@@ -53,12 +53,26 @@ def test_argv_current_exact() -> None:
     argv = build_argv("/bin/llama-server", SPEC, CURRENT)
     assert argv == [
         "/bin/llama-server", "-m", str(T), "--host", "127.0.0.1", "--port", "8123", "-c", "512", "-np", "1",
-        "-ngl", "99", "--metrics", "--slots",
+        "-ngl", "99", "--metrics", "--slots", "--cors-origins", "localhost",
         "--spec-type", "draft-simple", "--spec-draft-model", str(D), "--spec-draft-n-max", "8",
         "--spec-draft-n-min", "1", "--spec-draft-p-min", "0.5", "--spec-draft-ngl", "99",
     ]
     # b10434 has the same flags for this configuration
     assert build_argv("/bin/llama-server", SPEC, B10434) == argv
+
+
+def test_cors_locked_down_where_the_flag_exists() -> None:
+    """b11434 gets --cors-origins localhost by default, or the one origin of the settings; builds
+    without the flag (the legacy dialect) are reported open (cors_locked False) and get no flag."""
+    from dataclasses import replace
+
+    from tuner.server.argv import cors_locked
+
+    assert cors_locked(CURRENT) and cors_locked(B10434) and not cors_locked(LEGACY)
+    argv = build_argv("/bin/llama-server", replace(SPEC, cors_origins="http://localhost:3000"), CURRENT)
+    i = argv.index("--cors-origins")
+    assert argv[i + 1] == "http://localhost:3000" and argv.count("--cors-origins") == 1
+    assert "--cors-origins" not in build_argv("/bin/llama-server", SPEC, LEGACY)
 
 
 def test_argv_legacy_exact() -> None:
@@ -158,3 +172,16 @@ def test_api_key_goes_in_a_file_on_every_dialect() -> None:
     # no key: neither flag, even when a file is offered
     argv = build_argv("/bin/llama-server", ServerConfig(model_path=T, port=8080), CURRENT, api_key_file="/x")
     assert "--api-key-file" not in argv and "--api-key" not in argv
+
+
+@pytest.mark.parametrize("content", ["[]", "{\"key\": 5}", "{\"key\": [], \"help\": 3}", "\"x\"", "{bad"])
+def test_a_damaged_dialect_cache_is_ignored(content: str, fake_server_bin: Path) -> None:
+    """Issue 16 item 4: a dialect cache holding [] made serve and doctor crash."""
+    from tuner import paths
+    from tuner.server import dialect as dialect_mod
+
+    first = dialect_mod.probe_dialect(fake_server_bin, use_cache=True)
+    dialect_mod._memory_cache.clear()
+    for f in (paths.cache_dir() / "dialect").glob("*.json"):
+        f.write_text(content)
+    assert dialect_mod.probe_dialect(fake_server_bin, use_cache=True) == first

@@ -8,6 +8,7 @@ import shutil
 import signal
 import subprocess
 import sys
+import tempfile
 import time
 from pathlib import Path
 
@@ -245,7 +246,13 @@ def test_api_key_reaches_the_server_in_a_private_file_not_the_command_line(
         argv = sup.argv or []
         assert key not in " ".join(argv) and "--api-key" not in argv
         key_file = Path(argv[argv.index("--api-key-file") + 1])
-        assert not key_file.exists(), "the key file outlived the start-up"
+        # Linux: an inherited memfd, never a file on disk (issue 16: nothing to leave behind)
+        assert str(key_file).startswith("/dev/fd/"), key_file
+        from tuner import paths
+
+        leftovers = list(Path(tempfile.gettempdir()).glob("draftwise-api-key-*")) + list(
+            (paths.data_dir() / "run").glob("draftwise-api-key-*"))
+        assert not [f for f in leftovers if f.name.split("-")[3:4] == [str(os.getpid())]], leftovers
         with open(f"/proc/{sup.pid}/cmdline", "rb") as fh:
             assert key.encode() not in fh.read()
         # the server really enforces the key it read from the file

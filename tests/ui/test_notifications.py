@@ -93,3 +93,19 @@ def test_failure_goes_to_error_state_with_evidence(make_app, qtbot, tmp_path):
     assert got and "failed" in got[-1]
     a.tray.menu.aboutToShow.emit()
     assert a.tray.actions()["Tune & serve"].isEnabled()  # the user can try again
+
+
+def test_hung_server_restart_is_shown_as_hung(serving_controller):
+    """Issue 16 item 6: the liveness check's kill-and-restart reaches the tray as 'hung', with why;
+    a 'working but silent' note while ready (same state) notifies nothing."""
+    from tuner.server.diagnosis import Diagnosis
+
+    c = serving_controller
+    got = []
+    c.notify.connect(lambda t, m: got.append((t, m)))
+    c._on_supervisor_state(change(ServerState.READY, ServerState.READY, 0, "has not answered /health ... working"))
+    assert got == []
+    diag = Diagnosis("hung", "llama-server did not answer /health for 30 s and it is stopped (SIGSTOP?): killed as hung")
+    c._on_supervisor_state(StateChange(ServerState.STARTING, ServerState.READY, "http://127.0.0.1:1", diag, None, 1,
+                                       diag.message, time.time()))
+    assert got[-1][0] == "Draftwise: llama-server hung" and "did not answer /health" in got[-1][1]

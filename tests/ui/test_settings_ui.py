@@ -68,3 +68,36 @@ def test_monitor_draws_vram_when_a_gpu_sampler_exists(make_app, qtbot):
     assert tab.mem_plot.point_count("VRAM used") == 3
     assert tab.mem_plot.y_unit == "GiB"  # over 2 GiB: shown in GiB
     tab.deleteLater()
+
+
+def test_a_bad_setting_costs_only_its_key_and_is_reported(make_app):
+    """Issue 16 item 12: one out-of-range value made the app start on defaults, and the next
+    change overwrote models_dir, server_binary, prompts_path and port."""
+    import json
+
+    p = S.settings_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text(json.dumps({"port": 9321, "tune_budget_s": 20, "server_binary": "/opt/ls"}))
+    a = make_app()
+    assert a.controller.settings.port == 9321 and a.controller.settings.server_binary.as_posix() == "/opt/ls"
+    msg = a.window.statusBar().currentMessage()
+    assert "'tune_budget_s'" in msg and "value 20" in msg and "invalid-" in msg
+    a.window.serve_tab.login_check.setChecked(True)  # any change is saved with the valid keys kept
+    saved = json.loads(p.read_text())
+    assert saved["port"] == 9321 and saved["server_binary"] == "/opt/ls" and saved["start_at_login"] is True
+    a.window.serve_tab.login_check.setChecked(False)
+
+
+def test_web_origin_setting_and_the_open_build_warning(make_app):
+    from tuner.ui.tab_serve import web_pages_text
+
+    a = make_app()
+    tab = a.window.serve_tab
+    tab.origin_edit.setText("http://192.168.1.20:3000/")
+    tab._save_origin()
+    assert S.load_settings().cors_origin == "http://192.168.1.20:3000"
+    tab.origin_edit.setText("http://a.example, http://b.example")
+    tab._save_origin()
+    assert "'cors_origin'" in tab.settings_msg.text() and S.load_settings().cors_origin == "http://192.168.1.20:3000"
+    assert "OPEN to any web page" in web_pages_text(["llama-server", "-m", "m.gguf"])  # legacy build: no flag
+    assert "only pages from localhost" in web_pages_text(["llama-server", "--cors-origins", "localhost"])

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import signal
 import sys
 import threading
 from pathlib import Path
@@ -208,6 +209,51 @@ def check_args(args: argparse.Namespace) -> str | None:
     return None
 
 
+#: Seconds a cancelled sweep gets to stop its llama-server (SIGTERM, then the tree is killed)
+#: before ``tune`` kills every child itself and exits 130; a second Ctrl-C does that at once.
+TUNE_STOP_GRACE_S = 3.0
+
+
+def _wait_for(worker: threading.Thread, cancel: threading.Event, signals: list[int]) -> bool:
+    """Wait for the sweep thread; on a signal, cancel it and give its children
+    ``TUNE_STOP_GRACE_S`` to stop, then kill them. Returns True when interrupted."""
+    import time
+
+    from tuner.server import process
+
+    deadline = None
+    try:
+        while worker.is_alive():
+            worker.join(0.1)
+            if signals and deadline is None:
+                cancel.set()
+                sys.stderr.write("\ncancelling: stopping the server...\n")
+                sys.stderr.flush()
+                deadline = time.monotonic() + TUNE_STOP_GRACE_S
+            if deadline is not None and (len(signals) > 1 or time.monotonic() > deadline):
+                break
+    except KeyboardInterrupt:  # a handler installed by someone else
+        cancel.set()
+        signals.append(signal.SIGINT)
+    if signals:
+        process.kill_all_children()
+        return True
+    return False
+
+
+def _one_line_error(exc: BaseException) -> str | None:
+    """A one-line message for an expected failure (a binary that is not llama-server, a missing
+    binary, an unreadable file), or None for a bug (re-raised with its traceback)."""
+    from tuner.catalog.header import GGUFError
+    from tuner.server.dialect import DialectError
+    from tuner.server.discovery import ServerNotFoundError
+    from tuner.settings import SettingsError
+
+    if isinstance(exc, (DialectError, ServerNotFoundError, GGUFError, SettingsError, OSError)):
+        return str(exc)
+    return None
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry of ``draftwise tune``; returns the exit status (2 for bad input, see the module docstring)."""
     bad = check_args(args)
@@ -239,14 +285,24 @@ def run(args: argparse.Namespace) -> int:
             box["error"] = exc
 
     worker = threading.Thread(target=work, name="draftwise-tune", daemon=True)
+    signals: list[int] = []
+
+    def on_signal(signum: int, _frame: Any) -> None:
+        signals.append(signum)  # handled by the loop below (no lock taken in a signal handler)
+
+    # Installed explicitly: a background job inherits SIGINT ignored, and Python would never raise
+    # KeyboardInterrupt; SIGTERM / SIGHUP (a closed terminal) cancel the same way.
+    prev: dict[int, Any] = {}
+    if threading.current_thread() is threading.main_thread():
+        for sig in (signal.SIGINT, signal.SIGTERM) + ((signal.SIGHUP,) if hasattr(signal, "SIGHUP") else ()):
+            prev[sig] = signal.signal(sig, on_signal)
     worker.start()
     try:
-        while worker.is_alive():
-            worker.join(0.2)
-    except KeyboardInterrupt:
-        cancel.set()
-        sys.stderr.write("\ncancelling: stopping the server...\n")
-        worker.join()
+        interrupted = _wait_for(worker, cancel, signals)
+    finally:
+        for sig, handler in prev.items():
+            signal.signal(sig, handler)
+    if interrupted:
         return 130
     exc = box.get("error")
     if isinstance(exc, PromptFileError):
@@ -258,7 +314,11 @@ def run(args: argparse.Namespace) -> int:
             sys.stderr.write(f"    {line}\n")
         return 2 if exc.bad_input else 1
     if exc is not None:
-        raise exc
+        message = _one_line_error(exc)
+        if message is None:
+            raise exc
+        sys.stderr.write(f"draftwise tune: {message}\n")
+        return 2
     result: TuneResult = box["result"]
     if args.json:
         sys.stdout.write(json.dumps(result_to_json(result)) + "\n")

@@ -15,7 +15,7 @@ from tuner.profiles import ModelFileKey, Profile, ProfileError, ProfileStore, St
 from .candidates import Candidate, CandidatePlan, DraftOption, apply_memory_check, plan_candidates
 from .decide import Decision, decide
 from .measure import Cancelled, Launch, LaunchError, LaunchFn
-from .prompts import Prompt, PromptSet, default_prompts, load_prompts
+from .prompts import MAX_PROMPTS_PER_SWEEP, Prompt, PromptSet, default_prompts, load_prompts
 from .search import BaselineFailed, Search, SearchSettings
 from .serving import candidate_config, config_to_json
 from .tune import EventCallback, TuneError, TuneEvent, TuneResult
@@ -221,6 +221,10 @@ def run_tune(
             max_prompts = DEFAULT_SET_PROMPTS
     else:
         ps = load_prompts(prompts)
+    if len(ps) > MAX_PROMPTS_PER_SWEEP and (max_prompts is None or max_prompts > MAX_PROMPTS_PER_SWEEP):
+        emit("skipped", f"the prompt set has {len(ps):,} prompts; a sweep measures at most "
+             f"{MAX_PROMPTS_PER_SWEEP} of them (spread over its categories)")
+        max_prompts = MAX_PROMPTS_PER_SWEEP
     chosen_prompts = select_prompts(ps, max_prompts)
 
     target_model, entry, _models = _choose_target(models_dir, target)

@@ -20,6 +20,12 @@ from pathlib import Path
 from tuner.resources import resource_path
 
 DEFAULT_PROMPTS = ("prompts", "default.jsonl")
+#: Largest prompt file read (bytes).
+MAX_PROMPT_FILE_BYTES = 64 << 20
+#: At most this many prompts are measured per sweep, whatever the file holds (a 100,000-prompt
+#: file would otherwise make the baseline alone take most of an hour, whatever ``--budget`` says);
+#: the sweep picks them round-robin over categories (tuner.calibration.engine ``select_prompts``).
+MAX_PROMPTS_PER_SWEEP = 200
 
 
 class PromptFileError(ValueError):
@@ -122,6 +128,10 @@ def _parse_jsonl(path: Path, text: str) -> list[Prompt]:
             obj = json.loads(line)
         except json.JSONDecodeError as exc:
             raise PromptFileError(path, n, f"not valid JSON ({exc.msg})") from exc
+        except RecursionError:
+            raise PromptFileError(path, n, "not valid JSON (nested too deeply)") from None
+        except ValueError as exc:  # e.g. an integer of more than 4300 digits
+            raise PromptFileError(path, n, f"not valid JSON ({exc})") from None
         if not isinstance(obj, dict):
             raise PromptFileError(path, n, "each line must be a JSON object with a 'prompt' key")
         text_v = obj.get("prompt")
@@ -172,8 +182,12 @@ def load_prompts(path: Path | str) -> PromptSet:
             prompts at all; the message names the file and line.
     """
     path = Path(path)
+    from tuner.storage import NotRegularFileError, read_regular_bytes
+
     try:
-        raw = path.read_bytes()
+        raw = read_regular_bytes(path, limit_bytes=MAX_PROMPT_FILE_BYTES)  # never blocks on a FIFO
+    except NotRegularFileError as exc:
+        raise PromptFileError(path, None, f"not a regular file (it is {exc.kind})") from exc
     except OSError as exc:
         raise PromptFileError(path, None, f"cannot read prompt file ({exc.strerror or exc})") from exc
     try:

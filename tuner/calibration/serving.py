@@ -5,7 +5,7 @@
 
 from __future__ import annotations
 
-from dataclasses import replace
+import os
 from pathlib import Path
 
 from tuner.profiles import Profile, ProfileError, ProfileStore
@@ -71,6 +71,99 @@ def config_from_json(obj: dict) -> ServerConfig:
     return ServerConfig(**kw)
 
 
+#: The only options a profile's ``server_config.extra_args`` may hold (options Draftwise itself may
+#: write: sampling, batching and cache knobs that change neither who can reach the server nor what
+#: it can do). Anything else, above all ``--host``, ``--port``, ``--api-key``, ``--api-key-file``,
+#: ``--tools``, ``--cors-origins``, ``--path`` or ``--agent``, makes the profile refused.
+PROFILE_EXTRA_ARGS_ALLOWED = frozenset({
+    "--temp", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed",
+    "-b", "--batch-size", "-ub", "--ubatch-size", "-fa", "--flash-attn", "--no-mmap", "--mlock",
+    "--cache-reuse", "-cram", "--cache-ram", "--swa-full", "--kv-unified", "--no-warmup", "--jinja",
+    "--alias", "-a", "--ctx-checkpoints", "--cont-batching", "--no-cont-batching",
+})
+#: ServerConfig fields a profile may set; the others come from the user's settings and flags only.
+_PROFILE_FIXED = {"host": "127.0.0.1", "api_key": None, "port": None}
+
+
+def check_profile_extra_args(extra_args: object, where: str) -> tuple[str, ...]:
+    """Validate a profile's ``server_config.extra_args`` against :data:`PROFILE_EXTRA_ARGS_ALLOWED`.
+
+    Args:
+        extra_args: the JSON value (a list of strings, or None).
+        where: the profile file, for the message.
+
+    Returns:
+        The arguments as a tuple of strings.
+
+    Raises:
+        ProfileError: not a list of strings, or an option outside the allow-list (named; e.g.
+            ``--host``, ``--tools``, ``--api-key``). A token such as ``-1`` counts as a value.
+    """
+    if extra_args is None:
+        return ()
+    if not isinstance(extra_args, (list, tuple)) or not all(isinstance(a, str) for a in extra_args):
+        raise ProfileError(where, "server_config.extra_args must be a list of strings")
+    for a in extra_args:
+        if not a.startswith("-") or a[1:2].isdigit() or a[1:2] == ".":
+            continue  # a value (negative numbers included)
+        flag = a.split("=", 1)[0]
+        if flag not in PROFILE_EXTRA_ARGS_ALLOWED:
+            raise ProfileError(
+                where,
+                f"server_config.extra_args holds {flag!r}, which a profile may not set (listen address, "
+                "port, API key, tools and CORS come from the settings and command line only); re-tune or "
+                "remove it",
+            )
+    return tuple(extra_args)
+
+
+_FIELD_TYPES = {
+    "model_path": (str,), "draft_path": (str, type(None)), "spec_type": (str, type(None)),
+    "n_max": (int, type(None)), "n_min": (int, type(None)), "p_min": (int, float, type(None)),
+    "ngl": (int, str, type(None)), "draft_ngl": (int, str, type(None)), "n_ctx": (int, type(None)),
+    "n_parallel": (int, type(None)), "cache_type_k": (str, type(None)), "cache_type_v": (str, type(None)),
+    "threads": (int, type(None)), "fit": (bool, type(None)),
+}
+
+
+def profile_server_config(prof: Profile) -> ServerConfig:
+    """The :class:`ServerConfig` a saved profile holds, checked: field types, the extra-arguments
+    allow-list, and no listen address, port, API key or CORS origin of its own (host
+    ``127.0.0.1``, port None, api_key None, cors_origins the default; the caller applies the user's
+    settings and flags). Used by ``serve --models`` and by the app.
+
+    Raises:
+        ProfileError: a field has the wrong type, ``extra_args`` holds an option outside the
+            allow-list, or the profile sets host / api_key / cors_origins (each named).
+    """
+    where = str(getattr(prof, "path", None) or prof.target_path)
+    obj = prof.server_config
+    if not isinstance(obj, dict):
+        raise ProfileError(where, "server_config is not a JSON object")
+    for key, types in _FIELD_TYPES.items():
+        if key in obj and not isinstance(obj[key], types):
+            raise ProfileError(where, f"server_config.{key} = {obj[key]!r} has the wrong type")
+        if key in obj and isinstance(obj[key], bool) and bool not in types:
+            raise ProfileError(where, f"server_config.{key} = {obj[key]!r} has the wrong type")
+    for key, allowed in _PROFILE_FIXED.items():
+        if key == "port":
+            continue  # tune records the port it used; serving always picks its own
+        if obj.get(key, allowed) not in (allowed, ""):
+            raise ProfileError(where, f"server_config.{key} = {obj[key]!r}: a profile cannot choose the "
+                               f"{'listen address' if key == 'host' else 'API key'}; it comes from the settings "
+                               "and command line only")
+    if "cors_origins" in obj and obj["cors_origins"] not in (None, ServerConfig.cors_origins):
+        raise ProfileError(where, f"server_config.cors_origins = {obj['cors_origins']!r}: a profile cannot "
+                           "choose which web pages may use the server")
+    extra = check_profile_extra_args(obj.get("extra_args"), where)
+    clean = {k: v for k, v in obj.items() if k not in ("host", "api_key", "port", "cors_origins")}
+    clean["extra_args"] = extra
+    try:
+        return config_from_json(clean)
+    except (KeyError, TypeError, ValueError) as exc:
+        raise ProfileError(where, f"server_config is malformed ({exc})") from exc
+
+
 def _resolve_target(models_dir: Path, target: str | None) -> Path | None:
     if target is None:
         return None
@@ -83,33 +176,65 @@ def _resolve_target(models_dir: Path, target: str | None) -> Path | None:
     return None
 
 
-def find_profile(models_dir: str | Path, target: str | None = None, store: ProfileStore | None = None) -> Profile:
-    """The saved profile for a target in ``models_dir``.
+def _identities_under(models_dir: Path) -> set[str]:
+    """Resolved paths of every ``*.gguf`` under ``models_dir`` (links followed: a Hugging Face
+    cache or a hand-made folder of links into a blob store maps to the blobs)."""
+    out: set[str] = set()
+    for root, _dirs, files in os.walk(models_dir, followlinks=True):
+        for name in files:
+            if name.lower().endswith(".gguf"):
+                try:
+                    out.add(str((Path(root) / name).resolve()))
+                except (OSError, RuntimeError):
+                    continue
+    return out
 
-    With ``target`` None: the most recent profile whose target lies in ``models_dir``.
+
+def find_profile(models_dir: str | Path, target: str | None = None, store: ProfileStore | None = None) -> Profile:
+    """The saved profile for a target in ``models_dir``. Read-only: nothing is renamed.
+
+    One identity for a model file: its resolved path (``ProfileStore.path_for`` resolves too), so
+    a folder of symlinks finds the profile ``tune`` saved for the files they point to, whether
+    the folder, the files or both are links.
+
+    With ``target`` None: the most recent profile whose target is one of the ``*.gguf`` files
+    under ``models_dir`` (by resolved identity) or lies under it.
 
     Raises:
         NoProfileError: none saved ("no profile: run draftwise tune --models DIR first").
-        ProfileError: the profile file is corrupt (it has been kept aside).
+        ProfileError: the profile file is corrupt, unreadable or from another schema version
+            (never reported as missing; the file is left where it is).
     """
-    models_dir = Path(models_dir).resolve()
+    user_dir = Path(models_dir)
+    models_dir = user_dir.resolve()
     store = store or ProfileStore()
-    hint = f"no profile: run draftwise tune --models {models_dir}" + (f" --target {target}" if target else "") + " first"
-    path = _resolve_target(models_dir, target)
+    hint = f"no profile: run draftwise tune --models {user_dir}" + (f" --target {target}" if target else "") + " first"
+    path = _resolve_target(models_dir, target) or _resolve_target(user_dir, target)
     if path is not None:
-        prof = store.load(path)
+        prof = store.load(path, keep_aside=False)
         if prof is None:
             raise NoProfileError(hint)
         return prof
+    inside = _identities_under(user_dir)
+    profiles, problems = store.all_with_problems()
     candidates = []
-    for p in store.all():
+    for p in profiles:
         tp = Path(p.target_path)
-        if tp.parent != models_dir and models_dir not in tp.parents:
+        try:
+            resolved = str(tp.resolve())
+        except (OSError, RuntimeError):
+            resolved = str(tp)
+        if resolved not in inside and tp.parent != models_dir and models_dir not in tp.parents:
             continue
         if target is not None and target not in (tp.name, tp.stem):
             continue
         candidates.append(p)
     if not candidates:
+        if problems:
+            bad = problems[0]
+            more = f" (and {len(problems) - 1} more)" if len(problems) > 1 else ""
+            raise ProfileError(bad.path, f"{bad.reason}{more}; no readable profile for {user_dir}: re-run "
+                               f"draftwise tune --models {user_dir}")
         raise NoProfileError(hint)
     candidates.sort(key=lambda p: p.created_unix_s or 0.0, reverse=True)
     return candidates[0]
@@ -130,14 +255,11 @@ def config_from_profile(
 
     Raises:
         NoProfileError: no profile ("no profile: run draftwise tune --models DIR first").
-        ProfileError: the profile file is corrupt or malformed (names the file and key).
+        ProfileError: the profile file is corrupt or malformed, or sets an option a profile may not
+            (names the file and key; see :func:`profile_server_config`).
     """
     prof = find_profile(models_dir, target, store)
-    try:
-        cfg = config_from_json(prof.server_config)
-    except (KeyError, TypeError) as exc:
-        raise ProfileError(str(prof.target_path), f"server_config is malformed ({exc})") from exc
-    return cfg if cfg.port is None else replace(cfg, port=None)
+    return profile_server_config(prof)
 
 
 __all__ = [
@@ -147,4 +269,7 @@ __all__ = [
     "config_from_profile",
     "config_to_json",
     "find_profile",
+    "profile_server_config",
+    "check_profile_extra_args",
+    "PROFILE_EXTRA_ARGS_ALLOWED",
 ]

@@ -147,14 +147,20 @@ def run_compat(args: argparse.Namespace) -> int:
     from tuner.catalog.model import KIND_BROKEN
     from tuner.catalog.scan import scan_file
 
-    from tuner.catalog.split import missing_shards
+    from tuner.catalog.split import missing_shards, short_name_list
 
     models = []
     for role, path in (("target", args.target), ("draft", args.draft)):
+        if path.exists() and not path.is_file() and not path.is_dir():
+            from tuner.storage import NotRegularFileError, file_kind
+
+            print(f"draftwise compat: cannot read {role} {NotRegularFileError(path, file_kind(path.stat().st_mode))}",
+                  file=sys.stderr)
+            return 2
         gone = missing_shards(path) if path.is_file() else ()
         if gone:
             print(f"draftwise compat: cannot read {role} {path}: incomplete split set: missing shard "
-                  + ", ".join(p.name for p in gone), file=sys.stderr)
+                  + short_name_list([p.name for p in gone]), file=sys.stderr)
             return 2
         m = scan_file(path)
         if m.kind == KIND_BROKEN and m.tokenizer is None:

@@ -22,6 +22,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Iterator
 
+from tuner import storage
 from tuner.catalog import gguf_adapter
 
 GGUF_MAGIC = b"GGUF"
@@ -52,10 +53,26 @@ _U64 = struct.Struct("<Q")
 # Numeric arrays up to this many elements are decoded into tuples right away (split info,
 # eagle3 target layers, ...); longer ones stay as ArrayRef.
 EAGER_ARRAY_MAX = 64
-# The header is read in chunks starting with this many bytes (doubling as needed).
+# The header is read through a window: first this many bytes, then READ_CHUNK_BYTES at a time
+# from wherever the next read starts (bytes that are skipped are never read).
 FIRST_CHUNK_BYTES = 4 << 20
+READ_CHUNK_BYTES = 1 << 20
 # Nested arrays deeper than this are refused (gguf.cpp has no nesting in practice).
 MAX_NESTING = 4
+
+# The reader's limits: memory is bounded by these, whatever a file claims. Real models are far
+# below them (a 262,144-token vocabulary is about 5 MiB of strings; the largest models have a few
+# thousand tensors and a few hundred keys).
+#: longest single string (key, string value, tensor name) decoded
+MAX_STRING_BYTES = 16 << 20
+#: all decoded strings of one header together
+MAX_KEPT_STRING_BYTES = 64 << 20
+#: key/value pairs, tensors, and values kept (short array elements, nested arrays) together
+MAX_ITEMS = 1 << 18
+#: entries of one string array walked (a vocabulary has up to a few hundred thousand)
+MAX_STRING_ARRAY_COUNT = 1 << 22
+#: bytes :meth:`StringArray.raw` / :meth:`ArrayRef.values` read back from the file at once
+MAX_REGION_BYTES = 64 << 20
 
 
 class GGUFError(Exception):
@@ -107,15 +124,14 @@ class ArrayRef:
         """Decode all elements (reads ``count * element size`` bytes).
 
         Raises:
-            GGUFError: the element type is not a numeric type, or the file changed.
+            GGUFError: the element type is not a numeric type, the file changed or vanished, or
+                the array is larger than ``MAX_REGION_BYTES``.
         """
         fmt = _SCALAR_FORMATS.get(self.elem_type)
         if fmt is None:
             raise GGUFError(self.path, f"array of GGUF type {self.elem_type} cannot be decoded as numbers")
         size = struct.calcsize(fmt)
-        with open(self.path, "rb") as fh:
-            fh.seek(self.offset_bytes)
-            raw = fh.read(size * self.count)
+        raw = _read_region(self.path, self.offset_bytes, size * self.count, "numeric array")
         if len(raw) != size * self.count:
             raise GGUFError(self.path, "file is shorter than its header says (changed while reading?)")
         return struct.unpack(f"<{self.count}{fmt[1]}", raw)
@@ -141,10 +157,13 @@ class StringArray:
         return self.count
 
     def raw(self) -> bytes:
-        """The whole region as bytes (length prefixes included); cheap to hash or compare."""
-        with open(self.path, "rb") as fh:
-            fh.seek(self.offset_bytes)
-            data = fh.read(self.end_offset_bytes - self.offset_bytes)
+        """The whole region as bytes (length prefixes included); cheap to hash or compare.
+
+        Raises:
+            GGUFError: the file changed or vanished since the header was read, or the region is
+                larger than ``MAX_REGION_BYTES``.
+        """
+        data = _read_region(self.path, self.offset_bytes, self.end_offset_bytes - self.offset_bytes, "string array")
         if len(data) != self.end_offset_bytes - self.offset_bytes:
             raise GGUFError(self.path, "file is shorter than its header says (changed while reading?)")
         return data
@@ -155,7 +174,10 @@ class StringArray:
         pos = 0
         unpack = _U64.unpack_from
         for _ in range(self.count):
-            (n,) = unpack(buf, pos)
+            try:
+                (n,) = unpack(buf, pos)
+            except (struct.error, OverflowError):
+                raise GGUFError(self.path, "string array changed since the header was read") from None
             pos += 8
             yield bytes(buf[pos : pos + n])
             pos += n
@@ -220,6 +242,29 @@ class GGUFHeader:
         return arch if isinstance(arch, str) else None
 
 
+def _read_region(path: Path, offset: int, n: int, what: str) -> bytes:
+    """``n`` bytes at ``offset`` of ``path`` (fewer when the file is now shorter).
+
+    Raises:
+        GGUFError: ``n`` exceeds ``MAX_REGION_BYTES``, or the file cannot be opened or read
+            (e.g. it was deleted after its header was read).
+    """
+    if n > MAX_REGION_BYTES:
+        raise GGUFError(path, f"{what} of {n} bytes is larger than the reader's limit of {MAX_REGION_BYTES >> 20} MiB")
+    try:
+        with storage.open_regular(path) as fh:
+            fh.seek(offset)
+            return fh.read(n)
+    except OSError as exc:
+        raise GGUFError(path, f"cannot read {what} again: {_os_reason(exc)}") from exc
+
+
+def _os_reason(exc: OSError) -> str:
+    if isinstance(exc, storage.NotRegularFileError):
+        return f"not a regular file (it is {exc.kind})"
+    return str(exc.strerror or exc)
+
+
 def _describe_non_gguf(head: bytes) -> str:
     """Plain-words guess at what a non-GGUF file is, from its first bytes."""
     stripped = head.lstrip().lower()
@@ -235,20 +280,25 @@ def _describe_non_gguf(head: bytes) -> str:
 
 
 class _Cursor:
-    """Bounds-checked reads over the start of a file, read in growing chunks (no mmap, so a file
-    truncated while we read it gives an error, not SIGBUS). Every failure is a GGUFError naming
-    ``what``. ``buf`` holds the first ``len(buf)`` bytes of the file; ``pos`` may run past it
-    while skipping data nobody reads."""
+    """Bounds-checked reads over a file through a sliding window (no mmap, so a file truncated
+    while we read it gives an error, not SIGBUS). ``buf`` holds the file bytes
+    ``[base, base + len(buf))``; ``pos`` is an absolute offset and may run past the window while
+    skipping data nobody reads (skipping only moves ``pos``). At most one window of
+    ``max(FIRST_CHUNK_BYTES, READ_CHUNK_BYTES + MAX_STRING_BYTES)`` bytes is held, whatever the
+    file claims. Every failure is a GGUFError naming ``what``."""
 
-    __slots__ = ("buf", "pos", "size", "path", "fh")
+    __slots__ = ("buf", "base", "pos", "size", "path", "fh", "kept_bytes", "items")
 
     def __init__(self, fh, size: int, path: Path, first_chunk: int) -> None:
         self.fh = fh
         self.size = size
         self.path = path
         self.pos = 0
+        self.base = 0
+        self.kept_bytes = 0  # decoded string bytes kept in the header (MAX_KEPT_STRING_BYTES)
+        self.items = 0  # values kept (MAX_ITEMS)
         fh.seek(0)
-        self.buf = bytearray(fh.read(min(size, first_chunk)))
+        self.buf = fh.read(min(size, first_chunk))
 
     def truncated(self, n: int, what: str) -> GGUFError:
         return GGUFError(
@@ -257,48 +307,76 @@ class _Cursor:
             f"but the file has {self.size} bytes",
         )
 
-    def ensure(self, end: int) -> None:
-        """Make ``buf`` cover the file up to ``end`` (which must be <= size)."""
-        have = len(self.buf)
-        if end <= have:
-            return
-        want = min(self.size, max(end, 2 * have, have + (1 << 20)))
-        self.fh.seek(have)
-        more = self.fh.read(want - have)
-        self.buf += more
-        if len(self.buf) < end:
+    def fill(self, start: int, n: int) -> None:
+        """Make the window cover ``[start, start + n)`` (already checked to lie inside the file),
+        reading from ``start`` at least ``READ_CHUNK_BYTES``."""
+        want = min(self.size - start, max(n, READ_CHUNK_BYTES))
+        self.fh.seek(start)
+        data = self.fh.read(want)
+        if len(data) < n:
             raise GGUFError(self.path, "file became shorter while it was being read")
+        self.buf = data
+        self.base = start
 
-    def need(self, n: int, what: str) -> None:
+    def need(self, n: int, what: str) -> int:
+        """Check that ``n`` bytes at ``pos`` lie inside the file and are in the window; returns
+        their offset inside ``buf``."""
         end = self.pos + n
         if n < 0 or end > self.size:
             raise self.truncated(n, what)
-        if end > len(self.buf):
-            self.ensure(end)
+        rel = self.pos - self.base
+        if rel < 0 or end > self.base + len(self.buf):
+            self.fill(self.pos, n)
+            rel = 0
+        return rel
+
+    def keep(self, n_items: int, n_bytes: int = 0) -> None:
+        """Count values and decoded bytes kept in the header against the reader's limits."""
+        self.items += n_items
+        self.kept_bytes += n_bytes
+        if self.items > MAX_ITEMS:
+            raise GGUFError(self.path, f"header holds more than {MAX_ITEMS} values (the reader's limit)")
+        if self.kept_bytes > MAX_KEPT_STRING_BYTES:
+            raise GGUFError(
+                self.path, f"header strings exceed {MAX_KEPT_STRING_BYTES >> 20} MiB in total (the reader's limit)"
+            )
 
     def u32(self, what: str) -> int:
-        self.need(4, what)
-        (v,) = _U32.unpack_from(self.buf, self.pos)
+        rel = self.need(4, what)
+        (v,) = _U32.unpack_from(self.buf, rel)
         self.pos += 4
         return v
 
     def u64(self, what: str) -> int:
-        self.need(8, what)
-        (v,) = _U64.unpack_from(self.buf, self.pos)
+        rel = self.need(8, what)
+        (v,) = _U64.unpack_from(self.buf, rel)
         self.pos += 8
         return v
 
+    def take(self, n: int, what: str) -> bytes:
+        """The next ``n`` bytes (``n`` <= MAX_STRING_BYTES checked by the caller)."""
+        rel = self.need(n, what)
+        self.pos += n
+        return self.buf[rel : rel + n]
+
     def string(self, what: str) -> str:
         n = self.u64(f"length of {what}")
-        self.need(n, what)
-        raw = self.buf[self.pos : self.pos + n]
+        if n > self.size - self.pos:
+            raise self.truncated(n, what)
+        if n > MAX_STRING_BYTES:
+            raise GGUFError(
+                self.path,
+                f"{what} claims {n} bytes, more than the reader's limit of {MAX_STRING_BYTES >> 20} MiB per string",
+            )
+        self.keep(1, n)
+        rel = self.need(n, what)
         self.pos += n
-        return raw.decode("utf-8", errors="replace")
+        return str(memoryview(self.buf)[rel : rel + n], "utf-8", "replace")  # no intermediate copy
 
     def scalar(self, t: int, what: str):
         st = _SCALAR[t]
-        self.need(st.size, what)
-        (v,) = st.unpack_from(self.buf, self.pos)
+        rel = self.need(st.size, what)
+        (v,) = st.unpack_from(self.buf, rel)
         self.pos += st.size
         return v
 
@@ -307,22 +385,32 @@ class _Cursor:
         self.pos += n
 
     def skip_strings(self, count: int, what: str) -> None:
-        """Advance over ``count`` strings, reading only their length prefixes."""
-        pos, size, i = self.pos, self.size, 0
+        """Advance over ``count`` strings, reading only their length prefixes (window by window;
+        a long string is skipped by seeking, never read)."""
+        size, i = self.size, 0
         unpack = _U64.unpack_from
-        done = False
-        while not done:
-            buf = self.buf
+        pos = self.pos
+        while True:
+            buf, base = self.buf, self.base
+            rel = pos - base
             try:
+                if rel < 0:
+                    raise struct.error("before the window")
                 for i in range(i, count):  # noqa: B020 - resumes at the entry that failed
-                    pos += 8 + unpack(buf, pos)[0]
-                done = True
-            except struct.error:
-                # the next length prefix lies past what we have read so far (or past the file)
+                    rel += 8 + unpack(buf, rel)[0]
+                pos = base + rel
+                break
+            except (struct.error, OverflowError):
+                # the next length prefix lies past the window (or past the file)
+                pos = base + rel
                 if pos + 8 > size:
-                    break
-                self.ensure(pos + 8)
-        if not done or pos > size:
+                    raise GGUFError(
+                        self.path,
+                        f"truncated or corrupt header: string array {what} ({count} entries) runs past the "
+                        f"end of the file ({size} bytes) at entry {i}",
+                    ) from None
+                self.fill(pos, 8)
+        if pos > size:
             raise GGUFError(
                 self.path,
                 f"truncated or corrupt header: string array {what} ({count} entries) runs past the end "
@@ -352,9 +440,10 @@ def _read_value(cur: _Cursor, t: int, key: str, path: Path, depth: int = 0):
                 )
             start = cur.pos
             if count <= EAGER_ARRAY_MAX:
-                cur.need(count * esize, f"elements of {key!r}")
-                cur.skip(count * esize)
-                return struct.unpack_from(f"<{count}{_SCALAR_FORMATS[et][1]}", cur.buf, start)
+                cur.keep(count)
+                data = cur.take(count * esize, f"elements of {key!r}")
+                return struct.unpack_from(f"<{count}{_SCALAR_FORMATS[et][1]}", data, 0)
+            cur.keep(1)
             cur.skip(count * esize)
             return ArrayRef(path, et, count, start)
         if et == T_STRING:
@@ -364,12 +453,19 @@ def _read_value(cur: _Cursor, t: int, key: str, path: Path, depth: int = 0):
                     f"key {key!r}: array claims {count} strings, more than the {remaining} bytes left "
                     "in the file can hold",
                 )
+            if count > MAX_STRING_ARRAY_COUNT:
+                raise GGUFError(
+                    path, f"key {key!r}: array claims {count} strings, more than the reader's limit of "
+                    f"{MAX_STRING_ARRAY_COUNT}",
+                )
+            cur.keep(1)
             start = cur.pos
             cur.skip_strings(count, repr(key))
             return StringArray(path, count, start, cur.pos)
         if et == T_ARRAY:
             if count * 12 > remaining:
                 raise GGUFError(path, f"key {key!r}: array claims {count} nested arrays, more than the file holds")
+            cur.keep(count)
             return tuple(_read_value(cur, T_ARRAY, key, path, depth + 1) for _ in range(count))
         raise GGUFError(path, f"key {key!r}: unknown array element type {et}")
     raise GGUFError(path, f"key {key!r}: unknown GGUF value type {t}")
@@ -386,16 +482,26 @@ def read_header(path: Path | str, check_data: bool = True) -> GGUFHeader:
         The parsed :class:`GGUFHeader`.
 
     Raises:
-        GGUFError: the file cannot be opened, is empty, is not GGUF (the reason says what it
+        GGUFError: the file cannot be opened, is not a regular file (FIFO, socket, device:
+            refused without blocking), is empty, is not GGUF (the reason says what it
             looks like: HTML page, Git LFS pointer, legacy GGML), is GGUF v1 or another
             unsupported version, is big-endian, declares counts/lengths larger than the file,
-            has an unknown value type, or is truncated (header or tensor data).
+            has an unknown value type, is truncated (header or tensor data), or exceeds one of the
+            reader's limits (``MAX_STRING_BYTES``, ``MAX_KEPT_STRING_BYTES``, ``MAX_ITEMS``,
+            ``MAX_STRING_ARRAY_COUNT``). No other exception escapes, whatever the bytes.
+
+    Memory: one read window (at most ``max(FIRST_CHUNK_BYTES, READ_CHUNK_BYTES +
+    MAX_STRING_BYTES)`` = 17 MiB) plus the header kept (at most ``MAX_KEPT_STRING_BYTES`` = 64 MiB
+    of decoded strings and ``MAX_ITEMS`` values), independent of the lengths the file claims;
+    skipped regions are never read. A file whose claims are refused or skipped costs one 4 MiB
+    first window. ``bench/fuzz_header.py`` and ``tests/catalog/test_hostile.py`` measure it in a
+    fresh process.
     """
     path = Path(path)
     try:
-        fh = open(path, "rb")
+        fh = storage.open_regular(path)
     except OSError as exc:
-        raise GGUFError(path, f"cannot open: {exc.strerror or exc}") from exc
+        raise GGUFError(path, f"cannot open: {_os_reason(exc)}") from exc
     with fh:
         try:
             size = os.fstat(fh.fileno()).st_size
@@ -415,7 +521,11 @@ def read_header(path: Path | str, check_data: bool = True) -> GGUFHeader:
             cur = _Cursor(fh, size, path, FIRST_CHUNK_BYTES)
             return _parse(cur, size, path, check_data)
         except OSError as exc:
-            raise GGUFError(path, f"read error: {exc.strerror or exc}") from exc
+            raise GGUFError(path, f"read error: {_os_reason(exc)}") from exc
+        except (struct.error, OverflowError, ValueError, IndexError, MemoryError, RecursionError) as exc:
+            # a safety net for the contract (only GGUFError escapes); the checks above should
+            # make this unreachable, and the fuzz test (tests/catalog/test_hostile.py) looks for it
+            raise GGUFError(path, f"corrupt header ({type(exc).__name__}: {exc})") from exc
 
 
 def _parse(cur: _Cursor, size: int, path: Path, check_data: bool) -> GGUFHeader:
@@ -440,6 +550,12 @@ def _parse(cur: _Cursor, size: int, path: Path, check_data: bool) -> GGUFHeader:
     # A tensor info takes at least 8 (name length) + 4 (n_dims) + 8 (one dim) + 4 (type) + 8 (offset).
     if n_tensors * 32 > remaining:
         raise GGUFError(path, f"header claims {n_tensors} tensors, more than the {remaining} bytes left can hold")
+    if n_kv + n_tensors > MAX_ITEMS:
+        raise GGUFError(
+            path, f"header claims {n_kv} key/value pairs and {n_tensors} tensors, more than the reader's limit of "
+            f"{MAX_ITEMS} in all",
+        )
+    cur.keep(n_kv + n_tensors)
 
     kv: dict[str, object] = {}
     kv_types: dict[str, int] = {}
@@ -463,9 +579,7 @@ def _parse(cur: _Cursor, size: int, path: Path, check_data: bool) -> GGUFHeader:
         n_dims = cur.u32(f"dimension count of tensor {name!r}")
         if n_dims == 0 or n_dims > MAX_DIMS:
             raise GGUFError(path, f"tensor {name!r} has {n_dims} dimensions (1..{MAX_DIMS} allowed)")
-        cur.need(8 * n_dims, f"shape of tensor {name!r}")
-        shape = struct.unpack_from(f"<{n_dims}Q", cur.buf, cur.pos)
-        cur.pos += 8 * n_dims
+        shape = struct.unpack_from(f"<{n_dims}Q", cur.take(8 * n_dims, f"shape of tensor {name!r}"), 0)
         ggml_type = cur.u32(f"type of tensor {name!r}")
         offset = cur.u64(f"offset of tensor {name!r}")
         if name in names:

@@ -40,8 +40,9 @@ from tuner.catalog.model import (
     ModelFile,
     TokenizerInfo,
 )
-from tuner.catalog.split import SPLIT_NAME
+from tuner.catalog.split import SPLIT_NAME, short_name_list
 from tuner.catalog.tokenizer import tokenizer_info
+from tuner.storage import file_kind
 
 # Bump when classification or the cached fields change: old cache entries are then ignored.
 CACHE_VERSION = 2
@@ -229,15 +230,23 @@ def _scan_one(path: Path) -> _FileFacts:
     st = _stat(path)
     size = st.st_size if st else 0
     mtime = st.st_mtime_ns if st else None
-    try:
-        header = read_header(path)
-    except GGUFError as exc:
+
+    def broken(reason: str) -> _FileFacts:
         return _FileFacts(
-            ModelFile(path=path, kind=KIND_BROKEN, error=exc.reason, shards=(path,), size_bytes=size, mtime_ns=mtime),
+            ModelFile(path=path, kind=KIND_BROKEN, error=reason, shards=(path,), size_bytes=size, mtime_ns=mtime),
             None,
             None,
         )
+
+    if st is not None and not stat.S_ISREG(st.st_mode):
+        return broken(f"not a regular file (it is {file_kind(st.st_mode)})")
+    try:
+        header = read_header(path)
+    except GGUFError as exc:
+        return broken(exc.reason)
     model = classify_header(header, size_bytes=size, mtime_ns=mtime)
+    if model.kind == KIND_BROKEN and st is not None and _stat(path) is None:
+        model = replace(model, error=f"{model.error} (the file was removed while it was scanned)")
     n_params = sum(t.n_elements for t in header.tensors)
     return _FileFacts(model, _int(header.kv.get("split.no")), _int(header.kv.get("split.count")), n_params)
 
@@ -284,6 +293,7 @@ def _walk_gguf(folder: Path) -> list[Path]:
                 out.append(p)  # exists but cannot be stat'ed: reported as broken
                 continue
             if not stat.S_ISREG(fst.st_mode):
+                out.append(p)  # a FIFO, socket or device named *.gguf: listed as broken, never opened
                 continue
             fkey = (fst.st_dev, fst.st_ino)
             if fkey in seen_files:
@@ -311,19 +321,29 @@ def _group_splits(facts: list[_FileFacts]) -> list[ModelFile]:
     return rows
 
 
+class _ShardNames:
+    """``names[i]`` = the file name of shard ``i`` (1-based) of a split set."""
+
+    def __init__(self, stem: str, count: int) -> None:
+        self.stem, self.count = stem, count
+
+    def __getitem__(self, i: int) -> str:
+        return f"{self.stem}-{i:05d}-of-{self.count:05d}.gguf"
+
+
 def _merge_split(parent: Path, stem: str, count: int, shards: dict[int, _FileFacts]) -> ModelFile:
-    names = {i: f"{stem}-{i:05d}-of-{count:05d}.gguf" for i in range(1, count + 1)}
     present = [shards[i].model.path for i in sorted(shards)]
     total = sum(shards[i].model.size_bytes for i in shards)
     first = shards.get(1)
     head_path = first.model.path if first else present[0]
     mtime = first.model.mtime_ns if first else None
+    names = _ShardNames(stem, count)
     missing = [names[i] for i in range(1, count + 1) if i not in shards]
     if missing:
         return ModelFile(
             path=head_path, kind=KIND_BROKEN, shards=tuple(present), size_bytes=total, mtime_ns=mtime,
             architecture=first.model.architecture if first else None,
-            error=f"incomplete split set: missing shard{'s' if len(missing) > 1 else ''} " + ", ".join(missing),
+            error=f"incomplete split set: missing shard{'s' if len(missing) > 1 else ''} " + short_name_list(missing),
         )
     for i in range(1, count + 1):
         f = shards[i]
@@ -392,6 +412,21 @@ def _model_from_dict(d: dict) -> ModelFile:
     return ModelFile(**d)
 
 
+def _facts_from_cache(hit: dict) -> _FileFacts:
+    """Rebuild one file's facts from its cache entry.
+
+    Raises:
+        KeyError, TypeError, ValueError, AttributeError: the entry does not have the cached shape.
+    """
+    model = _model_from_dict(hit["model"])
+    if not isinstance(model.kind, str) or not isinstance(model.size_bytes, int):
+        raise TypeError("cache entry of the wrong type")
+    ints = [hit.get("split_no"), hit.get("split_count"), hit.get("n_params")]
+    if any(v is not None and (isinstance(v, bool) or not isinstance(v, int)) for v in ints):
+        raise TypeError("cache entry of the wrong type")
+    return _FileFacts(model, *ints)
+
+
 def _load_cache() -> dict:
     from tuner.storage import CorruptFileError, load_json
 
@@ -432,7 +467,7 @@ def scan_folder(folder: Path | str, cache: bool = True) -> list[ModelFile]:
     folder = Path(folder)
     if not folder.exists():
         raise FileNotFoundError(f"models folder not found: {folder}")
-    files = [folder] if folder.is_file() else _walk_gguf(folder)
+    files = _walk_gguf(folder) if folder.is_dir() else [folder]
     entries = _load_cache() if cache else {}
     facts: list[_FileFacts] = []
     changed = False
@@ -440,16 +475,12 @@ def scan_folder(folder: Path | str, cache: bool = True) -> list[ModelFile]:
         ap = str(p.absolute())
         st = _stat(p)
         hit = entries.get(ap) if st is not None else None
-        if hit and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
+        if isinstance(hit, dict) and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
             try:
-                facts.append(
-                    _FileFacts(
-                        _model_from_dict(hit["model"]), hit.get("split_no"), hit.get("split_count"), hit.get("n_params")
-                    )
-                )
+                facts.append(_facts_from_cache(hit))
                 continue
-            except (KeyError, TypeError, ValueError):
-                pass
+            except (KeyError, TypeError, ValueError, AttributeError):
+                pass  # a cache entry of the wrong shape: scan the file again
         f = _scan_one(p)
         facts.append(f)
         if cache and st is not None and f.model.mtime_ns is not None:

@@ -37,3 +37,13 @@ def missing_shards(path: Path | str) -> tuple[Path, ...]:
     """The shards of ``path``'s split set that do not exist (empty for a complete set or a
     single file). Raises nothing."""
     return tuple(p for p in split_shard_paths(path) if not p.exists())
+
+
+def short_name_list(names: list[str] | tuple[str, ...], shown: int = 3) -> str:
+    """``a, b, c`` or ``a, b, c and 99,995 more``: a list of file names that keeps an error
+    message to one short line (a name such as ``x-00001-of-99999.gguf`` misses 99,998 shards).
+    Raises nothing."""
+    names = list(names)
+    if len(names) <= shown + 1:
+        return ", ".join(names)
+    return ", ".join(names[:shown]) + f" and {len(names) - shown:,} more"

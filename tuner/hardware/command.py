@@ -167,6 +167,10 @@ def _plan_args_problem(args: argparse.Namespace, spec_type: str) -> str | None:
         return "--draft-ngl needs --draft"
     if args.margin_mib < 0:
         return f"--margin-mib must be >= 0, got {args.margin_mib}"
+    for flag, value in (("--ngl", args.ngl), ("--draft-ngl", args.draft_ngl), ("--np", args.np),
+                        ("--ctx", args.ctx)):
+        if value is not None and value < 0:
+            return f"{flag} must be >= 0, got {value}"
     return None
 
 

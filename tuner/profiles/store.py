@@ -8,7 +8,6 @@ silently overwritten.
 from __future__ import annotations
 
 import hashlib
-import os
 import re
 import time
 from dataclasses import replace
@@ -16,6 +15,7 @@ from pathlib import Path
 
 from tuner import paths
 from tuner.storage import CorruptFileError, atomic_write_json, load_json
+from tuner.storage import keep_aside as keep_aside_file
 
 from .profile import Profile, ProfileError, StalenessKeys, stale_reasons
 
@@ -46,26 +46,51 @@ class ProfileStore:
         atomic_write_json(path, profile.to_json())
         return path
 
-    def load(self, target_path: Path | str) -> Profile | None:
+    def load(self, target_path: Path | str, keep_aside: bool = True) -> Profile | None:
         """The saved profile for ``target_path``, or ``None`` when there is none.
 
+        Args:
+            keep_aside: rename a corrupt file aside (``<name>.corrupt-<time>``) so the next save
+                starts clean; read-only callers (``serve``) pass False and nothing is renamed.
+
         Raises:
-            ProfileError: the file is corrupt or has another schema; it has been kept aside
-                (``moved_to``), so the next save starts clean.
+            ProfileError: the file is corrupt, not a regular file, or has another schema (a
+                profile from a newer Draftwise says so); with ``keep_aside`` it has been moved
+                (``moved_to``). Corrupt is never reported as missing.
         """
         path = self.path_for(target_path)
         try:
-            obj = load_json(path, keep_aside=True)
+            obj = load_json(path, keep_aside=keep_aside)
         except CorruptFileError as exc:
             raise ProfileError(path, exc.reason, exc.moved_to) from exc
+        except OSError as exc:
+            raise ProfileError(path, f"cannot read it ({exc})") from exc
         if obj is None:
             return None
         try:
             return Profile.from_json(obj, path)
         except ProfileError as exc:
-            moved = path.with_name(f"{path.name}.corrupt-{int(time.time())}")
-            os.replace(path, moved)
+            moved = keep_aside_file(path) if keep_aside else None
             raise ProfileError(path, exc.reason, moved) from exc
+
+    def all_with_problems(self) -> tuple[list[Profile], list[ProfileError]]:
+        """Every readable profile, and one :class:`ProfileError` per file that is not (nothing
+        is moved): for reporting "corrupt" rather than "no profile"."""
+        out: list[Profile] = []
+        bad: list[ProfileError] = []
+        if not self.folder.is_dir():
+            return out, bad
+        for f in sorted(self.folder.glob("*.json")):
+            try:
+                obj = load_json(f, keep_aside=False)
+                out.append(Profile.from_json(obj, f))
+            except CorruptFileError as exc:
+                bad.append(ProfileError(f, exc.reason))
+            except ProfileError as exc:
+                bad.append(exc)
+            except OSError as exc:
+                bad.append(ProfileError(f, f"cannot read it ({exc})"))
+        return out, bad
 
     def all(self) -> list[Profile]:
         """Every readable profile in the folder (unreadable ones are skipped, not moved)."""
@@ -76,7 +101,7 @@ class ProfileStore:
             try:
                 obj = load_json(f, keep_aside=False)
                 out.append(Profile.from_json(obj, f))
-            except (CorruptFileError, ProfileError):
+            except (CorruptFileError, ProfileError, OSError):
                 continue
         return out
 

@@ -61,7 +61,9 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
                api_key_file: str | Path | None = None) -> list[str]:
     """The exact argv (``[binary, flag, value, …]``) that launches ``config`` on this binary.
 
-    Pure: no file or process access. ``config.port`` must be set (the supervisor picks a free
+    Pure: no file or process access. ``--cors-origins`` (``config.cors_origins``, default
+    ``localhost``) is added where the binary lists the flag; builds without it (the legacy
+    dialect) answer any web page (:func:`cors_locked`). ``config.port`` must be set (the supervisor picks a free
     port first). ``api_key_file``: a file holding ``config.api_key``; when given, the key is passed
     as ``--api-key-file FILE`` instead of ``--api-key KEY``, so it is not readable in ``ps`` or
     ``/proc/PID/cmdline`` by other users (llama.cpp common/arg.cpp, ``--api-key-file``: one key per
@@ -101,9 +103,19 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
         argv += [_need(d, "--api-key-file"), str(api_key_file)]
     elif config.api_key:
         argv += [_need(d, "--api-key"), config.api_key]
+    if config.cors_origins and d.has("--cors-origins"):
+        # locked down by default (the server's own default, '*', echoes any Origin with credentials)
+        argv += ["--cors-origins", config.cors_origins]
     argv += _spec_args(config, d)
     argv += list(config.extra_args)
     return argv
+
+
+def cors_locked(dialect: Dialect) -> bool:
+    """True when this binary can restrict which web pages may call it (``--cors-origins`` in its
+    ``--help``, b11434 and later); False means any page the user opens can drive the model
+    (tools/server/server-http.cpp: without the flag the Origin is echoed with credentials)."""
+    return dialect.has("--cors-origins")
 
 
 def _spec_args(config: ServerConfig, d: Dialect) -> list[str]:

@@ -25,7 +25,7 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
-from tuner.server.argv import UnsupportedConfigError
+from tuner.server.argv import UnsupportedConfigError, cors_locked
 from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_named_server, find_server
@@ -63,6 +63,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-ngl", help="draft GPU layers (number, auto or all)")
     p.add_argument("--server", help="llama-server binary (default: discovered)")
     p.add_argument("--ready-timeout", type=float, default=None, help="seconds to wait for readiness")
+    p.add_argument("--liveness-timeout", type=float, default=30.0, metavar="S",
+                   help="while serving, restart llama-server when it has not answered /health for S seconds "
+                   "and makes no progress (default 30; a server busy with a long prompt is not restarted)")
     p.set_defaults(func=cmd_serve)
 
     d = subparsers.add_parser(
@@ -100,24 +103,30 @@ def _check_serve_args(args: argparse.Namespace) -> None:
     ready_timeout = getattr(args, "ready_timeout", None)
     if ready_timeout is not None and ready_timeout <= 0:
         raise ValueError(f"--ready-timeout must be > 0 seconds, got {ready_timeout}")
+    liveness = getattr(args, "liveness_timeout", None)
+    if liveness is not None and not liveness > 0:
+        raise ValueError(f"--liveness-timeout must be > 0 seconds, got {liveness}")
 
 
 def _check_model_file(path: Path, role: str) -> None:
     """Pre-flight read of a GGUF header and its split shards (tuner.catalog), so a missing or
     broken file is one clear line instead of a failed launch. Raises ValueError naming the file."""
     from tuner.catalog.header import GGUFError, read_header
-    from tuner.catalog.split import missing_shards
+    from tuner.catalog.split import missing_shards, short_name_list
 
-    if not path.is_file():
+    if not path.exists():
         raise ValueError(f"{role} model not found: {path}")
     gone = missing_shards(path)
     if gone:
         raise ValueError(f"{role} model {path}: incomplete split set: missing shard "
-                         + ", ".join(p.name for p in gone))
+                         + short_name_list([p.name for p in gone]))
     try:
-        read_header(path)
+        header = read_header(path)
     except GGUFError as exc:
         raise ValueError(f"{role} model {exc}") from None
+    if not header.tensors and header.get("split.count") in (None, 0, 1):
+        raise ValueError(f"{role} model {path}: has no tensors (a vocab-only file holds a tokenizer and no "
+                         "weights); llama-server cannot serve it")
 
 
 def is_loopback_host(host: str) -> bool:
@@ -143,11 +152,14 @@ def _given_key(args: argparse.Namespace) -> str | None:
     path = getattr(args, "api_key_file", None)
     if path is None:
         return getattr(args, "api_key", None)
+    from tuner.settings import read_private_key_file
+
     try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as exc:
+        key = read_private_key_file(path)  # regular file only (no FIFO wait), mode 0600 or stricter
+    except OSError as exc:
         raise ValueError(f"--api-key-file {path}: cannot read it ({exc})") from None
-    key = next((ln.strip() for ln in text.splitlines() if ln.strip()), "")
+    except ValueError as exc:  # group/world-readable (mode named), too large, not UTF-8
+        raise ValueError(f"--api-key-file refused: {exc}") from None
     if not key:
         raise ValueError(f"--api-key-file {path}: the file holds no key")
     return key
@@ -181,7 +193,9 @@ def _api_key_for(host: str, given: str | None) -> str | None:
 
 
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
-    """The :class:`ServerConfig` a ``serve`` command line asks for.
+    """The :class:`ServerConfig` a ``serve`` command line asks for. Host, port and API key come
+    from the flags (never from a profile); the CORS origin from the settings (``cors_origin``,
+    default: pages from localhost only).
 
     Raises:
         ValueError: inconsistent flags (message names them).
@@ -192,7 +206,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         from tuner.calibration.serving import config_from_profile  # lazy: calibration is above us
 
         cfg = config_from_profile(Path(args.models), args.target)
-        over: dict[str, Any] = {}
+        over: dict[str, Any] = {"cors_origins": _settings_cors()}
         if args.port is not None:
             over["port"] = args.port
         if args.host:
@@ -230,7 +244,19 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         host=args.host or "127.0.0.1",
         port=args.port,
         api_key=_api_key_for(args.host or "127.0.0.1", _given_key(args)),
+        cors_origins=_settings_cors(),
     )
+
+
+def _settings_cors() -> str:
+    """``--cors-origins`` for ``serve``: the settings' ``cors_origin`` or ``localhost`` (a bad or
+    unreadable settings file gives the locked-down default)."""
+    from tuner.settings import load_settings_keeping_valid
+
+    try:
+        return load_settings_keeping_valid(repair=False).settings.cors_origins_value()
+    except Exception:  # never let a settings problem open the endpoint
+        return "localhost"
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -250,7 +276,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         binary = find_named_server(args.server) if args.server else find_server()
-        sup = Supervisor(binary, auto_restart=True)
+        sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout)
     except (ServerNotFoundError, DialectError) as exc:
         _err(f"draftwise serve: {exc}")
         return 2
@@ -262,7 +288,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _err(line)
         if ch.state == ServerState.FAILED and ch.previous != ServerState.STARTING:
             done.set()
-        if ch.state == ServerState.READY:
+        if ch.state == ServerState.READY and ch.previous != ServerState.READY:
             url = bound_url(cfg.host, ch.base_url)
             print(f"{url}/v1", flush=True)
             if not is_loopback_host(cfg.host):
@@ -421,6 +447,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """Print the doctor report. Exit 0 when the self-test passed (or was skipped), 1 when it
     failed, 2 when no binary / no readable ``--help``."""
     report: dict[str, Any] = {}
+    if not args.timeout > 0:
+        _err(f"draftwise doctor: --timeout must be > 0 seconds, got {args.timeout:g}")
+        return 2
     try:
         binary = find_named_server(args.server) if args.server else find_server()
     except ServerNotFoundError as exc:
@@ -438,7 +467,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     report["dialect"] = {"spec_style": dialect.spec_style, "spec_types": list(dialect.spec_types),
                          "fit": dialect.has_fit, "metrics": dialect.has_metrics, "slots": dialect.has_slots,
                          "list_devices": dialect.has_list_devices,
-                         "removed_flags": [f for f, _ in dialect.removed_flags]}
+                         "removed_flags": [f for f, _ in dialect.removed_flags],
+                         "cors_locked": cors_locked(dialect)}
     if not args.json:
         print(f"llama-server: {binary.path}  (found via {binary.source})")
         print(f"build:        {binary.build if binary.build is not None else 'unknown'}"
@@ -447,6 +477,11 @@ def cmd_doctor(args: argparse.Namespace) -> int:
               f"--metrics {'yes' if dialect.has_metrics else 'no'}, --list-devices "
               f"{'yes' if dialect.has_list_devices else 'no'}")
         print(f"spec types:   {', '.join(dialect.spec_types) or '(none)'}")
+        if cors_locked(dialect):
+            print("web pages:    only pages from localhost may call the endpoint (--cors-origins localhost)")
+        else:
+            print("web pages:    OPEN: this build has no --cors-origins, so any web page open in a browser on "
+                  "this machine can use the endpoint and read /props; update llama.cpp (b11434 or later)")
         sys.stdout.flush()
     _err("detecting devices...")
     report["devices"] = _devices_report(binary)

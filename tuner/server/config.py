@@ -45,7 +45,13 @@ class ServerConfig:
         cache_type_k / cache_type_v: target KV cache types (``-ctk`` / ``-ctv``), e.g. ``"q8_0"``.
         threads: CPU threads (``-t``).
         fit: ``True``/``False`` → ``--fit on|off`` where the binary has ``--fit``; None = default.
-        extra_args: appended verbatim at the end of the argv (expert escape hatch).
+        extra_args: appended verbatim at the end of the argv (expert escape hatch; a profile's
+            are checked against an allow-list, tuner.calibration.serving).
+        cors_origins: ``--cors-origins`` value where the binary has the flag. ``"localhost"``
+            (default) admits only pages served from localhost / 127.0.0.1 / ::1 on any port
+            (tools/server/server-http.cpp ``origin_is_localhost``); any other value is sent
+            verbatim as ``Access-Control-Allow-Origin``, so it must be one origin; ``None`` leaves
+            the server's own default ``*``, which echoes any Origin with credentials.
     """
 
     model_path: Path
@@ -66,6 +72,7 @@ class ServerConfig:
     threads: int | None = None
     fit: bool | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
+    cors_origins: str | None = "localhost"
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_path", Path(self.model_path))

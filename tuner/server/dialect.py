@@ -229,12 +229,14 @@ def probe_dialect(path: str | Path, use_cache: bool = True) -> Dialect:
     cache_file = paths.cache_dir() / "dialect" / f"{digest}.json"
     text: str | None = None
     if use_cache and cache_file.is_file():
+        from tuner.storage import parse_json_bytes, read_regular_bytes
+
         try:
-            data = json.loads(cache_file.read_text(encoding="utf-8"))
-            if data.get("key") == list(key):
+            data = parse_json_bytes(read_regular_bytes(cache_file))
+            if isinstance(data, dict) and data.get("key") == list(key) and isinstance(data.get("help"), str):
                 text = data["help"]
-        except (OSError, ValueError, KeyError):
-            text = None
+        except (OSError, ValueError):
+            text = None  # a damaged cache entry: ask the binary again
     if text is None:
         text = read_help_text(path)
         try:

@@ -116,6 +116,20 @@ def launcher_thread() -> threading.Thread | None:
 # ---------------------------------------------------------------------------------------------
 
 
+def _open_private_log(path: Path):
+    """Open ``path`` for appending text, created with mode 0600 in a 0700 folder (a log holds the
+    model paths and the prompts' first lines: owner-only, like every state file)."""
+    from tuner.paths import ensure_private_dir
+
+    ensure_private_dir(path.parent)
+    fd = os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT | getattr(os, "O_CLOEXEC", 0), 0o600)
+    try:
+        os.chmod(path, 0o600)
+    except OSError:
+        pass
+    return os.fdopen(fd, "a", encoding="utf-8")
+
+
 class ChildProcess:
     """A running child with its log captured (stdout and stderr merged).
 
@@ -145,8 +159,7 @@ class ChildProcess:
         try:
             if self.log_path is not None:
                 try:
-                    self.log_path.parent.mkdir(parents=True, exist_ok=True)
-                    f = open(self.log_path, "a", encoding="utf-8")
+                    f = _open_private_log(self.log_path)
                     f.write("# " + " ".join(self.argv) + "\n")
                 except OSError:
                     f = None
@@ -163,7 +176,7 @@ class ChildProcess:
                             # a server kept for days: keep the current file and one older part
                             f.close()
                             os.replace(self.log_path, self.log_path.with_suffix(self.log_path.suffix + ".1"))
-                            f = open(self.log_path, "a", encoding="utf-8")
+                            f = _open_private_log(self.log_path)
                     except OSError:
                         pass
                 if self._on_line is not None:
@@ -260,7 +273,7 @@ _live: set[ChildProcess] = set()
 
 def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None, log_path: Path | None = None,
           tail_lines: int = DEFAULT_TAIL_LINES, on_line: Callable[[str], None] | None = None,
-          cwd: Path | None = None) -> ChildProcess:
+          cwd: Path | None = None, pass_fds: Sequence[int] = ()) -> ChildProcess:
     """Start ``argv`` from the module's launcher thread (see module docstring).
 
     Args:
@@ -269,6 +282,7 @@ def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None, log_path: P
         log_path: file that receives every log line (appended), or None.
         tail_lines: lines kept in memory for :meth:`ChildProcess.log_lines`.
         on_line: called from the reader thread with each line.
+        pass_fds: file descriptors the child inherits (e.g. a memfd it opens as ``/dev/fd/N``).
 
     Raises:
         OSError: the program cannot be executed (missing, not executable).
@@ -279,6 +293,8 @@ def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None, log_path: P
         kwargs: dict = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                             env=dict(env) if env is not None else None, cwd=str(cwd) if cwd else None,
                             close_fds=True)
+        if pass_fds:
+            kwargs["pass_fds"] = tuple(pass_fds)
         if os.name == "posix":
             kwargs["start_new_session"] = True
             pre = _make_preexec(parent)
@@ -401,6 +417,15 @@ def tree_usage(pid: int) -> tuple[int, float] | None:
     return rss, cpu
 
 
+def process_stopped(pid: int) -> bool | None:
+    """True when ``pid`` is stopped (SIGSTOP / SIGTSTP: ``T`` state), False when running or
+    sleeping, None when gone or unknown."""
+    try:
+        return psutil.Process(pid).status() in (psutil.STATUS_STOPPED, getattr(psutil, "STATUS_TRACING_STOP", "t"))
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+
+
 def find_processes(name_part: str) -> list[int]:
     """Pids whose executable name or first argv element contains ``name_part`` (for checks)."""
     out = []
@@ -416,6 +441,16 @@ def find_processes(name_part: str) -> list[int]:
 
 
 @atexit.register
+def kill_all_children() -> None:
+    """Kill (SIGKILL, whole tree) every child spawned here that still runs, at once; for an
+    interrupted command that must exit now. Raises nothing."""
+    for child in list(_live):
+        try:
+            child.kill()
+        except Exception:
+            pass
+
+
 def _stop_all_children() -> None:
     for child in list(_live):
         try:

@@ -20,6 +20,17 @@ Ready means, in this order (docs: /work/shared/reference/llama-server.md §4, §
    start fails with ``speculation_inactive`` and the reason from the log (an incompatible draft
    leaves the server running without speculation: server-context.cpp ``load_model``).
 
+Liveness while ready: every ``health_interval_s`` the supervisor asks ``/health`` (timeout
+``HEALTH_TIMEOUT_S``). llama-server answers it from its HTTP thread pool without the main loop
+(tools/server/server-context.cpp ``server_routes::init_routes``, ``get_health``; the pool has
+``n_parallel + 4`` threads or more, tools/server/server-http.cpp ``server_http_context::init``), so
+a server busy with a long prompt still answers. When no answer came for ``liveness_timeout_s``,
+the child counts as hung only if it also made no progress: it is stopped (``T`` state, e.g.
+SIGSTOP) or its CPU time did not grow in that window. A starved but working server (CPU time
+rising, e.g. a long prompt on a loaded 2-core machine) is left alone and the silence is logged
+once. A hung child is killed (the whole tree) and handled like a crash: restarted with backoff
+(``auto_restart``), reported through ``on_state`` (the tray shows it), or failed.
+
 The port is picked free by the supervisor unless the configuration names one; a "couldn't bind"
 on a picked port is retried on a new port. Stop = SIGTERM, wait, SIGKILL of the whole tree
 (:mod:`tuner.server.process`). After a crash while serving (``auto_restart``) the server is
@@ -52,6 +63,10 @@ from tuner.server.discovery import ServerBinary, find_server
 READY_PROMPT = "Once upon a time"
 #: Log files kept in the log folder (older ones are deleted at start).
 MAX_LOG_FILES = 100
+#: Seconds one liveness ``/health`` request may take.
+HEALTH_TIMEOUT_S = 3.0
+#: CPU seconds the child's process tree must gain while silent to count as working, not hung.
+LIVENESS_MIN_CPU_S = 0.05
 
 
 class ServerState(str, enum.Enum):
@@ -96,25 +111,104 @@ class ServerStartError(RuntimeError):
         super().__init__(f"{diagnosis.code}: {diagnosis.message}")
 
 
-def _write_key_file(key: str) -> Path:
-    """Write ``key`` to a new private file (mode 0600, the system temp folder) for
-    ``--api-key-file``; the caller removes it once the server has read it.
+#: Prefix of the fallback key files (only where no memfd exists: not Linux).
+KEY_FILE_PREFIX = "draftwise-api-key-"
+
+
+@dataclass(eq=False)
+class _KeyHandoff:
+    """How the API key reaches llama-server's ``--api-key-file``: ``path`` is what goes on the
+    argv; ``fd`` the descriptor the child inherits (``/dev/fd/N`` of a memfd: never on disk), or
+    ``file`` a private file (mode 0600) removed as soon as the server has read it, on stop, and
+    by :func:`sweep_stale_key_files` after a kill -9."""
+
+    path: Path
+    fd: int | None = None
+    file: Path | None = None
+
+    def close_parent_side(self) -> None:
+        """After the spawn: our copy of the fd is not needed (the child has its own)."""
+        if self.fd is not None:
+            try:
+                os.close(self.fd)
+            except OSError:
+                pass
+            self.fd = None
+
+    def remove(self) -> None:
+        """Close the fd and delete the file (both idempotent)."""
+        self.close_parent_side()
+        if self.file is not None:
+            self.file.unlink(missing_ok=True)
+            self.file = None
+
+
+def _key_dir() -> Path:
+    return paths.ensure_private_dir(paths.data_dir() / "run")
+
+
+def _write_key_file(key: str) -> _KeyHandoff:
+    """Hand ``key`` to the child for ``--api-key-file``.
+
+    On Linux an anonymous memory file (``os.memfd_create``) passed as ``/dev/fd/N``: llama.cpp
+    opens the path with ``std::ifstream`` (common/arg.cpp, ``--api-key-file``), which reopens the
+    memfd from offset 0; nothing is ever written to disk, so no exit path (kill -9 included) can
+    leave the key behind. Elsewhere a file ``KEY_FILE_PREFIX<pid>-*.txt`` (mode 0600) in the
+    private folder ``data_dir()/run`` (0700).
 
     Raises:
-        OSError: the temp folder is not writable.
+        OSError: neither could be created.
     """
-    fd, name = tempfile.mkstemp(prefix="draftwise-api-key-", suffix=".txt")  # created with mode 0600
+    data = (key + "\n").encode("utf-8")
+    if hasattr(os, "memfd_create") and Path("/dev/fd").is_dir():
+        try:
+            fd = os.memfd_create("draftwise-api-key", 0)  # not inheritable until passed explicitly
+        except OSError:
+            fd = None
+        if fd is not None:
+            os.write(fd, data)
+            return _KeyHandoff(Path(f"/dev/fd/{fd}"), fd=fd)
+    fd, name = tempfile.mkstemp(prefix=f"{KEY_FILE_PREFIX}{os.getpid()}-", suffix=".txt", dir=_key_dir())
     try:
-        os.write(fd, (key + "\n").encode("utf-8"))
+        os.write(fd, data)
     finally:
         os.close(fd)
-    return Path(name)
+    return _KeyHandoff(Path(name), file=Path(name))
 
 
-def _remove_key_file(path: Path | None) -> None:
-    """Delete a file written by :func:`_write_key_file` (missing is fine)."""
-    if path is not None:
-        path.unlink(missing_ok=True)
+def _remove_key_file(handoff: "_KeyHandoff | None") -> None:
+    """Release a key hand-off from :func:`_write_key_file` (None is fine)."""
+    if handoff is not None:
+        handoff.remove()
+
+
+def sweep_stale_key_files(folder: Path | None = None) -> list[Path]:
+    """Delete fallback key files left by a Draftwise process that no longer runs (killed with
+    SIGKILL between writing the file and the server reading it); returns what was deleted. Called
+    when a :class:`Supervisor` is created. Files of running processes are left alone."""
+    gone: list[Path] = []
+    folders = [folder] if folder is not None else [paths.data_dir() / "run", Path(tempfile.gettempdir())]
+    for d in folders:
+        try:
+            candidates = list(d.glob(f"{KEY_FILE_PREFIX}*.txt"))
+        except OSError:
+            continue
+        for f in candidates:
+            pid_text = f.name[len(KEY_FILE_PREFIX):].split("-", 1)[0]
+            if pid_text.isdigit() and process.process_exists(int(pid_text)):
+                continue
+            if not pid_text.isdigit():
+                try:  # the old naming (no pid): only files older than a minute
+                    if time.time() - f.stat().st_mtime < 60:
+                        continue
+                except OSError:
+                    continue
+            try:
+                f.unlink()
+                gone.append(f)
+            except OSError:
+                pass
+    return gone
 
 
 def startup_timeout_for(config: ServerConfig, base_s: float = 30.0, s_per_gib: float = 20.0) -> float:
@@ -128,6 +222,63 @@ def _same_path(a: str | Path, b: str | Path) -> bool:
         return os.path.samefile(a, b)
     except OSError:
         return os.path.normpath(os.path.abspath(str(a))) == os.path.normpath(os.path.abspath(str(b)))
+
+
+class _Liveness:
+    """The liveness rule for one ready child (see the module docstring); :meth:`check` is called
+    from the monitor thread about every ``health_interval_s``."""
+
+    def __init__(self, sup: "Supervisor", child: process.ChildProcess, cfg: ServerConfig) -> None:
+        self.sup = sup
+        self.child = child
+        self.client = ServerClient(sup.base_url or "", api_key=cfg.api_key, timeout_s=HEALTH_TIMEOUT_S)
+        now = time.monotonic()
+        self.last_ok = now
+        self.next_check = now + sup.health_interval_s
+        self.cpu_mark = self._cpu()
+        self.busy_noted = False
+
+    def _cpu(self) -> float | None:
+        usage = process.tree_usage(self.child.pid)
+        return usage[1] if usage is not None else None
+
+    def check(self) -> Diagnosis | None:
+        """None while alive (or busy); the ``hung`` diagnosis when the child must be killed."""
+        now = time.monotonic()
+        if now < self.next_check:
+            return None
+        timeout = self.sup.liveness_timeout_s or 0.0
+        h = self.client.health(timeout_s=min(HEALTH_TIMEOUT_S, max(0.5, timeout)))
+        now = time.monotonic()
+        self.next_check = now + self.sup.health_interval_s
+        if h.ok:
+            if self.busy_noted:
+                self.sup._note("llama-server answers /health again")
+            self.last_ok, self.cpu_mark, self.busy_noted = now, self._cpu(), False
+            return None
+        silent = now - self.last_ok
+        if silent < timeout:
+            return None
+        stopped = process.process_stopped(self.child.pid)
+        cpu = self._cpu()
+        gained = None if cpu is None or self.cpu_mark is None else cpu - self.cpu_mark
+        if not stopped and gained is not None and gained >= LIVENESS_MIN_CPU_S:
+            # working (a long prompt on a starved machine): not hung; measure the next window
+            if not self.busy_noted:
+                self.sup._note(f"llama-server has not answered /health for {silent:.0f} s but is working "
+                               f"({gained:.1f} CPU s in that time): not restarted")
+                self.busy_noted = True
+            self.last_ok, self.cpu_mark = now, cpu
+            return None
+        why = "it is stopped (SIGSTOP?)" if stopped else "its CPU time did not grow"
+        return Diagnosis("hung", f"llama-server did not answer /health for {silent:.0f} s and {why}: "
+                         "killed as hung", tuple(self.child.log_lines(20)) + (f"/health: {h.message}",))
+
+    def close(self) -> None:
+        try:
+            self.client.close()
+        except Exception:
+            pass
 
 
 class Supervisor:
@@ -152,6 +303,10 @@ class Supervisor:
         tail_lines: log lines kept in memory.
         ready_n_predict: tokens of the readiness completion.
         on_state: a first state callback (more with :meth:`on_state`).
+        liveness_timeout_s: while ready, a child that has not answered ``/health`` for this many
+            seconds and made no progress (stopped, or no CPU time gained) is killed and handled
+            like a crash (see the module docstring); None = no liveness checks.
+        health_interval_s: seconds between liveness ``/health`` requests.
 
     Raises (constructor): ServerNotFoundError, DialectError.
     """
@@ -160,7 +315,8 @@ class Supervisor:
                  auto_restart: bool = False, max_restarts: int = 3, restart_window_s: float = 300.0,
                  backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0), log_dir: Path | None = None,
                  tail_lines: int = process.DEFAULT_TAIL_LINES, ready_n_predict: int = 4,
-                 on_state: Callable[[StateChange], None] | None = None) -> None:
+                 on_state: Callable[[StateChange], None] | None = None,
+                 liveness_timeout_s: float | None = 30.0, health_interval_s: float = 2.0) -> None:
         if binary is None:
             binary = find_server()
         if not isinstance(binary, ServerBinary):
@@ -174,6 +330,10 @@ class Supervisor:
         self._log_dir = Path(log_dir) if log_dir is not None else None
         self._tail_lines = tail_lines
         self.ready_n_predict = ready_n_predict
+        if liveness_timeout_s is not None and not liveness_timeout_s > 0:
+            raise ValueError(f"liveness_timeout_s must be > 0 seconds or None, got {liveness_timeout_s}")
+        self.liveness_timeout_s = liveness_timeout_s
+        self.health_interval_s = max(0.1, float(health_interval_s))
 
         self._lock = threading.RLock()
         self._cond = threading.Condition(self._lock)
@@ -194,6 +354,8 @@ class Supervisor:
         self._log_path: Path | None = None
         self._argv: list[str] | None = None
         self._last_lines: list[str] = []
+        self._key_files: set[_KeyHandoff] = set()
+        sweep_stale_key_files()
 
     # ------------------------------------------------------------------ public read-only state
     @property
@@ -364,6 +526,9 @@ class Supervisor:
                 return None
             self._set_state(ServerState.STOPPING, message="stopping")
         rc = child.stop(grace_s) if child is not None else None
+        for handoff in list(self._key_files):  # not left to the monitor thread (a daemon)
+            _remove_key_file(handoff)
+            self._key_files.discard(handoff)
         with self._lock:
             if child is not None:
                 self._last_lines = child.log_lines()
@@ -413,7 +578,7 @@ class Supervisor:
     def _new_log_path(self, port: int) -> Path:
         folder = self._log_dir or paths.log_dir()
         try:
-            folder.mkdir(parents=True, exist_ok=True)
+            paths.ensure_private_dir(folder)
             logs = sorted(folder.glob("llama-server-*.log"), key=lambda p: p.stat().st_mtime)
             for old in logs[:-MAX_LOG_FILES]:
                 old.unlink(missing_ok=True)
@@ -426,7 +591,7 @@ class Supervisor:
         port = config.port if config.port is not None else process.free_port(config.host if config.host not in ("0.0.0.0", "::") else "127.0.0.1")
         cfg = config.with_port(port)
         key_file = _write_key_file(cfg.api_key) if cfg.api_key and self.dialect.has("--api-key-file") else None
-        argv = build_argv(self.binary.path, cfg, self.dialect, api_key_file=key_file)
+        argv = build_argv(self.binary.path, cfg, self.dialect, api_key_file=key_file.path if key_file else None)
         log_path = self._new_log_path(port)
         with self._lock:
             if gen != self._gen:
@@ -439,7 +604,8 @@ class Supervisor:
             self._set_state(ServerState.STARTING, message=message)
             try:
                 child = process.spawn(argv, env=clean_env(os.environ), log_path=log_path,
-                                      tail_lines=self._tail_lines)
+                                      tail_lines=self._tail_lines,
+                                      pass_fds=(key_file.fd,) if key_file and key_file.fd is not None else ())
             except OSError as exc:
                 _remove_key_file(key_file)
                 self._set_state(ServerState.FAILED, Diagnosis(
@@ -447,6 +613,9 @@ class Supervisor:
                     message=f"cannot execute {self.binary.path}")
                 return
             self._child = child
+            if key_file is not None:
+                key_file.close_parent_side()
+                self._key_files.add(key_file)
         t = threading.Thread(target=self._monitor, args=(gen, child, cfg, config, port_attempt, key_file),
                              name=f"llama-server-monitor-{child.pid}", daemon=True)
         t.start()
@@ -471,7 +640,7 @@ class Supervisor:
         return gen == self._gen
 
     def _monitor(self, gen: int, child: process.ChildProcess, cfg: ServerConfig, requested: ServerConfig,
-                 port_attempt: int, key_file: Path | None = None) -> None:
+                 port_attempt: int, key_file: _KeyHandoff | None = None) -> None:
         try:
             outcome = self._bring_up(gen, child, cfg)
         except Exception as exc:  # a bug must not leave the state hanging in "starting"
@@ -479,6 +648,7 @@ class Supervisor:
                                 tuple(child.log_lines(20)))
         finally:
             _remove_key_file(key_file)  # read at start-up; a restart writes a new one
+            self._key_files.discard(key_file)
         if not self._alive_gen(gen):
             return
         if isinstance(outcome, Diagnosis):
@@ -501,20 +671,40 @@ class Supervisor:
                 self._good_configs.remove(requested)
             self._good_configs.append(requested)
             self._set_state(ServerState.READY, message=f"serving {cfg.model_path.name} at {self.base_url}")
-        # watch for a crash
-        while self._alive_gen(gen):
-            rc = child.wait(0.5)
-            if rc is None:
-                continue
-            if not self._alive_gen(gen):
-                return
+        # watch for a crash or a hang
+        watch = _Liveness(self, child, cfg) if self.liveness_timeout_s is not None else None
+        hung: Diagnosis | None = None
+        try:
+            while self._alive_gen(gen):
+                rc = child.wait(min(0.5, self.health_interval_s))
+                if rc is not None:
+                    break
+                hung = watch.check() if watch is not None else None
+                if hung is not None:
+                    break
+        finally:
+            if watch is not None:
+                watch.close()
+        if not self._alive_gen(gen):
+            return
+        if hung is not None:
+            child.kill()
+            self._after_crash(gen, child, hung)
+            return
+        rc = child.returncode
+        if rc is not None:
             diag = diagnose(rc, child.log_lines(200))
             if diag.code == "exited" and rc != 0:
                 diag = replace(diag, code="crashed", message=f"llama-server crashed (exit status {rc})")
             elif diag.code == "exited":
                 diag = replace(diag, code="crashed", message="llama-server exited unexpectedly")
             self._after_crash(gen, child, diag)
-            return
+
+    def _note(self, message: str) -> None:
+        """Report ``message`` to the ``on_state`` callbacks without changing the state (e.g. a
+        silent but working server)."""
+        with self._lock:
+            self._set_state(self._state, message=message)
 
     def _after_crash(self, gen: int, child: process.ChildProcess, diag: Diagnosis) -> None:
         if not self.auto_restart:

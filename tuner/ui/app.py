@@ -118,12 +118,9 @@ def build(single_instance: bool = True, tray_available: bool | None = None) -> D
         instance = InstanceServer()
         instance.listen()
 
-    settings_error = None
-    try:
-        st = settings_mod.load_settings()
-    except Exception as exc:  # SettingsError / CorruptFileError name the file and key
-        st = settings_mod.Settings()
-        settings_error = f"Settings not loaded, using defaults: {exc}"
+    loaded = settings_mod.load_settings_keeping_valid()  # a bad key costs only that key; file kept aside
+    st = loaded.settings
+    settings_error = loaded.message()
 
     controller = AppController(st)
     holder: dict[str, DraftwiseApp] = {}

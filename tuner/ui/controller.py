@@ -247,8 +247,11 @@ class AppController(QObject):
         if state == "starting" and prev == "ready":
             diag = getattr(change, "diagnosis", None)
             why = f": {diag.message}" if diag is not None else ""
-            self.notify.emit("Draftwise: llama-server crashed", f"llama-server stopped unexpectedly{why}; restarting it.")
-            self.status.emit("llama-server crashed; restarting")
+            what = "hung" if diag is not None and diag.code == "hung" else "crashed"
+            self.notify.emit(f"Draftwise: llama-server {what}",
+                             f"llama-server {'stopped answering' if what == 'hung' else 'stopped unexpectedly'}{why}; "
+                             "restarting it.")
+            self.status.emit(f"llama-server {what}; restarting")
         elif state == "ready" and prev == "starting" and getattr(change, "restart_count", 0):
             self.metrics_reset()
             self._refresh_serving_process()

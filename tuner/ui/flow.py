@@ -276,14 +276,16 @@ def serving_config(profile: Any, settings: Settings) -> Any:
 
     Raises:
         tuner.settings.SettingsError: LAN exposure without an API key.
+        tuner.profiles.ProfileError: the profile sets an option a profile may not (named).
     """
     from dataclasses import replace
 
-    from tuner.calibration.serving import config_from_json
+    from tuner.calibration.serving import profile_server_config
     from tuner.settings import server_api_key
 
-    cfg = config_from_json(profile.server_config)
-    return replace(cfg, port=settings.port, host=settings.host, api_key=server_api_key(settings))
+    cfg = profile_server_config(profile)  # raises ProfileError for a tampered profile (option named)
+    return replace(cfg, port=settings.port, host=settings.host, api_key=server_api_key(settings),
+                   cors_origins=settings.cors_origins_value())
 
 
 def tune_and_serve(

@@ -32,6 +32,19 @@ from tuner.ui.state import AppState
 LOG_LINES = 300
 
 
+def web_pages_text(argv: tuple[str, ...] | list[str]) -> str:
+    """Which web pages may call the served endpoint, from its argv (``--cors-origins`` value);
+    a build without the flag (the legacy dialect) is named as open to any page."""
+    argv = list(argv)
+    if "--cors-origins" not in argv or argv.index("--cors-origins") + 1 >= len(argv):
+        return ("OPEN to any web page: this llama-server build has no --cors-origins, so a page open in your "
+                "browser can use the model and read /props. Update llama.cpp to lock it down.")
+    value = argv[argv.index("--cors-origins") + 1]
+    if value == "localhost":
+        return "only pages from localhost / 127.0.0.1 (other sites are refused)"
+    return f"pages from {value} (set in Settings); same-origin pages of the server itself"
+
+
 class ServeTab(QWidget):
     """What is served and how; the log tail refreshes every second while visible."""
 
@@ -69,6 +82,9 @@ class ServeTab(QWidget):
         self.copy_cmd_btn.clicked.connect(lambda: self._copy(self.cmd_edit.toPlainText()))
         cmd.addWidget(self.copy_cmd_btn, 0, Qt.AlignmentFlag.AlignTop)
         form.addRow("Command:", cmd)
+        self.web_pages_label = QLabel("—")
+        self.web_pages_label.setWordWrap(True)
+        form.addRow("Web pages:", self.web_pages_label)
         btns = QHBoxLayout()
         self.start_btn = QPushButton("Start server")
         self.start_btn.clicked.connect(controller.start_server)
@@ -143,6 +159,12 @@ class ServeTab(QWidget):
         keyrow.addWidget(self.copy_key_btn)
         form.addRow("API key:", keyrow)
         self._show_key_state()
+        self.origin_edit = QLineEdit(st.cors_origin or "")
+        self.origin_edit.setPlaceholderText("only pages from localhost (e.g. http://192.168.1.20:3000 for a front end)")
+        self.origin_edit.setToolTip("One web origin (scheme://host[:port]) whose pages may call the endpoint, "
+                                    "besides the server's own page. Empty = pages from localhost only.")
+        self.origin_edit.editingFinished.connect(self._save_origin)
+        form.addRow("Web origin:", self.origin_edit)
         self.login_check = QCheckBox("Start Draftwise at login")
         self.login_check.setChecked(st.start_at_login)
         self.login_check.toggled.connect(self._toggle_login)
@@ -182,6 +204,11 @@ class ServeTab(QWidget):
     def _save_port(self) -> None:
         if self.port_spin.value() != self.controller.settings.port:
             self._save(port=int(self.port_spin.value()))
+
+    def _save_origin(self) -> None:
+        text = self.origin_edit.text().strip().rstrip("/") or None
+        if text != self.controller.settings.cors_origin:
+            self._save(cors_origin=text)
 
     def _save_binary(self) -> None:
         text = self.bin_edit.text().strip()
@@ -252,10 +279,12 @@ class ServeTab(QWidget):
             self.model_label.setText(f"{info.model_name} — {info.spec_label}")
             self.endpoint_edit.setText(info.endpoint_url)
             self.cmd_edit.setPlainText(shlex.join(info.argv))
+            self.web_pages_label.setText(web_pages_text(info.argv))
             self.show_error("")
         else:
             self.model_label.setText("—")
             self.endpoint_edit.setText("")
+            self.web_pages_label.setText("—")
         self.start_btn.setEnabled(info is None and c.state is not AppState.TUNING)
         self.stop_btn.setEnabled(info is not None)
         self.copy_url_btn.setEnabled(info is not None)
