@@ -419,6 +419,148 @@ def write_llama_gguf(
     return path
 
 
+def write_moe_gguf(
+    path: Path | str,
+    *,
+    n_embd: int = 128,
+    n_layers: int = 4,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_expert: int = 8,
+    n_expert_used: int = 2,
+    n_ff_exp: int = 128,
+    ctx_train: int = 4096,
+    dtype: str = "f16",
+    seed: int = 0,
+    tokenizer: TokenizerSpec | None = None,
+    general_name: str | None = None,
+) -> Path:
+    """Write a real, loadable ``qwen3moe`` GGUF (a small Qwen3-MoE-like model) with random weights.
+
+    Per block: attention with per-head Q/K RMS norms (``attn_q_norm``/``attn_k_norm``), a router
+    (``ffn_gate_inp``, ``n_expert`` x ``n_embd``) and ``n_expert`` experts of width ``n_ff_exp`` stored as
+    3-D tensors ``ffn_gate_exps`` / ``ffn_up_exps`` / ``ffn_down_exps`` (the tensors ``--n-cpu-moe`` moves;
+    src/models/qwen3moe.cpp ``load_arch_tensors``). Keys ``qwen3moe.expert_count``,
+    ``expert_used_count``, ``expert_feed_forward_length``. Tokenizer: :func:`stories_tokenizer` by
+    default; output rows of non-normal tokens are zeroed as in :func:`write_llama_gguf`.
+
+    Raises ValueError for a bad shape or ``dtype``.
+    """
+    import gguf
+
+    if dtype not in ("f32", "f16"):
+        raise ValueError(f"dtype must be 'f32' or 'f16', not {dtype!r}")
+    if n_embd % n_head or n_head % n_head_kv or not 0 < n_expert_used <= n_expert:
+        raise ValueError(f"bad MoE shape: n_embd {n_embd}, n_head {n_head}, n_head_kv {n_head_kv}, "
+                         f"experts {n_expert_used}/{n_expert}")
+    tok = tokenizer or stories_tokenizer()
+    n_vocab = tok.n_tokens
+    head_dim = n_embd // n_head
+    wdtype = np.float16 if dtype == "f16" else np.float32
+    arch = "qwen3moe"
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(general_name or path.stem)
+    w.add_context_length(ctx_train)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layers)
+    w.add_feed_forward_length(n_ff_exp * n_expert_used)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_expert_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_file_type(1 if dtype == "f16" else 0)
+    _add_tokenizer(w, tok)
+    inv = 1.0 / np.sqrt(n_embd)
+
+    def rnd(name: str, shape: tuple[int, ...], std: float) -> np.ndarray:
+        return _normal(seed, name, shape, std).astype(wdtype)
+
+    w.add_tensor("token_embd.weight", (_normal(seed, "token_embd.weight", (n_vocab, n_embd), 1.0)
+                                       * np.float32(EMBD_STD)).astype(wdtype))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    out = _normal(seed, "output.weight", (n_vocab, n_embd), 3.0 * inv)
+    out[np.array([t != TOKEN_TYPE_NORMAL for t in tok.token_types], dtype=bool), :] = 0.0
+    w.add_tensor("output.weight", out.astype(wdtype))
+    for i in range(n_layers):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        w.add_tensor(p + "attn_q.weight", rnd(p + "attn_q.weight", (n_head * head_dim, n_embd), inv))
+        w.add_tensor(p + "attn_k.weight", rnd(p + "attn_k.weight", (n_head_kv * head_dim, n_embd), inv))
+        w.add_tensor(p + "attn_v.weight", rnd(p + "attn_v.weight", (n_head_kv * head_dim, n_embd), inv))
+        w.add_tensor(p + "attn_output.weight", rnd(p + "attn_output.weight", (n_embd, n_head * head_dim), inv))
+        w.add_tensor(p + "attn_q_norm.weight", np.ones(head_dim, dtype=np.float32))
+        w.add_tensor(p + "attn_k_norm.weight", np.ones(head_dim, dtype=np.float32))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        w.add_tensor(p + "ffn_gate_inp.weight", _normal(seed, p + "ffn_gate_inp.weight", (n_expert, n_embd), inv))
+        w.add_tensor(p + "ffn_gate_exps.weight", rnd(p + "ffn_gate_exps.weight", (n_expert, n_ff_exp, n_embd), inv))
+        w.add_tensor(p + "ffn_up_exps.weight", rnd(p + "ffn_up_exps.weight", (n_expert, n_ff_exp, n_embd), inv))
+        w.add_tensor(p + "ffn_down_exps.weight", rnd(p + "ffn_down_exps.weight", (n_expert, n_embd, n_ff_exp),
+                                                     2.0 / np.sqrt(n_ff_exp)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_first_blocks_gguf(src: Path | str, dst: Path | str, n_blocks: int, general_name: str | None = None) -> Path:
+    """Copy a real GGUF keeping only its first ``n_blocks`` blocks: a draft "made of the target's first
+    blocks" for any architecture and quantization (tensor bytes copied as they are).
+
+    Every key is copied (``<arch>.block_count`` set to ``n_blocks``, per-layer array keys cut to
+    ``n_blocks`` entries), every non-block tensor and the ``blk.<i>.*`` tensors with i < n_blocks.
+    Raises ValueError when ``n_blocks`` is not in 1 … block_count.
+    """
+    import gguf
+
+    reader = gguf.GGUFReader(Path(src))
+    arch_f = reader.fields["general.architecture"]
+    arch = bytes(arch_f.parts[arch_f.data[0]]).decode("utf-8")
+    n_all = int(reader.fields[f"{arch}.block_count"].contents())
+    if not 1 <= n_blocks <= n_all:
+        raise ValueError(f"n_blocks must be in 1..{n_all} for {src}, got {n_blocks}")
+    dst = Path(dst)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    writer = gguf.GGUFWriter(dst, arch=arch, endianess=reader.endianess)
+    for field in reader.fields.values():
+        if field.name == "general.architecture" or field.name.startswith("GGUF."):
+            continue
+        vtype = field.types[0]
+        sub = field.types[-1] if vtype == gguf.GGUFValueType.ARRAY else None
+        value = field.contents()
+        if field.name == f"{arch}.block_count":
+            value = n_blocks
+        elif field.name == "general.name" and general_name:
+            value = general_name
+        elif (vtype == gguf.GGUFValueType.ARRAY and field.name.startswith(f"{arch}.")
+              and isinstance(value, list) and len(value) == n_all):
+            value = value[:n_blocks]
+        writer.add_key_value(field.name, value, vtype, sub_type=sub)
+    if general_name and "general.name" not in reader.fields:
+        writer.add_name(general_name)
+    keep = []
+    for t in reader.tensors:
+        if t.name.startswith("blk.") and int(t.name.split(".")[1]) >= n_blocks:
+            continue
+        keep.append(t)
+        writer.add_tensor_info(t.name, t.data.shape, t.data.dtype, t.data.nbytes, t.tensor_type)
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_ti_data_to_file()
+    for t in keep:
+        writer.write_tensor_data(t.data, tensor_endianess=reader.endianess)
+    writer.close()
+    return dst
+
+
 def make_family(
     folder: Path | str,
     *,
