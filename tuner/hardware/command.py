@@ -12,7 +12,13 @@ import sys
 from pathlib import Path
 
 from tuner.hardware.devices import Devices, detect_devices, find_server_binary
-from tuner.hardware.fitcheck import cross_check, find_fit_params
+from tuner.hardware.fitcheck import (
+    cached_server_report,
+    cross_check,
+    find_fit_params,
+    server_config_for,
+    server_cross_check,
+)
 from tuner.hardware.memory import (
     ContextTrade,
     MemoryPlan,
@@ -74,6 +80,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--server", help="llama-server binary (for --list-devices); default: found automatically")
     p.add_argument("--no-cross-check", action="store_true",
                    help="skip the cross-check with llama-fit-params (run when the build ships it)")
+    p.add_argument("--server-check", action="store_true",
+                   help="also start llama-server once with exactly the argv it would get (one model load; "
+                   "cached per binary, model files and settings) and compare its own start-up projection "
+                   "and allocated buffers with this plan")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.set_defaults(func=cmd_plan)
 
@@ -186,6 +196,21 @@ def _plan_args_problem(args: argparse.Namespace, spec_type: str) -> str | None:
     return None
 
 
+def _server_argv(req: MemoryRequest, binary: Path | None) -> list[str] | None:
+    """The argv ``tuner.server.argv.build_argv`` gives the server for ``req`` (port 0 as a placeholder),
+    or None when there is no binary or it cannot express the request."""
+    if binary is None:
+        return None
+    try:
+        from tuner.server.argv import build_argv
+        from tuner.server.dialect import probe_dialect
+
+        return build_argv(binary, server_config_for(req).with_port(0), probe_dialect(binary))
+    except Exception as exc:  # noqa: BLE001 - DialectError, UnsupportedConfigError: say it, plan anyway
+        print(f"draftwise plan: note: no server argv for the cross-checks ({exc})", file=sys.stderr)
+        return None
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """``draftwise plan``: exit 0 when the plan fits, 1 when it does not, 2 on a bad model file."""
     try:
@@ -218,13 +243,26 @@ def cmd_plan(args: argparse.Namespace) -> int:
     trade = context_trade(req, devs)
     max_ngl = trade.max_ngl_at_ctx
     check = None
+    server_argv = _server_argv(req, binary)
     tool = None if args.no_cross_check else find_fit_params(binary)
     if tool is not None:
-        print(f"cross-checking with {tool} ...", file=sys.stderr)
-        check = cross_check(req, devs, tool)
+        print(f"cross-checking with {tool} (the server's flags) ...", file=sys.stderr)
+        check = cross_check(req, devs, tool, server_argv=server_argv)
+    scheck = None
+    cached = None
+    if binary is not None and server_argv is not None:
+        if args.server_check:
+            print("cross-checking with llama-server itself (one model load, cached) ...", file=sys.stderr)
+            scheck = server_cross_check(req, devs, binary)
+        else:
+            cfg = server_config_for(req)
+            cached = cached_server_report(server_argv, [cfg.model_path, cfg.draft_path])
+            if cached is not None:
+                scheck = server_cross_check(req, devs, binary)  # from the cache: no server start
     if args.json:
         data = plan_json(plan, trade)
         data["cross_check"] = dataclasses.asdict(check) if check is not None else None
+        data["server_check"] = scheck.to_json() if scheck is not None else None
         data["n_ctx_note"] = ctx_note
         json.dump(data, sys.stdout, indent=2)
         print()
@@ -277,6 +315,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"Cross-check: llama-fit-params DISAGREES on the {what}:")
             for d in check.disagreements:
                 print(f"  - {d}")
+    if scheck is not None:
+        when = "cached" if scheck.cached else f"{scheck.cost_s:.0f} s"
+        if not scheck.ok:
+            print(f"Server cross-check: no answer: {scheck.note}")
+        elif scheck.agrees:
+            print(f"Server cross-check ({when}): llama-server's own projection and buffers agree within 10 %")
+        else:
+            print(f"Server cross-check ({when}): llama-server DISAGREES with this plan:")
+            for d in scheck.disagreements:
+                print(f"  - {d}")
+    elif binary is not None and server_argv is not None:
+        print("Server cross-check: not run (--server-check starts llama-server once with this argv; cached)")
     if ctx_note is not None:
         print(f"{ctx_label}: {ctx_note}")
     for n in plan.notes + devs.notes:

@@ -592,3 +592,48 @@ def server_cross_check(request: MemoryRequest, devices: object, server_binary: s
             pass
     bad = tuple(p.sentence() for p in parts if not p.agrees)
     return ServerCrossCheck(True, tuple(argv), key, parts, bad, None, cost, cached)
+
+
+def plan_check_lines(request: MemoryRequest, devices: object, server_binary: str | os.PathLike[str] | None
+                     ) -> list[str]:
+    """Sentences for the Models tab under a plan: the context-vs-layers trade (with a GPU) and the
+    server cross-check *from the cache only* (it never starts llama-server: a click must stay cheap).
+    A cached disagreement is always listed. Raises nothing."""
+    from tuner.hardware.memory import context_trade
+
+    out: list[str] = []
+    try:
+        trade = context_trade(request, devices)
+    except (ValueError, TypeError):
+        trade = None
+    if trade is not None and trade.max_ngl_at_ctx is not None:
+        out.append(f"At n_ctx {trade.n_ctx}: {trade.max_ngl_at_ctx} of {trade.n_layers_all} target layers fit "
+                   "on the GPU (output layer first).")
+        top = trade.max_ctx_all_on_gpu
+        if top == 0:
+            out.append("The whole model does not fit on the GPU at any context.")
+        elif top is not None and top >= trade.ctx_ceiling:
+            out.append(f"The whole model stays on the GPU up to its training context ({trade.ctx_ceiling}).")
+        elif top is not None:
+            out.append(f"The whole model stays on the GPU up to n_ctx {top}.")
+    if server_binary is None:
+        return out
+    try:
+        from tuner.server.argv import build_argv
+        from tuner.server.dialect import probe_dialect
+
+        cfg = server_config_for(request)
+        argv = build_argv(server_binary, cfg.with_port(0), probe_dialect(server_binary))
+    except Exception:  # noqa: BLE001 - no argv, no cross-check line
+        return out
+    if cached_server_report(argv, [cfg.model_path, cfg.draft_path]) is None:
+        out.append("Not cross-checked with llama-server yet (draftwise plan --server-check runs it once).")
+        return out
+    r = server_cross_check(request, devices, server_binary)
+    if r.ok and r.agrees:
+        out.append("llama-server's own projection and buffers agree with this plan (within 10 %).")
+    elif r.ok:
+        out.append("llama-server DISAGREES with this plan: " + "; ".join(r.disagreements))
+    else:
+        out.append(f"Cross-check with llama-server gave no answer: {r.note}")
+    return out

@@ -547,7 +547,7 @@ def compute_buffer_bytes(spec: ModelMemorySpec, n_ubatch: int, n_kv: int, with_o
     """Compute buffer (bytes) of one ggml backend that runs ``spec``'s graph for the reserve ubatch.
 
     ``n_ubatch``: tokens of the reserve graph (min(n_ctx, n_ubatch)); ``n_kv``: KV cells one stream
-    attends (``n_ctx_slot``); ``n_kv_swa``: cells of the sliding-window cache (None = no SWA layers);
+    attends in full-attention layers (``n_ctx_slot``; 0 when every layer is sliding-window); ``n_kv_swa``: cells of the sliding-window cache (None = no SWA layers);
     ``n_outputs``: logits rows (:func:`reserve_outputs`); ``with_output``: this backend runs the output
     layer; ``layers_here``: it runs repeating blocks (False = only the output layer, or a host that
     only prepares inputs). Peak = max(activations, logits) + the KQ mask(s) (see the comment above
@@ -566,7 +566,7 @@ def compute_buffer_bytes(spec: ModelMemorySpec, n_ubatch: int, n_kv: int, with_o
         if n_kv_swa:
             attn += n_ubatch * n_kv_swa * elt
         if not flash_attn and spec.n_head:
-            attn += spec.n_head * n_kv * n_ubatch * COMPUTE_F32
+            attn += spec.n_head * max(n_kv, n_kv_swa or 0) * n_ubatch * COMPUTE_F32
     return max(act, logits) + attn
 
 
@@ -751,23 +751,29 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
         cells = _kv_cells(spec, spec.swa_layers[0], n_ctx, n_par, unified, n_tok)
         return cells if unified else cells // n_par
 
+    def full_cells(spec: ModelMemorySpec) -> int:
+        # the full-context mask exists only when some layer attends the whole cache (a 2-block Gemma 3
+        # draft has sliding-window layers only: src/llama-kv-cache-iswa.cpp builds no base mask for it)
+        swa = set(spec.swa_layers) if spec.swa_window else set()
+        return n_ctx_slot if any(i not in swa for i in range(spec.n_layer)) else 0
+
     def add_compute(spec: ModelMemorySpec, ldevs: list[int], n_out: int) -> None:
         # one compute buffer per backend that runs part of the graph (ggml_backend_sched: one gallocr per backend)
         out_dev = ldevs[spec.n_layer]
-        swa = swa_cells(spec)
+        swa, n_kv = swa_cells(spec), full_cells(spec)
         for i, acc in enumerate(places):
             layers = sum(1 for x in ldevs[:-1] if x == i)
             if layers or out_dev == i:
-                acc.compute_bytes += compute_buffer_bytes(spec, n_tok, n_ctx_slot, out_dev == i, flash, n_out, swa,
+                acc.compute_bytes += compute_buffer_bytes(spec, n_tok, n_kv, out_dev == i, flash, n_out, swa,
                                                           layers_here=bool(layers))
         cpu_layers = any(x < 0 for x in ldevs[:-1])
         if cpu_layers or out_dev < 0 or not devs:
-            host.compute_bytes += compute_buffer_bytes(spec, n_tok, n_ctx_slot, out_dev < 0, flash, n_out, swa,
+            host.compute_bytes += compute_buffer_bytes(spec, n_tok, n_kv, out_dev < 0, flash, n_out, swa,
                                                        layers_here=cpu_layers or not devs)
             if not cpu_layers and devs:
-                host.compute_bytes += host_input_bytes(spec, n_tok, n_ctx_slot, flash, swa)
+                host.compute_bytes += host_input_bytes(spec, n_tok, n_kv, flash, swa)
         else:
-            host.compute_bytes += host_input_bytes(spec, n_tok, n_ctx_slot, flash, swa)
+            host.compute_bytes += host_input_bytes(spec, n_tok, n_kv, flash, swa)
 
     add_compute(t, tdevs, t_outputs)
     if host.expert_bytes and devs:
