@@ -211,3 +211,49 @@ def test_ngl_spellings_of_llama_cpp():
     assert plan_memory(MemoryRequest(target=m, ngl="4"), devs).devices[0].target_layers == 3
     with pytest.raises(ValueError, match="-ngl"):
         plan_memory(MemoryRequest(target=m, ngl="most"), devs)
+
+
+@pytest.mark.parametrize("spec_type", ["draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"])
+def test_every_draft_model_type_is_planned(spec_type):
+    from tuner.server.config import DRAFT_MODEL_TYPES
+
+    assert spec_type in DRAFT_MODEL_TYPES  # the one definition the plan uses
+    t, d = small(n_layer=8), small(n_layer=2, file_bytes=60 * MIB)
+    p = plan_memory(MemoryRequest(target=t, draft=d, spec_type=spec_type, n_ctx=2048), CPU_ONLY)
+    assert p.host.need.draft_weights_bytes == d.weights_bytes and p.host.need.draft_kv_bytes > 0
+    assert not any("does not use it" in n for n in p.notes)
+    # "draft" alone is no --spec-type value: nothing is planned for it
+    bad = plan_memory(MemoryRequest(target=t, draft=d, spec_type="draft", n_ctx=2048), CPU_ONLY)
+    assert bad.host.need.draft_weights_bytes == 0 and any("does not use it" in n for n in bad.notes)
+
+
+def test_logits_rows_follow_the_servers_output_limit():
+    """tools/server/server-context.cpp server_output_limits: min(n_batch, n_parallel x (1 + n_draft))."""
+    from tuner.hardware.memory import reserve_outputs, spec_draft_n_max
+
+    assert spec_draft_n_max("none") == 0 and spec_draft_n_max("draft-simple") == 3
+    assert spec_draft_n_max("draft-simple", 16) == 16 and spec_draft_n_max("ngram-mod") == 64
+    assert spec_draft_n_max("ngram-cache", 3) == 8 and spec_draft_n_max("none,ngram-simple,draft-mtp") == 48
+    assert reserve_outputs(512, 2048, 1, 0) == 1 and reserve_outputs(512, 2048, 1, 3) == 4
+    assert reserve_outputs(512, 2048, 4, 64) == 260 and reserve_outputs(512, 256, 8, 64) == 256
+    big_vocab = replace(small(), n_vocab=262144)
+    base = MemoryRequest(target=big_vocab, n_ctx=4096)
+    alone = plan_memory(base, CPU_ONLY)
+    mod = plan_memory(replace(base, spec_type="ngram-mod"), CPU_ONLY)
+    assert (alone.target_outputs, mod.target_outputs) == (1, 65)
+    # 65 logits rows of 262144 f32 outgrow the layer activations: the peak is the logits, plus the f16 mask
+    assert mod.host.need.compute_bytes == 65 * 4 * (262144 + 512) + 512 * 4096 * 2
+    assert alone.host.need.compute_bytes == 512 * 4 * (8 * 512 + 2 * 1536) + 512 * 4096 * 2
+    tool = plan_memory(replace(base, n_outputs_max=2048), CPU_ONLY)  # llama-fit-params: n_outputs_max = n_batch
+    assert tool.target_outputs == 512
+
+
+def test_sliding_window_masks_and_a_draft_without_global_layers():
+    g = replace(small(n_layer=6), swa_window=512, swa_layers=(0, 1, 2, 3, 4))
+    p = plan_memory(MemoryRequest(target=g, n_ctx=32768), CPU_ONLY)
+    only_swa = replace(small(n_layer=2), swa_window=512, swa_layers=(0, 1))
+    q = plan_memory(MemoryRequest(target=only_swa, n_ctx=32768), CPU_ONLY)
+    dense = plan_memory(MemoryRequest(target=small(n_layer=2), n_ctx=32768), CPU_ONLY)
+    # f16 masks of 512 tokens: full 32768 cells + SWA pad(512 + 512) = 1024 cells; SWA-only: 1024 cells
+    assert p.host.need.compute_bytes - dense.host.need.compute_bytes == 512 * 1024 * 2
+    assert dense.host.need.compute_bytes - q.host.need.compute_bytes == 512 * (32768 - 1024) * 2
