@@ -257,3 +257,28 @@ def test_sliding_window_masks_and_a_draft_without_global_layers():
     # f16 masks of 512 tokens: full 32768 cells + SWA pad(512 + 512) = 1024 cells; SWA-only: 1024 cells
     assert p.host.need.compute_bytes - dense.host.need.compute_bytes == 512 * 1024 * 2
     assert dense.host.need.compute_bytes - q.host.need.compute_bytes == 512 * (32768 - 1024) * 2
+
+
+def test_compute_buffers_follow_the_layers_and_the_output_layer():
+    """One compute buffer per backend that runs part of the graph; the logits live where the output
+    layer is (llama.cpp offloads it first: ngl 1 = the output layer alone on the GPU)."""
+    from tuner.hardware.memory import compute_buffer_bytes, host_input_bytes
+
+    m = replace(small(n_layer=8), n_vocab=152064)
+    devs = gpu_devices(("CUDA0", 24576, 24000))
+    act = 512 * 4 * (8 * 512 + 2 * 1536)
+    mask = 512 * 4096 * 2
+    logits = 1 * 4 * (152064 + 512)
+    full = plan_memory(MemoryRequest(target=m, n_ctx=4096), devs)
+    assert full.devices[0].need.compute_bytes == max(act, logits) + mask
+    assert full.host.need.compute_bytes == host_input_bytes(m, 512, 4096, True) == 512 * 4 * 512 * 2 + mask
+    out_only = plan_memory(MemoryRequest(target=m, n_ctx=4096, ngl=1), devs)
+    assert out_only.devices[0].need.compute_bytes == logits  # no block there: no activations, no mask
+    assert out_only.host.need.compute_bytes == act + mask
+    half = plan_memory(MemoryRequest(target=m, n_ctx=4096, ngl=5), devs)
+    assert half.devices[0].need.compute_bytes == half.host.need.compute_bytes == act + mask
+    assert compute_buffer_bytes(m, 512, 4096, True, True, n_outputs=512) == 512 * 4 * (152064 + 512) + mask
+    # without flash attention the mask is f32 and the attention step (n_head x n_kv x n_tokens f32 KQ and
+    # ~7 rows of n_head x head_dim) is the peak at this context
+    nofa = plan_memory(MemoryRequest(target=m, n_ctx=4096, flash_attn=False), CPU_ONLY)
+    assert nofa.host.need.compute_bytes == 8 * 4096 * 512 * 4 + 512 * 4 * 7 * 8 * 64 + 512 * 4096 * 4

@@ -90,6 +90,7 @@ class ModelMemorySpec:
     n_expert: int = 0
     n_expert_used: int = 0
     n_ff_exp: int | None = None
+    n_embd_head_k: int | None = None
 
     @property
     def weights_bytes(self) -> int:
@@ -394,6 +395,7 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
         n_expert=int(kv.get(f"{arch}.expert_count") or 0),
         n_expert_used=int(kv.get(f"{arch}.expert_used_count") or 0),
         n_ff_exp=int(kv[f"{arch}.expert_feed_forward_length"]) if kv.get(f"{arch}.expert_feed_forward_length") else None,
+        n_embd_head_k=key_len or None,
     )
 
 
@@ -507,8 +509,10 @@ def _kv_layer_bytes(spec: ModelMemorySpec, layer: int, cells: int, bk: float, bv
 #   logits       n_outputs x 4 B x (n_vocab + n_embd)    (the last matmul, on the output layer's backend;
 #                                                         the layer activations are free by then)
 #   KQ mask      n_tokens x n_kv x 2 B (f16 with flash attention, src/llama-graph.cpp
-#                ``build_attn_inp_kq_mask``; f32 plus the n_head x n_kv x n_tokens f32 KQ without), one
-#                per KV cache: a sliding-window model has a second mask over its SWA cells
+#                ``build_attn_inp_kq_mask``; f32 without), one per KV cache: a sliding-window model has a
+#                second mask over its SWA cells
+#   no flash attention: the attention step's n_head x n_kv x n_tokens f32 KQ + ~7 n_head x head_dim
+#                f32 rows per token compete with the activations for the peak
 COMPUTE_F32 = 4
 
 #: Default draft length per speculation type when ``--spec-draft-n-max`` & co. are not given
@@ -560,14 +564,18 @@ def compute_buffer_bytes(spec: ModelMemorySpec, n_ubatch: int, n_kv: int, with_o
     act = n_ubatch * COMPUTE_F32 * (8 * spec.n_embd + 2 * n_ff) if layers_here else 0
     logits = n_outputs * COMPUTE_F32 * (spec.n_vocab + spec.n_embd) if with_output else 0
     elt = 2 if flash_attn else COMPUTE_F32
-    attn = 0
+    masks = 0
     if layers_here:
-        attn = n_ubatch * n_kv * elt
+        masks = n_ubatch * n_kv * elt
         if n_kv_swa:
-            attn += n_ubatch * n_kv_swa * elt
+            masks += n_ubatch * n_kv_swa * elt
         if not flash_attn and spec.n_head:
-            attn += spec.n_head * max(n_kv, n_kv_swa or 0) * n_ubatch * COMPUTE_F32
-    return max(act, logits) + attn
+            # without flash attention the attention step holds the f32 KQ (n_head x n_kv x n_tokens) next
+            # to Q/K/V and their permuted copies (about 7 rows of n_head x head_dim per token, fitted)
+            head = spec.n_embd_head_k or (spec.n_embd // spec.n_head)
+            kq = spec.n_head * max(n_kv, n_kv_swa or 0) * n_ubatch * COMPUTE_F32
+            act = max(act, kq + n_ubatch * COMPUTE_F32 * 7 * spec.n_head * head)
+    return max(act, logits) + masks
 
 
 def host_input_bytes(spec: ModelMemorySpec, n_ubatch: int, n_kv: int, flash_attn: bool,
