@@ -282,3 +282,32 @@ def test_compute_buffers_follow_the_layers_and_the_output_layer():
     # ~7 rows of n_head x head_dim) is the peak at this context
     nofa = plan_memory(MemoryRequest(target=m, n_ctx=4096, flash_attn=False), CPU_ONLY)
     assert nofa.host.need.compute_bytes == 8 * 4096 * 512 * 4 + 512 * 4 * 7 * 8 * 64 + 512 * 4096 * 4
+
+
+def test_cpu_repack_copies_follow_the_cpu_flags_and_the_layer_placement():
+    """ggml-cpu repack.cpp: Q4_0/Q4_K/IQ4_NL/MXFP4 weights with ne[1] % 8 == 0 get a CPU_REPACK copy on
+    an AVX2 CPU (Q2_K needs AVX-512), only for layers the CPU runs."""
+    from types import SimpleNamespace as NS
+
+    from tuner.hardware.host import cpu_features
+
+    tensors = [NS(name=f"blk.{i}.ffn_up.weight", n_bytes=1000, shape=(64, 256), ggml_type=12) for i in range(4)]
+    tensors += [NS(name="blk.0.ffn_down.weight", n_bytes=500, shape=(256, 60), ggml_type=12),  # 60 % 8 != 0
+                NS(name="blk.1.attn_q.weight", n_bytes=700, shape=(64, 64), ggml_type=10),  # Q2_K: AVX-512
+                NS(name="blk.2.attn_k.weight", n_bytes=300, shape=(64, 64), ggml_type=14),  # Q6_K: ARM only
+                NS(name="token_embd.weight", n_bytes=4000, shape=(64, 512), ggml_type=12),  # get_rows: never
+                NS(name="output.weight", n_bytes=2000, shape=(64, 512), ggml_type=2)]
+    kv = {"general.architecture": "llama", "llama.block_count": 4, "llama.embedding_length": 64,
+          "llama.attention.head_count": 4, "llama.vocab_size": 512}
+    s = spec_from_header(NS(kv=kv, tensors=tensors, path=None))
+    assert s.repack_bytes == (("avx2", -1, 2000), ("avx2", 0, 1000), ("avx2", 1, 1000), ("avx2", 2, 1000),
+                              ("avx2", 3, 1000), ("avx512f", 1, 700))
+    plain = plan_memory(MemoryRequest(target=s, n_ctx=256), CPU_ONLY)
+    avx2 = plan_memory(MemoryRequest(target=s, n_ctx=256), replace(CPU_ONLY, cpu_features=("avx2",)))
+    both = plan_memory(MemoryRequest(target=s, n_ctx=256), replace(CPU_ONLY, cpu_features=("avx2", "avx512f")))
+    w = lambda p: p.host.need.target_weights_bytes  # noqa: E731
+    assert (w(avx2) - w(plain), w(both) - w(plain)) == (6000, 6700)
+    gpu = replace(gpu_devices(("CUDA0", 8192, 8000)), cpu_features=("avx2",))
+    two = plan_memory(MemoryRequest(target=s, n_ctx=256, ngl=3), gpu)  # output + blocks 2, 3 on the GPU
+    assert two.host.need.target_weights_bytes == s.input_bytes + 2 * 1000 + 500 + 700 + 2 * 1000
+    assert set(cpu_features()) <= {"avx2", "avx512f"}

@@ -10,7 +10,9 @@ from tuner.hardware.buffers import parse_load_buffers
 from tuner.hardware.devices import Devices
 from tuner.hardware.memory import GIB, MemoryRequest, load_model_spec, plan_memory
 
-CPU_ONLY = Devices((), 16 * GIB, 8 * GIB, 2)
+from tuner.hardware.host import cpu_features  # noqa: E402
+
+CPU_ONLY = Devices((), 16 * GIB, 8 * GIB, 2, cpu_features=cpu_features())  # this host's CPU_REPACK rule
 
 
 def test_parse_load_buffers_splits_target_and_draft():

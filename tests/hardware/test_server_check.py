@@ -20,7 +20,9 @@ from tuner.hardware.fitcheck import (
 )
 from tuner.hardware.memory import GIB, MIB, MemoryRequest, load_model_spec
 
-CPU_ONLY = Devices((), 16 * GIB, 8 * GIB, 2)
+from tuner.hardware.host import cpu_features  # noqa: E402
+
+CPU_ONLY = Devices((), 16 * GIB, 8 * GIB, 2, cpu_features=cpu_features())  # this host's CPU_REPACK rule
 
 # b11434 -lv 4 --fit on, Gemma 3 270M + a 2-block draft (lines as the server printed them)
 LOG = [

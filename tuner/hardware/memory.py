@@ -91,6 +91,7 @@ class ModelMemorySpec:
     n_expert_used: int = 0
     n_ff_exp: int | None = None
     n_embd_head_k: int | None = None
+    repack_bytes: tuple[tuple[str, int, int], ...] = ()
 
     @property
     def weights_bytes(self) -> int:
@@ -254,6 +255,12 @@ class MemoryPlan:
 
 _INPUT_TENSORS = ("token_embd.", "pos_embd.", "per_layer_token_embd.", "token_types.")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
+# ggml/src/ggml-cpu/repack.cpp ggml_repack_get_optimal_repack_type, x86: weight type -> the CPU flag it
+# needs; the tensor's ne[1] must be a multiple of 8 (the 8x8 interleave). Such tensors of CPU-run layers
+# get a second copy in a "CPU_REPACK model buffer" (src/llama-model.cpp picks the extra buffer type for
+# matrix multiplications on the CPU), next to the mmapped file.
+REPACK_TYPES = {2: "avx2", 12: "avx2", 20: "avx2", 39: "avx2", 10: "avx512f"}  # Q4_0, Q4_K, IQ4_NL, MXFP4; Q2_K
+
 # common/common.h LLM_FFN_EXPS_REGEX: the tensors --cpu-moe / --n-cpu-moe keep on the CPU
 _EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 
@@ -351,16 +358,23 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
             swa = None
     block = [0] * n_layer
     experts = [0] * n_layer
+    repack: dict[tuple[str, int], int] = {}
     inp = out = 0
     have_output = False
     embd_bytes = 0
     for t in getattr(header, "tensors"):
         nb = int(t.n_bytes or 0)
         m = _BLOCK.match(t.name)
+        flag = REPACK_TYPES.get(getattr(t, "ggml_type", None))  # type: ignore[arg-type]
+        shape = getattr(t, "shape", ()) or ()
+        repackable = flag is not None and len(shape) >= 2 and shape[1] % 8 == 0 and t.name.endswith(".weight")
         if m and int(m.group(1)) < n_layer:
             block[int(m.group(1))] += nb
             if _EXPS.search(t.name):
                 experts[int(m.group(1))] += nb
+            if repackable:
+                key = (flag, int(m.group(1)))
+                repack[key] = repack.get(key, 0) + nb
         elif t.name.startswith(_INPUT_TENSORS):
             inp += nb
             if t.name.startswith("token_embd."):
@@ -369,6 +383,8 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
             out += nb
             if t.name.startswith("output.weight"):
                 have_output = True
+                if repackable:
+                    repack[(flag, -1)] = repack.get((flag, -1), 0) + nb
     tied = not have_output
     return ModelMemorySpec(
         name=name or str(kv.get("general.name") or (Path(path).stem if path else arch)),
@@ -396,6 +412,7 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
         n_expert_used=int(kv.get(f"{arch}.expert_used_count") or 0),
         n_ff_exp=int(kv[f"{arch}.expert_feed_forward_length"]) if kv.get(f"{arch}.expert_feed_forward_length") else None,
         n_embd_head_k=key_len or None,
+        repack_bytes=tuple((f, i, b) for (f, i), b in sorted(repack.items())),
     )
 
 
@@ -690,6 +707,7 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
 
     ``devices``: a ``tuner.hardware.devices.Devices`` (or a tuple of ``Device``) in llama.cpp's order.
     GPUs are checked against ``budget_bytes − margin_bytes``; the host against available RAM.
+    ``devices.cpu_features`` (when present) adds the ``CPU_REPACK`` copies of CPU-run weights.
     Raises ``ValueError`` for a bad request (unknown cache type, n_ctx < 1, n_parallel < 1).
     """
     request = _coerce(request)
@@ -784,6 +802,13 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
             host.compute_bytes += host_input_bytes(spec, n_tok, n_kv, flash, swa)
 
     add_compute(t, tdevs, t_outputs)
+    cpu_flags = set(getattr(devices, "cpu_features", ()) or ())
+
+    def repack(spec: ModelMemorySpec, ldevs: list[int]) -> int:
+        # layer index -1 = the output layer (ldevs[n_layer])
+        return sum(b for f, i, b in spec.repack_bytes if f in cpu_flags and ldevs[spec.n_layer if i < 0 else i] < 0)
+
+    host.target_weights_bytes += repack(t, tdevs)
     if host.expert_bytes and devs:
         # experts kept on the CPU: the CPU backend runs their matmuls for the offloaded blocks
         host.compute_bytes += compute_buffer_bytes(t, n_tok, n_ctx_slot, False, flash, 1, None, True) - \
@@ -801,6 +826,7 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
         ddevs = _place_model(d, dngl if devs else 0, splits if devs else [], places, host, True, n_ctx, n_par,
                              unified, n_tok, bkd, bvd, d.n_layer - d.mtp_layers, flash)
         add_compute(d, ddevs, d_outputs)
+        host.draft_weights_bytes += repack(d, ddevs)
         host.output_bytes += d.n_vocab * COMPUTE_F32 * n_par
     elif d is not None:
         dngl = request.draft_ngl
