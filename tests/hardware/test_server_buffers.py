@@ -64,4 +64,5 @@ def test_plan_matches_llama_server(llama_server_bin, synth_family, n_ctx, n_para
         (h.output_bytes, bufs.target.output_bytes + bufs.draft.output_bytes, 0.10),
         (plan.total_bytes, bufs.total_bytes, 0.02),
     ):
-        assert abs(ours - theirs) <= tol * theirs, (ours / 2**20, theirs / 2**20)
+        # the log prints sizes with 0.01 MiB resolution (a 512-token vocabulary's output buffer is "0.00 MiB")
+        assert abs(ours - theirs) <= max(tol * theirs, 0.01 * 2**20), (ours / 2**20, theirs / 2**20)
