@@ -167,6 +167,7 @@ def test_spec_from_header_hybrid_mtp_and_swa():
     s = spec_from_header(NS(kv=kv, tensors=tensors, path="/m/q.gguf"))
     assert s.n_embd_k_gqa == (0, 0, 0, 128, 0, 0, 0, 128)
     assert s.mtp_layers == 1 and s.tied_output and s.output_bytes == 10 + 1000
+    assert s.weights_bytes == 8 * 100 + 1000 + 10  # the tied token_embd counted once
     assert s.recurrent_layer_bytes == () and any("not counted" in n for n in s.notes)
     # with the ssm.* keys the recurrent state is counted per sequence (f32 conv + state rows)
     kv.update({"qwen35.ssm.conv_kernel": 4, "qwen35.ssm.inner_size": 512, "qwen35.ssm.state_size": 64,

@@ -92,11 +92,14 @@ class ModelMemorySpec:
     n_ff_exp: int | None = None
     n_embd_head_k: int | None = None
     repack_bytes: tuple[tuple[str, int, int], ...] = ()
+    tied_embd_bytes: int = 0
 
     @property
     def weights_bytes(self) -> int:
-        """All tensor bytes of the file (blocks + input + output)."""
-        return sum(self.block_bytes) + self.input_bytes + self.output_bytes
+        """All tensor bytes of the file (blocks + input + output), each tensor once: a tied output's
+        ``token_embd`` copy (in ``output_bytes`` for GPU placement) is not counted twice."""
+        dup = min(self.output_bytes, self.tied_embd_bytes) if self.tied_output else 0
+        return sum(self.block_bytes) + self.input_bytes + self.output_bytes - dup
 
 
 @dataclass(frozen=True)
@@ -413,6 +416,7 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
         n_ff_exp=int(kv[f"{arch}.expert_feed_forward_length"]) if kv.get(f"{arch}.expert_feed_forward_length") else None,
         n_embd_head_k=key_len or None,
         repack_bytes=tuple((f, i, b) for (f, i), b in sorted(repack.items())),
+        tied_embd_bytes=embd_bytes if tied else 0,
     )
 
 
