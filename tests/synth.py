@@ -521,7 +521,6 @@ def write_first_blocks_gguf(src: Path | str, dst: Path | str, n_blocks: int, gen
     (gguf's reader takes a minute on a 262k-token vocabulary; this takes about a second).
     Raises ValueError when ``n_blocks`` is not in 1 … block_count or the file is not GGUF v2/v3.
     """
-    import shutil
     import struct
 
     src, dst = Path(src), Path(dst)

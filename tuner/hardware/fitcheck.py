@@ -31,7 +31,7 @@ import json
 import os
 import re
 import time
-from dataclasses import asdict, dataclass, field, replace
+from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import Callable, Sequence
 
@@ -165,9 +165,7 @@ def fit_params_argv(server_argv: Sequence[str], tool: str | os.PathLike[str]) ->
             continue
         if a in keep_flag:
             out.append(a)
-        elif not a.startswith("-"):
-            pass  # a value of a dropped flag
-        i += 1
+        i += 1  # anything else: a dropped flag, or the value of one
     return out
 
 
@@ -188,8 +186,7 @@ def cross_check(request: MemoryRequest, devices: object, tool: str | os.PathLike
     alone = replace(request, draft=None, spec_type="none", n_outputs_max=request.n_batch)
     try:
         if server_argv is not None:
-            base = [a for a in fit_params_argv(server_argv, tool)]
-            base = _without(base, ("-ngl", "--gpu-layers", "--n-gpu-layers"))
+            base = _without(fit_params_argv(server_argv, tool), ("-ngl", "--gpu-layers", "--n-gpu-layers"))
         else:
             base = _base_argv(tool, alone)
     except ValueError as exc:
