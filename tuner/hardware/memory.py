@@ -572,10 +572,11 @@ def compute_buffer_bytes(spec: ModelMemorySpec, n_ubatch: int, n_kv: int, with_o
     """Compute buffer (bytes) of one ggml backend that runs ``spec``'s graph for the reserve ubatch.
 
     ``n_ubatch``: tokens of the reserve graph (min(n_ctx, n_ubatch)); ``n_kv``: KV cells one stream
-    attends in full-attention layers (``n_ctx_slot``; 0 when every layer is sliding-window); ``n_kv_swa``: cells of the sliding-window cache (None = no SWA layers);
-    ``n_outputs``: logits rows (:func:`reserve_outputs`); ``with_output``: this backend runs the output
-    layer; ``layers_here``: it runs repeating blocks (False = only the output layer, or a host that
-    only prepares inputs). Peak = max(activations, logits) + the KQ mask(s) (see the comment above
+    attends in full-attention layers (``n_ctx_slot``; 0 when every layer is sliding-window);
+    ``n_kv_swa``: cells of the sliding-window cache (None = no SWA layers); ``n_outputs``: logits
+    rows (:func:`reserve_outputs`); ``with_output``: this backend runs the output layer;
+    ``layers_here``: it runs repeating blocks (False = only the output layer, or a host that only
+    prepares inputs). Peak = max(activations, logits) + the KQ mask(s) (see the comment above
     for the source). Raises nothing.
     """
     n_ff = spec.n_ff or 4 * spec.n_embd
