@@ -419,6 +419,206 @@ def write_llama_gguf(
     return path
 
 
+def write_moe_gguf(
+    path: Path | str,
+    *,
+    n_embd: int = 128,
+    n_layers: int = 4,
+    n_head: int = 4,
+    n_head_kv: int = 2,
+    n_expert: int = 8,
+    n_expert_used: int = 2,
+    n_ff_exp: int = 128,
+    ctx_train: int = 4096,
+    dtype: str = "f16",
+    seed: int = 0,
+    tokenizer: TokenizerSpec | None = None,
+    general_name: str | None = None,
+) -> Path:
+    """Write a real, loadable ``qwen3moe`` GGUF (a small Qwen3-MoE-like model) with random weights.
+
+    Per block: attention with per-head Q/K RMS norms (``attn_q_norm``/``attn_k_norm``), a router
+    (``ffn_gate_inp``, ``n_expert`` x ``n_embd``) and ``n_expert`` experts of width ``n_ff_exp`` stored as
+    3-D tensors ``ffn_gate_exps`` / ``ffn_up_exps`` / ``ffn_down_exps`` (the tensors ``--n-cpu-moe`` moves;
+    src/models/qwen3moe.cpp ``load_arch_tensors``). Keys ``qwen3moe.expert_count``,
+    ``expert_used_count``, ``expert_feed_forward_length``. Tokenizer: :func:`stories_tokenizer` by
+    default; output rows of non-normal tokens are zeroed as in :func:`write_llama_gguf`.
+
+    Raises ValueError for a bad shape or ``dtype``.
+    """
+    import gguf
+
+    if dtype not in ("f32", "f16"):
+        raise ValueError(f"dtype must be 'f32' or 'f16', not {dtype!r}")
+    if n_embd % n_head or n_head % n_head_kv or not 0 < n_expert_used <= n_expert:
+        raise ValueError(f"bad MoE shape: n_embd {n_embd}, n_head {n_head}, n_head_kv {n_head_kv}, "
+                         f"experts {n_expert_used}/{n_expert}")
+    tok = tokenizer or stories_tokenizer()
+    n_vocab = tok.n_tokens
+    head_dim = n_embd // n_head
+    wdtype = np.float16 if dtype == "f16" else np.float32
+    arch = "qwen3moe"
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    w = gguf.GGUFWriter(path, arch)
+    w.add_name(general_name or path.stem)
+    w.add_context_length(ctx_train)
+    w.add_embedding_length(n_embd)
+    w.add_block_count(n_layers)
+    w.add_feed_forward_length(n_ff_exp * n_expert_used)
+    w.add_head_count(n_head)
+    w.add_head_count_kv(n_head_kv)
+    w.add_key_length(head_dim)
+    w.add_value_length(head_dim)
+    w.add_rope_dimension_count(head_dim)
+    w.add_rope_freq_base(1_000_000.0)
+    w.add_layer_norm_rms_eps(1e-6)
+    w.add_expert_count(n_expert)
+    w.add_expert_used_count(n_expert_used)
+    w.add_expert_feed_forward_length(n_ff_exp)
+    w.add_file_type(1 if dtype == "f16" else 0)
+    _add_tokenizer(w, tok)
+    inv = 1.0 / np.sqrt(n_embd)
+
+    def rnd(name: str, shape: tuple[int, ...], std: float) -> np.ndarray:
+        return _normal(seed, name, shape, std).astype(wdtype)
+
+    w.add_tensor("token_embd.weight", (_normal(seed, "token_embd.weight", (n_vocab, n_embd), 1.0)
+                                       * np.float32(EMBD_STD)).astype(wdtype))
+    w.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
+    out = _normal(seed, "output.weight", (n_vocab, n_embd), 3.0 * inv)
+    out[np.array([t != TOKEN_TYPE_NORMAL for t in tok.token_types], dtype=bool), :] = 0.0
+    w.add_tensor("output.weight", out.astype(wdtype))
+    for i in range(n_layers):
+        p = f"blk.{i}."
+        w.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        w.add_tensor(p + "attn_q.weight", rnd(p + "attn_q.weight", (n_head * head_dim, n_embd), inv))
+        w.add_tensor(p + "attn_k.weight", rnd(p + "attn_k.weight", (n_head_kv * head_dim, n_embd), inv))
+        w.add_tensor(p + "attn_v.weight", rnd(p + "attn_v.weight", (n_head_kv * head_dim, n_embd), inv))
+        w.add_tensor(p + "attn_output.weight", rnd(p + "attn_output.weight", (n_embd, n_head * head_dim), inv))
+        w.add_tensor(p + "attn_q_norm.weight", np.ones(head_dim, dtype=np.float32))
+        w.add_tensor(p + "attn_k_norm.weight", np.ones(head_dim, dtype=np.float32))
+        w.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
+        w.add_tensor(p + "ffn_gate_inp.weight", _normal(seed, p + "ffn_gate_inp.weight", (n_expert, n_embd), inv))
+        w.add_tensor(p + "ffn_gate_exps.weight", rnd(p + "ffn_gate_exps.weight", (n_expert, n_ff_exp, n_embd), inv))
+        w.add_tensor(p + "ffn_up_exps.weight", rnd(p + "ffn_up_exps.weight", (n_expert, n_ff_exp, n_embd), inv))
+        w.add_tensor(p + "ffn_down_exps.weight", rnd(p + "ffn_down_exps.weight", (n_expert, n_embd, n_ff_exp),
+                                                     2.0 / np.sqrt(n_ff_exp)))
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    return path
+
+
+def write_first_blocks_gguf(src: Path | str, dst: Path | str, n_blocks: int, general_name: str | None = None) -> Path:
+    """Copy a real GGUF keeping only its first ``n_blocks`` blocks: a draft "made of the target's first
+    blocks" for any architecture and quantization (tensor bytes copied as they are).
+
+    Every key is copied byte for byte except ``<arch>.block_count`` (set to ``n_blocks``) and, when
+    given, ``general.name``; every non-block tensor and the ``blk.<i>.*`` tensors with i < n_blocks are
+    kept, their data re-aligned (``general.alignment``, default 32). Works on the raw GGUF v2/v3 layout
+    (gguf's reader takes a minute on a 262k-token vocabulary; this takes about a second).
+    Raises ValueError when ``n_blocks`` is not in 1 … block_count or the file is not GGUF v2/v3.
+    """
+    import struct
+
+    src, dst = Path(src), Path(dst)
+    scalar = {0: "B", 1: "b", 2: "H", 3: "h", 4: "I", 5: "i", 6: "f", 7: "?", 10: "Q", 11: "q", 12: "d"}
+    with open(src, "rb") as f:
+        data = f.read(64 * 1024 * 1024)  # keys and tensor infos are in the first megabytes
+        magic, version, n_t, n_kv = struct.unpack_from("<4sIQQ", data, 0)
+        if magic != b"GGUF" or version not in (2, 3):
+            raise ValueError(f"{src}: not a GGUF v2/v3 file")
+        pos = 24
+
+        def read_str(p: int) -> tuple[str, int]:
+            (n,) = struct.unpack_from("<Q", data, p)
+            return data[p + 8:p + 8 + n].decode("utf-8"), p + 8 + n
+
+        def skip_value(t: int, p: int) -> int:
+            if t == 8:
+                return read_str(p)[1]
+            if t == 9:
+                sub, count = struct.unpack_from("<IQ", data, p)
+                p += 12
+                if sub == 8:
+                    for _ in range(count):
+                        (n,) = struct.unpack_from("<Q", data, p)
+                        p += 8 + n
+                    return p
+                return p + count * struct.calcsize("<" + scalar[sub])
+            return p + struct.calcsize("<" + scalar[t])
+
+        kvs: list[tuple[str, int, int, int]] = []  # key, type, start of the entry, end
+        for _ in range(n_kv):
+            start = pos
+            key, pos = read_str(pos)
+            (t,) = struct.unpack_from("<I", data, pos)
+            vpos = pos + 4
+            pos = skip_value(t, vpos)
+            kvs.append((key, t, start, pos))
+        values = {k: (t, st, end) for k, t, st, end in kvs}
+        arch_t, arch_st, arch_end = values["general.architecture"]
+        arch = read_str(read_str(arch_st)[1] + 4)[0]
+        align = 32
+        if "general.alignment" in values:
+            _, st, _ = values["general.alignment"]
+            align = struct.unpack_from("<I", data, read_str(st)[1] + 4)[0]
+        bc_t, bc_st, _ = values[f"{arch}.block_count"]
+        n_all = struct.unpack_from("<" + scalar[bc_t], data, read_str(bc_st)[1] + 4)[0]
+        if not 1 <= n_blocks <= n_all:
+            raise ValueError(f"n_blocks must be in 1..{n_all} for {src}, got {n_blocks}")
+        tensors = []
+        for _ in range(n_t):
+            name, pos = read_str(pos)
+            (nd,) = struct.unpack_from("<I", data, pos)
+            dims = struct.unpack_from(f"<{nd}Q", data, pos + 4)
+            ttype, off = struct.unpack_from("<IQ", data, pos + 4 + 8 * nd)
+            pos += 4 + 8 * nd + 12
+            tensors.append((name, dims, ttype, off))
+        data_start = (pos + align - 1) // align * align
+        ends = sorted(o for *_, o in tensors)
+        file_size = src.stat().st_size
+        size_of = {}
+        for name, dims, ttype, off in tensors:
+            later = [o for o in ends if o > off]
+            size_of[name] = (later[0] if later else file_size - data_start) - off
+
+    def enc_str(text: str) -> bytes:
+        b = text.encode("utf-8")
+        return struct.pack("<Q", len(b)) + b
+
+    keep = [t for t in tensors if not (t[0].startswith("blk.") and int(t[0].split(".")[1]) >= n_blocks)]
+    out = bytearray(struct.pack("<4sIQQ", b"GGUF", version, len(keep), n_kv))
+    for key, t, st, end in kvs:
+        if key == f"{arch}.block_count":
+            out += enc_str(key) + struct.pack("<I", t) + struct.pack("<" + scalar[t], n_blocks)
+        elif key == "general.name" and general_name:
+            out += enc_str(key) + struct.pack("<I", 8) + enc_str(general_name)
+        else:
+            out += data[st:end]
+    new_off, offsets = 0, []
+    for name, dims, ttype, off in keep:
+        offsets.append(new_off)
+        out += enc_str(name) + struct.pack("<I", len(dims)) + struct.pack(f"<{len(dims)}Q", *dims)
+        out += struct.pack("<IQ", ttype, new_off)
+        new_off += (size_of[name] + align - 1) // align * align
+    out += b"\0" * ((-len(out)) % align)
+    dst.parent.mkdir(parents=True, exist_ok=True)
+    with open(src, "rb") as fin, open(dst, "wb") as fout:
+        fout.write(out)
+        for (name, dims, ttype, off), o in zip(keep, offsets):
+            fin.seek(data_start + off)
+            remaining = size_of[name]
+            while remaining:
+                chunk = fin.read(min(remaining, 1 << 22))
+                fout.write(chunk)
+                remaining -= len(chunk)
+            fout.write(b"\0" * ((-size_of[name]) % align))
+    return dst
+
+
 def make_family(
     folder: Path | str,
     *,

@@ -130,3 +130,37 @@ def test_plan_n_ctx_rule():
     assert command.plan_n_ctx(None, 131072) == (4096, None)
     assert command.plan_n_ctx(None, 512)[0] == 512
     assert command.plan_n_ctx(600, 512)[1] is not None and command.plan_n_ctx(512, 512) == (512, None)
+
+
+def test_plan_json_carries_the_context_vs_layers_trade(gemma3_270m, monkeypatch, capsys, tmp_path):
+    """Gemma 3 270M on an injected GPU with 1400 MiB free (376 MiB after the 1 GiB margin): at 4096 the
+    whole model fits, at 32768 it does not; with a draft of its first 2 blocks fewer layers fit."""
+    from tests.synth import write_first_blocks_gguf
+    from tuner.hardware.memory import MemoryRequest, plan_memory
+
+    gpu = gpu_devices(("CUDA0", 2048, 1400))
+    monkeypatch.setattr(command, "detect_devices", lambda binary: gpu)
+    draft = write_first_blocks_gguf(gemma3_270m, tmp_path / "first2.gguf", 2)
+    server = _stand_in_binary(tmp_path)
+
+    def plan(*extra):
+        rc = cli.main(["plan", "--target", str(gemma3_270m), "--json", "--no-cross-check", "--server", server, *extra])
+        return rc, json.loads(capsys.readouterr().out)
+
+    rc, short = plan("--ctx-size", "4096")
+    assert rc == 0 and short["max_ngl_at_ctx"] == 19 and short["max_target_ngl"] == 19
+    top = short["max_ctx_all_on_gpu"]
+    assert 4096 <= top < 32768 and top % 256 == 0 and short["ctx_ceiling"] == 32768
+    rc, long = plan("--ctx", "32768")
+    assert rc == 1 and long["fits"] is False and long["max_ctx_all_on_gpu"] == top and long["max_ngl_at_ctx"] < 19
+    spec = load_model_spec(gemma3_270m)
+    assert plan_memory(MemoryRequest(target=spec, n_ctx=top), gpu).fits
+    assert not plan_memory(MemoryRequest(target=spec, n_ctx=top + 256), gpu).fits
+    rc, both = plan("--ctx", "4096", "--draft", str(draft))
+    assert both["max_ngl_at_ctx"] <= short["max_ngl_at_ctx"] and both["max_ctx_all_on_gpu"] < top
+    assert both["fits"] is (rc == 0) and both["draft_ngl"] == 3  # the draft all on the GPU (2 blocks + output)
+    assert cli.main(["plan", "--target", str(gemma3_270m), "--ctx", "32768", "--no-cross-check",
+                     "--server", server]) == 1  # all layers at 32768 do not fit: exit 1
+    out = capsys.readouterr().out
+    assert f"Largest target ngl that fits at n_ctx 32768: {long['max_ngl_at_ctx']} (of 19)" in out
+    assert f"Largest context with the whole target on the GPU: {top}" in out

@@ -72,3 +72,32 @@ def test_real_fit_params_agrees_on_the_cpu(llama_server_bin, stories260k_session
     assert r.ok, r.note
     assert any(row.device == "Host" for row in r.breakdown)
     assert r.agrees, r.disagreements
+
+
+@pytest.mark.server
+def test_real_fit_params_on_gemma_with_the_servers_flags(llama_server_bin, gemma3_270m, monkeypatch):
+    """llama-fit-params reserves logits for every ubatch token (n_outputs_max = n_batch): on Gemma's
+    262,144-token vocabulary ~520 MiB of compute, 20x what the server allocates. The check runs it with
+    the server's own flags and compares with our plan under the tool's n_outputs_max, so it agrees; our
+    plan of the server itself stays at the server's ~23 MiB."""
+    from tuner.hardware.fitcheck import server_config_for
+    from tuner.server.argv import build_argv
+    from tuner.server.dialect import probe_dialect
+
+    req = MemoryRequest(target=load_model_spec(gemma3_270m), n_ctx=4096, n_parallel=1)
+    argv = build_argv(llama_server_bin, server_config_for(req).with_port(0), probe_dialect(llama_server_bin))
+    r = cross_check(req, Devices((), 16 * GIB, 8 * GIB, 2), find_fit_params(llama_server_bin), server_argv=argv)
+    assert r.ok, r.note
+    host = next(row for row in r.breakdown if row.device == "Host")
+    assert host.compute_bytes > 400 * MIB and r.agrees, r.disagreements
+    served = plan_memory(req, Devices((), 16 * GIB, 8 * GIB, 2)).host.need.compute_bytes
+    assert served < host.compute_bytes / 10
+    # a formula that forgets the logits disagrees with the tool, and says where
+    from tuner.hardware import memory
+
+    real = memory.compute_buffer_bytes
+    monkeypatch.setattr(memory, "compute_buffer_bytes",
+                        lambda spec, n_ub, n_kv, with_output, *a, **k: real(spec, n_ub, n_kv, False, *a, **k))
+    wrong = cross_check(req, Devices((), 16 * GIB, 8 * GIB, 2), find_fit_params(llama_server_bin), server_argv=argv)
+    assert wrong.ok and wrong.agrees is False
+    assert any(d.startswith("Host compute") for d in wrong.disagreements), wrong.disagreements

@@ -167,6 +167,7 @@ def test_spec_from_header_hybrid_mtp_and_swa():
     s = spec_from_header(NS(kv=kv, tensors=tensors, path="/m/q.gguf"))
     assert s.n_embd_k_gqa == (0, 0, 0, 128, 0, 0, 0, 128)
     assert s.mtp_layers == 1 and s.tied_output and s.output_bytes == 10 + 1000
+    assert s.weights_bytes == 8 * 100 + 1000 + 10  # the tied token_embd counted once
     assert s.recurrent_layer_bytes == () and any("not counted" in n for n in s.notes)
     # with the ssm.* keys the recurrent state is counted per sequence (f32 conv + state rows)
     kv.update({"qwen35.ssm.conv_kernel": 4, "qwen35.ssm.inner_size": 512, "qwen35.ssm.state_size": 64,
@@ -211,3 +212,103 @@ def test_ngl_spellings_of_llama_cpp():
     assert plan_memory(MemoryRequest(target=m, ngl="4"), devs).devices[0].target_layers == 3
     with pytest.raises(ValueError, match="-ngl"):
         plan_memory(MemoryRequest(target=m, ngl="most"), devs)
+
+
+@pytest.mark.parametrize("spec_type", ["draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"])
+def test_every_draft_model_type_is_planned(spec_type):
+    from tuner.server.config import DRAFT_MODEL_TYPES
+
+    assert spec_type in DRAFT_MODEL_TYPES  # the one definition the plan uses
+    t, d = small(n_layer=8), small(n_layer=2, file_bytes=60 * MIB)
+    p = plan_memory(MemoryRequest(target=t, draft=d, spec_type=spec_type, n_ctx=2048), CPU_ONLY)
+    assert p.host.need.draft_weights_bytes == d.weights_bytes and p.host.need.draft_kv_bytes > 0
+    assert not any("does not use it" in n for n in p.notes)
+    # "draft" alone is no --spec-type value: nothing is planned for it
+    bad = plan_memory(MemoryRequest(target=t, draft=d, spec_type="draft", n_ctx=2048), CPU_ONLY)
+    assert bad.host.need.draft_weights_bytes == 0 and any("does not use it" in n for n in bad.notes)
+
+
+def test_logits_rows_follow_the_servers_output_limit():
+    """tools/server/server-context.cpp server_output_limits: min(n_batch, n_parallel x (1 + n_draft))."""
+    from tuner.hardware.memory import reserve_outputs, spec_draft_n_max
+
+    assert spec_draft_n_max("none") == 0 and spec_draft_n_max("draft-simple") == 3
+    assert spec_draft_n_max("draft-simple", 16) == 16 and spec_draft_n_max("ngram-mod") == 64
+    assert spec_draft_n_max("ngram-cache", 3) == 8 and spec_draft_n_max("none,ngram-simple,draft-mtp") == 48
+    assert reserve_outputs(512, 2048, 1, 0) == 1 and reserve_outputs(512, 2048, 1, 3) == 4
+    assert reserve_outputs(512, 2048, 4, 64) == 260 and reserve_outputs(512, 256, 8, 64) == 256
+    big_vocab = replace(small(), n_vocab=262144)
+    base = MemoryRequest(target=big_vocab, n_ctx=4096)
+    alone = plan_memory(base, CPU_ONLY)
+    mod = plan_memory(replace(base, spec_type="ngram-mod"), CPU_ONLY)
+    assert (alone.target_outputs, mod.target_outputs) == (1, 65)
+    # 65 logits rows of 262144 f32 outgrow the layer activations: the peak is the logits, plus the f16 mask
+    assert mod.host.need.compute_bytes == 65 * 4 * (262144 + 512) + 512 * 4096 * 2
+    assert alone.host.need.compute_bytes == 512 * 4 * (8 * 512 + 2 * 1536) + 512 * 4096 * 2
+    tool = plan_memory(replace(base, n_outputs_max=2048), CPU_ONLY)  # llama-fit-params: n_outputs_max = n_batch
+    assert tool.target_outputs == 512
+
+
+def test_sliding_window_masks_and_a_draft_without_global_layers():
+    g = replace(small(n_layer=6), swa_window=512, swa_layers=(0, 1, 2, 3, 4))
+    p = plan_memory(MemoryRequest(target=g, n_ctx=32768), CPU_ONLY)
+    only_swa = replace(small(n_layer=2), swa_window=512, swa_layers=(0, 1))
+    q = plan_memory(MemoryRequest(target=only_swa, n_ctx=32768), CPU_ONLY)
+    dense = plan_memory(MemoryRequest(target=small(n_layer=2), n_ctx=32768), CPU_ONLY)
+    # f16 masks of 512 tokens: full 32768 cells + SWA pad(512 + 512) = 1024 cells; SWA-only: 1024 cells
+    assert p.host.need.compute_bytes - dense.host.need.compute_bytes == 512 * 1024 * 2
+    assert dense.host.need.compute_bytes - q.host.need.compute_bytes == 512 * (32768 - 1024) * 2
+
+
+def test_compute_buffers_follow_the_layers_and_the_output_layer():
+    """One compute buffer per backend that runs part of the graph; the logits live where the output
+    layer is (llama.cpp offloads it first: ngl 1 = the output layer alone on the GPU)."""
+    from tuner.hardware.memory import compute_buffer_bytes, host_input_bytes
+
+    m = replace(small(n_layer=8), n_vocab=152064)
+    devs = gpu_devices(("CUDA0", 24576, 24000))
+    act = 512 * 4 * (8 * 512 + 2 * 1536)
+    mask = 512 * 4096 * 2
+    logits = 1 * 4 * (152064 + 512)
+    full = plan_memory(MemoryRequest(target=m, n_ctx=4096), devs)
+    assert full.devices[0].need.compute_bytes == max(act, logits) + mask
+    assert full.host.need.compute_bytes == host_input_bytes(m, 512, 4096, True) == 512 * 4 * 512 * 2 + mask
+    out_only = plan_memory(MemoryRequest(target=m, n_ctx=4096, ngl=1), devs)
+    assert out_only.devices[0].need.compute_bytes == logits  # no block there: no activations, no mask
+    assert out_only.host.need.compute_bytes == act + mask
+    half = plan_memory(MemoryRequest(target=m, n_ctx=4096, ngl=5), devs)
+    assert half.devices[0].need.compute_bytes == half.host.need.compute_bytes == act + mask
+    assert compute_buffer_bytes(m, 512, 4096, True, True, n_outputs=512) == 512 * 4 * (152064 + 512) + mask
+    # without flash attention the mask is f32 and the attention step (n_head x n_kv x n_tokens f32 KQ and
+    # ~7 rows of n_head x head_dim) is the peak at this context
+    nofa = plan_memory(MemoryRequest(target=m, n_ctx=4096, flash_attn=False), CPU_ONLY)
+    assert nofa.host.need.compute_bytes == 8 * 4096 * 512 * 4 + 512 * 4 * 7 * 8 * 64 + 512 * 4096 * 4
+
+
+def test_cpu_repack_copies_follow_the_cpu_flags_and_the_layer_placement():
+    """ggml-cpu repack.cpp: Q4_0/Q4_K/IQ4_NL/MXFP4 weights with ne[1] % 8 == 0 get a CPU_REPACK copy on
+    an AVX2 CPU (Q2_K needs AVX-512), only for layers the CPU runs."""
+    from types import SimpleNamespace as NS
+
+    from tuner.hardware.host import cpu_features
+
+    tensors = [NS(name=f"blk.{i}.ffn_up.weight", n_bytes=1000, shape=(64, 256), ggml_type=12) for i in range(4)]
+    tensors += [NS(name="blk.0.ffn_down.weight", n_bytes=500, shape=(256, 60), ggml_type=12),  # 60 % 8 != 0
+                NS(name="blk.1.attn_q.weight", n_bytes=700, shape=(64, 64), ggml_type=10),  # Q2_K: AVX-512
+                NS(name="blk.2.attn_k.weight", n_bytes=300, shape=(64, 64), ggml_type=14),  # Q6_K: ARM only
+                NS(name="token_embd.weight", n_bytes=4000, shape=(64, 512), ggml_type=12),  # get_rows: never
+                NS(name="output.weight", n_bytes=2000, shape=(64, 512), ggml_type=2)]
+    kv = {"general.architecture": "llama", "llama.block_count": 4, "llama.embedding_length": 64,
+          "llama.attention.head_count": 4, "llama.vocab_size": 512}
+    s = spec_from_header(NS(kv=kv, tensors=tensors, path=None))
+    assert s.repack_bytes == (("avx2", -1, 2000), ("avx2", 0, 1000), ("avx2", 1, 1000), ("avx2", 2, 1000),
+                              ("avx2", 3, 1000), ("avx512f", 1, 700))
+    plain = plan_memory(MemoryRequest(target=s, n_ctx=256), CPU_ONLY)
+    avx2 = plan_memory(MemoryRequest(target=s, n_ctx=256), replace(CPU_ONLY, cpu_features=("avx2",)))
+    both = plan_memory(MemoryRequest(target=s, n_ctx=256), replace(CPU_ONLY, cpu_features=("avx2", "avx512f")))
+    w = lambda p: p.host.need.target_weights_bytes  # noqa: E731
+    assert (w(avx2) - w(plain), w(both) - w(plain)) == (6000, 6700)
+    gpu = replace(gpu_devices(("CUDA0", 8192, 8000)), cpu_features=("avx2",))
+    two = plan_memory(MemoryRequest(target=s, n_ctx=256, ngl=3), gpu)  # output + blocks 2, 3 on the GPU
+    assert two.host.need.target_weights_bytes == s.input_bytes + 2 * 1000 + 500 + 700 + 2 * 1000
+    assert set(cpu_features()) <= {"avx2", "avx512f"}

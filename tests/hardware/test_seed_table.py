@@ -2,6 +2,11 @@
 
 Seed measurements: the target alone fits about 24 GPU layers; with a 0.6 / 2.5 / 5.5 GiB draft fully
 on the GPU about 20 / 13 / 0. The plan must give the same within ±3 layers.
+
+How the counts moved when the compute buffers became llama.cpp's (issue 12): before, every model holding
+the output layer was charged logits for all 512 ubatch tokens (512 x 152064 x 4 B = 297 MiB); the server
+reserves one row per slot (x (1 + n_max) with a draft), so 23 / 19 / 11 / 0 became 24 / 20 / 12 / 1 —
+the last "1" is the output layer alone (llama.cpp offloads it first), still no target block on the GPU.
 """
 
 from __future__ import annotations
@@ -52,13 +57,54 @@ def test_draft_on_gpu_leaves_the_seed_layer_counts(draft_gib, expected):
     alone = max_target_ngl(_req(), GPU_8G)
     assert ngl < alone
     if expected == 0:
-        # the 9B draft alone nearly fills the card: target on the CPU, and one more layer is too many
-        plan = plan_memory(replace(req, ngl=0), GPU_8G)
-        assert plan.fits and plan.devices[0].target_layers == 0
+        # the 9B draft alone nearly fills the card: no target block on the GPU (at most the output
+        # layer, which llama.cpp offloads first), and one more layer is too many
+        plan = plan_memory(replace(req, ngl=ngl), GPU_8G)
+        assert ngl <= 1 and plan.fits and plan.devices[0].target_layers == 0
         assert plan.devices[0].need.draft_weights_bytes > 5 * GIB
-        assert not plan_memory(replace(req, ngl=1), GPU_8G).fits
+        assert not plan_memory(replace(req, ngl=ngl + 1), GPU_8G).fits
 
 
 def test_bigger_draft_never_leaves_more_target_layers():
     counts = [max_target_ngl(_req(DRAFTS[g]), GPU_8G) for g in (0.6, 2.5, 5.5)]
     assert counts == sorted(counts, reverse=True) and counts[0] > counts[-1]
+
+
+def test_seed_counts_exactly_as_reported_in_issue_12():
+    """The figures quoted in the test docstring (a change in the plan must update them there)."""
+    counts = [max_target_ngl(_req(d), GPU_8G) for d in (None, DRAFTS[0.6], DRAFTS[2.5], DRAFTS[5.5])]
+    assert counts == [24, 20, 12, 1]
+    # the old rule (logits for every ubatch token, as llama-fit-params still reserves) gave fewer
+    old = [max_target_ngl(replace(_req(d), n_outputs_max=512), GPU_8G) for d in (None, DRAFTS[2.5], DRAFTS[5.5])]
+    assert old == [23, 12, 0]
+
+
+GPU_16G = gpu_devices(("CUDA0", 16384, 15800))
+GPU_24G = gpu_devices(("CUDA0", 24576, 23800))
+
+
+@pytest.mark.parametrize("draft_gib", [None, 0.6, 2.5, 5.5])
+def test_more_memory_never_fits_fewer_layers_and_longer_context_never_more(draft_gib):
+    from tuner.hardware.memory import context_trade
+
+    draft = DRAFTS[draft_gib] if draft_gib else None
+    by_gpu = []
+    for devs in (GPU_8G, GPU_16G, GPU_24G):
+        per_ctx = [max_target_ngl(replace(_req(draft), n_ctx=c), devs) for c in (2048, 4096, 8192, 16384, 32768)]
+        assert per_ctx == sorted(per_ctx, reverse=True), (draft_gib, per_ctx)
+        by_gpu.append(per_ctx)
+        trade = context_trade(replace(_req(draft), n_ctx=4096), devs, ceiling=131072)
+        assert trade.max_ngl_at_ctx == per_ctx[1]
+        # everything on the GPU at the largest context, one step (256) more does not fit
+        top = trade.max_ctx_all_on_gpu
+        if top:
+            whole = replace(_req(draft), ngl=None, n_ctx=top)
+            assert plan_memory(whole, devs).fits
+            if top < 131072:
+                assert not plan_memory(replace(whole, n_ctx=top + 256), devs).fits
+    for small, big in zip(by_gpu, by_gpu[1:]):
+        assert all(b >= s for s, b in zip(small, big)), (draft_gib, by_gpu)
+    ctx_tops = [context_trade(_req(draft), d, ceiling=131072).max_ctx_all_on_gpu for d in (GPU_8G, GPU_16G, GPU_24G)]
+    assert ctx_tops == sorted(ctx_tops)
+    # a 16 GiB Q4_K_M target never fits whole on 8 GiB; on 24 GiB it does at some context
+    assert ctx_tops[0] == 0 and (draft_gib == 5.5 or ctx_tops[2] > 0)

@@ -10,7 +10,9 @@ from tuner.hardware.buffers import parse_load_buffers
 from tuner.hardware.devices import Devices
 from tuner.hardware.memory import GIB, MemoryRequest, load_model_spec, plan_memory
 
-CPU_ONLY = Devices((), 16 * GIB, 8 * GIB, 2)
+from tuner.hardware.host import cpu_features  # noqa: E402
+
+CPU_ONLY = Devices((), 16 * GIB, 8 * GIB, 2, cpu_features=cpu_features())  # this host's CPU_REPACK rule
 
 
 def test_parse_load_buffers_splits_target_and_draft():
@@ -58,7 +60,9 @@ def test_plan_matches_llama_server(llama_server_bin, synth_family, n_ctx, n_para
         (h.target_kv_bytes, bufs.target.kv_bytes, 0.10),
         (h.draft_weights_bytes, bufs.draft.model_bytes, 0.10),
         (h.draft_kv_bytes, bufs.draft.kv_bytes, 0.10),
-        (h.compute_bytes, bufs.target.compute_bytes + bufs.draft.compute_bytes, 0.25),
-        (plan.total_bytes, bufs.total_bytes, 0.15),
+        (h.compute_bytes, bufs.target.compute_bytes + bufs.draft.compute_bytes, 0.10),
+        (h.output_bytes, bufs.target.output_bytes + bufs.draft.output_bytes, 0.10),
+        (plan.total_bytes, bufs.total_bytes, 0.02),
     ):
-        assert abs(ours - theirs) <= tol * theirs, (ours / 2**20, theirs / 2**20)
+        # the log prints sizes with 0.01 MiB resolution (a 512-token vocabulary's output buffer is "0.00 MiB")
+        assert abs(ours - theirs) <= max(tol * theirs, 0.01 * 2**20), (ours / 2**20, theirs / 2**20)

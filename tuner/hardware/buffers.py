@@ -6,6 +6,14 @@ Lines (b11434): ``load_tensors: CPU_Mapped model buffer size = 163.57 MiB`` (src
 (src/llama-context.cpp), ``RS buffer size`` for recurrent state (src/llama-memory-recurrent.cpp).
 Everything after ``loading draft model`` (common/speculative.cpp) belongs to the draft. These lines
 are libllama INFO = TRACE in the server log: hidden at the default verbosity, shown with ``-lv 4``.
+
+With ``--fit on`` (the default) the server also logs, before it loads anything, its own projection: a
+``common_memory_breakdown_print`` table (common/fit.cpp) per no-alloc measurement, one after
+``getting device memory data for initial parameters`` (the target) and one after ``getting device
+memory data for the extra model`` (the draft / MTP context, common/common.cpp ``common_init_result``).
+Rows: ``- <device> (<description>) | total = free + (self = model + context + compute) + unaccounted``
+and ``- Host | self = model + context + compute`` in MiB (rounded down); "context" is the KV cache
+(src/llama-context.cpp ``llama_context::memory_breakdown``: the output buffer is not in it).
 """
 
 from __future__ import annotations
@@ -79,3 +87,63 @@ def parse_load_buffers(lines: Iterable[str]) -> LoadBuffers:
     target = ModelBuffers(**acc["target"], by_backend=tuple(detail["target"]))
     draft = ModelBuffers(**acc["draft"], by_backend=tuple(detail["draft"])) if detail["draft"] else None
     return LoadBuffers(target, draft)
+
+
+@dataclass(frozen=True)
+class ProjectionRow:
+    """One row of a ``common_memory_breakdown_print`` table: ``place`` = ggml device name or ``Host``."""
+
+    place: str
+    model_bytes: int
+    context_bytes: int
+    compute_bytes: int
+
+    @property
+    def total_bytes(self) -> int:
+        """model + context + compute (the table's "self")."""
+        return self.model_bytes + self.context_bytes + self.compute_bytes
+
+
+@dataclass(frozen=True)
+class StartupProjection:
+    """llama-server's own start-up projection (``--fit on``, ``-lv 4``): the target's rows, and the
+    draft's (extra model) rows when one was measured (else empty)."""
+
+    target: tuple[ProjectionRow, ...]
+    draft: tuple[ProjectionRow, ...]
+
+
+_ROW = re.compile(r"\|\s+-\s+(\S+)[^|]*\|\s*(?:\d+\s*=\s*\d+\s*\+\s*\(\s*)?(\d+)\s*=\s*(\d+)\s*\+\s*(\d+)\s*\+\s*(\d+)")
+
+
+def parse_startup_projection(lines: Iterable[str]) -> StartupProjection:
+    """The first target table and the first extra-model table of a ``-lv 4 --fit on`` server log.
+
+    Raises ``ValueError`` when the log has no ``memory breakdown`` table (fit off, verbosity below 4,
+    or the server failed before fitting)."""
+    tables: dict[str, list[ProjectionRow]] = {}
+    who: str | None = None
+    current: list[ProjectionRow] | None = None
+    for line in lines:
+        if "device memory data for initial parameters" in line:
+            who = "target"
+            continue
+        if "device memory data for the extra model" in line:
+            who = "draft"
+            continue
+        if "memory breakdown [MiB]" in line:
+            current = [] if who is not None and who not in tables else None
+            if current is not None:
+                tables[who] = current  # type: ignore[index]
+            continue
+        if current is None:
+            continue
+        m = _ROW.search(line)
+        if m:
+            current.append(ProjectionRow(m.group(1), int(m.group(3)) * MIB, int(m.group(4)) * MIB,
+                                         int(m.group(5)) * MIB))
+        elif "|" not in line:
+            current = None
+    if "target" not in tables or not tables["target"]:
+        raise ValueError("no 'memory breakdown' table in the llama-server log (needs --fit on and -lv 4)")
+    return StartupProjection(tuple(tables["target"]), tuple(tables.get("draft", ())))

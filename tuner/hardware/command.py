@@ -12,12 +12,19 @@ import sys
 from pathlib import Path
 
 from tuner.hardware.devices import Devices, detect_devices, find_server_binary
-from tuner.hardware.fitcheck import cross_check, find_fit_params
+from tuner.hardware.fitcheck import (
+    cached_server_report,
+    cross_check,
+    find_fit_params,
+    server_config_for,
+    server_cross_check,
+)
 from tuner.hardware.memory import (
+    ContextTrade,
     MemoryPlan,
     MemoryRequest,
+    context_trade,
     load_model_spec,
-    max_target_ngl,
     plan_memory,
 )
 
@@ -56,11 +63,16 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", required=True, help="target model GGUF")
     p.add_argument("--draft", help="draft model GGUF (implies --spec-type draft-simple)")
     p.add_argument("--spec-type", help="--spec-type value (default: draft-simple with --draft, else none)")
-    p.add_argument("--ctx", type=int, default=None,
+    p.add_argument("--ctx", "--ctx-size", dest="ctx", type=int, default=None,
                    help=f"context size n_ctx (-c); default {DEFAULT_PLAN_CTX} or the model's training context "
                    "(GGUF <arch>.context_length) if smaller")
     p.add_argument("--ngl", type=int, help="target GPU layers (default: all)")
     p.add_argument("--draft-ngl", type=int, help="draft GPU layers (default: all)")
+    p.add_argument("--n-max", type=int, default=None,
+                   help="draft length (--spec-draft-n-max); default: the server's default for the type (3 for draft-*)")
+    p.add_argument("--n-cpu-moe", type=int, default=0,
+                   help="keep the MoE expert tensors of the first N target blocks on the CPU (--n-cpu-moe)")
+    p.add_argument("--cpu-moe", action="store_true", help="keep all target MoE expert tensors on the CPU (--cpu-moe)")
     p.add_argument("--np", type=int, default=1, help="parallel slots (-np), default 1; 0 = server auto (4, unified KV)")
     p.add_argument("--ctk", default="f16", help="KV cache type K (-ctk)")
     p.add_argument("--ctv", default="f16", help="KV cache type V (-ctv)")
@@ -68,6 +80,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--server", help="llama-server binary (for --list-devices); default: found automatically")
     p.add_argument("--no-cross-check", action="store_true",
                    help="skip the cross-check with llama-fit-params (run when the build ships it)")
+    p.add_argument("--server-check", action="store_true",
+                   help="also start llama-server once with exactly the argv it would get (one model load; "
+                   "cached per binary, model files and settings) and compare its own start-up projection "
+                   "and allocated buffers with this plan")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.set_defaults(func=cmd_plan)
 
@@ -134,14 +150,24 @@ def cmd_devices(args: argparse.Namespace) -> int:
     return 0
 
 
-def plan_json(plan: MemoryPlan, max_ngl: int | None) -> dict:
-    """The JSON shape of ``draftwise plan --json``."""
+def plan_json(plan: MemoryPlan, trade: ContextTrade | int | None) -> dict:
+    """The JSON shape of ``draftwise plan --json``: the plan, plus the context-vs-layers trade
+    (``max_ngl_at_ctx``: most target GPU layers that fit at the plan's n_ctx next to the draft;
+    ``max_ctx_all_on_gpu``: largest n_ctx with every layer on the GPUs; both None without a GPU;
+    ``max_target_ngl`` = ``max_ngl_at_ctx``, kept for older readers)."""
     out = dataclasses.asdict(plan)
     out["total_bytes"] = plan.total_bytes
     for dev in out["devices"]:
         dev["need"]["total_bytes"] = sum(v for v in dev["need"].values())
     out["host"]["need"]["total_bytes"] = plan.host.need.total_bytes
-    out["max_target_ngl"] = max_ngl
+    if isinstance(trade, ContextTrade):
+        out["max_ngl_at_ctx"] = trade.max_ngl_at_ctx
+        out["max_ctx_all_on_gpu"] = trade.max_ctx_all_on_gpu
+        out["ctx_ceiling"] = trade.ctx_ceiling
+    else:
+        out["max_ngl_at_ctx"] = trade
+        out["max_ctx_all_on_gpu"] = None
+    out["max_target_ngl"] = out["max_ngl_at_ctx"]
     return out
 
 
@@ -174,6 +200,21 @@ def _plan_args_problem(args: argparse.Namespace, spec_type: str) -> str | None:
     return None
 
 
+def _server_argv(req: MemoryRequest, binary: Path | None) -> list[str] | None:
+    """The argv ``tuner.server.argv.build_argv`` gives the server for ``req`` (port 0 as a placeholder),
+    or None when there is no binary or it cannot express the request."""
+    if binary is None:
+        return None
+    try:
+        from tuner.server.argv import build_argv
+        from tuner.server.dialect import probe_dialect
+
+        return build_argv(binary, server_config_for(req).with_port(0), probe_dialect(binary))
+    except Exception as exc:  # noqa: BLE001 - DialectError, UnsupportedConfigError: say it, plan anyway
+        print(f"draftwise plan: note: no server argv for the cross-checks ({exc})", file=sys.stderr)
+        return None
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """``draftwise plan``: exit 0 when the plan fits, 1 when it does not, 2 on a bad model file."""
     try:
@@ -195,22 +236,37 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"draftwise plan: {ctx_label}: {ctx_note}", file=sys.stderr)
     req = MemoryRequest(target=target, draft=draft, spec_type=spec_type, ngl=args.ngl, draft_ngl=args.draft_ngl,
                         n_ctx=n_ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
-                        n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB)
+                        n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB,
+                        n_max=args.n_max, n_cpu_moe=args.n_cpu_moe, cpu_moe=args.cpu_moe)
     devs, binary = _detect(args.server)
     try:
         plan = plan_memory(req, devs)
     except ValueError as exc:
         print(f"draftwise plan: {exc}", file=sys.stderr)
         return 2
-    max_ngl = max_target_ngl(req, devs) if devs.devices else None
+    trade = context_trade(req, devs)
+    max_ngl = trade.max_ngl_at_ctx
     check = None
+    server_argv = _server_argv(req, binary)
     tool = None if args.no_cross_check else find_fit_params(binary)
     if tool is not None:
-        print(f"cross-checking with {tool} ...", file=sys.stderr)
-        check = cross_check(req, devs, tool)
+        print(f"cross-checking with {tool} (the server's flags) ...", file=sys.stderr)
+        check = cross_check(req, devs, tool, server_argv=server_argv)
+    scheck = None
+    cached = None
+    if binary is not None and server_argv is not None:
+        if args.server_check:
+            print("cross-checking with llama-server itself (one model load, cached) ...", file=sys.stderr)
+            scheck = server_cross_check(req, devs, binary)
+        else:
+            cfg = server_config_for(req)
+            cached = cached_server_report(server_argv, [cfg.model_path, cfg.draft_path])
+            if cached is not None:
+                scheck = server_cross_check(req, devs, binary)  # from the cache: no server start
     if args.json:
-        data = plan_json(plan, max_ngl)
+        data = plan_json(plan, trade)
         data["cross_check"] = dataclasses.asdict(check) if check is not None else None
+        data["server_check"] = scheck.to_json() if scheck is not None else None
         data["n_ctx_note"] = ctx_note
         json.dump(data, sys.stdout, indent=2)
         print()
@@ -240,8 +296,19 @@ def cmd_plan(args: argparse.Namespace) -> int:
     else:
         print(f"Verdict: DOES NOT FIT, short by {_mib(-plan.margin_bytes if plan.margin_bytes is not None else None)}")
     if max_ngl is not None:
-        print(f"Largest target ngl that fits{' next to this draft placement' if draft else ''}: {max_ngl} "
-              f"(of {target.n_layer + 1})")
+        print(f"Largest target ngl that fits at n_ctx {plan.n_ctx}{' next to this draft placement' if draft else ''}: "
+              f"{max_ngl} (of {target.n_layer + 1})")
+        if trade.max_ctx_all_on_gpu is not None:
+            whole = "target and draft" if draft and plan.draft_ngl is not None else "target"
+            if trade.max_ctx_all_on_gpu >= trade.ctx_ceiling:
+                print(f"Largest context with the whole {whole} on the GPU: {trade.max_ctx_all_on_gpu} "
+                      f"(the training context; all of it fits)")
+            elif trade.max_ctx_all_on_gpu == 0:
+                print(f"Largest context with the whole {whole} on the GPU: none (not even 256 tokens)")
+            else:
+                print(f"Largest context with the whole {whole} on the GPU: {trade.max_ctx_all_on_gpu}")
+    if plan.expert_host_bytes:
+        print(f"MoE experts kept in host RAM: {_mib(plan.expert_host_bytes)}")
     if check is not None:
         what = "target alone (llama-fit-params ignores drafts)" if draft else "target"
         if not check.ok:
@@ -252,6 +319,18 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"Cross-check: llama-fit-params DISAGREES on the {what}:")
             for d in check.disagreements:
                 print(f"  - {d}")
+    if scheck is not None:
+        when = "cached" if scheck.cached else f"{scheck.cost_s:.0f} s"
+        if not scheck.ok:
+            print(f"Server cross-check: no answer: {scheck.note}")
+        elif scheck.agrees:
+            print(f"Server cross-check ({when}): llama-server's own projection and buffers agree within 10 %")
+        else:
+            print(f"Server cross-check ({when}): llama-server DISAGREES with this plan:")
+            for d in scheck.disagreements:
+                print(f"  - {d}")
+    elif binary is not None and server_argv is not None:
+        print("Server cross-check: not run (--server-check starts llama-server once with this argv; cached)")
     if ctx_note is not None:
         print(f"{ctx_label}: {ctx_note}")
     for n in plan.notes + devs.notes:

@@ -63,6 +63,7 @@ class Devices:
 
     ``listed_by_llama`` is True when the list comes from ``--list-devices`` (authoritative order and
     names); False means it was pieced together from NVML/sysfs and may differ from llama.cpp's.
+    ``cpu_features``: the host CPU's repack-relevant flags (``tuner.hardware.host.cpu_features``).
     """
 
     devices: tuple[Device, ...]
@@ -73,6 +74,7 @@ class Devices:
     cpu_threads: int | None = None
     driver_version: str | None = None
     listed_by_llama: bool = False
+    cpu_features: tuple[str, ...] = ()
 
     @property
     def cpu_only(self) -> bool:
@@ -276,7 +278,8 @@ def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: 
             notes.append("device list pieced together from NVML/sysfs: llama.cpp may name and order them differently")
 
     return Devices(tuple(devices), host.ram_total_bytes, host.ram_available_bytes, host.cpu_cores,
-                   tuple(notes), host.cpu_threads, nvml.driver_version, listed.ok)
+                   tuple(notes), host.cpu_threads, nvml.driver_version, listed.ok,
+                   tuple(getattr(host, "cpu_features", ())))
 
 
 def _device_from_nvml(index: int, g: NvmlGpu, unified_budget: Callable[[int | None], int | None]) -> Device:

@@ -12,7 +12,13 @@ Rules follow llama.cpp b11434:
   elements of the cache type; each layer's KV lives on that layer's device);
 - draft: common/speculative.cpp (draft context ``n_ctx`` = target ``n_ctx``, ``n_seq_max`` = n_parallel,
   KV types from ``-ctkd/-ctvd``, default f16); MTP: weights shared with the target (count 0), its own
-  KV for the MTP layers at the same ``n_ctx`` (common/fit.h, reference S10).
+  KV for the MTP layers at the same ``n_ctx`` (common/fit.h, reference S10);
+- compute buffers: see :func:`compute_buffer_bytes` (src/llama-context.cpp ``sched_reserve`` /
+  ``graph_reserve``; tools/server/server-context.cpp ``server_output_limits``);
+- MoE expert offload: ``--cpu-moe`` / ``--n-cpu-moe N`` (common/arg.cpp, common/common.h
+  ``LLM_FFN_EXPS_REGEX`` / ``llm_add_n_cpu_ffn_overrides``) keep the tensors matching
+  ``blk.<i>.ffn_(up|down|gate|gate_up)_(ch|)exps`` of the first N blocks in host memory
+  (a CPU buffer-type override applied in src/llama-model.cpp ``load_tensors``).
 """
 
 from __future__ import annotations
@@ -21,6 +27,8 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+
+from tuner.server.config import DRAFT_MODEL_TYPES
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -53,6 +61,9 @@ class ModelMemorySpec:
     (``nextn_predict_layers``). ``swa_window`` = sliding-window size for layers listed in
     ``swa_layers`` (their KV holds only the window). ``recurrent_layer_bytes[i]``: recurrent
     (SSM / linear-attention) state of layer i per sequence, f32 (empty = none).
+    ``expert_bytes[i]``: bytes of ``blk.i``'s MoE expert tensors (included in ``block_bytes[i]``;
+    empty = dense model); ``n_expert`` / ``n_expert_used`` / ``n_ff_exp`` = ``<arch>.expert_count`` /
+    ``expert_used_count`` / ``expert_feed_forward_length``.
     """
 
     name: str
@@ -75,11 +86,20 @@ class ModelMemorySpec:
     tied_output: bool = False
     architecture: str | None = None
     notes: tuple[str, ...] = ()
+    expert_bytes: tuple[int, ...] = ()
+    n_expert: int = 0
+    n_expert_used: int = 0
+    n_ff_exp: int | None = None
+    n_embd_head_k: int | None = None
+    repack_bytes: tuple[tuple[str, int, int], ...] = ()
+    tied_embd_bytes: int = 0
 
     @property
     def weights_bytes(self) -> int:
-        """All tensor bytes of the file (blocks + input + output)."""
-        return sum(self.block_bytes) + self.input_bytes + self.output_bytes
+        """All tensor bytes of the file (blocks + input + output), each tensor once: a tied output's
+        ``token_embd`` copy (in ``output_bytes`` for GPU placement) is not counted twice."""
+        dup = min(self.output_bytes, self.tied_embd_bytes) if self.tied_output else 0
+        return sum(self.block_bytes) + self.input_bytes + self.output_bytes - dup
 
 
 @dataclass(frozen=True)
@@ -92,6 +112,12 @@ class MemoryRequest:
     auto = 4 slots with a unified KV). ``kv_unified`` None = llama-server's rule (True for auto -np,
     False for an explicit -np). ``margin_bytes``: free memory left on every GPU (``--fit-target``).
     ``tensor_split``: relative split over GPUs (``-ts``), None = by free memory.
+    ``n_max``: draft length (``--spec-draft-n-max``, or the n-gram type's own size flag); None = the
+    server's default for the type (:func:`spec_draft_n_max`); it sets how many logits rows the
+    target's reserve graph holds. ``n_cpu_moe`` / ``cpu_moe``: ``--n-cpu-moe N`` / ``--cpu-moe``
+    (the target's expert tensors of the first N blocks / of all blocks stay in host memory).
+    ``n_outputs_max``: override of the target context's ``n_outputs_max`` (None = llama-server's rule,
+    :func:`reserve_outputs`; ``llama-fit-params`` leaves it at n_batch).
     """
 
     target: ModelMemorySpec
@@ -111,6 +137,10 @@ class MemoryRequest:
     flash_attn: bool | None = None
     margin_bytes: int = DEFAULT_MARGIN_BYTES
     tensor_split: tuple[float, ...] | None = None
+    n_max: int | None = None
+    n_cpu_moe: int = 0
+    cpu_moe: bool = False
+    n_outputs_max: int | None = None
 
 
 @dataclass(frozen=True)
@@ -179,6 +209,9 @@ class MemoryPlan:
     ``fits`` = every GPU and the host fit (a place whose budget is unknown counts as fitting, with a
     note). ``margin_bytes`` = the smallest headroom over every place (GPUs and host RAM); negative =
     short by that much; None when no budget is known. ``n_ctx`` / ``n_ctx_slot`` = the sizes llama.cpp will use after padding.
+    ``expert_host_bytes``: MoE expert bytes of GPU-placed target blocks kept in host memory
+    (``--n-cpu-moe`` / ``--cpu-moe``; included in the host's target weights). ``target_outputs``: logits
+    rows of the target's reserve graph (:func:`reserve_outputs`).
     """
 
     fits: bool
@@ -192,6 +225,8 @@ class MemoryPlan:
     n_parallel: int
     kv_unified: bool
     notes: tuple[str, ...] = field(default_factory=tuple)
+    expert_host_bytes: int = 0
+    target_outputs: int = 1
 
     @property
     def total_bytes(self) -> int:
@@ -223,6 +258,14 @@ class MemoryPlan:
 
 _INPUT_TENSORS = ("token_embd.", "pos_embd.", "per_layer_token_embd.", "token_types.")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
+# ggml/src/ggml-cpu/repack.cpp ggml_repack_get_optimal_repack_type, x86: weight type -> the CPU flag it
+# needs; the tensor's ne[1] must be a multiple of 8 (the 8x8 interleave). Such tensors of CPU-run layers
+# get a second copy in a "CPU_REPACK model buffer" (src/llama-model.cpp picks the extra buffer type for
+# matrix multiplications on the CPU), next to the mmapped file.
+REPACK_TYPES = {2: "avx2", 12: "avx2", 20: "avx2", 39: "avx2", 10: "avx512f"}  # Q4_0, Q4_K, IQ4_NL, MXFP4; Q2_K
+
+# common/common.h LLM_FFN_EXPS_REGEX: the tensors --cpu-moe / --n-cpu-moe keep on the CPU
+_EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 
 # sliding-window layer pattern per architecture (llama.cpp src/llama-model.cpp load_hparams:
 # hparams.set_swa_pattern(n): every n-th layer is global (dense), the rest use the window)
@@ -317,14 +360,24 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
             notes.append(f"{arch}.attention.sliding_window set but the layer pattern is unknown: full KV assumed")
             swa = None
     block = [0] * n_layer
+    experts = [0] * n_layer
+    repack: dict[tuple[str, int], int] = {}
     inp = out = 0
     have_output = False
     embd_bytes = 0
     for t in getattr(header, "tensors"):
         nb = int(t.n_bytes or 0)
         m = _BLOCK.match(t.name)
+        flag = REPACK_TYPES.get(getattr(t, "ggml_type", None))  # type: ignore[arg-type]
+        shape = getattr(t, "shape", ()) or ()
+        repackable = flag is not None and len(shape) >= 2 and shape[1] % 8 == 0 and t.name.endswith(".weight")
         if m and int(m.group(1)) < n_layer:
             block[int(m.group(1))] += nb
+            if _EXPS.search(t.name):
+                experts[int(m.group(1))] += nb
+            if repackable:
+                key = (flag, int(m.group(1)))
+                repack[key] = repack.get(key, 0) + nb
         elif t.name.startswith(_INPUT_TENSORS):
             inp += nb
             if t.name.startswith("token_embd."):
@@ -333,6 +386,8 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
             out += nb
             if t.name.startswith("output.weight"):
                 have_output = True
+                if repackable:
+                    repack[(flag, -1)] = repack.get((flag, -1), 0) + nb
     tied = not have_output
     return ModelMemorySpec(
         name=name or str(kv.get("general.name") or (Path(path).stem if path else arch)),
@@ -355,6 +410,13 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
         recurrent_layer_bytes=recurrent,
         architecture=arch,
         notes=tuple(notes),
+        expert_bytes=tuple(experts) if any(experts) else (),
+        n_expert=int(kv.get(f"{arch}.expert_count") or 0),
+        n_expert_used=int(kv.get(f"{arch}.expert_used_count") or 0),
+        n_ff_exp=int(kv[f"{arch}.expert_feed_forward_length"]) if kv.get(f"{arch}.expert_feed_forward_length") else None,
+        n_embd_head_k=key_len or None,
+        repack_bytes=tuple((f, i, b) for (f, i), b in sorted(repack.items())),
+        tied_embd_bytes=embd_bytes if tied else 0,
     )
 
 
@@ -451,32 +513,101 @@ def _kv_layer_bytes(spec: ModelMemorySpec, layer: int, cells: int, bk: float, bv
     return int(cells * (spec.n_embd_k_gqa[layer] * bk + spec.n_embd_v_gqa[layer] * bv))
 
 
-# Compute-buffer model (bytes of the ggml graph allocator for one ubatch), fitted against llama-server
-# b11434 "-lv 4" lines "CPU compute buffer size" (bench/memory_accuracy.py): on the CPU with flash
-# attention, 768-wide/2304-ffn models need 21.0 MiB + 1024 B per context cell at n_ubatch 512, 64-wide
-# ones 1.65 MiB + 1024 B per cell, independent of the number of layers. That is
-#   activations  n_ubatch x 4 B x (8 n_embd + 2 n_ff)   (residual, norms, Q/K/V, FFN gate/up alive at once)
-#   logits       n_ubatch x 4 B x (n_vocab + n_embd)     (the reserve graph outputs every token)
-#   KQ mask      n_ubatch x n_kv x 2 B (f16)             (+ the f32 KQ matrix per head without flash attention)
+# Compute buffers. llama.cpp sizes them by building the worst-case graph once and letting the ggml graph
+# allocator (ggml/src/ggml-alloc.c ``ggml_gallocr_reserve_n``: tensors share memory once their last
+# consumer ran, so the buffer is the peak of the live tensors, per backend) measure it:
+# src/llama-context.cpp ``llama_context::sched_reserve`` reserves ``graph_reserve(n_tokens, n_seqs,
+# n_outputs)`` with n_tokens = min(n_ctx, n_ubatch) and n_outputs = min(n_tokens, cparams.n_outputs_max).
+# n_outputs_max is NOT n_batch in the server: tools/server/server-context.cpp ``load_model`` sets it from
+# ``server_output_limits`` = common/speculative.cpp ``common_speculative_get_output_limits`` =
+# min(n_batch, n_parallel x (1 + n_draft)), n_draft = ``common_speculative_n_max`` over the --spec-type
+# list (0 without speculation). The draft context gets n_outputs_max = n_parallel
+# (``common_base_params_to_speculative``; dflash/dspark: n_parallel x (n_max + 1)). ``llama-fit-params``
+# leaves n_outputs_max at 0 = n_batch (common/common.h), so it reserves logits for every token of the ubatch.
+# What the peak holds (fitted on llama-server b11434 "-lv 4" "compute buffer size" lines, bench/memory_accuracy.py):
+#   activations  n_tokens x 4 B x (8 n_embd + 2 n_ff)   (residual, norms, Q/K/V, FFN gate/up alive at once;
+#                                                         MoE: n_ff = n_expert_used x n_ff_exp, plus router logits)
+#   logits       n_outputs x 4 B x (n_vocab + n_embd)    (the last matmul, on the output layer's backend;
+#                                                         the layer activations are free by then)
+#   KQ mask      n_tokens x n_kv x 2 B (f16 with flash attention, src/llama-graph.cpp
+#                ``build_attn_inp_kq_mask``; f32 without), one per KV cache: a sliding-window model has a
+#                second mask over its SWA cells
+#   no flash attention: the attention step's n_head x n_kv x n_tokens f32 KQ + ~7 n_head x head_dim
+#                f32 rows per token compete with the activations for the peak
 COMPUTE_F32 = 4
+
+#: Default draft length per speculation type when ``--spec-draft-n-max`` & co. are not given
+#: (common/common.h ``common_params_speculative`` defaults; ngram-cache is fixed at 8,
+#: common/speculative.cpp ``common_speculative_n_max``).
+DEFAULT_N_MAX = {"draft": 3, "ngram-simple": 48, "ngram-map-k": 48, "ngram-map-k4v": 48, "ngram-mod": 64,
+                 "ngram-cache": 8}
+
+
+def spec_draft_n_max(spec_type: str, n_max: int | None = None) -> int:
+    """Largest draft length over a ``--spec-type`` list, as common/speculative.cpp
+    ``common_speculative_n_max`` computes it: draft-* types use ``n_max`` (default 3), n-gram types
+    their own sizes (``n_max`` applied to them too when given, as tuner/server/argv.py passes it),
+    ngram-cache 8, ``none`` 0. Raises nothing; unknown names count 0."""
+    best = 0
+    for t in (x.strip() for x in spec_type.split(",")):
+        if t.startswith("draft-"):
+            best = max(best, DEFAULT_N_MAX["draft"] if n_max is None else max(0, n_max))
+        elif t == "ngram-cache":
+            best = max(best, 8)
+        elif t in DEFAULT_N_MAX:
+            best = max(best, DEFAULT_N_MAX[t] if n_max is None else max(0, n_max))
+    return best
+
+
+def reserve_outputs(n_tokens: int, n_batch: int, n_parallel: int, n_draft: int) -> int:
+    """Logits rows in the target's reserve graph: min(n_tokens, min(n_batch, n_parallel x (1 + n_draft))),
+    at least 1 (tools/server/server-context.cpp ``server_output_limits``; src/llama-context.cpp
+    ``sched_reserve``)."""
+    return max(1, min(n_tokens, n_batch, n_parallel * (1 + max(0, n_draft))))
 
 
 def compute_buffer_bytes(spec: ModelMemorySpec, n_ubatch: int, n_kv: int, with_output: bool,
-                         flash_attn: bool) -> int:
-    """Estimated compute buffer of one ggml backend that runs ``spec``'s layers for a ubatch.
+                         flash_attn: bool, n_outputs: int = 1, n_kv_swa: int | None = None,
+                         layers_here: bool = True) -> int:
+    """Compute buffer (bytes) of one ggml backend that runs ``spec``'s graph for the reserve ubatch.
 
-    ``n_kv``: KV cells one sequence attends (``n_ctx_slot``). The peak is the larger of the layer
-    activations and — when this backend holds the output layer — the logits of the reserve graph,
-    plus the attention mask (and, without flash attention, the ``n_head × n_kv × n_ubatch`` f32 KQ).
-    Source of the shape: src/llama-context.cpp ``graph_reserve`` (worst-case ubatch, all outputs).
+    ``n_ubatch``: tokens of the reserve graph (min(n_ctx, n_ubatch)); ``n_kv``: KV cells one stream
+    attends in full-attention layers (``n_ctx_slot``; 0 when every layer is sliding-window);
+    ``n_kv_swa``: cells of the sliding-window cache (None = no SWA layers); ``n_outputs``: logits
+    rows (:func:`reserve_outputs`); ``with_output``: this backend runs the output layer;
+    ``layers_here``: it runs repeating blocks (False = only the output layer, or a host that only
+    prepares inputs). Peak = max(activations, logits) + the KQ mask(s) (see the comment above
+    for the source). Raises nothing.
     """
     n_ff = spec.n_ff or 4 * spec.n_embd
-    act = n_ubatch * COMPUTE_F32 * (8 * spec.n_embd + 2 * n_ff)
-    logits = n_ubatch * COMPUTE_F32 * (spec.n_vocab + spec.n_embd) if with_output else 0
-    attn = n_ubatch * n_kv * 2
-    if not flash_attn and spec.n_head:
-        attn += spec.n_head * n_kv * n_ubatch * COMPUTE_F32
-    return max(act, logits) + attn
+    if spec.n_expert_used and spec.n_ff_exp:
+        # MoE: the selected experts' gate/up rows (mul_mat_id) and the router logits
+        n_ff = max(spec.n_ff or 0, spec.n_expert_used * spec.n_ff_exp + spec.n_expert)
+    act = n_ubatch * COMPUTE_F32 * (8 * spec.n_embd + 2 * n_ff) if layers_here else 0
+    logits = n_outputs * COMPUTE_F32 * (spec.n_vocab + spec.n_embd) if with_output else 0
+    elt = 2 if flash_attn else COMPUTE_F32
+    masks = 0
+    if layers_here:
+        masks = n_ubatch * n_kv * elt
+        if n_kv_swa:
+            masks += n_ubatch * n_kv_swa * elt
+        if not flash_attn and spec.n_head:
+            # without flash attention the attention step holds the f32 KQ (n_head x n_kv x n_tokens) next
+            # to Q/K/V and their permuted copies (about 7 rows of n_head x head_dim per token, fitted)
+            head = spec.n_embd_head_k or (spec.n_embd // spec.n_head)
+            kq = spec.n_head * max(n_kv, n_kv_swa or 0) * n_ubatch * COMPUTE_F32
+            act = max(act, kq + n_ubatch * COMPUTE_F32 * 7 * spec.n_head * head)
+    return max(act, logits) + masks
+
+
+def host_input_bytes(spec: ModelMemorySpec, n_ubatch: int, n_kv: int, flash_attn: bool,
+                     n_kv_swa: int | None = None) -> int:
+    """Host compute buffer when every layer runs on a GPU: the input embeddings (``get_rows`` on the
+    CPU-resident ``token_embd``, n_ubatch x n_embd f32, twice: rows and their copy) and the KQ mask(s)
+    the scheduler fills on the host before copying them to the GPU (src/llama-graph.cpp asserts the
+    mask buffer is a host buffer)."""
+    elt = 2 if flash_attn else COMPUTE_F32
+    return n_ubatch * COMPUTE_F32 * spec.n_embd * 2 + n_ubatch * (n_kv + (n_kv_swa or 0)) * elt
 
 
 @dataclass
@@ -491,6 +622,7 @@ class _Acc:
     target_layers: int = 0
     draft_layers: int = 0
     output_here: bool = False
+    expert_bytes: int = 0
 
     def freeze(self) -> PlacementBytes:
         return PlacementBytes(self.target_weights_bytes, self.target_kv_bytes, self.draft_weights_bytes,
@@ -499,7 +631,8 @@ class _Acc:
 
 def _place_model(spec: ModelMemorySpec, ngl: int, splits: list[float], places: list[_Acc], host: _Acc,
                  draft: bool, n_ctx: int, n_parallel: int, unified: bool, n_ubatch: int,
-                 bk: float, bv: float, trunk_layers: int, flash_attn: bool) -> list[int]:
+                 bk: float, bv: float, trunk_layers: int, flash_attn: bool,
+                 cpu_expert_layers: int = 0) -> list[int]:
     devs = _layer_devices(spec.n_layer, ngl, splits)
 
     def at(dev: int) -> _Acc:
@@ -517,7 +650,10 @@ def _place_model(spec: ModelMemorySpec, ngl: int, splits: list[float], places: l
             if devs[il] >= 0:
                 acc.draft_layers += 1
         else:
-            acc.target_weights_bytes += spec.block_bytes[il]
+            moved = spec.expert_bytes[il] if (spec.expert_bytes and il < cpu_expert_layers and devs[il] >= 0) else 0
+            acc.target_weights_bytes += spec.block_bytes[il] - moved
+            host.target_weights_bytes += moved
+            host.expert_bytes += moved
             if devs[il] >= 0:
                 acc.target_layers += 1
         if il < trunk_layers:
@@ -576,6 +712,7 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
 
     ``devices``: a ``tuner.hardware.devices.Devices`` (or a tuple of ``Device``) in llama.cpp's order.
     GPUs are checked against ``budget_bytes − margin_bytes``; the host against available RAM.
+    ``devices.cpu_features`` (when present) adds the ``CPU_REPACK`` copies of CPU-run weights.
     Raises ``ValueError`` for a bad request (unknown cache type, n_ctx < 1, n_parallel < 1).
     """
     request = _coerce(request)
@@ -601,12 +738,21 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
     bk, bv = kv_type_bytes(request.cache_type_k), kv_type_bytes(request.cache_type_v)
     bkd, bvd = kv_type_bytes(request.cache_type_k_draft), kv_type_bytes(request.cache_type_v_draft)
     spec_types = {s.strip() for s in request.spec_type.split(",")}
-    uses_draft = d is not None and bool(spec_types & {"draft-simple", "draft", "draft-eagle3", "draft-dflash"})
+    uses_draft = d is not None and bool(spec_types & DRAFT_MODEL_TYPES)
     if d is not None and not uses_draft:
         notes.append(f"draft {d.name} given but --spec-type {request.spec_type!r} does not use it (not planned)")
     uses_mtp = "draft-mtp" in spec_types
     if uses_mtp and t.mtp_layers == 0:
         notes.append(f"target {t.name} has no MTP layers: draft-mtp fails to start (llama.cpp exits 1)")
+    # src/llama-context.cpp llama_context::llama_context: n_batch = min(n_ctx, n_batch) (causal attention),
+    # n_ubatch = min(n_batch, n_ubatch); sched_reserve: the reserve graph has min(n_ctx, n_ubatch) tokens
+    n_batch = min(n_ctx, request.n_batch)
+    n_tok = min(n_ctx, min(n_batch, request.n_ubatch))
+    n_draft = spec_draft_n_max(request.spec_type, request.n_max)
+    t_outputs = reserve_outputs(n_tok, n_batch, n_par, n_draft) if request.n_outputs_max is None else \
+        max(1, min(n_tok, request.n_outputs_max))
+    block_draft = bool(spec_types & {"draft-dflash", "draft-dspark"})
+    d_outputs = min(n_tok, n_par * (max(1, n_draft + 1) if block_draft else 1))
 
     n_all_t = t.n_layer + 1
     ngl = n_all_t if request.ngl is None or request.ngl < 0 else min(request.ngl, n_all_t)
@@ -617,22 +763,63 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
     places = [_Acc() for _ in devs]
     host = _Acc()
     trunk = t.n_layer - t.mtp_layers
+    if request.n_cpu_moe < 0:
+        raise ValueError(f"--n-cpu-moe must be >= 0, got {request.n_cpu_moe}")
+    cpu_experts = t.n_layer if request.cpu_moe else request.n_cpu_moe
+    if cpu_experts and not t.expert_bytes:
+        notes.append(f"target {t.name} has no MoE expert tensors: --n-cpu-moe / --cpu-moe change nothing")
     tdevs = _place_model(t, ngl if devs else 0, splits if devs else [], places, host, False, n_ctx, n_par,
-                         unified, request.n_ubatch, bk, bv, trunk, flash)
+                         unified, n_tok, bk, bv, trunk, flash, cpu_experts)
     # MTP context: KV for the MTP layers at the same n_ctx, cache type from -ctkd/-ctvd (reference S10)
     if uses_mtp and t.mtp_layers:
         for il in range(trunk, t.n_layer):
             acc = host if tdevs[il] < 0 else places[tdevs[il]]
             acc.mtp_kv_bytes += _kv_layer_bytes(t, il, n_ctx, bkd, bvd)
-    # compute buffers of the target: one per backend that runs any of its layers
-    t_out_dev = tdevs[t.n_layer]
-    for i, acc in enumerate(places):
-        if acc.target_layers or acc.output_here:
-            acc.compute_bytes += compute_buffer_bytes(t, request.n_ubatch, n_ctx_slot, acc.output_here, flash)
-    host.compute_bytes += compute_buffer_bytes(t, request.n_ubatch, n_ctx_slot, t_out_dev < 0, flash) \
-        if (any(x < 0 for x in tdevs[:-1]) or t_out_dev < 0 or not devs) else \
-        request.n_ubatch * COMPUTE_F32 * t.n_embd * 2
-    # logits/embeddings output buffer (host): n_vocab f32 per output row, one row per slot reserved
+
+    def swa_cells(spec: ModelMemorySpec) -> int | None:
+        if not (spec.swa_window and spec.swa_layers):
+            return None
+        cells = _kv_cells(spec, spec.swa_layers[0], n_ctx, n_par, unified, n_tok)
+        return cells if unified else cells // n_par
+
+    def full_cells(spec: ModelMemorySpec) -> int:
+        # the full-context mask exists only when some layer attends the whole cache (a 2-block Gemma 3
+        # draft has sliding-window layers only: src/llama-kv-cache-iswa.cpp builds no base mask for it)
+        swa = set(spec.swa_layers) if spec.swa_window else set()
+        return n_ctx_slot if any(i not in swa for i in range(spec.n_layer)) else 0
+
+    def add_compute(spec: ModelMemorySpec, ldevs: list[int], n_out: int) -> None:
+        # one compute buffer per backend that runs part of the graph (ggml_backend_sched: one gallocr per backend)
+        out_dev = ldevs[spec.n_layer]
+        swa, n_kv = swa_cells(spec), full_cells(spec)
+        for i, acc in enumerate(places):
+            layers = sum(1 for x in ldevs[:-1] if x == i)
+            if layers or out_dev == i:
+                acc.compute_bytes += compute_buffer_bytes(spec, n_tok, n_kv, out_dev == i, flash, n_out, swa,
+                                                          layers_here=bool(layers))
+        cpu_layers = any(x < 0 for x in ldevs[:-1])
+        if cpu_layers or out_dev < 0 or not devs:
+            host.compute_bytes += compute_buffer_bytes(spec, n_tok, n_kv, out_dev < 0, flash, n_out, swa,
+                                                       layers_here=cpu_layers or not devs)
+            if not cpu_layers and devs:
+                host.compute_bytes += host_input_bytes(spec, n_tok, n_kv, flash, swa)
+        else:
+            host.compute_bytes += host_input_bytes(spec, n_tok, n_kv, flash, swa)
+
+    add_compute(t, tdevs, t_outputs)
+    cpu_flags = set(getattr(devices, "cpu_features", ()) or ())
+
+    def repack(spec: ModelMemorySpec, ldevs: list[int]) -> int:
+        # layer index -1 = the output layer (ldevs[n_layer])
+        return sum(b for f, i, b in spec.repack_bytes if f in cpu_flags and ldevs[spec.n_layer if i < 0 else i] < 0)
+
+    host.target_weights_bytes += repack(t, tdevs)
+    if host.expert_bytes and devs:
+        # experts kept on the CPU: the CPU backend runs their matmuls for the offloaded blocks
+        host.compute_bytes += compute_buffer_bytes(t, n_tok, n_ctx_slot, False, flash, 1, None, True) - \
+            n_tok * n_ctx_slot * (2 if flash else COMPUTE_F32)
+    # logits/embeddings output buffer (host): n_vocab f32 per output row; src/llama-context.cpp
+    # output_reserve(n_seq_max) at construction: max(n_outputs, n_seq_max) rows = one per slot
     host.output_bytes += t.n_vocab * COMPUTE_F32 * n_par
     dngl = None
     if uses_draft and d is not None:
@@ -642,13 +829,9 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
             acc.output_here = False
         host.output_here = False
         ddevs = _place_model(d, dngl if devs else 0, splits if devs else [], places, host, True, n_ctx, n_par,
-                             unified, request.n_ubatch, bkd, bvd, d.n_layer - d.mtp_layers, flash)
-        d_layers_by_dev = [sum(1 for x in ddevs[:-1] if x == i) for i in range(len(devs))]
-        for i, acc in enumerate(places):
-            if d_layers_by_dev[i] or ddevs[d.n_layer] == i:
-                acc.compute_bytes += compute_buffer_bytes(d, request.n_ubatch, n_ctx_slot, ddevs[d.n_layer] == i, flash)
-        if any(x < 0 for x in ddevs) or not devs:
-            host.compute_bytes += compute_buffer_bytes(d, request.n_ubatch, n_ctx_slot, ddevs[d.n_layer] < 0, flash)
+                             unified, n_tok, bkd, bvd, d.n_layer - d.mtp_layers, flash)
+        add_compute(d, ddevs, d_outputs)
+        host.draft_weights_bytes += repack(d, ddevs)
         host.output_bytes += d.n_vocab * COMPUTE_F32 * n_par
     elif d is not None:
         dngl = request.draft_ngl
@@ -676,7 +859,7 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
     if not devs and dngl is not None:
         dngl = 0
     return MemoryPlan(fits, margin, tuple(dplans), hplan, ngl if devs else 0, dngl, n_ctx, n_ctx_slot, n_par,
-                      unified, tuple(notes))
+                      unified, tuple(notes), host.expert_bytes, t_outputs)
 
 
 def max_target_ngl(request: MemoryRequest, devices: object) -> int:
@@ -703,3 +886,66 @@ def max_target_ngl(request: MemoryRequest, devices: object) -> int:
         else:
             hi = mid - 1
     return lo
+
+
+@dataclass(frozen=True)
+class ContextTrade:
+    """The context-vs-layers trade at one context size.
+
+    ``n_ctx``: the context asked about; ``max_ngl_at_ctx``: the most target GPU layers (llama.cpp's
+    count: output layer first, ``n_layer + 1`` = everything) that fit at ``n_ctx`` next to the request's
+    draft placement; ``max_ctx_all_on_gpu``: the largest context (a multiple of 256, at most
+    ``ctx_ceiling``) at which every target layer — and every draft layer, when a draft is planned —
+    stays on the GPUs (0: not even 256 tokens; the ceiling itself when it fits there). ``ctx_ceiling``:
+    the upper end searched (the target's training context, else 131072). All None without a GPU.
+    """
+
+    n_ctx: int
+    max_ngl_at_ctx: int | None
+    max_ctx_all_on_gpu: int | None
+    ctx_ceiling: int
+    n_layers_all: int
+
+
+def _gpus_fit(plan: MemoryPlan) -> bool:
+    return all(p.fits is not False for p in plan.devices)
+
+
+def max_ctx_all_on_gpu(request: MemoryRequest, devices: object, ceiling: int | None = None) -> int | None:
+    """Largest ``n_ctx`` (multiple of 256, ≤ ``ceiling``; default the target's training context or
+    131072) whose plan with every target layer (and every draft layer of a planned draft) on the GPUs
+    fits them. 0 when 256 does not fit; None without a GPU. GPU usage grows with ``n_ctx`` (KV cache,
+    masks), so a binary search is exact. Raises ``ValueError`` as :func:`plan_memory`.
+    """
+    request = _coerce(request)
+    devs = tuple(getattr(devices, "devices", devices))
+    if not devs:
+        return None
+    top = ceiling or request.target.context_length or 131072
+    full = replace(request, ngl=None, draft_ngl=None if request.draft is not None else request.draft_ngl)
+
+    def ok(n_ctx: int) -> bool:
+        return _gpus_fit(plan_memory(replace(full, n_ctx=n_ctx), devices))
+
+    lo, hi = 0, max(1, top // 256)
+    if ok(hi * 256):
+        return hi * 256
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        if ok(mid * 256):
+            lo = mid
+        else:
+            hi = mid - 1
+    return lo * 256
+
+
+def context_trade(request: MemoryRequest, devices: object, ceiling: int | None = None) -> ContextTrade:
+    """Both answers of the context-vs-layers trade for ``request`` on ``devices`` (see
+    :class:`ContextTrade`): :func:`max_target_ngl` at ``request.n_ctx`` and :func:`max_ctx_all_on_gpu`."""
+    request = _coerce(request)
+    devs = tuple(getattr(devices, "devices", devices))
+    top = ceiling or request.target.context_length or 131072
+    if not devs:
+        return ContextTrade(request.n_ctx, None, None, top, request.target.n_layer + 1)
+    return ContextTrade(request.n_ctx, max_target_ngl(request, devices), max_ctx_all_on_gpu(request, devices, top),
+                        top, request.target.n_layer + 1)

@@ -467,7 +467,18 @@ def memory_plan_text(model: Any) -> str:
         return "Memory planning is not available yet in this build."
     try:
         devices = detect_devices()
-        plan = plan_memory(MemoryRequest(target=model, n_ctx=min(4096, model.context_length or 4096)), devices)
+        request = MemoryRequest(target=model, n_ctx=min(4096, model.context_length or 4096))
+        plan = plan_memory(request, devices)
     except Exception as exc:
         return f"Memory plan unavailable for {Path(model.path).name}: {exc}"
-    return str(getattr(plan, "summary", None) or plan)
+    text = str(getattr(plan, "summary", None) or plan)
+    try:  # the context-vs-layers trade and the cached llama-server cross-check (never runs the server)
+        from tuner.hardware.devices import find_server_binary
+        from tuner.hardware.fitcheck import plan_check_lines
+        from tuner.hardware.memory import load_model_spec
+
+        spec_request = MemoryRequest(target=load_model_spec(model.path), n_ctx=request.n_ctx)
+        text = " ".join([text, *plan_check_lines(spec_request, devices, find_server_binary())])
+    except Exception:  # noqa: BLE001 - the plan above stands on its own
+        pass
+    return text
