@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.server.argv import UnsupportedConfigError
-from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig
+from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig, default_alias
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_named_server, find_server
 from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
@@ -200,6 +200,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         key = _api_key_for(args.host or cfg.host, _given_key(args))
         if key is not None:
             over["api_key"] = key
+        if not cfg.alias:
+            over["alias"] = default_alias(cfg.model_path)
         if over:
             from dataclasses import replace
 
@@ -230,6 +232,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         host=args.host or "127.0.0.1",
         port=args.port,
         api_key=_api_key_for(args.host or "127.0.0.1", _given_key(args)),
+        alias=default_alias(target),
     )
 
 

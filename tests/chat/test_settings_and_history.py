@@ -1,0 +1,57 @@
+"""The prompt-cache setting (desktop default, validation naming the key) and the opt-in chat
+history file (0600, deleted when turned off)."""
+
+from __future__ import annotations
+
+import json
+import os
+import stat
+
+import pytest
+
+from tuner import chat_history
+from tuner import settings as S
+
+
+def test_cache_ram_default_round_trip_and_bad_values():
+    assert S.Settings().cache_ram_mib == S.DEFAULT_CACHE_RAM_MIB == 1024
+    assert S.Settings().keep_chat_history is False
+    st = S.Settings(cache_ram_mib=0, keep_chat_history=True)
+    S.save_settings(st)
+    assert S.load_settings() == st
+    for bad in (-2, "1024", True, 1.5):
+        S.settings_path().write_text(json.dumps({"cache_ram_mib": bad}))
+        with pytest.raises(S.SettingsError) as ei:
+            S.load_settings()
+        assert ei.value.key == "cache_ram_mib" and str(S.settings_path()) in str(ei.value)
+    S.settings_path().write_text(json.dumps({"keep_chat_history": "yes"}))
+    with pytest.raises(S.SettingsError) as ei:
+        S.load_settings()
+    assert ei.value.key == "keep_chat_history"
+
+
+def test_history_file_is_private_and_replaces_by_conversation():
+    assert chat_history.load_history() == []
+    conv = {"started_unix": 1.0, "model": "stories260K", "messages": [{"role": "user", "content": "hi"}]}
+    p = chat_history.save_conversation(conv)
+    if os.name == "posix":
+        assert stat.S_IMODE(p.stat().st_mode) == 0o600
+    conv2 = dict(conv, messages=conv["messages"] + [{"role": "assistant", "content": "hello"}])
+    chat_history.save_conversation(conv2)
+    chat_history.save_conversation({"started_unix": 2.0, "model": "m", "messages": []})
+    got = chat_history.load_history()
+    assert [c["started_unix"] for c in got] == [1.0, 2.0]
+    assert got[0]["messages"][-1]["content"] == "hello"
+    assert chat_history.delete_history() is True
+    assert not p.exists() and chat_history.delete_history() is False
+
+
+def test_bad_history_shape_names_the_file():
+    p = chat_history.history_path()
+    p.parent.mkdir(parents=True, exist_ok=True)
+    p.write_text('{"conversations": 3}')
+    with pytest.raises(ValueError, match="chat_history.json"):
+        chat_history.load_history()
+    # saving over a bad file starts a new one instead of failing
+    chat_history.save_conversation({"started_unix": 5.0, "model": "m", "messages": []})
+    assert [c["started_unix"] for c in chat_history.load_history()] == [5.0]
