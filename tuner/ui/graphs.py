@@ -78,6 +78,8 @@ class TimePlot(pg.PlotWidget):
         """Replace one line's data: ``ages_s`` (<= 0, seconds before now) and values (None = a break
         in the line, never bridged)."""
         xs, ys = _finite(ages_s, values)
+        if all(math.isnan(y) for y in ys):
+            xs, ys = [], []  # nothing measured in the window (and no all-NaN bounds for pyqtgraph)
         self.curves[name].setData([x / 60.0 for x in xs], [y * self.y_scale for y in ys])
         self._rescale_y()
 
