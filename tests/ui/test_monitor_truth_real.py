@@ -156,3 +156,37 @@ def test_twenty_concurrent_requests_show_in_flight_above_one(qtbot, llama_server
     tab.redraw()
     _x, y = tab.req_plot.curves[""].getData()
     assert max(v for v in y if v == v) > 1
+
+
+@pytest.mark.parametrize("spec", ["ngram-mod", "draft-simple"])
+def test_speculation_without_drafts_is_said(qtbot, llama_server_bin, stories260k_session, spec):
+    """Sampled stories on an n-gram server: no draft tokens at all (measured: 0 of 260 tokens), and
+    the Monitor says so; the same traffic on a draft model that drafts shows no such note."""
+    kw = dict(spec_type=spec, n_max=4 if spec == "draft-simple" else None,
+              draft_path=stories260k_session if spec == "draft-simple" else None)
+    cfg = ServerConfig(model_path=stories260k_session, n_ctx=512, threads=1, **kw)
+    sup = Supervisor(llama_server_bin)
+    sup.start(cfg)
+    try:
+        sup.wait_ready(timeout_s=120)
+        col = Collector(metrics=MetricsSampler(sup.client().metrics_text))
+        col.poll()
+        with sup.client() as cl:
+            for i in range(3):
+                cl.completion("Once upon a time", n_predict=40, temperature=1.5, seed=i, cache_prompt=False)
+                col.poll()
+    finally:
+        sup.stop()
+    generated, drafted = col.drafting_summary(col.clock())
+    assert generated >= 64
+    label = spec if spec.startswith("ngram") else f"draft-simple {stories260k_session.name} n_max 4"
+    c, tab = monitor_for(qtbot, col, stories260k_session, spec_label=label)
+    tab.redraw()
+    note = tab.no_drafts_text(col.clock())
+    if spec == "ngram-mod":
+        assert drafted == 0
+        assert note is not None and "sampled traffic rarely matches n-gram lookups" in note
+        assert f"the last {generated:.0f} tokens" in note
+        assert tab.note.text() == note and not tab.note.isHidden()
+    else:
+        assert drafted > 0 and note is None and tab.note.isHidden()
