@@ -55,3 +55,13 @@ def test_bad_history_shape_names_the_file():
     # saving over a bad file starts a new one instead of failing
     chat_history.save_conversation({"started_unix": 5.0, "model": "m", "messages": []})
     assert [c["started_unix"] for c in chat_history.load_history()] == [5.0]
+
+
+def test_memory_plan_text_counts_the_prompt_cache(stories260k_session):
+    from tuner.catalog.scan import scan_folder
+    from tuner.ui import flow
+
+    model = next(m for m in scan_folder(stories260k_session.parent) if m.is_llm)
+    assert "--cache-ram" not in flow.memory_plan_text(model)
+    assert "prompt cache (--cache-ram): up to 1.0 GiB of host RAM" in flow.memory_plan_text(model, 1024)
+    assert "prompt cache (--cache-ram): off" in flow.memory_plan_text(model, 0)

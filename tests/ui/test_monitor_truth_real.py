@@ -19,7 +19,7 @@ from tuner.server.config import ServerConfig, default_alias
 from tuner.server.supervisor import Supervisor
 from tuner.settings import Settings
 from tuner.telemetry.collector import Collector
-from tuner.telemetry.samplers import MetricsSampler
+from tuner.telemetry.samplers import MetricsSampler, ProcessSampler, ProcessUsage
 from tuner.ui.controller import AppController, activity_text
 from tuner.ui.flow import ServingInfo
 from tuner.ui.tab_monitor import MonitorTab
@@ -39,11 +39,13 @@ def start(binary, model: Path) -> Supervisor:
     return sup
 
 
-def monitor_for(qtbot, collector: Collector, model: Path, spec_label: str = "no speculation"):
+def monitor_for(qtbot, collector: Collector, model: Path, spec_label: str = "no speculation",
+                cache_ram_mib: int | None = None):
     c = AppController(Settings())
     c.collector = collector
     c.serving = ServingInfo(model_name=model.name, target_path=model, endpoint_url="http://127.0.0.1:1/v1",
-                            base_url="http://127.0.0.1:1", argv=(), pid=None, spec_label=spec_label)
+                            base_url="http://127.0.0.1:1", argv=(), pid=None, spec_label=spec_label,
+                            cache_ram_mib=cache_ram_mib)
     tab = MonitorTab(c)
     qtbot.addWidget(tab)
     return c, tab
@@ -90,11 +92,12 @@ def test_replayed_gap_and_restart_break_the_lines(qtbot, llama_server_bin, stori
             raise ConnectionError("connection refused")
         return body
 
-    col = Collector(metrics=MetricsSampler(fetch), clock=lambda: clock[0])
+    col = Collector(metrics=MetricsSampler(fetch), clock=lambda: clock[0], process=ProcessSampler(
+        lambda: ProcessUsage(rss_bytes=300 * 2**20, cpu_seconds=clock[0])))
     for ts, _body in list(recorded):
         clock[0] = ts
         col.poll()
-    c, tab = monitor_for(qtbot, col, stories260k_session)
+    c, tab = monitor_for(qtbot, col, stories260k_session, cache_ram_mib=1024)
     tab.set_range(5)
     tab.redraw(now_s=clock[0])
     segs = tab.tps_plot.segments()  # minutes before now
@@ -108,6 +111,7 @@ def test_replayed_gap_and_restart_break_the_lines(qtbot, llama_server_bin, stori
         assert not (a < 100 < b) and not (a < 189.5 < b)
     # while requests ran the header quotes the speed; a minute later it says idle
     assert "tokens/s" in tab.summary.text() and "idle" not in tab.summary.text()
+    assert "RAM 300 MiB (incl. the prompt cache, up to 1.00 GiB)" in tab.summary.text()
     clock[0] = now + 60.0
     tab.redraw(now_s=clock[0])
     assert "idle" in tab.summary.text()

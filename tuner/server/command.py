@@ -268,6 +268,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if ch.state == ServerState.READY:
             url = bound_url(cfg.host, ch.base_url)
             print(f"{url}/v1", flush=True)
+            if cfg.alias and any(a in ("-a", "--alias") for a in (sup.argv or ())):
+                _err(f"model id (--alias): {cfg.alias}")
             if not is_loopback_host(cfg.host):
                 _err(f"listening on {url} (reachable from the network; clients must send the API key); "
                      f"from this machine: {ch.base_url}/v1")

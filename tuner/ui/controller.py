@@ -110,6 +110,11 @@ class AppController(QObject):
         """True while a scan/tune/serve worker runs."""
         return self._work is not None and self._work.isRunning()
 
+    def can_retune(self) -> bool:
+        """Re-tune makes sense once there is something to re-tune: a sweep ran in this session or a
+        profile is being served (before that, "Tune & serve" is the action)."""
+        return self.state is not AppState.TUNING and (self.serving is not None or self.last_tune is not None)
+
     def endpoint_url(self) -> str | None:
         """The served OpenAI-compatible URL, or None when not serving."""
         return self.serving.endpoint_url if self.serving else None

@@ -159,12 +159,9 @@ class MonitorTab(QWidget):
             if acc is not None and not c.collector.is_idle(now):
                 parts.append(f"acceptance {acc:.0%}")
             if rss is not None:
-                parts.append(f"RAM {fmt_bytes(rss)}")
+                parts.append(f"RAM {fmt_bytes(rss)}{self._cache_ram_text(c.serving)}")
             self.summary.setText(" · ".join(parts))
             self._update_note(now)
-            mem_title = self._mem_title(c.serving)
-            if self.mem_plot.plotItem.titleLabel.text != mem_title:
-                self.mem_plot.setTitle(mem_title, size="10pt")
             title = "Draft acceptance rate" if c.serving.spec_label != "no speculation" else "Draft acceptance rate (not speculating)"
             if self.acc_plot.plotItem.titleLabel.text != title:
                 self.acc_plot.setTitle(title, size="10pt")
@@ -172,16 +169,17 @@ class MonitorTab(QWidget):
             self.summary.setText("Not serving: graphs fill in while llama-server runs.")
             self.note.setVisible(False)
 
-    def _mem_title(self, info) -> str:
-        base = "Memory" if self.has_vram else "Memory (no NVIDIA GPU found: host RAM only)"
+    @staticmethod
+    def _cache_ram_text(info) -> str:
+        """How much of llama-server's RAM its prompt cache may take (``--cache-ram``), for the header."""
         cram = getattr(info, "cache_ram_mib", None)
         if cram is None:
-            return base
+            return ""
         if cram == 0:
-            return base + " · prompt cache off"
+            return " (prompt cache off)"
         if cram < 0:
-            return base + " · RAM includes the prompt cache (no limit)"
-        return base + f" · RAM includes the prompt cache (up to {fmt_bytes(cram * MIB)})"
+            return " (incl. the prompt cache, no limit)"
+        return f" (incl. the prompt cache, up to {fmt_bytes(cram * MIB)})"
 
     def no_drafts_text(self, now: float) -> str | None:
         """The "speculation configured, no drafts" note, or None when it does not apply."""

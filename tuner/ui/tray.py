@@ -78,7 +78,7 @@ class Tray:
         a.triggered.connect(self.copy_endpoint)
         a = m.addAction("Re-tune")
         # nothing to re-tune before a first sweep or a served profile
-        a.setEnabled(not busy and (serving or c.last_tune is not None))
+        a.setEnabled(c.can_retune())
         a.triggered.connect(c.retune)
         m.addSeparator()
         if serving:
