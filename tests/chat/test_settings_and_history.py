@@ -65,3 +65,26 @@ def test_memory_plan_text_counts_the_prompt_cache(stories260k_session):
     assert "--cache-ram" not in flow.memory_plan_text(model)
     assert "prompt cache (--cache-ram): up to 1.0 GiB of host RAM" in flow.memory_plan_text(model, 1024)
     assert "prompt cache (--cache-ram): off" in flow.memory_plan_text(model, 0)
+
+
+def test_chat_sampling_reads_the_served_workload_keys_when_they_exist():
+    from types import SimpleNamespace
+
+    from tuner.ui.tab_chat import SAMPLING_DEFAULTS, sampling_from_settings
+
+    assert sampling_from_settings(S.Settings()) == SAMPLING_DEFAULTS == {
+        "temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05}  # llama-server b11434 --help
+    got = sampling_from_settings(SimpleNamespace(temperature=0.2, top_k=0, top_p=None))
+    assert got == {"temperature": 0.2, "top_p": 0.95, "top_k": 0, "min_p": 0.05}
+
+
+def test_reply_figures_wording():
+    from tuner.ui.tab_chat import reply_figures
+
+    tm = {"predicted_n": 48, "predicted_per_second": 31.25, "draft_n": 40, "draft_n_accepted": 30}
+    assert reply_figures(tm, True) == "48 tokens · 31.2 tokens/s · draft tokens accepted 30 / drafted 40"
+    plain = {"predicted_n": 1, "predicted_per_second": 0.0}
+    assert reply_figures(plain, False) == "1 token · no speculation"  # one token has no speed
+    assert reply_figures({"predicted_n": 9, "predicted_per_second": 5.0}, True) == \
+        "9 tokens · 5.0 tokens/s · no draft tokens in this reply"
+    assert reply_figures(None, True, 120) == "stopped after 120 characters (no timings for a stopped reply)"

@@ -111,7 +111,7 @@ def test_replayed_gap_and_restart_break_the_lines(qtbot, llama_server_bin, stori
         assert not (a < 100 < b) and not (a < 189.5 < b)
     # while requests ran the header quotes the speed; a minute later it says idle
     assert "tokens/s" in tab.summary.text() and "idle" not in tab.summary.text()
-    assert "RAM 300 MiB (incl. the prompt cache, up to 1.00 GiB)" in tab.summary.text()
+    assert "RAM 300 MiB (prompt cache ≤ 1.00 GiB)" in tab.summary.text()
     clock[0] = now + 60.0
     tab.redraw(now_s=clock[0])
     assert "idle" in tab.summary.text()

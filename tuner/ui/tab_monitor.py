@@ -39,6 +39,7 @@ class MonitorTab(QWidget):
         lay = QVBoxLayout(self)
         top = QHBoxLayout()
         self.summary = QLabel("Not serving: graphs fill in while llama-server runs.")
+        self.summary.setWordWrap(True)  # a long model name must not widen the window
         top.addWidget(self.summary, 1)
         top.addWidget(QLabel("Show last:"))
         self.range_group = QButtonGroup(self)
@@ -178,8 +179,8 @@ class MonitorTab(QWidget):
         if cram == 0:
             return " (prompt cache off)"
         if cram < 0:
-            return " (incl. the prompt cache, no limit)"
-        return f" (incl. the prompt cache, up to {fmt_bytes(cram * MIB)})"
+            return " (prompt cache: no limit)"
+        return f" (prompt cache ≤ {fmt_bytes(cram * MIB)})"
 
     def no_drafts_text(self, now: float) -> str | None:
         """The "speculation configured, no drafts" note, or None when it does not apply."""
