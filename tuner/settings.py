@@ -29,6 +29,12 @@ SCHEMA_VERSION = 1
 TUNE_BUDGET_MIN_S = 30
 TUNE_BUDGET_MAX_S = 24 * 3600
 DEFAULT_PORT = 8088
+#: Desktop default of llama-server's host-RAM prompt cache (``--cache-ram``, MiB). b11434's own
+#: default is 8192 MiB, sized for a server box: on a 16 GiB desktop that is half the RAM, taken
+#: bit by bit as conversations accumulate. 1024 MiB still keeps the prompt of a few recent
+#: conversations for reuse (a Llama-3-8B-shaped KV cache in f16 is 128 KiB per token, so about two
+#: full 4096-token contexts; a small model many more); 0 turns the cache off, -1 removes the limit.
+DEFAULT_CACHE_RAM_MIB = 1024
 
 
 class SettingsError(ValueError):
@@ -59,6 +65,10 @@ class Settings:
             (``--cors-origins localhost``). llama-server b11434 sends any value other than
             ``localhost`` verbatim as ``Access-Control-Allow-Origin``, so one origin is the most
             it can admit besides the default (tools/server/server-http.cpp, pre-routing handler).
+        cache_ram_mib: limit of llama-server's host prompt cache, MiB (``--cache-ram``; -1 = no
+            limit, 0 = off); default :data:`DEFAULT_CACHE_RAM_MIB` (see there for why).
+        keep_chat_history: the Chat tab saves conversations to ``data_dir()/chat_history.json``
+            (mode 0600); off by default, so chats are not stored.
     """
 
     models_dir: Path | None = None
@@ -69,6 +79,8 @@ class Settings:
     start_at_login: bool = False
     prompts_path: Path | None = None
     cors_origin: str | None = None
+    cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
+    keep_chat_history: bool = False
 
     def __post_init__(self) -> None:
         validate(self)
@@ -117,7 +129,11 @@ def validate(settings: Settings, path: Path | None = None) -> None:
         )
     if isinstance(s.port, bool) or not isinstance(s.port, int) or not 1 <= s.port <= 65535:
         raise SettingsError("port", f"expected a TCP port 1..65535, got {s.port!r}", path)
-    for key in ("expose_on_lan", "start_at_login"):
+    if isinstance(s.cache_ram_mib, bool) or not isinstance(s.cache_ram_mib, int) or s.cache_ram_mib < -1:
+        raise SettingsError(
+            "cache_ram_mib", f"expected MiB >= 0, or -1 for no limit, got {s.cache_ram_mib!r}", path
+        )
+    for key in ("expose_on_lan", "start_at_login", "keep_chat_history"):
         if not isinstance(getattr(s, key), bool):
             raise SettingsError(key, f"expected true or false, got {getattr(s, key)!r}", path)
     if s.cors_origin is not None and (not isinstance(s.cors_origin, str) or not _ORIGIN.match(s.cors_origin)):

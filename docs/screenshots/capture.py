@@ -1,4 +1,5 @@
-"""Take the README screenshots of every tab and of the tray menu under Xvfb with ``trayer``.
+"""Take the README screenshots of every tab (the Chat tab after two streamed replies) and of the tray
+menu under Xvfb with ``trayer``.
 
 Usage (needs Xvfb, trayer, imagemagick's ``import``, xdotool and the real llama-server)::
 
@@ -88,7 +89,26 @@ def s_load():
                 i += 1; time.sleep(0.3 if i % 7 else 2.0)
     threading.Thread(target=load, daemon=True).start()
     w.tabs.setCurrentWidget(w.monitor_tab)
-    later(int(load_s * 1000), lambda: (stop.set(), shot("monitor"), s_serve()))
+    later(int(load_s * 1000), lambda: (stop.set(), shot("monitor"), s_chat()))
+def s_chat():
+    w.tabs.setCurrentWidget(w.chat_tab)
+    t = w.chat_tab
+    t.max_tokens_spin.setValue(80)
+    t.temp_spin.setValue(0.0)  # greedy, as the sweep measured (the synthetic model's text is noise either way)
+    questions = ["Once upon a time, a little dog", "What did the dog find?"]
+    def ask():
+        if not questions:
+            later(800, lambda: (shot("chat"), s_serve()))
+            return
+        t.input.setPlainText(questions.pop(0))
+        t.send()
+        def wait():
+            if t.streaming:
+                later(300, wait)
+            else:
+                later(300, ask)
+        later(300, wait)
+    later(800, ask)
 def s_serve():
     w.tabs.setCurrentWidget(w.serve_tab); later(1500, lambda: (shot("serve"), s_tray()))
 def s_tray():

@@ -40,7 +40,9 @@ def test_tray_menu_in_each_state(make_app, qtbot):
     c, tray = a.controller, a.tray
 
     idle = enabled(tray)
-    assert idle["Tune & serve"] and idle["Start server"] and idle["Re-tune"] and idle["Quit"]
+    assert idle["Tune & serve"] and idle["Start server"] and idle["Quit"]
+    assert not idle["Re-tune"], "nothing to re-tune before a first sweep or a served profile"
+    assert not idle["Chat…"], "nothing to chat with before serving"
     assert idle["Open Draftwise"] and not idle["Copy endpoint URL"]
     assert "Stop server" not in idle and "Cancel tuning" not in idle
 
@@ -52,7 +54,7 @@ def test_tray_menu_in_each_state(make_app, qtbot):
     c.serving = fake_serving()
     c.set_state(AppState.SERVING)
     serving = enabled(tray)
-    assert serving["Stop server"] and serving["Copy endpoint URL"] and serving["Re-tune"]
+    assert serving["Stop server"] and serving["Copy endpoint URL"] and serving["Re-tune"] and serving["Chat…"]
     assert "Start server" not in serving and not serving["Tune & serve"]
     assert "Serving stories260K.gguf" in serving
     tray.actions()["Copy endpoint URL"].trigger()

@@ -260,7 +260,7 @@ def _comparison_text(sp: float, lo: float | None, hi: float | None, c_tps: float
                      n_pairs: int) -> str:
     """The figures the verdict was computed from, e.g. ``"paired speedup 0.91× over 3 repetitions of
     the same requests (95 % interval 0.90–0.92×), medians 418.0 vs 460.0 tokens/s"``."""
-    interval = f"95 % interval {lo:.2f}–{hi:.2f}×" if lo is not None and hi is not None else "no interval"
+    interval = f"95 % interval {lo:.2f}–{hi:.2f}×" if lo is not None and hi is not None else "too few repetitions for a 95 % interval"
     if n_pairs >= 2:
         return (f"paired speedup {sp:.2f}× over {n_pairs} repetitions of the same requests ({interval}), "
                 f"medians {c_tps:.1f} vs {b_tps:.1f} tokens/s")

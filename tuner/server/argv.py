@@ -69,6 +69,10 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
     ``/proc/PID/cmdline`` by other users (llama.cpp common/arg.cpp, ``--api-key-file``: one key per
     line, read at start-up).
 
+    ``config.alias`` → ``-a ALIAS`` (the model id the API reports); ``config.cache_ram_mib`` →
+    ``-cram N`` (host prompt-cache limit, common/arg.cpp ``--cache-ram``); each only where the
+    binary lists the flag (older builds have no prompt cache to limit and report the path).
+
     Raises:
         UnsupportedConfigError: the binary lacks a needed flag or speculation type (e.g.
             ``ngram-mod`` on a legacy build, ``--fit`` on a build without it), or a draft-model
@@ -95,6 +99,12 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
         argv += [_need(d, "-ctv", "--cache-type-v"), config.cache_type_v]
     if config.fit is not None:
         argv += [_need(d, "--fit", "-fit"), "on" if config.fit else "off"]
+    alias_flag = d.first("-a", "--alias")
+    if config.alias and alias_flag:
+        argv += [alias_flag, config.alias]
+    cram_flag = d.first("-cram", "--cache-ram")
+    if config.cache_ram_mib is not None and cram_flag:
+        argv += [cram_flag, str(int(config.cache_ram_mib))]
     if d.has_metrics:
         argv.append("--metrics")
     if d.has_slots:

@@ -9,8 +9,10 @@ Proxy variables are ignored (``trust_env=False``): the server is local.
 
 from __future__ import annotations
 
+import json
+import threading
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, Iterator
 
 import httpx
 
@@ -45,6 +47,25 @@ class Health:
     status_code: int | None
     ok: bool
     message: str
+
+
+@dataclass(frozen=True)
+class ChatDelta:
+    """One server-sent event of a streamed ``/v1/chat/completions`` answer.
+
+    Attributes:
+        text: the content added by this chunk (``""`` for chunks without content).
+        finish_reason: ``"stop"`` / ``"length"`` on the last choice chunk, else None.
+        timings: llama.cpp's ``timings`` dict (``predicted_n``, ``predicted_per_second`` in
+            tokens/s, ``draft_n`` / ``draft_n_accepted`` only when drafts were made:
+            server-common.cpp ``server_slot_stats::to_json``); b11434 sends it with the final chunk.
+        model: the ``model`` field (the served ``--alias``), or None.
+    """
+
+    text: str
+    finish_reason: str | None = None
+    timings: dict | None = None
+    model: str | None = None
 
 
 def _error_message(resp: httpx.Response) -> str:
@@ -165,3 +186,85 @@ class ServerClient:
         body = {"messages": messages, "max_tokens": int(max_tokens), "stream": False}
         body.update(params)
         return self._json("POST", "/v1/chat/completions", timeout_s=timeout_s, json=body)
+
+    def chat_stream(self, messages: list[dict], max_tokens: int, timeout_s: float = 120.0,
+                    cancel: threading.Event | None = None, **params: Any) -> Iterator[ChatDelta]:
+        """``POST /v1/chat/completions`` with ``"stream": true``: yields one :class:`ChatDelta` per
+        server-sent ``data:`` event until ``data: [DONE]`` (tools/server/server-http.cpp streams
+        them; the last choice chunk carries ``finish_reason`` and ``timings``).
+
+        Stopping: when ``cancel`` is set (checked after every event) or the caller stops iterating
+        (``close()`` on the generator), the HTTP connection is closed; llama-server notices the
+        closed connection and releases the slot (server-http.cpp ``is_connection_closed``), so the
+        generation stops instead of running on to ``max_tokens``.
+
+        Args:
+            messages: OpenAI-shaped ``[{"role": "user", "content": "…"}, …]``.
+            max_tokens: most tokens to generate.
+            timeout_s: the longest wait for the connection and for each next event, seconds.
+            cancel: optional event that stops the stream.
+            params: extra body fields (``temperature``, ``top_p``, ``top_k``, ``min_p``, ``model``, …).
+
+        Raises:
+            ServerUnreachableError: no connection, a timeout, or the server went away mid-stream.
+            ServerHTTPError: a non-200 answer (401 without the right API key) or an ``error``
+                event in the stream.
+        """
+        path = "/v1/chat/completions"
+        url = self.base_url + path
+        body = {"messages": messages, "max_tokens": int(max_tokens), "stream": True}
+        body.update(params)
+        try:
+            with self._http.stream("POST", path, json=body, timeout=timeout_s) as resp:
+                if resp.status_code != 200:
+                    resp.read()
+                    raise ServerHTTPError(url, resp.status_code, _error_message(resp))
+                for line in resp.iter_lines():
+                    if cancel is not None and cancel.is_set():
+                        return
+                    if not line.startswith("data:"):
+                        continue  # blank separators, ": ping" comments
+                    data = line[5:].strip()
+                    if data == "[DONE]":
+                        return
+                    try:
+                        obj = json.loads(data)
+                    except ValueError as exc:
+                        raise ServerHTTPError(url, 200, f"stream event is not JSON: {data[:200]!r}") from exc
+                    err = obj.get("error") if isinstance(obj, dict) else None
+                    if err:
+                        msg = err.get("message", str(err)) if isinstance(err, dict) else str(err)
+                        code = err.get("code", 500) if isinstance(err, dict) else 500
+                        raise ServerHTTPError(url, int(code) if isinstance(code, int) else 500, str(msg))
+                    yield _chat_delta(obj)
+                    if cancel is not None and cancel.is_set():
+                        return
+        except httpx.TimeoutException as exc:
+            raise ServerUnreachableError(url, f"timed out ({type(exc).__name__})") from exc
+        except httpx.HTTPError as exc:
+            raise ServerUnreachableError(url, f"{type(exc).__name__}: {exc}") from exc
+
+    def models(self) -> list[str]:
+        """``GET /v1/models``: the ids the server reports (the ``--alias`` when one was given).
+
+        Raises: ServerUnreachableError, ServerHTTPError (401 without the right API key).
+        """
+        data = self._json("GET", "/v1/models")
+        rows = data.get("data") if isinstance(data, dict) else None
+        return [str(r.get("id")) for r in rows or () if isinstance(r, dict)]
+
+
+def _chat_delta(obj: dict) -> ChatDelta:
+    """One parsed stream event → :class:`ChatDelta` (tolerates chunks without ``choices``)."""
+    text = ""
+    finish = None
+    for choice in obj.get("choices") or ():
+        delta = choice.get("delta") or {}
+        content = delta.get("content")
+        if isinstance(content, str):
+            text += content
+        if choice.get("finish_reason"):
+            finish = str(choice["finish_reason"])
+    timings = obj.get("timings")
+    return ChatDelta(text=text, finish_reason=finish, timings=timings if isinstance(timings, dict) else None,
+                     model=obj.get("model") if isinstance(obj.get("model"), str) else None)

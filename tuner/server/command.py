@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any
 
 from tuner.server.argv import UnsupportedConfigError, cors_locked
-from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig
+from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig, default_alias
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_named_server, find_server
 from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
@@ -214,6 +214,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         key = _api_key_for(args.host or cfg.host, _given_key(args))
         if key is not None:
             over["api_key"] = key
+        if not cfg.alias:
+            over["alias"] = default_alias(cfg.model_path)
         if over:
             from dataclasses import replace
 
@@ -245,6 +247,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         port=args.port,
         api_key=_api_key_for(args.host or "127.0.0.1", _given_key(args)),
         cors_origins=_settings_cors(),
+        alias=default_alias(target),
     )
 
 
@@ -291,6 +294,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if ch.state == ServerState.READY and ch.previous != ServerState.READY:
             url = bound_url(cfg.host, ch.base_url)
             print(f"{url}/v1", flush=True)
+            if cfg.alias and any(a in ("-a", "--alias") for a in (sup.argv or ())):
+                _err(f"model id (--alias): {cfg.alias}")
             if not is_loopback_host(cfg.host):
                 _err(f"listening on {url} (reachable from the network; clients must send the API key); "
                      f"from this machine: {ch.base_url}/v1")

@@ -10,7 +10,7 @@ from __future__ import annotations
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
-from tuner.catalog.split import split_shard_paths
+from tuner.catalog.split import SPLIT_NAME, split_shard_paths
 
 #: Speculation types that need a separate draft GGUF (``-md``); common/speculative.cpp
 #: ``common_speculative_init`` builds them only when a draft context exists.
@@ -45,6 +45,11 @@ class ServerConfig:
         cache_type_k / cache_type_v: target KV cache types (``-ctk`` / ``-ctv``), e.g. ``"q8_0"``.
         threads: CPU threads (``-t``).
         fit: ``True``/``False`` → ``--fit on|off`` where the binary has ``--fit``; None = default.
+        alias: model name the API reports (``--alias``: ``/v1/models`` ids and every answer's
+            ``model`` field; tools/server/server-context.cpp uses the model path without it). The
+            serving paths set :func:`default_alias`; None = not passed (the calibration sweep).
+        cache_ram_mib: limit of llama-server's host-RAM prompt cache in MiB (``--cache-ram``;
+            b11434's default is 8192, ``-1`` = no limit, ``0`` = off); None = the server's default.
         extra_args: appended verbatim at the end of the argv (expert escape hatch; a profile's
             are checked against an allow-list, tuner.calibration.serving).
         cors_origins: ``--cors-origins`` value where the binary has the flag. ``"localhost"``
@@ -71,6 +76,8 @@ class ServerConfig:
     cache_type_v: str | None = None
     threads: int | None = None
     fit: bool | None = None
+    alias: str | None = None
+    cache_ram_mib: int | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     cors_origins: str | None = "localhost"
 
@@ -109,3 +116,17 @@ class ServerConfig:
                 except OSError:
                     continue
         return total
+
+
+def default_alias(model_path: Path | str) -> str:
+    """The friendly model id served as ``--alias``: the file name without ``.gguf``, and for a
+    split set without its shard suffix (``Qwen3-8B-Q4_K_M-00001-of-00003.gguf`` → ``Qwen3-8B-Q4_K_M``;
+    llama.cpp's shard names come from src/llama.cpp ``llama_split_path``, see
+    :mod:`tuner.catalog.split`). Shape: a non-empty string. Raises nothing.
+    """
+    name = Path(model_path).name
+    m = SPLIT_NAME.match(name)
+    if m and int(m.group("count")) >= 2:
+        return m.group("stem")
+    stem = name[:-5] if name.lower().endswith(".gguf") else Path(name).stem
+    return stem or name

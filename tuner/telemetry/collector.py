@@ -5,7 +5,11 @@ Series (name → unit):
 
 * ``gen_tokens_per_s`` — generation tokens/s while generating (``/metrics`` deltas)
 * ``acceptance_rate`` — draft acceptance rate 0..1 (``/metrics`` counter deltas)
-* ``requests_processing`` — requests in flight
+* ``requests_processing`` — requests being decoded (gauge)
+* ``requests_in_flight`` — requests decoding or queued, at least 1 for an interval with work
+  (:attr:`tuner.telemetry.samplers.MetricsRates.requests_in_flight`)
+* ``generated_tokens`` — tokens generated in the interval (Δ``tokens_predicted_total``)
+* ``draft_tokens`` — draft tokens made in the interval (Δ``spec_decode_num_draft_tokens_total``)
 * ``vram_used_bytes`` — device memory used (NVML), summed over devices
 * ``ram_rss_bytes`` — resident memory of the llama-server process tree
 * ``cpu_percent`` — CPU of the llama-server process tree, % of one core
@@ -31,10 +35,20 @@ SERIES = (
     "gen_tokens_per_s",
     "acceptance_rate",
     "requests_processing",
+    "requests_in_flight",
+    "generated_tokens",
+    "draft_tokens",
     "vram_used_bytes",
     "ram_rss_bytes",
     "cpu_percent",
 )
+
+#: No request in this many seconds = "idle" (header and tray tooltip stop quoting a live speed).
+IDLE_AFTER_S = 10.0
+#: Window of the "speculation configured, no drafts" check, seconds.
+NO_DRAFT_WINDOW_S = 120.0
+#: Fewest generated tokens in that window before the check speaks (a few tokens prove nothing).
+NO_DRAFT_MIN_TOKENS = 64
 
 #: One hour at 1 Hz plus slack: the longest range the Monitor tab shows is 60 minutes.
 DEFAULT_CAPACITY = 3700
@@ -81,6 +95,8 @@ class Collector:
         self.clock = clock
         self.process_every = max(1, int(process_every))
         self._n_polls = 0
+        #: clock time of the last poll that saw a request in flight or tokens generated (None: never)
+        self.last_active_t_s: float | None = None
         self.series: dict[str, RingBuffer] = {name: RingBuffer(capacity) for name in SERIES}
 
     def attach(
@@ -100,6 +116,25 @@ class Collector:
         self.process = None
         self.watch = None
 
+    def idle_for_s(self, now_s: float | None = None) -> float | None:
+        """Seconds since the last poll that saw work (a request in flight or tokens generated);
+        None when no request has run since the collector started."""
+        if self.last_active_t_s is None:
+            return None
+        now = self.clock() if now_s is None else now_s
+        return max(0.0, now - self.last_active_t_s)
+
+    def is_idle(self, now_s: float | None = None, after_s: float = IDLE_AFTER_S) -> bool:
+        """True when no request ran in the last ``after_s`` seconds (or none ever ran)."""
+        idle = self.idle_for_s(now_s)
+        return idle is None or idle > after_s
+
+    def drafting_summary(self, now_s: float, window_s: float = NO_DRAFT_WINDOW_S) -> tuple[float, float]:
+        """``(generated tokens, draft tokens)`` summed over the polls of the last ``window_s`` seconds."""
+        _a, gen = self.series["generated_tokens"].window(now_s, window_s)
+        _b, drafted = self.series["draft_tokens"].window(now_s, window_s)
+        return sum(v for v in gen if v), sum(v for v in drafted if v)
+
     def poll(self) -> TelemetryTick:
         """Sample every source once and append to the buffers (never raises)."""
         t = self.clock()
@@ -114,6 +149,11 @@ class Collector:
         self.series["gen_tokens_per_s"].append(t, m.gen_tokens_per_s if m else None)
         self.series["acceptance_rate"].append(t, m.acceptance_rate if m else None)
         self.series["requests_processing"].append(t, m.requests_processing if m else None)
+        self.series["requests_in_flight"].append(t, m.requests_in_flight if m else None)
+        self.series["generated_tokens"].append(t, m.generated_tokens if m else None)
+        self.series["draft_tokens"].append(t, m.draft_tokens if m else None)
+        if m is not None and ((m.requests_in_flight or 0) > 0 or (m.generated_tokens or 0) > 0):
+            self.last_active_t_s = t
         self.series["vram_used_bytes"].append(t, v)
         if sample_process:
             self.series["ram_rss_bytes"].append(t, p.rss_bytes if p else None)

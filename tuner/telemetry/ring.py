@@ -64,6 +64,14 @@ class RingBuffer:
                     return s.value
         return None
 
+    def latest_valued(self) -> Sample | None:
+        """The newest sample whose value is not None (its time tells how old the value is), or None."""
+        with self._lock:
+            for s in reversed(self._items):
+                if s.value is not None:
+                    return s
+        return None
+
     def window(self, now_s: float, span_s: float) -> tuple[list[float], list[float | None]]:
         """Samples with ``now_s - span_s <= t_s <= now_s``.
 
@@ -84,3 +92,43 @@ class RingBuffer:
         """Forget every sample."""
         with self._lock:
             self._items.clear()
+
+
+#: A spacing this many times the series' usual spacing is a gap (nothing was measured there).
+GAP_FACTOR = 2.5
+
+
+def with_breaks(ages_s: list[float], values: list[float | None], max_dt_s: float | None = None,
+                ) -> tuple[list[float], list[float | None]]:
+    """Insert a ``None`` (a break in the plotted line) between two samples further apart than
+    ``max_dt_s``, so a line is never drawn across a stretch where nothing was measured (the app
+    was suspended, the poller stalled, the window covers a restart).
+
+    Args:
+        ages_s: sample times in seconds, ascending (e.g. :meth:`RingBuffer.window`'s ages).
+        values: the values (None = unknown, already a break).
+        max_dt_s: the largest spacing that is still continuous; None = :data:`GAP_FACTOR` × the
+            median spacing of the samples (a 1 Hz series breaks after 2.5 s, a series sampled every
+            5 s after 12.5 s).
+
+    Returns:
+        ``(ages_s, values)`` with a ``None`` inserted at the midpoint of each gap; same lists
+        (copied) when there is no gap or fewer than 2 samples.
+    """
+    xs, ys = list(ages_s), list(values)
+    if len(xs) < 2:
+        return xs, ys
+    steps = sorted(b - a for a, b in zip(xs, xs[1:]) if b > a)
+    if max_dt_s is None:
+        if not steps:
+            return xs, ys
+        max_dt_s = GAP_FACTOR * steps[len(steps) // 2]
+    out_x: list[float] = [xs[0]]
+    out_y: list[float | None] = [ys[0]]
+    for (x0, _y0), (x1, y1) in zip(zip(xs, ys), zip(xs[1:], ys[1:])):
+        if x1 - x0 > max_dt_s:
+            out_x.append((x0 + x1) / 2.0)
+            out_y.append(None)
+        out_x.append(x1)
+        out_y.append(y1)
+    return out_x, out_y

@@ -2,7 +2,7 @@
 
 * :class:`MetricsSampler`: llama-server ``/metrics`` counters → generation tokens/s, draft acceptance
   rate (from counter deltas: Δaccepted ÷ Δdrafted, the formula of server-context.cpp's
-  ``draft acceptance`` log line), requests in flight.
+  ``draft acceptance`` log line), requests in flight (decoding + queued).
 * :class:`ProcessSampler`: RSS and CPU of one process tree (the llama-server child) from a
   ``(rss_bytes, cpu_seconds)`` reader; the default reader is :func:`tuner.server.process` /
   :mod:`tuner.hardware.host`'s psutil adapter when present.
@@ -31,7 +31,13 @@ class MetricsRates:
         acceptance_rate: Δaccepted ÷ Δdrafted in 0..1 (None when no draft tokens in the interval).
         draft_tokens: Δdrafted tokens in the interval (None for the first scrape).
         accepted_tokens: Δaccepted draft tokens in the interval.
-        requests_processing: gauge at the newer scrape.
+        requests_processing: gauge at the newer scrape (requests being decoded).
+        requests_deferred: gauge at the newer scrape (requests queued for a slot: with ``-np 1``,
+            which speculation needs, every concurrent request but one waits here).
+        requests_in_flight: processing + deferred at the newer scrape, and at least 1 when tokens
+            were generated or prompts processed during the interval (a burst that started and
+            ended between two scrapes still counts); None when the gauges are absent.
+        generated_tokens: Δtokens_predicted in the interval (None for the first scrape).
     """
 
     t_s: float
@@ -42,6 +48,19 @@ class MetricsRates:
     draft_tokens: float | None = None
     accepted_tokens: float | None = None
     requests_processing: float | None = None
+    requests_deferred: float | None = None
+    requests_in_flight: float | None = None
+    generated_tokens: float | None = None
+
+
+def in_flight(processing: float | None, deferred: float | None, active_in_interval: bool = False) -> float | None:
+    """Requests in flight: decoding (``requests_processing``) plus queued (``requests_deferred``,
+    server-context.cpp counts the deferred task queue), at least 1 when the counters show work
+    during the interval. None when neither gauge is known and nothing happened."""
+    if processing is None and deferred is None:
+        return 1.0 if active_in_interval else None
+    n = (processing or 0.0) + (deferred or 0.0)
+    return max(n, 1.0) if active_in_interval else n
 
 
 def _delta(new: float | None, old: float | None) -> float | None:
@@ -90,21 +109,26 @@ class MetricsSampler:
         """Fold one already-parsed snapshot taken at ``t_s`` (seconds) and return the interval rates."""
         prev, prev_t = self._prev, self._prev_t
         self._prev, self._prev_t = snap, t_s
+        gauges = dict(requests_processing=snap.requests_processing, requests_deferred=snap.requests_deferred)
         if prev is None or prev_t is None:
-            return MetricsRates(t_s=t_s, requests_processing=snap.requests_processing)
+            return MetricsRates(t_s=t_s, requests_in_flight=in_flight(snap.requests_processing, snap.requests_deferred),
+                                **gauges)
         d_tok = _delta(snap.tokens_predicted_total, prev.tokens_predicted_total)
         d_sec = _delta(snap.tokens_predicted_seconds_total, prev.tokens_predicted_seconds_total)
         d_draft = _delta(snap.draft_tokens_total, prev.draft_tokens_total)
         d_acc = _delta(snap.accepted_tokens_total, prev.accepted_tokens_total)
         if any(d is not None and d < 0 for d in (d_tok, d_sec, d_draft, d_acc)):
             # counters went backwards: the server restarted; this snapshot is the new baseline
-            return MetricsRates(t_s=t_s, requests_processing=snap.requests_processing)
+            return MetricsRates(t_s=t_s, requests_in_flight=in_flight(snap.requests_processing, snap.requests_deferred),
+                                **gauges)
         if snap.draft_tokens_total is not None and prev.draft_tokens_total is None:
             d_draft, d_acc = snap.draft_tokens_total, snap.accepted_tokens_total
         interval = t_s - prev_t
         gen = d_tok / d_sec if d_tok and d_sec and d_sec > 0 else None
         thr = d_tok / interval if d_tok is not None and interval > 0 else None
         acc = d_acc / d_draft if d_acc is not None and d_draft else None
+        d_prompt = _delta(snap.prompt_tokens_total, prev.prompt_tokens_total)
+        active = bool(d_tok and d_tok > 0) or bool(d_prompt and d_prompt > 0)
         return MetricsRates(
             t_s=t_s,
             interval_s=interval,
@@ -113,7 +137,9 @@ class MetricsSampler:
             acceptance_rate=acc,
             draft_tokens=d_draft,
             accepted_tokens=d_acc,
-            requests_processing=snap.requests_processing,
+            requests_in_flight=in_flight(snap.requests_processing, snap.requests_deferred, active),
+            generated_tokens=d_tok,
+            **gauges,
         )
 
 

@@ -44,6 +44,7 @@ class DraftwiseApp:
             return
         self._quitting = True
         self.window.statusBar().showMessage("Stopping llama-server…")
+        self.window.chat_tab.shutdown()
         self.controller.shutdown()
         self.tray.hide()
         if self.instance is not None:
@@ -129,7 +130,7 @@ def build(single_instance: bool = True, tray_available: bool | None = None) -> D
         holder["app"].quit()
 
     window = MainWindow(controller, tray_available=True, quit_app=quit_app)
-    tray = Tray(controller, window.bring_forward, quit_app)
+    tray = Tray(controller, window.bring_forward, quit_app, show_chat=window.show_chat)
     if tray_available is not None:
         tray.available = tray_available
         if not tray_available:

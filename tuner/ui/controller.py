@@ -23,6 +23,28 @@ from tuner.ui.state import AppState
 from tuner.ui.workers import CallWorker, PollWorker
 
 
+def activity_text(collector: Collector, now_s: float | None = None) -> str:
+    """What the server is doing, in words, for the tray tooltip and the Monitor header:
+    ``"31.2 tokens/s"`` while requests run, ``"idle (last reply 31.2 tokens/s, 3 min ago)"`` when
+    no request ran in the last ``IDLE_AFTER_S`` seconds, ``"idle (no request yet)"``."""
+    from tuner.telemetry.collector import IDLE_AFTER_S
+
+    now = collector.clock() if now_s is None else now_s
+    series = collector.series["gen_tokens_per_s"]
+    idle = collector.idle_for_s(now)
+    last = series.latest_valued()
+    if idle is None:
+        return "idle (no request yet)"
+    if idle > IDLE_AFTER_S:
+        if last is None:
+            return "idle"
+        ago = max(0.0, now - last.t_s)
+        when = f"{ago:.0f} s ago" if ago < 90 else f"{ago / 60:.0f} min ago"
+        return f"idle (last generation {last.value:.1f} tokens/s, {when})"
+    tps = last.value if last is not None and now - last.t_s <= IDLE_AFTER_S else None
+    return f"{tps:.1f} tokens/s" if tps is not None else "working (no tokens/s yet)"
+
+
 class AppController(QObject):
     """State and actions of the running app.
 
@@ -88,18 +110,22 @@ class AppController(QObject):
         """True while a scan/tune/serve worker runs."""
         return self._work is not None and self._work.isRunning()
 
+    def can_retune(self) -> bool:
+        """Re-tune makes sense once there is something to re-tune: a sweep ran in this session or a
+        profile is being served (before that, "Tune & serve" is the action)."""
+        return self.state is not AppState.TUNING and (self.serving is not None or self.last_tune is not None)
+
     def endpoint_url(self) -> str | None:
         """The served OpenAI-compatible URL, or None when not serving."""
         return self.serving.endpoint_url if self.serving else None
 
     def tooltip(self) -> str:
-        """Tray tooltip: state, model, endpoint and current tokens/s."""
+        """Tray tooltip: state, model, endpoint and the current tokens/s, or "idle" when no request
+        ran in the last :data:`tuner.telemetry.collector.IDLE_AFTER_S` seconds."""
         lines = [f"Draftwise — {self.state.value}"]
         if self.serving:
             lines.append(f"{self.serving.model_name} at {self.serving.endpoint_url}")
-            tps = self.collector.series["gen_tokens_per_s"].last_value()
-            if tps is not None:
-                lines.append(f"{tps:.1f} tokens/s")
+            lines.append(activity_text(self.collector))
         elif self.state is AppState.ERROR and self.last_error:
             lines.append(self.last_error[:120])
         return "\n".join(lines)
@@ -158,7 +184,8 @@ class AppController(QObject):
     def plan_memory(self, model) -> None:
         """Compute the memory plan of ``model`` in a worker (device detection runs llama-server
         ``--list-devices``); the answer arrives as :attr:`plan_ready` ``(model, text)``."""
-        w = CallWorker(lambda ev, cancel: flow.memory_plan_text(model), "plan")
+        cram = self.settings.cache_ram_mib
+        w = CallWorker(lambda ev, cancel: flow.memory_plan_text(model, cram), "plan")
         w.done.connect(lambda text: self.plan_ready.emit(model, text))
         w.failed.connect(lambda exc: self.plan_ready.emit(model, f"Memory plan unavailable: {exc}"))
         self._plan_workers = [x for x in getattr(self, "_plan_workers", []) if x.isRunning()] + [w]

@@ -43,6 +43,8 @@ class ServingInfo:
         spec_label: the speculation in words ("no speculation", "draft-simple d.gguf n_max 8", …).
         break_even_rate: acceptance rate below which speculation loses (0..1), None when unknown.
         api_key: the key clients must send, or None.
+        model_id: the id the API reports for the model (``--alias``), used by the Chat tab.
+        cache_ram_mib: the host prompt-cache limit passed (``--cache-ram``, MiB), None = server default.
     """
 
     model_name: str
@@ -54,6 +56,8 @@ class ServingInfo:
     spec_label: str
     break_even_rate: float | None = None
     api_key: str | None = None
+    model_id: str | None = None
+    cache_ram_mib: int | None = None
 
 
 @dataclass(frozen=True)
@@ -272,7 +276,9 @@ def _break_even_for(decision_json: dict[str, Any]) -> float | None:
 
 
 def serving_config(profile: Any, settings: Settings) -> Any:
-    """The profile's winning ``ServerConfig`` with the user's port, listen address and API key.
+    """The profile's winning ``ServerConfig`` with the user's port, listen address and API key, the
+    friendly model id (``--alias`` = :func:`tuner.server.config.default_alias`) and the prompt-cache
+    limit (``settings.cache_ram_mib``).
 
     Raises:
         tuner.settings.SettingsError: LAN exposure without an API key.
@@ -283,9 +289,17 @@ def serving_config(profile: Any, settings: Settings) -> Any:
     from tuner.calibration.serving import profile_server_config
     from tuner.settings import server_api_key
 
+    from tuner.server.config import default_alias
+
     cfg = profile_server_config(profile)  # raises ProfileError for a tampered profile (option named)
     return replace(cfg, port=settings.port, host=settings.host, api_key=server_api_key(settings),
-                   cors_origins=settings.cors_origins_value())
+                   cors_origins=settings.cors_origins_value(),
+                   alias=cfg.alias or default_alias(cfg.model_path), cache_ram_mib=settings.cache_ram_mib)
+
+
+def _argv_has(argv, flags: tuple[str, ...]) -> bool:
+    """True when the launched command line carries one of ``flags`` (argv omits flags the binary lacks)."""
+    return any(a in flags for a in (argv or ()))
 
 
 def tune_and_serve(
@@ -352,6 +366,8 @@ def tune_and_serve(
         spec_label=str(decision_json.get("label") or "no speculation"),
         break_even_rate=_break_even_for(decision_json),
         api_key=config.api_key,
+        model_id=config.alias if _argv_has(sup.argv, ("-a", "--alias")) else None,
+        cache_ram_mib=config.cache_ram_mib if _argv_has(sup.argv, ("-cram", "--cache-ram")) else None,
     )
     return ServeOutcome(
         scan=scanned,
@@ -458,8 +474,10 @@ def decision_text(result: Any) -> str:
     return str(decision)
 
 
-def memory_plan_text(model: Any) -> str:
-    """Where the model's weights and KV cache go on this machine, in words (``tuner.hardware``)."""
+def memory_plan_text(model: Any, cache_ram_mib: int | None = None) -> str:
+    """Where the model's weights and KV cache go on this machine, in words (``tuner.hardware``),
+    plus the host RAM llama-server's prompt cache may take while serving (``cache_ram_mib``, the
+    ``--cache-ram`` limit; None = not mentioned)."""
     try:
         from tuner.hardware.devices import detect_devices
         from tuner.hardware.memory import MemoryRequest, plan_memory
@@ -481,4 +499,12 @@ def memory_plan_text(model: Any) -> str:
         text = " ".join([text, *plan_check_lines(spec_request, devices, find_server_binary())])
     except Exception:  # noqa: BLE001 - the plan above stands on its own
         pass
+    if cache_ram_mib is not None:
+        from tuner.units import format_bytes
+
+        if cache_ram_mib > 0:
+            extra = f"up to {format_bytes(cache_ram_mib * 1024 * 1024)} of host RAM"
+        else:
+            extra = "no limit on host RAM" if cache_ram_mib < 0 else "off"
+        text += f"\nWhile serving, llama-server's prompt cache (--cache-ram): {extra}."
     return text

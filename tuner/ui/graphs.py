@@ -30,6 +30,9 @@ class TimePlot(pg.PlotWidget):
         y_scale: multiply values by this before plotting (e.g. 100 for a 0..1 rate shown in %).
         min_top: the y axis reaches at least this (plotted units), also while the plot is empty
             (e.g. 100 for a percentage, 2 for a request count).
+        skip_gaps: draw a dot at every sample as well as the line, so a value measured in one
+            isolated interval (a short request between idle seconds) is visible. A ``None`` value
+            is always a break in the line: nothing is drawn across time where nothing was measured.
     """
 
     def __init__(self, title: str, y_label: str, y_unit: str, series: tuple[str, ...] = ("",), y_scale: float = 1.0,
@@ -72,11 +75,11 @@ class TimePlot(pg.PlotWidget):
         self.setXRange(-minutes, 0, padding=0.01)
 
     def set_series(self, name: str, ages_s, values) -> None:
-        """Replace one line's data: ``ages_s`` (<= 0, seconds before now) and values (None = gap)."""
-        if self.skip_gaps:  # rates only exist for intervals with activity: join the measured points
-            pairs = [(x, y) for x, y in zip(ages_s, values) if y is not None]
-            ages_s, values = [p[0] for p in pairs], [p[1] for p in pairs]
+        """Replace one line's data: ``ages_s`` (<= 0, seconds before now) and values (None = a break
+        in the line, never bridged)."""
         xs, ys = _finite(ages_s, values)
+        if all(math.isnan(y) for y in ys):
+            xs, ys = [], []  # nothing measured in the window (and no all-NaN bounds for pyqtgraph)
         self.curves[name].setData([x / 60.0 for x in xs], [y * self.y_scale for y in ys])
         self._rescale_y()
 
@@ -92,6 +95,24 @@ class TimePlot(pg.PlotWidget):
                 if finite:
                     top = max(top, max(finite))
         self.setYRange(0, max(self.min_top, top * 1.15), padding=0)
+
+    def segments(self, name: str = "") -> list[tuple[float, float]]:
+        """The drawn line's unbroken stretches as ``(first x, last x)`` in minutes (for tests)."""
+        x, y = self.curves[name].getData()
+        out: list[tuple[float, float]] = []
+        start = prev = None
+        for xi, yi in zip(x if x is not None else (), y if y is not None else ()):
+            if math.isnan(yi):
+                if start is not None:
+                    out.append((start, prev))
+                start = prev = None
+                continue
+            if start is None:
+                start = float(xi)
+            prev = float(xi)
+        if start is not None:
+            out.append((start, prev))
+        return out
 
     def point_count(self, name: str = "") -> int:
         """Number of finite points in a line (for tests)."""

@@ -29,7 +29,18 @@ def human_bytes(n: int | None) -> str:
     return format_bytes(n)
 
 def _model_name(m) -> str:
-    return m.name or Path(m.path).stem
+    """The row label of a model: its file name (``general.name`` is often just the architecture,
+    e.g. "llama"; the file is what the user recognises and what the API serves as the model id)."""
+    return Path(m.path).name
+
+
+def family_label(fam) -> str:
+    """A family's row label from its shared tokenizer, e.g. ``"llama tokenizer, 512 tokens"``."""
+    tok = fam.members[0].tokenizer if fam.members else None
+    if tok is None:
+        return "Shared tokenizer"
+    kind = getattr(tok, "vocab_type", None) or tok.model or "unknown"
+    return f"{kind} tokenizer, {tok.n_tokens:,} tokens" if tok.n_tokens else f"{kind} tokenizer"
 
 
 class ModelsTab(QWidget):
@@ -134,7 +145,7 @@ class ModelsTab(QWidget):
             shown = [e for e in fam.targets if e.drafts or Path(e.target.path) not in draft_paths]
             n_t, n_d = len(shown), len(draft_paths)
             fam_item = QTreeWidgetItem([
-                f"Family {i}", "", "",
+                family_label(fam), "", "",
                 f"{len(fam.members)} model{'s' if len(fam.members) != 1 else ''} with one tokenizer: {n_t} target{'s' if n_t != 1 else ''}, "
                 f"{n_d} draft{'s' if n_d != 1 else ''}", ""])
             f = fam_item.font(0)

@@ -1,5 +1,10 @@
 """Monitor tab: live graphs of generation tokens/s, draft acceptance rate (from ``/metrics`` counter
-deltas), VRAM and RAM, and requests in flight, over the last 5 / 15 / 60 minutes."""
+deltas), VRAM and RAM, and requests in flight (decoding + queued), over the last 5 / 15 / 60 minutes.
+
+Truth rules: where nothing was measured the line has a break (idle seconds, a stalled poller, a
+restart: :func:`tuner.telemetry.ring.with_breaks`); the header says "idle" when no request ran in
+the last ``IDLE_AFTER_S`` seconds instead of repeating the last speed; a speculative server that
+made no draft tokens while generating says so."""
 
 from __future__ import annotations
 
@@ -8,7 +13,9 @@ import time
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QButtonGroup, QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
-from tuner.ui.controller import AppController
+from tuner.telemetry.collector import NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S
+from tuner.telemetry.ring import with_breaks
+from tuner.ui.controller import AppController, activity_text
 from tuner.ui.graphs import TimePlot
 
 RANGES_MIN = (5, 15, 60)
@@ -32,6 +39,7 @@ class MonitorTab(QWidget):
         lay = QVBoxLayout(self)
         top = QHBoxLayout()
         self.summary = QLabel("Not serving: graphs fill in while llama-server runs.")
+        self.summary.setWordWrap(True)  # a long model name must not widen the window
         top.addWidget(self.summary, 1)
         top.addWidget(QLabel("Show last:"))
         self.range_group = QButtonGroup(self)
@@ -45,9 +53,14 @@ class MonitorTab(QWidget):
             self.range_buttons[m] = b
             top.addWidget(b)
         lay.addLayout(top)
+        self.note = QLabel()
+        self.note.setWordWrap(True)
+        self.note.setStyleSheet("background:#fef3c7; color:#78350f; padding:4px; border-radius:4px")
+        self.note.setVisible(False)
+        lay.addWidget(self.note)
 
         grid = QGridLayout()
-        self.tps_plot = TimePlot("Generation speed", "generation", "tokens/s", skip_gaps=True)
+        self.tps_plot = TimePlot("Generation speed", "generation", "tokens/s", skip_gaps=True, min_top=10.0)
         self.acc_plot = TimePlot("Draft acceptance rate", "acceptance", "%", y_scale=100.0, skip_gaps=True,
                                  min_top=100.0)
         self.acc_plot.getPlotItem().enableAutoRange(axis="y", enable=False)
@@ -58,7 +71,8 @@ class MonitorTab(QWidget):
             series=("VRAM used", "llama-server RAM") if self.has_vram else ("llama-server RAM",),
             y_scale=1.0 / MIB,
         )
-        self.req_plot = TimePlot("Requests in flight", "requests", "count", min_top=2.0)
+        self.req_plot = TimePlot("Requests in flight (decoding + queued)", "requests", "count", min_top=2.0,
+                                 skip_gaps=True)
         self.req_plot.getAxis("left").setTickSpacing(1, 1)
         self.req_plot.getPlotItem().enableAutoRange(axis="y", enable=False)
         grid.addWidget(self.tps_plot, 0, 0)
@@ -98,19 +112,19 @@ class MonitorTab(QWidget):
             # ``self`` as context: a pending update is dropped when the tab is destroyed
             QTimer.singleShot(i * STAGGER_MS, self, lambda fn=fn, now=now: fn(now))
 
+    def _window(self, name: str, now: float) -> tuple[list[float], list[float | None]]:
+        """The visible samples of one series, with a break wherever nothing was measured."""
+        return with_breaks(*self.controller.collector.series[name].window(now, self.span_min * 60.0))
+
     def _update_tps(self, now: float) -> None:
-        s = self.controller.collector.series
-        self.tps_plot.set_series("", *s["gen_tokens_per_s"].window(now, self.span_min * 60.0))
+        self.tps_plot.set_series("", *self._window("gen_tokens_per_s", now))
 
     def _update_acc(self, now: float) -> None:
-        s = self.controller.collector.series
-        self.acc_plot.set_series("", *s["acceptance_rate"].window(now, self.span_min * 60.0))
+        self.acc_plot.set_series("", *self._window("acceptance_rate", now))
 
     def _update_mem(self, now: float) -> None:
-        s = self.controller.collector.series
-        span = self.span_min * 60.0
-        vram = s["vram_used_bytes"].window(now, span)
-        ram = s["ram_rss_bytes"].window(now, span)
+        vram = self._window("vram_used_bytes", now)
+        ram = self._window("ram_rss_bytes", now)
         top = max([v for v in vram[1] + ram[1] if v is not None], default=0)
         if top >= 2 * GIB and self.mem_plot.y_unit != "GiB":
             self.mem_plot.set_unit("GiB", 1.0 / GIB)
@@ -121,9 +135,7 @@ class MonitorTab(QWidget):
         self.mem_plot.set_series("llama-server RAM", *ram)
 
     def _update_req(self, now: float) -> None:
-        s = self.controller.collector.series
-        ages, values = s["requests_processing"].window(now, self.span_min * 60.0)
-        self.req_plot.set_series("", ages, values)
+        self.req_plot.set_series("", *self._window("requests_in_flight", now))
 
     @property
     def _plot_updaters(self):
@@ -141,18 +153,51 @@ class MonitorTab(QWidget):
         c = self.controller
         s = c.collector.series
         if c.serving is not None:
-            tps = s["gen_tokens_per_s"].last_value()
+            now = c.collector.clock()
             acc = s["acceptance_rate"].last_value()
             rss = s["ram_rss_bytes"].last_value()
-            parts = [f"<b>{c.serving.model_name}</b> — {c.serving.spec_label}"]
-            parts.append(f"{tps:.1f} tok/s" if tps is not None else "no generation yet")
-            if acc is not None:
+            parts = [f"<b>{c.serving.model_name}</b> — {c.serving.spec_label}", activity_text(c.collector, now)]
+            if acc is not None and not c.collector.is_idle(now):
                 parts.append(f"acceptance {acc:.0%}")
             if rss is not None:
-                parts.append(f"RAM {fmt_bytes(rss)}")
+                parts.append(f"RAM {fmt_bytes(rss)}{self._cache_ram_text(c.serving)}")
             self.summary.setText(" · ".join(parts))
+            self._update_note(now)
             title = "Draft acceptance rate" if c.serving.spec_label != "no speculation" else "Draft acceptance rate (not speculating)"
             if self.acc_plot.plotItem.titleLabel.text != title:
                 self.acc_plot.setTitle(title, size="10pt")
         else:
             self.summary.setText("Not serving: graphs fill in while llama-server runs.")
+            self.note.setVisible(False)
+
+    @staticmethod
+    def _cache_ram_text(info) -> str:
+        """How much of llama-server's RAM its prompt cache may take (``--cache-ram``), for the header."""
+        cram = getattr(info, "cache_ram_mib", None)
+        if cram is None:
+            return ""
+        if cram == 0:
+            return " (prompt cache off)"
+        if cram < 0:
+            return " (prompt cache: no limit)"
+        return f" (prompt cache ≤ {fmt_bytes(cram * MIB)})"
+
+    def no_drafts_text(self, now: float) -> str | None:
+        """The "speculation configured, no drafts" note, or None when it does not apply."""
+        info = self.controller.serving
+        if info is None or info.spec_label == "no speculation":
+            return None
+        generated, drafted = self.controller.collector.drafting_summary(now, NO_DRAFT_WINDOW_S)
+        if drafted > 0 or generated < NO_DRAFT_MIN_TOKENS:
+            return None
+        minutes = NO_DRAFT_WINDOW_S / 60.0
+        text = (f"Speculation configured ({info.spec_label}), but no draft tokens were made while generating "
+                f"the last {generated:.0f} tokens ({minutes:.0f} min)")
+        if info.spec_label.startswith("ngram"):
+            return text + " — sampled traffic rarely matches n-gram lookups."
+        return text + " — check the Serve tab's log for the speculation lines."
+
+    def _update_note(self, now: float) -> None:
+        text = self.no_drafts_text(now)
+        self.note.setText(text or "")
+        self.note.setVisible(bool(text))

@@ -80,10 +80,11 @@ class PromptsTab(QWidget):
         lay.addLayout(top)
 
         split = QSplitter(Qt.Orientation.Vertical)
-        self.table = QTableWidget(0, 2)
-        self.table.setHorizontalHeaderLabels(["Category", "Prompt"])
+        self.table = QTableWidget(0, 3)
+        self.table.setHorizontalHeaderLabels(["Sweep", "Category", "Prompt"])
         self.table.horizontalHeader().setSectionResizeMode(0, QHeaderView.ResizeMode.ResizeToContents)
-        self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.Stretch)
+        self.table.horizontalHeader().setSectionResizeMode(1, QHeaderView.ResizeMode.ResizeToContents)
+        self.table.horizontalHeader().setSectionResizeMode(2, QHeaderView.ResizeMode.Stretch)
         self.table.verticalHeader().setVisible(False)
         self.table.setEditTriggers(QTableWidget.EditTrigger.NoEditTriggers)
         self.table.setWordWrap(False)
@@ -122,18 +123,36 @@ class PromptsTab(QWidget):
         self.controller.prompts_path = path
         cats = ", ".join(ps.categories) or "none"
         src = "built-in set" if path is None else str(path)
-        self.source_label.setText(f"<b>{len(ps.prompts)} prompts</b> from {src} — categories: {cats}")
-        self.table.setRowCount(len(ps.prompts))
+        used = self.sweep_prompt_indices(ps, path)
+        n = len(ps.prompts)
+        which = ("a sweep measures all of them" if len(used) == n else
+                 f"a sweep measures {len(used)} of them, one per category (✓)")
+        self.source_label.setText(f"<b>{n} prompts</b> from {src} — categories: {cats} — {which}")
+        self.table.setRowCount(n)
         for i, p in enumerate(ps.prompts):
-            self.table.setItem(i, 0, QTableWidgetItem(p.category or "—"))
+            mark = QTableWidgetItem("✓" if i in used else "")
+            mark.setToolTip("measured by a sweep" if i in used else "not measured by a sweep")
+            self.table.setItem(i, 0, mark)
+            self.table.setItem(i, 1, QTableWidgetItem(p.category or "—"))
             one_line = " ".join(p.text.split())
             item = QTableWidgetItem(one_line if len(one_line) < 200 else one_line[:199] + "…")
             item.setToolTip(p.text[:2000])
-            self.table.setItem(i, 1, item)
+            self.table.setItem(i, 2, item)
         self.editor.setPlainText(to_jsonl(ps))
         if announce:
             self.prompts_changed.emit(path)
         return True
+
+    def sweep_prompt_indices(self, ps, path: Path | None) -> set[int]:
+        """Indices of the prompts a sweep measures: the calibration's own choice
+        (``tuner.calibration.engine.select_prompts``; the built-in set uses ``DEFAULT_SET_PROMPTS``
+        of its prompts unless the tune options set ``max_prompts``)."""
+        from tuner.calibration.engine import DEFAULT_SET_PROMPTS, select_prompts
+
+        max_p = (getattr(self.controller, "tune_options", None) or {}).get("max_prompts")
+        if max_p is None and path is None:
+            max_p = DEFAULT_SET_PROMPTS
+        return {i for i, _p in select_prompts(ps, max_p)}
 
     def load_file(self) -> None:
         """Pick a JSONL or plain-text prompt file."""

@@ -1,5 +1,5 @@
 """Serve tab: state, endpoint, the exact command line, copy buttons, log tail, and the serving
-settings (port, LAN exposure with its API key, start at login, llama-server binary)."""
+settings (port, LAN exposure with its API key, prompt-cache RAM, start at login, llama-server binary)."""
 
 from __future__ import annotations
 
@@ -60,6 +60,10 @@ class ServeTab(QWidget):
         form.addRow("State:", self.state_label)
         self.model_label = QLabel("—")
         form.addRow("Serving:", self.model_label)
+        self.model_id_label = QLabel("—")
+        self.model_id_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.model_id_label.setToolTip("The model name clients see in /v1/models and send as \"model\" (--alias)")
+        form.addRow("Model id:", self.model_id_label)
         ep = QHBoxLayout()
         self.endpoint_edit = QLineEdit()
         self.endpoint_edit.setReadOnly(True)
@@ -165,6 +169,25 @@ class ServeTab(QWidget):
                                     "besides the server's own page. Empty = pages from localhost only.")
         self.origin_edit.editingFinished.connect(self._save_origin)
         form.addRow("Web origin:", self.origin_edit)
+        cram_row = QHBoxLayout()
+        self.cache_ram_spin = QSpinBox()
+        self.cache_ram_spin.setRange(-1, 1024 * 1024)
+        self.cache_ram_spin.setSingleStep(256)
+        self.cache_ram_spin.setSuffix(" MiB")
+        self.cache_ram_spin.setSpecialValueText("no limit")  # shown for -1, the minimum
+        self.cache_ram_spin.setValue(st.cache_ram_mib)
+        self.cache_ram_spin.setMinimumWidth(self.cache_ram_spin.fontMetrics().horizontalAdvance("1048576 MiB") + 40)
+        self.cache_ram_spin.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        self.cache_ram_spin.editingFinished.connect(self._save_cache_ram)
+        cram_row.addWidget(self.cache_ram_spin)
+        cram_help = QLabel(
+            f"llama-server keeps recent prompts in RAM to reuse them (--cache-ram; 0 = off). Its own default, "
+            f"8192 MiB, suits a server; Draftwise uses {settings_mod.DEFAULT_CACHE_RAM_MIB} MiB so a desktop keeps its RAM."
+        )
+        cram_help.setWordWrap(True)
+        cram_help.setStyleSheet("color:#6b7280")
+        cram_row.addWidget(cram_help, 1)
+        form.addRow("Prompt cache:", cram_row)
         self.login_check = QCheckBox("Start Draftwise at login")
         self.login_check.setChecked(st.start_at_login)
         self.login_check.toggled.connect(self._toggle_login)
@@ -209,6 +232,9 @@ class ServeTab(QWidget):
         text = self.origin_edit.text().strip().rstrip("/") or None
         if text != self.controller.settings.cors_origin:
             self._save(cors_origin=text)
+    def _save_cache_ram(self) -> None:
+        if self.cache_ram_spin.value() != self.controller.settings.cache_ram_mib:
+            self._save(cache_ram_mib=int(self.cache_ram_spin.value()))
 
     def _save_binary(self) -> None:
         text = self.bin_edit.text().strip()
@@ -277,12 +303,14 @@ class ServeTab(QWidget):
         info = c.serving
         if info is not None:
             self.model_label.setText(f"{info.model_name} — {info.spec_label}")
+            self.model_id_label.setText(getattr(info, "model_id", None) or "(the file path: this llama-server has no --alias)")
             self.endpoint_edit.setText(info.endpoint_url)
             self.cmd_edit.setPlainText(shlex.join(info.argv))
             self.web_pages_label.setText(web_pages_text(info.argv))
             self.show_error("")
         else:
             self.model_label.setText("—")
+            self.model_id_label.setText("—")
             self.endpoint_edit.setText("")
             self.web_pages_label.setText("—")
         self.start_btn.setEnabled(info is None and c.state is not AppState.TUNING)

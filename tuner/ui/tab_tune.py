@@ -130,7 +130,7 @@ class TuneTab(QWidget):
         tuning = state is AppState.TUNING
         # the File and tray menus' rule: no second "Tune & serve" while serving (Re-tune measures again)
         self.start_btn.setEnabled(not tuning and self.controller.serving is None)
-        self.retune_btn.setEnabled(not tuning)
+        self.retune_btn.setEnabled(not tuning and self.controller.can_retune())
         self.cancel_btn.setEnabled(tuning)
         self.budget.setEnabled(not tuning)
         if tuning:

@@ -10,7 +10,7 @@ from tuner.ui.icons import state_icon
 from tuner.ui.state import AppState
 
 #: Menu entries in order (text of the action), for tests and docs.
-MENU_ITEMS = ("Tune & serve", "Open Draftwise", "Start server", "Stop server", "Copy endpoint URL", "Re-tune", "Quit")
+MENU_ITEMS = ("Tune & serve", "Open Draftwise", "Chat…", "Start server", "Stop server", "Copy endpoint URL", "Re-tune", "Quit")
 
 
 class Tray:
@@ -20,11 +20,13 @@ class Tray:
         controller: the app controller (state, actions).
         show_window: callable that shows and raises the main window.
         quit_app: callable that stops the server and quits.
+        show_chat: callable that shows the window on the Chat tab (None: "Chat…" opens the window).
     """
 
-    def __init__(self, controller: AppController, show_window, quit_app) -> None:
+    def __init__(self, controller: AppController, show_window, quit_app, show_chat=None) -> None:
         self.controller = controller
         self.show_window = show_window
+        self.show_chat = show_chat or show_window
         self.quit_app = quit_app
         self.available = QSystemTrayIcon.isSystemTrayAvailable()
         self.last_notification: tuple[str, str] | None = None
@@ -60,6 +62,10 @@ class Tray:
         if busy:
             m.addAction("Cancel tuning").triggered.connect(c.cancel)
         m.addAction("Open Draftwise").triggered.connect(self.show_window)
+        a = m.addAction("Chat…")
+        a.setEnabled(serving)
+        a.setToolTip("Talk to the served model" if serving else "Start the server first")
+        a.triggered.connect(self.show_chat)
         m.addSeparator()
         if serving:
             m.addAction("Stop server").triggered.connect(c.stop_server)
@@ -71,7 +77,8 @@ class Tray:
         a.setEnabled(serving)
         a.triggered.connect(self.copy_endpoint)
         a = m.addAction("Re-tune")
-        a.setEnabled(not busy)
+        # nothing to re-tune before a first sweep or a served profile
+        a.setEnabled(c.can_retune())
         a.triggered.connect(c.retune)
         m.addSeparator()
         if serving:

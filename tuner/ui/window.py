@@ -1,4 +1,4 @@
-"""The main window: tabs Models / Prompts / Tune / Serve / Monitor, a status bar, and the one-line
+"""The main window: tabs Models / Prompts / Tune / Serve / Chat / Monitor, a status bar, and the one-line
 hint shown when the desktop has no system tray."""
 
 from __future__ import annotations
@@ -11,6 +11,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWid
 from tuner.ui.controller import AppController
 from tuner.ui.icons import state_icon
 from tuner.ui.state import AppState
+from tuner.ui.tab_chat import ChatTab
 from tuner.ui.tab_models import ModelsTab
 from tuner.ui.tab_monitor import MonitorTab
 from tuner.ui.tab_prompts import PromptsTab
@@ -22,7 +23,7 @@ NO_TRAY_HINT = (
     "closing it minimises instead of quitting (use File ▸ Quit)."
 )
 
-TAB_NAMES = ("Models", "Prompts", "Tune", "Serve", "Monitor")
+TAB_NAMES = ("Models", "Prompts", "Tune", "Serve", "Chat", "Monitor")
 
 
 class MainWindow(QMainWindow):
@@ -56,8 +57,10 @@ class MainWindow(QMainWindow):
         self.prompts_tab = PromptsTab(controller)
         self.tune_tab = TuneTab(controller)
         self.serve_tab = ServeTab(controller)
+        self.chat_tab = ChatTab(controller)
         self.monitor_tab = MonitorTab(controller)
-        for name, tab in zip(TAB_NAMES, (self.models_tab, self.prompts_tab, self.tune_tab, self.serve_tab, self.monitor_tab)):
+        tabs = (self.models_tab, self.prompts_tab, self.tune_tab, self.serve_tab, self.chat_tab, self.monitor_tab)
+        for name, tab in zip(TAB_NAMES, tabs):
             self.tabs.addTab(tab, name)
         v.addWidget(self.tabs, 1)
         self.setCentralWidget(central)
@@ -118,6 +121,12 @@ class MainWindow(QMainWindow):
         self.show()
         self.raise_()
         self.activateWindow()
+
+    def show_chat(self) -> None:
+        """Bring the window forward on the Chat tab (the tray's "Chat…")."""
+        self.tabs.setCurrentWidget(self.chat_tab)
+        self.bring_forward()
+        self.chat_tab.input.setFocus()
 
     def closeEvent(self, ev) -> None:  # noqa: N802 - Qt override
         """Closing hides to the tray (or minimises without a tray); the server keeps running."""
