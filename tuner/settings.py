@@ -53,6 +53,13 @@ class Settings:
         expose_on_lan: listen on 0.0.0.0 instead of 127.0.0.1; requires an API key.
         start_at_login: install the desktop autostart entry (``tuner.desktop.set_autostart``).
         prompts_path: the user's prompt set (JSONL); None = the built-in set.
+        ctx_size: context size in tokens for tuning and serving (``-c``); None = automatic: the model's
+            training context capped at 8192, never below 4096 unless the model's is smaller
+            (:func:`tuner.ctxsize.default_ctx_size`).
+        temperature, top_p, top_k, min_p: the sampling settings the user's chat client sends; the sweep
+            measures at them. None = the client sends none, so llama-server's own defaults apply
+            (b11434, common/common.h ``common_params_sampling``: temperature 0.8, top_k 40, top_p 0.95,
+            min_p 0.05; the sweep reads the binary's actual values from ``/props``).
     """
 
     models_dir: Path | None = None
@@ -62,6 +69,11 @@ class Settings:
     expose_on_lan: bool = False
     start_at_login: bool = False
     prompts_path: Path | None = None
+    ctx_size: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -107,6 +119,23 @@ def validate(settings: Settings, path: Path | None = None) -> None:
     for key in ("expose_on_lan", "start_at_login"):
         if not isinstance(getattr(s, key), bool):
             raise SettingsError(key, f"expected true or false, got {getattr(s, key)!r}", path)
+    _validate_workload(s, path)
+
+
+def _validate_workload(s: Settings, path: Path | None) -> None:
+    """``ctx_size`` and the sampling keys (None or a number in range). Raises SettingsError naming the key."""
+    from tuner.ctxsize import MIN_CTX_SIZE
+
+    if s.ctx_size is not None and (isinstance(s.ctx_size, bool) or not isinstance(s.ctx_size, int)
+                                   or s.ctx_size < MIN_CTX_SIZE):
+        raise SettingsError("ctx_size", f"expected null (automatic) or whole tokens >= {MIN_CTX_SIZE}, "
+                            f"got {s.ctx_size!r}", path)
+    for key, lo, hi in (("temperature", 0.0, 10.0), ("top_p", 0.0, 1.0), ("min_p", 0.0, 1.0)):
+        v = getattr(s, key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
+            raise SettingsError(key, f"expected null (server default) or a number {lo:g}..{hi:g}, got {v!r}", path)
+    if s.top_k is not None and (isinstance(s.top_k, bool) or not isinstance(s.top_k, int) or s.top_k < 0):
+        raise SettingsError("top_k", f"expected null (server default) or a whole number >= 0, got {s.top_k!r}", path)
 
 
 def settings_path() -> Path:

@@ -165,3 +165,16 @@ class ServerClient:
         body = {"messages": messages, "max_tokens": int(max_tokens), "stream": False}
         body.update(params)
         return self._json("POST", "/v1/chat/completions", timeout_s=timeout_s, json=body)
+
+    def tokenize(self, text: str, timeout_s: float = 60.0) -> list[int]:
+        """``POST /tokenize`` with ``add_special`` false: the token ids of ``text`` in the loaded model's
+        vocabulary (tools/server/server-context.cpp, the ``/tokenize`` handler). Used to size long-context
+        prompts to the served context.
+
+        Raises: ServerUnreachableError, ServerHTTPError, ServerClientError (no ``tokens`` list).
+        """
+        data = self._json("POST", "/tokenize", timeout_s=timeout_s, json={"content": text, "add_special": False})
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list):
+            raise ServerClientError(self.base_url + "/tokenize", "answer has no 'tokens' list")
+        return [int(t) if not isinstance(t, dict) else int(t.get("id", 0)) for t in tokens]
