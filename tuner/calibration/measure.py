@@ -115,8 +115,9 @@ def request_params(n_predict: int, seed: int = 1, sampling: "Sampling | None" = 
     """Body fields of every measured request: the sampling fields (greedy ``temperature`` 0 / ``top_k`` 1
     by default; only the set ones of ``sampling`` otherwise, so the server's defaults apply to the rest),
     ``seed``, fixed length (``n_predict``, ``ignore_eos``), no prompt cache (``cache_prompt`` false).
-    llama-server reads the same fields from a chat body (tools/server/server-task.cpp
-    ``params_from_json_cmpl``; ``max_tokens`` is the OpenAI name of ``n_predict``)."""
+    llama-server reads the same fields from a chat body (tools/server/server-schema.cpp declares them;
+    tools/server/server-common.cpp ``oaicompat_chat_params_parse`` copies the body's other fields through
+    and maps ``max_tokens`` to ``n_predict``)."""
     body = (sampling or GREEDY).body()
     body.update({"seed": seed, "cache_prompt": False, "ignore_eos": True, "n_predict": n_predict})
     return body
@@ -338,13 +339,18 @@ def _run(
             error = f"greedy lossless check failed: {exc}"
     no_drafts_at: str | None = None
     if speculative and error is None and samples and not any(s.draft_n for s in samples):
-        if sampled:
+        if candidate.spec_type.startswith("ngram"):
+            # A finding, not a broken run: n-gram lookup drafts only where the text so far repeats an
+            # n-gram (common/ngram-*.cpp); sampled text often never does.
             no_drafts_at = wl.sampling.describe(wl.server_sampling or None)
-            greedy_note = ""
-            if greedy_draft_n:
-                greedy_note = f"; at greedy settings it drafted {greedy_draft_n} tokens in the lossless check"
-            error = (f"{candidate.spec_type} never drafted at the served sampling ({no_drafts_at}): "
-                     f"no speedup is possible for these requests{greedy_note}")
+            if sampled and greedy_draft_n:
+                why = f"although it drafted {greedy_draft_n} tokens at greedy settings (the lossless check)"
+            elif sampled:
+                why = "nor at greedy settings (the lossless check): these prompts repeat no n-gram"
+            else:
+                why = "these prompts repeat no n-gram it could continue"
+            error = (f"{candidate.spec_type} never drafted at the served sampling ({no_drafts_at}), {why}: "
+                     "no speedup is possible for these requests")
         else:
             error = "draft_n absent in every answer: the server never drafted, so this is not a speculative run"
     lossless = None

@@ -8,7 +8,7 @@ A tuned profile only predicts what the server later gets when the sweep sends th
   ``oaicompat_chat_params_parse``); drafts accept template tokens and role markers differently from raw
   prose, so such a model is measured through that endpoint (llama-server b11434 returns ``timings`` with
   ``draft_n`` / ``draft_n_accepted`` there too: tools/server/server-task.cpp
-  ``server_task_result_cmpl_final::to_json_oaicompat_chat``). A base model (no template) keeps
+  ``server_task_result_cmpl_final::to_json_oaicompat_chat`` adds ``timings`` when set). A base model (no template) keeps
   ``/completion``.
 * **Sampling.** By default the requests carry no sampling fields, so llama-server's own defaults apply
   (b11434 common/common.h ``common_params_sampling``: temperature 0.80, top_k 40, top_p 0.95, min_p 0.05;
@@ -86,8 +86,8 @@ class Sampling:
 
     @property
     def is_greedy(self) -> bool:
-        """True when the temperature is set to 0 or below (llama.cpp then takes the argmax:
-        common/sampling.cpp ``common_sampler_init``)."""
+        """True when the temperature is set to 0 or below (llama.cpp then samples greedily: common/common.h
+        ``common_params_sampling::temp``, "<= 0.0 to sample greedily")."""
         return self.temperature is not None and self.temperature <= 0.0
 
     @property
