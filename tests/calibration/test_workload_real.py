@@ -141,7 +141,7 @@ def test_sampled_acceptance_is_the_sampled_one_and_the_greedy_lossless_pass_stil
 
 
 def test_long_context_requests_fill_at_least_half_the_served_context(stories260k_session, llama_server_bin):
-    n_ctx = 512  # stories260K's training context; small so the test is fast
+    n_ctx = 512  # small (stories260K was trained at 2048) so the test is fast
     wl = Workload(chat=False, sampling=GREEDY, n_ctx=n_ctx)
     fn, _ = _launcher(llama_server_bin, stories260k_session, wl)
     longs = [(10 + i, p) for i, p in enumerate(long_context_prompts())]

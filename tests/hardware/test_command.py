@@ -120,7 +120,7 @@ def test_plan_default_ctx_is_capped_at_the_training_context(stories260k_session,
 def test_plan_warns_when_ctx_exceeds_the_training_context(stories260k_session, capsys):
     assert cli.main(["plan", "--target", str(stories260k_session), "--ctx-size", "8192"]) == 0
     out = capsys.readouterr().out
-    assert "n_ctx 8192" in out and "warning: --ctx 8192 exceeds the model's training context 2048" in out
+    assert "n_ctx 8192" in out and "warning: --ctx-size 8192 exceeds the model's training context 2048" in out
     assert cli.main(["plan", "--target", str(stories260k_session), "--ctx-size", "1024"]) == 0
     assert "training context" not in capsys.readouterr().out
 
