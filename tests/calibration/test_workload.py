@@ -137,3 +137,20 @@ def test_a_schema_1_profile_is_read_and_stale_with_its_old_context():
     reasons = stale_reasons(p.keys, _keys(8192))
     assert "the context size changed (tuned at 2048, now 8192 tokens)" in reasons
     assert any("older protocol" in r for r in reasons)
+
+
+def test_the_depth_sentence_only_when_long_requests_differ_beyond_noise():
+    from tuner.calibration.candidates import Candidate
+    from tuner.calibration.decide import CategoryResult, Decision
+    from tuner.calibration.engine import describe_depth
+
+    def dec(long_speedup):
+        cats = (CategoryResult("code", 10, 14, 1.4, 0.8), CategoryResult("long code", 10, long_speedup * 10,
+                                                                          long_speedup, 0.7))
+        return Decision(winner=Candidate(spec_type="ngram-mod"), gen_tokens_per_s=13, baseline_gen_tokens_per_s=10,
+                        speedup=1.3, speedup_ci_low=1.2, speedup_ci_high=1.4, reason="", per_category=cats)
+
+    assert describe_depth(dec(1.32), ("long code",)) is None  # within 5 % of the overall 1.30×
+    text = describe_depth(dec(1.05), ("long code",))
+    assert text == "At depth (≥ half the context: long code 1.05×) the speedup differs from the overall 1.30×."
+    assert describe_depth(dec(1.05), ("long document",)) is None  # not measured

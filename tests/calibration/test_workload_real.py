@@ -229,3 +229,38 @@ def test_gemma_tune_and_serve_models_serve_at_the_context_setting(tmp_path: Path
     assert again.returncode == 0, again.stderr[-2000:]
     assert "the context size changed (tuned at 8192, now 4096 tokens)" in again.stderr
     assert json.loads(again.stdout)["reused"] is False
+
+
+def test_a_default_sweep_has_long_context_requests_and_reports_their_speedup(tmp_path: Path, chat_family,
+                                                                             llama_server_bin):
+    import io
+
+    from tuner.calibration.command import print_table
+    from tuner.calibration.prompts import make_prompt_set
+    from tuner.calibration.tune import tune
+    from tuner.profiles import ProfileStore
+
+    from .conftest import link_models
+
+    target, draft = chat_family
+    models = link_models(tmp_path / "models", target, draft)
+    ps = make_prompt_set([p for _, p in SHORT], source="test")
+    n_ctx = 512
+    res = tune(models, target="target.gguf", prompts=ps, budget_s=20, server=llama_server_bin,
+               store=ProfileStore(tmp_path / "profiles"), n_predict=32, repetitions=2, n_ctx=n_ctx,
+               threads=TUNE_THREADS, sampling=GREEDY)
+    d = res.decision
+    assert d is not None
+    for m in res.measurements:
+        longs = [s for s in m.samples if s.category in ("long document", "long code")]
+        if m.stopped_early:
+            continue
+        assert {s.category for s in longs} == {"long document", "long code"}, m.candidate.label
+        assert all(s.prompt_n >= n_ctx / 2 for s in longs), [(s.category, s.prompt_n) for s in longs]
+    rows = {c.category: c for c in d.per_category}
+    assert rows["long document"].speedup and rows["long code"].speedup, d.per_category
+    out = io.StringIO()
+    print_table(res, out)
+    assert "  long document: " in out.getvalue() and "  long code: " in out.getvalue()
+    assert res.profile.keys.n_ctx == n_ctx and res.profile.keys.workload == "chat;temperature=0,top_k=1"
+    assert "chat requests (/v1/chat/completions) at greedy (temperature 0), context 512" in d.reason
