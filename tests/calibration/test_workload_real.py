@@ -264,3 +264,37 @@ def test_a_default_sweep_has_long_context_requests_and_reports_their_speedup(tmp
     assert "  long document: " in out.getvalue() and "  long code: " in out.getvalue()
     assert res.profile.keys.n_ctx == n_ctx and res.profile.keys.workload == "chat;temperature=0,top_k=1"
     assert "chat requests (/v1/chat/completions) at greedy (temperature 0), context 512" in d.reason
+
+
+def test_probabilistic_drafts_are_a_candidate_at_sampled_settings(chat_family, llama_server_bin):
+    from tuner.calibration.candidates import CandidatePlan
+    from tuner.calibration.engine import add_draft_sampling_variants
+
+    target, draft = chat_family
+    binary = find_named_server(llama_server_bin)
+    dialect = probe_dialect(binary.path)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(_draft(draft, 4),))
+    hot = Workload(chat=False, sampling=Sampling(temperature=0.8), n_ctx=512)
+    twin = add_draft_sampling_variants(plan, hot, dialect)
+    assert [c.draft_sampling for c in twin.drafts] == [None, "probabilistic"]
+    assert twin.drafts[1].label.endswith("probabilistic drafts")
+    assert add_draft_sampling_variants(plan, Workload(sampling=GREEDY), dialect).drafts == plan.drafts
+
+    sup = Supervisor(binary, dialect)
+    fn = _supervisor_launch_fn(sup, target, 512, TUNE_THREADS, lambda *a, **k: None, 60.0, hot)
+    argvs: list[list[str]] = []
+
+    def launch(c, ev):
+        la = fn(c, ev)
+        argvs.append(list(sup.argv))
+        return la
+
+    greedy_drafts = measure_candidate(launch, twin.drafts[0], SHORT, [0, 1], 48, threading.Event())
+    rejection = measure_candidate(launch, twin.drafts[1], SHORT, [0, 1], 48, threading.Event())
+    assert greedy_drafts.ok and rejection.ok, (greedy_drafts.error, rejection.error)
+    assert "--spec-draft-sampling" not in argvs[0]
+    i = argvs[1].index("--spec-draft-sampling")
+    assert argvs[1][i + 1] == "probabilistic"
+    # at temperature 0.8 a greedy draft is matched against a sampled token; a sampled draft verified by
+    # rejection keeps far more of its tokens (measured here: ~0.2 vs ~0.85)
+    assert rejection.acceptance > greedy_drafts.acceptance + 0.2, (rejection.acceptance, greedy_drafts.acceptance)

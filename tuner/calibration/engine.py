@@ -349,6 +349,7 @@ def run_tune(
         plan = _place_on_gpu(plan, target_path, devices, n_ctx, notes)
         if memory_check is not None:
             plan = apply_memory_check(plan, memory_check, drafts_only=True)
+    plan = add_draft_sampling_variants(plan, workload, dialect)
     for note in notes:
         emit("error", note)
     emit(
@@ -431,6 +432,30 @@ def run_tune(
         dropped=plan.dropped,
         elapsed_s=time.monotonic() - t0,
     )
+
+
+DRAFT_SAMPLING_FLAG = "--spec-draft-sampling"
+DRAFT_SAMPLING_TYPES = ("draft-simple", "draft-mtp")
+"""Types that fill the draft distribution ``--spec-draft-sampling probabilistic`` needs (b11434
+tools/server/server-context.cpp: other drafters fall back to sample-and-match)."""
+
+
+def add_draft_sampling_variants(plan: CandidatePlan, workload: Workload, dialect: Any) -> CandidatePlan:
+    """At sampled settings (temperature > 0) and where the binary offers ``--spec-draft-sampling``, each
+    draft-model probe gets a twin with ``probabilistic`` drafts, right after it: a candidate like any
+    other (the search measures and refines it as its own group). Greedy workloads and builds without the
+    flag get the plan unchanged. (``draft-mtp`` is a single probe in the plan and gets no twin yet.)"""
+    from dataclasses import replace
+
+    has = getattr(dialect, "has", None)
+    if workload.sampling.is_greedy or has is None or not has(DRAFT_SAMPLING_FLAG):
+        return plan
+    drafts: list[Candidate] = []
+    for c in plan.drafts:
+        drafts.append(c)
+        if c.spec_type in DRAFT_SAMPLING_TYPES and c.draft_sampling is None:
+            drafts.append(replace(c, draft_sampling="probabilistic"))
+    return replace(plan, drafts=tuple(drafts))
 
 
 def _with_workload(launch_fn: LaunchFn, workload: Workload) -> LaunchFn:
