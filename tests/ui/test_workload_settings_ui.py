@@ -38,3 +38,20 @@ def test_models_tab_context_text(stories260k_session):
                                              "32768, capped at 8192)")
     assert flow.context_text(gemma_like, 16384) == "Context size 16384 tokens (your setting)"
     assert flow.memory_plan_text(stories, 1024).startswith("Context size 1024 tokens (your setting). ")
+
+
+def test_the_prompt_editor_keeps_a_conversation(tmp_path):
+    import json
+
+    from tuner.calibration.prompts import load_prompts
+    from tuner.ui.tab_prompts import to_jsonl
+
+    conv = {"messages": [{"role": "user", "content": "Hi"}, {"role": "assistant", "content": "Hello."},
+                         {"role": "user", "content": "Tell me a joke."}], "category": "chat"}
+    f = tmp_path / "p.jsonl"
+    f.write_text(json.dumps(conv) + "\n")
+    text = to_jsonl(load_prompts(f))
+    assert json.loads(text) == conv
+    g = tmp_path / "q.jsonl"
+    g.write_text(text)
+    assert load_prompts(g).sha256 == load_prompts(f).sha256
