@@ -154,3 +154,16 @@ def test_the_depth_sentence_only_when_long_requests_differ_beyond_noise():
     text = describe_depth(dec(1.05), ("long code",))
     assert text == "At depth (≥ half the context: long code 1.05×) the speedup differs from the overall 1.30×."
     assert describe_depth(dec(1.05), ("long document",)) is None  # not measured
+
+
+def test_long_context_requests_are_left_out_when_the_budget_cannot_afford_them():
+    from tuner.calibration.workload import LongContextPlan
+
+    slow = LongContextPlan()
+    # Gemma 3 270M on one loaded CPU thread here: ~64 prompt tokens/s, ~12 generated tokens/s
+    assert slow.decide(2, 4096, 64.0, 12.0, 256, 180.0) is False
+    assert slow.reason.startswith("The long-context requests were left out: one would take about 85 s")
+    assert slow.decide(2, 4096, 10_000.0, 500.0, 256, 180.0) is False  # decided once for the whole sweep
+    fast = LongContextPlan()
+    assert fast.decide(2, 4096, 2000.0, 100.0, 256, 180.0) is True and fast.reason is None
+    assert LongContextPlan().decide(2, 4096, 64.0, 12.0, 256, None) is True  # no budget: kept

@@ -298,3 +298,15 @@ def test_probabilistic_drafts_are_a_candidate_at_sampled_settings(chat_family, l
     # at temperature 0.8 a greedy draft is matched against a sampled token; a sampled draft verified by
     # rejection keeps far more of its tokens (measured here: ~0.2 vs ~0.85)
     assert rejection.acceptance > greedy_drafts.acceptance + 0.2, (rejection.acceptance, greedy_drafts.acceptance)
+
+
+def test_long_context_requests_dropped_for_the_whole_sweep_when_the_budget_is_too_small(stories260k_session,
+                                                                                       llama_server_bin):
+    wl = Workload(chat=False, sampling=GREEDY, n_ctx=512, budget_s=0.01)
+    fn, _ = _launcher(llama_server_bin, stories260k_session, wl)
+    longs = [(10 + i, p) for i, p in enumerate(long_context_prompts())]
+    m = measure_candidate(fn, Candidate(), SHORT + longs, [0], 16, threading.Event())
+    assert m.ok and {s.category for s in m.samples} == {"creative", "chat"}, m.error
+    assert wl.long_plan.decided and not wl.long_plan.keep and "left out" in wl.long_plan.reason
+    m2 = measure_candidate(fn, Candidate(spec_type="ngram-mod"), SHORT + longs, [0], 16, threading.Event())
+    assert all(s.category in ("creative", "chat") for s in m2.samples)  # the same requests for every candidate

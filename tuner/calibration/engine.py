@@ -264,7 +264,7 @@ def run_tune(
     except ValueError as exc:
         raise TuneError(str(exc), bad_input=True) from exc
     use_chat = has_chat_template(target_path) if chat is None else chat
-    workload = Workload(chat=use_chat, sampling=sampling or Sampling(), n_ctx=n_ctx)
+    workload = Workload(chat=use_chat, sampling=sampling or Sampling(), n_ctx=n_ctx, budget_s=budget_s)
     if long_context:
         base = len(ps.prompts)
         chosen_prompts = list(chosen_prompts) + [(base + j, p) for j, p in enumerate(long_context_prompts())]
@@ -395,6 +395,8 @@ def run_tune(
     from dataclasses import replace as _replace
 
     extra = [f"Measured with {workload.describe()}."]
+    if workload.long_plan.reason:
+        extra.append(workload.long_plan.reason)
     depth = describe_depth(decision, tuple(p.category for _, p in chosen_prompts if p.fill is not None and p.category))
     if depth:
         extra.append(depth)

@@ -281,6 +281,8 @@ def _run(
         for idx, prompt in prompts:
             if cancel.is_set():
                 raise Cancelled()
+            if prompt.fill is not None and not _keep_long(wl, prompts, samples, n_predict):
+                continue
             try:
                 text = _sized_text(client, wl, idx, prompt, n_predict, sized)
                 t, content = send_request(client, wl, prompt, rep, n_predict, request_seed(idx, rep),
@@ -383,6 +385,21 @@ def _read_server_sampling(client: CompletionClient, wl: Workload) -> None:
     for k in ("temperature", "top_k", "top_p", "min_p"):
         if isinstance(params.get(k), (int, float)):
             wl.server_sampling[k] = round(float(params[k]), 4) if k != "top_k" else int(params[k])
+
+
+def _keep_long(wl: Workload, prompts: Sequence[tuple[int, Prompt]], samples: Sequence[Sample],
+               n_predict: int) -> bool:
+    """Whether the sweep sends its long-context requests (decided once, from the short requests so far:
+    :meth:`tuner.calibration.workload.LongContextPlan.decide`)."""
+    if wl.long_plan.decided:
+        return wl.long_plan.keep
+    longs = [p for _, p in prompts if p.fill is not None]
+    pp = [s.prompt_tokens_per_s for s in samples if s.prompt_tokens_per_s]
+    gen = [s.gen_tokens_per_s for s in samples if s.gen_tokens_per_s]
+    if not pp or not gen:
+        return True  # nothing measured yet to decide from (decided at a later launch)
+    want = int((longs[0].fill or 0.5) * (wl.n_ctx or 4096))
+    return wl.long_plan.decide(len(longs), want, sum(pp) / len(pp), sum(gen) / len(gen), n_predict, wl.budget_s)
 
 
 def _sized_text(client: CompletionClient, wl: Workload, idx: int, prompt: Prompt, n_predict: int,

@@ -128,6 +128,53 @@ class GreedyReference:
     outputs: dict[int, str] = field(default_factory=dict)
 
 
+LONG_CONTEXT_BUDGET_SHARE = 0.5
+"""The long-context requests are left out when their estimated cost over a minimal sweep (both requests in
+:data:`LONG_CONTEXT_MIN_LAUNCHES` launches) exceeds this share of the time budget."""
+
+LONG_CONTEXT_MIN_LAUNCHES = 4
+"""Launches a sweep makes at least (baseline twice, a probe, a confirmation), for the estimate above."""
+
+
+@dataclass
+class LongContextPlan:
+    """Whether a sweep keeps its long-context requests (mutable, shared by every launch of the sweep).
+
+    Decided once, on the first launch (the baseline) just before its first long request, from the speed of
+    the short requests measured so far, so every candidate runs the same requests.
+
+    Attributes:
+        decided: True once decided.
+        keep: True to send them.
+        reason: why they were left out (one sentence for the decision), ``None`` when kept.
+    """
+
+    decided: bool = False
+    keep: bool = True
+    reason: str | None = None
+
+    def decide(self, n_long: int, want_tokens: int, prompt_tokens_per_s: float | None, gen_tokens_per_s: float | None,
+               n_predict: int, budget_s: float | None) -> bool:
+        """Decide (once) and return :attr:`keep`. Estimate for one long request: ``want_tokens ÷ prompt
+        tokens/s + n_predict ÷ generation tokens/s`` (the short requests' speeds; prompt processing of a
+        long prompt is usually faster per token, so this errs towards leaving them out on slow machines).
+        No budget or no speeds = keep."""
+        if self.decided:
+            return self.keep
+        self.decided = True
+        if budget_s is None or not prompt_tokens_per_s or not gen_tokens_per_s:
+            return self.keep
+        one = want_tokens / prompt_tokens_per_s + n_predict / gen_tokens_per_s
+        total = one * n_long * LONG_CONTEXT_MIN_LAUNCHES
+        if total > LONG_CONTEXT_BUDGET_SHARE * budget_s:
+            self.keep = False
+            self.reason = (f"The long-context requests were left out: one would take about {one:.0f} s here "
+                           f"({want_tokens} prompt tokens at {prompt_tokens_per_s:.0f} tokens/s, then {n_predict} "
+                           f"generated at {gen_tokens_per_s:.0f} tokens/s), more than a {budget_s:.0f} s budget "
+                           "affords; the decision holds for short requests only.")
+        return self.keep
+
+
 @dataclass(frozen=True)
 class Workload:
     """What every measured request of one sweep looks like.
@@ -142,6 +189,9 @@ class Workload:
         reference: the baseline's greedy outputs (shared by the sweep).
         server_sampling: the server's own sampling defaults as read from ``/props`` (filled by the first
             launch; for wording).
+        budget_s: the sweep's time budget (seconds); the long-context requests are left out when it cannot
+            afford them (:class:`LongContextPlan`); ``None`` = always kept.
+        long_plan: that decision, shared by the sweep.
     """
 
     chat: bool = False
@@ -151,6 +201,8 @@ class Workload:
     greedy_check_n_predict: int = 32
     reference: GreedyReference = field(default_factory=GreedyReference, compare=False)
     server_sampling: dict[str, Any] = field(default_factory=dict, compare=False)
+    budget_s: float | None = None
+    long_plan: LongContextPlan = field(default_factory=LongContextPlan, compare=False)
 
     @property
     def endpoint(self) -> str:
@@ -283,6 +335,7 @@ def fit_long_prompt(prompt: Prompt, n_ctx: int, n_predict: int, count_tokens: Ca
 __all__ = [
     "GREEDY",
     "GreedyReference",
+    "LongContextPlan",
     "LONG_CONTEXT_FILL",
     "SERVER_DEFAULT_SAMPLING",
     "Sampling",
