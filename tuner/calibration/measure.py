@@ -346,12 +346,14 @@ def _run(
             # n-gram (common/ngram-*.cpp); sampled text often never does.
             no_drafts_at = wl.sampling.describe(wl.server_sampling or None)
             if sampled and greedy_draft_n:
-                why = f"although it drafted {greedy_draft_n} tokens at greedy settings (the lossless check)"
-            elif sampled:
-                why = "nor at greedy settings (the lossless check): these prompts repeat no n-gram"
+                why = f", although it drafted {greedy_draft_n} tokens at greedy settings (the lossless check)"
+            elif sampled and greedy_draft_n == 0:
+                why = ", nor at greedy settings (the lossless check): these prompts repeat no n-gram"
+            elif not sampled:
+                why = ": these prompts repeat no n-gram it could continue"
             else:
-                why = "these prompts repeat no n-gram it could continue"
-            error = (f"{candidate.spec_type} never drafted at the served sampling ({no_drafts_at}), {why}: "
+                why = ""
+            error = (f"{candidate.spec_type} never drafted at the served sampling ({no_drafts_at}){why}; "
                      "no speedup is possible for these requests")
         else:
             error = "draft_n absent in every answer: the server never drafted, so this is not a speculative run"
