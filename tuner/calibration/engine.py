@@ -166,8 +166,9 @@ def has_chat_template(path: Path) -> bool:
 
 def describe_depth(decision: Decision, categories: tuple[str, ...], noise: float = 0.05) -> str | None:
     """A sentence on the speedup of the long-context requests when it differs from the overall one by more
-    than ``noise`` (relative), e.g. ``"At depth (long document, long code) the speedup is 1.05×
-    (overall 1.31×)."``; ``None`` when they agree or were not measured."""
+    than ``noise`` (relative), e.g. ``"At depth (≥ half the context: long document 1.05×, long code 1.10×)
+    the speedup differs from the overall 1.31×."``; ``None`` when they agree or were not measured. The
+    overall figure is the winner's speedup, or the best speculative one's when the baseline won."""
     overall = decision.best_speculative_speedup if decision.winner.is_baseline else decision.speedup
     rows = [c for c in decision.per_category if c.category in categories and c.speedup]
     if not rows or not overall:
@@ -400,7 +401,8 @@ def run_tune(
     depth = describe_depth(decision, tuple(p.category for _, p in chosen_prompts if p.fill is not None and p.category))
     if depth:
         extra.append(depth)
-    never = sorted({m.candidate.label for m in measurements if m.no_drafts_at})
+    never = sorted({m.candidate.label for m in measurements if m.no_drafts_at
+                    and f"{m.candidate.label}: " not in decision.reason})
     if never:
         extra.append(f"{', '.join(never)} never drafted at these sampling settings.")
     decision = _replace(decision, reason=(decision.reason.rstrip() + " " + " ".join(extra)).strip())
