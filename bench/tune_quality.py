@@ -38,6 +38,7 @@ from tuner.calibration.engine import _supervisor_launch_fn, select_prompts  # no
 from tuner.calibration.measure import measure_repetitions  # noqa: E402
 from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
 from tuner.calibration.tune import tune  # noqa: E402
+from tuner.calibration.workload import GREEDY  # noqa: E402
 from tuner.profiles import ProfileStore  # noqa: E402
 from tuner.server.dialect import probe_dialect  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
@@ -109,6 +110,7 @@ def main(argv: list[str] | None = None) -> int:
     t1 = time.monotonic()
     res = tune(work / "models", prompts=ps, budget_s=args.budget, force=True, server=binary.path,
                store=ProfileStore(work / "profiles"), n_predict=args.n_predict, n_ctx=args.n_ctx, threads=args.threads,
+               sampling=GREEDY, long_context=False,  # the same workload as the grid's (greedy, short prompts)
                on_event=lambda ev: print(f"  tune {ev.elapsed_s:6.1f}s {ev.kind}: {ev.message}", file=sys.stderr)
                if ev.kind != "progress" else None)
     tune_s = time.monotonic() - t1

@@ -69,6 +69,13 @@ class Settings:
             limit, 0 = off); default :data:`DEFAULT_CACHE_RAM_MIB` (see there for why).
         keep_chat_history: the Chat tab saves conversations to ``data_dir()/chat_history.json``
             (mode 0600); off by default, so chats are not stored.
+        ctx_size: context size in tokens for tuning and serving (``-c``); None = automatic: the model's
+            training context capped at 8192, never below 4096 unless the model's is smaller
+            (:func:`tuner.ctxsize.default_ctx_size`).
+        temperature, top_p, top_k, min_p: the sampling settings the user's chat client sends; the sweep
+            measures at them. None = the client sends none, so llama-server's own defaults apply
+            (b11434, common/common.h ``common_params_sampling``: temperature 0.8, top_k 40, top_p 0.95,
+            min_p 0.05; the sweep reads the binary's actual values from ``/props``).
     """
 
     models_dir: Path | None = None
@@ -81,6 +88,11 @@ class Settings:
     cors_origin: str | None = None
     cache_ram_mib: int = DEFAULT_CACHE_RAM_MIB
     keep_chat_history: bool = False
+    ctx_size: int | None = None
+    temperature: float | None = None
+    top_p: float | None = None
+    top_k: int | None = None
+    min_p: float | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -139,6 +151,23 @@ def validate(settings: Settings, path: Path | None = None) -> None:
     if s.cors_origin is not None and (not isinstance(s.cors_origin, str) or not _ORIGIN.match(s.cors_origin)):
         raise SettingsError("cors_origin", f"expected one web origin such as http://localhost:3000 (scheme, "
                             f"host, optional port; no path, no list), got {s.cors_origin!r}", path)
+    _validate_workload(s, path)
+
+
+def _validate_workload(s: Settings, path: Path | None) -> None:
+    """``ctx_size`` and the sampling keys (None or a number in range). Raises SettingsError naming the key."""
+    from tuner.ctxsize import MIN_CTX_SIZE
+
+    if s.ctx_size is not None and (isinstance(s.ctx_size, bool) or not isinstance(s.ctx_size, int)
+                                   or s.ctx_size < MIN_CTX_SIZE):
+        raise SettingsError("ctx_size", f"expected null (automatic) or whole tokens >= {MIN_CTX_SIZE}, "
+                            f"got {s.ctx_size!r}", path)
+    for key, lo, hi in (("temperature", 0.0, 10.0), ("top_p", 0.0, 1.0), ("min_p", 0.0, 1.0)):
+        v = getattr(s, key)
+        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
+            raise SettingsError(key, f"expected null (server default) or a number {lo:g}..{hi:g}, got {v!r}", path)
+    if s.top_k is not None and (isinstance(s.top_k, bool) or not isinstance(s.top_k, int) or s.top_k < 0):
+        raise SettingsError("top_k", f"expected null (server default) or a whole number >= 0, got {s.top_k!r}", path)
 
 
 def settings_path() -> Path:

@@ -38,11 +38,11 @@ def test_devices_json_fields_with_a_gpu(monkeypatch, capsys, tmp_path):
 
 
 def test_plan_stories_cpu_only(stories260k_session, capsys):
-    rc = cli.main(["plan", "--target", str(stories260k_session), "--ctx", "512"])
+    rc = cli.main(["plan", "--target", str(stories260k_session), "--ctx-size", "512"])
     out = capsys.readouterr().out
     assert rc == 0
     assert "stories260K.gguf (5 blocks" in out and "host RAM" in out and "Verdict: FITS" in out
-    assert cli.main(["plan", "--target", str(stories260k_session), "--ctx", "512", "--json"]) == 0
+    assert cli.main(["plan", "--target", str(stories260k_session), "--ctx-size", "512", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     spec = load_model_spec(stories260k_session)
     assert data["fits"] is True and data["n_ctx"] == 512
@@ -54,7 +54,7 @@ def test_plan_that_does_not_fit_exits_1(stories260k_session, monkeypatch, capsys
     tiny = gpu_devices(("CUDA0", 1024, 1000))  # 1000 MiB free < the 1024 MiB margin
     monkeypatch.setattr(command, "detect_devices", lambda binary: tiny)
     rc = cli.main(["plan", "--target", str(stories260k_session), "--draft", str(stories260k_session),
-                   "--ctx", "512", "--server", _stand_in_binary(tmp_path)])
+                   "--ctx-size", "512", "--server", _stand_in_binary(tmp_path)])
     out = capsys.readouterr().out
     assert rc == 1 and "DOES NOT FIT" in out and "CUDA0" in out and "Largest target ngl" in out
 
@@ -88,7 +88,7 @@ def test_plan_rejects_inconsistent_flags(stories260k_session, capsys):
         (["--draft-ngl", "3"], "--draft-ngl"),
         (["--draft", t, "--spec-type", "ngram-mod"], "--draft"),
         (["--margin-mib", "-1"], "--margin-mib"),
-        (["--ctx", "0"], "n_ctx"),
+        (["--ctx-size", "0"], "n_ctx"),
     ]
     for extra, needle in cases:
         assert cli.main(["plan", "--target", t, "--no-cross-check", *extra]) == 2, extra
@@ -118,16 +118,17 @@ def test_plan_default_ctx_is_capped_at_the_training_context(stories260k_session,
 
 
 def test_plan_warns_when_ctx_exceeds_the_training_context(stories260k_session, capsys):
-    assert cli.main(["plan", "--target", str(stories260k_session), "--ctx", "8192"]) == 0
+    assert cli.main(["plan", "--target", str(stories260k_session), "--ctx-size", "8192"]) == 0
     out = capsys.readouterr().out
-    assert "n_ctx 8192" in out and "warning: --ctx 8192 exceeds the model's training context 2048" in out
-    assert cli.main(["plan", "--target", str(stories260k_session), "--ctx", "1024"]) == 0
+    assert "n_ctx 8192" in out and "warning: --ctx-size 8192 exceeds the model's training context 2048" in out
+    assert cli.main(["plan", "--target", str(stories260k_session), "--ctx-size", "1024"]) == 0
     assert "training context" not in capsys.readouterr().out
 
 
 def test_plan_n_ctx_rule():
     assert command.plan_n_ctx(None, None) == (4096, None)
-    assert command.plan_n_ctx(None, 131072) == (4096, None)
+    assert command.plan_n_ctx(None, 131072) == (8192, None)
+    assert command.plan_n_ctx(None, 6000) == (6000, None)
     assert command.plan_n_ctx(None, 512)[0] == 512
     assert command.plan_n_ctx(600, 512)[1] is not None and command.plan_n_ctx(512, 512) == (512, None)
 

@@ -48,7 +48,7 @@ def test_save_and_load_round_trip(tmp_path: Path):
     assert loaded.keys == keys
     assert loaded.winner["n_max"] == 8 and loaded.argv[-1] == "draft-simple"
     assert loaded.created_unix_s is not None
-    assert json.loads(path.read_text())["schema_version"] == 1
+    assert json.loads(path.read_text())["schema_version"] == 2
     assert store.find("target.gguf")[0].target_path == loaded.target_path
     assert store.load(tmp_path / "other.gguf") is None
 

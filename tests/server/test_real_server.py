@@ -189,7 +189,7 @@ def test_serve_and_doctor_commands(llama_server_bin: Path, stories260k_session: 
     assert st["ok"] and st["speculative"] is True and st["draft_n"] > 0
     # serve: endpoint on stdout, Ctrl-C stops it and its child
     p = subprocess.Popen([sys.executable, "-m", "tuner.cli", "serve", "--target", str(stories260k_session),
-                          "--ctx", "256"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
+                          "--ctx-size", "256"], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, env=env, cwd=REPO)
     try:
         endpoint = p.stdout.readline().strip()
         assert endpoint.startswith("http://127.0.0.1:") and endpoint.endswith("/v1")

@@ -40,6 +40,10 @@ class Candidate:
         draft_ngl: draft GPU layers; ``None`` = server default.
         placement: ``"default"``, ``"draft-on-gpu"`` (draft fully on the GPU, target gets the rest)
             or ``"target-whole"`` (target kept fully on the GPU); informative for the UI.
+        draft_sampling: ``--spec-draft-sampling`` value; ``"probabilistic"`` samples the draft and verifies
+            by rejection when the request's temperature is > 0 (tools/server/server-context.cpp
+            ``use_spec_rejection``; only draft-simple / draft-mtp fill the draft distribution), ``None`` =
+            the server's default (greedy drafts, verified by sample-and-match).
     """
 
     spec_type: str = "none"
@@ -50,6 +54,7 @@ class Candidate:
     ngl: int | None = None
     draft_ngl: int | None = None
     placement: str = "default"
+    draft_sampling: str | None = None
 
     @property
     def is_baseline(self) -> bool:
@@ -80,6 +85,8 @@ class Candidate:
             parts.append(f"p_min {self.p_min:g}")
         if self.placement != "default":
             parts.append(self.placement)
+        if self.draft_sampling:
+            parts.append(f"{self.draft_sampling} drafts")
         return " ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -99,7 +106,7 @@ class Candidate:
 
 def astuple_key(c: Candidate) -> tuple:
     """Identity tuple of a candidate (field values in declaration order)."""
-    return (c.spec_type, c.draft_path, c.n_max, c.n_min, c.p_min, c.ngl, c.draft_ngl, c.placement)
+    return (c.spec_type, c.draft_path, c.n_max, c.n_min, c.p_min, c.ngl, c.draft_ngl, c.placement, c.draft_sampling)
 
 
 @dataclass(frozen=True)

@@ -26,7 +26,8 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from .prompts import PromptFileError
-from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
+from .workload import Sampling
+from .tune import DEFAULT_BUDGET_S, DEFAULT_N_PREDICT, TuneError, TuneEvent, TuneResult, tune
 
 
 def register(subparsers: Any) -> None:
@@ -48,13 +49,39 @@ def register(subparsers: Any) -> None:
     p.add_argument("--force", action="store_true", help="re-tune even when a fresh profile exists")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--server", metavar="PATH", help="llama-server binary (default: discovered)")
-    p.add_argument("--n-predict", type=int, default=128, metavar="N", help="tokens per request (default 128)")
+    p.add_argument("--n-predict", type=int, default=DEFAULT_N_PREDICT, metavar="N",
+                   help=f"tokens per request (default {DEFAULT_N_PREDICT})")
     p.add_argument("--repetitions", type=int, default=3, metavar="N", help="repetitions of finalists (default 3)")
     p.add_argument("--max-prompts", type=int, default=None, metavar="N",
                    help="use at most N prompts of the set (default: all of a file, 5 of the built-in set)")
-    p.add_argument("--ctx-size", type=int, default=2048, metavar="N", help="context size per launch (default 2048)")
+    add_ctx_size_flag(p, "context size of every launch and of the saved profile")
+    add_sampling_flags(p)
+    p.add_argument("--no-long-context", dest="long_context", action="store_false",
+                   help="leave out the built-in long-context requests (a long document and a long code file, "
+                   "each filling half the context)")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads per launch (default: server's)")
     p.set_defaults(func=run)
+
+
+def add_ctx_size_flag(p: argparse.ArgumentParser, what: str) -> None:
+    """The one ``--ctx-size N`` flag of tune / serve (dest ``n_ctx``; ``None`` = automatic)."""
+    from tuner.ctxsize import DEFAULT_CTX_CAP, DEFAULT_CTX_FLOOR
+
+    p.add_argument("--ctx-size", type=int, default=None, dest="n_ctx", metavar="N",
+                   help=f"{what} in tokens (-c); default: the model's training context capped at "
+                   f"{DEFAULT_CTX_CAP}, at least {DEFAULT_CTX_FLOOR} unless the model's is smaller")
+
+
+def add_sampling_flags(p: argparse.ArgumentParser) -> None:
+    """``--temperature``, ``--top-p``, ``--top-k``, ``--min-p``: the client's sampling settings the sweep
+    measures at (default: none sent, so llama-server's defaults apply: temperature 0.8, top_k 40,
+    top_p 0.95, min_p 0.05 in b11434)."""
+    g = p.add_argument_group("served sampling (what your chat client sends; default: llama-server's defaults "
+                             "temperature 0.8, top_k 40, top_p 0.95, min_p 0.05)")
+    g.add_argument("--temperature", type=float, default=None, metavar="T", help="temperature (0 = greedy)")
+    g.add_argument("--top-p", type=float, default=None, metavar="P", help="top_p (1 = off)")
+    g.add_argument("--top-k", type=int, default=None, metavar="K", help="top_k (0 = off)")
+    g.add_argument("--min-p", type=float, default=None, metavar="P", help="min_p (0 = off)")
 
 
 class _Progress:
@@ -105,6 +132,8 @@ def result_to_json(result: TuneResult) -> dict[str, Any]:
         "baseline_gen_tokens_per_s": d.baseline_gen_tokens_per_s if d else None,
         "speedup": d.speedup if d else None,
         "reason": d.reason if d else ("cancelled" if result.cancelled else None),
+        "n_ctx": prof.keys.n_ctx if prof else None,
+        "workload": prof.keys.workload if prof else None,
     }
     if d is not None:
         decision.update(
@@ -131,6 +160,7 @@ def result_to_json(result: TuneResult) -> dict[str, Any]:
             "lossless": m.get("lossless"),
             "divergences": m.get("divergences") or [],
             "error": m.get("error"),
+            "no_drafts_at": m.get("no_drafts_at"),
         }
         for m in ms
     ]
@@ -199,13 +229,19 @@ def check_args(args: argparse.Namespace) -> str | None:
     """The first bad numeric option as a one-line message naming the flag, ``None`` when all are usable."""
     import math
 
+    from tuner.ctxsize import MIN_CTX_SIZE
+
     if not (math.isfinite(args.budget) and args.budget > 0):
         return f"--budget {args.budget:g}: must be a positive number of seconds"
     for flag, value, least in (("--n-predict", args.n_predict, 1), ("--repetitions", args.repetitions, 1),
-                               ("--max-prompts", args.max_prompts, 1), ("--ctx-size", args.ctx_size, 64),
-                               ("--threads", args.threads, 1)):
+                               ("--max-prompts", args.max_prompts, 1), ("--ctx-size", args.n_ctx, MIN_CTX_SIZE),
+                               ("--threads", args.threads, 1), ("--top-k", args.top_k, 0)):
         if value is not None and value < least:
             return f"{flag} {value}: must be at least {least}"
+    for flag, value, hi in (("--temperature", args.temperature, 10.0), ("--top-p", args.top_p, 1.0),
+                            ("--min-p", args.min_p, 1.0)):
+        if value is not None and not (math.isfinite(value) and 0.0 <= value <= hi):
+            return f"{flag} {value:g}: must be between 0 and {hi:g}"
     return None
 
 
@@ -277,9 +313,11 @@ def run(args: argparse.Namespace) -> int:
                 server=args.server,
                 n_predict=args.n_predict,
                 repetitions=args.repetitions,
-                n_ctx=args.ctx_size,
+                n_ctx=args.n_ctx,
                 threads=args.threads,
                 max_prompts=args.max_prompts,
+                sampling=Sampling.from_settings(args),
+                long_context=args.long_context,
             )
         except BaseException as exc:  # noqa: BLE001 - reported on the main thread
             box["error"] = exc

@@ -19,6 +19,7 @@ from .prompts import MAX_PROMPTS_PER_SWEEP, Prompt, PromptSet, default_prompts, 
 from .search import BaselineFailed, Search, SearchSettings
 from .serving import candidate_config, config_to_json
 from .tune import EventCallback, TuneError, TuneEvent, TuneResult
+from .workload import Sampling, Workload, long_context_prompts
 
 DEFAULT_SET_PROMPTS = 5
 """Prompts used from the built-in set (one per category) unless ``max_prompts`` says otherwise."""
@@ -150,8 +151,37 @@ def _memory_check_factory(target_path: Path, devices: Any, n_ctx: int, notes: li
     return check
 
 
+def has_chat_template(path: Path) -> bool:
+    """True when the GGUF carries a non-empty ``tokenizer.chat_template`` (llama-server then applies it to
+    ``/v1/chat/completions`` requests: tools/server/server-common.cpp ``oaicompat_chat_params_parse``).
+    An unreadable header counts as no template."""
+    from tuner.catalog.header import GGUFError, read_header
+
+    try:
+        v = read_header(path).kv.get("tokenizer.chat_template")
+    except (GGUFError, OSError):
+        return False
+    return isinstance(v, str) and bool(v.strip())
+
+
+def describe_depth(decision: Decision, categories: tuple[str, ...], noise: float = 0.05) -> str | None:
+    """A sentence on the speedup of the long-context requests when it differs from the overall one by more
+    than ``noise`` (relative), e.g. ``"At depth (≥ half the context: long document 1.05×, long code 1.10×)
+    the speedup differs from the overall 1.31×."``; ``None`` when they agree or were not measured. The
+    overall figure is the winner's speedup, or the best speculative one's when the baseline won."""
+    overall = decision.best_speculative_speedup if decision.winner.is_baseline else decision.speedup
+    rows = [c for c in decision.per_category if c.category in categories and c.speedup]
+    if not rows or not overall:
+        return None
+    parts = [f"{c.category} {c.speedup:.2f}×" for c in rows]
+    if all(abs(c.speedup / overall - 1.0) <= noise for c in rows):
+        return None
+    return f"At depth (≥ half the context: {', '.join(parts)}) the speedup differs from the overall {overall:.2f}×."
+
+
 def _supervisor_launch_fn(
-    sup: Any, target_path: Path, n_ctx: int, threads: int | None, emit: Callable, startup_timeout_s: float | None
+    sup: Any, target_path: Path, n_ctx: int, threads: int | None, emit: Callable, startup_timeout_s: float | None,
+    workload: Workload | None = None,
 ) -> LaunchFn:
     from tuner.server.argv import UnsupportedConfigError
     from tuner.server.diagnosis import speculation_reason
@@ -183,7 +213,7 @@ def _supervisor_launch_fn(
                 sup.stop(grace_s=5.0)
 
         return Launch(client=client, stop=stop, log_tail=sup.log_tail, load_s=load_s,
-                      speculation_reason=speculation_reason)
+                      speculation_reason=speculation_reason, workload=workload)
 
     return launch
 
@@ -200,14 +230,17 @@ def run_tune(
     store: ProfileStore,
     n_predict: int,
     repetitions: int,
-    n_ctx: int,
+    n_ctx: int | None,
     threads: int | None,
     max_prompts: int | None,
     launch_fn: LaunchFn | None = None,
     settings: SearchSettings | None = None,
+    sampling: Sampling | None = None,
+    long_context: bool = True,
+    chat: bool | None = None,
 ) -> TuneResult:
     """See :func:`tuner.calibration.tune.tune`. ``launch_fn`` / ``settings`` replace the supervisor
-    and the search settings (tests)."""
+    and the search settings (tests); ``chat`` forces the request shape (``None`` = from the GGUF)."""
     emit = _Emitter(on_event)
     t0 = time.monotonic()
     models_dir = Path(models_dir).resolve()
@@ -229,7 +262,22 @@ def run_tune(
 
     target_model, entry, _models = _choose_target(models_dir, target)
     target_path = Path(target_model.path).resolve()
-    emit("started", f"tuning {target_path.name} in {models_dir}", detail={"target": str(target_path)})
+    from tuner.ctxsize import resolve_ctx_size
+
+    try:
+        n_ctx, ctx_note = resolve_ctx_size(n_ctx, getattr(target_model, "context_length", None))
+    except ValueError as exc:
+        raise TuneError(str(exc), bad_input=True) from exc
+    use_chat = has_chat_template(target_path) if chat is None else chat
+    workload = Workload(chat=use_chat, sampling=sampling or Sampling(), n_ctx=n_ctx, budget_s=budget_s)
+    if long_context:
+        base = len(ps.prompts)
+        chosen_prompts = list(chosen_prompts) + [(base + j, p) for j, p in enumerate(long_context_prompts())]
+    emit("started", f"tuning {target_path.name} in {models_dir}: {workload.describe()}",
+         detail={"target": str(target_path), "n_ctx": n_ctx, "endpoint": workload.endpoint,
+                 "sampling": workload.sampling.body()})
+    if ctx_note:
+        emit("error", ctx_note)
 
     drafts: list[DraftOption] = []
     if entry is not None:
@@ -271,8 +319,11 @@ def run_tune(
         dialect_fingerprint=dialect.help_sha256,
         model_files=(ModelFileKey.of(target_path), *(ModelFileKey.of(d.path) for d in drafts)),
         prompt_set_sha256=hashlib.sha256(
-            (ps.sha256 + ":" + ",".join(str(i) for i, _ in chosen_prompts) + f":{n_predict}").encode()
+            (ps.sha256 + ":" + ",".join(str(i) for i, _ in chosen_prompts) + f":{n_predict}"
+             + (":long-context" if long_context else "")).encode()
         ).hexdigest(),
+        n_ctx=n_ctx,
+        workload=workload.key(),
     )
 
     try:
@@ -303,6 +354,7 @@ def run_tune(
         plan = _place_on_gpu(plan, target_path, devices, n_ctx, notes)
         if memory_check is not None:
             plan = apply_memory_check(plan, memory_check, drafts_only=True)
+    plan = add_draft_sampling_variants(plan, workload, dialect)
     for note in notes:
         emit("error", note)
     emit(
@@ -325,7 +377,9 @@ def run_tune(
         from tuner.server.supervisor import Supervisor
 
         sup = Supervisor(binary, dialect)
-        launch_fn = _supervisor_launch_fn(sup, target_path, n_ctx, threads, emit, None)
+        launch_fn = _supervisor_launch_fn(sup, target_path, n_ctx, threads, emit, None, workload)
+    else:
+        launch_fn = _with_workload(launch_fn, workload)
     search = Search(launch_fn, plan, chosen_prompts, settings, cancel, emit)
     try:
         measurements = search.run()
@@ -343,6 +397,19 @@ def run_tune(
             sup.stop(grace_s=5.0)
 
     decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured)
+    from dataclasses import replace as _replace
+
+    extra = [f"Measured with {workload.describe()}."]
+    if workload.long_plan.reason:
+        extra.append(workload.long_plan.reason)
+    depth = describe_depth(decision, tuple(p.category for _, p in chosen_prompts if p.fill is not None and p.category))
+    if depth:
+        extra.append(depth)
+    never = sorted({m.candidate.label for m in measurements if m.no_drafts_at
+                    and f"{m.candidate.label}: " not in decision.reason})
+    if never:
+        extra.append(f"{', '.join(never)} never drafted at these sampling settings.")
+    decision = _replace(decision, reason=(decision.reason.rstrip() + " " + " ".join(extra)).strip())
     emit("decision", decision.reason, decision=decision)
 
     winner_cfg = candidate_config(decision.winner, target_path, n_ctx=n_ctx, threads=threads)
@@ -373,6 +440,42 @@ def run_tune(
         dropped=plan.dropped,
         elapsed_s=time.monotonic() - t0,
     )
+
+
+DRAFT_SAMPLING_FLAG = "--spec-draft-sampling"
+DRAFT_SAMPLING_TYPES = ("draft-simple", "draft-mtp")
+"""Types that fill the draft distribution ``--spec-draft-sampling probabilistic`` needs (b11434
+tools/server/server-context.cpp: other drafters fall back to sample-and-match)."""
+
+
+def add_draft_sampling_variants(plan: CandidatePlan, workload: Workload, dialect: Any) -> CandidatePlan:
+    """At sampled settings (temperature > 0) and where the binary offers ``--spec-draft-sampling``, each
+    draft-model probe gets a twin with ``probabilistic`` drafts, right after it: a candidate like any
+    other (the search measures and refines it as its own group). Greedy workloads and builds without the
+    flag get the plan unchanged. (``draft-mtp`` is a single probe in the plan and gets no twin yet.)"""
+    from dataclasses import replace
+
+    has = getattr(dialect, "has", None)
+    if workload.sampling.is_greedy or has is None or not has(DRAFT_SAMPLING_FLAG):
+        return plan
+    drafts: list[Candidate] = []
+    for c in plan.drafts:
+        drafts.append(c)
+        if c.spec_type in DRAFT_SAMPLING_TYPES and c.draft_sampling is None:
+            drafts.append(replace(c, draft_sampling="probabilistic"))
+    return replace(plan, drafts=tuple(drafts))
+
+
+def _with_workload(launch_fn: LaunchFn, workload: Workload) -> LaunchFn:
+    """Wrap a caller's launch function so its launches carry ``workload`` unless they set their own."""
+
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        la = launch_fn(c, cancel)
+        if la.workload is None:
+            la.workload = workload
+        return la
+
+    return launch
 
 
 def _place_on_gpu(plan: CandidatePlan, target_path: Path, devices: Any, n_ctx: int, notes: list[str]) -> CandidatePlan:

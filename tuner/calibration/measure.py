@@ -6,14 +6,20 @@ DESIGN.md "Calibration method" steps 3–4:
 * after start, ``/slots[].speculative`` must be true for a speculative candidate (an incompatible
   draft leaves the server running without speculation: tools/server/server-context.cpp ``load_model``);
 * a warm-up request that is not counted;
-* every request greedy (``temperature`` 0, ``top_k`` 1), fixed ``n_predict`` (``ignore_eos``), prompt
+* every request in the shape the server will see (:class:`tuner.calibration.workload.Workload`:
+  ``/v1/chat/completions`` for a model with a chat template, else ``/completion``), at the served
+  sampling with a seed fixed per (prompt, repetition), fixed ``n_predict`` (``ignore_eos``), prompt
   cache off (``cache_prompt: false``) and a fresh prefix per repetition, so repeated prompts cannot
-  reuse the prompt cache or drafts;
+  reuse the prompt cache or drafts; long-context prompts are sized to the served context with the
+  server's tokenizer; without a workload (tests) every request is greedy (``temperature`` 0, ``top_k`` 1)
+  through ``/completion``;
+* at sampled settings a separate short greedy pass on the candidate's first launch is the lossless check;
 * record ``predicted_per_second``, ``prompt_per_second``, ``draft_n``, ``draft_n_accepted``
   (server-common.cpp ``server_slot_stats::to_json``; the draft fields are omitted when nothing was
   drafted) and the per-position counters from ``/metrics`` (difference of two scrapes);
 * a speculative run without any ``draft_n`` has failed, however fast it ran;
-* each output is compared with the baseline's for the same prompt and repetition (reported).
+* each output is compared with the baseline's for the same prompt and repetition (reported) when the
+  workload is greedy; at sampled settings the greedy pass is compared instead.
 
 The launch itself is abstracted as a :data:`LaunchFn` so the protocol can be driven by the real
 supervisor (``tuner.calibration.engine``) or by a test double.
@@ -30,6 +36,7 @@ from .candidates import Candidate
 from .predict import PerPositionCounts, parse_spec_metrics
 from .prompts import Prompt
 from .results import Divergence, Measurement, Sample
+from .workload import GREEDY, Sampling, Workload, chat_messages, fit_long_prompt, request_seed
 
 WARMUP_PROMPT = "Warm-up request, not measured. Once upon a time"
 
@@ -55,6 +62,11 @@ class CompletionClient(Protocol):
 
     def metrics_text(self) -> str: ...
 
+    # Used only by workloads that need them (chat models, long-context prompts, /props sampling):
+    # def chat(self, messages: list[dict], max_tokens: int, timeout_s: float = 120.0, **params) -> dict
+    # def tokenize(self, text: str) -> list[int]
+    # def props(self) -> dict
+
 
 @dataclass
 class Launch:
@@ -66,6 +78,9 @@ class Launch:
         log_tail: ``log_tail(n)`` → last n log lines (for diagnoses).
         load_s: seconds from start to ready.
         speculation_reason: ``log_lines → str`` explaining inactive speculation, when available.
+        workload: what the requests look like (endpoint, sampling, served context); ``None`` = greedy
+            ``/completion`` requests (the launch function of a sweep sets it, so the search need not
+            know about it).
     """
 
     client: CompletionClient
@@ -73,6 +88,7 @@ class Launch:
     log_tail: Callable[[int], list[str]]
     load_s: float
     speculation_reason: Callable[[list[str]], str] | None = None
+    workload: Workload | None = None
 
 
 LaunchFn = Callable[[Candidate, threading.Event], Launch]
@@ -95,16 +111,62 @@ def first_divergence(a: str, b: str) -> int | None:
     return n
 
 
-def request_params(n_predict: int, seed: int = 1) -> dict:
-    """Body fields of every measured request (greedy, fixed length, no prompt cache)."""
-    return {
-        "temperature": 0.0,
-        "top_k": 1,
-        "seed": seed,
-        "cache_prompt": False,
-        "ignore_eos": True,
-        "n_predict": n_predict,
-    }
+def request_params(n_predict: int, seed: int = 1, sampling: "Sampling | None" = None) -> dict:
+    """Body fields of every measured request: the sampling fields (greedy ``temperature`` 0 / ``top_k`` 1
+    by default; only the set ones of ``sampling`` otherwise, so the server's defaults apply to the rest),
+    ``seed``, fixed length (``n_predict``, ``ignore_eos``), no prompt cache (``cache_prompt`` false).
+    llama-server reads the same fields from a chat body (tools/server/server-schema.cpp declares them;
+    tools/server/server-common.cpp ``oaicompat_chat_params_parse`` copies the body's other fields through
+    and maps ``max_tokens`` to ``n_predict``)."""
+    body = (sampling or GREEDY).body()
+    body.update({"seed": seed, "cache_prompt": False, "ignore_eos": True, "n_predict": n_predict})
+    return body
+
+
+def send_request(
+    client: CompletionClient,
+    workload: Workload,
+    prompt: Prompt,
+    repetition: int,
+    n_predict: int,
+    seed: int,
+    timeout_s: float,
+    greedy: bool = False,
+    text: str | None = None,
+) -> tuple[dict, str | None]:
+    """One measured request of ``prompt`` at ``repetition`` in the workload's shape.
+
+    Args:
+        client: the server's client (``chat`` is needed for a chat workload).
+        workload: endpoint and sampling.
+        prompt: the prompt (a conversation goes to a chat model as it is, flattened to a base model).
+        repetition: its repetition id (the fresh prefix ``"Request N."``).
+        n_predict: tokens to generate.
+        seed: the sampling seed.
+        timeout_s: HTTP timeout.
+        greedy: use greedy sampling whatever the workload says (the lossless pass).
+        text: the prompt text to use instead of ``prompt.text`` (a sized long-context prompt).
+
+    Returns:
+        ``(timings dict, generated text or None)``; for chat, ``choices[0].message.content``.
+
+    Raises:
+        Whatever the client raises (``ServerHTTPError``, ``ServerUnreachableError``).
+    """
+    params = request_params(n_predict, seed, GREEDY if greedy else workload.sampling)
+    params.pop("n_predict")
+    if workload.chat:
+        p = prompt if text is None else Prompt(text=text, category=prompt.category)
+        resp = client.chat(chat_messages(p, repetition), n_predict, timeout_s=timeout_s, **params)  # type: ignore[attr-defined]
+        try:
+            content = resp["choices"][0]["message"]["content"]
+        except (KeyError, IndexError, TypeError):
+            content = None
+    else:
+        body = text if text is not None else prompt.text
+        resp = client.completion(repetition_prompt(Prompt(text=body), repetition), n_predict, timeout_s=timeout_s, **params)
+        content = resp.get("content")
+    return (resp.get("timings") or {}), (content if isinstance(content, str) else None)
 
 
 def measure_candidate(
@@ -196,12 +258,17 @@ def _run(
         return Measurement(**base, speculative_active=False,
                            error=f"the server started without speculation (/slots speculative: false){why}")
 
+    wl = launch.workload or Workload()
+    sampled = not wl.sampling.is_greedy
+    if sampled and not wl.server_sampling:
+        _read_server_sampling(client, wl)
     try:
-        client.completion(WARMUP_PROMPT, min(16, n_predict), timeout_s=request_timeout_s,
-                          **{k: v for k, v in request_params(min(16, n_predict)).items() if k != "n_predict"})
+        send_request(client, wl, Prompt(text=WARMUP_PROMPT), -1, min(16, n_predict), 1, request_timeout_s,
+                     greedy=True)
     except Exception as exc:  # noqa: BLE001 - the server's HTTP errors are recorded as the failure
         return Measurement(**base, speculative_active=spec_active, error=f"warm-up request failed: {exc}")
 
+    sized: dict[int, str] = {}
     before = _scrape(client) if speculative else None
     samples: list[Sample] = []
     divergences: list[Divergence] = []
@@ -214,14 +281,15 @@ def _run(
         for idx, prompt in prompts:
             if cancel.is_set():
                 raise Cancelled()
+            if prompt.fill is not None and not _keep_long(wl, prompts, samples, n_predict):
+                continue
             try:
-                resp = client.completion(repetition_prompt(prompt, rep), n_predict, timeout_s=request_timeout_s,
-                                         **{k: v for k, v in request_params(n_predict).items() if k != "n_predict"})
+                text = _sized_text(client, wl, idx, prompt, n_predict, sized)
+                t, content = send_request(client, wl, prompt, rep, n_predict, request_seed(idx, rep),
+                                          request_timeout_s, text=text)
             except Exception as exc:  # noqa: BLE001
                 error = f"request failed (prompt {idx + 1}, repetition {rep + 1}): {exc}"
                 break
-            t = resp.get("timings") or {}
-            content = resp.get("content")
             tps = t.get("predicted_per_second")
             if not tps:
                 error = f"no timings.predicted_per_second in the answer (prompt {idx + 1})"
@@ -236,10 +304,13 @@ def _run(
                 predicted_ms=_f(t.get("predicted_ms")),
                 draft_n=_i(t.get("draft_n")),
                 draft_n_accepted=_i(t.get("draft_n_accepted")),
-                content=content if isinstance(content, str) else None,
+                content=content,
+                prompt_n=_i(t.get("prompt_n")),
+                endpoint=wl.endpoint,
             )
             samples.append(s)
-            if baseline_outputs is not None and s.content is not None and (idx, rep) in baseline_outputs:
+            if (not sampled and baseline_outputs is not None and s.content is not None
+                    and (idx, rep) in baseline_outputs):
                 compared += 1
                 off = first_divergence(baseline_outputs[(idx, rep)], s.content)
                 if off is not None:
@@ -257,8 +328,35 @@ def _run(
         after = _scrape(client)
         if after is not None:
             counts = after.minus(before)
+    greedy_draft_n: int | None = None
+    if sampled and error is None and wl.greedy_check_prompts > 0 and repetitions and min(repetitions) == 0:
+        try:
+            greedy_draft_n, n_cmp, divs = _greedy_pass(client, wl, prompts, candidate.is_baseline, request_timeout_s,
+                                                       cancel)
+            compared += n_cmp
+            divergences.extend(divs)
+        except Cancelled:
+            raise
+        except Exception as exc:  # noqa: BLE001
+            error = f"greedy lossless check failed: {exc}"
+    no_drafts_at: str | None = None
     if speculative and error is None and samples and not any(s.draft_n for s in samples):
-        error = "draft_n absent in every answer: the server never drafted, so this is not a speculative run"
+        if candidate.spec_type.startswith("ngram"):
+            # A finding, not a broken run: n-gram lookup drafts only where the text so far repeats an
+            # n-gram (common/ngram-*.cpp); sampled text often never does.
+            no_drafts_at = wl.sampling.describe(wl.server_sampling or None)
+            if sampled and greedy_draft_n:
+                why = f", although it drafted {greedy_draft_n} tokens at greedy settings (the lossless check)"
+            elif sampled and greedy_draft_n == 0:
+                why = ", nor at greedy settings (the lossless check): these prompts repeat no n-gram"
+            elif not sampled:
+                why = ": these prompts repeat no n-gram it could continue"
+            else:
+                why = ""
+            error = (f"{candidate.spec_type} never drafted at the served sampling ({no_drafts_at}){why}; "
+                     "no speedup is possible for these requests")
+        else:
+            error = "draft_n absent in every answer: the server never drafted, so this is not a speculative run"
     lossless = None
     if speculative and compared:
         lossless = not divergences
@@ -271,7 +369,91 @@ def _run(
         lossless=lossless,
         divergences=tuple(divergences),
         stopped_early=stopped_early,
+        greedy_draft_n=greedy_draft_n,
+        no_drafts_at=no_drafts_at,
     )
+
+
+def _read_server_sampling(client: CompletionClient, wl: Workload) -> None:
+    """Fill ``wl.server_sampling`` from ``GET /props`` ``default_generation_settings.params``
+    (tools/server/server-context.cpp, the ``/props`` handler); left empty when unreadable."""
+    props = getattr(client, "props", None)
+    if props is None:
+        return
+    try:
+        params = (props().get("default_generation_settings") or {}).get("params") or {}
+    except Exception:  # noqa: BLE001 - wording only
+        return
+    for k in ("temperature", "top_k", "top_p", "min_p"):
+        if isinstance(params.get(k), (int, float)):
+            wl.server_sampling[k] = round(float(params[k]), 4) if k != "top_k" else int(params[k])
+
+
+def _keep_long(wl: Workload, prompts: Sequence[tuple[int, Prompt]], samples: Sequence[Sample],
+               n_predict: int) -> bool:
+    """Whether the sweep sends its long-context requests (decided once, from the short requests so far:
+    :meth:`tuner.calibration.workload.LongContextPlan.decide`)."""
+    if wl.long_plan.decided:
+        return wl.long_plan.keep
+    longs = [p for _, p in prompts if p.fill is not None]
+    pp = [s.prompt_tokens_per_s for s in samples if s.prompt_tokens_per_s]
+    gen = [s.gen_tokens_per_s for s in samples if s.gen_tokens_per_s]
+    if not pp or not gen:
+        return True  # nothing measured yet to decide from (decided at a later launch)
+    want = int((longs[0].fill or 0.5) * (wl.n_ctx or 4096))
+    return wl.long_plan.decide(len(longs), want, sum(pp) / len(pp), sum(gen) / len(gen), n_predict, wl.budget_s)
+
+
+def _sized_text(client: CompletionClient, wl: Workload, idx: int, prompt: Prompt, n_predict: int,
+                cache: dict[int, str]) -> str | None:
+    """The sized text of a long-context prompt (``prompt.fill`` set), ``None`` for an ordinary prompt.
+
+    Sized with the server's tokenizer (``POST /tokenize``), so it is the same request for every candidate
+    of a target. Raises whatever the client raises."""
+    if prompt.fill is None:
+        return None
+    if idx not in cache:
+        n_ctx = wl.n_ctx or 4096
+        count = lambda text: len(client.tokenize(text))  # type: ignore[attr-defined]  # noqa: E731
+        cache[idx] = fit_long_prompt(prompt, n_ctx, n_predict, count)
+    return cache[idx]
+
+
+def _greedy_pass(
+    client: CompletionClient,
+    wl: Workload,
+    prompts: Sequence[tuple[int, Prompt]],
+    is_baseline: bool,
+    timeout_s: float,
+    cancel: threading.Event,
+) -> tuple[int, int, list[Divergence]]:
+    """The separate greedy lossless pass: the first ``wl.greedy_check_prompts`` short prompts at
+    temperature 0, ``wl.greedy_check_n_predict`` tokens each. The baseline records its outputs in
+    ``wl.reference``; a candidate compares with them.
+
+    Returns:
+        ``(drafted tokens, outputs compared, divergences)``; divergences carry repetition 0.
+    """
+    short = [(i, p) for i, p in prompts if p.fill is None][: wl.greedy_check_prompts]
+    drafted = 0
+    compared = 0
+    divs: list[Divergence] = []
+    for idx, prompt in short:
+        if cancel.is_set():
+            raise Cancelled()
+        t, content = send_request(client, wl, prompt, 0, wl.greedy_check_n_predict, request_seed(idx, 0),
+                                  timeout_s, greedy=True)
+        drafted += _i(t.get("draft_n")) or 0
+        if content is None:
+            continue
+        if is_baseline:
+            wl.reference.outputs.setdefault(idx, content)
+        elif idx in wl.reference.outputs:
+            compared += 1
+            off = first_divergence(wl.reference.outputs[idx], content)
+            if off is not None:
+                divs.append(Divergence(idx, 0, off))
+    return drafted, compared, divs
 
 
 def _scrape(client: CompletionClient) -> PerPositionCounts | None:

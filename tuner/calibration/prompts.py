@@ -3,7 +3,12 @@
 Two file formats are accepted:
 
 * JSONL (``.jsonl`` / ``.json`` suffix, or a file whose first non-blank line starts with ``{``):
-  one object per line with ``prompt`` (non-empty string) and optional ``category`` (string).
+  one object per line with ``prompt`` (non-empty string) and optional ``category`` (string), or a
+  conversation: ``{"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...],
+  "category": ...}`` ending with a ``user`` turn. A chat model gets the conversation as it is (through
+  its chat template); a base model gets it flattened by
+  :func:`tuner.calibration.workload.flatten_messages` (``"User: …"`` / ``"Assistant: …"`` turns separated
+  by blank lines, ending with ``"Assistant:"``).
 * Plain text: prompts separated by lines holding only ``---`` (surrounding blanks ignored).
   Plain-text prompts have category ``None``.
 
@@ -48,11 +53,19 @@ class Prompt:
         category: task category (``code``, ``math``, ``translation``, ``creative``, ``chat``, or the
             user's own label); ``None`` when the file gives none.
         line: 1-based line in the source file where the prompt starts (``None`` for built-in sets).
+        messages: a multi-turn conversation as ``(role, content)`` pairs (``None`` for a single prompt);
+            ``text`` then holds its flattened form for base models.
+        fill: for a long-context request: the fraction of the served context its prompt fills (``text``
+            is the source document, sized at launch time); ``None`` for an ordinary prompt.
+        question: for a long-context request: the question appended after the document.
     """
 
     text: str
     category: str | None = None
     line: int | None = None
+    messages: tuple[tuple[str, str], ...] | None = None
+    fill: float | None = None
+    question: str | None = None
 
 
 @dataclass(frozen=True)
@@ -87,7 +100,12 @@ def prompt_set_hash(prompts: tuple[Prompt, ...] | list[Prompt]) -> str:
     """SHA-256 hex digest over (category, text) of each prompt, in order."""
     h = hashlib.sha256()
     for p in prompts:
-        h.update(json.dumps([p.category, p.text], ensure_ascii=False).encode("utf-8"))
+        item: list = [p.category, p.text]
+        if p.messages is not None:
+            item.append([list(m) for m in p.messages])
+        if p.fill is not None:
+            item += [p.fill, p.question]
+        h.update(json.dumps(item, ensure_ascii=False).encode("utf-8"))
         h.update(b"\n")
     return h.hexdigest()
 
@@ -134,16 +152,50 @@ def _parse_jsonl(path: Path, text: str) -> list[Prompt]:
             raise PromptFileError(path, n, f"not valid JSON ({exc})") from None
         if not isinstance(obj, dict):
             raise PromptFileError(path, n, "each line must be a JSON object with a 'prompt' key")
-        text_v = obj.get("prompt")
-        if not isinstance(text_v, str):
-            raise PromptFileError(path, n, "missing key 'prompt' (a string)")
-        if not text_v.strip():
-            raise PromptFileError(path, n, "'prompt' is empty")
         cat = obj.get("category")
         if cat is not None and not isinstance(cat, str):
             raise PromptFileError(path, n, "'category' must be a string")
+        if "messages" in obj:
+            if "prompt" in obj:
+                raise PromptFileError(path, n, "give either 'prompt' or 'messages', not both")
+            messages = _parse_messages(path, n, obj["messages"])
+            from .workload import flatten_messages
+
+            prompts.append(Prompt(text=flatten_messages(messages), category=(cat.strip() or None) if cat else None,
+                                  line=n, messages=messages))
+            continue
+        text_v = obj.get("prompt")
+        if not isinstance(text_v, str):
+            raise PromptFileError(path, n, "missing key 'prompt' (a string) or 'messages' (a list)")
+        if not text_v.strip():
+            raise PromptFileError(path, n, "'prompt' is empty")
         prompts.append(Prompt(text=text_v, category=(cat.strip() or None) if cat else None, line=n))
     return prompts
+
+
+CHAT_ROLES = ("system", "user", "assistant")
+
+
+def _parse_messages(path: Path, n: int, raw: object) -> tuple[tuple[str, str], ...]:
+    """Check a ``messages`` list (roles system/user/assistant, non-empty string contents, a system turn
+    only first, the last turn from the user). Raises PromptFileError naming the line and the turn."""
+    if not isinstance(raw, list) or not raw:
+        raise PromptFileError(path, n, "'messages' must be a non-empty list of {\"role\", \"content\"} objects")
+    out: list[tuple[str, str]] = []
+    for k, m in enumerate(raw, start=1):
+        if not isinstance(m, dict):
+            raise PromptFileError(path, n, f"messages[{k}]: expected an object with 'role' and 'content'")
+        role, content = m.get("role"), m.get("content")
+        if role not in CHAT_ROLES:
+            raise PromptFileError(path, n, f"messages[{k}]: 'role' must be one of {', '.join(CHAT_ROLES)}, got {role!r}")
+        if role == "system" and k != 1:
+            raise PromptFileError(path, n, f"messages[{k}]: a 'system' turn may only come first")
+        if not isinstance(content, str) or not content.strip():
+            raise PromptFileError(path, n, f"messages[{k}]: 'content' must be a non-empty string")
+        out.append((role, content))
+    if out[-1][0] != "user":
+        raise PromptFileError(path, n, "the last turn of 'messages' must be from the 'user' (the model answers it)")
+    return tuple(out)
 
 
 def _parse_text(path: Path, text: str) -> list[Prompt]:

@@ -29,6 +29,8 @@ class Sample:
         draft_n: ``timings.draft_n``; ``None`` when absent (absent = nothing was drafted, S7).
         draft_n_accepted: ``timings.draft_n_accepted``; ``None`` when absent.
         content: generated text (for the lossless check), ``None`` when not kept.
+        prompt_n: ``timings.prompt_n`` (prompt tokens processed; ``None`` when absent).
+        endpoint: the endpoint measured (``/completion`` or ``/v1/chat/completions``; ``None`` = not recorded).
     """
 
     prompt_index: int
@@ -41,6 +43,8 @@ class Sample:
     draft_n: int | None = None
     draft_n_accepted: int | None = None
     content: str | None = None
+    prompt_n: int | None = None
+    endpoint: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (content included)."""
@@ -82,6 +86,10 @@ class Measurement:
         stage: search stage that produced it (``"baseline"``, ``"probe"``, ``"refine"``, ``"confirm"``).
         stopped_early: True when the run was cut short as a clear loser (fewer prompts measured).
         evidence: the server's last log lines when the launch failed.
+        greedy_draft_n: drafted tokens in the separate greedy lossless pass (``None`` when none ran).
+        no_drafts_at: the served sampling, in words, when a speculative candidate never drafted at it (an
+            n-gram type at temperature > 0 may never find a match); ``error`` then says the same in a
+            sentence, and the candidate is a finding, not a broken run.
     """
 
     candidate: Candidate
@@ -96,6 +104,8 @@ class Measurement:
     stage: str = "probe"
     stopped_early: bool = False
     evidence: tuple[str, ...] = ()
+    greedy_draft_n: int | None = None
+    no_drafts_at: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -211,6 +221,8 @@ class Measurement:
             samples=self.samples + extra,
             counts=counts,
             error=self.error or other.error,
+            no_drafts_at=self.no_drafts_at or other.no_drafts_at,
+            greedy_draft_n=self.greedy_draft_n if self.greedy_draft_n is not None else other.greedy_draft_n,
             lossless=lossless,
             divergences=self.divergences + other.divergences,
             speculative_active=other.speculative_active if other.speculative_active is not None else self.speculative_active,
@@ -240,6 +252,8 @@ class Measurement:
             "counts": self.counts.to_json() if self.counts else None,
             "stopped_early": self.stopped_early,
             "evidence": list(self.evidence),
+            "greedy_draft_n": self.greedy_draft_n,
+            "no_drafts_at": self.no_drafts_at,
             "samples": samples,
         }
 
@@ -263,6 +277,8 @@ class Measurement:
             stage=obj.get("stage", "probe"),
             stopped_early=bool(obj.get("stopped_early", False)),
             evidence=tuple(obj.get("evidence") or ()),
+            greedy_draft_n=obj.get("greedy_draft_n"),
+            no_drafts_at=obj.get("no_drafts_at"),
         )
 
 

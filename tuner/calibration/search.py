@@ -271,10 +271,11 @@ class Search:
             m for m in self.measurements
             if m.ok and m.candidate.spec_type == probe.spec_type and m.candidate.draft_path == probe.draft_path
             and m.candidate.placement == probe.placement and m.candidate.p_min == probe.p_min
+            and m.candidate.draft_sampling == probe.draft_sampling
         ]
 
     def _group(self, c: Candidate) -> str:
-        return f"{c.spec_type}|{c.draft_path}|{c.placement}"
+        return f"{c.spec_type}|{c.draft_path}|{c.placement}" + (f"|{c.draft_sampling}" if c.draft_sampling else "")
 
     def _predict(self, probe: Candidate) -> list[tuple[int, float, float]]:
         """(Re)fit the cost model of ``probe``'s draft and predict the curve; emits ``"predicted"``."""

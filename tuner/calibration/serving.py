@@ -27,7 +27,8 @@ def candidate_config(
     """The launch configuration of ``candidate`` for ``target_path`` (port left to the supervisor).
 
     Speculative candidates get ``n_parallel`` 1 (every slot needs draft state; the server's default
-    is 4 slots). The baseline also uses 1 slot so both are compared on equal terms.
+    is 4 slots). The baseline also uses 1 slot so both are compared on equal terms. A candidate's
+    ``draft_sampling`` becomes ``--spec-draft-sampling VALUE`` (b11434 common/arg.cpp).
     """
     spec = candidate.spec_type
     return ServerConfig(
@@ -42,6 +43,7 @@ def candidate_config(
         n_ctx=n_ctx,
         n_parallel=1,
         threads=threads,
+        extra_args=("--spec-draft-sampling", candidate.draft_sampling) if candidate.draft_sampling else (),
     )
 
 

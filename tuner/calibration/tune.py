@@ -29,6 +29,10 @@ from .results import Measurement
 DEFAULT_BUDGET_S = 180.0
 """Default time budget of a sweep (seconds)."""
 
+DEFAULT_N_PREDICT = 256
+"""Default generated tokens per measured request: closer to real answers than a few dozen tokens (the
+budget planning shortens it for slow models)."""
+
 
 class TuneError(RuntimeError):
     """Tuning cannot start or cannot finish: no models, unknown target, no server, baseline failed.
@@ -130,11 +134,14 @@ def tune(
     cancel: threading.Event | None = None,
     server: str | Path | None = None,
     store: ProfileStore | None = None,
-    n_predict: int = 128,
+    n_predict: int = DEFAULT_N_PREDICT,
     repetitions: int = 3,
-    n_ctx: int = 2048,
+    n_ctx: int | None = None,
     threads: int | None = None,
     max_prompts: int | None = None,
+    sampling: Any = None,
+    long_context: bool = True,
+    chat: bool | None = None,
 ) -> TuneResult:
     """Tune speculative decoding for one target in ``models_dir`` and save the profile.
 
@@ -154,11 +161,20 @@ def tune(
             or non-executable path raises :class:`TuneError` naming ``--server``, never a fallback);
             ``None`` = discovered (``tuner.server.discovery.find_server``).
         store: profile store (``None`` = the default folder).
-        n_predict: generated tokens per request (fixed; greedy decoding).
+        n_predict: generated tokens per request (fixed length; default 256).
         repetitions: repetitions per prompt for finalists (probes use fewer).
-        n_ctx: context size per launch.
+        n_ctx: context size of every launch and of the saved profile (``-c``); ``None`` = automatic
+            (:func:`tuner.ctxsize.default_ctx_size`: the target's training context capped at 8192, never
+            below 4096 unless the model's is smaller). A staleness key of the profile.
         threads: CPU threads per launch (``None`` = server default).
         max_prompts: use at most this many prompts of the set (spread over categories).
+        sampling: a :class:`tuner.calibration.workload.Sampling` with the user's client settings; ``None``
+            = llama-server's own defaults (the requests send no sampling fields). Every request carries a
+            seed fixed per (prompt, repetition); a separate short greedy pass is the lossless check.
+        long_context: add the built-in long-context requests (a long document and a long code file with
+            a question, each filling at least half of ``n_ctx``) to the prompts.
+        chat: ``True``/``False`` forces ``/v1/chat/completions`` / ``/completion``; ``None`` = chat when the
+            target GGUF has ``tokenizer.chat_template``.
 
     Returns:
         A :class:`TuneResult`.
@@ -186,11 +202,15 @@ def tune(
         n_ctx=n_ctx,
         threads=threads,
         max_prompts=max_prompts,
+        sampling=sampling,
+        long_context=long_context,
+        chat=chat,
     )
 
 
 __all__ = [
     "DEFAULT_BUDGET_S",
+    "DEFAULT_N_PREDICT",
     "TuneError",
     "TuneEvent",
     "TuneResult",

@@ -32,22 +32,27 @@ MIB = 1024 * 1024
 
 
 DEFAULT_PLAN_CTX = 4096
+"""The automatic context size when the model does not say its own (:data:`tuner.ctxsize.DEFAULT_CTX_FLOOR`)."""
 
 
 def plan_n_ctx(requested: int | None, context_length: int | None) -> tuple[int, str | None]:
     """The n_ctx ``draftwise plan`` uses, and a note about it (None when nothing to say).
 
-    Default: ``min(DEFAULT_PLAN_CTX, context_length)`` (the GGUF key ``<arch>.context_length``, the
-    training context; llama.cpp warns when n_ctx exceeds it, llama-context.cpp "n_ctx_seq > n_ctx_train").
-    An explicit ``--ctx`` above the training context is kept and warned about.
+    Default: the rule shared with tune and serve, :func:`tuner.ctxsize.default_ctx_size` (the GGUF key
+    ``<arch>.context_length``, the training context, capped at 8192, at least 4096 unless the model's own
+    is smaller; llama.cpp warns when n_ctx exceeds it, llama-context.cpp "n_ctx_seq > n_ctx_train").
+    An explicit ``--ctx-size`` above the training context is kept and warned about.
     """
+    from tuner.ctxsize import default_ctx_size
+
     if requested is None:
+        n = default_ctx_size(context_length)
         if context_length is not None and context_length < DEFAULT_PLAN_CTX:
-            return context_length, (f"n_ctx {context_length}: the model's training context "
-                                    f"(context_length), below the default {DEFAULT_PLAN_CTX}; set --ctx to change")
-        return DEFAULT_PLAN_CTX, None
+            return n, (f"n_ctx {context_length}: the model's training context "
+                       f"(context_length), below the usual {DEFAULT_PLAN_CTX}; set --ctx-size to change")
+        return n, None
     if context_length is not None and requested > context_length:
-        return requested, (f"--ctx {requested} exceeds the model's training context {context_length} "
+        return requested, (f"--ctx-size {requested} exceeds the model's training context {context_length} "
                            "(context_length): quality degrades beyond it")
     return requested, None
 
@@ -63,9 +68,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", required=True, help="target model GGUF")
     p.add_argument("--draft", help="draft model GGUF (implies --spec-type draft-simple)")
     p.add_argument("--spec-type", help="--spec-type value (default: draft-simple with --draft, else none)")
-    p.add_argument("--ctx", "--ctx-size", dest="ctx", type=int, default=None,
-                   help=f"context size n_ctx (-c); default {DEFAULT_PLAN_CTX} or the model's training context "
-                   "(GGUF <arch>.context_length) if smaller")
+    p.add_argument("--ctx-size", "--ctx", type=int, default=None, dest="ctx", metavar="N",
+                   help="context size n_ctx (-c); default: the model's training context (GGUF "
+                   "<arch>.context_length) capped at 8192, at least 4096 unless the model's is smaller")
     p.add_argument("--ngl", type=int, help="target GPU layers (default: all)")
     p.add_argument("--draft-ngl", type=int, help="draft GPU layers (default: all)")
     p.add_argument("--n-max", type=int, default=None,

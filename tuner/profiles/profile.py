@@ -4,12 +4,13 @@ One JSON file per target model. The core types here hold plain JSON-able values 
 strings) for the winner and the evidence, so this package does not depend on ``tuner.calibration``
 (imports point calibration → profiles).
 
-File layout (``schema_version`` 1)::
+File layout (``schema_version`` 2; version 1 files, written before the context size and the request
+workload were keys, are still read and are stale: their ``n_ctx`` comes from ``server_config``)::
 
-    {"schema_version": 1, "target_path": "...", "created_unix_s": 1.7e9,
+    {"schema_version": 2, "target_path": "...", "created_unix_s": 1.7e9,
      "keys": {"hardware_fingerprint": "...", "server_binary": "...", "server_build": "...",
               "dialect_fingerprint": "...", "model_files": [{"path","size_bytes","mtime_ns"}...],
-              "prompt_set_sha256": "..."},
+              "prompt_set_sha256": "...", "n_ctx": 8192, "workload": "chat;server-defaults"},
      "winner": {"spec_type": "none"|..., "draft_path": null|"...", "n_max": ..., ...},
      "server_config": {ServerConfig fields}, "argv": [...],
      "decision": {"speedup": ..., "reason": "...", ...}, "evidence": [ {...}, ... ]}
@@ -21,7 +22,9 @@ from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+READABLE_SCHEMA_VERSIONS = (1, 2)
+"""Versions :meth:`Profile.from_json` reads (1: no ``n_ctx`` / ``workload`` keys, so always stale)."""
 
 
 class ProfileError(ValueError):
@@ -65,6 +68,11 @@ class StalenessKeys:
         dialect_fingerprint: hash of the speculative flags the binary's ``--help`` offers.
         model_files: target first, then every draft measured in the sweep.
         prompt_set_sha256: :attr:`tuner.calibration.prompts.PromptSet.sha256`.
+        n_ctx: the context size every launch of the sweep used and the profile serves (``-c``);
+            ``None`` when unknown (an old profile).
+        workload: request shape and sampling of the sweep
+            (:meth:`tuner.calibration.workload.Workload.key`, e.g. ``"chat;server-defaults"``); ``None``
+            for a profile written before it was recorded.
     """
 
     hardware_fingerprint: str | None
@@ -73,6 +81,8 @@ class StalenessKeys:
     dialect_fingerprint: str | None
     model_files: tuple[ModelFileKey, ...]
     prompt_set_sha256: str | None
+    n_ctx: int | None = None
+    workload: str | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (model files as a list of dicts)."""
@@ -85,6 +95,8 @@ class StalenessKeys:
                 {"path": m.path, "size_bytes": m.size_bytes, "mtime_ns": m.mtime_ns} for m in self.model_files
             ],
             "prompt_set_sha256": self.prompt_set_sha256,
+            "n_ctx": self.n_ctx,
+            "workload": self.workload,
         }
 
     @classmethod
@@ -99,6 +111,8 @@ class StalenessKeys:
                 ModelFileKey(str(m["path"]), m.get("size_bytes"), m.get("mtime_ns")) for m in obj["model_files"]
             ),
             prompt_set_sha256=obj.get("prompt_set_sha256"),
+            n_ctx=obj.get("n_ctx"),
+            workload=obj.get("workload"),
         )
 
 
@@ -130,6 +144,12 @@ def stale_reasons(saved: StalenessKeys, current: StalenessKeys) -> list[str]:
         reasons.append(f"new model file {path} was not part of the sweep")
     if saved.prompt_set_sha256 != current.prompt_set_sha256:
         reasons.append("the prompt set changed")
+    if saved.n_ctx != current.n_ctx:
+        reasons.append(f"the context size changed (tuned at {saved.n_ctx or 'an unrecorded size'}, "
+                       f"now {current.n_ctx or 'unknown'} tokens)")
+    if saved.workload != current.workload:
+        reasons.append(f"the measured requests changed (tuned with {saved.workload or 'an older protocol'}, "
+                       f"now {current.workload or 'unknown'})")
     return reasons
 
 
@@ -185,10 +205,15 @@ class Profile:
         if not isinstance(obj, dict):
             raise ProfileError(path, "not a JSON object")
         version = obj.get("schema_version")
-        if version != SCHEMA_VERSION:
+        if version not in READABLE_SCHEMA_VERSIONS:
             raise ProfileError(path, f"schema_version {version!r} is not supported (expected {SCHEMA_VERSION})")
         try:
             keys = StalenessKeys.from_json(obj["keys"])
+            if version == 1 and keys.n_ctx is None:
+                from dataclasses import replace
+
+                n_ctx = (obj.get("server_config") or {}).get("n_ctx")
+                keys = replace(keys, n_ctx=n_ctx if isinstance(n_ctx, int) else None)
             return cls(
                 target_path=str(obj["target_path"]),
                 keys=keys,

@@ -253,6 +253,19 @@ class ServerClient:
         rows = data.get("data") if isinstance(data, dict) else None
         return [str(r.get("id")) for r in rows or () if isinstance(r, dict)]
 
+    def tokenize(self, text: str, timeout_s: float = 60.0) -> list[int]:
+        """``POST /tokenize`` with ``add_special`` false: the token ids of ``text`` in the loaded model's
+        vocabulary (tools/server/server-context.cpp, the ``/tokenize`` handler). Used to size long-context
+        prompts to the served context.
+
+        Raises: ServerUnreachableError, ServerHTTPError, ServerClientError (no ``tokens`` list).
+        """
+        data = self._json("POST", "/tokenize", timeout_s=timeout_s, json={"content": text, "add_special": False})
+        tokens = data.get("tokens") if isinstance(data, dict) else None
+        if not isinstance(tokens, list):
+            raise ServerClientError(self.base_url + "/tokenize", "answer has no 'tokens' list")
+        return [int(t) if not isinstance(t, dict) else int(t.get("id", 0)) for t in tokens]
+
 
 def _chat_delta(obj: dict) -> ChatDelta:
     """One parsed stream event → :class:`ChatDelta` (tolerates chunks without ``choices``)."""

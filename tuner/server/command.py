@@ -58,7 +58,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     keys.add_argument("--api-key-file", default=None, metavar="FILE",
                       help="read the API key from FILE (first non-empty line), so it is not on this "
                       "command line where other local users can see it in ps")
-    p.add_argument("--ctx", type=int, dest="n_ctx", help="context size n_ctx")
+    p.add_argument("--ctx-size", type=int, dest="n_ctx", metavar="N",
+                   help="context size in tokens (-c); default: with --models the tuned profile's, else the "
+                   "model's training context capped at 8192, at least 4096 unless the model's is smaller. "
+                   "With --models, another size than the profile's is refused (the profile is stale for it)")
     p.add_argument("--ngl", help="target GPU layers (number, auto or all)")
     p.add_argument("--draft-ngl", help="draft GPU layers (number, auto or all)")
     p.add_argument("--server", help="llama-server binary (default: discovered)")
@@ -98,8 +101,10 @@ def _check_serve_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--port must be 1..65535, got {args.port}")
     if args.n_max is not None and args.n_max < 1:
         raise ValueError(f"--n-max (draft length n_max) must be >= 1, got {args.n_max}")
-    if args.n_ctx is not None and args.n_ctx < 0:
-        raise ValueError(f"--ctx must be >= 0 (0 = the model's training context), got {args.n_ctx}")
+    from tuner.ctxsize import MIN_CTX_SIZE
+
+    if args.n_ctx is not None and args.n_ctx < MIN_CTX_SIZE:
+        raise ValueError(f"--ctx-size must be at least {MIN_CTX_SIZE} tokens, got {args.n_ctx}")
     ready_timeout = getattr(args, "ready_timeout", None)
     if ready_timeout is not None and ready_timeout <= 0:
         raise ValueError(f"--ready-timeout must be > 0 seconds, got {ready_timeout}")
@@ -206,6 +211,13 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         from tuner.calibration.serving import config_from_profile  # lazy: calibration is above us
 
         cfg = config_from_profile(Path(args.models), args.target)
+        if args.n_ctx is not None and args.n_ctx != cfg.n_ctx:
+            raise ValueError(
+                f"--ctx-size {args.n_ctx}: the profile for {cfg.model_path.name} was tuned at context size "
+                f"{cfg.n_ctx}, so it is stale for {args.n_ctx} and would serve an unmeasured configuration. "
+                f"Re-tune: draftwise tune --models {args.models}"
+                + (f" --target {args.target}" if args.target else "")
+                + f" --ctx-size {args.n_ctx} (or serve without --ctx-size)")
         over: dict[str, Any] = {"cors_origins": _settings_cors()}
         if args.port is not None:
             over["port"] = args.port
@@ -241,7 +253,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         n_max=args.n_max,
         ngl=_layers(args.ngl),
         draft_ngl=_layers(args.draft_ngl, "--draft-ngl") if args.draft else None,
-        n_ctx=args.n_ctx,
+        n_ctx=_serve_ctx_size(args.n_ctx, target),
         n_parallel=1 if speculative else None,
         host=args.host or "127.0.0.1",
         port=args.port,
@@ -260,6 +272,24 @@ def _settings_cors() -> str:
         return load_settings_keeping_valid(repair=False).settings.cors_origins_value()
     except Exception:  # never let a settings problem open the endpoint
         return "localhost"
+
+
+def _serve_ctx_size(requested: int | None, target: Path) -> int | None:
+    """``--ctx-size`` or the automatic size (:func:`tuner.ctxsize.default_ctx_size`) from the target's
+    GGUF ``<arch>.context_length``; ``None`` when the header cannot be read (the pre-flight check then
+    names the file)."""
+    if requested is not None:
+        return requested
+    from tuner.catalog.header import GGUFError, read_header
+    from tuner.ctxsize import default_ctx_size
+
+    try:
+        h = read_header(target)
+    except (GGUFError, OSError):
+        return None
+    arch = h.kv.get("general.architecture")
+    ctx = h.kv.get(f"{arch}.context_length") if isinstance(arch, str) else None
+    return default_ctx_size(ctx if isinstance(ctx, int) else None)
 
 
 def cmd_serve(args: argparse.Namespace) -> int:

@@ -185,7 +185,8 @@ class AppController(QObject):
         """Compute the memory plan of ``model`` in a worker (device detection runs llama-server
         ``--list-devices``); the answer arrives as :attr:`plan_ready` ``(model, text)``."""
         cram = self.settings.cache_ram_mib
-        w = CallWorker(lambda ev, cancel: flow.memory_plan_text(model, cram), "plan")
+        ctx_size = self.settings.ctx_size
+        w = CallWorker(lambda ev, cancel: flow.memory_plan_text(model, ctx_size, cram), "plan")
         w.done.connect(lambda text: self.plan_ready.emit(model, text))
         w.failed.connect(lambda exc: self.plan_ready.emit(model, f"Memory plan unavailable: {exc}"))
         self._plan_workers = [x for x in getattr(self, "_plan_workers", []) if x.isRunning()] + [w]

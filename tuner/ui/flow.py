@@ -329,7 +329,11 @@ def tune_and_serve(
     if cancel.is_set():
         raise Cancelled()
     target = target or default_target(scanned)
+    from tuner.calibration.workload import Sampling
+
     opts = dict(TUNE_OPTIONS_DEFAULT)
+    opts.setdefault("n_ctx", settings.ctx_size)  # None = automatic (tuner.ctxsize)
+    opts.setdefault("sampling", Sampling.from_settings(settings))
     opts.update(tune_options or {})
     try:
         result = tune(
@@ -474,22 +478,45 @@ def decision_text(result: Any) -> str:
     return str(decision)
 
 
-def memory_plan_text(model: Any, cache_ram_mib: int | None = None) -> str:
-    """Where the model's weights and KV cache go on this machine, in words (``tuner.hardware``),
-    plus the host RAM llama-server's prompt cache may take while serving (``cache_ram_mib``, the
-    ``--cache-ram`` limit; None = not mentioned)."""
+def context_text(model: Any, ctx_size: int | None = None) -> str:
+    """The context size the model is tuned and served at, in words: e.g. ``"Context size 8192 tokens
+    (automatic: the model's training context 32768, capped at 8192)"`` (``tuner.ctxsize``)."""
+    from tuner.ctxsize import DEFAULT_CTX_CAP, resolve_ctx_size
+
+    trained = getattr(model, "context_length", None)
+    try:
+        n, note = resolve_ctx_size(ctx_size, trained, flag="the context setting")
+    except ValueError as exc:
+        return str(exc)
+    if ctx_size is not None:
+        why = "your setting" + (f"; {note}" if note else "")
+    elif trained:
+        why = f"automatic: the model's training context {trained}" + (f", capped at {DEFAULT_CTX_CAP}"
+                                                                        if trained > DEFAULT_CTX_CAP else "")
+    else:
+        why = "automatic: the model does not state its training context"
+    return f"Context size {n} tokens ({why})"
+
+
+def memory_plan_text(model: Any, ctx_size: int | None = None, cache_ram_mib: int | None = None) -> str:
+    """Where the model's weights and KV cache go on this machine at the context size it will be served
+    with (:func:`context_text`), in words (``tuner.hardware``), with the context-vs-layers trade and the
+    cached llama-server cross-check, plus the host RAM llama-server's prompt cache may take while serving
+    (``cache_ram_mib``, the ``--cache-ram`` limit; None = not mentioned)."""
+    from tuner.ctxsize import resolve_ctx_size
     try:
         from tuner.hardware.devices import detect_devices
         from tuner.hardware.memory import MemoryRequest, plan_memory
     except ImportError:
         return "Memory planning is not available yet in this build."
     try:
+        n_ctx, _ = resolve_ctx_size(ctx_size, getattr(model, "context_length", None))
         devices = detect_devices()
-        request = MemoryRequest(target=model, n_ctx=min(4096, model.context_length or 4096))
+        request = MemoryRequest(target=model, n_ctx=n_ctx)
         plan = plan_memory(request, devices)
     except Exception as exc:
         return f"Memory plan unavailable for {Path(model.path).name}: {exc}"
-    text = str(getattr(plan, "summary", None) or plan)
+    text = context_text(model, ctx_size) + ". " + str(getattr(plan, "summary", None) or plan)
     try:  # the context-vs-layers trade and the cached llama-server cross-check (never runs the server)
         from tuner.hardware.devices import find_server_binary
         from tuner.hardware.fitcheck import plan_check_lines

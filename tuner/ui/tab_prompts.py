@@ -43,10 +43,11 @@ def load_prompt_set(path: Path | None):
 
 
 def to_jsonl(prompt_set) -> str:
-    """The set as JSONL text for the editor."""
+    """The set as JSONL text for the editor (a conversation keeps its ``messages``)."""
     lines = []
     for p in prompt_set.prompts:
-        obj = {"prompt": p.text}
+        obj: dict = ({"messages": [{"role": r, "content": c} for r, c in p.messages]} if p.messages
+                     else {"prompt": p.text})
         if p.category:
             obj["category"] = p.category
         lines.append(json.dumps(obj, ensure_ascii=False))

@@ -10,6 +10,7 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFontDatabase, QFontMetrics, QGuiApplication, QTextOption
 from PySide6.QtWidgets import (
     QCheckBox,
+    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -145,6 +146,7 @@ class ServeTab(QWidget):
         self.port_spin.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.port_spin.editingFinished.connect(self._save_port)
         form.addRow("Port:", self.port_spin)
+        self._workload_rows(form, st)
         self.lan_check = QCheckBox("Expose on the local network (listen on 0.0.0.0; needs an API key)")
         self.lan_check.setChecked(st.expose_on_lan)
         self.lan_check.toggled.connect(self._toggle_lan)
@@ -207,6 +209,42 @@ class ServeTab(QWidget):
         self._settings_form = form
         form.setRowVisible(self.settings_msg, False)  # shown with the first message
         return box
+
+    def _workload_rows(self, form: QFormLayout, st) -> None:
+        """Context size and served sampling (both measured by the sweep; a change makes the profile stale)."""
+        from tuner.ctxsize import DEFAULT_CTX_CAP, DEFAULT_CTX_FLOOR, MIN_CTX_SIZE
+
+        self.ctx_spin = QSpinBox()
+        self.ctx_spin.setRange(MIN_CTX_SIZE - 1, 1 << 20)
+        self.ctx_spin.setSingleStep(1024)
+        self.ctx_spin.setSpecialValueText("automatic")
+        self.ctx_spin.setValue(st.ctx_size if st.ctx_size is not None else MIN_CTX_SIZE - 1)
+        self.ctx_spin.setToolTip(f"automatic: the model's training context capped at {DEFAULT_CTX_CAP}, at least "
+                                 f"{DEFAULT_CTX_FLOOR} unless the model's is smaller. Changing it re-tunes.")
+        self.ctx_spin.editingFinished.connect(self._save_ctx)
+        form.addRow("Context size:", self.ctx_spin)
+        self.temp_spin = QDoubleSpinBox()
+        self.temp_spin.setRange(-0.05, 2.0)
+        self.temp_spin.setSingleStep(0.05)
+        self.temp_spin.setDecimals(2)
+        self.temp_spin.setSpecialValueText("server default (0.8)")
+        self.temp_spin.setValue(st.temperature if st.temperature is not None else -0.05)
+        self.temp_spin.setToolTip("the temperature your chat client sends; the sweep measures at it "
+                                  "(llama-server's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05)")
+        self.temp_spin.editingFinished.connect(self._save_temperature)
+        form.addRow("Temperature:", self.temp_spin)
+
+    def _save_ctx(self) -> None:
+        v = int(self.ctx_spin.value())
+        new = None if v < self.ctx_spin.minimum() + 1 else v
+        if new != self.controller.settings.ctx_size:
+            self._save(ctx_size=new)
+
+    def _save_temperature(self) -> None:
+        v = float(self.temp_spin.value())
+        new = None if v < 0 else round(v, 2)
+        if new != self.controller.settings.temperature:
+            self._save(temperature=new)
 
     def _set_settings_msg(self, text: str) -> None:
         """Show a settings message (its row is hidden while there is none)."""
