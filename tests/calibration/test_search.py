@@ -9,8 +9,9 @@ from __future__ import annotations
 import threading
 
 from tuner.calibration.candidates import Candidate, CandidatePlan
-from tuner.calibration.decide import compared_rates, decide
+from tuner.calibration.decide import decide
 from tuner.calibration.measure import Launch
+from tuner.calibration.pairing import MIN_PAIRS, adjacent_pairs
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.search import Search, SearchSettings
 
@@ -94,26 +95,27 @@ def _scripted_search(client_cls: type, **settings) -> tuple[list[Candidate], lis
     return launched, ms
 
 
-def test_confirm_rounds_use_fresh_repetition_ids_and_pair_with_the_baseline_round():
-    """More probe repetitions than baseline ones: the confirm rounds must not reuse a probe id
-    (pooling would renumber them and each confirm run would pair with the wrong baseline run)."""
-    _launched, ms = _scripted_search(_Client, baseline_repetitions=1, probe_repetitions=3, confirm_repetitions=2)
-    baseline = Candidate()
-    confirm = [m for m in ms if m.stage == "confirm"]
+def test_confirm_rounds_alternate_abba_and_stop_when_the_test_is_conclusive():
+    """The paired rounds run A B B A A B B A …: each finalist repetition is measured right next to the
+    baseline repetition with the same id; fresh ids after the screening ones; the rounds stop as soon
+    as the sequential test is conclusive (a steady 1.45x: at MIN_PAIRS pairs)."""
+    _launched, ms = _scripted_search(_Client, probe_repetitions=3)
+    confirm = [(i, m) for i, m in enumerate(ms) if m.stage == "confirm"]
     assert confirm, [m.stage for m in ms]
-    probe_ids = {s.repetition for m in ms if m.stage in ("probe", "refine") for s in m.samples}
-    confirm_ids = {s.repetition for m in confirm for s in m.samples}
-    assert probe_ids == {0, 1, 2} and confirm_ids == {3, 4}
-    # each confirm round ran the baseline and the finalist on the same id: pooled, nothing is renumbered
-    base_ids = {s.repetition for m in ms if m.candidate.is_baseline for s in m.samples}
-    assert confirm_ids <= base_ids
-    finalist = confirm[-1].candidate
-    pooled = {}
-    for m in ms:
-        if m.candidate in (finalist, baseline):
-            pooled[m.candidate] = pooled[m.candidate].merged(m) if m.candidate in pooled else m
-    _c, _b, n_paired = compared_rates(pooled[finalist], pooled[baseline])
-    assert n_paired == len(base_ids & {s.repetition for s in pooled[finalist].samples}) >= 2
+    kinds = ["A" if m.candidate.is_baseline else "B" for _i, m in confirm]
+    assert "".join(kinds).startswith("ABA") and all(x != y for x, y in zip(kinds, kinds[1:])), kinds
+    screening_ids = {s.repetition for m in ms if m.stage != "confirm" for s in m.samples}
+    confirm_ids = {s.repetition for _i, m in confirm for s in m.samples}
+    assert screening_ids == {0, 1, 2} and not (screening_ids & confirm_ids)
+    finalist = next(m.candidate for _i, m in confirm if not m.candidate.is_baseline)
+    pairs = adjacent_pairs(ms, finalist)
+    # two repetitions per launch: the first look with MIN_PAIRS pairs comes at the end of a block
+    assert MIN_PAIRS <= len(pairs) <= MIN_PAIRS + 1
+    for p in pairs:
+        assert abs(p.candidate_launch - p.baseline_launch) == 1
+        assert [s.prompt_index for s in p.candidate_samples] == [s.prompt_index for s in p.baseline_samples]
+    d = decide(ms)
+    assert d.winner == finalist and d.pairs == len(pairs) and f"{len(pairs)} adjacent pairs" in d.reason
 
 
 class _DipClient(_Client):

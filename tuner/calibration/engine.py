@@ -16,6 +16,7 @@ from .candidates import Candidate, CandidatePlan, DraftOption, apply_memory_chec
 from .decide import Decision, decide
 from .measure import Cancelled, Launch, LaunchError, LaunchFn
 from .prompts import Prompt, PromptSet, default_prompts, load_prompts
+from .pairing import MIN_PAIRS
 from .search import BaselineFailed, Search, SearchSettings
 from .serving import candidate_config, config_to_json
 from .tune import EventCallback, TuneError, TuneEvent, TuneResult
@@ -313,8 +314,7 @@ def run_tune(
     settings = settings or SearchSettings(
         n_predict=n_predict,
         budget_s=budget_s,
-        confirm_repetitions=max(1, repetitions - 1),
-        baseline_repetitions=max(1, min(2, repetitions)),
+        max_pairs=max(MIN_PAIRS, 2 * repetitions),
     )
     sup = None
     if launch_fn is None:
@@ -323,6 +323,9 @@ def run_tune(
         sup = Supervisor(binary, dialect)
         launch_fn = _supervisor_launch_fn(sup, target_path, n_ctx, threads, emit, None)
     search = Search(launch_fn, plan, chosen_prompts, settings, cancel, emit)
+    from tuner.hardware.host import LoadWatcher
+
+    watcher = LoadWatcher().start()
     try:
         measurements = search.run()
     except Cancelled:
@@ -335,11 +338,17 @@ def run_tune(
             exc.measurement.evidence,
         ) from exc
     finally:
+        load = watcher.stop()
         if sup is not None:
             sup.stop(grace_s=5.0)
 
-    decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured)
-    emit("decision", decision.reason, decision=decision)
+    decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured,
+                      alpha=settings.alpha, max_pairs=settings.max_pairs, finalists=settings.finalists,
+                      busy_note=load.note())
+    emit("decision", decision.reason, decision=decision,
+         detail={"load": {"other_cpu_mean": load.other_cpu_mean, "other_cpu_max": load.other_cpu_max,
+                          "steal_mean": load.steal_mean, "samples": load.samples, "busy": load.busy},
+                 "protocol": dict(search.planned)})
 
     winner_cfg = candidate_config(decision.winner, target_path, n_ctx=n_ctx, threads=threads)
     try:

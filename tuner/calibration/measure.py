@@ -75,6 +75,9 @@ class Launch:
     speculation_reason: Callable[[list[str]], str] | None = None
 
 
+AfterWarmup = Callable[[float, "float | None"], "tuple[Sequence[tuple[int, Prompt]], int] | None"]
+"""``after_warmup(load_s, warmup_gen_tokens_per_s) -> (prompts, n_predict) | None`` (see measure_candidate)."""
+
 LaunchFn = Callable[[Candidate, threading.Event], Launch]
 """``launch(candidate, cancel) -> Launch``; raises :class:`LaunchError` or :class:`Cancelled`."""
 
@@ -93,6 +96,12 @@ def first_divergence(a: str, b: str) -> int | None:
         if a[i] != b[i]:
             return i
     return n
+
+
+def request_seed(prompt_index: int, repetition: int) -> int:
+    """The sampling seed of request (``prompt_index``, ``repetition``): the same on both sides of every
+    pair, different across requests."""
+    return 1 + 1000 * repetition + prompt_index
 
 
 def request_params(n_predict: int, seed: int = 1) -> dict:
@@ -121,6 +130,7 @@ def measure_candidate(
     predicted_gen_tokens_per_s: float | None = None,
     deadline_s: float | None = None,
     stop_if: Callable[[Sequence[Sample]], bool] | None = None,
+    after_warmup: AfterWarmup | None = None,
 ) -> Measurement:
     """Launch ``candidate``, run the protocol, stop the server; never leaves the server running.
 
@@ -141,6 +151,9 @@ def measure_candidate(
             first repetition always runs).
         stop_if: called with the samples so far after each request; True stops the run early (a clear
             loser); the measurement keeps its samples and is marked ``stopped_early``.
+        after_warmup: called once after the warm-up request with ``(load_s, warm-up tokens/s or
+            None)``; may return ``(prompts, n_predict)`` to use instead (the search plans the protocol
+            from the first launch's speed, so a slow model gets fewer, shorter requests).
 
     Returns:
         A :class:`Measurement`; failures (launch error, speculation inactive, nothing drafted, a
@@ -158,7 +171,7 @@ def measure_candidate(
                            evidence=tuple(str(x) for x in exc.evidence))
     try:
         return _run(launch, candidate, prompts, repetitions, n_predict, cancel, baseline_outputs, on_request,
-                    request_timeout_s, stage, predicted_gen_tokens_per_s, deadline_s, stop_if)
+                    request_timeout_s, stage, predicted_gen_tokens_per_s, deadline_s, stop_if, after_warmup)
     finally:
         launch.stop()
 
@@ -177,6 +190,7 @@ def _run(
     predicted: float | None,
     deadline_s: float | None,
     stop_if: Callable[[Sequence[Sample]], bool] | None = None,
+    after_warmup: AfterWarmup | None = None,
 ) -> Measurement:
     client = launch.client
     base = dict(candidate=candidate, load_s=launch.load_s, stage=stage, predicted_gen_tokens_per_s=predicted)
@@ -197,10 +211,14 @@ def _run(
                            error=f"the server started without speculation (/slots speculative: false){why}")
 
     try:
-        client.completion(WARMUP_PROMPT, min(16, n_predict), timeout_s=request_timeout_s,
-                          **{k: v for k, v in request_params(min(16, n_predict)).items() if k != "n_predict"})
+        warm = client.completion(WARMUP_PROMPT, min(16, n_predict), timeout_s=request_timeout_s,
+                                 **{k: v for k, v in request_params(min(16, n_predict)).items() if k != "n_predict"})
     except Exception as exc:  # noqa: BLE001 - the server's HTTP errors are recorded as the failure
         return Measurement(**base, speculative_active=spec_active, error=f"warm-up request failed: {exc}")
+    if after_warmup is not None:
+        planned = after_warmup(launch.load_s, _f(((warm or {}).get("timings") or {}).get("predicted_per_second")))
+        if planned is not None:
+            prompts, n_predict = planned
 
     before = _scrape(client) if speculative else None
     samples: list[Sample] = []
@@ -216,7 +234,8 @@ def _run(
                 raise Cancelled()
             try:
                 resp = client.completion(repetition_prompt(prompt, rep), n_predict, timeout_s=request_timeout_s,
-                                         **{k: v for k, v in request_params(n_predict).items() if k != "n_predict"})
+                                         **{k: v for k, v in request_params(n_predict, request_seed(idx, rep)).items()
+                                            if k != "n_predict"})
             except Exception as exc:  # noqa: BLE001
                 error = f"request failed (prompt {idx + 1}, repetition {rep + 1}): {exc}"
                 break

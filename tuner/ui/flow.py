@@ -424,10 +424,20 @@ def measurement_row(m: Any) -> tuple[str, float, float | None, bool] | None:
 
 
 def result_rows(result: Any) -> list[tuple[str, float, float | None, bool]]:
-    """Rows for the candidate chart from a ``TuneResult``: one per candidate, its successful runs
-    pooled (``Measurement.merged``: median tokens/s over all repetitions, acceptance over all
-    drafts) as the decision pools them, so the chart and the decision quote the same kind of
-    figure. Empty when the result has no measurements."""
+    """Rows for the candidate chart from a ``TuneResult``: the decision's pooled figures
+    (``Decision.comparisons``, one per candidate, over the requests it was compared on — adjacent
+    pairs where it had them), so the chart, the decision sentence and the per-category lines quote the
+    same numbers. The baseline's bar is the decision's baseline figure. Without a decision (an old
+    profile), each candidate's successful runs pooled. Empty when there is nothing to show."""
+    d = getattr(result, "decision", None)
+    comps = getattr(d, "comparisons", None) or ()
+    if d is not None and comps:
+        rows = [("no speculation", float(d.baseline_gen_tokens_per_s), None, True)] \
+            if d.baseline_gen_tokens_per_s else []
+        for c in comps:
+            if c.gen_tokens_per_s:
+                rows.append((c.candidate.label, float(c.gen_tokens_per_s), c.acceptance, False))
+        return rows
     pooled: dict[Any, Any] = {}
     for m in getattr(result, "measurements", None) or ():
         if measurement_row(m) is None:

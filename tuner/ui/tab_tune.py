@@ -188,18 +188,11 @@ class TuneTab(QWidget):
             msg += f"; serving {serving.model_name} at {serving.endpoint_url}"
         self.step_label.setText(msg + ".")
         self.decision_label.setText(flow.decision_text(result))
-        for row in flow.result_rows(result):
-            self.results[row[0]] = row
-        # the winner and the baseline are shown with the decision's figures (median over all runs)
+        rows = flow.result_rows(result)
+        if rows:
+            # the decision's pooled figures replace the live per-launch ones (chart = decision)
+            self.results = {r[0]: r for r in rows}
         d = getattr(result, "decision", None)
-        if d is not None:
-            base_label = "no speculation"
-            if d.baseline_gen_tokens_per_s and base_label in self.results:
-                self.results[base_label] = (base_label, d.baseline_gen_tokens_per_s, None, True)
-            win = d.winner.label
-            if d.gen_tokens_per_s and win in self.results and win != base_label:
-                old = self.results[win]
-                self.results[win] = (win, d.gen_tokens_per_s, old[2], False)
         win_label = None
         if d is not None and d.winner is not None and d.winner.label in self.results:
             win_label = d.winner.label if not self.results[d.winner.label][3] else None
