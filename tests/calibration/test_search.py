@@ -188,3 +188,47 @@ def test_explore_follows_the_curve_past_an_unlucky_neighbour():
     # without a curve: only the neighbours of lengths within 5 % of the best (4 → 5; 3 is measured)
     search.curves.clear()
     assert search._explore_next(probe) == (5, 0.0)
+
+
+class _DriftClient(_Client):
+    """The machine's speed drifts between 1x and 3x slower over every 20 requests (another program
+    comes and goes): both servers slow down together. The draft is 1.2–1.45x of the baseline at any
+    one moment (n_max dependent)."""
+
+    clock = [0]
+
+    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
+        _DriftClient.clock[0] += 1
+        slow = 1.0 + 2.0 * abs((_DriftClient.clock[0] / 10.0) % 2.0 - 1.0)  # a triangle wave, 1x..3x
+        out = super().completion(prompt, n_predict, timeout_s, **params)
+        t = out["timings"]
+        t["predicted_per_second"] /= slow
+        t["predicted_ms"] *= slow
+        return out
+
+
+def test_side_by_side_rounds_pair_each_request_with_the_baseline_right_after_it():
+    live: list[Candidate] = []
+
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        live.append(c)
+        return Launch(client=_DriftClient(c), stop=lambda: live.remove(c), log_tail=lambda n: [], load_s=0.01)
+
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
+    prompts = [(0, Prompt("p", "code")), (1, Prompt("q", "creative"))]
+    events: list[str] = []
+    ms = Search(launch, plan, prompts, SearchSettings(n_predict=16, budget_s=600, p_min_variant=None,
+                                                      side_by_side=True),
+                threading.Event(), lambda kind, msg, **kw: events.append(kind)).run()
+    assert not live  # every server stopped, the baseline's kept-running one included
+    confirm = [m for m in ms if m.stage == "confirm"]
+    assert confirm and [m.candidate.is_baseline for m in confirm[:2]] == [True, False]
+    d = decide(ms)
+    pairs = adjacent_pairs(ms, d.winner)
+    assert len(pairs) >= MIN_PAIRS and d.pairs == len(pairs)
+    # 3x drift over the sweep, yet each pair sees the gain (its two sides are one request apart)
+    assert d.winner.draft_path == DRAFT and 1.3 < d.speedup < 1.6, d.reason
+    for p in pairs:
+        assert 1.1 < p.ratio < 1.7
+    assert "confirmed" in events

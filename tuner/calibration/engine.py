@@ -315,13 +315,22 @@ def run_tune(
         n_predict=n_predict,
         budget_s=budget_s,
         max_pairs=max(MIN_PAIRS, 2 * repetitions),
+        # weights mmapped in host memory: the baseline's and a finalist's server share the page cache,
+        # so the paired rounds run them side by side; with a GPU, alternate launches instead
+        side_by_side=not gpu,
     )
-    sup = None
+    sups: list[Any] = []
     if launch_fn is None:
         from tuner.server.supervisor import Supervisor
 
-        sup = Supervisor(binary, dialect)
-        launch_fn = _supervisor_launch_fn(sup, target_path, n_ctx, threads, emit, None)
+        sup_base, sup_cand = Supervisor(binary, dialect), Supervisor(binary, dialect)
+        sups = [sup_base, sup_cand]
+        base_fn = _supervisor_launch_fn(sup_base, target_path, n_ctx, threads, emit, None)
+        cand_fn = _supervisor_launch_fn(sup_cand, target_path, n_ctx, threads, emit, None)
+
+        def launch_fn(c: Candidate, cancel: threading.Event) -> Launch:
+            # one supervisor for the baseline, one for the candidates: both can run at once (side by side)
+            return (base_fn if c.is_baseline else cand_fn)(c, cancel)
     search = Search(launch_fn, plan, chosen_prompts, settings, cancel, emit)
     from tuner.hardware.host import LoadWatcher
 
@@ -339,7 +348,7 @@ def run_tune(
         ) from exc
     finally:
         load = watcher.stop()
-        if sup is not None:
+        for sup in sups:
             sup.stop(grace_s=5.0)
 
     decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured,

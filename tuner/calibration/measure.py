@@ -116,6 +116,46 @@ def request_params(n_predict: int, seed: int = 1) -> dict:
     }
 
 
+class RequestError(RuntimeError):
+    """One measured request failed (HTTP error, or no ``timings.predicted_per_second``)."""
+
+
+def measure_request(
+    client: CompletionClient, idx: int, prompt: Prompt, rep: int, n_predict: int, request_timeout_s: float = 300.0
+) -> Sample:
+    """One measured request of the protocol: ``prompt`` (index ``idx``) at repetition ``rep``.
+
+    Used by :func:`measure_candidate` and by the search's side-by-side paired rounds, so both sides of
+    a pair send exactly the same request.
+
+    Raises:
+        RequestError: the request failed or its answer has no ``timings.predicted_per_second``.
+    """
+    try:
+        resp = client.completion(repetition_prompt(prompt, rep), n_predict, timeout_s=request_timeout_s,
+                                 **{k: v for k, v in request_params(n_predict, request_seed(idx, rep)).items()
+                                    if k != "n_predict"})
+    except Exception as exc:  # noqa: BLE001
+        raise RequestError(f"request failed (prompt {idx + 1}, repetition {rep + 1}): {exc}") from exc
+    t = resp.get("timings") or {}
+    content = resp.get("content")
+    tps = t.get("predicted_per_second")
+    if not tps:
+        raise RequestError(f"no timings.predicted_per_second in the answer (prompt {idx + 1})")
+    return Sample(
+        prompt_index=idx,
+        category=prompt.category,
+        repetition=rep,
+        gen_tokens_per_s=float(tps),
+        prompt_tokens_per_s=_f(t.get("prompt_per_second")),
+        predicted_n=_i(t.get("predicted_n")),
+        predicted_ms=_f(t.get("predicted_ms")),
+        draft_n=_i(t.get("draft_n")),
+        draft_n_accepted=_i(t.get("draft_n_accepted")),
+        content=content if isinstance(content, str) else None,
+    )
+
+
 def measure_candidate(
     launch_fn: LaunchFn,
     candidate: Candidate,
@@ -233,30 +273,10 @@ def _run(
             if cancel.is_set():
                 raise Cancelled()
             try:
-                resp = client.completion(repetition_prompt(prompt, rep), n_predict, timeout_s=request_timeout_s,
-                                         **{k: v for k, v in request_params(n_predict, request_seed(idx, rep)).items()
-                                            if k != "n_predict"})
-            except Exception as exc:  # noqa: BLE001
-                error = f"request failed (prompt {idx + 1}, repetition {rep + 1}): {exc}"
+                s = measure_request(client, idx, prompt, rep, n_predict, request_timeout_s)
+            except RequestError as exc:
+                error = str(exc)
                 break
-            t = resp.get("timings") or {}
-            content = resp.get("content")
-            tps = t.get("predicted_per_second")
-            if not tps:
-                error = f"no timings.predicted_per_second in the answer (prompt {idx + 1})"
-                break
-            s = Sample(
-                prompt_index=idx,
-                category=prompt.category,
-                repetition=rep,
-                gen_tokens_per_s=float(tps),
-                prompt_tokens_per_s=_f(t.get("prompt_per_second")),
-                predicted_n=_i(t.get("predicted_n")),
-                predicted_ms=_f(t.get("predicted_ms")),
-                draft_n=_i(t.get("draft_n")),
-                draft_n_accepted=_i(t.get("draft_n_accepted")),
-                content=content if isinstance(content, str) else None,
-            )
             samples.append(s)
             if baseline_outputs is not None and s.content is not None and (idx, rep) in baseline_outputs:
                 compared += 1

@@ -44,8 +44,21 @@ from typing import Callable, Sequence
 
 from .candidates import DRAFT_LENGTHS, Candidate, CandidatePlan
 from .decide import MIN_GAIN
-from .measure import Cancelled, LaunchFn, measure_candidate, measure_repetitions, needs_fresh_launch_per_repetition
-from .pairing import ALPHA, MAX_PAIRS, MIN_PAIRS, compare
+from .measure import (
+    WARMUP_PROMPT,
+    Cancelled,
+    Launch,
+    LaunchError,
+    LaunchFn,
+    RequestError,
+    first_divergence,
+    measure_candidate,
+    measure_repetitions,
+    measure_request,
+    needs_fresh_launch_per_repetition,
+)
+from .pairing import ALPHA, MAX_PAIRS, MIN_PAIRS, adjacent_pairs, compare, pooled_tokens_per_s, sequential_test
+from .results import Divergence
 from .predict import CostModel, fit_cost_model, predict_curve
 from .prompts import Prompt
 from .results import Measurement, Sample
@@ -65,6 +78,10 @@ class SearchSettings:
         plan: plan prompts and ``n_predict`` from the first warm-up (:meth:`Search.plan_protocol`).
         min_n_predict: the plan never goes below this many generated tokens per request.
         min_prompts: nor below this many prompts.
+        side_by_side: paired rounds with the baseline's server and the finalist's server running at
+            the same time, the same request sent to one and then the other (module docstring); for
+            weights mmapped in host memory (CPU), where two servers on one GGUF share the page cache.
+            False: alternating launches.
         min_gain: see :func:`tuner.calibration.decide.decide`.
         draft_lengths: ``n_max`` values the prediction covers.
         refine_per_draft: draft lengths measured per draft after the probe (more when a refit asks).
@@ -97,6 +114,7 @@ class SearchSettings:
     plan: bool = True
     min_n_predict: int = 32
     min_prompts: int = 2
+    side_by_side: bool = False
     min_gain: float = MIN_GAIN
     draft_lengths: tuple[int, ...] = DRAFT_LENGTHS
     refine_per_draft: int = 2
@@ -595,6 +613,9 @@ class Search:
         finalists = [c for _sp, c in contenders[:keep]]
         for _sp, c in contenders[keep:]:
             self.emit("skipped", f"{c.label}: dropped after screening (successive halving)", candidate=c)
+        if s.side_by_side:
+            self._confirm_side_by_side(finalists)
+            return
         open_rep: int | None = None  # a baseline repetition of the last launch still without a partner
         for n_f, c in enumerate(finalists):
             while True:
@@ -656,3 +677,137 @@ class Search:
         if needs_fresh_launch_per_repetition(c):
             return all(self._measure(c, [r], "confirm", single_launch=True).ok for r in reps)
         return self._measure(c, reps, "confirm", single_launch=True).ok
+
+    # ---- side by side: both servers up, each request sent to the finalist and then to the baseline ----
+    def _look(self, c: Candidate, extra: Sequence[float] = ()):
+        prior = [p.ratio for p in adjacent_pairs(self.measurements, c) if p.ratio > 0]
+        return sequential_test([*prior, *extra], self.s.min_gain, self.s.alpha, self.s.max_pairs, self.s.finalists)
+
+    def _open_baseline(self) -> Launch | None:
+        """Start the baseline's server for the side-by-side rounds and warm it up; ``None`` on failure."""
+        self.emit("launch", "confirm: starting no speculation (kept running for the paired rounds)",
+                  candidate=self.plan.baseline)
+        try:
+            launch = self.launch_fn(self.plan.baseline, self.cancel)
+        except LaunchError as exc:
+            self.emit("error", f"the baseline's server for the paired rounds did not start: {exc}")
+            return None
+        try:
+            measure_request(launch.client, 0, Prompt(WARMUP_PROMPT), -1, min(16, self.n_predict),
+                            self.s.request_timeout_s)
+        except RequestError as exc:
+            launch.stop()
+            self.emit("error", f"the baseline's server for the paired rounds failed its warm-up: {exc}")
+            return None
+        return launch
+
+    def _confirm_side_by_side(self, finalists: Sequence[Candidate]) -> None:
+        """Paired rounds with the baseline's server kept running: every request of a finalist's launch
+        is sent to the baseline's server right after, so the two sides of a pair are one request apart
+        in time, and drift of the machine's load cancels within each pair. One repetition = one pair;
+        the sequential test looks after each one (draft models: one launch for all a finalist's pairs,
+        n-gram types: one launch per pair, so their n-gram pool never carries over)."""
+        s = self.s
+        base_launch: Launch | None = None
+        try:
+            for c in finalists:
+                while True:
+                    if self.cancel.is_set():
+                        raise Cancelled()
+                    look = self._look(c)
+                    n_pairs = look.n
+                    if look.verdict != "inconclusive" or n_pairs >= s.max_pairs:
+                        self.emit("confirmed", f"{c.label}: {look.verdict} than no speculation after {n_pairs} "
+                                  "pairs" if look.verdict != "inconclusive" else
+                                  f"{c.label}: still inconclusive after {n_pairs} pairs", candidate=c,
+                                  detail={"verdict": look.verdict, "pairs": n_pairs})
+                        break
+                    est = self.estimate_s(self.base_tps, 1) + self.rep_s(self.base_tps) \
+                        + (self.estimate_s(None, 0) if base_launch is None else 0.0)
+                    if not self._fits(est, reserve=False):
+                        self.emit("skipped", f"{c.label}: no further pair, the time budget is spent", candidate=c,
+                                  detail={"pairs": n_pairs})
+                        return
+                    if base_launch is None:
+                        base_launch = self._open_baseline()
+                        if base_launch is None:
+                            return
+                    left = s.max_pairs - n_pairs
+                    reps = [self._take_rep() for _ in range(1 if needs_fresh_launch_per_repetition(c) else left)]
+                    self._pending_s = est
+                    if not self._side_by_side_launch(c, base_launch, reps):
+                        break
+        finally:
+            self._pending_s = 0.0
+            if base_launch is not None:
+                base_launch.stop()
+
+    def _side_by_side_launch(self, c: Candidate, base: Launch, reps: list[int]) -> bool:
+        """One launch of ``c`` whose every request is repeated on the baseline's server ``base``; appends
+        the baseline's and the finalist's measurements (adjacent). False when the finalist failed."""
+        n_pr = len(self.prompts)
+        prompt_of = dict(self.prompts)
+        a_samples: list[Sample] = []
+        a_error: list[str] = []
+        b_count = [0]
+
+        def on_request(sample: Sample) -> None:
+            b_count[0] += 1
+            try:
+                a = measure_request(base.client, sample.prompt_index, prompt_of[sample.prompt_index],
+                                    sample.repetition, self.n_predict, self.s.request_timeout_s)
+            except RequestError as exc:
+                a_error.append(str(exc))
+                return
+            a_samples.append(a)
+            self.emit("progress", f"pair {sample.repetition}: {c.label} {sample.gen_tokens_per_s:.1f} vs no "
+                      f"speculation {a.gen_tokens_per_s:.1f} tokens/s on the same request", candidate=c)
+
+        def ratios_so_far(samples: Sequence[Sample]) -> list[float]:
+            out = []
+            for r in sorted({x.repetition for x in samples}):
+                bs = [x for x in samples if x.repetition == r]
+                as_ = [x for x in a_samples if x.repetition == r]
+                if len(bs) == n_pr and len(as_) == n_pr:
+                    cb, ca = pooled_tokens_per_s(bs), pooled_tokens_per_s(as_)
+                    if cb and ca:
+                        out.append(cb / ca)
+            return out
+
+        def stop_if(samples: Sequence[Sample]) -> bool:
+            if a_error:
+                return True
+            if len(samples) % n_pr:
+                return False
+            look = self._look(c, ratios_so_far(samples))
+            if look.verdict != "inconclusive" or look.n >= self.s.max_pairs:
+                return True
+            return not self._fits(2 * self.rep_s(self.base_tps), reserve=False)
+
+        self.emit("launch", f"confirm: starting {c.label} next to the running baseline", candidate=c)
+        m = measure_candidate(self.launch_fn, c, self.prompts, reps, self.n_predict, self.cancel,
+                              on_request=on_request, request_timeout_s=self.s.request_timeout_s, stage="confirm",
+                              stop_if=stop_if)
+        # stop_if ends a launch only at a repetition boundary (or on a baseline error): not a loser stop
+        m = replace(m, stopped_early=False)
+        by_key = {(x.prompt_index, x.repetition): x for x in a_samples}
+        divs = [Divergence(x.prompt_index, x.repetition, off) for x in m.samples
+                if x.content is not None and (a := by_key.get((x.prompt_index, x.repetition))) is not None
+                and a.content is not None and (off := first_divergence(a.content, x.content)) is not None]
+        compared = sum(1 for x in m.samples if x.content is not None and (x.prompt_index, x.repetition) in by_key)
+        if m.ok:
+            m = replace(m, divergences=tuple(divs), lossless=(not divs) if compared else None)
+        m_a = Measurement(self.plan.baseline, samples=tuple(a_samples), stage="confirm", load_s=base.load_s,
+                          error=a_error[0] if a_error and not a_samples else None)
+        for x in a_samples:
+            if x.content is not None:
+                self.baseline_outputs[(x.prompt_index, x.repetition)] = x.content
+        self.measurements.append(m_a)
+        self.measurements.append(m)
+        if m.load_s is not None:
+            self._load_s.append(m.load_s)
+        self.emit("measured", f"no speculation (paired): {m_a.gen_tokens_per_s or 0:.1f} tokens/s",
+                  candidate=self.plan.baseline, measurement=m_a)
+        msg = f"{c.label} (paired): {m.gen_tokens_per_s or 0:.1f} tokens/s" if m.ok else f"{c.label} failed: {m.error}"
+        self.emit("measured", msg, candidate=c, measurement=m)
+        return m.ok and not a_error
