@@ -187,6 +187,7 @@ class Search:
         self._next_rep = max(settings.baseline_repetitions, settings.probe_repetitions)
         self._finished = False
         self._confirming = False
+        self._shown_progress = 0.0
 
     # ---- time accounting -------------------------------------------------------------------
     def elapsed_s(self) -> float:
@@ -216,13 +217,17 @@ class Search:
         return self._load() + 16 / max(tps, 1e-3) + self.rep_s(tps) * repetitions
 
     def pair_s(self) -> float:
-        """Estimated seconds of one more adjacent pair: a repetition on each side, and one launch
-        (each launch of the paired rounds holds two repetitions)."""
-        return 2 * self.rep_s() + self._load() + 16 / max(self._tps() or 20.0, 1e-3)
+        """Estimated seconds of one more adjacent pair: a repetition on each side, plus one launch when
+        launches alternate (each of them holds two repetitions); side by side, no launch per pair."""
+        launch = self._load() + 16 / max(self._tps() or 20.0, 1e-3)
+        return 2 * self.rep_s() + (0.0 if self.s.side_by_side else launch)
 
     def confirm_reserve_s(self) -> float:
         """Budget the screening stages leave for the paired rounds: ``MIN_PAIRS + 1`` pairs of the
-        leader and the launch that opens them."""
+        leader (side by side: ``MIN_PAIRS``, each one repetition) and the launches that open them."""
+        launch = self._load() + 16 / max(self._tps() or 20.0, 1e-3)
+        if self.s.side_by_side:
+            return MIN_PAIRS * self.pair_s() + 2 * launch
         return (MIN_PAIRS + 1) * self.pair_s() + self.estimate_s(None, 1)
 
     def _planned_remaining_s(self) -> float | None:
@@ -250,6 +255,8 @@ class Search:
             progress = elapsed / (elapsed + eta) if (elapsed + eta) > 0 else 0.0
             if kind != "finished":
                 progress = min(progress, 0.99)
+        progress = max(progress, self._shown_progress)  # never moves back
+        self._shown_progress = progress
         self._emit(kind, message, progress=min(1.0, progress), elapsed_s=elapsed, eta_s=eta, **kw)
 
     # ---- the protocol ---------------------------------------------------------------------------
@@ -258,8 +265,9 @@ class Search:
 
         The sweep's cost in repetitions (``R`` = every prompt once at ``n_predict``) and launches (``L``
         = a load and a warm-up): the baseline's screening launch, one probe per planned candidate, and
-        ``MIN_PAIRS + 1`` pairs of the leader (two repetitions and one launch each) — about
-        ``(1 + P + 2·(MIN_PAIRS+1)) · R + (2 + P + MIN_PAIRS) · L`` seconds for ``P`` probes. When that
+        the leader's pairs (``MIN_PAIRS`` side by side: two repetitions each and two launches in all;
+        alternating: ``MIN_PAIRS + 1`` pairs, one launch each) — for ``P`` probes side by side about
+        ``(1 + P + 2·MIN_PAIRS) · R + (3 + P) · L`` seconds. When that
         exceeds 85 % of the budget, ``n_predict`` is lowered first (to ``min_n_predict``), then the
         prompts (to ``min_prompts``); when even that does not fit, event ``"budget"`` says the budget is
         too small for one meaningful comparison and which budget would do.
@@ -273,8 +281,9 @@ class Search:
             return None
         n_probes = len(self.plan.drafts) + len(self.plan.ngram) + (1 if self.plan.mtp else 0)
         launch = load_s + 16 / warmup_tps
-        reps = 1 + n_probes + 2 * (MIN_PAIRS + 1)
-        launches = 2 + n_probes + MIN_PAIRS
+        pairs = MIN_PAIRS if self.s.side_by_side else MIN_PAIRS + 1
+        reps = 1 + n_probes + 2 * pairs
+        launches = 1 + n_probes + (2 if self.s.side_by_side else 1 + MIN_PAIRS)
 
         def cost(n_prompts: int, n_predict: int) -> float:
             return reps * self.rep_s(warmup_tps, n_prompts, n_predict) + launches * launch
@@ -285,9 +294,9 @@ class Search:
             n_predict = max(self.s.min_n_predict, int(n_predict * 0.75))
         while cost(n_prompts, n_predict) > target and n_prompts > min(self.s.min_prompts, len(self.prompts)):
             n_prompts -= 1
-        # the smallest comparison: the baseline, the first probe and MIN_PAIRS + 1 pairs
-        smallest = ((2 + 2 * (MIN_PAIRS + 1)) * self.rep_s(warmup_tps, n_prompts, n_predict)
-                    + (3 + MIN_PAIRS) * launch)
+        # the smallest comparison: the baseline, the first probe and the leader's pairs
+        smallest = ((2 + 2 * pairs) * self.rep_s(warmup_tps, n_prompts, n_predict)
+                    + (2 + (2 if self.s.side_by_side else 1 + MIN_PAIRS)) * launch)
         self.planned = {"n_predict": n_predict, "prompts": n_prompts, "load_s": load_s,
                         "warmup_gen_tokens_per_s": warmup_tps, "planned_s": cost(n_prompts, n_predict),
                         "smallest_s": smallest}
@@ -649,7 +658,9 @@ class Search:
                 b_ok = self._run_candidate(c, [r1, r2])
                 # hold the next pair's baseline repetition in the same launch when another block fits
                 more = n_f + 1 < len(finalists) or n_pairs + 2 < s.max_pairs
-                hold = more and self._fits(2 * block, reserve=False)
+                # (this launch with two repetitions, then the next block's B and A)
+                hold = more and self._fits(self.estimate_s(None, 2) + self.estimate_s(self.base_tps, 2)
+                                           + self.estimate_s(None, 1), reserve=False)
                 r3 = self._take_rep() if hold else None
                 if not self._run_baseline([r2] + ([r3] if r3 is not None else [])):
                     return

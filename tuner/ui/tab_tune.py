@@ -158,22 +158,33 @@ class TuneTab(QWidget):
             rows = sorted(self.results.values(), key=lambda r: (not r[3], -r[1]))
             self.chart.set_rows(rows)
 
-    def _show_progress(self, fraction: float | None, eta_s: float | None) -> None:
+    #: While a sweep runs the bar stops short of 100 % (only the result fills it).
+    MAX_WHILE_TUNING = 0.99
+
+    def _show_progress(self, fraction: float | None, eta_s: float | None, overdue: bool = False) -> None:
+        """Show ``fraction`` (never less than already shown, never 100 % before the result) and the ETA;
+        ``overdue``: the last estimate ran out while the current step is still running."""
         if fraction is None:
             return
-        fraction = max(fraction, self._shown_fraction)
+        fraction = min(max(fraction, self._shown_fraction), self.MAX_WHILE_TUNING)
         self._shown_fraction = fraction
         self.progress.setValue(int(fraction * 1000))
+        pct = f"{int(fraction * 100)}%"  # floor: 99.6 % reads 99 %, never a rounded-up 100 %
+        if overdue:
+            self.progress.setFormat(f"{pct}  taking longer than estimated")
+            return
         if eta_s is not None and eta_s < 0.5 and fraction < 0.9:
             eta_s = None  # nothing planned yet (or the estimate ran out early): unknown, not "finishing"
-        self.progress.setFormat(f"{fraction:.0%}  {format_eta(eta_s)}".strip())
+        self.progress.setFormat(f"{pct}  {format_eta(eta_s)}".strip())
 
     def _count_down(self) -> None:
         """Once a second while tuning: move the bar and the ETA on from the last event's estimate."""
         if self._last_progress is None:
             return
         t, p = self._last_progress
-        self._show_progress(*p.at(time.monotonic() - t))
+        frac, eta = p.at(time.monotonic() - t)
+        overdue = bool(p.eta_s) and eta is not None and eta <= 0.0
+        self._show_progress(frac, eta, overdue=overdue)
 
     def on_done(self, result) -> None:
         """Show the decision in words."""
