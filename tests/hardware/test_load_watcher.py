@@ -46,3 +46,12 @@ def test_summary_and_note():
     assert "steal time" in stolen.note()
     assert summarize_load([]).samples == 0 and not summarize_load([]).busy
     assert os.getpid() > 0
+
+
+def test_foreign_processes_leaves_our_own_tree_out():
+    from tuner.hardware.host import foreign_processes
+
+    with Burner(total_s=3.0) as burner:
+        found = dict(foreign_processes("python"))
+        # the burner was re-parented outside our tree: another program; this process is never listed
+        assert burner.pid in found and os.getpid() not in found

@@ -331,10 +331,19 @@ def run_tune(
         def launch_fn(c: Candidate, cancel: threading.Event) -> Launch:
             # one supervisor for the baseline, one for the candidates: both can run at once (side by side)
             return (base_fn if c.is_baseline else cand_fn)(c, cancel)
-    search = Search(launch_fn, plan, chosen_prompts, settings, cancel, emit)
-    from tuner.hardware.host import LoadWatcher
+    from tuner.hardware.host import LoadWatcher, foreign_processes
 
-    watcher = LoadWatcher().start()
+    watcher = LoadWatcher()
+    search = Search(launch_fn, plan, chosen_prompts, settings, cancel, emit, busy=lambda: watcher.summary().busy)
+
+    competing = foreign_processes("llama-server")
+    if competing:
+        emit("error", f"{len(competing)} other llama-server process{'es' if len(competing) != 1 else ''} "
+             f"running on this machine (pid {', '.join(str(p) for p, _ in competing[:3])}): the measurements "
+             "compete with them for CPU, GPU and memory; stop them (the app's Re-tune pauses its own server) "
+             "for figures you can trust", detail={"competing": [{"pid": p, "cmdline": c} for p, c in competing]})
+
+    watcher.start()
     try:
         measurements = search.run()
     except Cancelled:
@@ -352,8 +361,8 @@ def run_tune(
             sup.stop(grace_s=5.0)
 
     decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured,
-                      alpha=settings.alpha, max_pairs=settings.max_pairs, finalists=settings.finalists,
-                      busy_note=load.note())
+                      alpha=settings.alpha, max_pairs=settings.max_pairs, finalists=search.finalists_selected,
+                      busy_note=_busy_note(load.note(), competing))
     emit("decision", decision.reason, decision=decision,
          detail={"load": {"other_cpu_mean": load.other_cpu_mean, "other_cpu_max": load.other_cpu_max,
                           "steal_mean": load.steal_mean, "samples": load.samples, "busy": load.busy},
@@ -387,6 +396,16 @@ def run_tune(
         dropped=plan.dropped,
         elapsed_s=time.monotonic() - t0,
     )
+
+
+def _busy_note(load_note: str | None, competing: list) -> str | None:
+    """The decision's sentence about other work on the machine (the load watcher's note, and other
+    llama-server processes seen at the start), ``None`` when there was none."""
+    parts = [load_note] if load_note else []
+    if competing:
+        parts.append(f"{len(competing)} other llama-server process{'es' if len(competing) != 1 else ''} ran on "
+                     "this machine during the sweep and competed with it.")
+    return " ".join(parts) or None
 
 
 def _place_on_gpu(plan: CandidatePlan, target_path: Path, devices: Any, n_ctx: int, notes: list[str]) -> CandidatePlan:

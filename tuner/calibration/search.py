@@ -150,6 +150,9 @@ class Search:
         cancel: set to stop (raises :class:`~tuner.calibration.measure.Cancelled` out of :meth:`run`).
         emit: event sink (see :data:`Emit`).
         clock: ``time.monotonic`` (replaceable in tests).
+        busy: ``busy() -> bool``, the load watcher's "other programs are using the CPU" so far; while
+            True the screening stages keep twice the paired rounds' reserve and skip the optional
+            exploration, so the remaining budget goes to more pairs.
     """
 
     def __init__(
@@ -161,6 +164,7 @@ class Search:
         cancel: threading.Event,
         emit: Emit,
         clock: Callable[[], float] = time.monotonic,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
         self.launch_fn = launch_fn
         self.plan = plan
@@ -188,6 +192,9 @@ class Search:
         self._finished = False
         self._confirming = False
         self._shown_progress = 0.0
+        self.finalists_selected = settings.finalists
+        """Finalists the paired rounds were planned for (the sequential test's error is split over them)."""
+        self.busy = busy or (lambda: False)
 
     # ---- time accounting -------------------------------------------------------------------
     def elapsed_s(self) -> float:
@@ -224,11 +231,13 @@ class Search:
 
     def confirm_reserve_s(self) -> float:
         """Budget the screening stages leave for the paired rounds: ``MIN_PAIRS + 1`` pairs of the
-        leader (side by side: ``MIN_PAIRS``, each one repetition) and the launches that open them."""
+        leader (side by side: ``MIN_PAIRS``, each one repetition) and the launches that open them;
+        twice the pairs while the machine is busy (noisier pairs: more of them are needed)."""
         launch = self._load() + 16 / max(self._tps() or 20.0, 1e-3)
+        factor = 2 if self.busy() else 1
         if self.s.side_by_side:
-            return MIN_PAIRS * self.pair_s() + 2 * launch
-        return (MIN_PAIRS + 1) * self.pair_s() + self.estimate_s(None, 1)
+            return factor * MIN_PAIRS * self.pair_s() + 2 * launch
+        return factor * (MIN_PAIRS + 1) * self.pair_s() + self.estimate_s(None, 1)
 
     def _planned_remaining_s(self) -> float | None:
         """Estimated seconds until the decision: the current step, then the rest of the budget (the
@@ -548,6 +557,10 @@ class Search:
         :class:`SearchSettings` ``explore_per_draft``)."""
         if self.s.explore_per_draft <= 0:
             return
+        if self.busy():
+            self.emit("skipped", "the machine is busy: no exploration of further draft lengths, the budget goes "
+                      "to more paired rounds")
+            return
         probes = [c for c in self.plan.drafts if self._runs_of(c)]
         for probe in probes:
             for _ in range(self.s.explore_per_draft):
@@ -572,7 +585,7 @@ class Search:
         reach of the baseline (at least ``loser_ratio`` of its tokens/s)."""
         assert self.base_tps is not None
         pv = self.s.p_min_variant
-        if not pv:
+        if not pv or self.busy():
             return
         probes = [c for c in (*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp else [])) if self._runs_of(c)]
         for probe in probes:
@@ -620,6 +633,9 @@ class Search:
             return
         keep = max(1, min(s.finalists, math.ceil(len(contenders) / 2)))
         finalists = [c for _sp, c in contenders[:keep]]
+        # the sequential test's error is shared by the finalists chosen here, from screening data only
+        # (independent of the pairs to come): fewer finalists, more error per look
+        self.finalists_selected = len(finalists)
         for _sp, c in contenders[keep:]:
             self.emit("skipped", f"{c.label}: dropped after screening (successive halving)", candidate=c)
         if s.side_by_side:
@@ -630,7 +646,7 @@ class Search:
             while True:
                 if self.cancel.is_set():
                     raise Cancelled()
-                cmp_ = compare(self.measurements, c, s.min_gain, s.alpha, s.max_pairs, s.finalists)
+                cmp_ = compare(self.measurements, c, s.min_gain, s.alpha, s.max_pairs, self.finalists_selected)
                 n_pairs = len(cmp_.pairs) if cmp_ is not None and cmp_.paired else 0
                 look = cmp_.look if cmp_ is not None and cmp_.paired else None
                 if look is not None and look.verdict != "inconclusive":
@@ -692,7 +708,8 @@ class Search:
     # ---- side by side: both servers up, each request sent to the finalist and then to the baseline ----
     def _look(self, c: Candidate, extra: Sequence[float] = ()):
         prior = [p.ratio for p in adjacent_pairs(self.measurements, c) if p.ratio > 0]
-        return sequential_test([*prior, *extra], self.s.min_gain, self.s.alpha, self.s.max_pairs, self.s.finalists)
+        return sequential_test([*prior, *extra], self.s.min_gain, self.s.alpha, self.s.max_pairs,
+                               self.finalists_selected)
 
     def _open_baseline(self) -> Launch | None:
         """Start the baseline's server for the side-by-side rounds and warm it up; ``None`` on failure."""

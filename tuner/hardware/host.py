@@ -101,7 +101,7 @@ class LoadSummary:
                  + (f" (up to {100 * self.other_cpu_max:.0f} %)" if self.other_cpu_max >= self.other_cpu_mean + 0.1 else "")]
         if self.steal_mean >= 0.02:
             parts.append(f"the hypervisor took {100 * self.steal_mean:.0f} % (steal time)")
-        return "; ".join(parts) + "; figures are less certain, and the paired rounds ran longer to compensate."
+        return "; ".join(parts) + "; figures are less certain."
 
 
 BUSY_FRACTION = 0.15
@@ -213,3 +213,32 @@ def summarize_load(samples: list[LoadSample]) -> LoadSummary:
     others = [s.other_cpu_fraction for s in samples]
     return LoadSummary(n, sum(others) / n, max(others), sum(s.steal_fraction for s in samples) / n,
                        sum(1 for o in others if o >= BUSY_FRACTION) / n)
+
+
+def foreign_processes(name_part: str) -> list[tuple[int, str]]:
+    """Processes outside our own process tree whose executable name or first argv element contains
+    ``name_part``: ``[(pid, command line), …]`` (e.g. a ``llama-server`` that a separate ``draftwise
+    serve`` or the app runs while a headless ``tune`` measures). Never raises; zombies left out."""
+    try:
+        import os
+
+        import psutil
+    except ImportError:  # pragma: no cover
+        return []
+    try:
+        me = psutil.Process(os.getpid())
+        ours = {me.pid, *(p.pid for p in me.children(recursive=True))}
+    except Exception:  # noqa: BLE001
+        ours = set()
+    out = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            cmd = p.info.get("cmdline") or []
+            if p.info["pid"] in ours:
+                continue
+            if name_part in (p.info.get("name") or "") or (cmd and name_part in cmd[0]):
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append((int(p.info["pid"]), " ".join(cmd)[:200]))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out
