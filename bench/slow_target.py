@@ -44,6 +44,10 @@ PROMPTS = [
 ]
 
 
+def _pct(ev) -> str:
+    return "" if ev.progress is None else f"{100 * ev.progress:3.0f}%"
+
+
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", help="llama-server binary (default: discovered)")
@@ -74,7 +78,7 @@ def main(argv: list[str] | None = None) -> int:
             events.append(ev)
             if ev.kind != "progress":
                 eta = f" (ETA {ev.eta_s:.0f} s)" if ev.eta_s else ""
-                print(f"  {ev.elapsed_s:6.1f}s {100 * (ev.progress or 0):3.0f}% {ev.kind}: {ev.message}{eta}",
+                print(f"  {ev.elapsed_s:6.1f}s {_pct(ev):>4} {ev.kind}: {ev.message}{eta}",
                       file=sys.stderr, flush=True)
 
         burner = Burner(total_s=args.budget * 1.5 + 60, seed=3).start() if args.busy else None
