@@ -21,7 +21,10 @@ DESIGN.md "Calibration method" step 5. Stages, each candidate one server launch:
    baseline are dropped); the top half (at most ``finalists``) is confirmed one after another in
    alternating launches ``A B B A A B B A …`` (baseline A, finalist B, two repetitions per launch, n-gram
    types one launch per repetition), so each finalist repetition is paired with the baseline repetition
-   next to it in time. After every pair the sequential test looks; rounds go on while it is
+   next to it in time. With ``SearchSettings.side_by_side`` (CPU: the weights are mmapped, so two
+   servers on one GGUF share the page cache) the baseline's server instead stays up next to the
+   finalist's and every request is sent to the finalist and then to the baseline: the two sides of a
+   pair are one request apart. After every pair the sequential test looks; rounds go on while it is
    inconclusive, fewer than ``max_pairs`` pairs ran and the budget allows — on a busy machine the
    noise is larger and the same rule spends more of the budget on pairs.
 
