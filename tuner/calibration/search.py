@@ -277,9 +277,10 @@ class Search:
 
         The sweep's cost in repetitions (``R`` = every prompt once at ``n_predict``) and launches (``L``
         = a load and a warm-up): the baseline's screening launch, one probe per planned candidate, and
-        the leader's pairs (``MIN_PAIRS`` side by side: two repetitions each and two launches in all;
-        alternating: ``MIN_PAIRS + 1`` pairs, one launch each) — for ``P`` probes side by side about
-        ``(1 + P + 2·MIN_PAIRS) · R + (3 + P) · L`` seconds. When that
+        the leader's pairs (side by side ``MIN_PAIRS + 1``, or ``max_pairs`` while the load watcher says
+        the machine is busy: two repetitions each and two launches in all; alternating: ``MIN_PAIRS + 1``
+        pairs, one launch each) — for ``P`` probes and ``N`` pairs side by side about
+        ``(1 + P + 2·N) · R + (3 + P) · L`` seconds. When that
         exceeds 85 % of the budget, ``n_predict`` is lowered first (to ``min_n_predict``), then the
         prompts (to ``min_prompts``); when even that does not fit, event ``"budget"`` says the budget is
         too small for one meaningful comparison and which budget would do.
@@ -293,7 +294,11 @@ class Search:
             return None
         n_probes = len(self.plan.drafts) + len(self.plan.ngram) + (1 if self.plan.mtp else 0)
         launch = load_s + 16 / warmup_tps
-        pairs = MIN_PAIRS if self.s.side_by_side else MIN_PAIRS + 1
+        # the pairs to plan for: MIN_PAIRS is the least that can decide; on a busy machine the pairs are
+        # noisier, and a t test on 3 pairs has 2 degrees of freedom, so plan for the most pairs instead
+        # (shorter requests, more of them): a few more pairs decide far more often than longer ones
+        busy = self.busy()
+        pairs = (self.s.max_pairs if busy else MIN_PAIRS + 1) if self.s.side_by_side else MIN_PAIRS + 1
         reps = 1 + n_probes + 2 * pairs
         launches = 1 + n_probes + (2 if self.s.side_by_side else 1 + MIN_PAIRS)
 
@@ -307,13 +312,15 @@ class Search:
         while cost(n_prompts, n_predict) > target and n_prompts > min(self.s.min_prompts, len(self.prompts)):
             n_prompts -= 1
         # the smallest comparison: the baseline, the first probe and the leader's pairs
-        smallest = ((2 + 2 * pairs) * self.rep_s(warmup_tps, n_prompts, n_predict)
+        least = MIN_PAIRS if self.s.side_by_side else MIN_PAIRS + 1
+        smallest = ((2 + 2 * least) * self.rep_s(warmup_tps, n_prompts, n_predict)
                     + (2 + (2 if self.s.side_by_side else 1 + MIN_PAIRS)) * launch)
-        self.planned = {"n_predict": n_predict, "prompts": n_prompts, "load_s": load_s,
+        self.planned = {"n_predict": n_predict, "prompts": n_prompts, "load_s": load_s, "pairs": pairs, "busy": busy,
                         "warmup_gen_tokens_per_s": warmup_tps, "planned_s": cost(n_prompts, n_predict),
                         "smallest_s": smallest}
         msg = (f"protocol planned from the warm-up ({warmup_tps:.1f} tokens/s, load {load_s:.1f} s): "
-               f"{n_prompts} prompt{'s' if n_prompts != 1 else ''} × {n_predict} tokens per repetition")
+               f"{n_prompts} prompt{'s' if n_prompts != 1 else ''} × {n_predict} tokens per repetition, room for "
+               f"{pairs} pairs" + (" (the machine is busy: more, shorter pairs)" if busy else ""))
         if smallest > self.s.budget_s:
             need = math.ceil(smallest / 0.85 / 30) * 30
             msg += (f"; the budget of {self.s.budget_s:.0f} s is too small for one meaningful comparison at "
