@@ -392,8 +392,6 @@ class Search:
 
     def _baseline_tps_on(self, samples: Sequence[Sample]) -> float | None:
         """The baseline's pooled tokens/s on the same (prompt, repetition) keys, ``None`` if it ran none."""
-        from .pairing import pooled_tokens_per_s
-
         base = {(s.prompt_index, s.repetition): s for m in self.measurements if m.candidate.is_baseline and m.ok
                 for s in m.samples}
         same = [base[k] for k in ((s.prompt_index, s.repetition) for s in samples) if k in base]
