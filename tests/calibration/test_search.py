@@ -9,8 +9,9 @@ from __future__ import annotations
 import threading
 
 from tuner.calibration.candidates import Candidate, CandidatePlan
-from tuner.calibration.decide import compared_rates, decide
+from tuner.calibration.decide import decide
 from tuner.calibration.measure import Launch
+from tuner.calibration.pairing import MIN_PAIRS, adjacent_pairs
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.search import Search, SearchSettings
 
@@ -94,26 +95,27 @@ def _scripted_search(client_cls: type, **settings) -> tuple[list[Candidate], lis
     return launched, ms
 
 
-def test_confirm_rounds_use_fresh_repetition_ids_and_pair_with_the_baseline_round():
-    """More probe repetitions than baseline ones: the confirm rounds must not reuse a probe id
-    (pooling would renumber them and each confirm run would pair with the wrong baseline run)."""
-    _launched, ms = _scripted_search(_Client, baseline_repetitions=1, probe_repetitions=3, confirm_repetitions=2)
-    baseline = Candidate()
-    confirm = [m for m in ms if m.stage == "confirm"]
+def test_confirm_rounds_alternate_abba_and_stop_when_the_test_is_conclusive():
+    """The paired rounds run A B B A A B B A …: each finalist repetition is measured right next to the
+    baseline repetition with the same id; fresh ids after the screening ones; the rounds stop as soon
+    as the sequential test is conclusive (a steady 1.45x: at MIN_PAIRS pairs)."""
+    _launched, ms = _scripted_search(_Client, probe_repetitions=3)
+    confirm = [(i, m) for i, m in enumerate(ms) if m.stage == "confirm"]
     assert confirm, [m.stage for m in ms]
-    probe_ids = {s.repetition for m in ms if m.stage in ("probe", "refine") for s in m.samples}
-    confirm_ids = {s.repetition for m in confirm for s in m.samples}
-    assert probe_ids == {0, 1, 2} and confirm_ids == {3, 4}
-    # each confirm round ran the baseline and the finalist on the same id: pooled, nothing is renumbered
-    base_ids = {s.repetition for m in ms if m.candidate.is_baseline for s in m.samples}
-    assert confirm_ids <= base_ids
-    finalist = confirm[-1].candidate
-    pooled = {}
-    for m in ms:
-        if m.candidate in (finalist, baseline):
-            pooled[m.candidate] = pooled[m.candidate].merged(m) if m.candidate in pooled else m
-    _c, _b, n_paired = compared_rates(pooled[finalist], pooled[baseline])
-    assert n_paired == len(base_ids & {s.repetition for s in pooled[finalist].samples}) >= 2
+    kinds = ["A" if m.candidate.is_baseline else "B" for _i, m in confirm]
+    assert "".join(kinds).startswith("ABA") and all(x != y for x, y in zip(kinds, kinds[1:])), kinds
+    screening_ids = {s.repetition for m in ms if m.stage != "confirm" for s in m.samples}
+    confirm_ids = {s.repetition for _i, m in confirm for s in m.samples}
+    assert screening_ids == {0, 1, 2} and not (screening_ids & confirm_ids)
+    finalist = next(m.candidate for _i, m in confirm if not m.candidate.is_baseline)
+    pairs = adjacent_pairs(ms, finalist)
+    # two repetitions per launch: the first look with MIN_PAIRS pairs comes at the end of a block
+    assert MIN_PAIRS <= len(pairs) <= MIN_PAIRS + 1
+    for p in pairs:
+        assert abs(p.candidate_launch - p.baseline_launch) == 1
+        assert [s.prompt_index for s in p.candidate_samples] == [s.prompt_index for s in p.baseline_samples]
+    d = decide(ms)
+    assert d.winner == finalist and d.pairs == len(pairs) and f"{len(pairs)} adjacent pairs" in d.reason
 
 
 class _DipClient(_Client):
@@ -186,3 +188,47 @@ def test_explore_follows_the_curve_past_an_unlucky_neighbour():
     # without a curve: only the neighbours of lengths within 5 % of the best (4 → 5; 3 is measured)
     search.curves.clear()
     assert search._explore_next(probe) == (5, 0.0)
+
+
+class _DriftClient(_Client):
+    """The machine's speed drifts between 1x and 3x slower over every 20 requests (another program
+    comes and goes): both servers slow down together. The draft is 1.2–1.45x of the baseline at any
+    one moment (n_max dependent)."""
+
+    clock = [0]
+
+    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
+        _DriftClient.clock[0] += 1
+        slow = 1.0 + 2.0 * abs((_DriftClient.clock[0] / 10.0) % 2.0 - 1.0)  # a triangle wave, 1x..3x
+        out = super().completion(prompt, n_predict, timeout_s, **params)
+        t = out["timings"]
+        t["predicted_per_second"] /= slow
+        t["predicted_ms"] *= slow
+        return out
+
+
+def test_side_by_side_rounds_pair_each_request_with_the_baseline_right_after_it():
+    live: list[Candidate] = []
+
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        live.append(c)
+        return Launch(client=_DriftClient(c), stop=lambda: live.remove(c), log_tail=lambda n: [], load_s=0.01)
+
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
+    prompts = [(0, Prompt("p", "code")), (1, Prompt("q", "creative"))]
+    events: list[str] = []
+    ms = Search(launch, plan, prompts, SearchSettings(n_predict=16, budget_s=600, p_min_variant=None,
+                                                      side_by_side=True),
+                threading.Event(), lambda kind, msg, **kw: events.append(kind)).run()
+    assert not live  # every server stopped, the baseline's kept-running one included
+    confirm = [m for m in ms if m.stage == "confirm"]
+    assert confirm and [m.candidate.is_baseline for m in confirm[:2]] == [True, False]
+    d = decide(ms)
+    pairs = adjacent_pairs(ms, d.winner)
+    assert len(pairs) >= MIN_PAIRS and d.pairs == len(pairs)
+    # 3x drift over the sweep, yet each pair sees the gain (its two sides are one request apart)
+    assert d.winner.draft_path == DRAFT and 1.3 < d.speedup < 1.6, d.reason
+    for p in pairs:
+        assert 1.1 < p.ratio < 1.7
+    assert "confirmed" in events

@@ -1,26 +1,26 @@
 """The decision: which candidate to serve, with statistics, or "no speculation" with the reason.
 
-DESIGN.md "Calibration method" step 6. A speculative candidate wins only when its speedup over the
-baseline (measured in the same sweep) is above 1 by more than the measured noise: the lower end of a
-bootstrap 95 % confidence interval of the speedup must exceed ``1 + min_gain``. Otherwise the answer is
-"no speculation", with the reason in plain words.
+DESIGN.md "Calibration method" step 6. A speculative candidate wins only when its paired rounds
+against the baseline (launches adjacent in time, the same requests on both sides:
+``tuner.calibration.pairing``) pass the sequential test: the lower bound of the ratio, at the test's
+error level (5 % in all, spent over every look), must exceed ``1 + min_gain``. Otherwise the answer is
+"no speculation", with the reason in plain words — including "the evidence was not enough" when the
+budget ran out while the test was still inconclusive.
 """
 
 from __future__ import annotations
 
-import random
-import statistics
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Sequence
 
 from .candidates import Candidate
+from .pairing import ALPHA, FINALISTS, MAX_PAIRS, Comparison, compare, pooled_tokens_per_s
 from .results import Measurement, Sample
 
 MIN_GAIN = 0.03
 """A winner must be at least this much faster than the baseline at the low end of its interval."""
 
-BOOTSTRAP_ROUNDS = 2000
 
 
 @dataclass(frozen=True)
@@ -112,11 +112,12 @@ class Decision:
 
     Attributes:
         winner: the chosen candidate; the baseline (``spec_type == "none"``) for "no speculation".
-        gen_tokens_per_s: winner's median tokens/s.
-        baseline_gen_tokens_per_s: baseline's median tokens/s.
-        speedup: winner ÷ baseline (1.0 for the baseline).
-        speedup_ci_low: lower end of the 95 % bootstrap interval of the speedup (``None`` = unknown).
-        speedup_ci_high: upper end.
+        gen_tokens_per_s: winner's pooled tokens/s over its paired requests (the baseline's for "no
+            speculation", over the best candidate's compared requests).
+        baseline_gen_tokens_per_s: baseline's pooled tokens/s over the same requests.
+        speedup: winner ÷ baseline over the paired requests (1.0 for the baseline).
+        speedup_ci_low: lower bound of the ratio at the sequential test's level (``None`` = unknown).
+        speedup_ci_high: upper bound.
         reason: the decision in plain words.
         best_speculative: the fastest speculative candidate that ran correctly, even when it lost.
         best_speculative_speedup: its speedup (``None`` when none ran).
@@ -124,6 +125,10 @@ class Decision:
         per_category: the winner (or, for "no speculation", the best speculative candidate) vs the
             baseline per prompt category, on the requests both ran (see :func:`per_category`).
         lossless: the winner's lossless check (``None`` for the baseline).
+        comparisons: one pooled :class:`~tuner.calibration.pairing.Comparison` per speculative
+            candidate (paired ones first, then by speedup): the figures the chart shows.
+        pairs: adjacent pairs behind the quoted speedup (0 = screening only).
+        busy_note: what the load watcher saw, when the machine was busy (``None`` otherwise).
     """
 
     winner: Candidate
@@ -138,6 +143,9 @@ class Decision:
     break_even: tuple[BreakEven, ...] = ()
     per_category: tuple[CategoryResult, ...] = ()
     lossless: bool | None = None
+    comparisons: tuple[Comparison, ...] = ()
+    pairs: int = 0
+    busy_note: str | None = None
 
     @property
     def no_speculation(self) -> bool:
@@ -163,110 +171,10 @@ class Decision:
             "break_even": [b.to_json() for b in self.break_even],
             "per_category": [c.to_json() for c in self.per_category],
             "lossless": self.lossless,
+            "comparisons": [c.to_json() for c in self.comparisons],
+            "pairs": self.pairs,
+            "busy_note": self.busy_note,
         }
-
-
-def _rep_values(m: Measurement) -> list[float]:
-    return [v for v in m.rep_gen_tokens_per_s() if v > 0]
-
-
-def _percentiles(values: list[float], level: float) -> tuple[float, float]:
-    values = sorted(values)
-    n = len(values)
-    return values[int((1 - level) / 2 * (n - 1))], values[int((1 + level) / 2 * (n - 1))]
-
-
-def speedup_interval(
-    candidate: Measurement,
-    baseline: Measurement,
-    rounds: int = BOOTSTRAP_ROUNDS,
-    seed: int = 12345,
-    level: float = 0.95,
-) -> tuple[float, float | None, float | None]:
-    """Speedup over the baseline and its bootstrap confidence interval.
-
-    A single candidate repetition with a baseline repetition of the same id is compared with that one
-    (ratio of the pair, no interval). Paired when the two share at least two repetition ids (the search measures each repetition of a
-    finalist next to a baseline repetition with the same prompts, so slow drift of the machine's load
-    cancels): the speedup is the median of the per-repetition ratios, and the interval the percentile
-    interval of that median over pairs resampled with replacement. Otherwise unpaired: ratio of the
-    medians over repetitions, each side resampled independently. With a single repetition on both
-    sides there is no noise estimate and the interval is ``(None, None)``.
-
-    Returns:
-        ``(speedup, ci_low, ci_high)``.
-
-    Raises:
-        ValueError: either side has no samples.
-    """
-    cr = {k: v for k, v in candidate.rep_gen_tokens_per_s_by_id().items() if v > 0}
-    br = {k: v for k, v in baseline.rep_gen_tokens_per_s_by_id().items() if v > 0}
-    if not cr or not br:
-        raise ValueError("speedup_interval needs samples on both sides")
-    rng = random.Random(seed)
-    shared = sorted(cr.keys() & br.keys())
-    if len(shared) >= 2:
-        pairs = [cr[k] / br[k] for k in shared]
-        point = statistics.median(pairs)
-        meds = [statistics.median([rng.choice(pairs) for _ in pairs]) for _ in range(rounds)]
-        lo, hi = _percentiles(meds, level)
-        return point, lo, hi
-    if len(cr) == 1 and len(shared) == 1:
-        # One candidate repetition next to a baseline repetition of the same requests: compare like with
-        # like (not with the baseline's median over other repetitions); one pair gives no noise estimate.
-        (k,) = shared
-        return cr[k] / br[k], None, None
-    c = list(cr.values())
-    b = list(br.values())
-    point = statistics.median(c) / statistics.median(b)
-    if len(c) < 2 and len(b) < 2:
-        return point, None, None
-    ratios = []
-    for _ in range(rounds):
-        cs = [rng.choice(c) for _ in c]
-        bs = [rng.choice(b) for _ in b]
-        ratios.append(statistics.median(cs) / statistics.median(bs))
-    lo, hi = _percentiles(ratios, level)
-    return point, lo, hi
-
-
-def compared_rates(candidate: Measurement, baseline: Measurement) -> tuple[float, float, int]:
-    """The tokens/s of each side over the repetitions :func:`speedup_interval` compared.
-
-    Same pairing rule: with two or more shared repetition ids, the median over those ids on each side;
-    with one candidate repetition that the baseline also ran, that pair; otherwise each side's median
-    over all its repetitions. Sentences that quote a speedup quote these figures with it, so the
-    numbers never contradict the verdict (a noisy baseline's overall median can differ a lot from
-    its median over the paired repetitions).
-
-    Returns:
-        ``(candidate tokens/s, baseline tokens/s, paired repetitions)``; 0 paired = unpaired medians.
-
-    Raises:
-        ValueError: either side has no samples.
-    """
-    cr = {k: v for k, v in candidate.rep_gen_tokens_per_s_by_id().items() if v > 0}
-    br = {k: v for k, v in baseline.rep_gen_tokens_per_s_by_id().items() if v > 0}
-    if not cr or not br:
-        raise ValueError("compared_rates needs samples on both sides")
-    shared = sorted(cr.keys() & br.keys())
-    if len(shared) >= 2 or (len(cr) == 1 and len(shared) == 1):
-        return (statistics.median(cr[k] for k in shared), statistics.median(br[k] for k in shared),
-                len(shared))
-    return statistics.median(cr.values()), statistics.median(br.values()), 0
-
-
-def _comparison_text(sp: float, lo: float | None, hi: float | None, c_tps: float, b_tps: float,
-                     n_pairs: int) -> str:
-    """The figures the verdict was computed from, e.g. ``"paired speedup 0.91× over 3 repetitions of
-    the same requests (95 % interval 0.90–0.92×), medians 418.0 vs 460.0 tokens/s"``."""
-    interval = f"95 % interval {lo:.2f}–{hi:.2f}×" if lo is not None and hi is not None else "too few repetitions for a 95 % interval"
-    if n_pairs >= 2:
-        return (f"paired speedup {sp:.2f}× over {n_pairs} repetitions of the same requests ({interval}), "
-                f"medians {c_tps:.1f} vs {b_tps:.1f} tokens/s")
-    if n_pairs == 1:
-        return f"{sp:.2f}× on one repetition of the same requests ({interval}), {c_tps:.1f} vs {b_tps:.1f} tokens/s"
-    return f"{sp:.2f}× ({interval}), medians over all repetitions {c_tps:.1f} vs {b_tps:.1f} tokens/s"
 
 
 def break_even_acceptance(m: Measurement, baseline_gen_tokens_per_s: float) -> float | None:
@@ -318,14 +226,38 @@ def divergence_text(m: Measurement) -> str:
             + "; batched verification can flip a near-tie of the greedy choice")
 
 
-def _launches_text(m: Measurement) -> str:
-    """Which figures were pooled: the chart's "measured" events show one launch each, the decision
-    pools every launch of a candidate (probe, refine and confirm stages)."""
-    return ", all its runs pooled" if m.repetitions > 1 else ""
-
-
 def _fmt_pct(x: float | None) -> str:
     return "unknown" if x is None else f"{100 * x:.0f} %"
+
+
+def _pair_cost_s(c: Comparison, measurements: Sequence[Measurement]) -> float | None:
+    """Seconds one more adjacent pair costs: both sides' generation time per pair plus, per pair, one
+    model load (each launch of the paired rounds holds two repetitions)."""
+    if not c.pairs:
+        return None
+    gen = sum(sum((s.predicted_ms or 0.0) for s in p.candidate_samples + p.baseline_samples) / 1000.0
+              for p in c.pairs) / len(c.pairs)
+    loads = [measurements[i].load_s for p in c.pairs for i in (p.candidate_launch, p.baseline_launch)
+             if measurements[i].load_s is not None]
+    load = sum(loads) / len(loads) if loads else 0.0
+    return gen * 1.15 + load
+
+
+def _figures_text(c: Comparison) -> str:
+    """The pooled figures of a comparison, e.g. ``"1.45× over 6 adjacent pairs (30 requests run by
+    both sides, 95 % error level interval 1.31–1.60×): 145.0 vs 100.0 tokens/s"``."""
+    sp = c.speedup or 0.0
+    figs = f"{c.gen_tokens_per_s or 0.0:.1f} vs {c.baseline_gen_tokens_per_s or 0.0:.1f} tokens/s"
+    req = f"{c.requests} request{'s' if c.requests != 1 else ''} run by both sides"
+    if c.paired:
+        n = len(c.pairs)
+        look = c.look
+        interval = ""
+        if look is not None and look.low is not None and look.high is not None:
+            interval = f", sequential-test interval {look.low:.2f}–{look.high:.2f}×"
+        return (f"{sp:.2f}× over {n} adjacent pair{'s' if n != 1 else ''} of the same requests ({req}"
+                f"{interval}): {figs}")
+    return f"{sp:.2f}× on the same requests in screening runs, not adjacent in time ({req}): {figs}"
 
 
 def decide(
@@ -333,48 +265,75 @@ def decide(
     min_gain: float = MIN_GAIN,
     seed: int = 12345,
     unmeasured: Sequence[Candidate] = (),
+    alpha: float = ALPHA,
+    max_pairs: int = MAX_PAIRS,
+    finalists: int = FINALISTS,
+    busy_note: str | None = None,
 ) -> Decision:
     """Pick the winner among measured candidates, or "no speculation".
 
+    Only a candidate with adjacent pairs (``tuner.calibration.pairing``: the search's paired rounds,
+    A B B A) whose sequential test says "faster" (the lower bound clears ``1 + min_gain`` at the test's
+    error level) can win; among those, the highest pooled speedup. A candidate stopped early as a clear
+    loser, or measured only in probe/refine launches, is never eligible: its screening comparison (same
+    requests, not adjacent in time) is reported, never served. Every figure in the reason, the chart
+    rows (:attr:`Decision.comparisons`) and the per-category lines comes from one
+    :class:`~tuner.calibration.pairing.Comparison` per candidate.
+
     Args:
-        measurements: every measurement of the sweep; launches of the same candidate are pooled.
+        measurements: every measurement of the sweep, in launch order (pairing needs the order).
             Exactly one candidate must be the baseline (``spec_type == "none"``).
-        min_gain: the low end of the speedup interval must exceed ``1 + min_gain`` (with a single
-            repetition, the point estimate must exceed ``1 + 2 · min_gain``). Among those that clear the
-            bar, candidates measured in two or more repetitions are preferred to single-repetition ones.
-        seed: bootstrap seed (the decision is deterministic for given measurements).
+        min_gain: the bar is ``1 + min_gain``.
+        seed: unused (kept for callers of the former bootstrap; the decision is deterministic).
         unmeasured: speculative candidates the search skipped for lack of time (named in the reason
             when nothing speculative was measured).
+        alpha, max_pairs, finalists: the sequential test's error and how it is spent
+            (:func:`tuner.calibration.pairing.sequential_test`).
+        busy_note: a sentence about the machine's load during the sweep, appended to the reason.
 
     Raises:
         ValueError: no successful baseline measurement.
     """
-    pooled: dict[tuple, Measurement] = {}
+    del seed
+    ok_by_key: dict[tuple, Candidate] = {}
     failed_by_key: dict[tuple, Measurement] = {}
+    baseline: Measurement | None = None
     for m in measurements:
         k = m.candidate.key
         if not m.ok:
             failed_by_key.setdefault(k, m)
             continue
-        pooled[k] = pooled[k].merged(m) if k in pooled else m
-    baseline = next((m for m in pooled.values() if m.candidate.is_baseline), None)
+        if m.candidate.is_baseline:
+            baseline = baseline.merged(m) if baseline is not None else m
+        else:
+            ok_by_key.setdefault(k, m.candidate)
     if baseline is None or not baseline.gen_tokens_per_s:
         raise ValueError("no successful baseline measurement: the target alone could not be measured")
     base_tps = float(baseline.gen_tokens_per_s)
+    tail = (" " + busy_note.strip()) if busy_note else ""
 
-    spec_ok = [m for m in pooled.values() if not m.candidate.is_baseline and m.gen_tokens_per_s]
-    failed = [m for k, m in failed_by_key.items() if k not in pooled and not m.candidate.is_baseline]
+    comps: list[Comparison] = []
+    for c in ok_by_key.values():
+        cmp_ = compare(measurements, c, min_gain, alpha, max_pairs, finalists)
+        if cmp_ is not None and cmp_.speedup:
+            comps.append(cmp_)
+    comps.sort(key=lambda x: (not x.paired, -(x.speedup or 0.0)))
+    failed = [m for k, m in failed_by_key.items() if k not in ok_by_key and not m.candidate.is_baseline]
+    base_cats = sorted({str(s.category) for s in baseline.samples if s.category is not None})
 
-    # Break-even per draft model / speculation type: the best-measured candidate of each group.
-    groups: dict[str, Measurement] = {}
-    for m in spec_ok:
-        g = m.candidate.draft_path or m.candidate.spec_type
-        if g not in groups or (m.gen_tokens_per_s or 0) > (groups[g].gen_tokens_per_s or 0):
-            groups[g] = m
-    # Against the baseline's tokens/s on the repetitions this candidate is compared with (see compared_rates).
-    break_even = tuple(BreakEven.of(m, compared_rates(m, baseline)[1]) for m in groups.values())
+    # Break-even per draft model / speculation type: the best-compared candidate of each group, on the
+    # requests of its comparison.
+    groups: dict[str, Comparison] = {}
+    for cmp_ in comps:
+        g = cmp_.candidate.draft_path or cmp_.candidate.spec_type
+        if g not in groups or (cmp_.speedup or 0) > (groups[g].speedup or 0):
+            groups[g] = cmp_
+    break_even = tuple(
+        BreakEven.of(Measurement(c.candidate, samples=c.candidate_samples), c.baseline_gen_tokens_per_s or base_tps)
+        for c in groups.values()
+    )
 
-    if not spec_ok:
+    if not comps:
         why = "no speculative configuration ran correctly"
         if failed:
             why += ": " + "; ".join(f"{m.candidate.label}: {m.error}" for m in failed[:3])
@@ -384,76 +343,63 @@ def decide(
                    + " (a larger budget measures them)")
         else:
             why = "no speculative configuration was available to measure (no compatible draft, no n-gram type)"
-        return Decision(baseline.candidate, base_tps, base_tps, 1.0, None, None, "No speculation: " + why + ".",
-                        break_even=break_even)
+        return Decision(baseline.candidate, base_tps, base_tps, 1.0, None, None,
+                        "No speculation: " + why + "." + tail, break_even=break_even, busy_note=busy_note)
 
-    scored = []
-    for m in spec_ok:
-        sp, lo, hi = speedup_interval(m, baseline, seed=seed)
-        scored.append((sp, lo, hi, m))
-    scored.sort(key=lambda t: t[0], reverse=True)
-    best_sp, best_lo, best_hi, best = scored[0]
-
-    per_category = _per_category(best, baseline)
-
-    # Winner: the best point estimate among those whose interval clears the bar.
-    def clears(sp: float, lo: float | None) -> bool:
-        if lo is None:
-            return sp > 1.0 + 2 * min_gain
-        return lo > 1.0 + min_gain and sp > 1.0 + min_gain
-
-    winners = [t for t in scored if clears(t[0], t[1])]
-    # A candidate measured in several repetitions (a finalist of the confirmation rounds) is preferred to
-    # one measured once: a single fast repetition is not evidence enough to beat a confirmed speedup.
-    confirmed = [t for t in winners if t[3].repetitions >= 2]
-    if confirmed:
-        winners = confirmed
+    winners = [c for c in comps if c.paired and c.look is not None and c.look.verdict == "faster"]
     if winners:
-        sp, lo, hi, w = winners[0]
-        acc = w.acceptance
-        w_tps, w_base, n_pairs = compared_rates(w, baseline)
-        reason = (
-            f"{w.candidate.label} is faster than no speculation: "
-            + _comparison_text(sp, lo, hi, w_tps, w_base, n_pairs)
-            + _launches_text(w)
-        )
-        if acc is not None:
-            reason += f", draft acceptance {_fmt_pct(acc)}"
+        w = max(winners, key=lambda c: c.speedup or 0.0)
+        wm = _merged(measurements, w.candidate)
+        reason = f"{w.candidate.label} is faster than no speculation: " + _figures_text(w)
+        if w.acceptance is not None:
+            reason += f", draft acceptance {_fmt_pct(w.acceptance)}"
         reason += "."
-        if w.divergences:
-            reason += " " + divergence_text(w) + "."
+        if wm is not None and wm.divergences:
+            reason += " " + divergence_text(wm) + "."
         return Decision(
             winner=w.candidate,
-            gen_tokens_per_s=w_tps,
-            baseline_gen_tokens_per_s=w_base,
-            speedup=sp,
-            speedup_ci_low=lo,
-            speedup_ci_high=hi,
-            reason=reason,
+            gen_tokens_per_s=w.gen_tokens_per_s,
+            baseline_gen_tokens_per_s=w.baseline_gen_tokens_per_s,
+            speedup=float(w.speedup or 1.0),
+            speedup_ci_low=w.look.low if w.look else None,
+            speedup_ci_high=w.look.high if w.look else None,
+            reason=reason + tail,
             best_speculative=w.candidate,
-            best_speculative_speedup=sp,
+            best_speculative_speedup=w.speedup,
             break_even=break_even,
-            per_category=_per_category(w, baseline),
-            lossless=w.lossless,
+            per_category=per_category(w, base_cats),
+            lossless=wm.lossless if wm is not None else None,
+            comparisons=tuple(comps),
+            pairs=len(w.pairs),
+            busy_note=busy_note,
         )
 
-    # No speculation: explain with the best speculative candidate.
+    # No speculation: explain with the best comparison (paired first: they are the better evidence).
+    best = comps[0]
     be = next((b for b in break_even if b.candidate == best.candidate), None)
-    acc = best.acceptance
-    b_tps, b_base, n_pairs = compared_rates(best, baseline)
-    comparison = _comparison_text(best_sp, best_lo, best_hi, b_tps, b_base, n_pairs) + _launches_text(best)
-    if best_sp < 1.0:
-        reason = (
-            f"No speculation: the best speculative configuration ({best.candidate.label}) was slower than the "
-            f"target alone ({comparison})"
-        )
+    figures = _figures_text(best)
+    label = best.candidate.label
+    if best.paired and best.look is not None and best.look.verdict == "inconclusive" and (best.speedup or 0) > 1.0 + min_gain:
+        reason = (f"No speculation: the evidence was not enough to serve {label} ({figures}); "
+                  f"a paired test at a {100 * alpha:.0f} % error rate needs more pairs")
+        cost = _pair_cost_s(best, measurements)
+        need = best.look.pairs_needed
+        if need is not None and cost is not None and need > len(best.pairs):
+            more = (need - len(best.pairs)) * cost
+            reason += f": about {need} pairs in all, about {more:.0f} s more (a longer sweep would settle it)"
+        else:
+            reason += " (a longer sweep, on a quieter machine, would settle it)"
+    elif (best.speedup or 0.0) < 1.0 and (not best.paired or (best.look is not None and best.look.high is not None
+                                                               and best.look.high < 1.0)):
+        reason = f"No speculation: the best speculative configuration ({label}) was slower than the target alone ({figures})"
+    elif not best.paired:
+        reason = (f"No speculation: no speculative configuration was confirmed in paired rounds; the best "
+                  f"screening result was {label} ({figures}), which is not evidence enough to serve it")
     else:
-        reason = (
-            f"No speculation: the best speculative configuration ({best.candidate.label}) was within the "
-            f"measurement noise of the target alone ({comparison}; needs more than {1 + min_gain:.2f}×)"
-        )
-    if acc is not None:
-        reason += f"; it reached {_fmt_pct(acc)} draft acceptance"
+        reason = (f"No speculation: the best speculative configuration ({label}) was within the measurement "
+                  f"noise of the target alone ({figures}; needs more than {1 + min_gain:.2f}×)")
+    if best.acceptance is not None:
+        reason += f"; it reached {_fmt_pct(best.acceptance)} draft acceptance"
         if be is not None and be.never_pays:
             reason += ", and even 100 % acceptance would not pay on this machine"
         elif be is not None and be.break_even_acceptance is not None and be.break_even_acceptance >= 0.005:
@@ -461,62 +407,55 @@ def decide(
     reason += "."
     return Decision(
         winner=baseline.candidate,
-        gen_tokens_per_s=base_tps,
-        baseline_gen_tokens_per_s=base_tps,
+        gen_tokens_per_s=best.baseline_gen_tokens_per_s or base_tps,
+        baseline_gen_tokens_per_s=best.baseline_gen_tokens_per_s or base_tps,
         speedup=1.0,
         speedup_ci_low=None,
         speedup_ci_high=None,
-        reason=reason,
+        reason=reason + tail,
         best_speculative=best.candidate,
-        best_speculative_speedup=best_sp,
+        best_speculative_speedup=best.speedup,
         break_even=break_even,
-        per_category=per_category,
+        per_category=per_category(best, base_cats),
         lossless=None,
+        comparisons=tuple(comps),
+        pairs=len(best.pairs),
+        busy_note=busy_note,
     )
 
 
-def _tokens_per_s(samples: Sequence[Sample]) -> float | None:
-    """Σ generated tokens ÷ Σ generation time (same rule as ``Measurement.rep_gen_tokens_per_s_by_id``)."""
-    if not samples:
-        return None
-    if all(s.predicted_n and s.predicted_ms for s in samples):
-        ms = sum(s.predicted_ms or 0.0 for s in samples)
-        if ms > 0:
-            return sum(max(1, (s.predicted_n or 1) - 1) for s in samples) / (ms / 1000.0)
-    return statistics.fmean(s.gen_tokens_per_s for s in samples)
+def _merged(measurements: Sequence[Measurement], c: Candidate) -> Measurement | None:
+    out = None
+    for m in measurements:
+        if m.candidate.key == c.key and m.ok:
+            out = m if out is None else out.merged(m)
+    return out
 
 
-def per_category(m: Measurement, baseline: Measurement) -> tuple[CategoryResult, ...]:
-    """Per-category results of ``m`` against the baseline on the requests both ran.
+def per_category(c: Comparison, categories: Sequence[str] = ()) -> tuple[CategoryResult, ...]:
+    """Per-category lines of comparison ``c``: the same requests as its overall figure, grouped.
 
-    Requests are matched on ``(prompt_index, repetition)``: the same prompt text with the same fresh
-    prefix (``tuner.calibration.measure.repetition_prompt``). Categories the baseline measured but ``m``
-    never reached (it was stopped early) are listed with ``speedup`` ``None``. Empty when the prompt set
-    has no categories.
+    The candidate's and the baseline's samples of ``c`` are aligned (the same (prompt, repetition) key
+    at each position), so each line compares like with like and the lines pool to the overall figure.
+    ``categories`` (the baseline's categories) that ``c`` never reached (it was stopped early) are
+    listed with ``speedup`` ``None``. Empty when the prompt set has no categories.
     """
-    base_by_key = {(s.prompt_index, s.repetition): s for s in baseline.samples if s.category is not None}
-    cats: dict[str, tuple[list[Sample], list[Sample]]] = {}
-    for s in base_by_key.values():
-        cats.setdefault(str(s.category), ([], []))
-    for s in m.samples:
-        b = base_by_key.get((s.prompt_index, s.repetition))
-        if b is None or s.category is None:
+    cats: dict[str, tuple[list[Sample], list[Sample]]] = {str(k): ([], []) for k in categories}
+    for cs, bs in zip(c.candidate_samples, c.baseline_samples):
+        if cs.category is None:
             continue
-        pair = cats.setdefault(str(s.category), ([], []))
-        pair[0].append(b)
-        pair[1].append(s)
+        pair = cats.setdefault(str(cs.category), ([], []))
+        pair[0].append(bs)
+        pair[1].append(cs)
     out = []
     for cat, (bs, cs) in cats.items():
-        b_tps = _tokens_per_s(bs)
-        c_tps = _tokens_per_s(cs)
+        b_tps = pooled_tokens_per_s(bs)
+        c_tps = pooled_tokens_per_s(cs)
         dn = sum(s.draft_n or 0 for s in cs)
         acc = sum(s.draft_n_accepted or 0 for s in cs) / dn if dn else None
         out.append(CategoryResult(cat, b_tps, c_tps, (c_tps / b_tps) if (c_tps and b_tps) else None, acc,
-                                  candidate_label=m.candidate.label, paired_requests=len(cs)))
+                                  candidate_label=c.candidate.label, paired_requests=len(cs)))
     return tuple(out)
-
-
-_per_category = per_category
 
 
 def describe_candidate(c: Candidate) -> str:
@@ -533,5 +472,4 @@ __all__ = [
     "decide",
     "divergence_text",
     "per_category",
-    "speedup_interval",
 ]

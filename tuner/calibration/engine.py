@@ -16,6 +16,7 @@ from .candidates import Candidate, CandidatePlan, DraftOption, apply_memory_chec
 from .decide import Decision, decide
 from .measure import Cancelled, Launch, LaunchError, LaunchFn
 from .prompts import MAX_PROMPTS_PER_SWEEP, Prompt, PromptSet, default_prompts, load_prompts
+from .pairing import MIN_PAIRS
 from .search import BaselineFailed, Search, SearchSettings
 from .serving import candidate_config, config_to_json
 from .tune import EventCallback, TuneError, TuneEvent, TuneResult
@@ -369,18 +370,38 @@ def run_tune(
     settings = settings or SearchSettings(
         n_predict=n_predict,
         budget_s=budget_s,
-        confirm_repetitions=max(1, repetitions - 1),
-        baseline_repetitions=max(1, min(2, repetitions)),
+        max_pairs=max(MIN_PAIRS, 2 * repetitions),
+        # weights mmapped in host memory: the baseline's and a finalist's server share the page cache,
+        # so the paired rounds run them side by side; with a GPU, alternate launches instead
+        side_by_side=not gpu,
     )
-    sup = None
+    sups: list[Any] = []
     if launch_fn is None:
         from tuner.server.supervisor import Supervisor
 
-        sup = Supervisor(binary, dialect)
-        launch_fn = _supervisor_launch_fn(sup, target_path, n_ctx, threads, emit, None, workload)
+        sup_base, sup_cand = Supervisor(binary, dialect), Supervisor(binary, dialect)
+        sups = [sup_base, sup_cand]
+        base_fn = _supervisor_launch_fn(sup_base, target_path, n_ctx, threads, emit, None, workload)
+        cand_fn = _supervisor_launch_fn(sup_cand, target_path, n_ctx, threads, emit, None, workload)
+
+        def launch_fn(c: Candidate, cancel: threading.Event) -> Launch:
+            # one supervisor for the baseline, one for the candidates: both can run at once (side by side)
+            return (base_fn if c.is_baseline else cand_fn)(c, cancel)
     else:
         launch_fn = _with_workload(launch_fn, workload)
-    search = Search(launch_fn, plan, chosen_prompts, settings, cancel, emit)
+    from tuner.hardware.host import LoadWatcher, foreign_processes
+
+    watcher = LoadWatcher()
+    search = Search(launch_fn, plan, chosen_prompts, settings, cancel, emit, busy=lambda: watcher.summary().busy)
+
+    competing = foreign_processes("llama-server")
+    if competing:
+        emit("error", f"{len(competing)} other llama-server process{'es' if len(competing) != 1 else ''} "
+             f"running on this machine (pid {', '.join(str(p) for p, _ in competing[:3])}): the measurements "
+             "compete with them for CPU, GPU and memory; stop them (the app's Re-tune pauses its own server) "
+             "for figures you can trust", detail={"competing": [{"pid": p, "cmdline": c} for p, c in competing]})
+
+    watcher.start()
     try:
         measurements = search.run()
     except Cancelled:
@@ -393,10 +414,13 @@ def run_tune(
             exc.measurement.evidence,
         ) from exc
     finally:
-        if sup is not None:
+        load = watcher.stop()
+        for sup in sups:
             sup.stop(grace_s=5.0)
 
-    decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured)
+    decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured,
+                      alpha=settings.alpha, max_pairs=settings.max_pairs, finalists=search.finalists_selected,
+                      busy_note=_busy_note(load.note(), competing))
     from dataclasses import replace as _replace
 
     extra = [f"Measured with {workload.describe()}."]
@@ -410,7 +434,10 @@ def run_tune(
     if never:
         extra.append(f"{', '.join(never)} never drafted at these sampling settings.")
     decision = _replace(decision, reason=(decision.reason.rstrip() + " " + " ".join(extra)).strip())
-    emit("decision", decision.reason, decision=decision)
+    emit("decision", decision.reason, decision=decision,
+         detail={"load": {"other_cpu_mean": load.other_cpu_mean, "other_cpu_max": load.other_cpu_max,
+                          "steal_mean": load.steal_mean, "samples": load.samples, "busy": load.busy},
+                 "protocol": dict(search.planned)})
 
     winner_cfg = candidate_config(decision.winner, target_path, n_ctx=n_ctx, threads=threads)
     try:
@@ -476,6 +503,16 @@ def _with_workload(launch_fn: LaunchFn, workload: Workload) -> LaunchFn:
         return la
 
     return launch
+
+
+def _busy_note(load_note: str | None, competing: list) -> str | None:
+    """The decision's sentence about other work on the machine (the load watcher's note, and other
+    llama-server processes seen at the start), ``None`` when there was none."""
+    parts = [load_note] if load_note else []
+    if competing:
+        parts.append(f"{len(competing)} other llama-server process{'es' if len(competing) != 1 else ''} ran on "
+                     "this machine during the sweep and competed with it.")
+    return " ".join(parts) or None
 
 
 def _place_on_gpu(plan: CandidatePlan, target_path: Path, devices: Any, n_ctx: int, notes: list[str]) -> CandidatePlan:

@@ -91,6 +91,9 @@ class Launch:
     workload: Workload | None = None
 
 
+AfterWarmup = Callable[[float, "float | None"], "tuple[Sequence[tuple[int, Prompt]], int] | None"]
+"""``after_warmup(load_s, warmup_gen_tokens_per_s) -> (prompts, n_predict) | None`` (see measure_candidate)."""
+
 LaunchFn = Callable[[Candidate, threading.Event], Launch]
 """``launch(candidate, cancel) -> Launch``; raises :class:`LaunchError` or :class:`Cancelled`."""
 
@@ -169,6 +172,55 @@ def send_request(
     return (resp.get("timings") or {}), (content if isinstance(content, str) else None)
 
 
+class RequestError(RuntimeError):
+    """One measured request failed (HTTP error, or no ``timings.predicted_per_second``)."""
+
+
+def measure_request(
+    client: CompletionClient, idx: int, prompt: Prompt, rep: int, n_predict: int, request_timeout_s: float = 300.0,
+    workload: Workload | None = None, sized: dict[int, str] | None = None, greedy: bool = False,
+) -> Sample:
+    """One measured request of the protocol: ``prompt`` (index ``idx``) at repetition ``rep``, in the
+    workload's shape (endpoint, sampling, seed :func:`request_seed` of ``(idx, rep)``; a long-context prompt
+    sized to the served context with the server's tokenizer, cached in ``sized``).
+
+    Used by :func:`measure_candidate` and by the search's side-by-side paired rounds, so both sides of
+    a pair send exactly the same request (the same model sizes a long prompt to the same text).
+
+    Args:
+        workload: request shape and sampling; ``None`` = ``/completion``, greedy.
+        sized: per-launch cache of sized long-context texts (prompt index → text).
+        greedy: greedy whatever the workload says (warm-ups, the lossless pass).
+
+    Raises:
+        RequestError: the request failed or its answer has no ``timings.predicted_per_second``.
+    """
+    wl = workload or Workload()
+    try:
+        text = _sized_text(client, wl, idx, prompt, n_predict, sized if sized is not None else {})
+        t, content = send_request(client, wl, prompt, rep, n_predict, request_seed(idx, rep), request_timeout_s,
+                                  greedy=greedy, text=text)
+    except Exception as exc:  # noqa: BLE001
+        raise RequestError(f"request failed (prompt {idx + 1}, repetition {rep + 1}): {exc}") from exc
+    tps = t.get("predicted_per_second")
+    if not tps:
+        raise RequestError(f"no timings.predicted_per_second in the answer (prompt {idx + 1})")
+    return Sample(
+        prompt_index=idx,
+        category=prompt.category,
+        repetition=rep,
+        gen_tokens_per_s=float(tps),
+        prompt_tokens_per_s=_f(t.get("prompt_per_second")),
+        predicted_n=_i(t.get("predicted_n")),
+        predicted_ms=_f(t.get("predicted_ms")),
+        draft_n=_i(t.get("draft_n")),
+        draft_n_accepted=_i(t.get("draft_n_accepted")),
+        content=content,
+        prompt_n=_i(t.get("prompt_n")),
+        endpoint=wl.endpoint,
+    )
+
+
 def measure_candidate(
     launch_fn: LaunchFn,
     candidate: Candidate,
@@ -183,6 +235,7 @@ def measure_candidate(
     predicted_gen_tokens_per_s: float | None = None,
     deadline_s: float | None = None,
     stop_if: Callable[[Sequence[Sample]], bool] | None = None,
+    after_warmup: AfterWarmup | None = None,
 ) -> Measurement:
     """Launch ``candidate``, run the protocol, stop the server; never leaves the server running.
 
@@ -203,6 +256,9 @@ def measure_candidate(
             first repetition always runs).
         stop_if: called with the samples so far after each request; True stops the run early (a clear
             loser); the measurement keeps its samples and is marked ``stopped_early``.
+        after_warmup: called once after the warm-up request with ``(load_s, warm-up tokens/s or
+            None)``; may return ``(prompts, n_predict)`` to use instead (the search plans the protocol
+            from the first launch's speed, so a slow model gets fewer, shorter requests).
 
     Returns:
         A :class:`Measurement`; failures (launch error, speculation inactive, nothing drafted, a
@@ -220,7 +276,7 @@ def measure_candidate(
                            evidence=tuple(str(x) for x in exc.evidence))
     try:
         return _run(launch, candidate, prompts, repetitions, n_predict, cancel, baseline_outputs, on_request,
-                    request_timeout_s, stage, predicted_gen_tokens_per_s, deadline_s, stop_if)
+                    request_timeout_s, stage, predicted_gen_tokens_per_s, deadline_s, stop_if, after_warmup)
     finally:
         launch.stop()
 
@@ -239,6 +295,7 @@ def _run(
     predicted: float | None,
     deadline_s: float | None,
     stop_if: Callable[[Sequence[Sample]], bool] | None = None,
+    after_warmup: AfterWarmup | None = None,
 ) -> Measurement:
     client = launch.client
     base = dict(candidate=candidate, load_s=launch.load_s, stage=stage, predicted_gen_tokens_per_s=predicted)
@@ -263,10 +320,14 @@ def _run(
     if sampled and not wl.server_sampling:
         _read_server_sampling(client, wl)
     try:
-        send_request(client, wl, Prompt(text=WARMUP_PROMPT), -1, min(16, n_predict), 1, request_timeout_s,
-                     greedy=True)
+        warm_t, _ = send_request(client, wl, Prompt(text=WARMUP_PROMPT), -1, min(16, n_predict), 1,
+                                 request_timeout_s, greedy=True)
     except Exception as exc:  # noqa: BLE001 - the server's HTTP errors are recorded as the failure
         return Measurement(**base, speculative_active=spec_active, error=f"warm-up request failed: {exc}")
+    if after_warmup is not None:
+        planned = after_warmup(launch.load_s, _f((warm_t or {}).get("predicted_per_second")))
+        if planned is not None:
+            prompts, n_predict = planned
 
     sized: dict[int, str] = {}
     before = _scrape(client) if speculative else None
@@ -284,30 +345,10 @@ def _run(
             if prompt.fill is not None and not _keep_long(wl, prompts, samples, n_predict):
                 continue
             try:
-                text = _sized_text(client, wl, idx, prompt, n_predict, sized)
-                t, content = send_request(client, wl, prompt, rep, n_predict, request_seed(idx, rep),
-                                          request_timeout_s, text=text)
-            except Exception as exc:  # noqa: BLE001
-                error = f"request failed (prompt {idx + 1}, repetition {rep + 1}): {exc}"
+                s = measure_request(client, idx, prompt, rep, n_predict, request_timeout_s, workload=wl, sized=sized)
+            except RequestError as exc:
+                error = str(exc)
                 break
-            tps = t.get("predicted_per_second")
-            if not tps:
-                error = f"no timings.predicted_per_second in the answer (prompt {idx + 1})"
-                break
-            s = Sample(
-                prompt_index=idx,
-                category=prompt.category,
-                repetition=rep,
-                gen_tokens_per_s=float(tps),
-                prompt_tokens_per_s=_f(t.get("prompt_per_second")),
-                predicted_n=_i(t.get("predicted_n")),
-                predicted_ms=_f(t.get("predicted_ms")),
-                draft_n=_i(t.get("draft_n")),
-                draft_n_accepted=_i(t.get("draft_n_accepted")),
-                content=content,
-                prompt_n=_i(t.get("prompt_n")),
-                endpoint=wl.endpoint,
-            )
             samples.append(s)
             if (not sampled and baseline_outputs is not None and s.content is not None
                     and (idx, rep) in baseline_outputs):

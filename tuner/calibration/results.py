@@ -321,4 +321,51 @@ def synthetic_samples(
     return tuple(out)
 
 
-__all__ = ["Sample", "Divergence", "Measurement", "synthetic_samples"]
+def synthetic_rounds(
+    candidate: Candidate,
+    pairs: list[tuple[float | list[float], float | list[float]]],
+    acceptance: float | None = None,
+    categories: list[str | None] | None = None,
+    first_repetition: int = 0,
+    baseline: Candidate | None = None,
+    predicted_n: int = 128,
+) -> list["Measurement"]:
+    """Recorded paired rounds (tests, benchmarks): the ``confirm`` launches of the search's
+    ``A B B A A B B A …`` schedule for one candidate.
+
+    Args:
+        candidate: the speculative candidate (``B``).
+        pairs: per pair ``(baseline tokens/s, candidate tokens/s)``, each a value (one prompt) or a
+            list of values (one per prompt); pair ``j`` is repetition ``first_repetition + j``.
+        acceptance: the candidate's acceptance rate.
+        categories: category per prompt index.
+        first_repetition: repetition id of the first pair.
+        baseline: the baseline candidate (default ``Candidate()``).
+        predicted_n: generated tokens per request.
+
+    Returns:
+        Launches in time order: ``A[r0]``, ``B[r0, r1]``, ``A[r1, r2]``, ``B[r2, r3]``, … (each
+        candidate repetition is adjacent to the baseline launch holding the same repetition).
+    """
+    base_c = baseline or Candidate()
+    n = len(pairs)
+
+    def launch(c: Candidate, idx: list[int], side: int) -> "Measurement":
+        rows = [pairs[j][side] for j in idx]
+        ss = synthetic_samples(rows, acceptance=acceptance if side == 1 else None, predicted_n=predicted_n,  # type: ignore[arg-type]
+                               categories=categories)
+        ss = tuple(replace(s, repetition=first_repetition + idx[s.repetition]) for s in ss)
+        return Measurement(c, samples=ss, speculative_active=True, stage="confirm", load_s=1.0)
+
+    out: list[Measurement] = [launch(base_c, [0], 0)] if n else []
+    k = 0
+    while 2 * k < n:
+        out.append(launch(candidate, [j for j in (2 * k, 2 * k + 1) if j < n], 1))
+        nxt = [j for j in (2 * k + 1, 2 * k + 2) if j < n]
+        if nxt:
+            out.append(launch(base_c, nxt, 0))
+        k += 1
+    return out
+
+
+__all__ = ["Sample", "Divergence", "Measurement", "synthetic_rounds", "synthetic_samples"]

@@ -2,8 +2,8 @@
 
 DESIGN.md "Calibration method" step 5. Stages, each candidate one server launch:
 
-1. ``baseline``: the target alone (``baseline_repetitions`` repetitions). Its outputs are the
-   reference for the lossless check.
+1. ``baseline``: the target alone (``baseline_repetitions`` repetitions): the screening reference.
+   Its outputs are the reference for the lossless check.
 2. ``probe``: per draft model one run at a long draft (``n_max`` 16, ``p_min`` 0): its per-position
    acceptance counters predict accepted tokens per verification for every shorter draft, and its
    measured step cost fits a :class:`~tuner.calibration.predict.CostModel`; together they predict
@@ -16,14 +16,25 @@ DESIGN.md "Calibration method" step 5. Stages, each candidate one server launch:
    unlucky run can otherwise end the refit on a local maximum.
    Then the best measured length of each draft is measured once more with ``p_min`` > 0
    (``SearchSettings.p_min_variant``).
-4. ``confirm`` (successive halving): the measured candidates are ranked; those slower than the
-   baseline are dropped, the top half (at most ``finalists``) is measured again in interleaved rounds
-   (baseline, finalist 1, finalist 2, baseline, …; one launch and one repetition each), so the
-   decision pairs each finalist repetition with the baseline repetition next to it.
+4. ``confirm`` (paired rounds, ``tuner.calibration.pairing``): the screened candidates are ranked on
+   their ratio over the same requests as the baseline (stopped-early losers and those slower than the
+   baseline are dropped); the top half (at most ``finalists``) is confirmed one after another in
+   alternating launches ``A B B A A B B A …`` (baseline A, finalist B, two repetitions per launch, n-gram
+   types one launch per repetition), so each finalist repetition is paired with the baseline repetition
+   next to it in time. With ``SearchSettings.side_by_side`` (CPU: the weights are mmapped, so two
+   servers on one GGUF share the page cache) the baseline's server instead stays up next to the
+   finalist's and every request is sent to the finalist and then to the baseline: the two sides of a
+   pair are one request apart. After every pair the sequential test looks; rounds go on while it is
+   inconclusive, fewer than ``max_pairs`` pairs ran and the budget allows — on a busy machine the
+   noise is larger and the same rule spends more of the budget on pairs.
 
-Budget: the baseline, the first draft's probe and the first confirmation round of the leader always
-run; every other step runs only when its estimated time fits the remaining budget (event
-``"skipped"`` otherwise).
+Protocol and budget: the first launch's warm-up request gives the model's speed and the load time;
+:meth:`Search.plan_protocol` then fits prompts × ``n_predict`` × launches into the budget (a slow
+target gets fewer and shorter requests; when even the smallest protocol does not fit, event
+``"budget"`` says so up front, with the budget that would). Screening stages leave enough of the
+budget for ``MIN_PAIRS + 1`` pairs of the leader; every step runs only when its estimated time fits
+(event ``"skipped"`` otherwise). Progress events never report 100 % while work remains, and the ETA
+is unknown (``None``) until the first warm-up has been timed.
 """
 
 from __future__ import annotations
@@ -36,7 +47,21 @@ from typing import Callable, Sequence
 
 from .candidates import DRAFT_LENGTHS, Candidate, CandidatePlan
 from .decide import MIN_GAIN
-from .measure import Cancelled, LaunchFn, measure_repetitions
+from .measure import (
+    WARMUP_PROMPT,
+    Cancelled,
+    Launch,
+    LaunchError,
+    LaunchFn,
+    RequestError,
+    first_divergence,
+    measure_candidate,
+    measure_repetitions,
+    measure_request,
+    needs_fresh_launch_per_repetition,
+)
+from .pairing import ALPHA, MAX_PAIRS, MIN_PAIRS, adjacent_pairs, compare, pooled_tokens_per_s, sequential_test
+from .results import Divergence
 from .predict import CostModel, fit_cost_model, predict_curve
 from .prompts import Prompt
 from .results import Measurement, Sample
@@ -48,11 +73,18 @@ class SearchSettings:
 
     Attributes:
         n_predict: generated tokens per request.
-        baseline_repetitions: repetitions of the first baseline launch.
+        baseline_repetitions: repetitions of the first baseline launch (screening reference).
         probe_repetitions: repetitions of probe and refine launches.
-        confirm_repetitions: confirmation rounds (one launch and one repetition per finalist and the
-            baseline each).
-        budget_s: time budget in seconds.
+        max_pairs: at most this many adjacent pairs per finalist (the sequential test's looks).
+        alpha: total error of the sequential test (``tuner.calibration.pairing``).
+        budget_s: time budget in seconds (first launch to decision).
+        plan: plan prompts and ``n_predict`` from the first warm-up (:meth:`Search.plan_protocol`).
+        min_n_predict: the plan never goes below this many generated tokens per request.
+        min_prompts: nor below this many prompts.
+        side_by_side: paired rounds with the baseline's server and the finalist's server running at
+            the same time, the same request sent to one and then the other (module docstring); for
+            weights mmapped in host memory (CPU), where two servers on one GGUF share the page cache.
+            False: alternating launches.
         min_gain: see :func:`tuner.calibration.decide.decide`.
         draft_lengths: ``n_max`` values the prediction covers.
         refine_per_draft: draft lengths measured per draft after the probe (more when a refit asks).
@@ -77,10 +109,15 @@ class SearchSettings:
     """
 
     n_predict: int = 128
-    baseline_repetitions: int = 2
+    baseline_repetitions: int = 1
     probe_repetitions: int = 1
-    confirm_repetitions: int = 2
+    max_pairs: int = MAX_PAIRS
+    alpha: float = ALPHA
     budget_s: float = 180.0
+    plan: bool = True
+    min_n_predict: int = 32
+    min_prompts: int = 2
+    side_by_side: bool = False
     min_gain: float = MIN_GAIN
     draft_lengths: tuple[int, ...] = DRAFT_LENGTHS
     refine_per_draft: int = 2
@@ -116,6 +153,9 @@ class Search:
         cancel: set to stop (raises :class:`~tuner.calibration.measure.Cancelled` out of :meth:`run`).
         emit: event sink (see :data:`Emit`).
         clock: ``time.monotonic`` (replaceable in tests).
+        busy: ``busy() -> bool``, the load watcher's "other programs are using the CPU" so far; while
+            True the screening stages keep twice the paired rounds' reserve and skip the optional
+            exploration, so the remaining budget goes to more pairs.
     """
 
     def __init__(
@@ -127,6 +167,7 @@ class Search:
         cancel: threading.Event,
         emit: Emit,
         clock: Callable[[], float] = time.monotonic,
+        busy: Callable[[], bool] | None = None,
     ) -> None:
         self.launch_fn = launch_fn
         self.plan = plan
@@ -144,6 +185,19 @@ class Search:
         self.curves: dict[str, list[tuple[int, float, float]]] = {}
         self._load_s: list[float] = []
         self._pending_s = 0.0
+        self.n_predict = settings.n_predict
+        """Generated tokens per request (the plan may lower it after the first warm-up)."""
+        self.warmup_tps: float | None = None
+        """The first launch's warm-up speed (tokens/s); ``None`` until timed."""
+        self.planned: dict[str, object] = {}
+        """What :meth:`plan_protocol` chose (also sent as event ``"budget"``)."""
+        self._next_rep = max(settings.baseline_repetitions, settings.probe_repetitions)
+        self._finished = False
+        self._confirming = False
+        self._shown_progress = 0.0
+        self.finalists_selected = settings.finalists
+        """Finalists the paired rounds were planned for (the sequential test's error is split over them)."""
+        self.busy = busy or (lambda: False)
 
     # ---- time accounting -------------------------------------------------------------------
     def elapsed_s(self) -> float:
@@ -154,49 +208,164 @@ class Search:
         """Budget left (may be negative)."""
         return self.s.budget_s - self.elapsed_s()
 
+    def _tps(self) -> float | None:
+        return self.base_tps or self.warmup_tps
+
+    def _load(self) -> float:
+        return sum(self._load_s) / len(self._load_s) if self._load_s else 5.0
+
+    def rep_s(self, gen_tokens_per_s: float | None = None, n_prompts: int | None = None,
+              n_predict: int | None = None) -> float:
+        """Estimated seconds of one repetition (every prompt once) at ``gen_tokens_per_s``."""
+        tps = gen_tokens_per_s or self._tps() or 20.0
+        n_p = len(self.prompts) if n_prompts is None else n_prompts
+        return n_p * ((n_predict or self.n_predict) / max(tps, 1e-3) + 0.05)
+
     def estimate_s(self, gen_tokens_per_s: float | None, repetitions: int) -> float:
         """Estimated seconds of one launch: mean load time + warm-up + requests at ``gen_tokens_per_s``."""
-        load = sum(self._load_s) / len(self._load_s) if self._load_s else 5.0
-        tps = gen_tokens_per_s or self.base_tps or 20.0
-        per_request = self.s.n_predict / max(tps, 1e-3) + 0.05
-        return load + per_request * (len(self.prompts) * repetitions + 0.2)
+        tps = gen_tokens_per_s or self._tps() or 20.0
+        return self._load() + 16 / max(tps, 1e-3) + self.rep_s(tps) * repetitions
+
+    def pair_s(self) -> float:
+        """Estimated seconds of one more adjacent pair: a repetition on each side, plus one launch when
+        launches alternate (each of them holds two repetitions); side by side, no launch per pair."""
+        launch = self._load() + 16 / max(self._tps() or 20.0, 1e-3)
+        return 2 * self.rep_s() + (0.0 if self.s.side_by_side else launch)
+
+    def confirm_reserve_s(self) -> float:
+        """Budget the screening stages leave for the paired rounds: ``MIN_PAIRS + 1`` pairs of the
+        leader (side by side: ``MIN_PAIRS``, each one repetition) and the launches that open them;
+        twice the pairs while the machine is busy (noisier pairs: more of them are needed)."""
+        launch = self._load() + 16 / max(self._tps() or 20.0, 1e-3)
+        factor = 2 if self.busy() else 1
+        if self.s.side_by_side:
+            return factor * MIN_PAIRS * self.pair_s() + 2 * launch
+        return factor * (MIN_PAIRS + 1) * self.pair_s() + self.estimate_s(None, 1)
+
+    def _planned_remaining_s(self) -> float | None:
+        """Estimated seconds until the decision: the current step, then the rest of the budget (the
+        paired rounds use what is left while the test is inconclusive), or less when little is
+        planned. ``None`` before the first warm-up was timed."""
+        if self._tps() is None:
+            return None
+        pending = max(0.0, self._pending_s)
+        if self._finished:
+            return pending
+        left = max(0.0, self.remaining_s())
+        if self._confirming:
+            return max(pending, left)
+        return max(pending, min(left, pending + self.confirm_reserve_s()))
 
     def emit(self, kind: str, message: str, **kw: object) -> None:
-        """Send an event with progress and ETA from the current estimate of pending work."""
+        """Send an event with progress and ETA (see the module docstring: never 100 % while work
+        remains, ETA ``None`` until the first warm-up is timed)."""
         elapsed = self.elapsed_s()
-        pending = max(0.0, self._pending_s)
-        eta = min(pending, max(0.0, self.remaining_s())) if pending else 0.0
-        progress = elapsed / (elapsed + eta) if (elapsed + eta) > 0 else 0.0
+        eta = self._planned_remaining_s()
+        if eta is None:
+            progress = 0.0
+        else:
+            progress = elapsed / (elapsed + eta) if (elapsed + eta) > 0 else 0.0
+            if kind != "finished":
+                progress = min(progress, 0.99)
+        progress = max(progress, self._shown_progress)  # never moves back
+        self._shown_progress = progress
         self._emit(kind, message, progress=min(1.0, progress), elapsed_s=elapsed, eta_s=eta, **kw)
+
+    # ---- the protocol ---------------------------------------------------------------------------
+    def plan_protocol(self, load_s: float, warmup_tps: float | None) -> tuple[list[tuple[int, Prompt]], int] | None:
+        """Fit the protocol into the budget from the first launch's load time and warm-up speed.
+
+        The sweep's cost in repetitions (``R`` = every prompt once at ``n_predict``) and launches (``L``
+        = a load and a warm-up): the baseline's screening launch, one probe per planned candidate, and
+        the leader's pairs (side by side ``MIN_PAIRS + 1``, or ``max_pairs`` while the load watcher says
+        the machine is busy: two repetitions each and two launches in all; alternating: ``MIN_PAIRS + 1``
+        pairs, one launch each) — for ``P`` probes and ``N`` pairs side by side about
+        ``(1 + P + 2·N) · R + (3 + P) · L`` seconds. When that
+        exceeds 85 % of the budget, ``n_predict`` is lowered first (to ``min_n_predict``), then the
+        prompts (to ``min_prompts``); when even that does not fit, event ``"budget"`` says the budget is
+        too small for one meaningful comparison and which budget would do.
+
+        Returns:
+            ``(prompts, n_predict)`` to use from now on, or ``None`` to keep them.
+        """
+        self.warmup_tps = warmup_tps
+        self._load_s.append(load_s)
+        if not self.s.plan or not warmup_tps:
+            return None
+        n_probes = len(self.plan.drafts) + len(self.plan.ngram) + (1 if self.plan.mtp else 0)
+        launch = load_s + 16 / warmup_tps
+        # the pairs to plan for: MIN_PAIRS is the least that can decide; on a busy machine the pairs are
+        # noisier, and a t test on 3 pairs has 2 degrees of freedom, so plan for the most pairs instead
+        # (shorter requests, more of them): a few more pairs decide far more often than longer ones
+        busy = self.busy()
+        pairs = (self.s.max_pairs if busy else MIN_PAIRS + 1) if self.s.side_by_side else MIN_PAIRS + 1
+        reps = 1 + n_probes + 2 * pairs
+        launches = 1 + n_probes + (2 if self.s.side_by_side else 1 + MIN_PAIRS)
+
+        def cost(n_prompts: int, n_predict: int) -> float:
+            return reps * self.rep_s(warmup_tps, n_prompts, n_predict) + launches * launch
+
+        target = 0.85 * self.s.budget_s
+        n_prompts, n_predict = len(self.prompts), self.n_predict
+        while cost(n_prompts, n_predict) > target and n_predict > self.s.min_n_predict:
+            n_predict = max(self.s.min_n_predict, int(n_predict * 0.75))
+        while cost(n_prompts, n_predict) > target and n_prompts > min(self.s.min_prompts, len(self.prompts)):
+            n_prompts -= 1
+        # the smallest comparison: the baseline, the first probe and the leader's pairs
+        least = MIN_PAIRS if self.s.side_by_side else MIN_PAIRS + 1
+        smallest = ((2 + 2 * least) * self.rep_s(warmup_tps, n_prompts, n_predict)
+                    + (2 + (2 if self.s.side_by_side else 1 + MIN_PAIRS)) * launch)
+        self.planned = {"n_predict": n_predict, "prompts": n_prompts, "load_s": load_s, "pairs": pairs, "busy": busy,
+                        "warmup_gen_tokens_per_s": warmup_tps, "planned_s": cost(n_prompts, n_predict),
+                        "smallest_s": smallest}
+        msg = (f"protocol planned from the warm-up ({warmup_tps:.1f} tokens/s, load {load_s:.1f} s): "
+               f"{n_prompts} prompt{'s' if n_prompts != 1 else ''} × {n_predict} tokens per repetition, room for "
+               f"{pairs} pairs" + (" (the machine is busy: more, shorter pairs)" if busy else ""))
+        if smallest > self.s.budget_s:
+            need = math.ceil(smallest / 0.85 / 30) * 30
+            msg += (f"; the budget of {self.s.budget_s:.0f} s is too small for one meaningful comparison at "
+                    f"this speed (the smallest takes about {smallest:.0f} s): a budget of about {need} s would do")
+            self.planned["budget_too_small"] = True
+            self.planned["suggested_budget_s"] = need
+        self.emit("budget", msg, detail=dict(self.planned))
+        if (n_prompts, n_predict) == (len(self.prompts), self.n_predict):
+            return None
+        self.prompts = self.prompts[:n_prompts]
+        self.n_predict = n_predict
+        return self.prompts, n_predict
 
     # ---- one launch ----------------------------------------------------------------------------
     def _measure(
-        self, c: Candidate, reps: Sequence[int], stage: str, predicted: float | None = None
+        self, c: Candidate, reps: Sequence[int], stage: str, predicted: float | None = None,
+        single_launch: bool = False,
     ) -> Measurement:
         est = self.estimate_s(predicted, len(reps))
         self._pending_s += est
         self.emit("launch", f"{stage}: starting {c.label}", candidate=c)
 
         done = [0]
-        total = len(self.prompts) * len(reps)
 
         def on_request(sample: Sample) -> None:
             # a running figure of one request: the chart waits for the whole launch ("measured")
             done[0] += 1
+            total = len(self.prompts) * len(reps)
             self.emit("progress", f"{c.label}: request {done[0]} of {total}, {sample.gen_tokens_per_s:.1f} tokens/s",
                       candidate=c)
 
+        first = not self.measurements and self.warmup_tps is None
+        measure = measure_candidate if single_launch else measure_repetitions
         try:
-            m = measure_repetitions(
-                self.launch_fn, c, self.prompts, reps, self.s.n_predict, self.cancel,
+            m = measure(
+                self.launch_fn, c, self.prompts, reps, self.n_predict, self.cancel,
                 baseline_outputs=None if c.is_baseline else self.baseline_outputs,
                 on_request=on_request, request_timeout_s=self.s.request_timeout_s, stage=stage,
                 predicted_gen_tokens_per_s=predicted,
                 stop_if=None if (c.is_baseline or stage == "confirm") else self._clear_loser,
+                after_warmup=self.plan_protocol if first else None,
             )
         finally:
             self._pending_s -= est
-        if m.load_s is not None:
+        if m.load_s is not None and not first:
             self._load_s.append(m.load_s)
         self.measurements.append(m)
         if m.ok:
@@ -204,23 +373,33 @@ class Search:
             msg = f"{c.label}: {m.gen_tokens_per_s:.1f} tokens/s{acc}"
             if m.stopped_early:
                 msg += f" (stopped early after {len(m.samples)} of {len(self.prompts) * len(reps)} requests: " \
-                       f"below {self.s.loser_ratio:.0%} of the baseline)"
+                       f"below {self.s.loser_ratio:.0%} of the baseline; never served unless re-measured)"
         else:
             msg = f"{c.label} failed: {m.error}"
         self.emit("measured", msg, candidate=c, measurement=m)
         return m
 
     def _clear_loser(self, samples: Sequence[Sample]) -> bool:
-        """True when the requests so far run below ``loser_ratio`` × baseline tokens/s (Σ tokens ÷ Σ time)."""
+        """True when the requests so far run below ``loser_ratio`` × the baseline's tokens/s on the
+        same requests (Σ tokens ÷ Σ time on each side)."""
         if self.base_tps is None or not samples:
             return False
         toks = sum(max(1, (s.predicted_n or 1) - 1) for s in samples)
         secs = sum((s.predicted_ms or 0.0) for s in samples) / 1000.0
         tps = toks / secs if secs > 0 else min(s.gen_tokens_per_s for s in samples)
-        return tps < self.s.loser_ratio * self.base_tps
+        ref = self._baseline_tps_on(samples) or self.base_tps
+        return tps < self.s.loser_ratio * ref
 
-    def _fits(self, est_s: float) -> bool:
-        return self.remaining_s() >= est_s
+    def _baseline_tps_on(self, samples: Sequence[Sample]) -> float | None:
+        """The baseline's pooled tokens/s on the same (prompt, repetition) keys, ``None`` if it ran none."""
+        base = {(s.prompt_index, s.repetition): s for m in self.measurements if m.candidate.is_baseline and m.ok
+                for s in m.samples}
+        same = [base[k] for k in ((s.prompt_index, s.repetition) for s in samples) if k in base]
+        return pooled_tokens_per_s(same) if len(same) == len(samples) else None
+
+    def _fits(self, est_s: float, reserve: bool = True) -> bool:
+        """True when ``est_s`` fits the budget left (screening steps keep :meth:`confirm_reserve_s`)."""
+        return self.remaining_s() - (self.confirm_reserve_s() if reserve else 0.0) >= est_s
 
     # ---- stages --------------------------------------------------------------------------------
     def run(self) -> list[Measurement]:
@@ -246,11 +425,10 @@ class Search:
             probes.append(self.plan.mtp)
         probes.extend(self.plan.ngram)
         self._pending_s = sum(self.estimate_s(None, len(probe_reps)) for _ in probes)
-        first_draft = self.plan.drafts[0] if self.plan.drafts else None
         for c in probes:
             est = self.estimate_s(None, len(probe_reps))
             self._pending_s -= est
-            if c is not first_draft and not self._fits(est):
+            if c is not probes[0] and not self._fits(est):
                 self.emit("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
                 self.unmeasured.append(c)
                 continue
@@ -262,7 +440,9 @@ class Search:
         self._refine(probe_reps)
         self._explore(probe_reps)
         self._p_min_variants(probe_reps)
+        self._confirming = True
         self._confirm()
+        self._finished = True
         return list(self.measurements)
 
     def _runs_of(self, probe: Candidate) -> list[Measurement]:
@@ -386,6 +566,10 @@ class Search:
         :class:`SearchSettings` ``explore_per_draft``)."""
         if self.s.explore_per_draft <= 0:
             return
+        if self.busy():
+            self.emit("skipped", "the machine is busy: no exploration of further draft lengths, the budget goes "
+                      "to more paired rounds")
+            return
         probes = [c for c in self.plan.drafts if self._runs_of(c)]
         for probe in probes:
             for _ in range(self.s.explore_per_draft):
@@ -410,7 +594,7 @@ class Search:
         reach of the baseline (at least ``loser_ratio`` of its tokens/s)."""
         assert self.base_tps is not None
         pv = self.s.p_min_variant
-        if not pv:
+        if not pv or self.busy():
             return
         probes = [c for c in (*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp else [])) if self._runs_of(c)]
         for probe in probes:
@@ -432,40 +616,238 @@ class Search:
             self._measure(c, reps, "refine", best.gen_tokens_per_s)
         self._pending_s = 0.0
 
+    def _contenders(self) -> list[tuple[float, Candidate]]:
+        """Screened candidates worth confirming: ``(ratio on the same requests as the baseline,
+        candidate)``, fastest first; stopped-early losers, failures and those not faster than the
+        baseline are left out."""
+        out: dict[tuple, tuple[float, Candidate]] = {}
+        for m in self.measurements:
+            if not m.ok or m.candidate.is_baseline or m.stopped_early or m.candidate.key in out:
+                continue
+            cmp_ = compare(self.measurements, m.candidate, self.s.min_gain)
+            if cmp_ is None or cmp_.stopped_early or not cmp_.speedup or cmp_.speedup <= 1.0:
+                continue
+            out[m.candidate.key] = (cmp_.speedup, m.candidate)
+        return sorted(out.values(), key=lambda t: -t[0])
+
     def _confirm(self) -> None:
+        """Paired rounds ``A B B A A B B A …`` for each finalist in turn until its sequential test is
+        conclusive, it reached ``max_pairs`` pairs, or the budget is spent (module docstring)."""
         assert self.base_tps is not None
         s = self.s
-        ok = [m for m in self.measurements if m.ok and not m.candidate.is_baseline and m.gen_tokens_per_s]
-        contenders = sorted((m for m in ok if m.gen_tokens_per_s > self.base_tps), key=lambda m: -m.gen_tokens_per_s)
+        contenders = self._contenders()
         if not contenders:
-            self.emit("skipped", "no speculative configuration beat the baseline: nothing to confirm")
+            self.emit("skipped", "no speculative configuration beat the baseline on the same requests: "
+                      "nothing to confirm")
             return
         keep = max(1, min(s.finalists, math.ceil(len(contenders) / 2)))
-        finalists = [m.candidate for m in contenders[:keep]]
-        for m in contenders[keep:]:
-            self.emit("skipped", f"{m.candidate.label}: dropped after the first round (successive halving)",
-                      candidate=m.candidate)
-        # Fresh repetition ids, after every id the baseline and the probe/refine launches used: pooled
-        # runs of one candidate then never share an id, so each confirm id pairs with the baseline's
-        # run of the same round (Measurement.merged would otherwise have to renumber them).
-        first = max(s.baseline_repetitions, s.probe_repetitions)
-        reps = list(range(first, first + s.confirm_repetitions))
-        order = [self.plan.baseline, *finalists]
-        # Interleaved rounds: each repetition of each finalist runs right after the baseline's
-        # repetition with the same id, so decide() can pair them and slow drift cancels.
-        self._pending_s = sum(self.estimate_s(None, 1) for _ in order) * len(reps)
-        for n_round, rep in enumerate(reps):
-            for i, c in enumerate(order):
-                est = self.estimate_s(None if c.is_baseline else self.base_tps, 1)
-                self._pending_s = max(0.0, self._pending_s - est)
-                mandatory = n_round == 0 and i < 2
-                if not mandatory and not self._fits(est):
-                    self.emit("skipped", f"{c.label}: confirmation round {n_round + 1} skipped, the time budget "
-                              "is spent", candidate=c)
-                    continue
-                m = self._measure(c, [rep], "confirm")
-                if c.is_baseline and m.ok:
-                    for smp in m.samples:
-                        if smp.content is not None:
-                            self.baseline_outputs[(smp.prompt_index, smp.repetition)] = smp.content
+        finalists = [c for _sp, c in contenders[:keep]]
+        # the sequential test's error is shared by the finalists chosen here, from screening data only
+        # (independent of the pairs to come): fewer finalists, more error per look
+        self.finalists_selected = len(finalists)
+        for _sp, c in contenders[keep:]:
+            self.emit("skipped", f"{c.label}: dropped after screening (successive halving)", candidate=c)
+        if s.side_by_side:
+            self._confirm_side_by_side(finalists)
+            return
+        open_rep: int | None = None  # a baseline repetition of the last launch still without a partner
+        for n_f, c in enumerate(finalists):
+            while True:
+                if self.cancel.is_set():
+                    raise Cancelled()
+                cmp_ = compare(self.measurements, c, s.min_gain, s.alpha, s.max_pairs, self.finalists_selected)
+                n_pairs = len(cmp_.pairs) if cmp_ is not None and cmp_.paired else 0
+                look = cmp_.look if cmp_ is not None and cmp_.paired else None
+                if look is not None and look.verdict != "inconclusive":
+                    self.emit("confirmed", f"{c.label}: {look.verdict} than no speculation after {n_pairs} "
+                              f"adjacent pairs ({cmp_.speedup:.2f}×)", candidate=c,
+                              detail={"verdict": look.verdict, "pairs": n_pairs, "speedup": cmp_.speedup})
+                    break
+                if n_pairs >= s.max_pairs:
+                    self.emit("confirmed", f"{c.label}: still inconclusive after {n_pairs} adjacent pairs",
+                              candidate=c, detail={"verdict": "inconclusive", "pairs": n_pairs})
+                    break
+                opening = 0.0 if open_rep is not None else self.estimate_s(None, 1)
+                block = opening + self.estimate_s(self.base_tps, 2) + self.estimate_s(None, 2)
+                if not self._fits(block, reserve=False):
+                    self.emit("skipped", f"{c.label}: paired round {n_pairs // 2 + 1} not run, the time budget "
+                              "is spent", candidate=c, detail={"pairs": n_pairs})
+                    return
+                self._pending_s = block
+                if open_rep is None:
+                    open_rep = self._take_rep()
+                    if not self._run_baseline([open_rep]):
+                        return
+                r1 = open_rep
+                r2 = self._take_rep()
+                b_ok = self._run_candidate(c, [r1, r2])
+                # hold the next pair's baseline repetition in the same launch when another block fits
+                more = n_f + 1 < len(finalists) or n_pairs + 2 < s.max_pairs
+                # (this launch with two repetitions, then the next block's B and A)
+                hold = more and self._fits(self.estimate_s(None, 2) + self.estimate_s(self.base_tps, 2)
+                                           + self.estimate_s(None, 1), reserve=False)
+                r3 = self._take_rep() if hold else None
+                if not self._run_baseline([r2] + ([r3] if r3 is not None else [])):
+                    return
+                open_rep = r3
+                if not b_ok:
+                    break
         self._pending_s = 0.0
+
+    def _take_rep(self) -> int:
+        r = self._next_rep
+        self._next_rep += 1
+        return r
+
+    def _run_baseline(self, reps: list[int]) -> bool:
+        m = self._measure(self.plan.baseline, reps, "confirm", single_launch=True)
+        if m.ok:
+            for smp in m.samples:
+                if smp.content is not None:
+                    self.baseline_outputs[(smp.prompt_index, smp.repetition)] = smp.content
+        return m.ok
+
+    def _run_candidate(self, c: Candidate, reps: list[int]) -> bool:
+        """One launch of ``c`` for ``reps`` (n-gram types: one launch per repetition, so their n-gram
+        pool never carries over; each launch stays its own measurement, adjacent to a baseline launch)."""
+        if needs_fresh_launch_per_repetition(c):
+            return all(self._measure(c, [r], "confirm", single_launch=True).ok for r in reps)
+        return self._measure(c, reps, "confirm", single_launch=True).ok
+
+    # ---- side by side: both servers up, each request sent to the finalist and then to the baseline ----
+    def _look(self, c: Candidate, extra: Sequence[float] = ()):
+        prior = [p.ratio for p in adjacent_pairs(self.measurements, c) if p.ratio > 0]
+        return sequential_test([*prior, *extra], self.s.min_gain, self.s.alpha, self.s.max_pairs,
+                               self.finalists_selected)
+
+    def _open_baseline(self) -> Launch | None:
+        """Start the baseline's server for the side-by-side rounds and warm it up; ``None`` on failure."""
+        self.emit("launch", "confirm: starting no speculation (kept running for the paired rounds)",
+                  candidate=self.plan.baseline)
+        try:
+            launch = self.launch_fn(self.plan.baseline, self.cancel)
+        except LaunchError as exc:
+            self.emit("error", f"the baseline's server for the paired rounds did not start: {exc}")
+            return None
+        try:
+            measure_request(launch.client, 0, Prompt(WARMUP_PROMPT), -1, min(16, self.n_predict),
+                            self.s.request_timeout_s, workload=launch.workload, greedy=True)
+        except RequestError as exc:
+            launch.stop()
+            self.emit("error", f"the baseline's server for the paired rounds failed its warm-up: {exc}")
+            return None
+        return launch
+
+    def _confirm_side_by_side(self, finalists: Sequence[Candidate]) -> None:
+        """Paired rounds with the baseline's server kept running: every request of a finalist's launch
+        is sent to the baseline's server right after, so the two sides of a pair are one request apart
+        in time, and drift of the machine's load cancels within each pair. One repetition = one pair;
+        the sequential test looks after each one (draft models: one launch for all a finalist's pairs,
+        n-gram types: one launch per pair, so their n-gram pool never carries over)."""
+        s = self.s
+        base_launch: Launch | None = None
+        try:
+            for c in finalists:
+                while True:
+                    if self.cancel.is_set():
+                        raise Cancelled()
+                    look = self._look(c)
+                    n_pairs = look.n
+                    if look.verdict != "inconclusive" or n_pairs >= s.max_pairs:
+                        self.emit("confirmed", f"{c.label}: {look.verdict} than no speculation after {n_pairs} "
+                                  "pairs" if look.verdict != "inconclusive" else
+                                  f"{c.label}: still inconclusive after {n_pairs} pairs", candidate=c,
+                                  detail={"verdict": look.verdict, "pairs": n_pairs})
+                        break
+                    est = self.estimate_s(self.base_tps, 1) + self.rep_s(self.base_tps) \
+                        + (self.estimate_s(None, 0) if base_launch is None else 0.0)
+                    if not self._fits(est, reserve=False):
+                        self.emit("skipped", f"{c.label}: no further pair, the time budget is spent", candidate=c,
+                                  detail={"pairs": n_pairs})
+                        return
+                    if base_launch is None:
+                        base_launch = self._open_baseline()
+                        if base_launch is None:
+                            return
+                    left = s.max_pairs - n_pairs
+                    reps = [self._take_rep() for _ in range(1 if needs_fresh_launch_per_repetition(c) else left)]
+                    self._pending_s = est
+                    if not self._side_by_side_launch(c, base_launch, reps):
+                        break
+        finally:
+            self._pending_s = 0.0
+            if base_launch is not None:
+                base_launch.stop()
+
+    def _side_by_side_launch(self, c: Candidate, base: Launch, reps: list[int]) -> bool:
+        """One launch of ``c`` whose every request is repeated on the baseline's server ``base``; appends
+        the baseline's and the finalist's measurements (adjacent). False when the finalist failed."""
+        n_pr = len(self.prompts)
+        prompt_of = dict(self.prompts)
+        a_samples: list[Sample] = []
+        a_error: list[str] = []
+        b_count = [0]
+        base_sized: dict[int, str] = {}
+
+        def on_request(sample: Sample) -> None:
+            b_count[0] += 1
+            try:
+                # the same request in the same shape (endpoint, sampling seed, sized long-context text)
+                a = measure_request(base.client, sample.prompt_index, prompt_of[sample.prompt_index],
+                                    sample.repetition, self.n_predict, self.s.request_timeout_s,
+                                    workload=base.workload, sized=base_sized)
+            except RequestError as exc:
+                a_error.append(str(exc))
+                return
+            a_samples.append(a)
+            self.emit("progress", f"pair {sample.repetition}: {c.label} {sample.gen_tokens_per_s:.1f} vs no "
+                      f"speculation {a.gen_tokens_per_s:.1f} tokens/s on the same request", candidate=c)
+
+        def ratios_so_far(samples: Sequence[Sample]) -> list[float]:
+            out = []
+            for r in sorted({x.repetition for x in samples}):
+                bs = [x for x in samples if x.repetition == r]
+                as_ = [x for x in a_samples if x.repetition == r]
+                if len(bs) == n_pr and len(as_) == n_pr:
+                    cb, ca = pooled_tokens_per_s(bs), pooled_tokens_per_s(as_)
+                    if cb and ca:
+                        out.append(cb / ca)
+            return out
+
+        def stop_if(samples: Sequence[Sample]) -> bool:
+            if a_error:
+                return True
+            if len(samples) % n_pr:
+                return False
+            look = self._look(c, ratios_so_far(samples))
+            if look.verdict != "inconclusive" or look.n >= self.s.max_pairs:
+                return True
+            return not self._fits(2 * self.rep_s(self.base_tps), reserve=False)
+
+        self.emit("launch", f"confirm: starting {c.label} next to the running baseline", candidate=c)
+        m = measure_candidate(self.launch_fn, c, self.prompts, reps, self.n_predict, self.cancel,
+                              on_request=on_request, request_timeout_s=self.s.request_timeout_s, stage="confirm",
+                              stop_if=stop_if)
+        # stop_if ends a launch only at a repetition boundary (or on a baseline error): not a loser stop
+        m = replace(m, stopped_early=False)
+        by_key = {(x.prompt_index, x.repetition): x for x in a_samples}
+        divs = [Divergence(x.prompt_index, x.repetition, off) for x in m.samples
+                if x.content is not None and (a := by_key.get((x.prompt_index, x.repetition))) is not None
+                and a.content is not None and (off := first_divergence(a.content, x.content)) is not None]
+        compared = sum(1 for x in m.samples if x.content is not None and (x.prompt_index, x.repetition) in by_key)
+        if m.ok:
+            m = replace(m, divergences=tuple(divs), lossless=(not divs) if compared else None)
+        m_a = Measurement(self.plan.baseline, samples=tuple(a_samples), stage="confirm", load_s=base.load_s,
+                          error=a_error[0] if a_error and not a_samples else None)
+        for x in a_samples:
+            if x.content is not None:
+                self.baseline_outputs[(x.prompt_index, x.repetition)] = x.content
+        self.measurements.append(m_a)
+        self.measurements.append(m)
+        if m.load_s is not None:
+            self._load_s.append(m.load_s)
+        self.emit("measured", f"no speculation (paired): {m_a.gen_tokens_per_s or 0:.1f} tokens/s",
+                  candidate=self.plan.baseline, measurement=m_a)
+        msg = f"{c.label} (paired): {m.gen_tokens_per_s or 0:.1f} tokens/s" if m.ok else f"{c.label} failed: {m.error}"
+        self.emit("measured", msg, candidate=c, measurement=m)
+        return m.ok and not a_error

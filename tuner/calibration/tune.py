@@ -3,7 +3,9 @@
 Flow (DESIGN.md "Data flow"): scan the models folder → pick the target and its compatible drafts
 (tuner.catalog) → profile store: a fresh profile is reused unless ``force`` → plan candidates (memory
 checked, pruned) → search (baseline, one long-draft probe per draft, predicted curve, refine the
-promising draft lengths, successive halving, confirm) → decide → save the profile.
+promising draft lengths, successive halving, paired rounds against the baseline until a sequential test
+is conclusive) → decide → save the profile. A load watcher (``tuner.hardware.host.LoadWatcher``) runs
+during the sweep; the decision says when other programs used the CPU.
 
 Threading: ``tune`` blocks; the GUI calls it from a worker thread. Progress goes to ``on_event`` (called
 on that same worker thread, so a GUI must marshal it to the GUI thread, e.g. via a Qt signal).
@@ -71,12 +73,17 @@ class TuneEvent:
             * ``"saved"``: the profile was written (``detail["profile_path"]``).
             * ``"cancelled"``: the cancel event was seen; tuning stopped cleanly.
             * ``"error"``: a non-fatal problem (``message``); fatal problems raise :class:`TuneError`.
+            * ``"budget"``: the protocol planned from the first warm-up (``detail``: ``n_predict``,
+              ``prompts``, ``load_s``, ``warmup_gen_tokens_per_s``, ``planned_s``, and
+              ``budget_too_small`` / ``suggested_budget_s`` when the budget cannot hold one comparison).
+            * ``"confirmed"``: a finalist's paired rounds ended (``detail["verdict"]``, ``["pairs"]``).
             * ``"progress"``: a request finished (for progress bars; ``message`` is short).
         message: one line for humans.
-        progress: 0.0–1.0 estimate of the work done (``None`` when unknown).
+        progress: 0.0–1.0 estimate of the work done (``None`` when unknown); never moves back and
+            stays below 1.0 until the decision.
         elapsed_s: seconds since ``tune`` started.
-        eta_s: estimated seconds left (``None`` when unknown); never more than the remaining budget
-            plus the time to finish the current step.
+        eta_s: estimated seconds left (``None`` until the first warm-up was timed); never more than the
+            remaining budget plus the time to finish the current step.
         candidate: the candidate concerned, if any.
         measurement: the finished measurement (``"measured"``), if any.
         decision: the decision (``"decision"``), if any.
@@ -150,10 +157,12 @@ def tune(
         target: target model by file name, stem or path; ``None`` = the largest LLM that has a
             compatible draft, else the largest LLM.
         prompts: a prompt file path, a :class:`PromptSet`, or ``None`` for the built-in set.
-        budget_s: time budget in seconds (default 180). The baseline, the best-ranked draft's probe
-            and the first confirmation round of the leader always run (so a tiny budget can be
-            exceeded by them); every other step is skipped, with a ``"skipped"`` event, when its
-            estimated time does not fit.
+        budget_s: time budget in seconds (default 180), first launch to decision. The first launch's
+            warm-up gives the model's speed and load time, and the protocol (prompts × ``n_predict`` ×
+            launches) is planned to fit (event ``"budget"``; when even the smallest comparison does not
+            fit, that event says so up front and names the budget that would). Every step after the
+            first probe runs only when its estimated time fits (``"skipped"`` otherwise); the paired
+            rounds go on while the sequential test is inconclusive and the budget allows.
         force: re-tune even when a fresh profile exists.
         on_event: callback receiving :class:`TuneEvent`s (on the calling thread).
         cancel: set it to stop; see the module docstring.
@@ -161,8 +170,9 @@ def tune(
             or non-executable path raises :class:`TuneError` naming ``--server``, never a fallback);
             ``None`` = discovered (``tuner.server.discovery.find_server``).
         store: profile store (``None`` = the default folder).
-        n_predict: generated tokens per request (fixed length; default 256).
-        repetitions: repetitions per prompt for finalists (probes use fewer).
+        n_predict: generated tokens per request (fixed length; default 256, planned down from the warm-up's speed so the sweep fits the budget).
+        repetitions: sets the most adjacent pairs per finalist (``2 × repetitions``, at least
+            ``tuner.calibration.pairing.MIN_PAIRS``); probes use one repetition.
         n_ctx: context size of every launch and of the saved profile (``-c``); ``None`` = automatic
             (:func:`tuner.ctxsize.default_ctx_size`: the target's training context capped at 8192, never
             below 4096 unless the model's is smaller). A staleness key of the profile.

@@ -67,3 +67,196 @@ def process_rss_bytes(pid: int) -> int | None:
         return int(psutil.Process(pid).memory_info().rss)
     except Exception:  # noqa: BLE001
         return None
+
+
+@dataclass(frozen=True)
+class LoadSample:
+    """One interval of the load watcher.
+
+    Attributes:
+        t_s: seconds since the watcher started, at the end of the interval.
+        other_cpu_fraction: CPU time used by processes outside our own process tree (this process
+            and its children, e.g. the llama-server being measured), as a fraction of all CPUs'
+            capacity over the interval (0..1).
+        steal_fraction: CPU time stolen by the hypervisor (Linux ``steal``), same unit; 0 where the
+            platform has no steal counter.
+    """
+
+    t_s: float
+    other_cpu_fraction: float
+    steal_fraction: float
+
+
+@dataclass(frozen=True)
+class LoadSummary:
+    """What the watcher saw over a sweep.
+
+    Attributes:
+        samples: number of intervals.
+        other_cpu_mean: mean of ``other_cpu_fraction`` (0..1).
+        other_cpu_max: its maximum.
+        steal_mean: mean of ``steal_fraction``.
+        busy_share: fraction of the intervals in which others used at least ``BUSY_FRACTION``.
+    """
+
+    samples: int
+    other_cpu_mean: float
+    other_cpu_max: float
+    steal_mean: float
+    busy_share: float
+
+    @property
+    def busy(self) -> bool:
+        """True when other programs (or the hypervisor) took a noticeable share of the CPU."""
+        return self.samples > 0 and (self.other_cpu_mean + self.steal_mean >= BUSY_FRACTION or self.busy_share >= 0.25)
+
+    def note(self) -> str | None:
+        """The decision's sentence about the load, ``None`` when the machine was not busy, e.g.
+        ``"Other programs used 40 % of the CPU during the sweep; figures are less certain."``"""
+        if not self.busy:
+            return None
+        parts = [f"Other programs used {100 * self.other_cpu_mean:.0f} % of the CPU during the sweep"
+                 + (f" (up to {100 * self.other_cpu_max:.0f} %)" if self.other_cpu_max >= self.other_cpu_mean + 0.1 else "")]
+        if self.steal_mean >= 0.02:
+            parts.append(f"the hypervisor took {100 * self.steal_mean:.0f} % (steal time)")
+        return "; ".join(parts) + "; figures are less certain."
+
+
+BUSY_FRACTION = 0.15
+"""Others' mean CPU share (of all CPUs) from which the machine counts as busy."""
+
+
+class LoadWatcher:
+    """Samples the machine's CPU use by other processes in a background thread (psutil).
+
+    ``start()`` / ``stop() -> LoadSummary``; also a context manager. Every ``interval_s`` seconds: the
+    whole machine's busy CPU time minus our own process tree's (``own_pid`` and its children,
+    recursively), over the interval's capacity (``interval × logical CPUs``). Never raises: without
+    psutil or readable counters the summary has 0 samples. NVML utilisation by other processes is not
+    sampled here (``tuner.hardware.nvml`` owns NVML).
+    """
+
+    def __init__(self, interval_s: float = 1.0, own_pid: int | None = None) -> None:
+        import os
+        import threading
+
+        self.interval_s = interval_s
+        self.own_pid = own_pid or os.getpid()
+        self.samples: list[LoadSample] = []
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        self._lock = threading.Lock()
+
+    def _own_cpu_s(self, psutil) -> float:
+        total = 0.0
+        try:
+            me = psutil.Process(self.own_pid)
+            procs = [me, *me.children(recursive=True)]
+        except Exception:  # noqa: BLE001
+            return 0.0
+        for p in procs:
+            try:
+                t = p.cpu_times()
+                total += t.user + t.system
+            except Exception:  # noqa: BLE001 - a child that just exited
+                continue
+        return total
+
+    def _loop(self) -> None:
+        import time
+
+        try:
+            import psutil
+        except ImportError:  # pragma: no cover
+            return
+        n_cpu = psutil.cpu_count(logical=True) or 1
+        t0 = time.monotonic()
+
+        def read():
+            ct = psutil.cpu_times()
+            busy = sum(getattr(ct, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+            return time.monotonic(), busy, getattr(ct, "steal", 0.0), self._own_cpu_s(psutil)
+
+        try:
+            prev = read()
+        except Exception:  # noqa: BLE001
+            return
+        while not self._stop.wait(self.interval_s):
+            try:
+                cur = read()
+            except Exception:  # noqa: BLE001
+                continue
+            wall = (cur[0] - prev[0]) * n_cpu
+            if wall > 0:
+                other = max(0.0, (cur[1] - prev[1]) - (cur[3] - prev[3])) / wall
+                steal = max(0.0, cur[2] - prev[2]) / wall
+                with self._lock:
+                    self.samples.append(LoadSample(cur[0] - t0, min(1.0, other), min(1.0, steal)))
+            prev = cur
+
+    def start(self) -> "LoadWatcher":
+        """Start sampling (idempotent)."""
+        import threading
+
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._loop, name="load-watcher", daemon=True)
+            self._thread.start()
+        return self
+
+    def summary(self) -> LoadSummary:
+        """The summary so far."""
+        with self._lock:
+            ss = list(self.samples)
+        return summarize_load(ss)
+
+    def stop(self) -> LoadSummary:
+        """Stop sampling and return the summary."""
+        self._stop.set()
+        if self._thread is not None:
+            self._thread.join(timeout=5 * self.interval_s + 1)
+        return self.summary()
+
+    def __enter__(self) -> "LoadWatcher":
+        return self.start()
+
+    def __exit__(self, *exc: object) -> None:
+        self.stop()
+
+
+def summarize_load(samples: list[LoadSample]) -> LoadSummary:
+    """:class:`LoadSummary` of recorded samples (empty → all zeros)."""
+    if not samples:
+        return LoadSummary(0, 0.0, 0.0, 0.0, 0.0)
+    n = len(samples)
+    others = [s.other_cpu_fraction for s in samples]
+    return LoadSummary(n, sum(others) / n, max(others), sum(s.steal_fraction for s in samples) / n,
+                       sum(1 for o in others if o >= BUSY_FRACTION) / n)
+
+
+def foreign_processes(name_part: str) -> list[tuple[int, str]]:
+    """Processes outside our own process tree whose executable name or first argv element contains
+    ``name_part``: ``[(pid, command line), …]`` (e.g. a ``llama-server`` that a separate ``draftwise
+    serve`` or the app runs while a headless ``tune`` measures). Never raises; zombies left out."""
+    try:
+        import os
+
+        import psutil
+    except ImportError:  # pragma: no cover
+        return []
+    try:
+        me = psutil.Process(os.getpid())
+        ours = {me.pid, *(p.pid for p in me.children(recursive=True))}
+    except Exception:  # noqa: BLE001
+        ours = set()
+    out = []
+    for p in psutil.process_iter(["pid", "name", "cmdline"]):
+        try:
+            cmd = p.info.get("cmdline") or []
+            if p.info["pid"] in ours:
+                continue
+            if name_part in (p.info.get("name") or "") or (cmd and name_part in cmd[0]):
+                if p.status() != psutil.STATUS_ZOMBIE:
+                    out.append((int(p.info["pid"]), " ".join(cmd)[:200]))
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    return out

@@ -92,6 +92,8 @@ class AppController(QObject):
         self._work: CallWorker | None = None
         self._stopping = False
         self.last_tick: TelemetryTick | None = None
+        self.paused_for_retune = False
+        """True while a re-tune runs with the served server stopped (tray and Serve tab say so)."""
 
     # ------------------------------------------------------------ state
     def set_state(self, state: AppState, message: str | None = None) -> None:
@@ -123,7 +125,9 @@ class AppController(QObject):
         """Tray tooltip: state, model, endpoint and the current tokens/s, or "idle" when no request
         ran in the last :data:`tuner.telemetry.collector.IDLE_AFTER_S` seconds."""
         lines = [f"Draftwise — {self.state.value}"]
-        if self.serving:
+        if self.serving and self.paused_for_retune:
+            lines.append(f"{self.serving.model_name}: serving paused for re-tune")
+        elif self.serving:
             lines.append(f"{self.serving.model_name} at {self.serving.endpoint_url}")
             lines.append(activity_text(self.collector))
         elif self.state is AppState.ERROR and self.last_error:
@@ -158,6 +162,13 @@ class AppController(QObject):
             self._work = None
 
     def _on_failed(self, exc: BaseException) -> None:
+        if self.paused_for_retune:
+            # the previous configuration was started again (same port): a new process to show
+            self.paused_for_retune = False
+            if self.runner.pid is not None:
+                self._refresh_serving_process()
+            else:
+                self._serving_stopped()
         if isinstance(exc, flow.Cancelled):
             self.set_state(AppState.SERVING if self.serving else AppState.IDLE, "Cancelled")
             self.status.emit("Cancelled")
@@ -199,7 +210,9 @@ class AppController(QObject):
         st = self.settings
         prompts_path = self.prompts_path
         tune_options = dict(self.tune_options)
-        self.set_state(AppState.TUNING, "Tuning…")
+        # re-tune while serving: flow.tune_and_serve stops the served server for the sweep
+        self.paused_for_retune = self.serving is not None
+        self.set_state(AppState.TUNING, "Serving paused for re-tune" if self.paused_for_retune else "Tuning…")
 
         def job(on_event, cancel: threading.Event):
             return flow.tune_and_serve(
@@ -215,6 +228,7 @@ class AppController(QObject):
             )
 
         if self._start_work(job, "tune", self._on_served, self.tune_event.emit) is None:
+            self.paused_for_retune = False
             self.set_state(AppState.SERVING if self.serving else AppState.IDLE)
 
     def retune(self) -> None:
@@ -225,6 +239,7 @@ class AppController(QObject):
         """The worker finished: update the views in separate event-loop turns (each repaint is
         small), serving state first."""
         self.last_tune = outcome.tune_result
+        self.paused_for_retune = False
         self._serving_started(outcome.serving, outcome.samplers)
         if outcome.tune_result is not None:
             QTimer.singleShot(60, self, lambda: self.tune_done.emit(outcome.tune_result))

@@ -188,6 +188,20 @@ class ServerRunner:
             raise
         return sup
 
+    def pause(self) -> Any:
+        """Stop the served server for a re-tune and return its configuration (``None`` when nothing
+        was serving), so :meth:`start` can bring the same configuration back on the same port."""
+        with self._lock:
+            sup = self.supervisor
+        if sup is None:
+            return None
+        state = getattr(getattr(sup, "state", None), "value", None)
+        config = getattr(sup, "config", None)
+        if state not in ("ready", "starting") or config is None:
+            return None
+        sup.stop()
+        return config
+
     def stop(self) -> None:
         """Stop the server and its whole process tree (no-op when none runs)."""
         with self._lock:
@@ -315,13 +329,17 @@ def tune_and_serve(
 ) -> ServeOutcome:
     """Scan → tune (or reuse a fresh profile) → serve. Runs in a worker thread.
 
+    While a server is already serving (re-tune), it is stopped before the sweep (``"Serving paused for
+    re-tune"`` goes to ``on_event``), and started again with its previous configuration, on the same
+    port, when the sweep is cancelled or fails; after a sweep the new winner is served on the
+    settings' port, which is the same port. External clients only see a pause.
+
     Raises:
         Cancelled: ``cancel`` was set (tune stops every child process it started).
         FileNotFoundError: the models folder does not exist.
         tuner.calibration.tune.TuneError: no LLM, no server, baseline failed (with evidence).
         tuner.server.supervisor.ServerStartError: the winner did not start (with diagnosis).
     """
-    from tuner.calibration.tune import tune
     from tuner.server.discovery import find_server
 
     scanned = scan(folder)
@@ -335,6 +353,28 @@ def tune_and_serve(
     opts.setdefault("n_ctx", settings.ctx_size)  # None = automatic (tuner.ctxsize)
     opts.setdefault("sampling", Sampling.from_settings(settings))
     opts.update(tune_options or {})
+    # Re-tune while serving: the served server would compete with the sweep for CPU, GPU and memory.
+    paused = runner.pause()
+    if paused is not None:
+        on_event(f"Serving paused for re-tune (port {paused.port} comes back when the sweep ends)")
+    try:
+        return _tune_then_serve(scanned, target, folder, settings, prompts_path, runner, on_event, cancel,
+                                force_retune, opts, binary)
+    except BaseException:
+        if paused is not None:  # cancelled or failed: the previous configuration comes back, same port
+            try:
+                runner.start(paused, binary=binary)
+                on_event(f"Re-tune did not finish: the previous configuration is serving again on port {paused.port}")
+            except Exception as exc:  # noqa: BLE001 - the sweep's own error is the one to report
+                on_event(f"Re-tune did not finish, and the previous configuration did not start again: {exc}")
+        raise
+
+
+def _tune_then_serve(scanned: ScanResult, target: Path | None, folder: Path, settings: Settings,
+                     prompts_path: Path | None, runner: ServerRunner, on_event: Callable[[Any], None],
+                     cancel: threading.Event, force_retune: bool, opts: dict[str, Any], binary: Any) -> ServeOutcome:
+    from tuner.calibration.tune import tune
+
     try:
         result = tune(
             models_dir=folder,
@@ -446,10 +486,20 @@ def measurement_row(m: Any) -> tuple[str, float, float | None, bool] | None:
 
 
 def result_rows(result: Any) -> list[tuple[str, float, float | None, bool]]:
-    """Rows for the candidate chart from a ``TuneResult``: one per candidate, its successful runs
-    pooled (``Measurement.merged``: median tokens/s over all repetitions, acceptance over all
-    drafts) as the decision pools them, so the chart and the decision quote the same kind of
-    figure. Empty when the result has no measurements."""
+    """Rows for the candidate chart from a ``TuneResult``: the decision's pooled figures
+    (``Decision.comparisons``, one per candidate, over the requests it was compared on — adjacent
+    pairs where it had them), so the chart, the decision sentence and the per-category lines quote the
+    same numbers. The baseline's bar is the decision's baseline figure. Without a decision (an old
+    profile), each candidate's successful runs pooled. Empty when there is nothing to show."""
+    d = getattr(result, "decision", None)
+    comps = getattr(d, "comparisons", None) or ()
+    if d is not None and comps:
+        rows = [("no speculation", float(d.baseline_gen_tokens_per_s), None, True)] \
+            if d.baseline_gen_tokens_per_s else []
+        for c in comps:
+            if c.gen_tokens_per_s:
+                rows.append((c.candidate.label, float(c.gen_tokens_per_s), c.acceptance, False))
+        return rows
     pooled: dict[Any, Any] = {}
     for m in getattr(result, "measurements", None) or ():
         if measurement_row(m) is None:

@@ -337,6 +337,8 @@ class ServeTab(QWidget):
             AppState.SERVING: "serving",
             AppState.ERROR: "error",
         }[c.state]
+        if c.state is AppState.TUNING and getattr(c, "paused_for_retune", False):
+            words = "paused for re-tune"
         self.state_label.setText(f'<span style="color:{color}; font-weight:bold">● {words}</span>')
         info = c.serving
         if info is not None:

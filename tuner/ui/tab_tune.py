@@ -158,22 +158,33 @@ class TuneTab(QWidget):
             rows = sorted(self.results.values(), key=lambda r: (not r[3], -r[1]))
             self.chart.set_rows(rows)
 
-    def _show_progress(self, fraction: float | None, eta_s: float | None) -> None:
+    #: While a sweep runs the bar stops short of 100 % (only the result fills it).
+    MAX_WHILE_TUNING = 0.99
+
+    def _show_progress(self, fraction: float | None, eta_s: float | None, overdue: bool = False) -> None:
+        """Show ``fraction`` (never less than already shown, never 100 % before the result) and the ETA;
+        ``overdue``: the last estimate ran out while the current step is still running."""
         if fraction is None:
             return
-        fraction = max(fraction, self._shown_fraction)
+        fraction = min(max(fraction, self._shown_fraction), self.MAX_WHILE_TUNING)
         self._shown_fraction = fraction
         self.progress.setValue(int(fraction * 1000))
+        pct = f"{int(fraction * 100)}%"  # floor: 99.6 % reads 99 %, never a rounded-up 100 %
+        if overdue:
+            self.progress.setFormat(f"{pct}  taking longer than estimated")
+            return
         if eta_s is not None and eta_s < 0.5 and fraction < 0.9:
             eta_s = None  # nothing planned yet (or the estimate ran out early): unknown, not "finishing"
-        self.progress.setFormat(f"{fraction:.0%}  {format_eta(eta_s)}".strip())
+        self.progress.setFormat(f"{pct}  {format_eta(eta_s)}".strip())
 
     def _count_down(self) -> None:
         """Once a second while tuning: move the bar and the ETA on from the last event's estimate."""
         if self._last_progress is None:
             return
         t, p = self._last_progress
-        self._show_progress(*p.at(time.monotonic() - t))
+        frac, eta = p.at(time.monotonic() - t)
+        overdue = bool(p.eta_s) and eta is not None and eta <= 0.0
+        self._show_progress(frac, eta, overdue=overdue)
 
     def on_done(self, result) -> None:
         """Show the decision in words."""
@@ -188,18 +199,11 @@ class TuneTab(QWidget):
             msg += f"; serving {serving.model_name} at {serving.endpoint_url}"
         self.step_label.setText(msg + ".")
         self.decision_label.setText(flow.decision_text(result))
-        for row in flow.result_rows(result):
-            self.results[row[0]] = row
-        # the winner and the baseline are shown with the decision's figures (median over all runs)
+        rows = flow.result_rows(result)
+        if rows:
+            # the decision's pooled figures replace the live per-launch ones (chart = decision)
+            self.results = {r[0]: r for r in rows}
         d = getattr(result, "decision", None)
-        if d is not None:
-            base_label = "no speculation"
-            if d.baseline_gen_tokens_per_s and base_label in self.results:
-                self.results[base_label] = (base_label, d.baseline_gen_tokens_per_s, None, True)
-            win = d.winner.label
-            if d.gen_tokens_per_s and win in self.results and win != base_label:
-                old = self.results[win]
-                self.results[win] = (win, d.gen_tokens_per_s, old[2], False)
         win_label = None
         if d is not None and d.winner is not None and d.winner.label in self.results:
             win_label = d.winner.label if not self.results[d.winner.label][3] else None
