@@ -24,7 +24,8 @@ sys.path.insert(0, str(REPO))
 
 from tests.realmodels import gemma3_270m  # noqa: E402
 from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
-from tuner.calibration.tune import tune  # noqa: E402
+from tuner.calibration.tune import tune
+from tuner.calibration.workload import GREEDY  # noqa: E402
 from tuner.profiles import ProfileStore  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
 
@@ -71,7 +72,7 @@ def main(argv: list[str] | None = None) -> int:
                   flush=True)
 
     t0 = time.monotonic()
-    res = tune(models, prompts=make_prompt_set(PROMPTS, source="bench"), budget_s=args.budget, force=True,
+    res = tune(models, sampling=GREEDY, long_context=False, prompts=make_prompt_set(PROMPTS, source="bench"), budget_s=args.budget, force=True,
                server=binary.path, store=ProfileStore(work / "profiles"), n_predict=args.n_predict, n_ctx=2048,
                threads=args.threads, on_event=on_event)
     took = time.monotonic() - t0

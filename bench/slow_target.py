@@ -6,7 +6,7 @@ and its good 2-block draft, ``tune --budget 240``.
 
 1. Generates the acceptance-dial family (default 2048 wide, 16 blocks, F16: a ~1.6 GB target; its
    first 2 blocks are the good draft) in a temp folder (deleted afterwards unless ``--keep``).
-2. Runs ``tune(...)`` on it with ``--budget`` seconds (3 prompts, ``n_predict`` 128 asked: the tuner
+2. Runs ``tune(..., sampling=GREEDY)`` on it with ``--budget`` seconds (3 prompts, ``n_predict`` 128 asked: the tuner
    plans fewer and shorter requests from the first warm-up) and prints every event.
 3. Prints the warm-up speed, the planned protocol, the wall time from the first launch to the decision
    against the budget, and the decision (which must pick the draft and state the pairs it rests on).
@@ -33,7 +33,8 @@ sys.path.insert(0, str(REPO))
 from tests.burner import Burner  # noqa: E402
 from tests.synth import make_family  # noqa: E402
 from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
-from tuner.calibration.tune import tune  # noqa: E402
+from tuner.calibration.tune import tune
+from tuner.calibration.workload import GREEDY  # noqa: E402
 from tuner.profiles import ProfileStore  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
 
@@ -83,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
 
         burner = Burner(total_s=args.budget * 1.5 + 60, seed=3).start() if args.busy else None
         try:
-            res = tune(work / "models", prompts=make_prompt_set(PROMPTS, source="bench"), budget_s=args.budget,
+            res = tune(work / "models", sampling=GREEDY, long_context=False, prompts=make_prompt_set(PROMPTS, source="bench"), budget_s=args.budget,
                        force=True, server=binary.path, store=ProfileStore(work / "profiles"), n_predict=128,
                        n_ctx=1024, threads=args.threads, on_event=on_event)
         finally:

@@ -18,6 +18,7 @@ from tuner.calibration.engine import _supervisor_launch_fn
 from tuner.calibration.measure import measure_request
 from tuner.calibration.pairing import adjacent_pairs, pooled_tokens_per_s
 from tuner.calibration.tune import tune
+from tuner.calibration.workload import GREEDY
 from tuner.profiles import ProfileStore
 from tuner.server.dialect import probe_dialect
 from tuner.server.discovery import find_named_server
@@ -56,7 +57,7 @@ def side_by_side_ratio(binary_path: str, target: Path, winner: Candidate, n_pred
 def test_busy_machine_still_picks_the_good_draft(tmp_path: Path, wide_family, llama_server_bin):
     models = link_models(tmp_path / "models", wide_family.target, wide_family.good_draft)
     with Burner(total_s=75.0, seed=10) as burner:
-        res = tune(models, prompts=PROMPTS, budget_s=45, server=llama_server_bin,
+        res = tune(models, sampling=GREEDY, long_context=False, prompts=PROMPTS, budget_s=45, server=llama_server_bin,
                    store=ProfileStore(tmp_path / "profiles"), n_predict=64, repetitions=3, n_ctx=1024,
                    threads=TUNE_THREADS)
         assert burner.alive()  # it was busy for the whole sweep
