@@ -14,6 +14,10 @@ Usage::
     python bench/prompt_cache_ram.py --model FILE.gguf --requests 40 --limit-mib 64
 
 Prints one JSON line; the ratios are growth ÷ growth of the server without a limit, in one run.
+
+Measured on the 2-core build box (busy with other work; wall 307 s), ``--requests 20 --limit-mib 32``:
+RSS growth 17.3 MiB with the cache off, 54.6 MiB with a 32 MiB limit, 209.2 MiB with b11434's default
+(ratios 0.08 / 0.26 / 1.0): without a limit the server keeps about 10 MiB per distinct conversation.
 """
 
 from __future__ import annotations

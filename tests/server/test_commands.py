@@ -144,6 +144,7 @@ def test_serve_models_uses_the_profile_config(tmp_path: Path, monkeypatch) -> No
     cfg = config_from_args(ns)
     assert seen["args"] == (tmp_path, "t")
     assert cfg.spec_type == "draft-simple" and cfg.n_max == 6 and cfg.port == 9123
+    assert cfg.alias == "t"  # the served model id is the file stem, not the path
 
 
 def test_a_named_server_that_is_missing_is_an_error(tmp_path: Path, capsys, stories260k_session: Path) -> None:
@@ -186,6 +187,7 @@ def test_serve_uses_the_stored_key_for_a_network_host(stories260k_session: Path,
     ns = argparse.Namespace(models=None, target=str(stories260k_session), draft=None, spec_type=None, port=None,
                             host="0.0.0.0", n_max=None, ngl=None, draft_ngl=None, n_ctx=None, api_key=None)
     assert config_from_args(ns).api_key == key
+    assert config_from_args(ns).alias == "stories260K"
 
 
 def test_serve_reads_the_key_from_api_key_file(tmp_path: Path, stories260k_session: Path) -> None:

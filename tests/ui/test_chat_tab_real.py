@@ -21,6 +21,8 @@ from tuner.ui.controller import AppController
 from tuner.ui.flow import ServingInfo
 from tuner.ui.tab_chat import ChatTab
 
+from .conftest import STALL_LIMIT_MS
+
 pytestmark = [pytest.mark.server, pytest.mark.gui, pytest.mark.timeout(300)]
 
 
@@ -86,6 +88,17 @@ def test_streams_a_reply_with_its_figures(qtbot, spec_server, stories260k_sessio
         assert tab.send("And then?")
     assert [m["role"] for m in tab.messages] == ["user", "assistant", "user", "assistant"]
     assert tab.transcript.toPlainText().count("tokens/s") == 2
+
+
+def test_a_long_streamed_reply_never_stalls_the_gui(qtbot, spec_server, stories260k_session, loop_latency):
+    c, tab = make_tab(qtbot, serving_info(spec_server, stories260k_session, "draft-simple stories260K.gguf n_max 4"))
+    tab.max_tokens_spin.setValue(160)
+    for i in range(2):  # the second reply re-renders a transcript that already holds the first
+        with qtbot.waitSignal(tab.reply_done, timeout=120_000) as sig:
+            assert tab.send(f"Once upon a time {i}")
+        assert sig.args[0]["error"] is None and len(sig.args[0]["text"]) > 100
+    stalls = loop_latency.stalls(STALL_LIMIT_MS)
+    assert stalls == [], f"GUI stalled while streaming: {stalls} ms\n{loop_latency.stall_stacks(STALL_LIMIT_MS)}"
 
 
 def test_stop_ends_the_stream_and_the_generation(qtbot, spec_server, stories260k_session):

@@ -136,7 +136,7 @@ def test_twenty_concurrent_requests_show_in_flight_above_one(qtbot, llama_server
         def request(i: int) -> None:
             try:
                 with sup.client(timeout_s=120) as cl:
-                    cl.completion(f"Tom and Lily {i}", n_predict=200, cache_prompt=False, seed=i)
+                    cl.completion(f"Tom and Lily {i}", n_predict=64, cache_prompt=False, seed=i)
             except BaseException as exc:  # pragma: no cover - reported below
                 errors.append(exc)
 
@@ -154,7 +154,9 @@ def test_twenty_concurrent_requests_show_in_flight_above_one(qtbot, llama_server
     assert not errors, errors
     _ages, in_flight = col.series["requests_in_flight"].window(col.clock(), 600)
     _a, processing = col.series["requests_processing"].window(col.clock(), 600)
-    assert max(v for v in in_flight if v is not None) > 1
+    peak = max(v for v in in_flight if v is not None)
+    print("peak requests in flight", peak)
+    assert peak > 1, peak
     assert max(v for v in processing if v is not None) <= 1  # the one slot: the gauge alone never showed it
     c, tab = monitor_for(qtbot, col, stories260k_session)
     tab.redraw()

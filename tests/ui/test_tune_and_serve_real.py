@@ -78,6 +78,12 @@ def test_tune_and_serve_then_live_graphs(make_app, qtbot, models_dir, free_port,
     # Serve tab + tray: endpoint, exact command line, menu
     info = app.controller.serving
     assert info.endpoint_url == f"http://127.0.0.1:{free_port}/v1"
+    # the friendly model id and the desktop prompt-cache limit are on the served command line
+    assert info.model_id == "stories260K" and info.argv[info.argv.index("-a") + 1] == "stories260K"
+    assert info.cache_ram_mib == 1024 and info.argv[info.argv.index("-cram") + 1] == "1024"
+    with ServerClient(info.base_url) as probe:
+        assert probe.models() == ["stories260K"]
+    assert w.serve_tab.model_id_label.text() == "stories260K"
     assert w.serve_tab.endpoint_edit.text() == info.endpoint_url
     assert f"--port {free_port}" in w.serve_tab.cmd_edit.toPlainText()
     assert "--metrics" in w.serve_tab.cmd_edit.toPlainText()
