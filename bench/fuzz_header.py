@@ -47,7 +47,11 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
         sources = [stories, write_llama_gguf(tmp / "synth.gguf")]
-        bases = [(s.read_bytes(), read_header(s).data_offset) for s in sources]
+        bases = []
+        for src in sources:  # the header and a little tensor data: fast to write
+            end = read_header(src).data_offset
+            with open(src, "rb") as fh:
+                bases.append((fh.read(end + 4096), end))
         if gemma.is_file():
             h = read_header(gemma)
             with open(gemma, "rb") as fh:
@@ -69,7 +73,7 @@ def main(argv: list[str] | None = None) -> int:
                 p.write_bytes(mutant)
                 cases += 1
                 try:
-                    hh = read_header(p, check_data=rng.random() < 0.7)
+                    hh = read_header(p, check_data=rng.random() < 0.3)
                     classify_header(hh)
                     ok += 1
                 except GGUFError as exc:

@@ -83,8 +83,9 @@ def _fuzz(seed: int, sources: list[Path], tmp: Path, budget_s: float, max_cases:
     rng = random.Random(seed)
     bases = []
     for src in sources:
-        data = src.read_bytes()
-        bases.append((data, read_header(src).data_offset))
+        end = read_header(src).data_offset
+        with open(src, "rb") as fh:  # the header and a little tensor data: fast to write
+            bases.append((fh.read(end + 4096), end))
     out = {"cases": 0, "ok": 0, "gguf_error": 0}
     p = tmp / "mutant.gguf"
     t_end = time.monotonic() + budget_s
@@ -96,7 +97,7 @@ def _fuzz(seed: int, sources: list[Path], tmp: Path, budget_s: float, max_cases:
         p.write_bytes(mutant)
         out["cases"] += 1
         try:
-            h = read_header(p, check_data=rng.random() < 0.7)
+            h = read_header(p, check_data=rng.random() < 0.3)
         except GGUFError as exc:
             assert exc.path == p and exc.reason
             out["gguf_error"] += 1
@@ -115,7 +116,7 @@ def test_fuzzed_headers_raise_only_gguf_error(stories260k_session: Path, tmp_pat
     synth = write_llama_gguf(tmp_path / "synth.gguf")
     total = {"cases": 0, "ok": 0, "gguf_error": 0}
     for seed in (1, 2, 3):
-        got = _fuzz(seed, [stories260k_session, synth], tmp_path, budget_s=1.0, max_cases=400)
+        got = _fuzz(seed, [stories260k_session, synth], tmp_path, budget_s=1.0, max_cases=2000)
         for k in total:
             total[k] += got[k]
     assert total["cases"] >= 100 and total["gguf_error"] > 0 and total["ok"] > 0, total
