@@ -232,3 +232,35 @@ def test_side_by_side_rounds_pair_each_request_with_the_baseline_right_after_it(
     for p in pairs:
         assert 1.1 < p.ratio < 1.7
     assert "confirmed" in events
+
+
+class _NgramClient(_Client):
+    """No draft model; ngram-mod is a steady 1.3x."""
+
+    def _tps(self) -> float:
+        return 100.0 if self.c.is_baseline else 130.0
+
+
+def test_side_by_side_ngram_pairs_get_a_fresh_launch_each_while_the_baseline_stays_up():
+    launches: list[Candidate] = []
+    live: list[Candidate] = []
+
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        launches.append(c)
+        live.append(c)
+        return Launch(client=_NgramClient(c), stop=lambda: live.remove(c), log_tail=lambda n: [], load_s=0.01)
+
+    ngram = Candidate(spec_type="ngram-mod")
+    plan = CandidatePlan(baseline=Candidate(), drafts=(), ngram=(ngram,), mtp=None, dropped=())
+    ms = Search(launch, plan, [(0, Prompt("p", "code")), (1, Prompt("q", "math"))],
+                SearchSettings(n_predict=16, budget_s=600, side_by_side=True), threading.Event(),
+                lambda *a, **k: None).run()
+    assert not live
+    confirm = [m for m in ms if m.stage == "confirm"]
+    cand_runs = [m for m in confirm if not m.candidate.is_baseline]
+    # one repetition per n-gram launch (its pool must not carry over), one baseline launch for all pairs
+    assert all(m.repetitions == 1 for m in cand_runs) and len(cand_runs) >= MIN_PAIRS
+    first_confirm = len(launches) - len(cand_runs) - 1
+    assert [c.is_baseline for c in launches[first_confirm:]] == [True] + [False] * len(cand_runs)
+    d = decide(ms)
+    assert d.winner == ngram and abs(d.speedup - 1.3) < 0.01 and d.pairs == len(cand_runs)
