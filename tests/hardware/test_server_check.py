@@ -133,3 +133,19 @@ def test_real_server_agrees_and_a_patched_formula_is_reported(llama_server_bin, 
     assert any(d.startswith("target compute on Host") for d in wrong.disagreements), wrong.disagreements
     lines = plan_check_lines(req, CPU_ONLY, llama_server_bin)
     assert any("DISAGREES" in x and "target compute" in x for x in lines), lines
+
+
+def test_a_cached_disagreement_reaches_the_tune_log(llama_server_bin, gemma3_270m, tmp_path, monkeypatch):
+    """With the old compute formula patched back in, the server check of the target alone disagrees, and
+    the sweep's plan notes (the tune log) carry that disagreement, read from the cache."""
+    from tuner.calibration.engine import _memory_cross_check_lines
+
+    monkeypatch.setenv("DRAFTWISE_HOME", str(tmp_path / "home"))
+    monkeypatch.setattr(memory, "reserve_outputs", lambda n_tokens, n_batch, n_parallel, n_draft: n_tokens)
+    req = MemoryRequest(target=load_model_spec(gemma3_270m), n_ctx=4096)
+    assert server_cross_check(req, CPU_ONLY, llama_server_bin).agrees is False
+    lines = _memory_cross_check_lines(gemma3_270m, CPU_ONLY, 4096, llama_server_bin)
+    assert any(x.startswith("memory plan: llama-server DISAGREES") and "target compute" in x for x in lines), lines
+    monkeypatch.undo()
+    monkeypatch.setenv("DRAFTWISE_HOME", str(tmp_path / "home2"))
+    assert _memory_cross_check_lines(gemma3_270m, CPU_ONLY, 4096, llama_server_bin) == []

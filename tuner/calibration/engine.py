@@ -152,6 +152,21 @@ def _memory_check_factory(target_path: Path, devices: Any, n_ctx: int, notes: li
     return check
 
 
+def _memory_cross_check_lines(target_path: Path, devices: Any, n_ctx: int, server_binary: Any) -> list[str]:
+    """The memory plan's cross-check lines for the tune log (:func:`tuner.hardware.fitcheck.plan_check_lines`:
+    the context-vs-layers trade and a cached llama-server disagreement, which it lists whenever there is one;
+    it reads the cache only and never starts a server). Raises nothing: a failed check is one line."""
+    try:
+        from tuner.hardware.fitcheck import plan_check_lines
+        from tuner.hardware.memory import MemoryRequest, load_model_spec
+
+        lines = plan_check_lines(MemoryRequest(target=load_model_spec(str(target_path)), n_ctx=n_ctx),
+                                 devices, server_binary)
+    except Exception as exc:  # noqa: BLE001 - the sweep stands without the cross-check
+        return [f"memory plan cross-check unavailable ({exc})"]
+    return [f"memory plan: {line}" for line in lines if "DISAGREES" in line]
+
+
 def has_chat_template(path: Path) -> bool:
     """True when the GGUF carries a non-empty ``tokenizer.chat_template`` (llama-server then applies it to
     ``/v1/chat/completions`` requests: tools/server/server-common.cpp ``oaicompat_chat_params_parse``).
@@ -356,6 +371,8 @@ def run_tune(
         if memory_check is not None:
             plan = apply_memory_check(plan, memory_check, drafts_only=True)
     plan = add_draft_sampling_variants(plan, workload, dialect)
+    if devices is not None:
+        notes += _memory_cross_check_lines(target_path, devices, n_ctx, binary.path)
     for note in notes:
         emit("error", note)
     emit(
