@@ -26,17 +26,23 @@ def candidate_config(
 ) -> ServerConfig:
     """The launch configuration of ``candidate`` for ``target_path`` (port left to the supervisor).
 
+    Each component gets its own draft length: ``n_max``/``n_min``/``p_min`` go to the ``draft-*``
+    component, ``ngram_n_max``/``ngram_n_min`` to the n-gram one (a chain has both).
     Speculative candidates get ``n_parallel`` 1 (every slot needs draft state; the server's default
     is 4 slots). The baseline also uses 1 slot so both are compared on equal terms.
     """
     spec = candidate.spec_type
+    has_draft = any(t.startswith("draft") for t in candidate.spec_types)
+    has_ngram = any(t.startswith("ngram") for t in candidate.spec_types)
     return ServerConfig(
         model_path=Path(target_path),
         draft_path=Path(candidate.draft_path) if candidate.draft_path else None,
         spec_type=spec,
-        n_max=candidate.n_max if spec.startswith("draft") else None,
-        n_min=candidate.n_min if spec.startswith("draft") else None,
-        p_min=candidate.p_min if spec.startswith("draft") else None,
+        n_max=candidate.n_max if has_draft else None,
+        n_min=candidate.n_min if has_draft else None,
+        p_min=candidate.p_min if has_draft else None,
+        ngram_n_max=candidate.ngram_n_max if has_ngram else None,
+        ngram_n_min=candidate.ngram_n_min if has_ngram else None,
         ngl=candidate.ngl,
         draft_ngl=candidate.draft_ngl if candidate.draft_path else None,
         n_ctx=n_ctx,

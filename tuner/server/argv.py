@@ -160,13 +160,35 @@ def _spec_args(config: ServerConfig, d: Dialect) -> list[str]:
             out += [_need(d, "--spec-draft-p-min", "--draft-p-min"), _fmt_float(config.p_min)]
         if config.draft_ngl is not None and config.draft_path is not None:
             out += [_need(d, "--spec-draft-ngl", "-ngld"), _fmt_layers(config.draft_ngl)]
+    out += _ngram_length_args(config, types, d)
+    return out
+
+
+def ngram_lengths(config: ServerConfig) -> tuple[int | None, int | None]:
+    """``(n_max, n_min)`` of the n-gram component of ``config``: ``ngram_n_max`` / ``ngram_n_min``,
+    or — for a config without a ``draft-*`` type — ``n_max`` / ``n_min`` (one length for one type).
+    In a chained config the draft keeps ``n_max`` to itself (common/speculative.cpp
+    ``common_speculative_n_max``: each type reads its own parameter block)."""
+    has_draft = any(t.startswith("draft-") for t in config.spec_types)
+    n_max = config.ngram_n_max if config.ngram_n_max is not None else (None if has_draft else config.n_max)
+    n_min = config.ngram_n_min if config.ngram_n_min is not None else (None if has_draft else config.n_min)
+    return n_max, n_min
+
+
+def _ngram_length_args(config: ServerConfig, types: tuple[str, ...], d: Dialect) -> list[str]:
+    n_max, n_min = ngram_lengths(config)
+    out: list[str] = []
     for t in types:
         if t not in NGRAM_TYPES:
             continue
-        if config.n_max is not None and t in _NGRAM_N_MAX_FLAG:
-            out += [_need(d, _NGRAM_N_MAX_FLAG[t]), str(config.n_max)]
-        if t == "ngram-mod" and config.n_min is not None:
-            out += [_need(d, "--spec-ngram-mod-n-min"), str(config.n_min)]
+        if n_max is not None and t in _NGRAM_N_MAX_FLAG:
+            out += [_need(d, _NGRAM_N_MAX_FLAG[t]), str(n_max)]
+        elif config.ngram_n_max is not None and t == "ngram-cache":
+            raise UnsupportedConfigError(
+                "--spec-type", "ngram-cache has a fixed draft length of 8 (common/speculative.cpp); "
+                "ngram_n_max cannot change it")
+        if t == "ngram-mod" and n_min is not None:
+            out += [_need(d, "--spec-ngram-mod-n-min"), str(n_min)]
     return out
 
 
