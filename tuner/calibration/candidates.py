@@ -56,6 +56,8 @@ class Candidate:
         ngram_n_max: draft length of the n-gram component (``--spec-ngram-*-size-m`` /
             ``--spec-ngram-mod-n-max``); ``None`` = the server's default for the type.
         ngram_n_min: ``--spec-ngram-mod-n-min``; ``None`` = server default (48).
+        autotune: let the server adapt the draft length at run time (ik_llama.cpp
+            ``--spec-autotune``); ``n_max`` is then only where it starts.
     """
 
     spec_type: str = "none"
@@ -68,6 +70,7 @@ class Candidate:
     placement: str = "default"
     ngram_n_max: int | None = None
     ngram_n_min: int | None = None
+    autotune: bool = False
 
     @property
     def spec_types(self) -> tuple[str, ...]:
@@ -110,6 +113,8 @@ class Candidate:
             parts.append(f"p_min {self.p_min:g}")
         if self.placement != "default":
             parts.append(self.placement)
+        if self.autotune:
+            parts.append("autotune")
         return " ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -130,7 +135,7 @@ class Candidate:
 def astuple_key(c: Candidate) -> tuple:
     """Identity tuple of a candidate (field values in declaration order)."""
     return (c.spec_type, c.draft_path, c.n_max, c.n_min, c.p_min, c.ngl, c.draft_ngl, c.placement,
-            c.ngram_n_max, c.ngram_n_min)
+            c.ngram_n_max, c.ngram_n_min, c.autotune)
 
 
 @dataclass(frozen=True)
@@ -221,6 +226,7 @@ def plan_candidates(
     heads: Sequence[HeadOption] = (),
     ngram_lengths: Sequence[int | None] = NGRAM_LENGTHS,
     chains: bool = True,
+    autotune: bool = False,
 ) -> CandidatePlan:
     """Plan the candidates for one target.
 
@@ -243,6 +249,9 @@ def plan_candidates(
             ``ngram-cache`` is tried once (fixed length 8).
         chains: add the chained candidates ``ngram-mod,<type>`` (see ``CandidatePlan.ngram``) where
             the binary has both types.
+        autotune: the binary has a run-time draft-length tuner (``Dialect.has_spec_autotune``, ik_llama.cpp):
+            add "adaptive n_max at run time" candidates (``autotune=True``) for ``ngram-mod``, the best
+            draft and the MTP layers, measured as fixed configurations in ``CandidatePlan.ngram``.
 
     Returns:
         A :class:`CandidatePlan`; the baseline is never dropped (when even the baseline does not
@@ -319,6 +328,17 @@ def plan_candidates(
             c = replace(f, spec_type=f"{CHAIN_NGRAM_TYPE},{f.spec_type}", n_max=CHAIN_DRAFT_N_MAX, p_min=0.0)
             if supported(c) and fits(c):
                 ngram.append(c)
+
+    if autotune:
+        tuned: list[Candidate] = []
+        if "ngram-mod" in ngram_types:
+            tuned.append(Candidate(spec_type="ngram-mod", autotune=True))
+        if drafts:
+            tuned.append(Candidate(spec_type="draft-simple", draft_path=str(Path(drafts[0].path).resolve()),
+                                   p_min=0.0, autotune=True))
+        if mtp_layers:
+            tuned.append(Candidate(spec_type="draft-mtp", p_min=0.0, autotune=True))
+        ngram.extend(c for c in tuned if supported(c) and fits(c))
 
     return CandidatePlan(
         baseline=baseline,

@@ -43,6 +43,7 @@ def candidate_config(
         p_min=candidate.p_min if has_draft else None,
         ngram_n_max=candidate.ngram_n_max if has_ngram else None,
         ngram_n_min=candidate.ngram_n_min if has_ngram else None,
+        spec_autotune=candidate.autotune,
         ngl=candidate.ngl,
         draft_ngl=candidate.draft_ngl if candidate.draft_path else None,
         n_ctx=n_ctx,

@@ -37,6 +37,8 @@ class ServerConfig:
             for its n-gram types (so ``spec_type="ngram-mod", n_max=16`` works); a chained config
             (``"ngram-mod,draft-simple"``) keeps the two lengths apart: ``n_max`` is the draft's only.
         ngram_n_min: minimum n-gram draft (``--spec-ngram-mod-n-min``), same fallback as ``ngram_n_max``.
+        spec_autotune: adapt the draft length at run time (ik_llama.cpp ``--spec-autotune``; the
+            lengths above are then only its starting point). Only for binaries that list the flag.
         p_min: stop drafting when the draft's top-1 probability is below this (0..1).
         ngl: target GPU layers: an int, ``"auto"`` or ``"all"``.
         draft_ngl: draft GPU layers (``--spec-draft-ngl`` / legacy ``-ngld``).
@@ -73,6 +75,7 @@ class ServerConfig:
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     ngram_n_max: int | None = None
     ngram_n_min: int | None = None
+    spec_autotune: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_path", Path(self.model_path))
