@@ -833,3 +833,86 @@ def write_eagle3_head(path: Path | str, *, target_n_embd: int = 512, target_laye
         down[np.arange(d), np.arange(d)] -= 1.0 / h
         t[p + "ffn_down.weight"] = down.astype(np.float32)
     return write_gguf(path, architecture="eagle3", kv=kv, tensors=t, tokenizer=tok, general_name="synth-eagle3-head")
+
+
+def _lookup_ffn(d: int, succ_from: np.ndarray, succ_to: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(gate, up, down) numpy weights of a SiLU-gated FFN that, applied to ``rmsnorm(e_x)``, adds
+    ``e_to[x] - e_from[x]`` for tokens ``x`` where ``mask`` is set and 0 elsewhere (one-hot residual)."""
+    s = 1.0 / np.sqrt(1.0 / d + 1e-5)
+    h = s * s / (1.0 + np.exp(-s))
+    idx = np.arange(d)[mask]
+    down = np.zeros((d, d), dtype=np.float64)
+    down[succ_to[idx], idx] += 1.0 / h
+    down[succ_from[idx], idx] -= 1.0 / h
+    return np.eye(d, dtype=np.float32), np.eye(d, dtype=np.float32), down.astype(np.float32)
+
+
+def write_glm4moe_mtp_target(path: Path | str, *, n_layers: int = 2, seed: int = 0, n_head: int = 8,
+                             tokenizer: TokenizerSpec | None = None, agreement: float = 1.0,
+                             logit_gain: float = 1.0, trunk_ff: int | None = None) -> Path:
+    """A real, loadable ``glm4moe`` GGUF with one MTP (NextN) block that llama-server b11434 runs with
+    ``--spec-type draft-mtp``.
+
+    GLM-4.5's architecture is the simplest one whose MTP graph b11434 implements for plain attention
+    (src/models/glm4-moe.cpp ``graph_mtp``): with ``leading_dense_block_count`` = the trunk's block
+    count every trunk block is dense; only the NextN block must be MoE (it asserts ``ffn_gate_inp``),
+    so it gets one routed expert and one shared expert. The trunk is :func:`write_lookup_target`'s
+    (next token = ``lookup_successor(tok, seed)[x]``); the MTP block's ``eh_proj`` passes the next
+    token's embedding through, so it predicts the token after next exactly; ``agreement`` < 1 makes
+    its shared expert send that fraction's complement of tokens to a wrong successor (a dial).
+    ``trunk_ff`` (default ``n_vocab``) widens the trunk's FFNs, making the target costlier per token
+    than its MTP block, as real MTP targets are (the trunk's output does not depend on it).
+    """
+    tok = tokenizer or stories_tokenizer()
+    n = tok.n_tokens
+    arch = "glm4moe"
+    succ = lookup_successor(tok, seed)
+    head_dim = n // n_head
+    ff = trunk_ff or n
+    kv = _llama_kv(arch, n_embd=n, n_layers=n_layers + 1, n_head=n_head, n_head_kv=n_head, n_ff=ff)
+    kv.update({
+        f"{arch}.nextn_predict_layers": 1,
+        f"{arch}.leading_dense_block_count": n_layers,
+        f"{arch}.expert_count": 1,
+        f"{arch}.expert_used_count": 1,
+        f"{arch}.expert_shared_count": 1,
+        f"{arch}.expert_feed_forward_length": n,
+        f"{arch}.expert_weights_scale": 1.0,
+    })
+    inv = 1.0 / np.sqrt(n)
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": np.eye(n, dtype=np.float32),
+        "output_norm.weight": np.ones(n, dtype=np.float32),
+    }
+    out = np.zeros((n, n), dtype=np.float32)
+    out[succ, np.arange(n)] = np.float32(logit_gain)
+    t["output.weight"] = out
+    for i in range(n_layers + 1):
+        p = f"blk.{i}."
+        t[p + "attn_norm.weight"] = np.ones(n, dtype=np.float32)
+        for w in ("attn_q", "attn_k", "attn_v"):
+            t[p + w + ".weight"] = _normal(seed, p + w, (n_head * head_dim, n), inv)
+        t[p + "attn_output.weight"] = np.zeros((n, n), dtype=np.float32)
+        t[p + "post_attention_norm.weight"] = np.ones(n, dtype=np.float32)
+        if i < n_layers:
+            t[p + "ffn_gate.weight"] = _normal(seed, p + "ffn_gate", (ff, n), inv)
+            t[p + "ffn_up.weight"] = _normal(seed, p + "ffn_up", (ff, n), inv)
+            t[p + "ffn_down.weight"] = np.zeros((n, ff), dtype=np.float32)
+            continue
+        # the NextN block: eh_proj([rmsnorm(e_next); rmsnorm(h)]) = e_next
+        s = 1.0 / np.sqrt(1.0 / n + 1e-5)
+        eh = np.zeros((n, 2 * n), dtype=np.float32)
+        eh[np.arange(n), np.arange(n)] = np.float32(1.0 / s)
+        t[p + "nextn.eh_proj.weight"] = eh
+        t[p + "nextn.enorm.weight"] = np.ones(n, dtype=np.float32)
+        t[p + "nextn.hnorm.weight"] = np.ones(n, dtype=np.float32)
+        t[p + "nextn.shared_head_norm.weight"] = np.ones(n, dtype=np.float32)
+        t[p + "ffn_gate_inp.weight"] = np.zeros((1, n), dtype=np.float32)
+        t[p + "exp_probs_b.bias"] = np.zeros(1, dtype=np.float32)
+        t[p + "ffn_gate_exps.weight"] = np.zeros((1, n, n), dtype=np.float32)
+        t[p + "ffn_up_exps.weight"] = np.zeros((1, n, n), dtype=np.float32)
+        t[p + "ffn_down_exps.weight"] = np.zeros((1, n, n), dtype=np.float32)
+        wrong = np.random.default_rng([seed, 778]).random(n) >= agreement
+        g, u, dn = _lookup_ffn(n, np.arange(n), lookup_successor(tok, seed + 1), wrong)
+        t[p + "ffn_gate_shexp.weight"], t[p + "ffn_up_shexp.weight"], t[p + "ffn_down_shexp.weight"] = g, u, dn
+    return write_gguf(path, architecture=arch, kv=kv, tensors=t, tokenizer=tok, general_name="synth-glm4moe-mtp")
