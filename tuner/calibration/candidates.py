@@ -1,8 +1,11 @@
 """Candidate configurations for a sweep, and the plan that picks which ones may be launched.
 
 A *candidate* is one launchable llama-server configuration of a target: the baseline (no
-speculation), an n-gram speculation type, or a draft model with ``draft-simple`` at one draft length
-``n_max`` (and ``p_min``), or ``draft-mtp`` when the target has MTP layers. Speculative settings are
+speculation), an n-gram speculation type at one n-gram draft length, a draft model with
+``draft-simple`` at one draft length ``n_max`` (and ``p_min``), ``draft-mtp`` when the target has MTP
+layers, a draft head (EAGLE-3 / DFlash / DSpark / MTP head) matched to the target by the catalog, a
+chain (``ngram-mod`` in front of a draft, the MTP layers or a head, one draft length per component),
+or — on ik_llama.cpp — the server's own run-time draft-length tuner (``--spec-autotune``). Speculative settings are
 server-wide in current builds (per-request overrides are compiled out: tools/server/server-schema.cpp),
 so each candidate costs one server launch.
 """
@@ -227,6 +230,7 @@ def plan_candidates(
     ngram_lengths: Sequence[int | None] = NGRAM_LENGTHS,
     chains: bool = True,
     autotune: bool = False,
+    supports: "Any | None" = None,
 ) -> CandidatePlan:
     """Plan the candidates for one target.
 
@@ -252,6 +256,8 @@ def plan_candidates(
         autotune: the binary has a run-time draft-length tuner (``Dialect.has_spec_autotune``, ik_llama.cpp):
             add "adaptive n_max at run time" candidates (``autotune=True``) for ``ngram-mod``, the best
             draft and the MTP layers, measured as fixed configurations in ``CandidatePlan.ngram``.
+        supports: optional ``(spec_type) -> bool`` for combinations (``Dialect.supports_spec_type``):
+            a chain the binary cannot express is dropped with the same reason as a missing type.
 
     Returns:
         A :class:`CandidatePlan`; the baseline is never dropped (when even the baseline does not
@@ -262,7 +268,8 @@ def plan_candidates(
     dropped: list[DroppedCandidate] = []
 
     def supported(c: Candidate) -> bool:
-        if available is not None and not all(t in available for t in c.spec_types):
+        if (available is not None and not all(t in available for t in c.spec_types)) or (
+                supports is not None and not supports(c.spec_type)):
             dropped.append(DroppedCandidate(c, f"speculation type {c.spec_type} is not supported by this llama-server"))
             return False
         return True

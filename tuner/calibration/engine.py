@@ -307,7 +307,7 @@ def run_tune(
     plan: CandidatePlan = plan_candidates(
         target_path, drafts, spec_types=dialect.spec_types, mtp_layers=getattr(target_model, "mtp_layers", 0),
         memory_check=None if gpu else memory_check, gpu=gpu, heads=heads,
-        autotune=getattr(dialect, "has_spec_autotune", False),
+        autotune=getattr(dialect, "has_spec_autotune", False), supports=getattr(dialect, "supports_spec_type", None),
     )
     if gpu:
         plan = _place_on_gpu(plan, target_path, devices, n_ctx, notes)

@@ -84,9 +84,17 @@ class Dialect:
         return "--spec-autotune" in self.flags
 
     def supports_spec_type(self, spec_type: str) -> bool:
-        """True when every comma-separated type in ``spec_type`` is launchable on this binary."""
-        parts = [p.strip() for p in spec_type.split(",") if p.strip()]
-        return all(p in self.spec_types for p in parts)
+        """True when every comma-separated type in ``spec_type`` is launchable on this binary, and the
+        combination too: ik_llama.cpp takes one n-gram type, and its ``-mtp`` replaces ``--spec-type``
+        (so no n-gram + MTP chain); legacy builds have only ``draft-simple``."""
+        parts = [p.strip() for p in spec_type.split(",") if p.strip() and p.strip() != "none"]
+        if not all(p in self.spec_types for p in parts):
+            return False
+        if self.spec_style == "ik":
+            ngram = [p for p in parts if p.startswith("ngram-")]
+            if len(ngram) > 1 or (ngram and "draft-mtp" in parts):
+                return False
+        return True
 
 
 def parse_help_entries(text: str) -> list[HelpEntry]:
