@@ -19,11 +19,12 @@ from typing import Any, Iterable, Sequence
 NGRAM_TYPES = ("ngram-mod", "ngram-simple")
 """n-gram speculation types tried by default, in order. ``ngram-map-k``, ``ngram-map-k4v`` and
 ``ngram-cache`` are left out; pass ``ngram_types`` to :func:`plan_candidates` to try them.
-``bench/ngram_types.py`` measured all five once on Gemma 3 270M (code-edit and repeated-list prompts,
-2026-12-01, a heavily shared 2-core CPU): acceptance ngram-mod 1.00 (89/89), ngram-simple 0.54
-(129/241), ngram-map-k and -k4v 0.22 (21/95), ngram-cache 0.07 (21/315). Its tokens/s figures were
-dominated by the machine's load that run (baseline 0.95 tok/s, the model does ~30 alone), so they
-neither show nor rule out a speed win: rerun the bench on an idle machine before changing this list."""
+``bench/ngram_types.py`` measured all five on Gemma 3 270M (code-edit and repeated-list prompts,
+2026-12-01, twice, on a heavily shared 2-core CPU). Acceptance, the same in both runs: ngram-mod 1.00
+(89/89), ngram-simple 0.54 (129/241), ngram-map-k and -k4v 0.22 (21/95), ngram-cache 0.07 (21/315).
+Tokens/s vs the better of ngram-mod/ngram-simple: run 2 (baseline 4.3 tok/s) map-k 0.42x, map-k4v
+0.18x, cache 0.38x; run 1 was dominated by load swings (baseline 0.95 tok/s, map-k4v "5.2x" at the
+same 0.22 acceptance) and shows nothing. So they stay out; rerun the bench on an idle machine to be sure."""
 
 NGRAM_LENGTHS: tuple[int | None, ...] = (None, 16)
 """n-gram draft lengths tried per n-gram type (``ngram_n_max``): ``None`` = the server's default
