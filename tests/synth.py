@@ -14,6 +14,11 @@ shapes share identical tensors by name. That gives the "acceptance dial" of DESI
 Output rows of non-normal tokens (token_type != 1: unknown, control, byte) are zeroed so a random
 model never emits byte tokens (invalid UTF-8 makes the server answer HTTP 500) nor EOS.
 
+Draft heads and MTP: :func:`write_lookup_target` (a Llama whose next token is a fixed function of the
+current one), :func:`write_eagle3_head` (an EAGLE-3 head that predicts it, with an ``agreement`` dial)
+and :func:`write_glm4moe_mtp_target` (the same target as ``glm4moe`` with one NextN block that
+``--spec-type draft-mtp`` runs) give real routes with a known, high acceptance.
+
 Usage::
 
     from tests.synth import make_family, write_llama_gguf, stories_tokenizer
@@ -894,3 +899,225 @@ def server_load_log(argv: Sequence[str], timeout_s: float = 120.0) -> list[str]:
                 proc.kill()
                 proc.wait()
         return log.read_text(errors="replace").splitlines(keepends=True)
+
+
+# ---------------------------------------------------------------------------------------------
+# draft heads: a "lookup" target whose next token is a fixed function of the current one, and
+# an EAGLE-3 head that predicts that function exactly (so its acceptance is high and measurable)
+
+
+def _normal_ids(tok: TokenizerSpec) -> list[int]:
+    return [i for i, t in enumerate(tok.token_types) if t == TOKEN_TYPE_NORMAL]
+
+
+def lookup_successor(tok: TokenizerSpec, seed: int = 0) -> np.ndarray:
+    """The next-token function ``F`` of :func:`write_lookup_target`: ``F[x]`` is the token the target
+    predicts after ``x`` (a random permutation of the normal tokens; other ids map to normal tokens)."""
+    normal = np.array(_normal_ids(tok))
+    rng = np.random.default_rng([seed, 4242])
+    succ = np.empty(tok.n_tokens, dtype=np.int64)
+    succ[normal] = rng.permutation(normal)
+    others = [i for i in range(tok.n_tokens) if tok.token_types[i] != TOKEN_TYPE_NORMAL]
+    succ[others] = rng.choice(normal, size=len(others))
+    return succ
+
+
+def _llama_kv(arch: str, *, n_embd: int, n_layers: int, n_head: int, n_head_kv: int, n_ff: int,
+              ctx_train: int = 2048) -> dict[str, Any]:
+    return {
+        f"{arch}.context_length": ctx_train,
+        f"{arch}.embedding_length": n_embd,
+        f"{arch}.block_count": n_layers,
+        f"{arch}.feed_forward_length": n_ff,
+        f"{arch}.attention.head_count": n_head,
+        f"{arch}.attention.head_count_kv": n_head_kv,
+        f"{arch}.rope.dimension_count": n_embd // n_head,
+        f"{arch}.attention.layer_norm_rms_epsilon": 1e-5,
+        "general.file_type": 0,
+    }
+
+
+def write_lookup_target(path: Path | str, *, n_layers: int = 2, seed: int = 0, n_head: int = 8,
+                        tokenizer: TokenizerSpec | None = None, logit_gain: float = 1.0) -> Path:
+    """A real, loadable Llama GGUF whose greedy next token is ``lookup_successor(tok, seed)[x]`` for
+    current token ``x``, whatever came before.
+
+    Shape: ``n_embd = n_vocab`` (512 for the stories tokenizer), one-hot token embeddings, blocks whose
+    ``attn_output`` and ``ffn_down`` are zero (so every block's input is the token's embedding), and an
+    output matrix with ``logit_gain`` at ``[F[x], x]``. Its hidden states are a clean signal for a
+    draft head: see :func:`write_eagle3_head`.
+    """
+    tok = tokenizer or stories_tokenizer()
+    n = tok.n_tokens
+    succ = lookup_successor(tok, seed)
+    head_dim = n // n_head
+    kv = _llama_kv("llama", n_embd=n, n_layers=n_layers, n_head=n_head, n_head_kv=n_head, n_ff=n)
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": np.eye(n, dtype=np.float32),
+        "output_norm.weight": np.ones(n, dtype=np.float32),
+    }
+    out = np.zeros((n, n), dtype=np.float32)
+    out[succ, np.arange(n)] = np.float32(logit_gain)
+    t["output.weight"] = out
+    inv = 1.0 / np.sqrt(n)
+    for i in range(n_layers):
+        p = f"blk.{i}."
+        t[p + "attn_norm.weight"] = np.ones(n, dtype=np.float32)
+        for w in ("attn_q", "attn_k", "attn_v"):
+            t[p + w + ".weight"] = _normal(seed, p + w, (n_head * head_dim, n), inv)
+        t[p + "attn_output.weight"] = np.zeros((n, n), dtype=np.float32)
+        t[p + "ffn_norm.weight"] = np.ones(n, dtype=np.float32)
+        t[p + "ffn_gate.weight"] = _normal(seed, p + "ffn_gate", (n, n), inv)
+        t[p + "ffn_up.weight"] = _normal(seed, p + "ffn_up", (n, n), inv)
+        t[p + "ffn_down.weight"] = np.zeros((n, n), dtype=np.float32)
+    return write_gguf(path, architecture="llama", kv=kv, tensors=t, tokenizer=tok,
+                      general_name="synth-lookup-target")
+
+
+def write_eagle3_head(path: Path | str, *, target_n_embd: int = 512, target_layers: Sequence[int] = (0, 1, 1),
+                      seed: int = 0, tokenizer: TokenizerSpec | None = None, n_head: int = 8,
+                      target_hidden_size: int | None = None, n_embd: int | None = None,
+                      random_weights: bool = False, successor_seed: int | None = None,
+                      agreement: float = 1.0) -> Path:
+    """An EAGLE-3 head GGUF (``general.architecture = eagle3``) in the layout
+    src/models/eagle3.cpp loads: ``eagle3.target_layers`` (3 ids), ``eagle3.target_hidden_size``,
+    ``fc.weight`` (``3 × target_hidden_size`` → ``n_embd``), one decoder block with ``attn_norm_2``
+    and ``2 × n_embd``-wide Q/K/V, ``output_norm``; no ``token_embd``/``output`` of its own (it
+    borrows the target's, which requires ``n_embd`` = the target's width).
+
+    Unless ``random_weights``, it is the exact head for :func:`write_lookup_target` with
+    ``seed = successor_seed`` (default ``seed``): ``fc`` copies the first extracted layer (the current
+    token's one-hot embedding), attention is switched off (zero ``attn_output``) and the FFN is a
+    lookup table that turns ``e_x`` into ``e_F[x]``; the borrowed output layer then predicts
+    ``F[F[x]]``, the token after next, as EAGLE-3's draft step should. ``target_hidden_size`` /
+    ``n_embd`` default to ``target_n_embd`` (pass other values to write a mismatched head).
+    ``agreement`` < 1 gives that fraction of tokens the right table entry and the rest a wrong
+    successor (an acceptance dial: each drafted token is right with about that probability).
+    """
+    tok = tokenizer or stories_tokenizer()
+    th = target_n_embd if target_hidden_size is None else target_hidden_size
+    d = target_n_embd if n_embd is None else n_embd
+    head_dim = d // n_head
+    kv = _llama_kv("eagle3", n_embd=d, n_layers=1, n_head=n_head, n_head_kv=n_head, n_ff=d)
+    kv["eagle3.target_layers"] = [int(x) for x in target_layers]
+    kv["eagle3.target_hidden_size"] = th
+    inv = 1.0 / np.sqrt(d)
+    t: dict[str, np.ndarray] = {"output_norm.weight": np.ones(d, dtype=np.float32)}
+    fc = np.zeros((d, len(target_layers) * th), dtype=np.float32)
+    if random_weights:
+        fc = _normal(seed, "fc", fc.shape, 1.0 / np.sqrt(fc.shape[1]))
+    else:
+        k = min(d, th)
+        fc[np.arange(k), np.arange(k)] = 1.0
+    t["fc.weight"] = fc
+    p = "blk.0."
+    t[p + "attn_norm.weight"] = np.ones(d, dtype=np.float32)
+    t[p + "attn_norm_2.weight"] = np.ones(d, dtype=np.float32)
+    for w in ("attn_q", "attn_k", "attn_v"):
+        t[p + w + ".weight"] = _normal(seed, p + w, (n_head * head_dim, 2 * d), inv)
+    t[p + "attn_output.weight"] = (_normal(seed, p + "attn_output", (d, d), inv) if random_weights
+                                   else np.zeros((d, d), dtype=np.float32))
+    t[p + "ffn_norm.weight"] = np.ones(d, dtype=np.float32)
+    if random_weights or d != tok.n_tokens:
+        t[p + "ffn_gate.weight"] = _normal(seed, p + "ffn_gate", (d, d), inv)
+        t[p + "ffn_up.weight"] = _normal(seed, p + "ffn_up", (d, d), inv)
+        t[p + "ffn_down.weight"] = _normal(seed, p + "ffn_down", (d, d), inv)
+    else:
+        succ = lookup_successor(tok, seed if successor_seed is None else successor_seed).copy()
+        if agreement < 1.0:
+            rng = np.random.default_rng([seed, 777])
+            wrong = rng.random(d) >= agreement
+            succ[wrong] = lookup_successor(tok, (seed if successor_seed is None else successor_seed) + 1)[wrong]
+        # rmsnorm(e_x) = s * e_x; FFN hidden j = silu(s * [j == x]) * s * [j == x] = h at j == x only
+        s = 1.0 / np.sqrt(1.0 / d + 1e-5)
+        h = s * s / (1.0 + np.exp(-s))
+        t[p + "ffn_gate.weight"] = np.eye(d, dtype=np.float32)
+        t[p + "ffn_up.weight"] = np.eye(d, dtype=np.float32)
+        down = np.zeros((d, d), dtype=np.float64)  # numpy (out, in) = ggml {in, out}
+        down[succ, np.arange(d)] += 1.0 / h
+        down[np.arange(d), np.arange(d)] -= 1.0 / h
+        t[p + "ffn_down.weight"] = down.astype(np.float32)
+    return write_gguf(path, architecture="eagle3", kv=kv, tensors=t, tokenizer=tok, general_name="synth-eagle3-head")
+
+
+def _lookup_ffn(d: int, succ_from: np.ndarray, succ_to: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
+    """(gate, up, down) numpy weights of a SiLU-gated FFN that, applied to ``rmsnorm(e_x)``, adds
+    ``e_to[x] - e_from[x]`` for tokens ``x`` where ``mask`` is set and 0 elsewhere (one-hot residual)."""
+    s = 1.0 / np.sqrt(1.0 / d + 1e-5)
+    h = s * s / (1.0 + np.exp(-s))
+    idx = np.arange(d)[mask]
+    down = np.zeros((d, d), dtype=np.float64)
+    down[succ_to[idx], idx] += 1.0 / h
+    down[succ_from[idx], idx] -= 1.0 / h
+    return np.eye(d, dtype=np.float32), np.eye(d, dtype=np.float32), down.astype(np.float32)
+
+
+def write_glm4moe_mtp_target(path: Path | str, *, n_layers: int = 2, seed: int = 0, n_head: int = 8,
+                             tokenizer: TokenizerSpec | None = None, agreement: float = 1.0,
+                             logit_gain: float = 1.0, trunk_ff: int | None = None) -> Path:
+    """A real, loadable ``glm4moe`` GGUF with one MTP (NextN) block that llama-server b11434 runs with
+    ``--spec-type draft-mtp``.
+
+    GLM-4.5's architecture is the simplest one whose MTP graph b11434 implements for plain attention
+    (src/models/glm4-moe.cpp ``graph_mtp``): with ``leading_dense_block_count`` = the trunk's block
+    count every trunk block is dense; only the NextN block must be MoE (it asserts ``ffn_gate_inp``),
+    so it gets one routed expert and one shared expert. The trunk is :func:`write_lookup_target`'s
+    (next token = ``lookup_successor(tok, seed)[x]``); the MTP block's ``eh_proj`` passes the next
+    token's embedding through, so it predicts the token after next exactly; ``agreement`` < 1 makes
+    its shared expert send that fraction's complement of tokens to a wrong successor (a dial).
+    ``trunk_ff`` (default ``n_vocab``) widens the trunk's FFNs, making the target costlier per token
+    than its MTP block, as real MTP targets are (the trunk's output does not depend on it).
+    """
+    tok = tokenizer or stories_tokenizer()
+    n = tok.n_tokens
+    arch = "glm4moe"
+    succ = lookup_successor(tok, seed)
+    head_dim = n // n_head
+    ff = trunk_ff or n
+    kv = _llama_kv(arch, n_embd=n, n_layers=n_layers + 1, n_head=n_head, n_head_kv=n_head, n_ff=ff)
+    kv.update({
+        f"{arch}.nextn_predict_layers": 1,
+        f"{arch}.leading_dense_block_count": n_layers,
+        f"{arch}.expert_count": 1,
+        f"{arch}.expert_used_count": 1,
+        f"{arch}.expert_shared_count": 1,
+        f"{arch}.expert_feed_forward_length": n,
+        f"{arch}.expert_weights_scale": 1.0,
+    })
+    inv = 1.0 / np.sqrt(n)
+    t: dict[str, np.ndarray] = {
+        "token_embd.weight": np.eye(n, dtype=np.float32),
+        "output_norm.weight": np.ones(n, dtype=np.float32),
+    }
+    out = np.zeros((n, n), dtype=np.float32)
+    out[succ, np.arange(n)] = np.float32(logit_gain)
+    t["output.weight"] = out
+    for i in range(n_layers + 1):
+        p = f"blk.{i}."
+        t[p + "attn_norm.weight"] = np.ones(n, dtype=np.float32)
+        for w in ("attn_q", "attn_k", "attn_v"):
+            t[p + w + ".weight"] = _normal(seed, p + w, (n_head * head_dim, n), inv)
+        t[p + "attn_output.weight"] = np.zeros((n, n), dtype=np.float32)
+        t[p + "post_attention_norm.weight"] = np.ones(n, dtype=np.float32)
+        if i < n_layers:
+            t[p + "ffn_gate.weight"] = _normal(seed, p + "ffn_gate", (ff, n), inv)
+            t[p + "ffn_up.weight"] = _normal(seed, p + "ffn_up", (ff, n), inv)
+            t[p + "ffn_down.weight"] = np.zeros((n, ff), dtype=np.float32)
+            continue
+        # the NextN block: eh_proj([rmsnorm(e_next); rmsnorm(h)]) = e_next
+        s = 1.0 / np.sqrt(1.0 / n + 1e-5)
+        eh = np.zeros((n, 2 * n), dtype=np.float32)
+        eh[np.arange(n), np.arange(n)] = np.float32(1.0 / s)
+        t[p + "nextn.eh_proj.weight"] = eh
+        t[p + "nextn.enorm.weight"] = np.ones(n, dtype=np.float32)
+        t[p + "nextn.hnorm.weight"] = np.ones(n, dtype=np.float32)
+        t[p + "nextn.shared_head_norm.weight"] = np.ones(n, dtype=np.float32)
+        t[p + "ffn_gate_inp.weight"] = np.zeros((1, n), dtype=np.float32)
+        t[p + "exp_probs_b.bias"] = np.zeros(1, dtype=np.float32)
+        t[p + "ffn_gate_exps.weight"] = np.zeros((1, n, n), dtype=np.float32)
+        t[p + "ffn_up_exps.weight"] = np.zeros((1, n, n), dtype=np.float32)
+        t[p + "ffn_down_exps.weight"] = np.zeros((1, n, n), dtype=np.float32)
+        wrong = np.random.default_rng([seed, 778]).random(n) >= agreement
+        g, u, dn = _lookup_ffn(n, np.arange(n), lookup_successor(tok, seed + 1), wrong)
+        t[p + "ffn_gate_shexp.weight"], t[p + "ffn_up_shexp.weight"], t[p + "ffn_down_shexp.weight"] = g, u, dn
+    return write_gguf(path, architecture=arch, kv=kv, tensors=t, tokenizer=tok, general_name="synth-glm4moe-mtp")

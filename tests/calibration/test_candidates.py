@@ -15,7 +15,10 @@ def test_plan_for_a_current_build():
     drafts = [DraftOption("/m/good.gguf", 30_000_000, 0.6), DraftOption("/m/other.gguf", 30_000_000, 0.5)]
     plan = plan_candidates("/m/target.gguf", drafts, spec_types=B11434_TYPES)
     assert plan.baseline == Candidate() and plan.baseline.is_baseline
-    assert [c.spec_type for c in plan.ngram] == ["ngram-mod", "ngram-simple"]
+    assert [(c.spec_type, c.ngram_n_max, c.ngram_n_min) for c in plan.ngram if not c.is_chained] == [
+        ("ngram-mod", None, None), ("ngram-mod", 16, 12), ("ngram-simple", None, None), ("ngram-simple", 16, None)]
+    [chain] = [c for c in plan.ngram if c.is_chained]
+    assert (chain.spec_type, chain.draft_path, chain.n_max) == ("ngram-mod,draft-simple", "/m/good.gguf", 4)
     every = plan_candidates("/m/target.gguf", [], spec_types=B11434_TYPES, ngram_types=("ngram-cache", "ngram-bogus"))
     assert [c.spec_type for c in every.ngram] == ["ngram-cache"]
     assert "ngram-bogus" in every.dropped[0].reason

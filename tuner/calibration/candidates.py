@@ -1,8 +1,11 @@
 """Candidate configurations for a sweep, and the plan that picks which ones may be launched.
 
 A *candidate* is one launchable llama-server configuration of a target: the baseline (no
-speculation), an n-gram speculation type, or a draft model with ``draft-simple`` at one draft length
-``n_max`` (and ``p_min``), or ``draft-mtp`` when the target has MTP layers. Speculative settings are
+speculation), an n-gram speculation type at one n-gram draft length, a draft model with
+``draft-simple`` at one draft length ``n_max`` (and ``p_min``), ``draft-mtp`` when the target has MTP
+layers, a draft head (EAGLE-3 / DFlash / DSpark / MTP head) matched to the target by the catalog, a
+chain (``ngram-mod`` in front of a draft, the MTP layers or a head, one draft length per component),
+or — on ik_llama.cpp — the server's own run-time draft-length tuner (``--spec-autotune``). Speculative settings are
 server-wide in current builds (per-request overrides are compiled out: tools/server/server-schema.cpp),
 so each candidate costs one server launch.
 """
@@ -14,9 +17,25 @@ from pathlib import Path
 from typing import Any, Iterable, Sequence
 
 NGRAM_TYPES = ("ngram-mod", "ngram-simple")
-"""n-gram speculation types tried by default, in order. ``ngram-map-k``/``-k4v`` behave like
-``ngram-simple`` with another lookup and ``ngram-cache`` has a fixed draft of 8, so they are left out
-to save launches; pass ``ngram_types`` to :func:`plan_candidates` to try them."""
+"""n-gram speculation types tried by default, in order. ``ngram-map-k``, ``ngram-map-k4v`` and
+``ngram-cache`` are left out; pass ``ngram_types`` to :func:`plan_candidates` to try them.
+``bench/ngram_types.py`` measured all five on Gemma 3 270M (code-edit and repeated-list prompts,
+2026-12-01, twice, on a heavily shared 2-core CPU). Acceptance, the same in both runs: ngram-mod 1.00
+(89/89), ngram-simple 0.54 (129/241), ngram-map-k and -k4v 0.22 (21/95), ngram-cache 0.07 (21/315).
+Tokens/s vs the better of ngram-mod/ngram-simple: run 2 (baseline 4.3 tok/s) map-k 0.42x, map-k4v
+0.18x, cache 0.38x; run 1 was dominated by load swings (baseline 0.95 tok/s, map-k4v "5.2x" at the
+same 0.22 acceptance) and shows nothing. So they stay out; rerun the bench on an idle machine to be sure."""
+
+NGRAM_LENGTHS: tuple[int | None, ...] = (None, 16)
+"""n-gram draft lengths tried per n-gram type (``ngram_n_max``): ``None`` = the server's default
+(64 for ``ngram-mod``, 48 for ``ngram-simple``/``-map-k*``: common/common.h) and a short 16.
+``ngram-cache`` has a fixed length (8) and is tried once."""
+
+CHAIN_NGRAM_TYPE = "ngram-mod"
+"""The n-gram type put in front of a draft model / MTP / head in a chained candidate."""
+
+CHAIN_DRAFT_N_MAX = 4
+"""Draft length of the draft component of a chained candidate (the chain is one fixed probe)."""
 
 DRAFT_LENGTHS = tuple(range(1, 17))
 """Draft lengths ``n_max`` the search may predict/measure for a draft model."""
@@ -30,10 +49,12 @@ class Candidate:
     """One launchable configuration.
 
     Attributes:
-        spec_type: ``--spec-type`` value: ``"none"`` (baseline), ``"draft-simple"``, ``"draft-mtp"``
-            or an ``ngram-*`` type.
-        draft_path: absolute path of the draft GGUF for ``draft-simple``, else ``None``.
-        n_max: draft length ``--spec-draft-n-max`` (draft-* types), ``None`` = server default/not used.
+        spec_type: ``--spec-type`` value: ``"none"`` (baseline), ``"draft-simple"``, ``"draft-mtp"``,
+            a head type (``draft-eagle3``, ``draft-dflash``, ``draft-dspark``), an ``ngram-*`` type, or
+            a chain such as ``"ngram-mod,draft-simple"`` (llama.cpp tries the n-gram type first for
+            every step and falls back to the draft: common/speculative.cpp ``common_speculative_draft``).
+        draft_path: absolute path of the draft GGUF / head file (``-md``), else ``None``.
+        n_max: draft length ``--spec-draft-n-max`` of the draft-* component, ``None`` = server default/not used.
         n_min: ``--spec-draft-n-min``; ``None`` = server default (0).
         p_min: ``--spec-draft-p-min``; ``None`` = server default (0.0).
         ngl: target GPU layers; ``None`` = let the server decide (``--fit``), ``0`` on CPU-only hosts.
@@ -44,6 +65,11 @@ class Candidate:
             by rejection when the request's temperature is > 0 (tools/server/server-context.cpp
             ``use_spec_rejection``; only draft-simple / draft-mtp fill the draft distribution), ``None`` =
             the server's default (greedy drafts, verified by sample-and-match).
+        ngram_n_max: draft length of the n-gram component (``--spec-ngram-*-size-m`` /
+            ``--spec-ngram-mod-n-max``); ``None`` = the server's default for the type.
+        ngram_n_min: ``--spec-ngram-mod-n-min``; ``None`` = server default (48).
+        autotune: let the server adapt the draft length at run time (ik_llama.cpp
+            ``--spec-autotune``); ``n_max`` is then only where it starts.
     """
 
     spec_type: str = "none"
@@ -55,6 +81,19 @@ class Candidate:
     draft_ngl: int | None = None
     placement: str = "default"
     draft_sampling: str | None = None
+    ngram_n_max: int | None = None
+    ngram_n_min: int | None = None
+    autotune: bool = False
+
+    @property
+    def spec_types(self) -> tuple[str, ...]:
+        """The comma-separated components of ``spec_type`` (``("none",)`` for the baseline)."""
+        return tuple(t.strip() for t in self.spec_type.split(",") if t.strip())
+
+    @property
+    def is_chained(self) -> bool:
+        """True for a chain of several speculation types in one ``--spec-type``."""
+        return len(self.spec_types) > 1
 
     @property
     def is_baseline(self) -> bool:
@@ -77,9 +116,11 @@ class Candidate:
         if self.is_baseline:
             return "no speculation"
         parts = [self.spec_type]
+        if self.ngram_n_max is not None:
+            parts.append(f"ngram n_max {self.ngram_n_max}")
         if self.draft_path:
             parts.append(Path(self.draft_path).name)
-        if self.n_max is not None and not self.spec_type.startswith("ngram"):
+        if self.n_max is not None and any(t.startswith("draft") for t in self.spec_types):
             parts.append(f"n_max {self.n_max}")
         if self.p_min:
             parts.append(f"p_min {self.p_min:g}")
@@ -87,6 +128,8 @@ class Candidate:
             parts.append(self.placement)
         if self.draft_sampling:
             parts.append(f"{self.draft_sampling} drafts")
+        if self.autotune:
+            parts.append("autotune")
         return " ".join(parts)
 
     def to_json(self) -> dict[str, Any]:
@@ -106,7 +149,8 @@ class Candidate:
 
 def astuple_key(c: Candidate) -> tuple:
     """Identity tuple of a candidate (field values in declaration order)."""
-    return (c.spec_type, c.draft_path, c.n_max, c.n_min, c.p_min, c.ngl, c.draft_ngl, c.placement, c.draft_sampling)
+    return (c.spec_type, c.draft_path, c.n_max, c.n_min, c.p_min, c.ngl, c.draft_ngl, c.placement,
+            c.ngram_n_max, c.ngram_n_min, c.autotune, c.draft_sampling)
 
 
 @dataclass(frozen=True)
@@ -135,14 +179,34 @@ class DraftOption:
 
 
 @dataclass(frozen=True)
+class HeadOption:
+    """A draft head matched to the target by the catalog (:class:`tuner.catalog.families.HeadCandidate`).
+
+    Attributes:
+        path: absolute path of the head GGUF (passed with ``-md``).
+        spec_type: its speculation type: ``draft-eagle3``, ``draft-dflash``, ``draft-dspark`` or
+            ``draft-mtp`` (an MTP head / ``gemma4-assistant``).
+        size_bytes: file size (bytes), the cost estimate.
+    """
+
+    path: str
+    spec_type: str
+    size_bytes: int | None = None
+
+
+@dataclass(frozen=True)
 class CandidatePlan:
     """The result of :func:`plan_candidates`.
 
     Attributes:
         baseline: the no-speculation candidate (always present).
-        ngram: n-gram candidates (no extra memory).
-        drafts: per draft model, its long-draft probe candidate (``n_max`` = LONG_DRAFT_N_MAX,
-            ``p_min`` 0); shorter drafts are derived by the search with :meth:`Candidate.with_n_max`.
+        ngram: n-gram-led candidates, each measured as a fixed configuration: every n-gram type at
+            each of its draft lengths (``ngram_n_max``; no extra memory), then the chains
+            ``ngram-mod,<draft type>`` in front of the best draft / the MTP layers / each head (a draft
+            length per component: ``ngram_n_max`` server default, ``n_max`` = CHAIN_DRAFT_N_MAX).
+        drafts: per draft model and per matched head, its long-draft probe candidate (``n_max`` =
+            LONG_DRAFT_N_MAX, ``p_min`` 0); shorter drafts are derived by the search with
+            :meth:`Candidate.with_n_max`.
         mtp: the ``draft-mtp`` probe candidate, when the target has MTP layers.
         dropped: candidates removed before launch, with reasons.
         draft_sizes_bytes: file size per draft path (cost model input).
@@ -174,6 +238,11 @@ def plan_candidates(
     ngram_types: Sequence[str] = NGRAM_TYPES,
     long_n_max: int = LONG_DRAFT_N_MAX,
     gpu: bool = False,
+    heads: Sequence[HeadOption] = (),
+    ngram_lengths: Sequence[int | None] = NGRAM_LENGTHS,
+    chains: bool = True,
+    autotune: bool = False,
+    supports: "Any | None" = None,
 ) -> CandidatePlan:
     """Plan the candidates for one target.
 
@@ -190,6 +259,17 @@ def plan_candidates(
         long_n_max: ``n_max`` of the long-draft probe.
         gpu: True when a GPU is available: adds the ``target-whole`` placement for each draft next
             to ``draft-on-gpu``.
+        heads: draft heads the catalog matched to this target; each gets a long-draft probe with its
+            own speculation type and ``-md`` = the head.
+        ngram_lengths: ``ngram_n_max`` values tried per n-gram type (``None`` = server default);
+            ``ngram-cache`` is tried once (fixed length 8).
+        chains: add the chained candidates ``ngram-mod,<type>`` (see ``CandidatePlan.ngram``) where
+            the binary has both types.
+        autotune: the binary has a run-time draft-length tuner (``Dialect.has_spec_autotune``, ik_llama.cpp):
+            add "adaptive n_max at run time" candidates (``autotune=True``) for ``ngram-mod``, the best
+            draft and the MTP layers, measured as fixed configurations in ``CandidatePlan.ngram``.
+        supports: optional ``(spec_type) -> bool`` for combinations (``Dialect.supports_spec_type``):
+            a chain the binary cannot express is dropped with the same reason as a missing type.
 
     Returns:
         A :class:`CandidatePlan`; the baseline is never dropped (when even the baseline does not
@@ -200,7 +280,8 @@ def plan_candidates(
     dropped: list[DroppedCandidate] = []
 
     def supported(c: Candidate) -> bool:
-        if available is not None and c.spec_type not in available:
+        if (available is not None and not all(t in available for t in c.spec_types)) or (
+                supports is not None and not supports(c.spec_type)):
             dropped.append(DroppedCandidate(c, f"speculation type {c.spec_type} is not supported by this llama-server"))
             return False
         return True
@@ -220,7 +301,14 @@ def plan_candidates(
         if reason:
             dropped.append(DroppedCandidate(baseline, reason + " (kept: the baseline is always measured)"))
 
-    ngram = tuple(c for c in (Candidate(spec_type=t) for t in ngram_types) if supported(c) and fits(c))
+    ngram_list: list[Candidate] = []
+    for t in ngram_types:
+        lengths = (None,) if t == "ngram-cache" else tuple(dict.fromkeys(ngram_lengths)) or (None,)
+        for k in lengths:
+            # ngram-mod discards drafts shorter than its n_min (default 48): keep the default ratio 3/4
+            k_min = max(1, (3 * k) // 4) if (k is not None and t == "ngram-mod") else None
+            ngram_list.append(Candidate(spec_type=t, ngram_n_max=k, ngram_n_min=k_min))
+    ngram = [c for c in ngram_list if supported(c) and fits(c)]
 
     draft_cands: list[Candidate] = []
     sizes: dict[str, int] = {}
@@ -234,15 +322,46 @@ def plan_candidates(
             if supported(c) and fits(c):
                 draft_cands.append(c)
 
+    for h in heads:
+        path = str(Path(h.path).resolve())
+        if h.size_bytes is not None:
+            sizes[path] = int(h.size_bytes)
+        c = Candidate(spec_type=h.spec_type, draft_path=path, n_max=long_n_max, p_min=0.0)
+        if supported(c) and fits(c):
+            draft_cands.append(c)
+
     mtp = None
     if mtp_layers:
         c = Candidate(spec_type="draft-mtp", n_max=long_n_max, p_min=0.0)
         if supported(c) and fits(c):
             mtp = c
 
+    if chains:
+        fronts: list[Candidate] = []
+        if drafts:
+            fronts.append(Candidate(spec_type="draft-simple", draft_path=str(Path(drafts[0].path).resolve())))
+        if mtp_layers:
+            fronts.append(Candidate(spec_type="draft-mtp"))
+        fronts += [Candidate(spec_type=h.spec_type, draft_path=str(Path(h.path).resolve())) for h in heads]
+        for f in fronts:
+            c = replace(f, spec_type=f"{CHAIN_NGRAM_TYPE},{f.spec_type}", n_max=CHAIN_DRAFT_N_MAX, p_min=0.0)
+            if supported(c) and fits(c):
+                ngram.append(c)
+
+    if autotune:
+        tuned: list[Candidate] = []
+        if "ngram-mod" in ngram_types:
+            tuned.append(Candidate(spec_type="ngram-mod", autotune=True))
+        if drafts:
+            tuned.append(Candidate(spec_type="draft-simple", draft_path=str(Path(drafts[0].path).resolve()),
+                                   p_min=0.0, autotune=True))
+        if mtp_layers:
+            tuned.append(Candidate(spec_type="draft-mtp", p_min=0.0, autotune=True))
+        ngram.extend(c for c in tuned if supported(c) and fits(c))
+
     return CandidatePlan(
         baseline=baseline,
-        ngram=ngram,
+        ngram=tuple(ngram),
         drafts=tuple(draft_cands),
         mtp=mtp,
         dropped=tuple(dropped),
@@ -267,7 +386,8 @@ def apply_memory_check(plan: CandidatePlan, memory_check: "Any", drafts_only: bo
         return True
 
     drafts = tuple(c for c in plan.drafts if keep(c))
-    ngram = plan.ngram if drafts_only else tuple(c for c in plan.ngram if keep(c))
+    # chained candidates carry a draft model: they are checked even with drafts_only
+    ngram = tuple(c for c in plan.ngram if (drafts_only and c.draft_path is None) or keep(c))
     mtp = plan.mtp
     if mtp is not None and not drafts_only and not keep(mtp):
         mtp = None

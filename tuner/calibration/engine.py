@@ -12,7 +12,7 @@ from typing import Any, Callable
 
 from tuner.profiles import ModelFileKey, Profile, ProfileError, ProfileStore, StalenessKeys
 
-from .candidates import Candidate, CandidatePlan, DraftOption, apply_memory_check, plan_candidates
+from .candidates import Candidate, CandidatePlan, DraftOption, HeadOption, apply_memory_check, plan_candidates
 from .decide import Decision, decide
 from .measure import Cancelled, Launch, LaunchError, LaunchFn
 from .prompts import MAX_PROMPTS_PER_SWEEP, Prompt, PromptSet, default_prompts, load_prompts
@@ -110,10 +110,22 @@ def _choose_target(models_dir: Path, target: str | None) -> tuple[Any, Any, list
                 bad_input=True,
             )
     else:
-        with_drafts = [m for m in llms if (e := entries.get(str(Path(m.path).resolve()))) and e.drafts]
+        with_drafts = [m for m in llms if (e := entries.get(str(Path(m.path).resolve()))) and (e.drafts or e.heads)]
         pool = with_drafts or llms
         chosen = max(pool, key=lambda m: (m.size_bytes or 0, str(m.path)))
     return chosen, entries.get(str(Path(chosen.path).resolve())), models
+
+
+def _head_options(entry: Any, target_path: Path, emit: Callable) -> list[HeadOption]:
+    """The draft heads the catalog matched to the target (``TargetEntry.heads``) as plan inputs; each
+    refused head is reported with the rule it failed (``TargetEntry.mismatched_heads``)."""
+    if entry is None:
+        return []
+    for m, verdict in getattr(entry, "mismatched_heads", ()):
+        emit("error", f"head {Path(m.path).name} does not fit {target_path.name} (rule: {verdict.rule}): "
+             f"{verdict.message}")
+    return [HeadOption(path=str(Path(h.model.path).resolve()), spec_type=h.spec_type, size_bytes=h.model.size_bytes)
+            for h in getattr(entry, "heads", ())]
 
 
 def _memory_check_factory(target_path: Path, devices: Any, n_ctx: int, notes: list[str]) -> Callable | None:
@@ -302,6 +314,7 @@ def run_tune(
                                       score=dc.score, warnings=tuple(dc.warnings)))
         for m, verdict in entry.incompatible:
             emit("error", f"{Path(m.path).name} cannot draft for {target_path.name}: {verdict.message}")
+    heads = _head_options(entry, target_path, emit)
 
     # Server and hardware.
     from tuner.server.dialect import probe_dialect
@@ -364,7 +377,8 @@ def run_tune(
     memory_check = _memory_check_factory(target_path, devices, n_ctx, notes) if devices is not None else None
     plan: CandidatePlan = plan_candidates(
         target_path, drafts, spec_types=dialect.spec_types, mtp_layers=getattr(target_model, "mtp_layers", 0),
-        memory_check=None if gpu else memory_check, gpu=gpu,
+        memory_check=None if gpu else memory_check, gpu=gpu, heads=heads,
+        autotune=getattr(dialect, "has_spec_autotune", False), supports=getattr(dialect, "supports_spec_type", None),
     )
     if gpu:
         plan = _place_on_gpu(plan, target_path, devices, n_ctx, notes)

@@ -26,18 +26,25 @@ def candidate_config(
 ) -> ServerConfig:
     """The launch configuration of ``candidate`` for ``target_path`` (port left to the supervisor).
 
+    Each component gets its own draft length: ``n_max``/``n_min``/``p_min`` go to the ``draft-*``
+    component, ``ngram_n_max``/``ngram_n_min`` to the n-gram one (a chain has both).
     Speculative candidates get ``n_parallel`` 1 (every slot needs draft state; the server's default
     is 4 slots). The baseline also uses 1 slot so both are compared on equal terms. A candidate's
     ``draft_sampling`` becomes ``--spec-draft-sampling VALUE`` (b11434 common/arg.cpp).
     """
     spec = candidate.spec_type
+    has_draft = any(t.startswith("draft") for t in candidate.spec_types)
+    has_ngram = any(t.startswith("ngram") for t in candidate.spec_types)
     return ServerConfig(
         model_path=Path(target_path),
         draft_path=Path(candidate.draft_path) if candidate.draft_path else None,
         spec_type=spec,
-        n_max=candidate.n_max if spec.startswith("draft") else None,
-        n_min=candidate.n_min if spec.startswith("draft") else None,
-        p_min=candidate.p_min if spec.startswith("draft") else None,
+        n_max=candidate.n_max if has_draft else None,
+        n_min=candidate.n_min if has_draft else None,
+        p_min=candidate.p_min if has_draft else None,
+        ngram_n_max=candidate.ngram_n_max if has_ngram else None,
+        ngram_n_min=candidate.ngram_n_min if has_ngram else None,
+        spec_autotune=candidate.autotune,
         ngl=candidate.ngl,
         draft_ngl=candidate.draft_ngl if candidate.draft_path else None,
         n_ctx=n_ctx,
@@ -82,6 +89,7 @@ PROFILE_EXTRA_ARGS_ALLOWED = frozenset({
     "-b", "--batch-size", "-ub", "--ubatch-size", "-fa", "--flash-attn", "--no-mmap", "--mlock",
     "--cache-reuse", "-cram", "--cache-ram", "--swa-full", "--kv-unified", "--no-warmup", "--jinja",
     "--alias", "-a", "--ctx-checkpoints", "--cont-batching", "--no-cont-batching",
+    "--spec-draft-sampling",  # the probabilistic-drafts candidate of sampled workloads (candidate_config)
 })
 #: ServerConfig fields a profile may set; the others come from the user's settings and flags only.
 _PROFILE_FIXED = {"host": "127.0.0.1", "api_key": None, "port": None}
@@ -124,7 +132,9 @@ _FIELD_TYPES = {
     "n_max": (int, type(None)), "n_min": (int, type(None)), "p_min": (int, float, type(None)),
     "ngl": (int, str, type(None)), "draft_ngl": (int, str, type(None)), "n_ctx": (int, type(None)),
     "n_parallel": (int, type(None)), "cache_type_k": (str, type(None)), "cache_type_v": (str, type(None)),
-    "threads": (int, type(None)), "fit": (bool, type(None)),
+    "threads": (int, type(None)), "fit": (bool, type(None)), "alias": (str, type(None)),
+    "cache_ram_mib": (int, type(None)), "ngram_n_max": (int, type(None)), "ngram_n_min": (int, type(None)),
+    "spec_autotune": (bool,),
 }
 
 

@@ -102,6 +102,11 @@ def _table(models, families, root: Path) -> str:
                 lines.append(f"    draft {_rel(cand.model.path, root)}  score {cand.score:.2f}  ({ratio})")
                 for w in cand.warnings:
                     lines.append(f"      warning: {w}")
+            for head in entry.heads:
+                lines.append(f"    head {_rel(head.model.path, root)}  {head.spec_type}  ({head.verdict.message})")
+            for hm, hv in entry.mismatched_heads:
+                lines.append(f"    head {_rel(hm.path, root)} does not fit (rule: {hv.rule}): {hv.message}")
+            lines.append("    routes: " + ", ".join(t for t, _ in entry.routes))
     return "\n".join(lines)
 
 

@@ -19,7 +19,8 @@ from dataclasses import dataclass
 
 from tuner.catalog.compat import CompatVerdict, check_compatible, check_tokenizers
 from tuner.catalog.header import GGUFError
-from tuner.catalog.model import ModelFile
+from tuner.catalog.heads import HeadFacts, HeadVerdict, check_head, head_facts
+from tuner.catalog.model import KIND_DRAFT_HEAD, ModelFile
 
 FULL_PRECISION = frozenset({"F32", "F16", "BF16"})
 
@@ -42,13 +43,45 @@ class DraftCandidate:
 
 
 @dataclass(frozen=True)
+class HeadCandidate:
+    """A draft head (EAGLE-3 / DFlash / DSpark / MTP head / Gemma 4 assistant) made for one target.
+
+    Attributes:
+        model: the head file (kind ``draft-head``).
+        spec_type: the ``--spec-type`` it runs with (``draft-eagle3``, ``draft-dflash``,
+            ``draft-dspark``, ``draft-mtp``); passed with ``-md`` = the head file.
+        verdict: the matching verdict of :func:`tuner.catalog.heads.check_head`.
+    """
+
+    model: ModelFile
+    spec_type: str
+    verdict: HeadVerdict
+
+
+@dataclass(frozen=True)
 class TargetEntry:
-    """One target model of a family with its ranked drafts (best first) and the smaller LLMs
-    rejected as drafts, each with llama.cpp's verdict."""
+    """One target model of a family with its ranked drafts (best first), the smaller LLMs
+    rejected as drafts (each with llama.cpp's verdict), the draft heads made for it and the
+    heads that do not fit it (each with the failed rule)."""
 
     target: ModelFile
     drafts: tuple[DraftCandidate, ...]
     incompatible: tuple[tuple[ModelFile, CompatVerdict], ...] = ()
+    heads: tuple[HeadCandidate, ...] = ()
+    mismatched_heads: tuple[tuple[ModelFile, HeadVerdict], ...] = ()
+
+    @property
+    def routes(self) -> tuple[tuple[str, str], ...]:
+        """Every speculation route this target can take, as ``(spec_type, what)`` pairs in plan order:
+        its own MTP layers (``draft-mtp``), each compatible draft (``draft-simple``), each matching head,
+        and n-gram lookup (always possible, no extra model). ``what`` is a file name or a short phrase."""
+        out: list[tuple[str, str]] = []
+        if self.target.mtp_layers:
+            out.append(("draft-mtp", f"{self.target.mtp_layers} MTP layer(s) inside the target"))
+        out += [("draft-simple", c.model.path.name) for c in self.drafts]
+        out += [(h.spec_type, h.model.path.name) for h in self.heads]
+        out.append(("ngram", "n-gram lookup (no extra model)"))
+        return tuple(out)
 
 
 @dataclass(frozen=True)
@@ -121,7 +154,9 @@ def _verdict(cache: dict, a: ModelFile, b: ModelFile) -> CompatVerdict:
 def group_families(models: list[ModelFile]) -> list[Family]:
     """Group the ``llm`` models into families and rank the drafts of each target.
 
-    Non-LLM kinds are ignored. A model with no compatible partner forms a one-member family
+    Draft heads (kind ``draft-head``) are matched against every target with
+    :func:`tuner.catalog.heads.check_head` (``TargetEntry.heads`` / ``mismatched_heads``); other
+    non-LLM kinds are ignored. A model with no compatible partner forms a one-member family
     (it can still use n-gram speculation or its own MTP layers). Models with equal tokenizer
     fingerprints are grouped without reading their files; other pairs go through
     :func:`check_compatible` (which may read the token arrays).
@@ -167,6 +202,29 @@ def group_families(models: list[ModelFile]) -> list[Family]:
     for i in range(len(llms)):
         groups.setdefault(find(i), []).append(i)
 
+    heads = [m for m in models if m.kind == KIND_DRAFT_HEAD]
+    facts: dict[str, HeadFacts | Exception] = {}
+    for h in heads:
+        try:
+            facts[str(h.path)] = head_facts(h)
+        except (GGUFError, OSError, ValueError) as exc:
+            facts[str(h.path)] = exc
+
+    def match_heads(target: ModelFile) -> tuple[tuple[HeadCandidate, ...], tuple[tuple[ModelFile, HeadVerdict], ...]]:
+        ok: list[HeadCandidate] = []
+        bad: list[tuple[ModelFile, HeadVerdict]] = []
+        for h in heads:
+            f = facts[str(h.path)]
+            if isinstance(f, Exception):
+                bad.append((h, HeadVerdict(False, "unreadable", f"cannot read the head {h.path.name}: {f}")))
+                continue
+            v = check_head(target, h, f)
+            if v.matches:
+                ok.append(HeadCandidate(model=h, spec_type=f.spec_type, verdict=v))
+            else:
+                bad.append((h, v))
+        return tuple(ok), tuple(bad)
+
     families = []
     for root in sorted(groups):
         idx = groups[root]
@@ -185,7 +243,9 @@ def group_families(models: list[ModelFile]) -> list[Family]:
                 else:
                     rejected.append((m, v))
             drafts.sort(key=lambda c: (-c.score, str(c.model.path)))
-            targets.append(TargetEntry(target=target, drafts=tuple(drafts), incompatible=tuple(rejected)))
+            ok_heads, bad_heads = match_heads(target)
+            targets.append(TargetEntry(target=target, drafts=tuple(drafts), incompatible=tuple(rejected),
+                                       heads=ok_heads, mismatched_heads=bad_heads))
         families.append(
             Family(fingerprint=members[0].tokenizer.fingerprint, members=members, targets=tuple(targets))  # type: ignore[union-attr]
         )
@@ -213,6 +273,13 @@ def family_to_json(family: Family) -> dict:
                 "incompatible": [
                     {"path": str(m.path), "rule": v.rule, "message": v.message} for m, v in e.incompatible
                 ],
+                "heads": [
+                    {"path": str(h.model.path), "spec_type": h.spec_type, "message": h.verdict.message} for h in e.heads
+                ],
+                "mismatched_heads": [
+                    {"path": str(m.path), "rule": v.rule, "message": v.message} for m, v in e.mismatched_heads
+                ],
+                "routes": [{"spec_type": t, "what": w} for t, w in e.routes],
             }
             for e in family.targets
         ],

@@ -164,6 +164,11 @@ def _spec_args(config: ServerConfig, d: Dialect) -> list[str]:
         if config.draft_ngl is not None:
             out += [_need(d, "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"), _fmt_layers(config.draft_ngl)]
         return out
+    if d.spec_style == "ik":
+        return _ik_spec_args(config, types, d)
+    if config.spec_autotune:
+        raise UnsupportedConfigError("--spec-autotune", f"this llama-server ({d.spec_style} dialect) has no "
+                                     "--spec-autotune (run-time draft-length tuning is an ik_llama.cpp flag)")
     if d.spec_style == "none":
         if types:
             raise UnsupportedConfigError("--spec-type", "this llama-server has no speculative decoding flags")
@@ -182,13 +187,90 @@ def _spec_args(config: ServerConfig, d: Dialect) -> list[str]:
             out += [_need(d, "--spec-draft-p-min", "--draft-p-min"), _fmt_float(config.p_min)]
         if config.draft_ngl is not None and config.draft_path is not None:
             out += [_need(d, "--spec-draft-ngl", "-ngld"), _fmt_layers(config.draft_ngl)]
+    out += _ngram_length_args(config, types, d)
+    return out
+
+
+def _ik_spec_args(config: ServerConfig, types: tuple[str, ...], d: Dialect) -> list[str]:
+    """The speculative flags in ik_llama.cpp's syntax (its common/common.cpp ``gpt_params_find_arg``
+    and common/speculative.cpp ``common_speculative_init``):
+
+    - ``--spec-type`` takes ONE n-gram type (``none`` otherwise); a draft model is switched on by
+      ``-md`` alone and runs after the n-gram type (so ``ngram-X,draft-simple`` is ``--spec-type
+      ngram-X -md D``); MTP is the ``-mtp`` flag, which replaces any ``--spec-type`` (no chain);
+    - ``--draft-max``/``--draft-min``/``--draft-p-min`` are the draft lengths of the draft model, the
+      MTP head **and** ``ngram-mod``; ``ngram-simple``/``-map-k``/``-map-k4v`` read
+      ``--spec-ngram-size-m`` (one value for all three);
+    - ``--spec-autotune`` adapts those lengths at run time.
+
+    Raises:
+        UnsupportedConfigError: two n-gram types, an n-gram type chained with MTP, or two different
+            lengths where ik_llama.cpp has one shared flag (``ngram-mod`` chained with a draft model).
+    """
+    ngram = [t for t in types if t in NGRAM_TYPES]
+    draft = [t for t in types if t.startswith("draft-")]
+    if len(ngram) > 1:
+        raise UnsupportedConfigError("--spec-type", f"ik_llama.cpp takes one n-gram type, not {', '.join(ngram)}")
+    if "draft-mtp" in draft and ngram:
+        raise UnsupportedConfigError("--spec-type", "ik_llama.cpp's -mtp replaces --spec-type: MTP cannot be "
+                                     f"chained with {ngram[0]}")
+    ng_max, ng_min = ngram_lengths(config)
+    out: list[str] = ["--spec-type", ngram[0] if ngram else "none"]
+    if config.draft_path is not None:
+        out += [_need(d, "-md", "--model-draft"), str(config.draft_path)]
+    if "draft-mtp" in draft:
+        out.append(_need(d, "-mtp", "--multi-token-prediction"))
+    length_max = config.n_max if draft else None
+    length_min = config.n_min if draft else None
+    if ngram and ngram[0] == "ngram-mod":
+        if draft and ng_max is not None and length_max is not None and ng_max != length_max:
+            raise UnsupportedConfigError(
+                "--draft-max", f"ik_llama.cpp has one --draft-max for ngram-mod and the draft model; "
+                f"cannot give them {ng_max} and {length_max}")
+        length_max = length_max if length_max is not None else ng_max
+        length_min = length_min if length_min is not None else ng_min
+    if length_max is not None:
+        out += [_need(d, "--draft-max", "--draft", "--draft-n"), str(length_max)]
+    if length_min is not None:
+        out += [_need(d, "--draft-min", "--draft-n-min"), str(length_min)]
+    if draft and config.p_min is not None:
+        out += [_need(d, "--draft-p-min"), _fmt_float(config.p_min)]
+    if ngram and ngram[0] in ("ngram-simple", "ngram-map-k", "ngram-map-k4v") and ng_max is not None:
+        out += [_need(d, "--spec-ngram-size-m"), str(ng_max)]
+    if ngram and ngram[0] == "ngram-cache" and config.ngram_n_max is not None:
+        raise UnsupportedConfigError("--spec-type", "ngram-cache has a fixed draft length of 8")
+    if config.draft_ngl is not None and config.draft_path is not None:
+        out += [_need(d, "-ngld", "--gpu-layers-draft", "--n-gpu-layers-draft"), _fmt_layers(config.draft_ngl)]
+    if config.spec_autotune:
+        out.append(_need(d, "--spec-autotune"))
+    return out
+
+
+def ngram_lengths(config: ServerConfig) -> tuple[int | None, int | None]:
+    """``(n_max, n_min)`` of the n-gram component of ``config``: ``ngram_n_max`` / ``ngram_n_min``,
+    or — for a config without a ``draft-*`` type — ``n_max`` / ``n_min`` (one length for one type).
+    In a chained config the draft keeps ``n_max`` to itself (common/speculative.cpp
+    ``common_speculative_n_max``: each type reads its own parameter block)."""
+    has_draft = any(t.startswith("draft-") for t in config.spec_types)
+    n_max = config.ngram_n_max if config.ngram_n_max is not None else (None if has_draft else config.n_max)
+    n_min = config.ngram_n_min if config.ngram_n_min is not None else (None if has_draft else config.n_min)
+    return n_max, n_min
+
+
+def _ngram_length_args(config: ServerConfig, types: tuple[str, ...], d: Dialect) -> list[str]:
+    n_max, n_min = ngram_lengths(config)
+    out: list[str] = []
     for t in types:
         if t not in NGRAM_TYPES:
             continue
-        if config.n_max is not None and t in _NGRAM_N_MAX_FLAG:
-            out += [_need(d, _NGRAM_N_MAX_FLAG[t]), str(config.n_max)]
-        if t == "ngram-mod" and config.n_min is not None:
-            out += [_need(d, "--spec-ngram-mod-n-min"), str(config.n_min)]
+        if n_max is not None and t in _NGRAM_N_MAX_FLAG:
+            out += [_need(d, _NGRAM_N_MAX_FLAG[t]), str(n_max)]
+        elif config.ngram_n_max is not None and t == "ngram-cache":
+            raise UnsupportedConfigError(
+                "--spec-type", "ngram-cache has a fixed draft length of 8 (common/speculative.cpp); "
+                "ngram_n_max cannot change it")
+        if t == "ngram-mod" and n_min is not None:
+            out += [_need(d, "--spec-ngram-mod-n-min"), str(n_min)]
     return out
 
 

@@ -32,6 +32,13 @@ class ServerConfig:
         n_max: draft length (``--spec-draft-n-max`` for draft-* types, the type's own
             ``size-m`` / ``n-max`` flag for n-gram types; ignored by ``ngram-cache``, fixed at 8).
         n_min: minimum draft length (``--spec-draft-n-min`` / ``--spec-ngram-mod-n-min``).
+        ngram_n_max: draft length of the n-gram component (``--spec-ngram-<type>-size-m`` /
+            ``--spec-ngram-mod-n-max``). When None, a config without a ``draft-*`` type uses ``n_max``
+            for its n-gram types (so ``spec_type="ngram-mod", n_max=16`` works); a chained config
+            (``"ngram-mod,draft-simple"``) keeps the two lengths apart: ``n_max`` is the draft's only.
+        ngram_n_min: minimum n-gram draft (``--spec-ngram-mod-n-min``), same fallback as ``ngram_n_max``.
+        spec_autotune: adapt the draft length at run time (ik_llama.cpp ``--spec-autotune``; the
+            lengths above are then only its starting point). Only for binaries that list the flag.
         p_min: stop drafting when the draft's top-1 probability is below this (0..1).
         ngl: target GPU layers: an int, ``"auto"`` or ``"all"``.
         draft_ngl: draft GPU layers (``--spec-draft-ngl`` / legacy ``-ngld``).
@@ -80,6 +87,9 @@ class ServerConfig:
     cache_ram_mib: int | None = None
     extra_args: tuple[str, ...] = field(default_factory=tuple)
     cors_origins: str | None = "localhost"
+    ngram_n_max: int | None = None
+    ngram_n_min: int | None = None
+    spec_autotune: bool = False
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_path", Path(self.model_path))

@@ -38,8 +38,9 @@ class Dialect:
 
     Fields:
         spec_style: ``"current"`` (``--spec-type`` + ``--spec-draft-*``), ``"legacy"``
-            (``--draft-max`` / ``-ngld``, ``-md`` alone turns draft speculation on) or ``"none"``
-            (no speculative flags at all).
+            (``--draft-max`` / ``-ngld``, ``-md`` alone turns draft speculation on), ``"ik"``
+            (ik_llama.cpp: legacy draft flags plus a single-valued n-gram ``--spec-type``, ``-mtp``
+            and ``--spec-autotune``) or ``"none"`` (no speculative flags at all).
         spec_types: values ``--spec-type`` accepts, in help order; legacy builds report
             ``("none", "draft-simple")`` (what ``-md`` gives them); empty for ``"none"``.
         flags: every accepted flag name (short and long aliases), removed stubs excluded.
@@ -77,10 +78,23 @@ class Dialect:
                 return hint
         return None
 
+    @property
+    def has_spec_autotune(self) -> bool:
+        """True when the binary can adapt the draft length at run time (ik_llama.cpp ``--spec-autotune``)."""
+        return "--spec-autotune" in self.flags
+
     def supports_spec_type(self, spec_type: str) -> bool:
-        """True when every comma-separated type in ``spec_type`` is launchable on this binary."""
-        parts = [p.strip() for p in spec_type.split(",") if p.strip()]
-        return all(p in self.spec_types for p in parts)
+        """True when every comma-separated type in ``spec_type`` is launchable on this binary, and the
+        combination too: ik_llama.cpp takes one n-gram type, and its ``-mtp`` replaces ``--spec-type``
+        (so no n-gram + MTP chain); legacy builds have only ``draft-simple``."""
+        parts = [p.strip() for p in spec_type.split(",") if p.strip() and p.strip() != "none"]
+        if not all(p in self.spec_types for p in parts):
+            return False
+        if self.spec_style == "ik":
+            ngram = [p for p in parts if p.startswith("ngram-")]
+            if len(ngram) > 1 or (ngram and "draft-mtp" in parts):
+                return False
+        return True
 
 
 def parse_help_entries(text: str) -> list[HelpEntry]:
@@ -134,12 +148,99 @@ def parse_help_entries(text: str) -> list[HelpEntry]:
     return entries
 
 
+_IK_OPTION = re.compile(r"^ {2,31}(-\S.*)$")  # option rows; description rows are indented 34
+_IK_NGRAM_TYPES = ("ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
+
+
+def parse_ik_help_entries(text: str) -> list[HelpEntry]:
+    """Split an ik_llama.cpp ``--help`` text into options.
+
+    ik_llama.cpp prints its own table (common/common.cpp ``gpt_params_print_usage``): two spaces,
+    the names and argument words padded to 32 columns (``-ngld, --gpu-layers-draft N``), then the
+    description, continued on lines indented by 34 spaces. Names are the leading ``-x``/``--xx``
+    words separated by commas; the rest of the column is the argument text.
+    """
+    entries: list[HelpEntry] = []
+    for raw in text.splitlines():
+        m = _IK_OPTION.match(raw.rstrip())
+        if not m:
+            if entries and raw.startswith(" " * 34) and raw.strip():
+                e = entries[-1]
+                entries[-1] = HelpEntry(e.names, e.arg, (e.description + " " + raw.strip()).strip())
+            continue
+        line = raw.rstrip()
+        if len(line) > 34 and line[32:34] == "  ":
+            spec, desc = line[2:34].strip(), line[34:].strip()
+        else:  # names + argument longer than 30 columns: the description starts on the next line
+            spec, desc = line[2:].strip(), ""
+        names: list[str] = []
+        rest = spec
+        while True:
+            mm = re.match(r"^(-[\w-]+)(,\s*)?", rest)
+            if not mm:
+                break
+            names.append(mm.group(1))
+            rest = rest[mm.end():]
+            if not mm.group(2):
+                break
+        arg = rest.strip() or None
+        if names:
+            entries.append(HelpEntry(tuple(names), arg, desc))
+    return entries
+
+
+def _is_ik_help(text: str) -> bool:
+    lines = text.splitlines()
+    flat = [ln for ln in lines if ln.startswith("-") and not ln.startswith("-----")]
+    indented = [ln for ln in lines if _IK_OPTION.match(ln.rstrip())]
+    return not flat and len(indented) > 10
+
+
+def _ik_dialect(text: str) -> Dialect:
+    """The dialect of an ik_llama.cpp ``llama-server`` (see :func:`parse_help`)."""
+    entries = parse_ik_help_entries(text)
+    flags: set[str] = set()
+    ngram: tuple[str, ...] = ()
+    for e in entries:
+        flags.update(e.names)
+        if "--spec-type" in e.names and e.arg and "[" in e.arg:
+            inner = e.arg[e.arg.index("[") + 1:e.arg.rindex("]") if "]" in e.arg else None]
+            listed = {re.sub(r"\s*-\s*", "-", t).strip() for t in inner.split("|")}
+            ngram = tuple(t for t in _IK_NGRAM_TYPES if t in listed)
+    types = ["none"]
+    if "-md" in flags or "--model-draft" in flags:
+        types.append("draft-simple")
+    if "-mtp" in flags or "--multi-token-prediction" in flags:
+        types.append("draft-mtp")
+    types += list(ngram)
+    return Dialect(
+        spec_style="ik",
+        spec_types=tuple(types),
+        flags=frozenset(flags),
+        removed_flags=(),
+        has_fit="--fit" in flags,
+        has_metrics="--metrics" in flags,
+        has_slots="--slots" in flags,
+        has_list_devices="--list-devices" in flags,
+        help_sha256=_help_digest(text),
+    )
+
+
 def parse_help(text: str) -> Dialect:
     """Build a :class:`Dialect` from a ``llama-server --help`` text (pure).
+
+    Three layouts are recognised: mainline llama.cpp with ``--spec-type`` (``current``), mainline
+    before the 2026 rename (``legacy``), and ik_llama.cpp (``ik``: its own help table, a single-valued
+    ``--spec-type`` for the n-gram types only, a draft model switched on by ``-md`` alone, MTP by the
+    ``-mtp`` flag, lengths by ``--draft-max``/``--draft-min`` and ``--spec-ngram-size-m``, and an
+    optional run-time ``--spec-autotune``; common/common.cpp ``gpt_params_find_arg`` and
+    common/speculative.cpp ``common_speculative_init`` of ik_llama.cpp).
 
     Raises:
         ValueError: the text has no options at all (not a llama.cpp help text).
     """
+    if _is_ik_help(text):
+        return _ik_dialect(text)
     entries = parse_help_entries(text)
     if not entries:
         raise ValueError("not a llama-server --help text: no options found")

@@ -1,0 +1,63 @@
+"""MTP end to end on the real llama-server (CPU): a generated ``glm4moe`` target whose NextN block
+b11434 runs with ``--spec-type draft-mtp``; the catalog shows every route of its family; the sweep
+tunes the MTP draft length and reports acceptance; the chain ``ngram-mod,draft-mtp`` is measured too."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+
+from tests.synth import write_eagle3_head, write_glm4moe_mtp_target, write_lookup_target
+from tuner.calibration.prompts import Prompt, make_prompt_set
+from tuner.calibration.tune import tune
+from tuner.catalog.families import group_families
+from tuner.catalog.scan import scan_folder
+from tuner.cli import main
+from tuner.profiles import ProfileStore
+
+pytestmark = [pytest.mark.server, pytest.mark.slow]
+
+PROMPTS = make_prompt_set(
+    [Prompt("Once upon a time", "creative"), Prompt("Lily and Tom went to the park.", "chat")], source="test")
+
+
+@pytest.fixture(scope="module")
+def mtp_folder(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    d = tmp_path_factory.mktemp("mtp")
+    write_glm4moe_mtp_target(d / "glm-mtp.gguf", n_layers=8, trunk_ff=2048, agreement=0.9)
+    write_lookup_target(d / "draft-1block.gguf", n_layers=1)
+    write_eagle3_head(d / "eagle3-for-glm.gguf", target_layers=(0, 1, 1))
+    return d
+
+
+def test_scan_shows_every_route_of_the_mtp_target(mtp_folder: Path, capsys) -> None:
+    models = scan_folder(mtp_folder, cache=False)
+    [fam] = group_families(models)
+    entry = next(e for e in fam.targets if e.target.path.name == "glm-mtp.gguf")
+    assert entry.target.architecture == "glm4moe" and entry.target.mtp_layers == 1
+    assert [t for t, _ in entry.routes] == ["draft-mtp", "draft-simple", "draft-eagle3", "ngram"]
+    assert main(["scan", str(mtp_folder), "--no-cache"]) == 0
+    out = capsys.readouterr().out
+    assert "target glm-mtp.gguf [MTP: 1 layer(s)]" in out
+    assert "routes: draft-mtp, draft-simple, draft-eagle3, ngram" in out
+
+
+def test_sweep_tunes_mtp_draft_length(tmp_path: Path, mtp_folder: Path, llama_server_bin: Path) -> None:
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / "glm-mtp.gguf").symlink_to(mtp_folder / "glm-mtp.gguf")
+    res = tune(models, prompts=PROMPTS, budget_s=90, server=llama_server_bin, store=ProfileStore(tmp_path / "p"),
+               n_predict=48, repetitions=2, n_ctx=512, threads=1)
+    table = "\n".join(f"{m.candidate.label}: ok {m.ok} {m.gen_tokens_per_s} tok/s acc {m.acceptance} err {m.error}"
+                      for m in res.measurements)
+    mtp = [m for m in res.measurements if m.candidate.spec_type == "draft-mtp" and m.ok]
+    assert mtp, table
+    assert all(m.speculative_active is True and m.draft_n > 0 for m in mtp), table
+    # dial 0.8: each drafted token is right about 80 % of the time
+    assert all(m.acceptance is not None and m.acceptance > 0.4 for m in mtp), table
+    lengths = sorted({m.candidate.n_max for m in mtp})
+    assert len(lengths) >= 2, table  # the long probe and at least one shorter length
+    chain = [m for m in res.measurements if m.candidate.spec_type == "ngram-mod,draft-mtp"]
+    assert chain and chain[0].ok and chain[0].draft_n > 0, table
+    print("\n" + table + f"\ndecision: {res.decision.winner.label if res.decision else None}")
