@@ -312,3 +312,16 @@ def test_cpu_repack_copies_follow_the_cpu_flags_and_the_layer_placement():
     two = plan_memory(MemoryRequest(target=s, n_ctx=256, ngl=3), gpu)  # output + blocks 2, 3 on the GPU
     assert two.host.need.target_weights_bytes == s.input_bytes + 2 * 1000 + 500 + 700 + 2 * 1000
     assert set(cpu_features()) <= {"avx2", "avx512f"}
+
+
+def test_the_prompt_cache_limit_is_counted_on_the_host(stories260k):
+    """``--cache-ram`` is a ceiling in host RAM (llama-server's prompt cache): it adds exactly its bytes to the
+    host's need, no GPU's, and the summary names it; 0 counts nothing."""
+    from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
+
+    spec = load_model_spec(stories260k)
+    base = plan_memory(MemoryRequest(target=spec, n_ctx=512), ())
+    cached = plan_memory(MemoryRequest(target=spec, n_ctx=512, prompt_cache_bytes=1024 * 2**20), ())
+    assert cached.host.need.total_bytes - base.host.need.total_bytes == 1024 * 2**20
+    assert cached.host.need.prompt_cache_bytes == 1024 * 2**20 and base.host.need.prompt_cache_bytes == 0
+    assert "prompt cache up to 1.0 GiB" in cached.summary and "prompt cache" not in base.summary

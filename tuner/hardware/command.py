@@ -78,6 +78,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n-cpu-moe", type=int, default=0,
                    help="keep the MoE expert tensors of the first N target blocks on the CPU (--n-cpu-moe)")
     p.add_argument("--cpu-moe", action="store_true", help="keep all target MoE expert tensors on the CPU (--cpu-moe)")
+    p.add_argument("--cache-ram", type=int, default=0, metavar="MIB",
+                   help="count llama-server's host-RAM prompt cache limit (--cache-ram MiB) in the host's need; "
+                   "default 0 = not counted (draftwise serve uses the cache_ram_mib setting, 1024)")
     p.add_argument("--np", type=int, default=1, help="parallel slots (-np), default 1; 0 = server auto (4, unified KV)")
     p.add_argument("--ctk", default="f16", help="KV cache type K (-ctk)")
     p.add_argument("--ctv", default="f16", help="KV cache type V (-ctv)")
@@ -178,7 +181,7 @@ def plan_json(plan: MemoryPlan, trade: ContextTrade | int | None) -> dict:
 
 _COLS = (("target_weights_bytes", "target W"), ("target_kv_bytes", "target KV"), ("draft_weights_bytes", "draft W"),
          ("draft_kv_bytes", "draft KV"), ("mtp_kv_bytes", "MTP KV"), ("compute_bytes", "compute"),
-         ("output_bytes", "output"))
+         ("output_bytes", "output"), ("prompt_cache_bytes", "cache-ram"))
 
 
 def _plan_args_problem(args: argparse.Namespace, spec_type: str) -> str | None:
@@ -199,7 +202,7 @@ def _plan_args_problem(args: argparse.Namespace, spec_type: str) -> str | None:
     if args.margin_mib < 0:
         return f"--margin-mib must be >= 0, got {args.margin_mib}"
     for flag, value in (("--ngl", args.ngl), ("--draft-ngl", args.draft_ngl), ("--np", args.np),
-                        ("--ctx", args.ctx)):
+                        ("--ctx-size", args.ctx), ("--cache-ram", args.cache_ram)):
         if value is not None and value < 0:
             return f"{flag} must be >= 0, got {value}"
     return None
@@ -242,7 +245,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     req = MemoryRequest(target=target, draft=draft, spec_type=spec_type, ngl=args.ngl, draft_ngl=args.draft_ngl,
                         n_ctx=n_ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
                         n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB,
-                        n_max=args.n_max, n_cpu_moe=args.n_cpu_moe, cpu_moe=args.cpu_moe)
+                        n_max=args.n_max, n_cpu_moe=args.n_cpu_moe, cpu_moe=args.cpu_moe,
+                        prompt_cache_bytes=args.cache_ram * MIB)
     devs, binary = _detect(args.server)
     try:
         plan = plan_memory(req, devs)

@@ -179,6 +179,7 @@ def cross_check(request: MemoryRequest, devices: object, tool: str | os.PathLike
     ``n_outputs_max`` (= n_batch: it reserves logits for every ubatch token). Differences over
     ``rel_tol`` (and 8 MiB, the tool's MiB rounding) or ``ngl_tol`` layers are reported. Never raises.
     """
+    request = replace(request, prompt_cache_bytes=0)  # grows while serving; not a start-up buffer
     if tool is None:
         return FitCrossCheck(False, None, None, None, None, (), (), "llama-fit-params not shipped with this build")
     run = runner or _default_runner
@@ -549,6 +550,7 @@ def server_cross_check(request: MemoryRequest, devices: object, server_binary: s
     file read and a fresh comparison with the current plan (``use_cache`` False runs it again). ``runner(argv, timeout_s) -> log lines`` replaces the real run (tests). Never raises:
     a failure is an answer with ``ok`` False and a ``note``.
     """
+    request = replace(request, prompt_cache_bytes=0)  # grows while serving; not a start-up buffer
     from tuner.server.argv import UnsupportedConfigError, build_argv
     from tuner.server.process import free_port
     from tuner.storage import atomic_write_json

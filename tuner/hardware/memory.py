@@ -118,6 +118,10 @@ class MemoryRequest:
     (the target's expert tensors of the first N blocks / of all blocks stay in host memory).
     ``n_outputs_max``: override of the target context's ``n_outputs_max`` (None = llama-server's rule,
     :func:`reserve_outputs`; ``llama-fit-params`` leaves it at n_batch).
+    ``prompt_cache_bytes``: the limit of llama-server's host-RAM prompt cache while serving
+    (``--cache-ram`` MiB × 2^20; tools/server/server-context.cpp keeps finished prompts' KV state there up
+    to that limit); counted in the host's need as a ceiling it can grow to. 0 = not counted (the sweep,
+    which sends ``cache_prompt`` false).
     """
 
     target: ModelMemorySpec
@@ -141,6 +145,7 @@ class MemoryRequest:
     n_cpu_moe: int = 0
     cpu_moe: bool = False
     n_outputs_max: int | None = None
+    prompt_cache_bytes: int = 0
 
 
 @dataclass(frozen=True)
@@ -154,6 +159,7 @@ class PlacementBytes:
     mtp_kv_bytes: int = 0
     compute_bytes: int = 0
     output_bytes: int = 0
+    prompt_cache_bytes: int = 0
 
     # KV fields include the recurrent state of SSM / linear-attention layers (hybrid models)
 
@@ -168,6 +174,7 @@ class PlacementBytes:
             + self.mtp_kv_bytes
             + self.compute_bytes
             + self.output_bytes
+            + self.prompt_cache_bytes
         )
 
 
@@ -246,8 +253,10 @@ class MemoryPlan:
             parts.append(f"{d.device_name}: {d.target_layers} target layers"
                          + (f", {d.draft_layers} draft layers" if d.draft_layers else "")
                          + f", {mib(d.need.total_bytes)} of {mib(d.budget_bytes)}")
+        cache = self.host.need.prompt_cache_bytes
         parts.append(f"host RAM: {mib(self.host.need.total_bytes)} (KV "
-                     f"{mib(self.host.need.target_kv_bytes + self.host.need.draft_kv_bytes)})")
+                     f"{mib(self.host.need.target_kv_bytes + self.host.need.draft_kv_bytes)}"
+                     + (f", prompt cache up to {mib(cache)}" if cache else "") + ")")
         verdict = (f"fits with {mib(self.margin_bytes)} to spare" if self.fits
                    else f"does NOT fit: short by {mib(-self.margin_bytes if self.margin_bytes is not None else None)}")
         return f"n_ctx {self.n_ctx}, target ngl {self.target_ngl}. " + "; ".join(parts) + f". Verdict: {verdict}."
@@ -623,10 +632,12 @@ class _Acc:
     draft_layers: int = 0
     output_here: bool = False
     expert_bytes: int = 0
+    prompt_cache_bytes: int = 0
 
     def freeze(self) -> PlacementBytes:
         return PlacementBytes(self.target_weights_bytes, self.target_kv_bytes, self.draft_weights_bytes,
-                              self.draft_kv_bytes, self.mtp_kv_bytes, self.compute_bytes, self.output_bytes)
+                              self.draft_kv_bytes, self.mtp_kv_bytes, self.compute_bytes, self.output_bytes,
+                              self.prompt_cache_bytes)
 
 
 def _place_model(spec: ModelMemorySpec, ngl: int, splits: list[float], places: list[_Acc], host: _Acc,
@@ -846,6 +857,7 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
             notes.append(f"{dev.name}: budget unknown, fit not checked")
         dplans.append(DevicePlan(i, dev.name, need, budget, request.margin_bytes, headroom, fits,
                                  acc.target_layers, acc.draft_layers, tdevs[t.n_layer] == i))
+    host.prompt_cache_bytes += max(0, request.prompt_cache_bytes)
     hneed = host.freeze()
     hhead = None if ram_avail is None else ram_avail - hneed.total_bytes
     hplan = HostPlan(hneed, ram_avail, hhead, None if hhead is None else hhead >= 0)

@@ -562,7 +562,8 @@ def memory_plan_text(model: Any, ctx_size: int | None = None, cache_ram_mib: int
     try:
         n_ctx, _ = resolve_ctx_size(ctx_size, getattr(model, "context_length", None))
         devices = detect_devices()
-        request = MemoryRequest(target=model, n_ctx=n_ctx)
+        cache_bytes = max(cache_ram_mib or 0, 0) * 1024 * 1024
+        request = MemoryRequest(target=model, n_ctx=n_ctx, prompt_cache_bytes=cache_bytes)
         plan = plan_memory(request, devices)
     except Exception as exc:
         return f"Memory plan unavailable for {Path(model.path).name}: {exc}"
@@ -580,7 +581,7 @@ def memory_plan_text(model: Any, ctx_size: int | None = None, cache_ram_mib: int
         from tuner.units import format_bytes
 
         if cache_ram_mib > 0:
-            extra = f"up to {format_bytes(cache_ram_mib * 1024 * 1024)} of host RAM"
+            extra = f"up to {format_bytes(cache_ram_mib * 1024 * 1024)} of host RAM, counted in the host RAM above"
         else:
             extra = "no limit on host RAM" if cache_ram_mib < 0 else "off"
         text += f"\nWhile serving, llama-server's prompt cache (--cache-ram): {extra}."
