@@ -70,7 +70,8 @@ def test_busy_machine_still_picks_the_good_draft(tmp_path: Path, wide_family, ll
     pairs = adjacent_pairs(list(res.measurements), d.winner)
     assert d.pairs == len(pairs) >= 3 and d.speedup > 1.0
     assert "Other programs used" in d.reason, d.reason  # the load watcher saw the burner
-    ref = side_by_side_ratio(str(llama_server_bin), wide_family.target.resolve(), d.winner, n_predict=64)
+    # three repetitions: one side-by-side repetition alone varied 1.56-1.99x on this box
+    ref = side_by_side_ratio(str(llama_server_bin), wide_family.target.resolve(), d.winner, n_predict=64, reps=3)
     print(f"busy sweep {res.elapsed_s:.0f} s: {d.reason}\nside by side without the burner: {ref:.2f}x")
     assert abs(d.speedup / ref - 1.0) <= 0.25, (d.speedup, ref, d.reason)
     assert not _llama_children()
