@@ -145,6 +145,20 @@ def test_serve_models_uses_the_profile_config(tmp_path: Path, monkeypatch) -> No
     assert seen["args"] == (tmp_path, "t")
     assert cfg.spec_type == "draft-simple" and cfg.n_max == 6 and cfg.port == 9123
     assert cfg.alias == "t"  # the served model id is the file stem, not the path
+    assert cfg.cache_ram_mib == 1024  # the desktop prompt-cache limit, as the app serves it
+
+
+def test_serve_takes_the_prompt_cache_limit_from_the_settings(stories260k_session: Path) -> None:
+    """``serve --target`` and ``serve --models`` launch with the ``cache_ram_mib`` setting, like the app."""
+    import argparse
+
+    from tuner import settings
+    from tuner.server.command import config_from_args
+
+    settings.save_settings(settings.Settings(cache_ram_mib=256))
+    ns = argparse.Namespace(models=None, target=str(stories260k_session), draft=None, spec_type=None, port=None,
+                            host=None, n_max=None, ngl=None, draft_ngl=None, n_ctx=None, api_key=None)
+    assert config_from_args(ns).cache_ram_mib == 256
 
 
 def test_a_named_server_that_is_missing_is_an_error(tmp_path: Path, capsys, stories260k_session: Path) -> None:

@@ -218,7 +218,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 f"Re-tune: draftwise tune --models {args.models}"
                 + (f" --target {args.target}" if args.target else "")
                 + f" --ctx-size {args.n_ctx} (or serve without --ctx-size)")
-        over: dict[str, Any] = {"cors_origins": _settings_cors()}
+        cors, cache_ram = _settings_served()
+        over: dict[str, Any] = {"cors_origins": cors, "cache_ram_mib": cache_ram}
         if args.port is not None:
             over["port"] = args.port
         if args.host:
@@ -235,6 +236,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         return cfg
     if not args.target:
         raise ValueError("serve needs --target T (or --models DIR to serve a tuned profile)")
+    cors, cache_ram = _settings_served()
     target = Path(args.target)
     if args.models and not target.is_file():
         target = Path(args.models) / args.target
@@ -258,20 +260,24 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         host=args.host or "127.0.0.1",
         port=args.port,
         api_key=_api_key_for(args.host or "127.0.0.1", _given_key(args)),
-        cors_origins=_settings_cors(),
+        cors_origins=cors,
+        cache_ram_mib=cache_ram,
         alias=default_alias(target),
     )
 
 
-def _settings_cors() -> str:
-    """``--cors-origins`` for ``serve``: the settings' ``cors_origin`` or ``localhost`` (a bad or
-    unreadable settings file gives the locked-down default)."""
-    from tuner.settings import load_settings_keeping_valid
+def _settings_served() -> tuple[str, int]:
+    """What ``serve`` takes from the user's settings, as the app does (``tuner.ui.flow.serving_config``):
+    the ``--cors-origins`` value (the ``cors_origin`` setting or ``localhost``) and the prompt-cache limit
+    ``--cache-ram`` in MiB (``cache_ram_mib``, default :data:`tuner.settings.DEFAULT_CACHE_RAM_MIB`). A bad or
+    unreadable settings file gives the defaults: the locked-down origin and the desktop cache limit."""
+    from tuner.settings import DEFAULT_CACHE_RAM_MIB, load_settings_keeping_valid
 
     try:
-        return load_settings_keeping_valid(repair=False).settings.cors_origins_value()
+        st = load_settings_keeping_valid(repair=False).settings
+        return st.cors_origins_value(), st.cache_ram_mib
     except Exception:  # never let a settings problem open the endpoint
-        return "localhost"
+        return "localhost", DEFAULT_CACHE_RAM_MIB
 
 
 def _serve_ctx_size(requested: int | None, target: Path) -> int | None:
