@@ -114,3 +114,20 @@ def test_chart_decision_and_per_category_lines_agree() -> None:
     c_time = sum(x.paired_requests * tok / x.gen_tokens_per_s for x in lines)  # equal requests per category
     assert sum(x.paired_requests for x in lines) * tok / c_time == pytest.approx(d.gen_tokens_per_s, rel=0.02)
     assert all(x.candidate_label == GOOD.label for x in lines)
+
+
+def test_a_type_that_never_drafted_is_a_finding_not_a_failed_run() -> None:
+    """An n-gram type that ran but proposed no token (issue 11's finding) is reported as such; only a run
+    that really broke is called one that did not run correctly."""
+    base = _screen(BASE, [[100.0] * 5], stage="baseline")
+    never = Measurement(Candidate(spec_type="ngram-mod"), samples=(), speculative_active=True,
+                        error="ngram-mod never drafted at greedy settings: these prompts repeat no n-gram",
+                        no_drafts_at="greedy settings")
+    d = decide([base, never])
+    assert d.no_speculation
+    assert "drafted any token on these prompts: ngram-mod: ngram-mod never drafted" in d.reason, d.reason
+    assert "ran correctly" not in d.reason
+    broken = Measurement(Candidate(spec_type="ngram-simple"), samples=(), speculative_active=True,
+                         error="request failed (prompt 1, repetition 1): HTTP 500")
+    d2 = decide([base, never, broken])
+    assert "no speculative configuration ran correctly: ngram-simple: request failed" in d2.reason, d2.reason

@@ -112,7 +112,10 @@ class _Progress:
             self.stream.write("\n")
             self._bar_shown = False
         eta = f" (ETA {ev.eta_s:.0f} s)" if ev.eta_s else ""
-        self.stream.write(f"[{ev.elapsed_s:6.1f}s] {ev.kind}: {ev.message}{eta}\n")
+        # "error" events are non-fatal by contract (fatal problems raise TuneError): say "note" so a
+        # notice such as the model's short training context does not read as a broken sweep
+        label = "note" if ev.kind == "error" else ev.kind
+        self.stream.write(f"[{ev.elapsed_s:6.1f}s] {label}: {ev.message}{eta}\n")
         if ev.kind == "plan":
             for d in ev.detail.get("dropped", []):
                 self.stream.write(f"          dropped {d['label']}: {d['reason']}\n")

@@ -334,9 +334,15 @@ def decide(
     )
 
     if not comps:
-        why = "no speculative configuration ran correctly"
-        if failed:
-            why += ": " + "; ".join(f"{m.candidate.label}: {m.error}" for m in failed[:3])
+        never = [m for m in failed if m.no_drafts_at]
+        broken = [m for m in failed if not m.no_drafts_at]
+        if failed and not broken:
+            # they ran fine but proposed no token: a finding about these prompts, not a failure of the run
+            why = ("no speculative configuration drafted any token on these prompts: "
+                   + "; ".join(f"{m.candidate.label}: {m.error}" for m in never[:3]))
+        elif failed:
+            why = "no speculative configuration ran correctly: " + "; ".join(
+                f"{m.candidate.label}: {m.error}" for m in (broken + never)[:3])
         elif unmeasured:
             why = ("no speculative configuration was measured: the time budget was spent before "
                    + ", ".join(c.label for c in unmeasured[:4]) + (" and others" if len(unmeasured) > 4 else "")
