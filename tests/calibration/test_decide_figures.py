@@ -114,6 +114,17 @@ def test_chart_decision_and_per_category_lines_agree() -> None:
     c_time = sum(x.paired_requests * tok / x.gen_tokens_per_s for x in lines)  # equal requests per category
     assert sum(x.paired_requests for x in lines) * tok / c_time == pytest.approx(d.gen_tokens_per_s, rel=0.02)
     assert all(x.candidate_label == GOOD.label for x in lines)
+    # the CLI's comparison table quotes the same figures, with what they rest on
+    import io
+
+    from tuner.calibration.command import print_table
+
+    out = io.StringIO()
+    print_table(result, out)
+    text = out.getvalue()
+    row = next(x for x in text.splitlines() if x.startswith(GOOD.label) and "adjacent pair" in x)
+    assert f"{d.speedup:.2f}x" in row and f"{d.gen_tokens_per_s:.1f}" in row and f"{d.baseline_gen_tokens_per_s:.1f}" in row
+    assert f"{len(d.comparisons[0].pairs)} adjacent pairs, {d.comparisons[0].requests} requests" in row
 
 
 def test_a_type_that_never_drafted_is_a_finding_not_a_failed_run() -> None:

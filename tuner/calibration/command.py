@@ -197,6 +197,7 @@ def print_table(result: TuneResult, out: TextIO) -> None:
     """Human-readable summary: one row per measurement, then the decision."""
     data = result_to_json(result)
     rows = data["measurements"]
+    out.write("Every launch, each on its own requests (compare configurations in the table below, not here):\n")
     out.write(f"{'configuration':<46} {'stage':<8} {'tokens/s':>9} {'accept':>7} {'lossless':>8}  note\n")
     for m in rows:
         lossless = "-" if m["lossless"] is None else ("yes" if m["lossless"] else "differs")
@@ -209,6 +210,19 @@ def print_table(result: TuneResult, out: TextIO) -> None:
         out.write(f"{(m['label'] or '')[:46]:<46} {(m['stage'] or ''):<8} {_fmt(m['gen_tokens_per_s'], '9.1f')} "
                   f"{acc:>7} {lossless:>8}  {note}\n")
     d = result.decision
+    if d is not None and d.comparisons:
+        out.write("\nEach configuration against no speculation on the same requests (the decision's figures):\n")
+        out.write(f"{'configuration':<46} {'speedup':>8} {'tokens/s':>9} {'baseline':>9} {'accept':>7}  compared on\n")
+        for c in d.comparisons:
+            acc = "-" if c.acceptance is None else f"{100 * c.acceptance:.0f} %"
+            how = (f"{len(c.pairs)} adjacent pair{'s' if len(c.pairs) != 1 else ''}, " if c.paired
+                   else "screening runs (not adjacent), ")
+            how += f"{c.requests} request{'s' if c.requests != 1 else ''}"
+            if c.stopped_early:
+                how += ", stopped early as a loser"
+            sp = "-" if c.speedup is None else f"{c.speedup:.2f}x"
+            out.write(f"{c.candidate.label[:46]:<46} {sp:>8} {_fmt(c.gen_tokens_per_s, '.1f'):>9} "
+                      f"{_fmt(c.baseline_gen_tokens_per_s, '.1f'):>9} {acc:>7}  {how}\n")
     if d is not None:
         out.write("\n")
         for b in d.break_even:
