@@ -137,3 +137,18 @@ def test_recording_is_current():
         RECORDING.parent.mkdir(parents=True, exist_ok=True)
         RECORDING.write_text(json.dumps(slim, indent=0))
     assert json.loads(RECORDING.read_text()) == json.loads(json.dumps(slim))
+
+
+def test_no_reserve_is_kept_for_paired_rounds_nobody_needs():
+    """Probes that all lose to the baseline leave nothing to confirm: the budget kept for the paired rounds
+    must go to the remaining probes (before: at 180 s only 1 of 3 n-gram types was measured and the sweep
+    ended after 73 simulated seconds, "the time budget is spent")."""
+    clock = SimClock()
+    losers = tuple(Candidate(spec_type=t) for t in ("ngram-mod", "ngram-simple", "ngram-map-k"))  # 0.9x each
+    plan = CandidatePlan(baseline=Candidate(), drafts=(), ngram=losers, mtp=None, dropped=())
+    search = Search(slow_launch_fn(clock, base_tps=3.0), plan, PROMPTS, SearchSettings(n_predict=128, budget_s=180),
+                    threading.Event(), lambda *a, **k: None, clock=clock)
+    ms = search.run()
+    assert {m.candidate for m in ms} >= set(losers) and not search.unmeasured
+    assert clock.t - 1000.0 <= 1.15 * 180
+    assert decide(ms).no_speculation

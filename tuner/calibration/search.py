@@ -397,6 +397,14 @@ class Search:
         same = [base[k] for k in ((s.prompt_index, s.repetition) for s in samples) if k in base]
         return pooled_tokens_per_s(same) if len(same) == len(samples) else None
 
+    def _contender_seen(self) -> bool:
+        """True once a speculative run has beaten the baseline's screening speed. Only then do the probes
+        keep :meth:`confirm_reserve_s` for the paired rounds: with no contender the reserve would be kept
+        for nobody while candidates went unmeasured (a new user's sweep skipped three n-gram probes at
+        53 s of a 180 s budget, then ended with nothing to confirm)."""
+        return any(m.ok and not m.candidate.is_baseline and (m.gen_tokens_per_s or 0.0) > (self.base_tps or 0.0)
+                   for m in self.measurements)
+
     def _fits(self, est_s: float, reserve: bool = True) -> bool:
         """True when ``est_s`` fits the budget left (screening steps keep :meth:`confirm_reserve_s`)."""
         return self.remaining_s() - (self.confirm_reserve_s() if reserve else 0.0) >= est_s
@@ -428,7 +436,7 @@ class Search:
         for c in probes:
             est = self.estimate_s(None, len(probe_reps))
             self._pending_s -= est
-            if c is not probes[0] and not self._fits(est):
+            if c is not probes[0] and not self._fits(est, reserve=self._contender_seen()):
                 self.emit("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
                 self.unmeasured.append(c)
                 continue
