@@ -182,11 +182,11 @@ class ServeTab(QWidget):
         self.cache_ram_spin.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.cache_ram_spin.editingFinished.connect(self._save_cache_ram)
         cram_row.addWidget(self.cache_ram_spin)
-        cram_help = QLabel(
-            f"llama-server keeps recent prompts in RAM to reuse them (--cache-ram; 0 = off). Its own default, "
-            f"8192 MiB, suits a server; Draftwise uses {settings_mod.DEFAULT_CACHE_RAM_MIB} MiB so a desktop keeps its RAM."
-        )
-        cram_help.setWordWrap(True)
+        cram_help = QLabel(f"host RAM for reusing recent prompts (--cache-ram; 0 = off; default "
+                           f"{settings_mod.DEFAULT_CACHE_RAM_MIB} MiB)")
+        cram_help.setToolTip(
+            f"llama-server keeps recent prompts in RAM to reuse them (--cache-ram). Its own default, 8192 MiB, "
+            f"suits a server; Draftwise uses {settings_mod.DEFAULT_CACHE_RAM_MIB} MiB so a desktop keeps its RAM.")
         cram_help.setStyleSheet("color:#6b7280")
         cram_row.addWidget(cram_help, 1)
         form.addRow("Prompt cache:", cram_row)
