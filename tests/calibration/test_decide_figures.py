@@ -136,7 +136,7 @@ def test_a_type_that_never_drafted_is_a_finding_not_a_failed_run() -> None:
                         no_drafts_at="greedy settings")
     d = decide([base, never])
     assert d.no_speculation
-    assert "drafted any token on these prompts: ngram-mod: ngram-mod never drafted" in d.reason, d.reason
+    assert "drafted any token on these prompts: ngram-mod never drafted at greedy settings" in d.reason, d.reason
     assert "ran correctly" not in d.reason
     broken = Measurement(Candidate(spec_type="ngram-simple"), samples=(), speculative_active=True,
                          error="request failed (prompt 1, repetition 1): HTTP 500")

@@ -260,6 +260,15 @@ def _figures_text(c: Comparison) -> str:
     return f"{sp:.2f}× on the same requests in screening runs, not adjacent in time ({req}): {figs}"
 
 
+def _never_text(never: Sequence[Measurement]) -> str:
+    """The types that ran but never drafted, named once, with their shared reason stated once, e.g.
+    ``"ngram-mod, ngram-simple never drafted at the served sampling (…); no speedup is possible"``."""
+    labels = ", ".join(m.candidate.label for m in never)
+    first = never[0].error or ""
+    _, sep, rest = first.partition(" never drafted ")
+    return f"{labels} never drafted {rest}" if sep else "; ".join(f"{m.candidate.label}: {m.error}" for m in never)
+
+
 def decide(
     measurements: Sequence[Measurement],
     min_gain: float = MIN_GAIN,
@@ -338,8 +347,7 @@ def decide(
         broken = [m for m in failed if not m.no_drafts_at]
         if failed and not broken:
             # they ran fine but proposed no token: a finding about these prompts, not a failure of the run
-            why = ("no speculative configuration drafted any token on these prompts: "
-                   + "; ".join(f"{m.candidate.label}: {m.error}" for m in never[:3]))
+            why = "no speculative configuration drafted any token on these prompts: " + _never_text(never)
         elif failed:
             why = "no speculative configuration ran correctly: " + "; ".join(
                 f"{m.candidate.label}: {m.error}" for m in (broken + never)[:3])

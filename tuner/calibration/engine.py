@@ -461,7 +461,8 @@ def run_tune(
     if depth:
         extra.append(depth)
     never = sorted({m.candidate.label for m in measurements if m.no_drafts_at
-                    and f"{m.candidate.label}: " not in decision.reason})
+                    and f"{m.candidate.label}: " not in decision.reason
+                    and "drafted any token on these prompts" not in decision.reason})  # named there already
     if never:
         extra.append(f"{', '.join(never)} never drafted at these sampling settings.")
     decision = _replace(decision, reason=(decision.reason.rstrip() + " " + " ".join(extra)).strip())
