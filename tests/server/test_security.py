@@ -283,8 +283,8 @@ def test_liveness_rule_tells_a_working_process_from_a_stopped_one() -> None:
 
 
 def test_long_prompt_processing_survives_the_liveness_check(llama_server_bin: Path, gemma3_270m: Path) -> None:
-    """A real long prompt (Gemma 3 270M, ~280 tokens of prompt processing, several seconds on
-    this CPU) with a 1 s liveness timeout: /health is served by the HTTP pool during the work, and the CPU-time
+    """A real long prompt (Gemma 3 270M, ~1,400 tokens of prompt processing: ~6 s on this CPU when
+    it is quiet, ~1.2 s was all that 280 tokens took) with a 1 s liveness timeout: /health is served by the HTTP pool during the work, and the CPU-time
     rule covers a starved machine; the request completes on the same process, no restart."""
     from tuner.server.client import ServerClient
 
@@ -292,15 +292,15 @@ def test_long_prompt_processing_survives_the_liveness_check(llama_server_bin: Pa
     sup = Supervisor(llama_server_bin, auto_restart=True, liveness_timeout_s=1.0, health_interval_s=0.25,
                      on_state=changes.append)
     try:
-        url = sup.start_and_wait(ServerConfig(model_path=gemma3_270m, n_ctx=2048, threads=2), timeout_s=180)
+        url = sup.start_and_wait(ServerConfig(model_path=gemma3_270m, n_ctx=4096, threads=2), timeout_s=180)
         pid = sup.pid
-        prompt = " ".join(f"The {i}th sentence tells about a quiet garden and a red door." for i in range(18))
+        prompt = " ".join(f"The {i}th sentence tells about a quiet garden and a red door." for i in range(90))
         t0 = time.monotonic()
         with ServerClient(url, timeout_s=300) as c:
             res = c.completion(prompt, 4, temperature=0.0, cache_prompt=False, timeout_s=300)
         took = time.monotonic() - t0
         print(f"prompt of {res['timings']['prompt_n']} tokens took {took:.1f} s")
-        assert res["timings"]["prompt_n"] > 200
+        assert res["timings"]["prompt_n"] > 1000
         assert took > 2.0, f"the prompt took {took:.1f} s: too short to test the liveness rule"
         assert sup.pid == pid and sup.restart_count == 0 and sup.state == ServerState.READY
         assert not [c for c in changes if c.diagnosis is not None and c.diagnosis.code == "hung"]
