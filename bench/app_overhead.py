@@ -33,7 +33,7 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tuner.server.process import free_port  # noqa: E402
+from tuner.process import free_port  # noqa: E402
 
 CPU_GOAL_PCT = 1.0
 RSS_GOAL_MB = 250.0

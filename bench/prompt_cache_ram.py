@@ -6,7 +6,7 @@ the server's resident memory grows request by request up to that limit. This ben
 server on the same GGUF side by side with three limits — off (0), Draftwise's desktop default
 (``tuner.settings.DEFAULT_CACHE_RAM_MIB``) and b11434's default (no ``-cram``) — sends each the same
 sequence of distinct long prompts (one slot, as speculation needs), and prints each server's RSS
-growth, measured with the project's psutil adapter (``tuner.server.process.tree_usage``).
+growth, measured with the project's psutil adapter (``tuner.process.tree_usage``).
 
 Usage::
 
@@ -33,7 +33,7 @@ sys.path.insert(0, str(REPO))
 
 from tuner.server.config import ServerConfig  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
-from tuner.server.process import tree_usage  # noqa: E402
+from tuner.process import tree_usage  # noqa: E402
 from tuner.server.supervisor import Supervisor  # noqa: E402
 from tuner.settings import DEFAULT_CACHE_RAM_MIB  # noqa: E402
 

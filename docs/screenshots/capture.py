@@ -28,7 +28,7 @@ HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
-from tuner.server.process import free_port  # noqa: E402
+from tuner.process import free_port  # noqa: E402
 
 DRIVER = r"""
 import os, subprocess, sys, threading, time

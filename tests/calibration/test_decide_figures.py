@@ -117,7 +117,7 @@ def test_chart_decision_and_per_category_lines_agree() -> None:
     # the CLI's comparison table quotes the same figures, with what they rest on
     import io
 
-    from tuner.calibration.command import print_table
+    from tuner.cli.tune import print_table
 
     out = io.StringIO()
     print_table(result, out)

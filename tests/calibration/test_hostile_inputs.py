@@ -80,7 +80,7 @@ def test_tune_interrupted_exits_within_the_stop_grace_and_leaves_no_child(
     the interpreter's exit, and no llama-server left behind."""
     import psutil
 
-    from tuner.calibration.command import TUNE_STOP_GRACE_S
+    from tuner.cli.tune import TUNE_STOP_GRACE_S
 
     p = subprocess.Popen([sys.executable, "-m", "tuner", "tune", "--models", str(stories260k.parent), "--server",
                           str(llama_server_bin), "--budget", "300", "--max-prompts", "3", "--ctx-size", "256"],

@@ -6,7 +6,7 @@ import json
 
 from tests.hardware.conftest import gpu_devices
 from tuner import cli
-from tuner.hardware import command
+from tuner.cli import hardware as command
 from tuner.hardware.memory import load_model_spec
 
 

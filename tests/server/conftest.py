@@ -57,7 +57,7 @@ def incompatible_draft(stories260k_session: Path, tmp_path_factory: pytest.TempP
 
 def wait_gone(pid: int, within_s: float = 10.0) -> bool:
     """True once no process ``pid`` exists (polled every 50 ms), False after ``within_s`` seconds."""
-    from tuner.server import process
+    from tuner import process
 
     t_end = time.monotonic() + within_s
     while time.monotonic() < t_end:

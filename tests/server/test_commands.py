@@ -127,7 +127,7 @@ def test_serve_models_uses_the_profile_config(tmp_path: Path, monkeypatch) -> No
     import argparse
 
     import tuner.calibration.serving as serving
-    from tuner.server.command import config_from_args
+    from tuner.cli.serve import config_from_args
     from tuner.server.config import ServerConfig
 
     seen = {}
@@ -153,7 +153,7 @@ def test_serve_takes_the_prompt_cache_limit_from_the_settings(stories260k_sessio
     import argparse
 
     from tuner import settings
-    from tuner.server.command import config_from_args
+    from tuner.cli.serve import config_from_args
 
     settings.save_settings(settings.Settings(cache_ram_mib=256))
     ns = argparse.Namespace(models=None, target=str(stories260k_session), draft=None, spec_type=None, port=None,
@@ -183,7 +183,7 @@ def test_serve_refuses_a_network_host_without_an_api_key(host: str, capsys, fake
 
 
 def test_loopback_hosts_need_no_key() -> None:
-    from tuner.server.command import _api_key_for, is_loopback_host
+    from tuner.cli.serve import _api_key_for, is_loopback_host
 
     assert is_loopback_host("127.0.0.1") and is_loopback_host("::1") and is_loopback_host("localhost")
     assert not is_loopback_host("0.0.0.0") and not is_loopback_host("10.0.0.1")
@@ -195,7 +195,7 @@ def test_serve_uses_the_stored_key_for_a_network_host(stories260k_session: Path,
     import argparse
 
     from tuner import settings
-    from tuner.server.command import config_from_args
+    from tuner.cli.serve import config_from_args
 
     key = settings.generate_api_key()  # under the test's private DRAFTWISE_HOME
     ns = argparse.Namespace(models=None, target=str(stories260k_session), draft=None, spec_type=None, port=None,
@@ -207,7 +207,7 @@ def test_serve_uses_the_stored_key_for_a_network_host(stories260k_session: Path,
 def test_serve_reads_the_key_from_api_key_file(tmp_path: Path, stories260k_session: Path) -> None:
     import argparse
 
-    from tuner.server.command import config_from_args
+    from tuner.cli.serve import config_from_args
 
     def ns(**kw):
         base = dict(models=None, target=str(stories260k_session), draft=None, spec_type=None, port=None,

@@ -8,7 +8,8 @@ from pathlib import Path
 import pytest
 
 from tests.server.conftest import help_text
-from tuner.server.argv import UnsupportedConfigError, build_argv, clean_env
+from tuner.process import clean_env
+from tuner.server.argv import UnsupportedConfigError, build_argv
 from tuner.server.config import ServerConfig
 from tuner.server.dialect import parse_help, probe_dialect
 

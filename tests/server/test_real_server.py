@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from tests.server.conftest import wait_gone
-from tuner.server import process
+from tuner import process
 from tuner.server.config import ServerConfig
 from tuner.server.dialect import probe_dialect
 from tuner.server.discovery import find_server

@@ -25,7 +25,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.server import process
+from tuner import process
 from tuner.server.config import ServerConfig
 from tuner.server.supervisor import KEY_FILE_PREFIX, Supervisor, ServerState, _Liveness, sweep_stale_key_files
 from tuner.settings import Settings

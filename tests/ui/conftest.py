@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.server import process
+from tuner import process
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 

@@ -1,6 +1,6 @@
 """From a candidate or a saved profile to a :class:`tuner.server.config.ServerConfig`.
 
-``draftwise serve --models DIR`` (tuner/server/command.py) calls :func:`config_from_profile`.
+``draftwise serve --models DIR`` (tuner/cli/serve.py) calls :func:`config_from_profile`.
 """
 
 from __future__ import annotations

@@ -9,7 +9,7 @@ from __future__ import annotations
 import argparse
 import sys
 
-from tuner.catalog.command import register
+from tuner.cli.catalog import register
 
 
 def main(argv: list[str] | None = None) -> int:

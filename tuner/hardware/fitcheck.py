@@ -21,7 +21,7 @@ returned in plain words for ``draftwise plan``, the Models tab and the tune log.
 (common/fit.cpp ``common_fit_params`` / ``common_fit_print``) and prints on stdout either the fitted
 arguments (``-c N -ngl N [-ts a,b] [-ot "..."]``) or, with ``--fit-print on``, one line per device
 ``<DEV> <model MiB> <context MiB> <compute MiB>`` and a ``Host`` line. It ignores draft/MTP models
-(reference 5.2), so the cross-check compares the target alone. One short run per call (``tuner.server.process.run_output``).
+(reference 5.2), so the cross-check compares the target alone. One short run per call (``tuner.process.run_output``).
 """
 
 from __future__ import annotations
@@ -75,7 +75,7 @@ class FitCrossCheck:
 
 
 def _default_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    from tuner.server.process import run_output  # the one module that runs child processes
+    from tuner.process import run_output  # the one module that runs child processes
 
     return run_output(argv, timeout_s)
 
@@ -435,11 +435,11 @@ def cached_server_report(server_argv: Sequence[str], model_paths: Sequence[str |
 
 def run_server_log(argv: list[str], timeout_s: float) -> list[str]:
     """Start llama-server with ``argv`` (clean environment), collect its log until ``model loaded`` /
-    ``listening on`` / exit / ``timeout_s``, stop it, return the lines (``tuner.server.process.spawn``)."""
+    ``listening on`` / exit / ``timeout_s``, stop it, return the lines (``tuner.process.spawn``)."""
     import threading
 
-    from tuner.server.argv import clean_env
-    from tuner.server.process import spawn
+    from tuner.process import clean_env
+    from tuner.process import spawn
 
     done = threading.Event()
 
@@ -552,7 +552,7 @@ def server_cross_check(request: MemoryRequest, devices: object, server_binary: s
     """
     request = replace(request, prompt_cache_bytes=0)  # grows while serving; not a start-up buffer
     from tuner.server.argv import UnsupportedConfigError, build_argv
-    from tuner.server.process import free_port
+    from tuner.process import free_port
     from tuner.storage import atomic_write_json
 
     try:

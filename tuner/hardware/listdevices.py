@@ -7,7 +7,7 @@ The server prints (common/arg.cpp ``common_print_available_devices``)::
 
 or ``  (none)`` on a CPU-only build/host, and exits 0 at once. Only non-CPU ggml devices are listed,
 in the order ``--device`` / ``-ts`` use. This module is the only one in ``tuner.hardware`` that runs a
-process (one short run with a timeout through ``tuner.server.process.run_output``, the project's one
+process (one short run with a timeout through ``tuner.process.run_output``, the project's one
 subprocess adapter).
 """
 
@@ -61,7 +61,7 @@ Runner = Callable[[list[str], float], "tuple[int, str, str]"]
 
 
 def _default_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    from tuner.server.process import run_output  # the one module that runs child processes
+    from tuner.process import run_output  # the one module that runs child processes
 
     return run_output(argv, timeout_s)
 

@@ -35,7 +35,7 @@ class UnifiedInfo:
 
 
 def _sysctl(name: str) -> str | None:
-    from tuner.server.process import run_output  # the one module that runs child processes
+    from tuner.process import run_output  # the one module that runs child processes
 
     try:
         rc, out, _err = run_output(["sysctl", "-n", name], timeout_s=5, env=os.environ)

@@ -1,7 +1,8 @@
 """llama-server runtime: discovery, flag dialect, argv building, supervision, HTTP client,
 failure diagnosis. See docs/architecture.md ("server") for the contract."""
 
-from tuner.server.argv import UnsupportedConfigError, build_argv, clean_env
+from tuner.process import clean_env
+from tuner.server.argv import UnsupportedConfigError, build_argv
 from tuner.server.client import (
     Health,
     ServerClient,

@@ -272,12 +272,3 @@ def _ngram_length_args(config: ServerConfig, types: tuple[str, ...], d: Dialect)
         if t == "ngram-mod" and n_min is not None:
             out += [_need(d, "--spec-ngram-mod-n-min"), str(n_min)]
     return out
-
-
-def clean_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """A copy of ``environ`` without any ``LLAMA_ARG_*`` (or ``LLAMA_API_KEY``) variable.
-
-    The server reads these before the CLI and ``--spec-type`` appends to them
-    (common/arg.cpp), so an inherited ``LLAMA_ARG_SPEC_TYPE`` would silently add a type.
-    """
-    return {k: v for k, v in environ.items() if not k.startswith("LLAMA_ARG_") and k != "LLAMA_API_KEY"}

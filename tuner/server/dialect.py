@@ -299,7 +299,7 @@ def read_help_text(path: Path, timeout_s: float = 30.0) -> str:
     Raises:
         DialectError: the binary cannot be run, times out, or prints no options.
     """
-    from tuner.server import process
+    from tuner import process
 
     try:
         rc, out = process.run_capture([str(path), "--help"], timeout_s=timeout_s)

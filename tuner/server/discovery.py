@@ -101,7 +101,7 @@ def read_version(path: str | Path, timeout_s: float = 20.0) -> tuple[int | None,
 
     Cached per (path, size, mtime).
     """
-    from tuner.server import process
+    from tuner import process
 
     p = Path(path)
     try:

@@ -33,7 +33,7 @@ once. A hung child is killed (the whole tree) and handled like a crash: restarte
 
 The port is picked free by the supervisor unless the configuration names one; a "couldn't bind"
 on a picked port is retried on a new port. Stop = SIGTERM, wait, SIGKILL of the whole tree
-(:mod:`tuner.server.process`). After a crash while serving (``auto_restart``) the server is
+(:mod:`tuner.process`). After a crash while serving (``auto_restart``) the server is
 restarted with exponential backoff; after ``max_restarts`` crashes within ``restart_window_s``
 the supervisor falls back to the last other configuration that reached ready, if any, else fails.
 """
@@ -51,8 +51,9 @@ from pathlib import Path
 from typing import Callable
 
 from tuner import paths
-from tuner.server import process
-from tuner.server.argv import build_argv, clean_env
+from tuner import process
+from tuner.process import clean_env
+from tuner.server.argv import build_argv
 from tuner.server.client import ServerClient, ServerClientError, ServerHTTPError
 from tuner.server.config import ServerConfig
 from tuner.server.diagnosis import Diagnosis, diagnose, load_hang, speculation_reason

@@ -4,7 +4,7 @@
   rate (from counter deltas: Δaccepted ÷ Δdrafted, the formula of server-context.cpp's
   ``draft acceptance`` log line), requests in flight (decoding + queued).
 * :class:`ProcessSampler`: RSS and CPU of one process tree (the llama-server child) from a
-  ``(rss_bytes, cpu_seconds)`` reader; the default reader is :func:`tuner.server.process` /
+  ``(rss_bytes, cpu_seconds)`` reader; the default reader is :func:`tuner.process` /
   :mod:`tuner.hardware.host`'s psutil adapter when present.
 * :class:`VramSampler`: used device memory from a reader (NVML through ``tuner.hardware.nvml``).
 

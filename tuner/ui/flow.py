@@ -254,7 +254,7 @@ def server_samplers(info: ServingInfo, runner: ServerRunner):
         pid = runner.pid
         if pid is None:
             return None
-        from tuner.server.process import tree_usage
+        from tuner.process import tree_usage
 
         usage = tree_usage(pid)
         if usage is None:

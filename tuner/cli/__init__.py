@@ -1,9 +1,11 @@
 """The ``draftwise`` command: headless front end over the same core as the GUI.
 
-With no sub-command it starts the tray app (``tuner.app.main``). Each core package
-contributes its sub-commands through a ``command.py`` module exposing
-``register(subparsers) -> None``; each registered parser sets ``func`` to a callable
-``func(args) -> int`` (the exit status).
+With no sub-command it starts the tray app (``tuner.app.main``). The command-line glue lives in this
+package, above the core: one module per command group (``catalog``, ``hardware``, ``serve``, ``tune``,
+``packaging``), each exposing ``register(subparsers) -> None``; each registered parser sets ``func`` to a
+callable ``func(args) -> int`` (the exit status). Only this package and ``tuner.ui`` parse arguments or
+print to the terminal; the core packages below never import from here (import-linter contracts in
+``pyproject.toml``).
 """
 
 from __future__ import annotations
@@ -18,26 +20,26 @@ from tuner import __version__
 # Modules that contribute sub-commands, in help order. A module that is missing
 # (e.g. a package not built yet) is skipped so the rest of the CLI keeps working.
 COMMAND_MODULES = (
-    "tuner.catalog.command",     # scan, compat
-    "tuner.hardware.command",    # devices, plan
-    "tuner.server.command",      # serve, doctor
-    "tuner.calibration.command", # tune
-    "tuner.packaging_command",   # install-desktop-entry, autostart
+    "tuner.cli.catalog",    # scan, compat
+    "tuner.cli.hardware",   # devices, plan
+    "tuner.cli.serve",      # serve, doctor
+    "tuner.cli.tune",       # tune
+    "tuner.cli.packaging",  # install-desktop-entry, autostart
 )
 
 # Which module registers which sub-command. When the first argument names one of these,
 # only that module is imported: `draftwise scan` must not pay for httpx, psutil or the
 # calibration code at start-up (bench/scan_speed.py measures the whole command).
 COMMAND_OWNERS = {
-    "scan": "tuner.catalog.command",
-    "compat": "tuner.catalog.command",
-    "devices": "tuner.hardware.command",
-    "plan": "tuner.hardware.command",
-    "serve": "tuner.server.command",
-    "doctor": "tuner.server.command",
-    "tune": "tuner.calibration.command",
-    "install-desktop-entry": "tuner.packaging_command",
-    "autostart": "tuner.packaging_command",
+    "scan": "tuner.cli.catalog",
+    "compat": "tuner.cli.catalog",
+    "devices": "tuner.cli.hardware",
+    "plan": "tuner.cli.hardware",
+    "serve": "tuner.cli.serve",
+    "doctor": "tuner.cli.serve",
+    "tune": "tuner.cli.tune",
+    "install-desktop-entry": "tuner.cli.packaging",
+    "autostart": "tuner.cli.packaging",
 }
 
 

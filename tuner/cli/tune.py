@@ -25,9 +25,9 @@ import threading
 from pathlib import Path
 from typing import Any, TextIO
 
-from .prompts import PromptFileError
-from .workload import Sampling
-from .tune import DEFAULT_BUDGET_S, DEFAULT_N_PREDICT, TuneError, TuneEvent, TuneResult, tune
+from tuner.calibration.prompts import PromptFileError
+from tuner.calibration.workload import Sampling
+from tuner.calibration.tune import DEFAULT_BUDGET_S, DEFAULT_N_PREDICT, TuneError, TuneEvent, TuneResult, tune
 
 
 def register(subparsers: Any) -> None:
@@ -272,7 +272,7 @@ def _wait_for(worker: threading.Thread, cancel: threading.Event, signals: list[i
     ``TUNE_STOP_GRACE_S`` to stop, then kill them. Returns True when interrupted."""
     import time
 
-    from tuner.server import process
+    from tuner import process
 
     deadline = None
     try:

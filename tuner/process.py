@@ -319,8 +319,6 @@ def run_capture(argv: Sequence[str], timeout_s: float = 30.0, env: Mapping[str, 
         OSError: cannot execute. TimeoutError: still running after ``timeout_s`` (it is killed).
     """
     if env is None:
-        from tuner.server.argv import clean_env
-
         env = clean_env(os.environ)
     child = spawn(argv, env=env, tail_lines=100_000)
     rc = child.wait(timeout_s)
@@ -342,8 +340,6 @@ def run_output(argv: Sequence[str], timeout_s: float = 30.0,
         OSError: cannot execute. TimeoutError: still running after ``timeout_s`` (it is killed).
     """
     if env is None:
-        from tuner.server.argv import clean_env
-
         env = clean_env(os.environ)
     try:
         p = subprocess.run(list(argv), capture_output=True, text=True, errors="replace", timeout=timeout_s,
@@ -457,3 +453,12 @@ def _stop_all_children() -> None:
             child.stop(grace_s=3.0)
         except Exception:
             pass
+
+
+def clean_env(environ: Mapping[str, str]) -> dict[str, str]:
+    """A copy of ``environ`` without any ``LLAMA_ARG_*`` (or ``LLAMA_API_KEY``) variable.
+
+    The server reads these before the CLI and ``--spec-type`` appends to them
+    (common/arg.cpp), so an inherited ``LLAMA_ARG_SPEC_TYPE`` would silently add a type.
+    """
+    return {k: v for k, v in environ.items() if not k.startswith("LLAMA_ARG_") and k != "LLAMA_API_KEY"}
