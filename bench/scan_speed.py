@@ -7,8 +7,8 @@ one run times, side by side:
    against ``gguf.GGUFReader(path)`` (which decodes every token string);
 2. whole command: ``draftwise scan FILE --json --no-cache`` as a new process (interpreter start,
    CLI imports and all) against the in-process ``GGUFReader`` time;
-3. for reference, ``python -m tuner.catalog scan FILE --json --no-cache`` (the same handler without
-   the other packages' sub-commands) and a bare ``python -c pass`` start on this machine;
+3. for reference, ``python -m tuner scan FILE --json --no-cache`` (the same handler, started
+   without the console-script wrapper) and a bare ``python -c pass`` start on this machine;
 4. ``check_compatible`` between the file and a copy whose token 7 differs (token-text rule on
    raw bytes; no goal, printed for information).
 
@@ -79,7 +79,7 @@ def main(argv: list[str] | None = None) -> int:
             raise SystemExit(f"draftwise scan failed (rc {r.returncode}): {r.stderr[-2000:]}")
 
     cmd_times = _time(run_cmd, args.repeat)
-    cat_cmd = [sys.executable, "-m", "tuner.catalog", "scan", str(path), "--json", "--no-cache"]
+    cat_cmd = [sys.executable, "-m", "tuner", "scan", str(path), "--json", "--no-cache"]
     cat_times = _time(lambda: subprocess.run(cat_cmd, env=env, cwd=REPO, capture_output=True, check=True), args.repeat)
     bare_times = _time(lambda: subprocess.run([sys.executable, "-c", "pass"], check=True), args.repeat)
 
@@ -110,9 +110,9 @@ def main(argv: list[str] | None = None) -> int:
     print(f"'draftwise scan --json --no-cache'  median {command * 1000:9.1f} ms  (new process, {len(cmd_times)} runs)")
     cat = statistics.median(cat_times)
     bare = statistics.median(bare_times)
-    print(f"'python -m tuner.catalog scan ...'  median {cat * 1000:9.1f} ms  (new process, reference)")
+    print(f"'python -m tuner scan ...'           median {cat * 1000:9.1f} ms  (new process, reference)")
     print(f"'python -c pass'                    median {bare * 1000:9.1f} ms  (interpreter start, reference)")
-    print(f"catalog-only command ratio {reader / cat:8.1f}x   (reference)")
+    print(f"module-run command ratio   {reader / cat:8.1f}x   (reference)")
     print(f"check_compatible, token 7 differs   median {statistics.median(compat_times) * 1000:9.1f} ms")
     print(f"check_compatible, identical texts   median {statistics.median(same_times) * 1000:9.1f} ms  (byte comparison forced)")
     print(f"in-process ratio     {inproc_ratio:8.1f}x   (goal >= 100x)")

@@ -20,6 +20,8 @@ packages) and a test keeps the two in step.
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import hashlib
 import json
 import os
@@ -46,7 +48,7 @@ _CATEGORIES = "Development;"
 _KEYWORDS = "llama.cpp;llama-server;LLM;speculative decoding;draft model;GGUF;tray;"
 
 
-class DesktopInstallError(Exception):
+class DesktopInstallError(DraftwiseError):
     """Installing or removing a desktop file failed; ``path`` names the file or folder at fault."""
 
     def __init__(self, path: Path, reason: str) -> None:

@@ -11,6 +11,8 @@ tools/server/server-http.cpp checks it on every route except ``/health``).
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import dataclasses
 import os
 import re
@@ -37,7 +39,7 @@ DEFAULT_PORT = 8088
 DEFAULT_CACHE_RAM_MIB = 1024
 
 
-class SettingsError(ValueError):
+class SettingsError(DraftwiseError, ValueError):
     """A setting has a bad value. ``key`` names the setting, ``path`` the file it came from (or None)."""
 
     def __init__(self, key: str, reason: str, path: Path | None = None) -> None:

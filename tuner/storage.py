@@ -6,6 +6,8 @@ renamed over the target, so a crash leaves either the old or the new file, never
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import errno
 import json
 import os
@@ -35,7 +37,7 @@ def file_kind(mode: int) -> str:
     return "a special file"
 
 
-class NotRegularFileError(OSError):
+class NotRegularFileError(DraftwiseError, OSError):
     """A path the project would read is a FIFO, socket, device or folder, not a regular file.
     ``path`` names it, ``kind`` says what it is (:func:`file_kind`). Subclass of ``OSError``, so
     every ``except OSError`` that reports a file it cannot read reports this one too."""
@@ -103,7 +105,7 @@ def read_regular_bytes(path: Path | str, limit_bytes: int | None = None) -> byte
         return fh.read()
 
 
-class CorruptFileError(ValueError):
+class CorruptFileError(DraftwiseError, ValueError):
     """A JSON file exists but cannot be parsed. ``path`` names it, ``moved_to`` is where it was kept aside."""
 
     def __init__(self, path: Path, reason: str, moved_to: Path | None = None) -> None:

@@ -27,6 +27,8 @@ supervisor (``tuner.calibration.engine``) or by a test double.
 
 from __future__ import annotations
 
+from tuner.errors import Cancelled, DraftwiseError
+
 import threading
 import time
 from dataclasses import dataclass
@@ -41,11 +43,9 @@ from .workload import GREEDY, Sampling, Workload, chat_messages, fit_long_prompt
 WARMUP_PROMPT = "Warm-up request, not measured. Once upon a time"
 
 
-class Cancelled(Exception):
-    """The cancel event was set; the server of the current candidate has been stopped."""
 
 
-class LaunchError(RuntimeError):
+class LaunchError(DraftwiseError, RuntimeError):
     """A candidate's server could not start. ``evidence`` holds the server's last log lines."""
 
     def __init__(self, message: str, evidence: Sequence[str] = ()) -> None:
@@ -172,7 +172,7 @@ def send_request(
     return (resp.get("timings") or {}), (content if isinstance(content, str) else None)
 
 
-class RequestError(RuntimeError):
+class RequestError(DraftwiseError, RuntimeError):
     """One measured request failed (HTTP error, or no ``timings.predicted_per_second``)."""
 
 

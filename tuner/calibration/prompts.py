@@ -17,6 +17,8 @@ Errors raise :class:`PromptFileError`, which names the file and the 1-based line
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import hashlib
 import json
 from dataclasses import dataclass
@@ -33,7 +35,7 @@ MAX_PROMPT_FILE_BYTES = 64 << 20
 MAX_PROMPTS_PER_SWEEP = 200
 
 
-class PromptFileError(ValueError):
+class PromptFileError(DraftwiseError, ValueError):
     """A prompt file cannot be used. ``path`` and ``line`` (1-based, or ``None``) say where."""
 
     def __init__(self, path: Path | str, line: int | None, reason: str) -> None:

@@ -39,6 +39,8 @@ is unknown (``None``) until the first warm-up has been timed.
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import math
 import threading
 import time
@@ -134,7 +136,7 @@ Emit = Callable[..., None]
 """``emit(kind, message, candidate=None, measurement=None, detail=None)``."""
 
 
-class BaselineFailed(RuntimeError):
+class BaselineFailed(DraftwiseError, RuntimeError):
     """The target alone could not be measured; ``measurement.error`` says why."""
 
     def __init__(self, measurement: Measurement) -> None:

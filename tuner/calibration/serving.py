@@ -5,6 +5,8 @@
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import os
 from pathlib import Path
 
@@ -14,7 +16,7 @@ from tuner.server.config import ServerConfig
 from .candidates import Candidate
 
 
-class NoProfileError(LookupError):
+class NoProfileError(DraftwiseError, LookupError):
     """No usable profile for the requested target; the message says which command to run."""
 
 

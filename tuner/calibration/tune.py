@@ -16,6 +16,8 @@ process tree) and returns a :class:`TuneResult` with ``cancelled=True``; no chil
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -36,7 +38,7 @@ DEFAULT_N_PREDICT = 256
 budget planning shortens it for slow models)."""
 
 
-class TuneError(RuntimeError):
+class TuneError(DraftwiseError, RuntimeError):
     """Tuning cannot start or cannot finish: no models, unknown target, no server, baseline failed.
 
     The message is for the user (names the folder, file or flag); ``evidence`` holds log lines or

@@ -10,13 +10,15 @@ the standard library). The writer (``gguf.GGUFWriter``) is used only by tests an
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import importlib.util
 import sys
 from functools import lru_cache
 from types import ModuleType
 
 
-class GGUFPackageError(RuntimeError):
+class GGUFPackageError(DraftwiseError, RuntimeError):
     """The ``gguf`` package is missing or lacks an expected constant (names the constant)."""
 
 

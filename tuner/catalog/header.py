@@ -15,6 +15,8 @@ llama.cpp does. Files are little-endian; a big-endian GGUF is refused on a littl
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import os
 import struct
 import sys
@@ -75,7 +77,7 @@ MAX_STRING_ARRAY_COUNT = 1 << 22
 MAX_REGION_BYTES = 64 << 20
 
 
-class GGUFError(Exception):
+class GGUFError(DraftwiseError):
     """A file cannot be read as GGUF. ``path`` names the file, ``reason`` says why (plain words)."""
 
     def __init__(self, path: Path | str, reason: str) -> None:

@@ -18,6 +18,8 @@ workload were keys, are still read and are stale: their ``n_ctx`` comes from ``s
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
@@ -27,7 +29,7 @@ READABLE_SCHEMA_VERSIONS = (1, 2)
 """Versions :meth:`Profile.from_json` reads (1: no ``n_ctx`` / ``workload`` keys, so always stale)."""
 
 
-class ProfileError(ValueError):
+class ProfileError(DraftwiseError, ValueError):
     """A profile file exists but cannot be used (wrong schema, missing key). Names the file and key."""
 
     def __init__(self, path: Path | str, reason: str, moved_to: Path | None = None) -> None:

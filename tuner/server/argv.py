@@ -13,6 +13,8 @@ Rules (docs in /work/shared/reference/llama-server.md §1, §8):
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 from pathlib import Path
 from typing import Mapping
 
@@ -28,7 +30,7 @@ _NGRAM_N_MAX_FLAG = {
 }
 
 
-class UnsupportedConfigError(ValueError):
+class UnsupportedConfigError(DraftwiseError, ValueError):
     """The configuration needs a flag or speculation type this binary does not have.
 
     ``flag`` names the missing flag or ``--spec-type`` value; the message says which binary

@@ -9,6 +9,8 @@ Proxy variables are ignored (``trust_env=False``): the server is local.
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import json
 import threading
 from dataclasses import dataclass
@@ -17,7 +19,7 @@ from typing import Any, Iterator
 import httpx
 
 
-class ServerClientError(RuntimeError):
+class ServerClientError(DraftwiseError, RuntimeError):
     """Base of client errors; ``url`` names the request."""
 
     def __init__(self, url: str, message: str) -> None:

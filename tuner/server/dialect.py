@@ -11,6 +11,8 @@ the binary once per (path, size, mtime) and caches the text on disk.
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import hashlib
 import json
 import re
@@ -354,5 +356,5 @@ def probe_dialect(path: str | Path, use_cache: bool = True) -> Dialect:
     return dialect
 
 
-class DialectError(RuntimeError):
+class DialectError(DraftwiseError, RuntimeError):
     """The flag dialect of a binary could not be determined (message names the binary)."""

