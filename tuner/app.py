@@ -69,8 +69,10 @@ def main(argv: list[str] | None = None) -> int:
     if why is not None:
         print(NO_DISPLAY_HINT.format(why=why), file=sys.stderr)
         return 2
+    from tuner.logs import setup_logging
     from tuner.ui.app import main as ui_main
 
+    setup_logging()
     return ui_main(argv)
 
 

@@ -20,8 +20,6 @@ packages) and a test keeps the two in step.
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import hashlib
 import json
 import os
@@ -31,6 +29,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner import paths
+from tuner.errors import DraftwiseError
 from tuner.resources import resource_path
 from tuner.storage import atomic_write_bytes, atomic_write_json
 

@@ -230,14 +230,33 @@ class ChildProcess:
         except (ProcessLookupError, PermissionError):
             pass
 
+    def signal_group(self, sig: int) -> None:
+        """Send ``sig`` to the child's whole process group (on POSIX the child leads its own session, so
+        the group is the child and everything it started that did not leave it, e.g. the real server
+        under a wrapper script), then to the child itself; no error if it is gone."""
+        if os.name == "posix":
+            try:
+                os.killpg(self.pid, sig)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
+        self.signal(sig)
+
     def stop(self, grace_s: float = 10.0) -> int | None:
-        """Graceful stop: SIGTERM, wait ``grace_s``, then SIGKILL the whole tree. The exit status."""
+        """Graceful stop: SIGTERM to the child's process group (a wrapper script's children too), wait
+        ``grace_s`` for the child, then SIGKILL the whole tree (descendants and group). The exit status."""
         if self.is_alive():
-            self.signal(signal.SIGTERM if hasattr(signal, "SIGTERM") else signal.SIGINT)
+            self.signal_group(signal.SIGTERM if hasattr(signal, "SIGTERM") else signal.SIGINT)
             rc = self.wait(grace_s)
             if rc is None:
                 kill_tree(self.pid)
         rc = self.wait(10.0)
+        if os.name == "posix":
+            # members of the child's group that outlived it (ignored SIGTERM): the group id cannot be
+            # reused while any member lives, so this reaches only them
+            try:
+                os.killpg(self.pid, signal.SIGKILL)
+            except (ProcessLookupError, PermissionError, OSError):
+                pass
         _live.discard(self)
         return rc
 

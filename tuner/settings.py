@@ -11,8 +11,6 @@ tools/server/server-http.cpp checks it on every route except ``/health``).
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import dataclasses
 import os
 import re
@@ -22,12 +20,16 @@ from pathlib import Path
 from typing import Any
 
 from tuner import paths, storage
+from tuner.errors import DraftwiseError
 
 SETTINGS_FILE = "settings.json"
 API_KEY_FILE = "api_key"
 SCHEMA_VERSION = 1
 
 #: Bounds for the tuning budget (seconds) and the port.
+DEFAULT_TUNE_BUDGET_S = 300
+"""The one default time budget of a sweep, whole seconds (the app's Settings, ``draftwise tune --budget``,
+``tuner.calibration.request.DEFAULT_BUDGET_S``): see that constant for why 300 s."""
 TUNE_BUDGET_MIN_S = 30
 TUNE_BUDGET_MAX_S = 24 * 3600
 DEFAULT_PORT = 8088
@@ -82,7 +84,7 @@ class Settings:
 
     models_dir: Path | None = None
     server_binary: Path | None = None
-    tune_budget_s: int = 300
+    tune_budget_s: int = DEFAULT_TUNE_BUDGET_S
     port: int = DEFAULT_PORT
     expose_on_lan: bool = False
     start_at_login: bool = False

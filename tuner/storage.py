@@ -6,8 +6,6 @@ renamed over the target, so a crash leaves either the old or the new file, never
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import errno
 import json
 import os
@@ -17,6 +15,7 @@ import time
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from tuner.errors import DraftwiseError
 
 _SPECIAL_KINDS = (
     (stat.S_ISDIR, "a folder"),

@@ -282,7 +282,7 @@ def test_the_sweep_measures_a_bounded_number_of_prompts(tmp_path: Path) -> None:
             raise Stop
 
     with pytest.raises(Stop):  # stopped at the note, before anything is scanned or launched
-        tune(models_dir=tmp_path, prompts=f, budget_s=30, on_event=on_event)
+        tune(tmp_path, prompts=f, budget_s=30, on_event=on_event)
     assert "20,000 prompts" in events[-1].message and f"at most {MAX_PROMPTS_PER_SWEEP}" in events[-1].message
     chosen = select_prompts(ps, MAX_PROMPTS_PER_SWEEP)
     assert len(chosen) == MAX_PROMPTS_PER_SWEEP and {p.category for _, p in chosen} == {"a", "b", "c"}
@@ -320,7 +320,8 @@ def test_minor_command_line_items(tmp_path: Path, stories260k: Path, llama_serve
 
 def test_state_folders_and_files_are_owner_only(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Issue 16 item 11: state folders were 0755 (also when an older version made them)."""
-    from tuner import paths, settings as S
+    from tuner import paths
+    from tuner import settings as S
     from tuner.storage import atomic_write_json
 
     monkeypatch.setenv("DRAFTWISE_HOME", str(tmp_path / "home"))

@@ -8,19 +8,42 @@ import hashlib
 import threading
 import time
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
-from tuner.profiles import ModelFileKey, Profile, ProfileError, ProfileStore, StalenessKeys
+from tuner.profiles import (
+    ModelFileKey,
+    Profile,
+    ProfileError,
+    ProfileStore,
+    StalenessKeys,
+)
 
-from .candidates import Candidate, CandidatePlan, DraftOption, HeadOption, apply_memory_check, plan_candidates
+from .candidates import (
+    Candidate,
+    CandidatePlan,
+    DraftOption,
+    HeadOption,
+    apply_memory_check,
+    plan_candidates,
+)
 from .decide import Decision, decide
 from .measure import Cancelled, Launch, LaunchError, LaunchFn
-from .prompts import MAX_PROMPTS_PER_SWEEP, Prompt, PromptSet, default_prompts, load_prompts
 from .pairing import MIN_PAIRS
+from .prompts import (
+    MAX_PROMPTS_PER_SWEEP,
+    Prompt,
+    PromptSet,
+    default_prompts,
+    load_prompts,
+)
+from .request import EventCallback, TuneError, TuneEvent, TuneRequest, TuneResult
 from .search import BaselineFailed, Search, SearchSettings
 from .serving import candidate_config, config_to_json
-from .tune import EventCallback, TuneError, TuneEvent, TuneResult
 from .workload import Sampling, Workload, long_context_prompts
+
+if TYPE_CHECKING:
+    from tuner.catalog.folder import ScanResult
+    from tuner.server.discovery import ServerBinary
 
 DEFAULT_SET_PROMPTS = 5
 """Prompts used from the built-in set (one per category) unless ``max_prompts`` says otherwise."""
@@ -76,28 +99,28 @@ class _Emitter:
         self.on_event(TuneEvent(kind=kind, message=message, detail=detail, **kw))
 
 
-def _choose_target(models_dir: Path, target: str | None) -> tuple[Any, Any, list]:
-    """(target ModelFile, TargetEntry or None, all models)."""
-    from tuner.catalog.families import group_families
-    from tuner.catalog.scan import scan_folder
+def _choose_target(models_dir: Path, target: str | None, scanned: ScanResult | None = None) -> tuple[Any, Any, list]:
+    """(target ModelFile, TargetEntry or None, all models); ``scanned`` = the caller's scan of this folder."""
+    from tuner.catalog.folder import default_target, scan_models
 
     if models_dir.is_file():
         raise TuneError(f"--models {models_dir}: is a file; give the folder that holds it (and --target "
                         f"{models_dir.name})", bad_input=True)
     if not models_dir.is_dir():
         raise TuneError(f"--models {models_dir}: no such folder", bad_input=True)
-    models = scan_folder(models_dir)
+    if scanned is None or Path(scanned.folder).resolve() != models_dir:
+        scanned = scan_models(models_dir)
+    models = list(scanned.models)
     llms = [m for m in models if m.kind == "llm"]
     if not llms:
         broken = [f"{m.path.name} ({m.kind}{': ' + m.error if m.error else ''})" for m in models]
         raise TuneError(f"--models {models_dir}: no LLM GGUF file in this folder"
                         + (f"; found: {', '.join(broken)}" if broken else ""), bad_input=True)
-    families = group_families(models)
-    entries = {str(Path(e.target.path).resolve()): e for f in families for e in f.targets}
+    entries = {str(Path(e.target.path).resolve()): e for f in scanned.families for e in f.targets}
+    chosen = None
     if target is not None:
         tp = Path(target)
         want = tp.resolve() if tp.exists() else None
-        chosen = None
         for m in llms:
             p = Path(m.path)
             if (want is not None and p.resolve() == want) or target in (p.name, p.stem):
@@ -110,9 +133,8 @@ def _choose_target(models_dir: Path, target: str | None) -> tuple[Any, Any, list
                 bad_input=True,
             )
     else:
-        with_drafts = [m for m in llms if (e := entries.get(str(Path(m.path).resolve()))) and (e.drafts or e.heads)]
-        pool = with_drafts or llms
-        chosen = max(pool, key=lambda m: (m.size_bytes or 0, str(m.path)))
+        chosen = default_target(models, scanned.families)
+    assert chosen is not None  # there is at least one LLM
     return chosen, entries.get(str(Path(chosen.path).resolve())), models
 
 
@@ -247,31 +269,34 @@ def _supervisor_launch_fn(
 
 
 def run_tune(
-    models_dir: Path,
-    target: str | None,
-    prompts: str | Path | PromptSet | None,
-    budget_s: float,
-    force: bool,
+    request: TuneRequest,
     on_event: EventCallback | None,
     cancel: threading.Event,
-    server: str | Path | None,
     store: ProfileStore,
-    n_predict: int,
-    repetitions: int,
-    n_ctx: int | None,
-    threads: int | None,
-    max_prompts: int | None,
     launch_fn: LaunchFn | None = None,
     settings: SearchSettings | None = None,
-    sampling: Sampling | None = None,
-    long_context: bool = True,
-    chat: bool | None = None,
+    scanned: ScanResult | None = None,
+    binary: ServerBinary | None = None,
 ) -> TuneResult:
     """See :func:`tuner.calibration.tune.tune`. ``launch_fn`` / ``settings`` replace the supervisor
-    and the search settings (tests); ``chat`` forces the request shape (``None`` = from the GGUF)."""
+    and the search settings (tests); ``scanned`` / ``binary``: the caller's scan and server, used
+    instead of scanning and discovering again."""
+    target = request.target
+    prompts = request.prompts
+    budget_s = request.budget_s
+    force = request.force
+    server = request.server
+    n_predict = request.n_predict
+    repetitions = request.repetitions
+    n_ctx = request.n_ctx
+    threads = request.threads
+    max_prompts = request.max_prompts
+    sampling = request.sampling
+    long_context = request.long_context
+    chat = request.chat
     emit = _Emitter(on_event)
     t0 = time.monotonic()
-    models_dir = Path(models_dir).resolve()
+    models_dir = Path(request.models_dir).resolve()
 
     # Prompts first: a bad file is the user's quickest fix.
     if isinstance(prompts, PromptSet):
@@ -288,7 +313,7 @@ def run_tune(
         max_prompts = MAX_PROMPTS_PER_SWEEP
     chosen_prompts = select_prompts(ps, max_prompts)
 
-    target_model, entry, _models = _choose_target(models_dir, target)
+    target_model, entry, _models = _choose_target(models_dir, target, scanned)
     target_path = Path(target_model.path).resolve()
     from tuner.ctxsize import resolve_ctx_size
 
@@ -317,10 +342,16 @@ def run_tune(
     heads = _head_options(entry, target_path, emit)
 
     # Server and hardware.
-    from tuner.server.dialect import probe_dialect
-    from tuner.server.discovery import ServerNotFoundError, find_named_server, find_server
+    from tuner.server.dialect import DialectError, probe_dialect
+    from tuner.server.discovery import (
+        ServerNotFoundError,
+        find_named_server,
+        find_server,
+    )
 
-    if server is not None:
+    if binary is not None:
+        pass  # the caller's binary (the app: one binary for the sweep and for serving)
+    elif server is not None:
         # A path the user named is that binary or an error, never a silent fallback to another build.
         try:
             binary = find_named_server(server, flag="--server")
@@ -331,7 +362,10 @@ def run_tune(
             binary = find_server(None)
         except ServerNotFoundError as exc:
             raise TuneError(str(exc)) from exc
-    dialect = probe_dialect(binary.path)
+    try:
+        dialect = probe_dialect(binary.path)
+    except DialectError as exc:  # a broken binary, or one that is not llama-server: a TuneError, not a traceback
+        raise TuneError(str(exc), evidence=getattr(exc, "evidence", ()), bad_input=server is not None) from exc
     try:
         from tuner.hardware import detect_devices
 
@@ -365,7 +399,7 @@ def run_tune(
         if not reasons and not force:
             emit("reused", f"using the saved profile for {target_path.name} (still fresh; --force re-tunes)",
                  detail={"profile_path": str(store.path_for(target_path))})
-            return TuneResult(target_path=target_path, decision=_decision_from_profile(saved), profile=saved,
+            return TuneResult(target_path=target_path, request=request, decision=_decision_from_profile(saved), profile=saved,
                               profile_path=store.path_for(target_path), reused=True,
                               elapsed_s=time.monotonic() - t0)
         if reasons:
@@ -410,7 +444,10 @@ def run_tune(
     if launch_fn is None:
         from tuner.server.supervisor import Supervisor
 
-        sup_base, sup_cand = Supervisor(binary, dialect), Supervisor(binary, dialect)
+        try:
+            sup_base, sup_cand = Supervisor(binary, dialect), Supervisor(binary, dialect)
+        except DialectError as exc:
+            raise TuneError(str(exc), bad_input=server is not None) from exc
         sups = [sup_base, sup_cand]
         base_fn = _supervisor_launch_fn(sup_base, target_path, n_ctx, threads, emit, None, workload)
         cand_fn = _supervisor_launch_fn(sup_cand, target_path, n_ctx, threads, emit, None, workload)
@@ -437,7 +474,7 @@ def run_tune(
         measurements = search.run()
     except Cancelled:
         emit("cancelled", "tuning cancelled; nothing was saved")
-        return TuneResult(target_path=target_path, decision=None, measurements=tuple(search.measurements),
+        return TuneResult(target_path=target_path, request=request, decision=None, measurements=tuple(search.measurements),
                           cancelled=True, dropped=plan.dropped, elapsed_s=time.monotonic() - t0)
     except BaselineFailed as exc:
         raise TuneError(
@@ -473,9 +510,9 @@ def run_tune(
 
     winner_cfg = candidate_config(decision.winner, target_path, n_ctx=n_ctx, threads=threads)
     try:
-        from tuner.server.argv import build_argv
+        from tuner.server.argv import tuned_argv
 
-        argv = tuple(build_argv(binary.path, winner_cfg.with_port(8080), dialect))
+        argv = tuple(tuned_argv(binary.path, winner_cfg, dialect))  # where to listen is the server's setting
     except Exception as exc:  # noqa: BLE001
         argv = ()
         emit("error", f"could not build the winner's argv: {exc}")
@@ -491,6 +528,7 @@ def run_tune(
     path = store.save(profile)
     emit("saved", f"profile saved to {path}", detail={"profile_path": str(path)})
     return TuneResult(
+        request=request,
         target_path=target_path,
         decision=decision,
         measurements=tuple(measurements),

@@ -27,18 +27,25 @@ supervisor (``tuner.calibration.engine``) or by a test double.
 
 from __future__ import annotations
 
-from tuner.errors import Cancelled, DraftwiseError
-
 import threading
 import time
 from dataclasses import dataclass
 from typing import Callable, Mapping, Protocol, Sequence
 
+from tuner.errors import Cancelled, DraftwiseError
+
 from .candidates import Candidate
 from .predict import PerPositionCounts, parse_spec_metrics
 from .prompts import Prompt
 from .results import Divergence, Measurement, Sample
-from .workload import GREEDY, Sampling, Workload, chat_messages, fit_long_prompt, request_seed
+from .workload import (
+    GREEDY,
+    Sampling,
+    Workload,
+    chat_messages,
+    fit_long_prompt,
+    request_seed,
+)
 
 WARMUP_PROMPT = "Warm-up request, not measured. Once upon a time"
 

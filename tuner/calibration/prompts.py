@@ -17,13 +17,12 @@ Errors raise :class:`PromptFileError`, which names the file and the 1-based line
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import hashlib
 import json
 from dataclasses import dataclass
 from pathlib import Path
 
+from tuner.errors import DraftwiseError
 from tuner.resources import resource_path
 
 DEFAULT_PROMPTS = ("prompts", "default.jsonl")

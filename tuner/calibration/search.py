@@ -39,13 +39,13 @@ is unknown (``None``) until the first warm-up has been timed.
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import math
 import threading
 import time
 from dataclasses import dataclass, replace
 from typing import Callable, Sequence
+
+from tuner.errors import DraftwiseError
 
 from .candidates import DRAFT_LENGTHS, Candidate, CandidatePlan
 from .decide import MIN_GAIN
@@ -62,11 +62,19 @@ from .measure import (
     measure_request,
     needs_fresh_launch_per_repetition,
 )
-from .pairing import ALPHA, MAX_PAIRS, MIN_PAIRS, adjacent_pairs, compare, pooled_tokens_per_s, sequential_test
-from .results import Divergence
+from .pairing import (
+    ALPHA,
+    MAX_PAIRS,
+    MIN_PAIRS,
+    adjacent_pairs,
+    compare,
+    pooled_tokens_per_s,
+    sequential_test,
+)
 from .predict import CostModel, fit_cost_model, predict_curve
 from .prompts import Prompt
-from .results import Measurement, Sample
+from .request import DEFAULT_BUDGET_S
+from .results import Divergence, Measurement, Sample
 
 
 @dataclass(frozen=True)
@@ -115,7 +123,7 @@ class SearchSettings:
     probe_repetitions: int = 1
     max_pairs: int = MAX_PAIRS
     alpha: float = ALPHA
-    budget_s: float = 180.0
+    budget_s: float = DEFAULT_BUDGET_S
     plan: bool = True
     min_n_predict: int = 32
     min_prompts: int = 2

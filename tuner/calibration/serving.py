@@ -5,11 +5,10 @@
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import os
 from pathlib import Path
 
+from tuner.errors import DraftwiseError
 from tuner.profiles import Profile, ProfileError, ProfileStore
 from tuner.server.config import ServerConfig
 

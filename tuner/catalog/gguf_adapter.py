@@ -10,12 +10,12 @@ the standard library). The writer (``gguf.GGUFWriter``) is used only by tests an
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import importlib.util
 import sys
 from functools import lru_cache
 from types import ModuleType
+
+from tuner.errors import DraftwiseError
 
 
 class GGUFPackageError(DraftwiseError, RuntimeError):

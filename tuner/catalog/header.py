@@ -15,8 +15,6 @@ llama.cpp does. Files are little-endian; a big-endian GGUF is refused on a littl
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import os
 import struct
 import sys
@@ -26,6 +24,7 @@ from typing import Iterator
 
 from tuner import storage
 from tuner.catalog import gguf_adapter
+from tuner.errors import DraftwiseError
 
 GGUF_MAGIC = b"GGUF"
 DEFAULT_ALIGNMENT = 32  # GGUF_DEFAULT_ALIGNMENT, ggml/src/gguf.cpp

@@ -12,10 +12,13 @@ from __future__ import annotations
 
 import argparse
 import importlib
+import logging
 import os
 import sys
+import traceback
 
 from tuner import __version__
+from tuner.errors import DraftwiseError
 
 # Modules that contribute sub-commands, in help order. A module that is missing
 # (e.g. a package not built yet) is skipped so the rest of the CLI keeps working.
@@ -56,6 +59,8 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         "Run without a command to start the tray app.",
     )
     parser.add_argument("--version", action="version", version=f"draftwise {__version__}")
+    parser.add_argument("--verbose", action="store_true",
+                        help="debug lines on stderr and in the log file (accepted anywhere on the line)")
     sub = parser.add_subparsers(dest="command", metavar="COMMAND")
     modules = (COMMAND_OWNERS[only],) if only in COMMAND_OWNERS else COMMAND_MODULES
     for name in modules:
@@ -81,14 +86,28 @@ def main(argv: list[str] | None = None) -> int:
                 stream.reconfigure(errors="backslashreplace")
             except (ValueError, OSError):
                 pass
+    verbose = "--verbose" in argv
+    argv = [a for a in argv if a != "--verbose"]  # a global flag, accepted after the sub-command too
     parser = build_parser(only=argv[0] if argv else None)
     args = parser.parse_args(argv)
+    from tuner.logs import setup_logging
+
+    log_file = setup_logging(verbose=verbose)
+    log = logging.getLogger("tuner.cli")
+    log.info("draftwise %s %s", __version__, " ".join(argv[:1]))
     if not getattr(args, "command", None):
         from tuner import app
 
         return app.main([])
     try:
         return int(args.func(args) or 0)
+    except DraftwiseError as exc:
+        # an expected failure (a bad file, flag or binary): one line naming it, no traceback
+        log.info("%s failed: %s", args.command, exc, exc_info=True)
+        sys.stderr.write(f"draftwise {args.command}: {exc}\n")
+        for line in tuple(getattr(exc, "evidence", ()))[-10:]:
+            sys.stderr.write(f"    {line}\n")
+        return 2 if getattr(exc, "bad_input", False) else 1
     except BrokenPipeError:
         # The reader went away (e.g. `draftwise scan DIR | head`): not an error of ours.
         devnull = os.open(os.devnull, os.O_WRONLY)
@@ -96,6 +115,12 @@ def main(argv: list[str] | None = None) -> int:
         return 141
     except KeyboardInterrupt:
         return 130
+    except Exception:
+        # a bug of ours: the traceback, and where the log (which has it too) is for a bug report
+        log.exception("%s crashed", args.command)
+        traceback.print_exc()
+        sys.stderr.write(f"draftwise {args.command}: this is a bug; the log is {log_file}\n")
+        return 1
 
 
 if __name__ == "__main__":  # pragma: no cover

@@ -5,7 +5,8 @@
 Progress goes to stderr (a one-line progress bar on a terminal, plain lines otherwise), the final
 table to stdout; with ``--json`` stdout is exactly one JSON object::
 
-    {"decision": {"spec_type", "draft", "n_max", "argv", "gen_tokens_per_s",
+    {"decision": {"spec_type", "draft", "n_max", "argv" (the tuned flags; no --host/--port: where to
+                  listen is serve's setting), "gen_tokens_per_s",
                   "baseline_gen_tokens_per_s", "speedup", "reason"},
      "measurements": [{"candidate": {...}, "gen_tokens_per_s", "acceptance",
                        "speculative_active", "lossless"}],
@@ -26,8 +27,17 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from tuner.calibration.prompts import PromptFileError
+from tuner.calibration.request import (
+    DEFAULT_BUDGET_S,
+    DEFAULT_N_PREDICT,
+    DEFAULT_REPETITIONS,
+    TuneError,
+    TuneEvent,
+    TuneRequest,
+    TuneResult,
+)
+from tuner.calibration.tune import tune
 from tuner.calibration.workload import Sampling
-from tuner.calibration.tune import DEFAULT_BUDGET_S, DEFAULT_N_PREDICT, TuneError, TuneEvent, TuneResult, tune
 
 
 def register(subparsers: Any) -> None:
@@ -51,7 +61,8 @@ def register(subparsers: Any) -> None:
     p.add_argument("--server", metavar="PATH", help="llama-server binary (default: discovered)")
     p.add_argument("--n-predict", type=int, default=DEFAULT_N_PREDICT, metavar="N",
                    help=f"tokens per request (default {DEFAULT_N_PREDICT})")
-    p.add_argument("--repetitions", type=int, default=3, metavar="N", help="repetitions of finalists (default 3)")
+    p.add_argument("--repetitions", type=int, default=DEFAULT_REPETITIONS, metavar="N",
+                   help=f"repetitions of finalists (default {DEFAULT_REPETITIONS})")
     p.add_argument("--max-prompts", type=int, default=None, metavar="N",
                    help="use at most N prompts of the set (default: all of a file, 5 of the built-in set)")
     add_ctx_size_flag(p, "context size of every launch and of the saved profile")
@@ -295,16 +306,37 @@ def _wait_for(worker: threading.Thread, cancel: threading.Event, signals: list[i
 
 
 def _one_line_error(exc: BaseException) -> str | None:
-    """A one-line message for an expected failure (a binary that is not llama-server, a missing
-    binary, an unreadable file), or None for a bug (re-raised with its traceback)."""
-    from tuner.catalog.header import GGUFError
-    from tuner.server.dialect import DialectError
-    from tuner.server.discovery import ServerNotFoundError
-    from tuner.settings import SettingsError
+    """A one-line message for an expected failure (any project error, e.g. a binary that is not
+    llama-server, a missing binary, an unreadable file), or None for a bug (re-raised with its traceback)."""
+    from tuner.errors import DraftwiseError
 
-    if isinstance(exc, (DialectError, ServerNotFoundError, GGUFError, SettingsError, OSError)):
+    if isinstance(exc, (DraftwiseError, OSError)):
         return str(exc)
     return None
+
+
+def request_from_args(args: argparse.Namespace) -> TuneRequest:
+    """The command line's :class:`TuneRequest` (the same constructor as the app's
+    ``tuner.calibration.request.request_from_settings``).
+
+    Raises:
+        TuneError: a value the request refuses (names the field).
+    """
+    return TuneRequest.create(
+        Path(args.models),
+        target=args.target,
+        prompts=args.prompts,
+        budget_s=args.budget,
+        force=args.force,
+        server=args.server,
+        n_predict=args.n_predict,
+        repetitions=args.repetitions,
+        n_ctx=args.n_ctx,
+        threads=args.threads,
+        max_prompts=args.max_prompts,
+        sampling=Sampling.from_settings(args),
+        long_context=args.long_context,
+    )
 
 
 def run(args: argparse.Namespace) -> int:
@@ -313,29 +345,18 @@ def run(args: argparse.Namespace) -> int:
     if bad is not None:
         sys.stderr.write(f"draftwise tune: {bad}\n")
         return 2
+    try:
+        request = request_from_args(args)
+    except TuneError as exc:
+        sys.stderr.write(f"draftwise tune: {exc}\n")
+        return 2
     progress = _Progress(sys.stderr)
     cancel = threading.Event()
     box: dict[str, Any] = {}
 
     def work() -> None:
         try:
-            box["result"] = tune(
-                models_dir=Path(args.models),
-                target=args.target,
-                prompts=args.prompts,
-                budget_s=args.budget,
-                force=args.force,
-                on_event=progress,
-                cancel=cancel,
-                server=args.server,
-                n_predict=args.n_predict,
-                repetitions=args.repetitions,
-                n_ctx=args.n_ctx,
-                threads=args.threads,
-                max_prompts=args.max_prompts,
-                sampling=Sampling.from_settings(args),
-                long_context=args.long_context,
-            )
+            box["result"] = tune(request, on_event=progress, cancel=cancel)
         except BaseException as exc:  # noqa: BLE001 - reported on the main thread
             box["error"] = exc
 

@@ -18,11 +18,11 @@ workload were keys, are still read and are stale: their ``n_ctx`` comes from ``s
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 from dataclasses import dataclass, field, fields
 from pathlib import Path
 from typing import Any
+
+from tuner.errors import DraftwiseError
 
 SCHEMA_VERSION = 2
 READABLE_SCHEMA_VERSIONS = (1, 2)

@@ -13,11 +13,9 @@ Rules (docs in /work/shared/reference/llama-server.md §1, §8):
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 from pathlib import Path
-from typing import Mapping
 
+from tuner.errors import DraftwiseError
 from tuner.server.config import DRAFT_MODEL_TYPES, NGRAM_TYPES, ServerConfig
 from tuner.server.dialect import Dialect
 
@@ -274,3 +272,17 @@ def _ngram_length_args(config: ServerConfig, types: tuple[str, ...], d: Dialect)
         if t == "ngram-mod" and n_min is not None:
             out += [_need(d, "--spec-ngram-mod-n-min"), str(n_min)]
     return out
+
+
+def tuned_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect) -> list[str]:
+    """The tuned part of :func:`build_argv`'s argv: the same list without where to listen (``--host H
+    --port P``), which a profile does not decide — ``draftwise serve`` and the app add the served host,
+    port, API key and alias from their own settings. For profiles and ``tune --json``.
+
+    Raises:
+        UnsupportedConfigError: as :func:`build_argv`.
+    """
+    argv = build_argv(binary_path, config if config.port is not None else config.with_port(0), dialect)
+    # build_argv puts host and port right after the model, as two flag/value pairs
+    i = argv.index(config.host, 3) - 1
+    return argv[:i] + argv[i + 4:]

@@ -9,14 +9,14 @@ Proxy variables are ignored (``trust_env=False``): the server is local.
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import json
 import threading
 from dataclasses import dataclass
 from typing import Any, Iterator
 
 import httpx
+
+from tuner.errors import DraftwiseError
 
 
 class ServerClientError(DraftwiseError, RuntimeError):

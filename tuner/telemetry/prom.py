@@ -9,11 +9,11 @@ speculative counters are folded in when a slot is released, i.e. at request end
 
 from __future__ import annotations
 
-from tuner.errors import DraftwiseError
-
 from dataclasses import dataclass
 
 from prometheus_client.parser import text_string_to_metric_families
+
+from tuner.errors import DraftwiseError
 
 PREFIX = "llamacpp:"
 

@@ -1,32 +1,27 @@
 """The GUI's calls into the core, in one place (plain Python, no Qt; runs inside workers).
 
-Nothing here re-implements core logic: scanning is :func:`tuner.catalog.scan.scan_folder` +
-:func:`tuner.catalog.families.group_families`, tuning is :func:`tuner.calibration.tune.tune`,
+Nothing here re-implements core logic: scanning is :func:`tuner.catalog.folder.scan_models` (done
+once: the sweep gets the same scan and the same binary), the request is
+:func:`tuner.calibration.request.request_from_settings`, tuning is :func:`tuner.calibration.tune.tune`,
 serving is :class:`tuner.server.supervisor.Supervisor`. This module only chains them the way the
 one-click "Tune & serve" needs and turns their results into small records for the window.
 """
 
 from __future__ import annotations
 
-from tuner.errors import Cancelled  # re-exported: the one cancellation type
-
 import threading
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Callable
+from typing import TYPE_CHECKING, Any, Callable
 
+from tuner.calibration.request import TuneRequest, request_from_settings
+from tuner.catalog.folder import ScanResult, scan_models
+from tuner.catalog.folder import default_target as choose_default_target
+from tuner.errors import Cancelled  # re-exported: the one cancellation type
 from tuner.settings import Settings
 
-
-
-
-@dataclass(frozen=True)
-class ScanResult:
-    """One scan of a models folder: every file (``ModelFile``) and the families (``Family``)."""
-
-    folder: Path
-    models: tuple[Any, ...]
-    families: tuple[Any, ...]
+if TYPE_CHECKING:
+    from tuner.server.discovery import ServerBinary
 
 
 @dataclass(frozen=True)
@@ -80,35 +75,20 @@ def demo_models_dir() -> Path:
 
 
 def scan(folder: Path) -> ScanResult:
-    """Scan ``folder`` and group families (never raises for a bad file: it is a ``broken`` row).
+    """Scan ``folder`` and group families (``tuner.catalog.folder.scan_models``; never raises for a bad
+    file: it is a ``broken`` row).
 
     Raises:
         FileNotFoundError: ``folder`` does not exist (names it).
     """
-    from tuner.catalog.families import group_families
-    from tuner.catalog.scan import scan_folder
-
-    folder = Path(folder)
-    if not folder.is_dir():
-        raise FileNotFoundError(f"models folder {folder} does not exist")
-    models = scan_folder(folder)
-    families = group_families([m for m in models if m.is_llm])
-    return ScanResult(folder=folder, models=tuple(models), families=tuple(families))
+    return scan_models(folder)
 
 
 def default_target(result: ScanResult) -> Path | None:
-    """The target the one-click flow tunes when the user picked none: the largest LLM that has a
-    draft candidate, else the largest LLM; None when the folder has no LLM."""
-    best = None
-    for fam in result.families:
-        for entry in fam.targets:
-            score = (bool(entry.drafts), entry.target.size_bytes)
-            if best is None or score > best[0]:
-                best = (score, entry.target.path)
-    if best is not None:
-        return best[1]
-    llms = [m for m in result.models if m.is_llm]
-    return max(llms, key=lambda m: m.size_bytes).path if llms else None
+    """The target the one-click flow tunes when the user picked none (the sweep's own rule,
+    ``tuner.catalog.folder.default_target``); None when the folder has no LLM."""
+    chosen = choose_default_target(result.models, result.families)
+    return Path(chosen.path) if chosen is not None else None
 
 
 def set_autostart(enabled: bool) -> None:
@@ -243,9 +223,9 @@ def vram_sampler():
 
 def server_samplers(info: ServingInfo, runner: ServerRunner):
     """``(MetricsSampler, ProcessSampler, AcceptanceWatch|None)`` for the served server."""
+    from tuner.server.client import ServerClient
     from tuner.telemetry.samplers import MetricsSampler, ProcessSampler, ProcessUsage
     from tuner.telemetry.watch import AcceptanceWatch
-    from tuner.server.client import ServerClient
 
     client = ServerClient(info.base_url, api_key=info.api_key)
     metrics = MetricsSampler(client.metrics_text)
@@ -301,9 +281,8 @@ def serving_config(profile: Any, settings: Settings) -> Any:
     from dataclasses import replace
 
     from tuner.calibration.serving import profile_server_config
-    from tuner.settings import server_api_key
-
     from tuner.server.config import default_alias
+    from tuner.settings import server_api_key
 
     cfg = profile_server_config(profile)  # raises ProfileError for a tampered profile (option named)
     return replace(cfg, port=settings.port, host=settings.host, api_key=server_api_key(settings),
@@ -347,19 +326,14 @@ def tune_and_serve(
     if cancel.is_set():
         raise Cancelled()
     target = target or default_target(scanned)
-    from tuner.calibration.workload import Sampling
-
-    opts = dict(TUNE_OPTIONS_DEFAULT)
-    opts.setdefault("n_ctx", settings.ctx_size)  # None = automatic (tuner.ctxsize)
-    opts.setdefault("sampling", Sampling.from_settings(settings))
-    opts.update(tune_options or {})
+    request = request_from_settings(settings, folder, target=target, force=force_retune, server=binary.path,
+                                    options=dict(TUNE_OPTIONS_DEFAULT, prompts=prompts_path, **(tune_options or {})))
     # Re-tune while serving: the served server would compete with the sweep for CPU, GPU and memory.
     paused = runner.pause()
     if paused is not None:
         on_event(f"Serving paused for re-tune (port {paused.port} comes back when the sweep ends)")
     try:
-        return _tune_then_serve(scanned, target, folder, settings, prompts_path, runner, on_event, cancel,
-                                force_retune, opts, binary)
+        return _tune_then_serve(scanned, request, settings, runner, on_event, cancel, binary)
     except BaseException:
         if paused is not None:  # cancelled or failed: the previous configuration comes back, same port
             try:
@@ -370,23 +344,12 @@ def tune_and_serve(
         raise
 
 
-def _tune_then_serve(scanned: ScanResult, target: Path | None, folder: Path, settings: Settings,
-                     prompts_path: Path | None, runner: ServerRunner, on_event: Callable[[Any], None],
-                     cancel: threading.Event, force_retune: bool, opts: dict[str, Any], binary: Any) -> ServeOutcome:
+def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settings, runner: ServerRunner,
+                     on_event: Callable[[Any], None], cancel: threading.Event, binary: ServerBinary) -> ServeOutcome:
     from tuner.calibration.tune import tune
 
     try:
-        result = tune(
-            models_dir=folder,
-            target=str(target) if target else None,
-            prompts=prompts_path,
-            budget_s=float(settings.tune_budget_s),
-            force=force_retune,
-            on_event=on_event,
-            cancel=cancel,
-            server=binary.path,
-            **opts,
-        )
+        result = tune(request, on_event=on_event, cancel=cancel, scanned=scanned, binary=binary)
     except Exception:
         if cancel.is_set():  # e.g. the baseline's server stopped by the cancel: not a failure to report
             raise Cancelled() from None

@@ -1,0 +1,294 @@
+"""What a sweep is asked to do, and what it reports back: :class:`TuneRequest`, :class:`TuneEvent`,
+:class:`TuneResult`, :class:`TuneError`.
+
+A request is built once, by the command line (``tuner.cli.tune.request_from_args``) or by the app
+(:func:`request_from_settings`), and passed down unchanged to :func:`tuner.calibration.tune.tune`; both
+front ends go through :meth:`TuneRequest.create`, so the same settings give the same request (a test
+checks it). The defaults below are the only ones: the CLI's ``--help``, the app's Settings and the core
+all read them from here.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+
+from tuner.errors import DraftwiseError
+from tuner.settings import DEFAULT_TUNE_BUDGET_S
+
+from .prompts import PromptSet
+from .workload import Sampling
+
+if TYPE_CHECKING:  # annotations only: these modules import nothing from here
+    from tuner.profiles import Profile
+
+    from .candidates import Candidate, DroppedCandidate
+    from .decide import Decision
+    from .results import Measurement
+
+DEFAULT_BUDGET_S = float(DEFAULT_TUNE_BUDGET_S)
+"""The one default time budget of a sweep, seconds, first launch to decision (CLI ``--budget``, the app's
+``tune_budget_s``). 300 s, not the CLI's former 180 s: on a real model (Gemma 3 270M, ~30 tokens/s here) and
+on a busy desktop, 180 s ran out before the paired rounds' sequential test could conclude on a 1.5× n-gram
+effect, so the honest answer was "not enough evidence"; 300 s is what the app already used."""
+
+DEFAULT_N_PREDICT = 256
+"""Default generated tokens per measured request: closer to real answers than a few dozen tokens (the
+budget planning shortens it for slow models)."""
+
+DEFAULT_REPETITIONS = 3
+"""Default repetitions: a finalist gets at most ``2 × repetitions`` adjacent pairs (at least
+``tuner.calibration.pairing.MIN_PAIRS``); probes use one repetition."""
+
+
+class TuneError(DraftwiseError, RuntimeError):
+    """Tuning cannot start or cannot finish: no models, unknown target, no server, baseline failed.
+
+    The message is for the user (names the folder, file or flag); ``evidence`` holds log lines or
+    details when there are any. ``bad_input`` is True when the user's input is at fault (missing or
+    empty folder, unknown target, bad ``--server`` path, bad budget): the CLI exits 2 for those, 1 otherwise.
+    """
+
+    def __init__(self, message: str, evidence: Sequence[str] = (), bad_input: bool = False) -> None:
+        self.evidence = tuple(evidence)
+        self.bad_input = bad_input
+        super().__init__(message)
+
+
+@dataclass(frozen=True)
+class TuneRequest:
+    """One sweep's inputs, with units in the names and ``None`` for "automatic".
+
+    Attributes:
+        models_dir: folder of GGUF files (scanned with ``tuner.catalog.scan_folder``).
+        target: target model by file name, stem or path; ``None`` = the largest LLM that has a
+            compatible draft or head, else the largest LLM (``tuner.catalog.families.default_target``).
+        prompts: a prompt file path, a :class:`PromptSet`, or ``None`` for the built-in set.
+        budget_s: time budget in seconds (default :data:`DEFAULT_BUDGET_S`), first launch to decision. The
+            first launch's warm-up gives the model's speed and load time, and the protocol (prompts ×
+            ``n_predict`` × launches) is planned to fit; when even the smallest comparison does not fit, the
+            ``"budget"`` event says so up front and names the budget that would.
+        force: re-tune even when a fresh profile exists.
+        server: llama-server path, used as is (a missing or non-executable path is a :class:`TuneError`
+            naming ``--server``, never a fallback); ``None`` = discovered.
+        n_predict: generated tokens per request (planned down from the warm-up's speed to fit the budget).
+        repetitions: sets the most adjacent pairs per finalist (``2 × repetitions``).
+        n_ctx: context size of every launch and of the saved profile (``-c``), tokens; ``None`` = automatic
+            (:func:`tuner.ctxsize.default_ctx_size`). A staleness key of the profile.
+        threads: CPU threads per launch (``None`` = the server's default).
+        max_prompts: use at most this many prompts of the set (spread over categories); ``None`` = all of a
+            file, 5 of the built-in set.
+        sampling: the user's client settings (:class:`tuner.calibration.workload.Sampling`); the empty
+            ``Sampling()`` = llama-server's own defaults (requests send no sampling fields). Every request
+            carries a seed fixed per (prompt, repetition); a short greedy pass is the lossless check.
+        long_context: add the built-in long-context requests (a long document and a long code file with a
+            question, each filling at least half of ``n_ctx``).
+        chat: ``True``/``False`` forces ``/v1/chat/completions`` / ``/completion``; ``None`` = chat when the
+            target GGUF has ``tokenizer.chat_template``.
+    """
+
+    models_dir: Path
+    target: str | None = None
+    prompts: Path | PromptSet | None = None
+    budget_s: float = DEFAULT_BUDGET_S
+    force: bool = False
+    server: Path | None = None
+    n_predict: int = DEFAULT_N_PREDICT
+    repetitions: int = DEFAULT_REPETITIONS
+    n_ctx: int | None = None
+    threads: int | None = None
+    max_prompts: int | None = None
+    sampling: Sampling = field(default_factory=Sampling)
+    long_context: bool = True
+    chat: bool | None = None
+
+    @classmethod
+    def create(cls, models_dir: str | Path, **fields: Any) -> TuneRequest:
+        """The one constructor both front ends use: normalises types (paths to ``Path``, a target path to
+        its text, ``None`` sampling to llama-server's defaults, numbers to ``float``/``int``) and checks
+        the numbers.
+
+        Args:
+            models_dir: the models folder.
+            **fields: any other field of :class:`TuneRequest`; a value ``None`` where the field's default is
+                not ``None`` (e.g. ``budget_s=None``) means that default.
+
+        Raises:
+            TuneError: (``bad_input``) an unknown field, or a number out of range (names the field).
+        """
+        names = {f.name for f in dataclasses.fields(cls)}
+        unknown = sorted(set(fields) - names)
+        if unknown:
+            raise TuneError(f"unknown tune option(s): {', '.join(unknown)}", bad_input=True)
+        defaults = cls(models_dir=Path(models_dir))
+        values: dict[str, Any] = {}
+        for name, value in fields.items():
+            if value is None and getattr(defaults, name) is not None:
+                continue
+            values[name] = value
+        if values.get("target") is not None:
+            values["target"] = str(values["target"])
+        prompts = values.get("prompts")
+        if prompts is not None and not isinstance(prompts, PromptSet):
+            values["prompts"] = Path(prompts)
+        if values.get("server") is not None:
+            values["server"] = Path(values["server"])
+        if "budget_s" in values:
+            values["budget_s"] = float(values["budget_s"])
+        request = dataclasses.replace(defaults, **values)
+        request.check()
+        return request
+
+    def check(self) -> None:
+        """Raise :class:`TuneError` (``bad_input``) naming the first field whose value cannot be used."""
+        if not (math.isfinite(self.budget_s) and self.budget_s > 0):
+            raise TuneError(f"budget_s {self.budget_s:g}: must be a positive number of seconds", bad_input=True)
+        for name in ("n_predict", "repetitions", "max_prompts", "threads"):
+            value = getattr(self, name)
+            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
+                raise TuneError(f"{name} {value!r}: must be a whole number of at least 1", bad_input=True)
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-able view (paths as text; a prompt set as its source), for logs and ``tune --json``."""
+        out: dict[str, Any] = {}
+        for f in dataclasses.fields(self):
+            value = getattr(self, f.name)
+            if isinstance(value, Path):
+                value = str(value)
+            elif isinstance(value, PromptSet):
+                value = str(getattr(value, "source", None) or "<prompt set>")
+            elif isinstance(value, Sampling):
+                value = value.body()
+            out[f.name] = value
+        return out
+
+
+def request_from_settings(settings: Any, models_dir: str | Path, target: str | Path | None = None,
+                          force: bool = False, server: str | Path | None = None,
+                          options: Mapping[str, Any] | None = None) -> TuneRequest:
+    """The app's request: the Settings' budget (``tune_budget_s``), context size (``ctx_size``), sampling
+    (``temperature``, ``top_p``, ``top_k``, ``min_p``) and prompt file (``prompts_path``), then ``options``
+    (field name → value, e.g. ``{"max_prompts": 2}``) over them.
+
+    Args:
+        settings: a :class:`tuner.settings.Settings`.
+        models_dir: the models folder.
+        target: the chosen target, or ``None`` for the default choice.
+        force: re-tune even when a fresh profile exists.
+        server: the llama-server binary the app found (``None`` = discover).
+        options: overrides by field name.
+
+    Raises:
+        TuneError: an unknown option or a value out of range.
+    """
+    fields: dict[str, Any] = {
+        "target": target,
+        "prompts": getattr(settings, "prompts_path", None),
+        "budget_s": settings.tune_budget_s,
+        "force": force,
+        "server": server,
+        "n_ctx": settings.ctx_size,
+        "sampling": Sampling.from_settings(settings),
+    }
+    fields.update(options or {})
+    return TuneRequest.create(models_dir, **fields)
+
+
+@dataclass(frozen=True)
+class TuneEvent:
+    """One progress report from :func:`tuner.calibration.tune.tune`, delivered to ``on_event``.
+
+    Attributes:
+        kind: what happened, one of:
+
+            * ``"started"``: tuning began (``message`` names the target).
+            * ``"reused"``: a fresh saved profile was found and is returned without measuring.
+            * ``"stale"``: a saved profile exists but is stale (``message`` gives the reasons).
+            * ``"plan"``: candidates planned (``message`` summarizes; ``detail["dropped"]`` lists
+              dropped candidates with reasons).
+            * ``"launch"``: a server is being started for ``candidate``.
+            * ``"ready"``: that server is ready (``detail["load_s"]``).
+            * ``"measured"``: ``measurement`` of ``candidate`` finished (may carry an ``error``).
+            * ``"predicted"``: the long-draft probe predicted throughput for shorter drafts
+              (``detail["curve"]`` = list of ``[n_max, acceptance, gen_tokens_per_s]``).
+            * ``"skipped"``: a candidate was not measured (budget, predicted loser, dropped early);
+              ``message`` says why.
+            * ``"decision"``: ``decision`` is final.
+            * ``"saved"``: the profile was written (``detail["profile_path"]``).
+            * ``"cancelled"``: the cancel event was seen; tuning stopped cleanly.
+            * ``"error"``: a non-fatal problem (``message``); fatal problems raise :class:`TuneError`.
+            * ``"budget"``: the protocol planned from the first warm-up (``detail``: ``n_predict``,
+              ``prompts``, ``load_s``, ``warmup_gen_tokens_per_s``, ``planned_s``, and
+              ``budget_too_small`` / ``suggested_budget_s`` when the budget cannot hold one comparison).
+            * ``"confirmed"``: a finalist's paired rounds ended (``detail["verdict"]``, ``["pairs"]``).
+            * ``"progress"``: a request finished (for progress bars; ``message`` is short).
+        message: one line for humans.
+        progress: 0.0–1.0 estimate of the work done (``None`` when unknown); never moves back and
+            stays below 1.0 until the decision.
+        elapsed_s: seconds since ``tune`` started.
+        eta_s: estimated seconds left (``None`` until the first warm-up was timed); never more than the
+            remaining budget plus the time to finish the current step.
+        candidate: the candidate concerned, if any.
+        measurement: the finished measurement (``"measured"``), if any.
+        decision: the decision (``"decision"``), if any.
+        detail: extra JSON-able data depending on ``kind``.
+    """
+
+    kind: str
+    message: str
+    progress: float | None = None
+    elapsed_s: float = 0.0
+    eta_s: float | None = None
+    candidate: Candidate | None = None
+    measurement: Measurement | None = None
+    decision: Decision | None = None
+    detail: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
+class TuneResult:
+    """What :func:`tuner.calibration.tune.tune` returns.
+
+    Attributes:
+        target_path: the target GGUF tuned.
+        decision: the decision (``None`` only when cancelled before the baseline was measured).
+        measurements: every measurement of this sweep (empty when a profile was reused).
+        profile: the saved (or reused) profile; ``None`` when cancelled.
+        profile_path: where the profile is on disk; ``None`` when cancelled.
+        reused: True when a fresh saved profile was returned without measuring.
+        cancelled: True when the cancel event stopped the sweep (nothing saved).
+        dropped: candidates removed before launch, with reasons.
+        elapsed_s: wall time of the call.
+        request: the request this result answers.
+    """
+
+    target_path: Path
+    decision: Decision | None
+    measurements: tuple[Measurement, ...] = ()
+    profile: Profile | None = None
+    profile_path: Path | None = None
+    reused: bool = False
+    cancelled: bool = False
+    dropped: tuple[DroppedCandidate, ...] = ()
+    elapsed_s: float = 0.0
+    request: TuneRequest | None = None
+
+
+EventCallback = Callable[[TuneEvent], None]
+"""Receives each :class:`TuneEvent` on the thread that runs the sweep."""
+
+
+__all__ = [
+    "DEFAULT_BUDGET_S",
+    "DEFAULT_N_PREDICT",
+    "DEFAULT_REPETITIONS",
+    "EventCallback",
+    "TuneError",
+    "TuneEvent",
+    "TuneRequest",
+    "TuneResult",
+    "request_from_settings",
+]
