@@ -21,17 +21,24 @@ import signal
 import sys
 import threading
 import time
-from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
 from tuner.server.argv import UnsupportedConfigError, cors_locked
 from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig, default_alias
-from tuner.server.dialect import Dialect, DialectError, probe_dialect
-from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_named_server, find_server
-from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
-
-SELFTEST_PROMPT = "Once upon a time, there was a little girl named Lily."
+from tuner.server.dialect import DialectError, probe_dialect
+from tuner.server.discovery import (
+    ServerBinary,
+    ServerNotFoundError,
+    find_named_server,
+    find_server,
+)
+from tuner.server.supervisor import (
+    ServerStartError,
+    ServerState,
+    StateChange,
+    Supervisor,
+)
 
 
 def _err(msg: str) -> None:
@@ -208,7 +215,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """
     _check_serve_args(args)
     if args.models and not args.draft and not args.spec_type:
-        from tuner.calibration.serving import config_from_profile  # lazy: calibration is above us
+        from tuner.calibration.serving import (
+            config_from_profile,  # lazy: calibration is above us
+        )
 
         cfg = config_from_profile(Path(args.models), args.target)
         if args.n_ctx is not None and args.n_ctx != cfg.n_ctx:
@@ -405,61 +414,6 @@ def _print_diagnosis(diag: Any, sup: Supervisor | None) -> None:
         _err(f"full log: {sup.log_path}")
 
 
-def _demo_model() -> Path:
-    from tuner.resources import resource_path
-
-    return resource_path("demo", "stories260K.gguf")
-
-
-def self_test(binary: ServerBinary, dialect: Dialect, model: Path | None = None, timeout_s: float = 60.0) -> dict:
-    """Prove speculation happens: demo model as target and draft, ``draft-simple``, n_max 4.
-
-    Returns a dict: ``ok`` (bool), ``speculative`` (``/slots`` flag), ``draft_n``,
-    ``draft_n_accepted``, ``acceptance_rate``, ``gen_tokens_per_s``, ``seconds``, ``error``
-    (a message when not ok), ``diagnosis_code``.
-    """
-    model = model or _demo_model()
-    out: dict[str, Any] = {"ok": False, "model": str(model), "speculative": None, "draft_n": None,
-                           "draft_n_accepted": None, "acceptance_rate": None, "gen_tokens_per_s": None,
-                           "seconds": None, "error": None, "diagnosis_code": None}
-    t0 = time.monotonic()
-    if not model.is_file():
-        out["error"] = f"demo model missing: {model}"
-        return out
-    cfg = ServerConfig(model_path=model, draft_path=model, spec_type="draft-simple", n_max=4, n_ctx=256,
-                       n_parallel=1)
-    sup = Supervisor(binary, dialect)
-    try:
-        sup.start(cfg, startup_timeout_s=timeout_s)
-        sup.wait_ready(timeout_s=timeout_s)
-        with sup.client(timeout_s=timeout_s) as c:
-            slots = c.slots()
-            out["speculative"] = bool(slots) and all(bool(s.get("speculative")) for s in slots)
-            res = c.completion(SELFTEST_PROMPT, 48, temperature=0.0, cache_prompt=False, timeout_s=timeout_s)
-        t = res.get("timings", {})
-        out["draft_n"] = int(t.get("draft_n", 0))
-        out["draft_n_accepted"] = int(t.get("draft_n_accepted", 0))
-        if out["draft_n"]:
-            out["acceptance_rate"] = out["draft_n_accepted"] / out["draft_n"]
-        out["gen_tokens_per_s"] = t.get("predicted_per_second")
-        out["ok"] = bool(out["speculative"]) and out["draft_n"] > 0
-        if not out["ok"]:
-            out["error"] = ("speculation inactive: /slots speculative is false" if not out["speculative"]
-                            else "no tokens were drafted (timings.draft_n is 0)")
-    except UnsupportedConfigError as exc:
-        out["error"] = str(exc)
-    except ServerStartError as exc:
-        out["error"] = exc.diagnosis.message
-        out["diagnosis_code"] = exc.diagnosis.code
-        out["evidence"] = list(exc.diagnosis.evidence[-10:])
-    except Exception as exc:  # client errors: report, do not crash the doctor
-        out["error"] = f"{type(exc).__name__}: {exc}"
-    finally:
-        sup.stop(grace_s=3.0)
-        out["seconds"] = round(time.monotonic() - t0, 2)
-    return out
-
-
 def _devices_report(binary: ServerBinary) -> dict:
     try:
         from tuner.hardware import detect_devices  # type: ignore[attr-defined]
@@ -542,7 +496,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     rc = 0
     if not args.no_self_test:
         _err("self-test: demo model as target and draft, draft-simple, n_max 4 ...")
-        st = self_test(binary, dialect, timeout_s=args.timeout)
+        from tuner.hardware.host import LoadWatcher
+        from tuner.server.selftest import self_test
+
+        with LoadWatcher(interval_s=0.5) as watcher:
+            st = self_test(binary, dialect, timeout_s=args.timeout)
+        load = watcher.summary()
+        if load.busy:
+            st["note"] = (f"other programs used {100 * (load.other_cpu_mean + load.steal_mean):.0f} % of the CPU "
+                          "during the self-test; its tokens/s are lower than on an idle machine")
         report["self_test"] = st
         rc = 0 if st["ok"] else 1
         if not args.json:
@@ -550,6 +512,8 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 print(f"self-test:    OK, speculation active: draft_n {st['draft_n']}, accepted "
                       f"{st['draft_n_accepted']} ({100 * (st['acceptance_rate'] or 0):.0f} %), "
                       f"{st['gen_tokens_per_s'] or 0:.0f} tokens/s, {st['seconds']} s")
+                if st.get("note"):
+                    print(f"  note: {st['note']}")
             else:
                 print(f"self-test:    FAILED: {st['error']}")
                 for line in st.get("evidence", []):

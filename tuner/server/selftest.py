@@ -1,0 +1,80 @@
+"""The doctor's speculation self-test: prove that speculative decoding happens on this build, in a few
+seconds, with the bundled demo model as both target and draft (``draft-simple``, ``n_max`` 4).
+
+``draftwise doctor`` (tuner/cli/serve.py) runs it and prints the result; the app may too.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+from typing import Any
+
+from tuner.server.argv import UnsupportedConfigError
+from tuner.server.config import ServerConfig
+from tuner.server.dialect import Dialect
+from tuner.server.discovery import ServerBinary
+from tuner.server.supervisor import ServerStartError, Supervisor
+
+SELFTEST_PROMPT = "Once upon a time, there was a little girl named Lily."
+"""The self-test's prompt: text the demo model (stories260K) continues fluently, so the draft agrees."""
+
+
+def _demo_model() -> Path:
+    from tuner.resources import resource_path
+
+    return resource_path("demo", "stories260K.gguf")
+
+
+def self_test(binary: ServerBinary, dialect: Dialect, model: Path | None = None,
+              timeout_s: float = 60.0) -> dict[str, Any]:
+    """Prove speculation happens: demo model as target and draft, ``draft-simple``, n_max 4.
+
+    Returns a dict: ``ok`` (bool), ``speculative`` (``/slots`` flag), ``draft_n``,
+    ``draft_n_accepted``, ``acceptance_rate`` (0..1), ``gen_tokens_per_s``, ``seconds``, ``error``
+    (a message when not ok), ``diagnosis_code``, ``evidence`` (log lines of a failed start). Never
+    raises: every failure is ``ok`` False with its ``error``.
+    """
+    model = model or _demo_model()
+    out: dict[str, Any] = {"ok": False, "model": str(model), "speculative": None, "draft_n": None,
+                           "draft_n_accepted": None, "acceptance_rate": None, "gen_tokens_per_s": None,
+                           "seconds": None, "error": None, "diagnosis_code": None}
+    t0 = time.monotonic()
+    if not model.is_file():
+        out["error"] = f"demo model missing: {model}"
+        return out
+    cfg = ServerConfig(model_path=model, draft_path=model, spec_type="draft-simple", n_max=4, n_ctx=256,
+                       n_parallel=1)
+    sup = Supervisor(binary, dialect)
+    try:
+        sup.start(cfg, startup_timeout_s=timeout_s)
+        sup.wait_ready(timeout_s=timeout_s)
+        with sup.client(timeout_s=timeout_s) as c:
+            slots = c.slots()
+            out["speculative"] = bool(slots) and all(bool(s.get("speculative")) for s in slots)
+            res = c.completion(SELFTEST_PROMPT, 48, temperature=0.0, cache_prompt=False, timeout_s=timeout_s)
+        t = res.get("timings", {})
+        out["draft_n"] = int(t.get("draft_n", 0))
+        out["draft_n_accepted"] = int(t.get("draft_n_accepted", 0))
+        if out["draft_n"]:
+            out["acceptance_rate"] = out["draft_n_accepted"] / out["draft_n"]
+        out["gen_tokens_per_s"] = t.get("predicted_per_second")
+        out["ok"] = bool(out["speculative"]) and out["draft_n"] > 0
+        if not out["ok"]:
+            out["error"] = ("speculation inactive: /slots speculative is false" if not out["speculative"]
+                            else "no tokens were drafted (timings.draft_n is 0)")
+    except UnsupportedConfigError as exc:
+        out["error"] = str(exc)
+    except ServerStartError as exc:
+        out["error"] = exc.diagnosis.message
+        out["diagnosis_code"] = exc.diagnosis.code
+        out["evidence"] = list(exc.diagnosis.evidence[-10:])
+    except Exception as exc:  # client errors: report, do not crash the doctor
+        out["error"] = f"{type(exc).__name__}: {exc}"
+    finally:
+        sup.stop(grace_s=3.0)
+        out["seconds"] = round(time.monotonic() - t0, 2)
+    return out
+
+
+__all__ = ["SELFTEST_PROMPT", "self_test"]
