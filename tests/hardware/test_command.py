@@ -165,3 +165,15 @@ def test_plan_json_carries_the_context_vs_layers_trade(gemma3_270m, monkeypatch,
     out = capsys.readouterr().out
     assert f"Largest target ngl that fits at n_ctx 32768: {long['max_ngl_at_ctx']} (of 19)" in out
     assert f"Largest context with the whole target on the GPU: {top}" in out
+
+
+def test_plan_takes_a_model_name_in_the_models_folder(stories260k_session, capsys):
+    """`plan --models DIR --target NAME` finds the file as `tune` does (name or stem); a wrong name lists the
+    folder's files."""
+    folder = stories260k_session.parent
+    assert cli.main(["plan", "--models", str(folder), "--target", "stories260K", "--ctx-size", "512",
+                     "--no-cross-check"]) == 0
+    assert "Plan: target stories260K (5 blocks" in capsys.readouterr().out
+    assert cli.main(["plan", "--models", str(folder), "--target", "nope.gguf", "--no-cross-check"]) == 2
+    err = capsys.readouterr().err
+    assert "--target 'nope.gguf': no such model in" in err and "stories260K.gguf" in err

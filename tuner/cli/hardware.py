@@ -65,8 +65,11 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_devices)
 
     p = subparsers.add_parser("plan", help="memory plan of one configuration: where every byte goes, does it fit")
-    p.add_argument("--target", required=True, help="target model GGUF")
-    p.add_argument("--draft", help="draft model GGUF (implies --spec-type draft-simple)")
+    p.add_argument("--target", required=True, metavar="NAME|PATH",
+                   help="target model GGUF: a path, or a file name / stem in --models DIR (as for tune)")
+    p.add_argument("--draft", metavar="NAME|PATH",
+                   help="draft model GGUF, path or name in --models DIR (implies --spec-type draft-simple)")
+    p.add_argument("--models", metavar="DIR", help="models folder where --target / --draft names are looked up")
     p.add_argument("--spec-type", help="--spec-type value (default: draft-simple with --draft, else none)")
     p.add_argument("--ctx-size", "--ctx", type=int, default=None, dest="ctx", metavar="N",
                    help="context size n_ctx (-c); default: the model's training context (GGUF "
@@ -223,11 +226,28 @@ def _server_argv(req: MemoryRequest, binary: Path | None) -> list[str] | None:
         return None
 
 
+def _model_path(given: str, models_dir: str | None, flag: str) -> Path:
+    """``given`` as a path when it is one, else a file name or stem in ``models_dir`` (``tune``'s rule:
+    ``x.gguf`` or ``x``). Raises ValueError naming the flag and the folder's GGUF files."""
+    path = Path(given)
+    if path.exists() or models_dir is None:
+        return path
+    folder = Path(models_dir)
+    if not folder.is_dir():
+        raise ValueError(f"--models {folder}: no such folder")
+    ggufs = sorted(folder.rglob("*.gguf"))
+    for p in ggufs:
+        if given in (p.name, p.stem):
+            return p
+    raise ValueError(f"{flag} {given!r}: no such model in {folder}; GGUF files there: "
+                     + (", ".join(p.name for p in ggufs[:20]) or "none"))
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """``draftwise plan``: exit 0 when the plan fits, 1 when it does not, 2 on a bad model file."""
     try:
-        target = load_model_spec(args.target)
-        draft = load_model_spec(args.draft) if args.draft else None
+        target = load_model_spec(_model_path(args.target, args.models, "--target"))
+        draft = load_model_spec(_model_path(args.draft, args.models, "--draft")) if args.draft else None
     except Exception as exc:  # noqa: BLE001 - GGUFError / ValueError name the file
         print(f"draftwise plan: {exc}", file=sys.stderr)
         return 2
