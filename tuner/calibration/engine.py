@@ -4,7 +4,9 @@ search, decision and profile store. Use :func:`tuner.calibration.tune.tune`, not
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
+import math
 import threading
 import time
 from pathlib import Path
@@ -266,9 +268,12 @@ def run_tune(
     sampling: Sampling | None = None,
     long_context: bool = True,
     chat: bool | None = None,
+    long_share: float | None = None,
 ) -> TuneResult:
     """See :func:`tuner.calibration.tune.tune`. ``launch_fn`` / ``settings`` replace the supervisor
-    and the search settings (tests); ``chat`` forces the request shape (``None`` = from the GGUF)."""
+    and the search settings (tests); ``chat`` forces the request shape (``None`` = from the GGUF);
+    ``long_share`` (0..1, ``None`` = the prompt set's own share) weights the decision to the served mix
+    and replaces ``settings.long_share`` when given."""
     emit = _Emitter(on_event)
     t0 = time.monotonic()
     models_dir = Path(models_dir).resolve()
@@ -287,6 +292,9 @@ def run_tune(
              f"{MAX_PROMPTS_PER_SWEEP} of them (spread over its categories)")
         max_prompts = MAX_PROMPTS_PER_SWEEP
     chosen_prompts = select_prompts(ps, max_prompts)
+    if long_share is None and settings is not None:
+        long_share = settings.long_share
+    _check_long_share(long_share, long_context)
 
     target_model, entry, _models = _choose_target(models_dir, target)
     target_path = Path(target_model.path).resolve()
@@ -353,6 +361,7 @@ def run_tune(
         ).hexdigest(),
         n_ctx=n_ctx,
         workload=workload.key(),
+        long_share=long_share,
     )
 
     try:
@@ -406,6 +415,8 @@ def run_tune(
         # so the paired rounds run them side by side; with a GPU, alternate launches instead
         side_by_side=not gpu,
     )
+    if long_share is not None:
+        settings = dataclasses.replace(settings, long_share=long_share)
     sups: list[Any] = []
     if launch_fn is None:
         from tuner.server.supervisor import Supervisor
@@ -451,7 +462,7 @@ def run_tune(
 
     decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured,
                       alpha=settings.alpha, max_pairs=settings.max_pairs, finalists=search.finalists_selected,
-                      busy_note=_busy_note(load.note(), competing))
+                      busy_note=_busy_note(load.note(), competing), mix=search.mix)
     from dataclasses import replace as _replace
 
     extra = [f"Measured with {workload.describe()}."]
@@ -501,17 +512,39 @@ def run_tune(
     )
 
 
+def _check_long_share(long_share: float | None, long_context: bool) -> None:
+    """``long_share`` must be 0..1, and above 0 only with the long-context requests in the sweep.
+
+    Raises:
+        TuneError: (``bad_input``) naming ``--long-share``.
+    """
+    if long_share is None:
+        return
+    if isinstance(long_share, bool) or not isinstance(long_share, (int, float)) \
+            or not (math.isfinite(long_share) and 0.0 <= long_share <= 1.0):
+        raise TuneError(f"--long-share {long_share!r}: must be a fraction between 0 and 1", bad_input=True)
+    if long_share > 0 and not long_context:
+        raise TuneError(f"--long-share {long_share:g}: the sweep has no long-context requests to weigh "
+                        "(--no-long-context); drop one of the two", bad_input=True)
+
+
 DRAFT_SAMPLING_FLAG = "--spec-draft-sampling"
 DRAFT_SAMPLING_TYPES = ("draft-simple", "draft-mtp")
-"""Types that fill the draft distribution ``--spec-draft-sampling probabilistic`` needs (b11434
-tools/server/server-context.cpp: other drafters fall back to sample-and-match)."""
+"""Types that fill the draft distribution ``--spec-draft-sampling probabilistic`` needs. b11434:
+common/arg.cpp sets ``params.speculative.draft.probabilistic`` from the flag; both
+``common_speculative_impl_draft_simple`` and ``common_speculative_impl_draft_mtp`` (common/speculative.cpp;
+the MTP one is built from ``params.draft``, "reuses the draft-model params slot") keep the sampled draft
+candidates (``result_q``) in ``draft()`` only when that is set, and tools/server/server-context.cpp
+``use_spec_rejection`` verifies them by rejection at temperature > 0. The other drafters fall back to
+sample-and-match."""
 
 
 def add_draft_sampling_variants(plan: CandidatePlan, workload: Workload, dialect: Any) -> CandidatePlan:
     """At sampled settings (temperature > 0) and where the binary offers ``--spec-draft-sampling``, each
-    draft-model probe gets a twin with ``probabilistic`` drafts, right after it: a candidate like any
-    other (the search measures and refines it as its own group). Greedy workloads and builds without the
-    flag get the plan unchanged. (``draft-mtp`` is a single probe in the plan and gets no twin yet.)"""
+    draft-model probe gets a twin with ``probabilistic`` drafts, right after it, and the ``draft-mtp``
+    probe (the target's own MTP layers) gets one at the end of ``plan.drafts``: a candidate like any
+    other (the search probes, refines and confirms it as its own group, with the draft probes). Greedy
+    workloads and builds without the flag get the plan unchanged."""
     from dataclasses import replace
 
     has = getattr(dialect, "has", None)
@@ -522,6 +555,9 @@ def add_draft_sampling_variants(plan: CandidatePlan, workload: Workload, dialect
         drafts.append(c)
         if c.spec_type in DRAFT_SAMPLING_TYPES and c.draft_sampling is None:
             drafts.append(replace(c, draft_sampling="probabilistic"))
+    mtp = plan.mtp
+    if mtp is not None and mtp.spec_type in DRAFT_SAMPLING_TYPES and mtp.draft_sampling is None:
+        drafts.append(replace(mtp, draft_sampling="probabilistic"))
     return replace(plan, drafts=tuple(drafts))
 
 

@@ -149,6 +149,7 @@ def tune(
     sampling: Any = None,
     long_context: bool = True,
     chat: bool | None = None,
+    long_share: float | None = None,
 ) -> TuneResult:
     """Tune speculative decoding for one target in ``models_dir`` and save the profile.
 
@@ -185,6 +186,12 @@ def tune(
             a question, each filling at least half of ``n_ctx``) to the prompts.
         chat: ``True``/``False`` forces ``/v1/chat/completions`` / ``/completion``; ``None`` = chat when the
             target GGUF has ``tokenizer.chat_template``.
+        long_share: fraction (0..1) of the served requests that are long-context ones: the pick is the
+            configuration fastest over that mix (each short request weighs ``(1 − share) ÷ n_short``, each
+            long one ``share ÷ n_long``: ``tuner.calibration.pairing.Mix``) and the decision states it;
+            ``None`` = the prompt set's own share (every request the same; the built-in set with its two
+            long-context requests: 2 of 7, 29 %). A staleness key of the profile. Above 0 it needs
+            ``long_context``.
 
     Returns:
         A :class:`TuneResult`.
@@ -192,7 +199,8 @@ def tune(
     Raises:
         TuneError: no LLM in the folder, target not found, llama-server not found, or the baseline
             itself cannot run (with the server's diagnosis as evidence); ``bad_input`` tells the first
-            three (the user's input) from the last.
+            three (the user's input) from the last; a ``long_share`` outside 0..1 (or above 0 without
+            ``long_context``) is bad input too.
         PromptFileError: the prompt file is unusable (names file and line).
     """
     from .engine import run_tune  # the implementation (search + I/O)
@@ -215,6 +223,7 @@ def tune(
         sampling=sampling,
         long_context=long_context,
         chat=chat,
+        long_share=long_share,
     )
 
 

@@ -352,6 +352,7 @@ def tune_and_serve(
     opts = dict(TUNE_OPTIONS_DEFAULT)
     opts.setdefault("n_ctx", settings.ctx_size)  # None = automatic (tuner.ctxsize)
     opts.setdefault("sampling", Sampling.from_settings(settings))
+    opts.setdefault("long_share", settings.long_share)  # None = the prompt set's own share
     opts.update(tune_options or {})
     # Re-tune while serving: the served server would compete with the sweep for CPU, GPU and memory.
     paused = runner.pause()
