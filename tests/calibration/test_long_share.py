@@ -184,3 +184,59 @@ def test_the_share_is_checked_against_the_sweeps_long_context_requests():
     assert e.value.bad_input
     with pytest.raises(TuneError, match="must be a fraction between 0 and 1"):
         _check_long_share(-1.0, True)
+
+
+@pytest.mark.server
+def test_a_real_sweep_is_weighted_to_the_share_and_records_it(tmp_path: Path, llama_server_bin):
+    """A tiny generated family on the real llama-server: the decision's figures are the share-weighted
+    ones, the profile keeps the share, the same share reuses it and another one finds it stale."""
+    from tests.synth import write_llama_gguf
+    from tuner.calibration.prompts import make_prompt_set
+    from tuner.calibration.tune import tune
+    from tuner.calibration.workload import GREEDY
+    from tuner.profiles import ProfileStore
+
+    from .conftest import TUNE_THREADS
+
+    models = tmp_path / "models"
+    models.mkdir()
+    common = dict(n_embd=128, n_head=4, n_head_kv=2, dtype="f32")
+    write_llama_gguf(models / "target.gguf", n_layers=4, eps=0.05, keep_blocks=2, seed=3, general_name="t", **common)
+    write_llama_gguf(models / "draft.gguf", n_layers=2, seed=3, general_name="d", **common)
+    ps = make_prompt_set([Prompt("Once upon a time, there was a little girl named Lily.", "creative"),
+                          Prompt("The cat sat on the mat and looked at the", "chat")], source="test")
+    store = ProfileStore(tmp_path / "profiles")
+    kw = dict(target="target.gguf", prompts=ps, budget_s=40, server=llama_server_bin, store=store, n_predict=32,
+              repetitions=2, n_ctx=512, threads=TUNE_THREADS, sampling=GREEDY)
+    res = tune(models, long_share=0.25, **kw)  # type: ignore[arg-type]
+    d = res.decision
+    assert d is not None and res.profile is not None and res.profile.keys.long_share == 0.25
+    both = [c for c in d.comparisons if c.long_speedup is not None and c.short_speedup is not None]
+    assert both, [c.to_json() for c in d.comparisons]  # the long-context requests were compared
+    for c in both:  # every quoted speedup is the 75 / 25 weighted one, recomputed here from its requests
+        def tps(samples) -> float:
+            is_long = [s.category in ("long document", "long code") for s in samples]
+            w = [0.25 / sum(is_long) if lg else 0.75 / (len(samples) - sum(is_long)) for lg in is_long]
+            return (sum(wi * (s.predicted_n - 1) for wi, s in zip(w, samples))
+                    / sum(wi * s.predicted_ms / 1000 for wi, s in zip(w, samples)))
+
+        assert c.speedup == pytest.approx(tps(c.candidate_samples) / tps(c.baseline_samples), rel=1e-9)
+        assert c.gen_tokens_per_s == pytest.approx(tps(c.candidate_samples), rel=1e-9)
+        assert c.long_share == 0.25 and c.share_set
+    best = next(c for c in d.comparisons if c.candidate == d.best_speculative)
+    if best.long_speedup is not None and best.short_speedup is not None:
+        assert "Over a served mix of 25 % long-context requests (the long-context share setting)" in d.reason
+    assert tune(models, long_share=0.25, **kw).reused  # type: ignore[arg-type]
+
+    cancel = threading.Event()
+    seen: list[str] = []
+
+    def on_event(ev) -> None:
+        if ev.kind == "stale":
+            seen.append(ev.message)
+            cancel.set()
+
+    again = tune(models, long_share=0.5, on_event=on_event, cancel=cancel, **kw)  # type: ignore[arg-type]
+    assert again.cancelled
+    assert seen and "the long-context share changed (tuned for 25 % long-context requests, now 50 % " \
+                     "long-context requests)" in seen[0]
