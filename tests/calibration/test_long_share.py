@@ -187,7 +187,8 @@ def test_the_share_is_checked_against_the_sweeps_long_context_requests():
 
 
 @pytest.mark.server
-def test_a_real_sweep_is_weighted_to_the_share_and_records_it(tmp_path: Path, llama_server_bin):
+def test_a_real_sweep_is_weighted_to_the_share_and_records_it(tmp_path: Path, llama_server_bin,
+                                                              capsys: pytest.CaptureFixture[str]):
     """A tiny generated family on the real llama-server: the decision's figures are the share-weighted
     ones, the profile keeps the share, the same share reuses it and another one finds it stale."""
     from tests.synth import write_llama_gguf
@@ -205,7 +206,7 @@ def test_a_real_sweep_is_weighted_to_the_share_and_records_it(tmp_path: Path, ll
     write_llama_gguf(models / "draft.gguf", n_layers=2, seed=3, general_name="d", **common)
     ps = make_prompt_set([Prompt("Once upon a time, there was a little girl named Lily.", "creative"),
                           Prompt("The cat sat on the mat and looked at the", "chat")], source="test")
-    store = ProfileStore(tmp_path / "profiles")
+    store = ProfileStore()  # the default store (under the test's own DRAFTWISE_HOME), which the CLI uses too
     kw = dict(target="target.gguf", prompts=ps, budget_s=40, server=llama_server_bin, store=store, n_predict=32,
               repetitions=2, n_ctx=512, threads=TUNE_THREADS, sampling=GREEDY)
     res = tune(models, long_share=0.25, **kw)  # type: ignore[arg-type]
@@ -227,6 +228,18 @@ def test_a_real_sweep_is_weighted_to_the_share_and_records_it(tmp_path: Path, ll
     if best.long_speedup is not None and best.short_speedup is not None:
         assert "Over a served mix of 25 % long-context requests (the long-context share setting)" in d.reason
     assert tune(models, long_share=0.25, **kw).reused  # type: ignore[arg-type]
+    # the CLI flag reaches the same request: the same share finds the profile fresh (another would re-tune)
+    from tuner.cli import main
+
+    pf = tmp_path / "prompts.jsonl"
+    pf.write_text("".join(json.dumps({"prompt": p.text, "category": p.category}) + "\n" for p in ps.prompts))
+    argv = ["tune", "--models", str(models), "--target", "target.gguf", "--prompts", str(pf), "--budget", "40",
+            "--n-predict", "32", "--repetitions", "2", "--ctx-size", "512", "--threads", str(TUNE_THREADS),
+            "--temperature", "0", "--top-k", "1", "--server", str(llama_server_bin), "--json"]
+    capsys.readouterr()
+    assert main(argv + ["--long-share", "0.25"]) == 0
+    out = json.loads(capsys.readouterr().out)
+    assert out["reused"] and out["decision"]["long_share"] == 0.25
 
     cancel = threading.Event()
     seen: list[str] = []

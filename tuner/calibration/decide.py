@@ -481,7 +481,9 @@ def per_category(c: Comparison, categories: Sequence[str] = ()) -> tuple[Categor
     """Per-category lines of comparison ``c``: the same requests as its overall figure, grouped.
 
     The candidate's and the baseline's samples of ``c`` are aligned (the same (prompt, repetition) key
-    at each position), so each line compares like with like and the lines pool to the overall figure.
+    at each position), so each line compares like with like and the lines pool to the overall figure
+    (with the served mix's weights when ``c`` was weighted to a long-context share: each line itself is
+    unweighted, every request of one category being of one kind).
     ``categories`` (the baseline's categories) that ``c`` never reached (it was stopped early) are
     listed with ``speedup`` ``None``. Empty when the prompt set has no categories.
     """

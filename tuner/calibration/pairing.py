@@ -433,7 +433,7 @@ def _mix_fields(cs: Sequence[Sample], bs: Sequence[Sample], mix: Mix | None) -> 
     """``long_share``, ``share_set``, ``short_speedup``, ``long_speedup`` of a :class:`Comparison`."""
     mx = mix or Mix()
     longs = [i for i, s in enumerate(cs) if mx.is_long(s)]
-    shorts = [i for i in range(len(cs)) if i not in set(longs)]
+    shorts = [i for i, s in enumerate(cs) if not mx.is_long(s)]
     share = mx.share_of(cs)
     return {
         "long_share": share,
