@@ -209,7 +209,14 @@ def test_a_real_sweep_is_weighted_to_the_share_and_records_it(tmp_path: Path, ll
     store = ProfileStore()  # the default store (under the test's own DRAFTWISE_HOME), which the CLI uses too
     kw = dict(target="target.gguf", prompts=ps, budget_s=40, server=llama_server_bin, store=store, n_predict=32,
               repetitions=2, n_ctx=512, threads=TUNE_THREADS, sampling=GREEDY)
-    res = tune(models, long_share=0.25, **kw)  # type: ignore[arg-type]
+    # the first sweep: no candidate is stopped early as a clear loser (on this tiny, fast target every draft
+    # loses, and a loser stopped after its first short requests never reaches the long-context ones)
+    from tuner.calibration.engine import run_tune
+
+    res = run_tune(models_dir=models, target="target.gguf", prompts=ps, budget_s=40, force=False, on_event=None,
+                   cancel=threading.Event(), server=llama_server_bin, store=store, n_predict=32, repetitions=2,
+                   n_ctx=512, threads=TUNE_THREADS, max_prompts=None, sampling=GREEDY, long_share=0.25,
+                   settings=SearchSettings(n_predict=32, budget_s=40, max_pairs=4, side_by_side=True, loser_ratio=0.0))
     d = res.decision
     assert d is not None and res.profile is not None and res.profile.keys.long_share == 0.25
     both = [c for c in d.comparisons if c.long_speedup is not None and c.short_speedup is not None]
