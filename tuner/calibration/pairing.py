@@ -87,7 +87,7 @@ class Mix:
     long_prompts: frozenset[int] = frozenset()
 
     @classmethod
-    def of(cls, prompts: Sequence[tuple[int, Prompt]], long_share: float | None = None) -> "Mix":
+    def of(cls, prompts: Sequence[tuple[int, Prompt]], long_share: float | None = None) -> Mix:
         """The mix of a sweep's ``(index, prompt)`` list: its long-context prompts are those with ``fill``.
 
         Raises:
