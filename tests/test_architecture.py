@@ -43,13 +43,13 @@ def test_cli_and_app_build_identical_requests(tmp_path: Path) -> None:
     from tuner.cli.tune import request_from_args
 
     models, server = tmp_path / "models", tmp_path / "llama-server"
-    settings = Settings(tune_budget_s=240, ctx_size=4096, temperature=0.5, top_k=20)
+    settings = Settings(tune_budget_s=240, ctx_size=4096, temperature=0.5, top_k=20, long_share=0.25)
     app = request_from_settings(settings, models, target="t.gguf", server=server)
     cli = request_from_args(_cli_args(["tune", "--models", str(models), "--target", "t.gguf", "--server", str(server),
                                        "--budget", "240", "--ctx-size", "4096", "--temperature", "0.5",
-                                       "--top-k", "20"]))
+                                       "--top-k", "20", "--long-share", "0.25"]))
     assert cli == app
-    assert app.budget_s == 240.0 and app.n_ctx == 4096 and app.sampling == Sampling(temperature=0.5, top_k=20)
+    assert app.long_share == 0.25 and app.budget_s == 240.0 and app.n_ctx == 4096 and app.sampling == Sampling(temperature=0.5, top_k=20)
     # and with nothing set, both use the one default budget
     plain_app = request_from_settings(Settings(), models)
     plain_cli = request_from_args(_cli_args(["tune", "--models", str(models)]))

@@ -12,6 +12,7 @@ tools/server/server-http.cpp checks it on every route except ``/health``).
 from __future__ import annotations
 
 import dataclasses
+import math
 import os
 import re
 import secrets
@@ -80,6 +81,10 @@ class Settings:
             measures at them. None = the client sends none, so llama-server's own defaults apply
             (b11434, common/common.h ``common_params_sampling``: temperature 0.8, top_k 40, top_p 0.95,
             min_p 0.05; the sweep reads the binary's actual values from ``/props``).
+        long_share: fraction (0..1) of the served requests that are long-context ones (long chats, a
+            code file with a question); the sweep picks the configuration fastest over that mix
+            (``tune --long-share``, ``tuner.calibration.pairing.Mix``). None = the prompt set's own
+            share (every measured request weighs the same: 2 of the built-in set's 7 requests are long).
     """
 
     models_dir: Path | None = None
@@ -97,6 +102,7 @@ class Settings:
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
+    long_share: float | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -172,6 +178,11 @@ def _validate_workload(s: Settings, path: Path | None) -> None:
             raise SettingsError(key, f"expected null (server default) or a number {lo:g}..{hi:g}, got {v!r}", path)
     if s.top_k is not None and (isinstance(s.top_k, bool) or not isinstance(s.top_k, int) or s.top_k < 0):
         raise SettingsError("top_k", f"expected null (server default) or a whole number >= 0, got {s.top_k!r}", path)
+    v = s.long_share
+    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
+                          or not 0.0 <= v <= 1.0):
+        raise SettingsError("long_share", f"expected null (the prompt set's own share) or a fraction 0..1, "
+                            f"got {v!r}", path)
 
 
 def settings_path() -> Path:

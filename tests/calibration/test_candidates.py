@@ -75,3 +75,32 @@ def test_select_prompts_spreads_over_categories():
     assert {p.category for _, p in picked} == {"code", "math", "chat"}
     assert [i for i, _ in picked] == sorted(i for i, _ in picked)
     assert len(select_prompts(ps, None)) == 5
+
+
+def test_draft_mtp_gets_a_probabilistic_drafts_twin_at_sampled_settings():
+    """b11434 builds the MTP drafter from the draft-model parameters (common/speculative.cpp
+    ``common_speculative_impl_draft_mtp``), so ``--spec-draft-sampling probabilistic`` applies to it too."""
+    from tests.server.conftest import help_text
+    from tuner.calibration.engine import add_draft_sampling_variants
+    from tuner.calibration.workload import GREEDY, Sampling, Workload
+    from tuner.server.argv import build_argv
+    from tuner.server.dialect import parse_help
+
+    current, legacy = parse_help(help_text("b11434")), parse_help(help_text("legacy-4227c9b"))
+    plan = plan_candidates("/m/t.gguf", [DraftOption("/m/d.gguf")], spec_types=B11434_TYPES, mtp_layers=1)
+    hot = Workload(sampling=Sampling(temperature=0.8))
+    twin = add_draft_sampling_variants(plan, hot, current)
+    assert twin.mtp == plan.mtp and twin.mtp is not None and twin.mtp.draft_sampling is None
+    assert [(c.spec_type, c.draft_sampling) for c in twin.drafts] == [
+        ("draft-simple", None), ("draft-simple", "probabilistic"), ("draft-mtp", "probabilistic")]
+    mtp_twin = twin.drafts[-1]
+    assert mtp_twin.label == "draft-mtp n_max 16 probabilistic drafts"
+    argv = build_argv("/bin/llama-server", candidate_config(mtp_twin, "/m/t.gguf", n_ctx=4096).with_port(8080),
+                      current)
+    assert argv == ["/bin/llama-server", "-m", "/m/t.gguf", "--host", "127.0.0.1", "--port", "8080", "-c", "4096",
+                    "-np", "1", "--metrics", "--slots", "--cors-origins", "localhost", "--spec-type", "draft-mtp",
+                    "--spec-draft-n-max", "16", "--spec-draft-p-min", "0", "--spec-draft-sampling", "probabilistic"]
+    assert Candidate.from_json(mtp_twin.to_json()) == mtp_twin
+    # greedy serving, or a build without the flag: no twin
+    assert add_draft_sampling_variants(plan, Workload(sampling=GREEDY), current) == plan
+    assert add_draft_sampling_variants(plan, hot, legacy) == plan

@@ -11,6 +11,7 @@ import pytest
 from tests.synth import write_eagle3_head, write_glm4moe_mtp_target, write_lookup_target
 from tuner.calibration.prompts import Prompt, make_prompt_set
 from tuner.calibration.tune import tune
+from tuner.calibration.workload import GREEDY
 from tuner.catalog.families import group_families
 from tuner.catalog.scan import scan_folder
 from tuner.cli import main
@@ -47,8 +48,10 @@ def test_sweep_tunes_mtp_draft_length(tmp_path: Path, mtp_folder: Path, llama_se
     models = tmp_path / "models"
     models.mkdir()
     (models / "glm-mtp.gguf").symlink_to(mtp_folder / "glm-mtp.gguf")
+    # greedy, as the other length-tuning e2e tests: at sampled settings the MTP probe gets a probabilistic-drafts
+    # twin (test_the_mtp_drafter_runs_with_probabilistic_drafts), which shares this 90 s budget
     res = tune(models, prompts=PROMPTS, budget_s=90, server=llama_server_bin, store=ProfileStore(tmp_path / "p"),
-               n_predict=48, repetitions=2, n_ctx=512, threads=1)
+               n_predict=48, repetitions=2, n_ctx=512, threads=1, sampling=GREEDY)
     table = "\n".join(f"{m.candidate.label}: ok {m.ok} {m.gen_tokens_per_s} tok/s acc {m.acceptance} err {m.error}"
                       for m in res.measurements)
     mtp = [m for m in res.measurements if m.candidate.spec_type == "draft-mtp" and m.ok]
@@ -61,3 +64,36 @@ def test_sweep_tunes_mtp_draft_length(tmp_path: Path, mtp_folder: Path, llama_se
     chain = [m for m in res.measurements if m.candidate.spec_type == "ngram-mod,draft-mtp"]
     assert chain and chain[0].ok and chain[0].draft_n > 0, table
     print("\n" + table + f"\ndecision: {res.decision.winner.label if res.decision else None}")
+
+
+def test_the_mtp_drafter_runs_with_probabilistic_drafts(mtp_folder: Path, llama_server_bin: Path) -> None:
+    """The planned twin of ``draft-mtp`` at temperature > 0 is a configuration b11434 runs: it starts with
+    ``--spec-draft-sampling probabilistic`` and drafts (the MTP drafter is built from the draft-model
+    parameters, common/speculative.cpp ``common_speculative_impl_draft_mtp``)."""
+    import threading
+
+    from tuner.calibration.candidates import Candidate
+    from tuner.calibration.engine import _supervisor_launch_fn
+    from tuner.calibration.measure import measure_candidate
+    from tuner.calibration.workload import Sampling, Workload
+    from tuner.server.dialect import probe_dialect
+    from tuner.server.discovery import find_named_server
+    from tuner.server.supervisor import Supervisor
+
+    binary = find_named_server(llama_server_bin)
+    sup = Supervisor(binary, probe_dialect(binary.path))
+    hot = Workload(sampling=Sampling(temperature=0.8), n_ctx=512, greedy_check_prompts=0)
+    fn = _supervisor_launch_fn(sup, (mtp_folder / "glm-mtp.gguf").resolve(), 512, 1, lambda *a, **k: None, 60.0, hot)
+    argvs: list[list[str]] = []
+
+    def launch(c, ev):
+        la = fn(c, ev)
+        argvs.append(list(sup.argv))
+        return la
+
+    twin = Candidate(spec_type="draft-mtp", n_max=4, p_min=0.0, draft_sampling="probabilistic")
+    m = measure_candidate(launch, twin, list(enumerate(PROMPTS.prompts)), [0], 32, threading.Event())
+    assert m.ok, m.error
+    i = argvs[0].index("--spec-draft-sampling")
+    assert argvs[0][i + 1] == "probabilistic" and argvs[0][argvs[0].index("--spec-type") + 1] == "draft-mtp"
+    assert m.speculative_active is True and m.draft_n > 0 and m.acceptance is not None, m

@@ -23,9 +23,17 @@ def test_context_and_temperature_rows_save_the_settings(make_app):
     tab.temp_spin.setValue(0.7)
     tab._save_temperature()
     assert S.load_settings().temperature == 0.7
+    assert tab.share_spin.text() == "the prompt set's own" and S.load_settings().long_share is None
+    tab.share_spin.setValue(40)
+    tab._save_long_share()
+    assert S.load_settings().long_share == 0.4
     # a new window shows what is saved
     b = make_app()
     assert b.window.serve_tab.temp_spin.value() == 0.7 and b.window.serve_tab.ctx_spin.text() == "automatic"
+    assert b.window.serve_tab.share_spin.value() == 40
+    b.window.serve_tab.share_spin.setValue(-1)
+    b.window.serve_tab._save_long_share()
+    assert S.load_settings().long_share is None
 
 
 def test_models_tab_context_text(stories260k_session):

@@ -206,7 +206,8 @@ class CandidatePlan:
             length per component: ``ngram_n_max`` server default, ``n_max`` = CHAIN_DRAFT_N_MAX).
         drafts: per draft model and per matched head, its long-draft probe candidate (``n_max`` =
             LONG_DRAFT_N_MAX, ``p_min`` 0); shorter drafts are derived by the search with
-            :meth:`Candidate.with_n_max`.
+            :meth:`Candidate.with_n_max`. At sampled settings also the probabilistic-drafts twins
+            (``tuner.calibration.engine.add_draft_sampling_variants``), the ``draft-mtp`` one last.
         mtp: the ``draft-mtp`` probe candidate, when the target has MTP layers.
         dropped: candidates removed before launch, with reasons.
         draft_sizes_bytes: file size per draft path (cost model input).

@@ -15,11 +15,23 @@ from pathlib import Path
 from typing import Any, Sequence
 
 from .candidates import Candidate
-from .pairing import ALPHA, FINALISTS, MAX_PAIRS, Comparison, compare, pooled_tokens_per_s
+from .pairing import (
+    ALPHA,
+    FINALISTS,
+    MAX_PAIRS,
+    Comparison,
+    Mix,
+    compare,
+    pooled_tokens_per_s,
+)
 from .results import Measurement, Sample
 
 MIN_GAIN = 0.03
 """A winner must be at least this much faster than the baseline at the low end of its interval."""
+
+MIX_NOISE = 0.05
+"""Short and long-context speedups that differ by more than this (relative) are stated separately (the
+same bar as the per-category depth sentence, ``tuner.calibration.engine.describe_depth``)."""
 
 
 
@@ -278,6 +290,7 @@ def decide(
     max_pairs: int = MAX_PAIRS,
     finalists: int = FINALISTS,
     busy_note: str | None = None,
+    mix: Mix | None = None,
 ) -> Decision:
     """Pick the winner among measured candidates, or "no speculation".
 
@@ -299,6 +312,10 @@ def decide(
         alpha, max_pairs, finalists: the sequential test's error and how it is spent
             (:func:`tuner.calibration.pairing.sequential_test`).
         busy_note: a sentence about the machine's load during the sweep, appended to the reason.
+        mix: the served share of long-context requests (:class:`~tuner.calibration.pairing.Mix`): every
+            pooled figure, pair ratio and so the pick is weighted to it, and the reason states the share
+            (and the short and long-context speedups when they differ by more than :data:`MIX_NOISE`).
+            ``None`` = every request weighs the same.
 
     Raises:
         ValueError: no successful baseline measurement.
@@ -323,7 +340,7 @@ def decide(
 
     comps: list[Comparison] = []
     for c in ok_by_key.values():
-        cmp_ = compare(measurements, c, min_gain, alpha, max_pairs, finalists)
+        cmp_ = compare(measurements, c, min_gain, alpha, max_pairs, finalists, mix=mix)
         if cmp_ is not None and cmp_.speedup:
             comps.append(cmp_)
     comps.sort(key=lambda x: (not x.paired, -(x.speedup or 0.0)))
@@ -370,6 +387,7 @@ def decide(
         reason += "."
         if wm is not None and wm.divergences:
             reason += " " + divergence_text(wm) + "."
+        reason += mix_text(w, mix)
         return Decision(
             winner=w.candidate,
             gen_tokens_per_s=w.gen_tokens_per_s,
@@ -418,7 +436,7 @@ def decide(
             reason += ", and even 100 % acceptance would not pay on this machine"
         elif be is not None and be.break_even_acceptance is not None and be.break_even_acceptance >= 0.005:
             reason += f", break-even on this machine is about {_fmt_pct(be.break_even_acceptance)}"
-    reason += "."
+    reason += "." + mix_text(best, mix)
     return Decision(
         winner=baseline.candidate,
         gen_tokens_per_s=best.baseline_gen_tokens_per_s or base_tps,
@@ -438,6 +456,27 @@ def decide(
     )
 
 
+def mix_text(c: Comparison, mix: Mix | None = None, noise: float = MIX_NOISE) -> str:
+    """The sentence (with a leading space) on the served mix behind ``c``'s figures, e.g. ``" Over a
+    served mix of 50 % long-context requests (the long-context share setting): short requests 1.40×,
+    long-context requests 1.05×."``; the two speedups only when they differ by more than ``noise``
+    (relative). Empty when no long-context request was compared and no share was set; with a share set
+    but no long request compared, says the share could not be applied."""
+    if c.long_speedup is None:
+        if mix is not None and mix.long_share:
+            return (f" No long-context request was compared, so the long-context share of "
+                    f"{_fmt_pct(mix.long_share)} could not be applied: the figures are for short requests.")
+        return ""
+    if c.short_speedup is None:
+        return " Every compared request was a long-context one."
+    source = "the long-context share setting" if c.share_set else "the prompt set's own share"
+    text = f" Over a served mix of {_fmt_pct(c.long_share)} long-context requests ({source})"
+    s, lg = c.short_speedup, c.long_speedup
+    if s > 0 and abs(lg / s - 1.0) > noise:
+        text += f": short requests {s:.2f}×, long-context requests {lg:.2f}×"
+    return text + "."
+
+
 def _merged(measurements: Sequence[Measurement], c: Candidate) -> Measurement | None:
     out = None
     for m in measurements:
@@ -450,7 +489,9 @@ def per_category(c: Comparison, categories: Sequence[str] = ()) -> tuple[Categor
     """Per-category lines of comparison ``c``: the same requests as its overall figure, grouped.
 
     The candidate's and the baseline's samples of ``c`` are aligned (the same (prompt, repetition) key
-    at each position), so each line compares like with like and the lines pool to the overall figure.
+    at each position), so each line compares like with like and the lines pool to the overall figure
+    (with the served mix's weights when ``c`` was weighted to a long-context share: each line itself is
+    unweighted, every request of one category being of one kind).
     ``categories`` (the baseline's categories) that ``c`` never reached (it was stopped early) are
     listed with ``speedup`` ``None``. Empty when the prompt set has no categories.
     """
@@ -485,5 +526,6 @@ __all__ = [
     "break_even_acceptance",
     "decide",
     "divergence_text",
+    "mix_text",
     "per_category",
 ]

@@ -4,6 +4,7 @@ search, decision and profile store. Use :func:`tuner.calibration.tune.tune`, not
 
 from __future__ import annotations
 
+import dataclasses
 import hashlib
 import threading
 import time
@@ -36,7 +37,14 @@ from .prompts import (
     default_prompts,
     load_prompts,
 )
-from .request import EventCallback, TuneError, TuneEvent, TuneRequest, TuneResult
+from .request import (
+    EventCallback,
+    TuneError,
+    TuneEvent,
+    TuneRequest,
+    TuneResult,
+    _check_long_share,
+)
 from .search import BaselineFailed, Search, SearchSettings
 from .serving import candidate_config, config_to_json
 from .workload import Sampling, Workload, long_context_prompts
@@ -294,6 +302,7 @@ def run_tune(
     sampling = request.sampling
     long_context = request.long_context
     chat = request.chat
+    long_share = request.long_share
     emit = _Emitter(on_event)
     t0 = time.monotonic()
     models_dir = Path(request.models_dir).resolve()
@@ -312,6 +321,9 @@ def run_tune(
              f"{MAX_PROMPTS_PER_SWEEP} of them (spread over its categories)")
         max_prompts = MAX_PROMPTS_PER_SWEEP
     chosen_prompts = select_prompts(ps, max_prompts)
+    if long_share is None and settings is not None:
+        long_share = settings.long_share
+    _check_long_share(long_share, long_context)
 
     target_model, entry, _models = _choose_target(models_dir, target, scanned)
     target_path = Path(target_model.path).resolve()
@@ -387,6 +399,7 @@ def run_tune(
         ).hexdigest(),
         n_ctx=n_ctx,
         workload=workload.key(),
+        long_share=long_share,
     )
 
     try:
@@ -440,6 +453,8 @@ def run_tune(
         # so the paired rounds run them side by side; with a GPU, alternate launches instead
         side_by_side=not gpu,
     )
+    if long_share is not None:
+        settings = dataclasses.replace(settings, long_share=long_share)
     sups: list[Any] = []
     if launch_fn is None:
         from tuner.server.supervisor import Supervisor
@@ -488,7 +503,7 @@ def run_tune(
 
     decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured,
                       alpha=settings.alpha, max_pairs=settings.max_pairs, finalists=search.finalists_selected,
-                      busy_note=_busy_note(load.note(), competing))
+                      busy_note=_busy_note(load.note(), competing), mix=search.mix)
     from dataclasses import replace as _replace
 
     extra = [f"Measured with {workload.describe()}."]
@@ -541,15 +556,21 @@ def run_tune(
 
 DRAFT_SAMPLING_FLAG = "--spec-draft-sampling"
 DRAFT_SAMPLING_TYPES = ("draft-simple", "draft-mtp")
-"""Types that fill the draft distribution ``--spec-draft-sampling probabilistic`` needs (b11434
-tools/server/server-context.cpp: other drafters fall back to sample-and-match)."""
+"""Types that fill the draft distribution ``--spec-draft-sampling probabilistic`` needs. b11434:
+common/arg.cpp sets ``params.speculative.draft.probabilistic`` from the flag; both
+``common_speculative_impl_draft_simple`` and ``common_speculative_impl_draft_mtp`` (common/speculative.cpp;
+the MTP one is built from ``params.draft``, "reuses the draft-model params slot") keep the sampled draft
+candidates (``result_q``) in ``draft()`` only when that is set, and tools/server/server-context.cpp
+``use_spec_rejection`` verifies them by rejection at temperature > 0. The other drafters fall back to
+sample-and-match."""
 
 
 def add_draft_sampling_variants(plan: CandidatePlan, workload: Workload, dialect: Any) -> CandidatePlan:
     """At sampled settings (temperature > 0) and where the binary offers ``--spec-draft-sampling``, each
-    draft-model probe gets a twin with ``probabilistic`` drafts, right after it: a candidate like any
-    other (the search measures and refines it as its own group). Greedy workloads and builds without the
-    flag get the plan unchanged. (``draft-mtp`` is a single probe in the plan and gets no twin yet.)"""
+    draft-model probe gets a twin with ``probabilistic`` drafts, right after it, and the ``draft-mtp``
+    probe (the target's own MTP layers) gets one at the end of ``plan.drafts``: a candidate like any
+    other (the search probes, refines and confirms it as its own group, with the draft probes). Greedy
+    workloads and builds without the flag get the plan unchanged."""
     from dataclasses import replace
 
     has = getattr(dialect, "has", None)
@@ -560,6 +581,9 @@ def add_draft_sampling_variants(plan: CandidatePlan, workload: Workload, dialect
         drafts.append(c)
         if c.spec_type in DRAFT_SAMPLING_TYPES and c.draft_sampling is None:
             drafts.append(replace(c, draft_sampling="probabilistic"))
+    mtp = plan.mtp
+    if mtp is not None and mtp.spec_type in DRAFT_SAMPLING_TYPES and mtp.draft_sampling is None:
+        drafts.append(replace(mtp, draft_sampling="probabilistic"))
     return replace(plan, drafts=tuple(drafts))
 
 

@@ -17,6 +17,11 @@ Terms (DESIGN.md "Calibration method" step 6):
 * **speedup**: the pooled ratio over every paired request — the candidate's Σ tokens ÷ Σ time over
   all its paired requests, ÷ the baseline's over the same requests. The chart, the decision sentence
   and the per-category lines all quote these pooled figures (:class:`Comparison`), so they agree.
+* **served mix** (:class:`Mix`): the fraction of served requests that are long-context ones
+  (``long_share``). Pooled figures weigh each short request ``(1 − share) ÷ n_short`` and each long one
+  ``share ÷ n_long``, so Σ w·tokens ÷ Σ w·time is the tokens/s over that mix and the ratio picks the
+  configuration that is fastest over it. Without a share every request weighs the same (the prompt
+  set's own share, e.g. 2 long of 7 requests in the built-in set).
 
 Sequential stopping rule (:func:`sequential_test`), with its error rate
 -------------------------------------------------------------------------
@@ -39,9 +44,10 @@ import functools
 import math
 import statistics
 from dataclasses import dataclass
-from typing import Sequence
+from typing import Any, Sequence
 
 from .candidates import Candidate
+from .prompts import Prompt
 from .results import Measurement, Sample
 
 ALPHA = 0.05
@@ -66,15 +72,68 @@ def sample_tokens_and_s(s: Sample) -> tuple[float, float]:
     return 1.0, 1.0 / max(s.gen_tokens_per_s, 1e-9)
 
 
-def pooled_tokens_per_s(samples: Sequence[Sample]) -> float | None:
-    """Σ tokens ÷ Σ seconds over ``samples`` (see :func:`sample_tokens_and_s`); ``None`` when empty."""
+@dataclass(frozen=True)
+class Mix:
+    """The served mix of short and long-context requests that pooled figures stand for.
+
+    Attributes:
+        long_share: fraction (0..1) of the served requests that are long-context ones (the
+            ``long_share`` setting, ``tune --long-share``); ``None`` = the prompt set's own share (every
+            measured request weighs the same).
+        long_prompts: prompt indices of the long-context requests (``Prompt.fill`` set).
+    """
+
+    long_share: float | None = None
+    long_prompts: frozenset[int] = frozenset()
+
+    @classmethod
+    def of(cls, prompts: Sequence[tuple[int, Prompt]], long_share: float | None = None) -> Mix:
+        """The mix of a sweep's ``(index, prompt)`` list: its long-context prompts are those with ``fill``.
+
+        Raises:
+            ValueError: ``long_share`` outside 0..1.
+        """
+        if long_share is not None and not (math.isfinite(long_share) and 0.0 <= long_share <= 1.0):
+            raise ValueError(f"long-context share {long_share!r}: must be between 0 and 1")
+        return cls(long_share, frozenset(i for i, p in prompts if p.fill is not None))
+
+    def is_long(self, s: Sample) -> bool:
+        """True when ``s`` is a long-context request."""
+        return s.prompt_index in self.long_prompts
+
+    def weights(self, samples: Sequence[Sample]) -> list[float]:
+        """Per-request weights (mean 1): short ``(1 − share) ÷ n_short``, long ``share ÷ n_long``
+        (× ``len(samples)``); all 1.0 without a share or when one kind is missing from ``samples``."""
+        n = len(samples)
+        n_long = sum(1 for s in samples if self.is_long(s))
+        share = self.long_share
+        if share is None or n_long == 0 or n_long == n:
+            return [1.0] * n
+        w_long, w_short = share * n / n_long, (1.0 - share) * n / (n - n_long)
+        return [w_long if self.is_long(s) else w_short for s in samples]
+
+    def share_of(self, samples: Sequence[Sample]) -> float:
+        """The long-context share the pooled figure over ``samples`` stands for: the set share when both
+        kinds are present, else the fraction of long requests in ``samples`` (0 or 1)."""
+        if not samples:
+            return 0.0
+        n_long = sum(1 for s in samples if self.is_long(s))
+        if self.long_share is not None and 0 < n_long < len(samples):
+            return self.long_share
+        return n_long / len(samples)
+
+
+def pooled_tokens_per_s(samples: Sequence[Sample], mix: Mix | None = None) -> float | None:
+    """Σ tokens ÷ Σ seconds over ``samples`` (see :func:`sample_tokens_and_s`), each request weighted by
+    ``mix`` (:meth:`Mix.weights`; ``None`` = equal weights); ``None`` when empty."""
     if not samples:
         return None
+    weights = mix.weights(samples) if mix is not None else [1.0] * len(samples)
     toks = secs = 0.0
-    for s in samples:
+    for s, w in zip(samples, weights):
         t, d = sample_tokens_and_s(s)
-        toks += t
-        secs += d
+        toks += w * t
+        secs += w * d
     return toks / secs if secs > 0 else None
 
 
@@ -88,6 +147,7 @@ class Pair:
         baseline_launch: position of the baseline launch next to it (``candidate_launch ± 1``).
         candidate_samples: the candidate's requests of this repetition, by prompt index.
         baseline_samples: the baseline's requests of the same keys, same order.
+        mix: the served mix the pair's figures are weighted by (``None`` = every request the same).
     """
 
     repetition: int
@@ -95,16 +155,17 @@ class Pair:
     baseline_launch: int
     candidate_samples: tuple[Sample, ...]
     baseline_samples: tuple[Sample, ...]
+    mix: Mix | None = None
 
     @property
     def candidate_tokens_per_s(self) -> float:
-        """Candidate's Σ tokens ÷ Σ time over the pair's requests."""
-        return pooled_tokens_per_s(self.candidate_samples) or 0.0
+        """Candidate's Σ tokens ÷ Σ time over the pair's requests (weighted by :attr:`mix`)."""
+        return pooled_tokens_per_s(self.candidate_samples, self.mix) or 0.0
 
     @property
     def baseline_tokens_per_s(self) -> float:
-        """Baseline's Σ tokens ÷ Σ time over the same requests."""
-        return pooled_tokens_per_s(self.baseline_samples) or 0.0
+        """Baseline's Σ tokens ÷ Σ time over the same requests (weighted by :attr:`mix`)."""
+        return pooled_tokens_per_s(self.baseline_samples, self.mix) or 0.0
 
     @property
     def ratio(self) -> float:
@@ -120,13 +181,14 @@ def _by_rep(m: Measurement) -> dict[int, dict[int, Sample]]:
     return out
 
 
-def adjacent_pairs(measurements: Sequence[Measurement], candidate: Candidate) -> list[Pair]:
+def adjacent_pairs(measurements: Sequence[Measurement], candidate: Candidate, mix: Mix | None = None) -> list[Pair]:
     """Every :class:`Pair` of ``candidate`` in a sweep, in time order.
 
     Args:
         measurements: the sweep's measurements in launch order (``Search.measurements``; a profile's
             ``evidence`` keeps that order). Each element is one launch.
         candidate: the speculative candidate (matched on ``Candidate.key``).
+        mix: the served mix each pair's ratio is weighted by (``None`` = every request the same).
 
     Only ``confirm``-stage launches that ran correctly and were not stopped early are paired, each
     with the ``confirm``-stage baseline launch right before or after it; a repetition forms a pair
@@ -151,7 +213,8 @@ def adjacent_pairs(measurements: Sequence[Measurement], candidate: Candidate) ->
                     continue
                 used.add((j, rep))
                 keys = sorted(mine[rep])
-                pairs.append(Pair(rep, i, j, tuple(mine[rep][k] for k in keys), tuple(theirs[rep][k] for k in keys)))
+                pairs.append(Pair(rep, i, j, tuple(mine[rep][k] for k in keys), tuple(theirs[rep][k] for k in keys),
+                                  mix))
     pairs.sort(key=lambda p: (min(p.candidate_launch, p.baseline_launch), p.repetition))
     return pairs
 
@@ -306,6 +369,11 @@ class Comparison:
         look: the sequential test over the pairs (``None`` for a screening comparison).
         acceptance: candidate's Σ draft_n_accepted ÷ Σ draft_n over its compared requests.
         stopped_early: the candidate's only runs were cut short as a clear loser.
+        long_share: the long-context share the pooled figures stand for (:meth:`Mix.share_of`); 0.0 when
+            no long-context request was compared.
+        share_set: True when that share is the user's setting, False when it is the prompt set's own.
+        short_speedup: the ratio over the short requests alone (``None`` when none was compared).
+        long_speedup: the ratio over the long-context requests alone (``None`` when none was compared).
     """
 
     candidate: Candidate
@@ -319,6 +387,10 @@ class Comparison:
     look: Look | None
     acceptance: float | None
     stopped_early: bool = False
+    long_share: float = 0.0
+    share_set: bool = False
+    short_speedup: float | None = None
+    long_speedup: float | None = None
 
     @property
     def requests(self) -> int:
@@ -340,12 +412,35 @@ class Comparison:
             "ci_high": self.look.high if self.look else None,
             "acceptance": self.acceptance,
             "stopped_early": self.stopped_early,
+            "long_share": self.long_share,
+            "long_share_set": self.share_set,
+            "short_speedup": self.short_speedup,
+            "long_speedup": self.long_speedup,
         }
 
 
 def _acceptance(samples: Sequence[Sample]) -> float | None:
     dn = sum(s.draft_n or 0 for s in samples)
     return sum(s.draft_n_accepted or 0 for s in samples) / dn if dn else None
+
+
+def _ratio(cs: Sequence[Sample], bs: Sequence[Sample], mix: Mix | None = None) -> float | None:
+    c_tps, b_tps = pooled_tokens_per_s(cs, mix), pooled_tokens_per_s(bs, mix)
+    return (c_tps / b_tps) if c_tps and b_tps else None
+
+
+def _mix_fields(cs: Sequence[Sample], bs: Sequence[Sample], mix: Mix | None) -> dict[str, Any]:
+    """``long_share``, ``share_set``, ``short_speedup``, ``long_speedup`` of a :class:`Comparison`."""
+    mx = mix or Mix()
+    longs = [i for i, s in enumerate(cs) if mx.is_long(s)]
+    shorts = [i for i, s in enumerate(cs) if not mx.is_long(s)]
+    share = mx.share_of(cs)
+    return {
+        "long_share": share,
+        "share_set": mx.long_share is not None and 0 < len(longs) < len(cs),
+        "short_speedup": _ratio([cs[i] for i in shorts], [bs[i] for i in shorts]) if shorts else None,
+        "long_speedup": _ratio([cs[i] for i in longs], [bs[i] for i in longs]) if longs else None,
+    }
 
 
 def compare(
@@ -355,21 +450,25 @@ def compare(
     alpha: float = ALPHA,
     max_pairs: int = MAX_PAIRS,
     finalists: int = FINALISTS,
+    mix: Mix | None = None,
 ) -> Comparison | None:
     """The :class:`Comparison` of ``candidate`` in a sweep (``measurements`` in launch order).
 
     Adjacent pairs when there are any (:func:`adjacent_pairs`); otherwise a screening comparison over
     the (prompt, repetition) keys that the candidate's successful runs and the baseline's successful
-    runs both measured. ``None`` when there is no shared request at all.
+    runs both measured. ``None`` when there is no shared request at all. Every pooled figure and pair
+    ratio is weighted by ``mix`` (the served share of long-context requests; ``None`` = every request
+    the same), so the speedup and the sequential test are about the served mix.
     """
-    pairs = adjacent_pairs(measurements, candidate)
+    pairs = adjacent_pairs(measurements, candidate, mix)
     if pairs:
         cs = tuple(s for p in pairs for s in p.candidate_samples)
         bs = tuple(s for p in pairs for s in p.baseline_samples)
         look = sequential_test([p.ratio for p in pairs if p.ratio > 0], min_gain, alpha, max_pairs, finalists)
-        c_tps, b_tps = pooled_tokens_per_s(cs), pooled_tokens_per_s(bs)
+        c_tps, b_tps = pooled_tokens_per_s(cs, mix), pooled_tokens_per_s(bs, mix)
         return Comparison(candidate, True, tuple(pairs), cs, bs, c_tps, b_tps,
-                          (c_tps / b_tps) if c_tps and b_tps else None, look, _acceptance(cs))
+                          (c_tps / b_tps) if c_tps and b_tps else None, look, _acceptance(cs),
+                          **_mix_fields(cs, bs, mix))
     mine = [m for m in measurements if m.candidate.key == candidate.key and m.ok]
     base: dict[RequestKey, Sample] = {}
     for m in measurements:
@@ -388,10 +487,10 @@ def compare(
                 bs_l.append(base[k])
     if not cs_l:
         return None
-    c_tps, b_tps = pooled_tokens_per_s(cs_l), pooled_tokens_per_s(bs_l)
+    c_tps, b_tps = pooled_tokens_per_s(cs_l, mix), pooled_tokens_per_s(bs_l, mix)
     return Comparison(candidate, False, (), tuple(cs_l), tuple(bs_l), c_tps, b_tps,
                       (c_tps / b_tps) if c_tps and b_tps else None, None, _acceptance(cs_l),
-                      stopped_early=all(m.stopped_early for m in mine))
+                      stopped_early=all(m.stopped_early for m in mine), **_mix_fields(cs_l, bs_l, mix))
 
 
 __all__ = [
@@ -401,6 +500,7 @@ __all__ = [
     "Look",
     "MAX_PAIRS",
     "MIN_PAIRS",
+    "Mix",
     "Pair",
     "adjacent_pairs",
     "alpha_per_look",

@@ -58,6 +58,22 @@ class TuneError(DraftwiseError, RuntimeError):
         super().__init__(message)
 
 
+def _check_long_share(long_share: float | None, long_context: bool) -> None:
+    """``long_share`` must be 0..1, and above 0 only with the long-context requests in the sweep.
+
+    Raises:
+        TuneError: (``bad_input``) naming ``--long-share``.
+    """
+    if long_share is None:
+        return
+    if isinstance(long_share, bool) or not isinstance(long_share, (int, float)) \
+            or not (math.isfinite(long_share) and 0.0 <= long_share <= 1.0):
+        raise TuneError(f"--long-share {long_share!r}: must be a fraction between 0 and 1", bad_input=True)
+    if long_share > 0 and not long_context:
+        raise TuneError(f"--long-share {long_share:g}: the sweep has no long-context requests to weigh "
+                        "(--no-long-context); drop one of the two", bad_input=True)
+
+
 @dataclass(frozen=True)
 class TuneRequest:
     """One sweep's inputs, with units in the names and ``None`` for "automatic".
@@ -88,6 +104,11 @@ class TuneRequest:
             question, each filling at least half of ``n_ctx``).
         chat: ``True``/``False`` forces ``/v1/chat/completions`` / ``/completion``; ``None`` = chat when the
             target GGUF has ``tokenizer.chat_template``.
+        long_share: fraction (0..1) of the served requests that are long-context ones: the pick is the
+            configuration fastest over that mix (each short request weighs ``(1 − share) ÷ n_short``, each
+            long one ``share ÷ n_long``: ``tuner.calibration.pairing.Mix``) and the decision states it;
+            ``None`` = the prompt set's own share (every request the same). A staleness key of the profile.
+            Above 0 it needs ``long_context``.
     """
 
     models_dir: Path
@@ -104,6 +125,7 @@ class TuneRequest:
     sampling: Sampling = field(default_factory=Sampling)
     long_context: bool = True
     chat: bool | None = None
+    long_share: float | None = None
 
     @classmethod
     def create(cls, models_dir: str | Path, **fields: Any) -> TuneRequest:
@@ -150,6 +172,7 @@ class TuneRequest:
             value = getattr(self, name)
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise TuneError(f"{name} {value!r}: must be a whole number of at least 1", bad_input=True)
+        _check_long_share(self.long_share, self.long_context)
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able view (paths as text; a prompt set as its source), for logs and ``tune --json``."""
@@ -170,7 +193,8 @@ def request_from_settings(settings: Any, models_dir: str | Path, target: str | P
                           force: bool = False, server: str | Path | None = None,
                           options: Mapping[str, Any] | None = None) -> TuneRequest:
     """The app's request: the Settings' budget (``tune_budget_s``), context size (``ctx_size``), sampling
-    (``temperature``, ``top_p``, ``top_k``, ``min_p``) and prompt file (``prompts_path``), then ``options``
+    (``temperature``, ``top_p``, ``top_k``, ``min_p``), long-context share (``long_share``) and prompt file
+    (``prompts_path``), then ``options``
     (field name → value, e.g. ``{"max_prompts": 2}``) over them.
 
     Args:
@@ -192,6 +216,7 @@ def request_from_settings(settings: Any, models_dir: str | Path, target: str | P
         "server": server,
         "n_ctx": settings.ctx_size,
         "sampling": Sampling.from_settings(settings),
+        "long_share": getattr(settings, "long_share", None),
     }
     fields.update(options or {})
     return TuneRequest.create(models_dir, **fields)

@@ -66,6 +66,7 @@ from .pairing import (
     ALPHA,
     MAX_PAIRS,
     MIN_PAIRS,
+    Mix,
     adjacent_pairs,
     compare,
     pooled_tokens_per_s,
@@ -116,6 +117,9 @@ class SearchSettings:
             for the confirmation rounds).
         explore_within: a measured length at least this fraction of the best one's tokens/s has its
             neighbours explored.
+        long_share: fraction (0..1) of served requests that are long-context ones; the ratios that rank
+            and confirm candidates are weighted to that mix (:class:`~tuner.calibration.pairing.Mix`).
+            ``None`` = the prompt set's own share (every request weighs the same).
     """
 
     n_predict: int = 128
@@ -138,6 +142,7 @@ class SearchSettings:
     explore_per_draft: int = 3
     explore_spare: float = 0.5
     explore_within: float = 0.95
+    long_share: float | None = None
 
 
 Emit = Callable[..., None]
@@ -208,6 +213,8 @@ class Search:
         self.finalists_selected = settings.finalists
         """Finalists the paired rounds were planned for (the sequential test's error is split over them)."""
         self.busy = busy or (lambda: False)
+        self.mix = Mix.of(self.prompts, settings.long_share)
+        """The served mix every ratio of the search is weighted by."""
 
     # ---- time accounting -------------------------------------------------------------------
     def elapsed_s(self) -> float:
@@ -642,7 +649,7 @@ class Search:
         for m in self.measurements:
             if not m.ok or m.candidate.is_baseline or m.stopped_early or m.candidate.key in out:
                 continue
-            cmp_ = compare(self.measurements, m.candidate, self.s.min_gain)
+            cmp_ = compare(self.measurements, m.candidate, self.s.min_gain, mix=self.mix)
             if cmp_ is None or cmp_.stopped_early or not cmp_.speedup or cmp_.speedup <= 1.0:
                 continue
             out[m.candidate.key] = (cmp_.speedup, m.candidate)
@@ -673,7 +680,8 @@ class Search:
             while True:
                 if self.cancel.is_set():
                     raise Cancelled()
-                cmp_ = compare(self.measurements, c, s.min_gain, s.alpha, s.max_pairs, self.finalists_selected)
+                cmp_ = compare(self.measurements, c, s.min_gain, s.alpha, s.max_pairs, self.finalists_selected,
+                               mix=self.mix)
                 n_pairs = len(cmp_.pairs) if cmp_ is not None and cmp_.paired else 0
                 look = cmp_.look if cmp_ is not None and cmp_.paired else None
                 if look is not None and look.verdict != "inconclusive":
@@ -734,7 +742,7 @@ class Search:
 
     # ---- side by side: both servers up, each request sent to the finalist and then to the baseline ----
     def _look(self, c: Candidate, extra: Sequence[float] = ()):
-        prior = [p.ratio for p in adjacent_pairs(self.measurements, c) if p.ratio > 0]
+        prior = [p.ratio for p in adjacent_pairs(self.measurements, c, self.mix) if p.ratio > 0]
         return sequential_test([*prior, *extra], self.s.min_gain, self.s.alpha, self.s.max_pairs,
                                self.finalists_selected)
 
@@ -827,7 +835,7 @@ class Search:
                 bs = [x for x in samples if x.repetition == r]
                 as_ = [x for x in a_samples if x.repetition == r]
                 if len(bs) == n_pr and len(as_) == n_pr:
-                    cb, ca = pooled_tokens_per_s(bs), pooled_tokens_per_s(as_)
+                    cb, ca = pooled_tokens_per_s(bs, self.mix), pooled_tokens_per_s(as_, self.mix)
                     if cb and ca:
                         out.append(cb / ca)
             return out

@@ -75,6 +75,9 @@ class StalenessKeys:
         workload: request shape and sampling of the sweep
             (:meth:`tuner.calibration.workload.Workload.key`, e.g. ``"chat;server-defaults"``); ``None``
             for a profile written before it was recorded.
+        long_share: the served share (0..1) of long-context requests the decision was weighted to (the
+            ``long_share`` setting, ``tune --long-share``); ``None`` = the prompt set's own share (every
+            request weighed the same, as every profile written before this key existed).
     """
 
     hardware_fingerprint: str | None
@@ -85,6 +88,7 @@ class StalenessKeys:
     prompt_set_sha256: str | None
     n_ctx: int | None = None
     workload: str | None = None
+    long_share: float | None = None
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (model files as a list of dicts)."""
@@ -99,6 +103,7 @@ class StalenessKeys:
             "prompt_set_sha256": self.prompt_set_sha256,
             "n_ctx": self.n_ctx,
             "workload": self.workload,
+            "long_share": self.long_share,
         }
 
     @classmethod
@@ -115,6 +120,7 @@ class StalenessKeys:
             prompt_set_sha256=obj.get("prompt_set_sha256"),
             n_ctx=obj.get("n_ctx"),
             workload=obj.get("workload"),
+            long_share=_share(obj.get("long_share")),
         )
 
 
@@ -152,7 +158,27 @@ def stale_reasons(saved: StalenessKeys, current: StalenessKeys) -> list[str]:
     if saved.workload != current.workload:
         reasons.append(f"the measured requests changed (tuned with {saved.workload or 'an older protocol'}, "
                        f"now {current.workload or 'unknown'})")
+    if _share(saved.long_share) != _share(current.long_share):
+        reasons.append(f"the long-context share changed (tuned for {_share_text(saved.long_share)}, now "
+                       f"{_share_text(current.long_share)})")
     return reasons
+
+
+def _share(v: Any) -> float | None:
+    """A recorded long-context share, rounded to 4 places (``None`` stays ``None``).
+
+    Raises:
+        TypeError: not a number.
+    """
+    if v is None:
+        return None
+    if isinstance(v, bool) or not isinstance(v, (int, float)):
+        raise TypeError(f"long_share: expected a number or null, got {v!r}")
+    return round(float(v), 4)
+
+
+def _share_text(v: float | None) -> str:
+    return "the prompt set's own share" if v is None else f"{100 * v:.0f} % long-context requests"
 
 
 @dataclass(frozen=True)

@@ -233,6 +233,17 @@ class ServeTab(QWidget):
                                   "(llama-server's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05)")
         self.temp_spin.editingFinished.connect(self._save_temperature)
         form.addRow("Temperature:", self.temp_spin)
+        self.share_spin = QSpinBox()
+        self.share_spin.setRange(-1, 100)
+        self.share_spin.setSuffix(" %")
+        self.share_spin.setSpecialValueText("the prompt set's own")
+        self.share_spin.setValue(-1 if st.long_share is None else int(round(100 * st.long_share)))
+        self.share_spin.setToolTip("the share of your requests that are long-context ones (long chats, a code file "
+                                   "with a question); the sweep picks the configuration fastest over that mix. "
+                                   "The prompt set's own: every measured request weighs the same (2 of 7 in the "
+                                   "built-in set). Changing it re-tunes.")
+        self.share_spin.editingFinished.connect(self._save_long_share)
+        form.addRow("Long-context share:", self.share_spin)
 
     def _save_ctx(self) -> None:
         v = int(self.ctx_spin.value())
@@ -245,6 +256,12 @@ class ServeTab(QWidget):
         new = None if v < 0 else round(v, 2)
         if new != self.controller.settings.temperature:
             self._save(temperature=new)
+
+    def _save_long_share(self) -> None:
+        v = int(self.share_spin.value())
+        new = None if v < 0 else v / 100
+        if new != self.controller.settings.long_share:
+            self._save(long_share=new)
 
     def _set_settings_msg(self, text: str) -> None:
         """Show a settings message (its row is hidden while there is none)."""

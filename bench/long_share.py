@@ -1,0 +1,102 @@
+"""Bench: the pick over the served mix of short and long-context requests (``--long-share``), on real
+measurements taken side by side in one run.
+
+On a generated acceptance-dial family (tests/synth.py ``make_family``) and the real llama-server, greedy
+requests, it measures interleaved paired launches — the target alone, then a candidate, on the same
+requests (two short prompts and the two built-in long-context requests sized to half the context) — for
+the good draft at ``n_max`` 4 and for ``ngram-mod`` (which feeds on the repeated text of a long
+context). Then it decides over those recorded pairs at several long-context shares
+(:class:`tuner.calibration.pairing.Mix`) and prints, per share, each candidate's short, long-context and
+mix speedups and the pick. Figures are noisy on a shared CPU: several rounds, read the spread.
+
+    PYTHONPATH=. python bench/long_share.py [--n-embd 256 --layers 8 --rounds 3 --n-predict 48 --ctx 1024]
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+import tempfile
+import threading
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(REPO))
+
+from tests.synth import make_family  # noqa: E402
+from tuner.calibration.candidates import Candidate  # noqa: E402
+from tuner.calibration.decide import decide  # noqa: E402
+from tuner.calibration.engine import _supervisor_launch_fn  # noqa: E402
+from tuner.calibration.measure import measure_candidate  # noqa: E402
+from tuner.calibration.pairing import Mix, compare  # noqa: E402
+from tuner.calibration.prompts import Prompt  # noqa: E402
+from tuner.calibration.results import Measurement  # noqa: E402
+from tuner.calibration.workload import GREEDY, Workload, long_context_prompts  # noqa: E402
+from tuner.server.dialect import probe_dialect  # noqa: E402
+from tuner.server.discovery import find_server  # noqa: E402
+from tuner.server.supervisor import Supervisor  # noqa: E402
+
+SHORT = [Prompt("Once upon a time, there was a little girl named Lily. She", "creative"),
+         Prompt("Write a short poem about the sea and the wind.", "chat")]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--n-embd", type=int, default=256)
+    ap.add_argument("--layers", type=int, default=8)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--n-predict", type=int, default=48)
+    ap.add_argument("--ctx", type=int, default=1024)
+    ap.add_argument("--threads", type=int, default=1)
+    args = ap.parse_args()
+
+    binary = find_server(None)
+    dialect = probe_dialect(binary.path)
+    with tempfile.TemporaryDirectory() as tmp:
+        fam = make_family(Path(tmp), n_embd=args.n_embd, n_layers=args.layers, draft_layers=2, eps=0.02,
+                          dtype="f16")
+        prompts = list(enumerate([*SHORT, *long_context_prompts()]))
+        wl = Workload(chat=False, sampling=GREEDY, n_ctx=args.ctx)
+        sup = Supervisor(binary, dialect)
+        fn = _supervisor_launch_fn(sup, fam.target, args.ctx, args.threads, lambda *a, **k: None, 120.0, wl)
+        draft = Candidate(spec_type="draft-simple", draft_path=str(fam.good_draft), n_max=4, p_min=0.0)
+        ngram = Candidate(spec_type="ngram-mod")
+        cancel = threading.Event()
+        ms: list[Measurement] = []
+        try:
+            for r in range(args.rounds):
+                for k, c in enumerate((draft, ngram)):
+                    rep = 10 * r + k  # each candidate repetition next to the baseline launch with the same id
+                    for cand in (Candidate(), c):
+                        m = measure_candidate(fn, cand, prompts, [rep], args.n_predict, cancel, stage="confirm")
+                        if not m.ok:
+                            print(f"{cand.label} failed: {m.error}")
+                            return 1
+                        ms.append(m)
+                        print(f"round {r + 1}: {cand.label}: {m.gen_tokens_per_s:.1f} tokens/s"
+                              + (f", acceptance {100 * m.acceptance:.0f} %" if m.acceptance is not None else ""),
+                              flush=True)
+        finally:
+            sup.stop(grace_s=5.0)
+        longs = [s.prompt_n for m in ms[:1] for s in m.samples if s.prompt_index >= len(SHORT)]
+        print(f"\nlong-context prompt tokens: {longs} (context {args.ctx})")
+        print("share | " + " | ".join(f"{c.label}: short / long / mix" for c in (draft, ngram))
+              + " | fastest over the mix | pick (sequential test at 5 %)")
+        for share in (None, 0.0, 0.25, 0.5, 0.75, 1.0):
+            mix = Mix.of(prompts, share)
+            row = []
+            best = (0.0, "")
+            for c in (draft, ngram):
+                cmp_ = compare(ms, c, 0.03, mix=mix)
+                assert cmp_ is not None
+                best = max(best, (cmp_.speedup or 0.0, c.label))
+                row.append(f"{cmp_.short_speedup or 0:.2f}× / {cmp_.long_speedup or 0:.2f}× / {cmp_.speedup or 0:.2f}×"
+                           f" ({len(cmp_.pairs)} pairs)")
+            d = decide(ms, mix=mix)
+            label = "the set's own" if share is None else f"{100 * share:.0f} %"
+            print(f"{label} | " + " | ".join(row) + f" | {best[1]} | {d.winner.label}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())
