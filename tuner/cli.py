@@ -33,6 +33,7 @@ COMMAND_OWNERS = {
     "compat": "tuner.catalog.command",
     "devices": "tuner.hardware.command",
     "plan": "tuner.hardware.command",
+    "rpc-host": "tuner.hardware.command",
     "serve": "tuner.server.command",
     "doctor": "tuner.server.command",
     "tune": "tuner.calibration.command",

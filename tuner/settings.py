@@ -76,6 +76,9 @@ class Settings:
             measures at them. None = the client sends none, so llama-server's own defaults apply
             (b11434, common/common.h ``common_params_sampling``: temperature 0.8, top_k 40, top_p 0.95,
             min_p 0.05; the sweep reads the binary's actual values from ``/props``).
+        rpc_hosts: llama.cpp RPC hosts (``host:port`` strings, each running ``draftwise rpc-host`` /
+            ``ggml-rpc-server``) whose devices tune, plan and serve may use (``--rpc``); empty = this
+            machine only. The RPC protocol has no authentication (``tuner.hardware.rpc.NO_AUTH_WARNING``).
     """
 
     models_dir: Path | None = None
@@ -93,6 +96,7 @@ class Settings:
     top_p: float | None = None
     top_k: int | None = None
     min_p: float | None = None
+    rpc_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         validate(self)
@@ -152,6 +156,19 @@ def validate(settings: Settings, path: Path | None = None) -> None:
         raise SettingsError("cors_origin", f"expected one web origin such as http://localhost:3000 (scheme, "
                             f"host, optional port; no path, no list), got {s.cors_origin!r}", path)
     _validate_workload(s, path)
+    _validate_rpc_hosts(s, path)
+
+
+def _validate_rpc_hosts(s: Settings, path: Path | None) -> None:
+    """``rpc_hosts``: a list of ``host:port`` strings. Raises SettingsError naming the key and entry."""
+    from tuner.hardware.rpc import RpcHostError, parse_rpc_hosts
+
+    if isinstance(s.rpc_hosts, str) or not isinstance(s.rpc_hosts, (tuple, list)):
+        raise SettingsError("rpc_hosts", f"expected a list of host:port strings, got {s.rpc_hosts!r}", path)
+    try:
+        parse_rpc_hosts(list(s.rpc_hosts), where="rpc_hosts")
+    except RpcHostError as exc:
+        raise SettingsError("rpc_hosts", str(exc).removeprefix("rpc_hosts: "), path) from None
 
 
 def _validate_workload(s: Settings, path: Path | None) -> None:
@@ -180,7 +197,7 @@ def to_json(settings: Settings) -> dict[str, Any]:
     out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
     for f in dataclasses.fields(Settings):
         v = getattr(settings, f.name)
-        out[f.name] = str(v) if isinstance(v, Path) else v
+        out[f.name] = str(v) if isinstance(v, Path) else (list(v) if isinstance(v, tuple) else v)
     return out
 
 
@@ -204,6 +221,8 @@ def from_json(obj: Any, path: Path | None = None) -> Settings:
                 v = Path(v).expanduser()
             else:
                 raise SettingsError(f.name, f"expected a path string or null, got {v!r}", path)
+        elif f.name == "rpc_hosts" and isinstance(v, list):
+            v = tuple(v)
         kwargs[f.name] = v
     try:
         return Settings(**kwargs)

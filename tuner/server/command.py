@@ -484,6 +484,13 @@ def _gib(v: int | None) -> str:
     return "unknown" if v is None else f"{v / 2**30:.1f} GiB"
 
 
+def _rpc_line(binary: ServerBinary, dialect: Dialect) -> str:
+    """Doctor's RPC line: whether this build has ``--rpc`` and a ``ggml-rpc-server`` next to it."""
+    from tuner.hardware.rpc import rpc_build_status
+
+    return rpc_build_status(binary.path, dialect.has("--rpc")).message.removeprefix("RPC: ")
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Print the doctor report. Exit 0 when the self-test passed (or was skipped), 1 when it
     failed, 2 when no binary / no readable ``--help``."""
@@ -509,7 +516,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                          "fit": dialect.has_fit, "metrics": dialect.has_metrics, "slots": dialect.has_slots,
                          "list_devices": dialect.has_list_devices,
                          "removed_flags": [f for f, _ in dialect.removed_flags],
-                         "cors_locked": cors_locked(dialect)}
+                         "cors_locked": cors_locked(dialect), "rpc": dialect.has("--rpc")}
+    from tuner.hardware.rpc import rpc_build_status
+
+    rpc_status = rpc_build_status(binary.path, dialect.has("--rpc"))
+    report["rpc"] = {"server_has_rpc": rpc_status.server_has_rpc, "ok": rpc_status.ok,
+                     "rpc_server": str(rpc_status.rpc_server) if rpc_status.rpc_server else None,
+                     "message": rpc_status.message}
     if not args.json:
         print(f"llama-server: {binary.path}  (found via {binary.source})")
         print(f"build:        {binary.build if binary.build is not None else 'unknown'}"
@@ -518,6 +531,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
               f"--metrics {'yes' if dialect.has_metrics else 'no'}, --list-devices "
               f"{'yes' if dialect.has_list_devices else 'no'}")
         print(f"spec types:   {', '.join(dialect.spec_types) or '(none)'}")
+        print(f"rpc:          {_rpc_line(binary, dialect)}")
         if cors_locked(dialect):
             print("web pages:    only pages from localhost may call the endpoint (--cors-origins localhost)")
         else:
