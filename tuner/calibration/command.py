@@ -82,6 +82,9 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=None, metavar="P", help="top_p (1 = off)")
     g.add_argument("--top-k", type=int, default=None, metavar="K", help="top_k (0 = off)")
     g.add_argument("--min-p", type=float, default=None, metavar="P", help="min_p (0 = off)")
+    from tuner.hardware.command import add_rpc_argument
+
+    add_rpc_argument(p)
 
 
 class _Progress:
@@ -313,6 +316,11 @@ def run(args: argparse.Namespace) -> int:
     if bad is not None:
         sys.stderr.write(f"draftwise tune: {bad}\n")
         return 2
+    from tuner.hardware.command import rpc_hosts_arg
+
+    rpc_hosts = rpc_hosts_arg(args, "tune")
+    if rpc_hosts is None:
+        return 2
     progress = _Progress(sys.stderr)
     cancel = threading.Event()
     box: dict[str, Any] = {}
@@ -335,6 +343,7 @@ def run(args: argparse.Namespace) -> int:
                 max_prompts=args.max_prompts,
                 sampling=Sampling.from_settings(args),
                 long_context=args.long_context,
+                rpc_hosts=rpc_hosts,
             )
         except BaseException as exc:  # noqa: BLE001 - reported on the main thread
             box["error"] = exc

@@ -43,11 +43,14 @@ def select_prompts(ps: PromptSet, max_prompts: int | None) -> list[tuple[int, Pr
 
 
 def hardware_fingerprint(devices: Any) -> str:
-    """Stable summary of the hardware: GPU names and total memory (GiB), host RAM (GiB), CPU cores."""
+    """Stable summary of the hardware: GPU names and total memory (GiB), host RAM (GiB), CPU cores; an
+    RPC host's device carries its endpoint (``RPC:RPC0@192.168.1.20:50052:24GiB``), so the profile is
+    stale when the hosts or their devices change."""
     parts = []
     for d in getattr(devices, "devices", ()) or ():
         total = getattr(d, "total_bytes", None)
-        parts.append(f"{getattr(d, 'backend', '?')}:{getattr(d, 'name', '?')}:"
+        where = f"@{d.rpc_endpoint}" if getattr(d, "rpc_endpoint", None) else ""  # an RPC host is part of it
+        parts.append(f"{getattr(d, 'backend', '?')}:{getattr(d, 'name', '?')}{where}:"
                      f"{round(total / 2**30) if total else '?'}GiB")
     ram = getattr(devices, "ram_total_bytes", None)
     parts.append(f"ram:{round(ram / 2**30) if ram else '?'}GiB")
@@ -266,9 +269,12 @@ def run_tune(
     sampling: Sampling | None = None,
     long_context: bool = True,
     chat: bool | None = None,
+    rpc_hosts: tuple[str, ...] = (),
 ) -> TuneResult:
     """See :func:`tuner.calibration.tune.tune`. ``launch_fn`` / ``settings`` replace the supervisor
-    and the search settings (tests); ``chat`` forces the request shape (``None`` = from the GGUF)."""
+    and the search settings (tests); ``chat`` forces the request shape (``None`` = from the GGUF).
+    ``rpc_hosts``: llama.cpp RPC hosts (``host:port``) to place the target on as well
+    (:mod:`tuner.calibration.remote`); unreachable ones are left out with a note."""
     emit = _Emitter(on_event)
     t0 = time.monotonic()
     models_dir = Path(models_dir).resolve()
@@ -335,7 +341,7 @@ def run_tune(
     try:
         from tuner.hardware import detect_devices
 
-        devices = detect_devices(binary.path)
+        devices = detect_devices(binary.path, rpc_hosts=tuple(rpc_hosts)) if rpc_hosts else detect_devices(binary.path)
     except Exception as exc:  # noqa: BLE001 - hardware detection never blocks tuning
         devices = None
         emit("error", f"hardware detection failed: {exc}")
@@ -380,8 +386,17 @@ def run_tune(
         memory_check=None if gpu else memory_check, gpu=gpu, heads=heads,
         autotune=getattr(dialect, "has_spec_autotune", False), supports=getattr(dialect, "supports_spec_type", None),
     )
+    rpc_used = bool(devices is not None and getattr(devices, "rpc_endpoints", ()))
+    if rpc_hosts and devices is not None:
+        notes += [n for n in devices.notes if n.startswith("RPC host")]
+        if not rpc_used:
+            notes.append("no RPC host reachable: tuning on this machine only")
     if gpu:
         plan = _place_on_gpu(plan, target_path, devices, n_ctx, notes)
+        if rpc_used:
+            from .remote import place_over_rpc
+
+            plan = place_over_rpc(plan, target_path, devices, n_ctx, notes)
         if memory_check is not None:
             plan = apply_memory_check(plan, memory_check, drafts_only=True)
     plan = add_draft_sampling_variants(plan, workload, dialect)
@@ -465,6 +480,13 @@ def run_tune(
                     and "drafted any token on these prompts" not in decision.reason})  # named there already
     if never:
         extra.append(f"{', '.join(never)} never drafted at these sampling settings.")
+    if rpc_used:
+        from .remote import where_it_ran
+
+        n_layers = getattr(target_model, "n_layers", None)
+        extra.append(f"Where it ran: {decision.winner.label}: {where_it_ran(decision.winner, devices, n_layers)}"
+                     + ("" if decision.winner.is_baseline else
+                        f"; no speculation: {where_it_ran(plan.baseline, devices, n_layers)}") + ".")
     decision = _replace(decision, reason=(decision.reason.rstrip() + " " + " ".join(extra)).strip())
     emit("decision", decision.reason, decision=decision,
          detail={"load": {"other_cpu_mean": load.other_cpu_mean, "other_cpu_max": load.other_cpu_max,

@@ -149,6 +149,7 @@ def tune(
     sampling: Any = None,
     long_context: bool = True,
     chat: bool | None = None,
+    rpc_hosts: tuple[str, ...] = (),
 ) -> TuneResult:
     """Tune speculative decoding for one target in ``models_dir`` and save the profile.
 
@@ -185,6 +186,10 @@ def tune(
             a question, each filling at least half of ``n_ctx``) to the prompts.
         chat: ``True``/``False`` forces ``/v1/chat/completions`` / ``/completion``; ``None`` = chat when the
             target GGUF has ``tokenizer.chat_template``.
+        rpc_hosts: llama.cpp RPC hosts (``host:port``, each a ``ggml-rpc-server``) whose devices the target
+            may use (:mod:`tuner.calibration.remote`: "target split local + remote, draft local" and "target
+            local as far as it fits" per draft; the baseline over RPC). An unreachable host costs a few
+            seconds and a note; the hosts and their devices are part of the profile's staleness keys.
 
     Returns:
         A :class:`TuneResult`.
@@ -215,6 +220,7 @@ def tune(
         sampling=sampling,
         long_context=long_context,
         chat=chat,
+        rpc_hosts=tuple(rpc_hosts),
     )
 
 

@@ -193,6 +193,10 @@ def probe_endpoint(endpoint: RpcEndpoint, timeout_s: float = CONNECT_TIMEOUT_S) 
     except socket.gaierror as exc:
         return f"RPC host {endpoint}: cannot resolve {endpoint.host!r} ({exc.strerror or exc})"
     except OSError as exc:
+        import errno
+
+        if exc.errno in (errno.EINVAL, errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return f"RPC host {endpoint}: no route to it (network unreachable or blackholed: {exc.strerror})"
         return f"RPC host {endpoint} unreachable: {exc.strerror or exc}"
 
 

@@ -66,6 +66,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-ngl", help="draft GPU layers (number, auto or all)")
     p.add_argument("--server", help="llama-server binary (default: discovered)")
     p.add_argument("--ready-timeout", type=float, default=None, help="seconds to wait for readiness")
+    from tuner.hardware.command import add_rpc_argument
+
+    add_rpc_argument(p)
     p.add_argument("--liveness-timeout", type=float, default=30.0, metavar="S",
                    help="while serving, restart llama-server when it has not answered /health for S seconds "
                    "and makes no progress (default 30; a server busy with a long prompt is not restarted)")
@@ -248,7 +251,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         raise ValueError("--draft-ngl needs --draft")
     if args.n_max is not None and not speculative:
         raise ValueError("--n-max (draft length) needs speculation: add --draft D or --spec-type TYPE")
+    rpc = getattr(args, "rpc_hosts", ())
     return ServerConfig(
+        rpc=tuple(rpc or ()),
         model_path=Path(os.path.abspath(target)),
         draft_path=Path(os.path.abspath(args.draft)) if args.draft else None,
         spec_type=spec,
@@ -301,11 +306,31 @@ def _serve_ctx_size(requested: int | None, target: Path) -> int | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the server until Ctrl-C/SIGTERM. Exit 0 after a clean stop, 1 if it failed, 2 for a
     bad command line / missing profile / missing binary."""
+    if getattr(args, "rpc", None) is not None:
+        from tuner.hardware.command import rpc_hosts_arg
+
+        hosts = rpc_hosts_arg(args, "serve")
+        if hosts is None:
+            return 2
+        args.rpc_hosts = hosts
     try:
         cfg = config_from_args(args)
     except Exception as exc:  # ValueError, NoProfileError, ProfileError, ImportError
         _err(f"draftwise serve: {exc}")
         return 2
+    fallback = None
+    if cfg.rpc:
+        from tuner.calibration.serving import find_profile, reachable_config, rpc_fallback_config
+
+        prof = None
+        if args.models and not args.draft and not args.spec_type:
+            prof = find_profile(Path(args.models), args.target)
+        fallback = rpc_fallback_config(cfg, prof)
+        cfg, note = reachable_config(cfg, fallback)
+        if note:
+            _err(f"draftwise serve: {note}")
+        if not cfg.rpc:
+            fallback = None
     try:
         _check_model_file(cfg.model_path, "target")
         if cfg.draft_path is not None:
@@ -315,7 +340,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         binary = find_named_server(args.server) if args.server else find_server()
-        sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout)
+        sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout, rpc_fallback=fallback)
     except (ServerNotFoundError, DialectError) as exc:
         _err(f"draftwise serve: {exc}")
         return 2

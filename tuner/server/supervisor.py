@@ -307,6 +307,10 @@ class Supervisor:
             seconds and made no progress (stopped, or no CPU time gained) is killed and handled
             like a crash (see the module docstring); None = no liveness checks.
         health_interval_s: seconds between liveness ``/health`` requests.
+        rpc_fallback: with ``auto_restart``, the configuration to serve instead when a configuration
+            with RPC hosts (``ServerConfig.rpc``) crashes because a host is gone (its log names the lost
+            host: ``tuner.hardware.rpc.log_names_lost_host``); the switch is reported as a state change
+            with code ``rpc_host_lost``. Set later with :meth:`set_rpc_fallback`.
 
     Raises (constructor): ServerNotFoundError, DialectError.
     """
@@ -316,7 +320,8 @@ class Supervisor:
                  backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0), log_dir: Path | None = None,
                  tail_lines: int = process.DEFAULT_TAIL_LINES, ready_n_predict: int = 4,
                  on_state: Callable[[StateChange], None] | None = None,
-                 liveness_timeout_s: float | None = 30.0, health_interval_s: float = 2.0) -> None:
+                 liveness_timeout_s: float | None = 30.0, health_interval_s: float = 2.0,
+                 rpc_fallback: ServerConfig | None = None) -> None:
         if binary is None:
             binary = find_server()
         if not isinstance(binary, ServerBinary):
@@ -351,6 +356,8 @@ class Supervisor:
         self._restart_count = 0
         self._crash_times: list[float] = []
         self._good_configs: list[ServerConfig] = []
+        self._rpc_fallback = rpc_fallback
+        self.rpc_lost: str | None = None
         self._log_path: Path | None = None
         self._argv: list[str] | None = None
         self._last_lines: list[str] = []
@@ -700,6 +707,11 @@ class Supervisor:
                 diag = replace(diag, code="crashed", message="llama-server exited unexpectedly")
             self._after_crash(gen, child, diag)
 
+    def set_rpc_fallback(self, config: ServerConfig | None) -> None:
+        """The local-only configuration to switch to when an RPC host is lost (see the class docs)."""
+        with self._lock:
+            self._rpc_fallback = config
+
     def _note(self, message: str) -> None:
         """Report ``message`` to the ``on_state`` callbacks without changing the state (e.g. a
         silent but working server)."""
@@ -725,7 +737,21 @@ class Supervisor:
             current = self._requested
             next_cfg = current
             msg = ""
-            if len(self._crash_times) > self.max_restarts:
+            from tuner.hardware.rpc import log_names_lost_host
+
+            lost = log_names_lost_host(self._last_lines) if current is not None and current.rpc else None
+            if lost is not None and self._rpc_fallback is not None:
+                host = lost if lost != "?" else ", ".join(current.rpc)  # type: ignore[union-attr]
+                self.rpc_lost = host
+                next_cfg = self._rpc_fallback
+                self._requested = next_cfg
+                self._crash_times = []
+                diag = replace(diag, code="rpc_host_lost",
+                               message=f"RPC host {host} lost while serving")
+                msg = (f"RPC host {host} lost while serving: falling back to this machine only "
+                       f"({'draft ' + next_cfg.draft_path.name + ', ' if next_cfg.draft_path else ''}"
+                       f"{next_cfg.spec_type or 'none'}, ngl {next_cfg.ngl if next_cfg.ngl is not None else 'auto'})")
+            elif len(self._crash_times) > self.max_restarts:
                 fallback = next((c for c in reversed(self._good_configs) if c != current), None)
                 if fallback is None:
                     self._child = None
