@@ -484,9 +484,10 @@ def run_tune(
         from .remote import where_it_ran
 
         n_layers = getattr(target_model, "n_layers", None)
+        other = plan.baseline if not decision.winner.is_baseline else decision.best_speculative
         extra.append(f"Where it ran: {decision.winner.label}: {where_it_ran(decision.winner, devices, n_layers)}"
-                     + ("" if decision.winner.is_baseline else
-                        f"; no speculation: {where_it_ran(plan.baseline, devices, n_layers)}") + ".")
+                     + (f"; {other.label}: {where_it_ran(other, devices, n_layers)}" if other is not None else "")
+                     + ".")
     decision = _replace(decision, reason=(decision.reason.rstrip() + " " + " ".join(extra)).strip())
     emit("decision", decision.reason, decision=decision,
          detail={"load": {"other_cpu_mean": load.other_cpu_mean, "other_cpu_max": load.other_cpu_max,

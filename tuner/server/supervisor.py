@@ -707,6 +707,24 @@ class Supervisor:
                 diag = replace(diag, code="crashed", message="llama-server exited unexpectedly")
             self._after_crash(gen, child, diag)
 
+    def _lost_rpc_host(self, lines: list[str]) -> str | None:
+        """The RPC host(s) a crashed child's log says it lost, probed when the log does not name it
+        (at most 1 s per host, in parallel); None when the crash was not about an RPC host."""
+        current = self._requested
+        if current is None or not current.rpc or self._rpc_fallback is None:
+            return None
+        from concurrent.futures import ThreadPoolExecutor
+
+        from tuner.hardware.rpc import log_names_lost_host, parse_rpc_hosts, probe_endpoint
+
+        lost = log_names_lost_host(lines)
+        if lost is None or lost != "?":
+            return lost
+        eps = parse_rpc_hosts(list(current.rpc))
+        with ThreadPoolExecutor(max_workers=min(8, len(eps))) as pool:
+            gone = [str(e) for e, note in zip(eps, pool.map(lambda e: probe_endpoint(e, 1.0), eps)) if note]
+        return ", ".join(gone) if gone else ", ".join(current.rpc)
+
     def set_rpc_fallback(self, config: ServerConfig | None) -> None:
         """The local-only configuration to switch to when an RPC host is lost (see the class docs)."""
         with self._lock:
@@ -728,6 +746,7 @@ class Supervisor:
                 self._set_state(ServerState.FAILED, diag, message=diag.message)
             return
         child.kill()
+        lost = self._lost_rpc_host(child.log_lines())
         now = time.monotonic()
         with self._lock:
             if not self._alive_gen(gen):
@@ -737,11 +756,8 @@ class Supervisor:
             current = self._requested
             next_cfg = current
             msg = ""
-            from tuner.hardware.rpc import log_names_lost_host
-
-            lost = log_names_lost_host(self._last_lines) if current is not None and current.rpc else None
             if lost is not None and self._rpc_fallback is not None:
-                host = lost if lost != "?" else ", ".join(current.rpc)  # type: ignore[union-attr]
+                host = lost
                 self.rpc_lost = host
                 next_cfg = self._rpc_fallback
                 self._requested = next_cfg
