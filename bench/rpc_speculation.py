@@ -151,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
             growth = ", ".join(f"{d:g} ms: {best['tps'] / b / r0:.2f}" for d, _, _, b, _, best, _, _ in rows)
             print(f"ratio relative to {rows[0][0]:g} ms delay: {growth}")
         print(f"(local reference, no RPC: {local['tps']:.1f} tok/s; the target's layers all on the RPC device, "
-              f"the draft on this machine's CPU; greedy, {args.requests} requests x {args.n_predict} tokens per launch)")
+              f"the draft on this machine's CPU; greedy, {args.requests} requests x {args.n_predict} tokens "
+              "per launch)")
         return 0
     finally:
         if host is not None:

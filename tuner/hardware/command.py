@@ -27,7 +27,6 @@ from tuner.hardware.memory import (
     load_model_spec,
     plan_memory,
 )
-
 from tuner.hardware.rpc import DEFAULT_RPC_PORT, NO_AUTH_WARNING, RpcHostError, parse_rpc_hosts
 
 MIB = 1024 * 1024
