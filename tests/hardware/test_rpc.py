@@ -110,6 +110,24 @@ def test_argv_puts_rpc_before_every_device_flag(llama_server_bin) -> None:
     assert "--rpc" not in build_argv(llama_server_bin, ServerConfig(model_path=Path("/m.gguf"), port=8080), d)
 
 
+def test_local_fallback_is_the_fastest_measured_local_only_candidate() -> None:
+    from tuner.calibration.candidates import Candidate
+    from tuner.calibration.remote import local_fallback
+
+    rpc_winner = Candidate(spec_type="draft-simple", draft_path="/d.gguf", n_max=6, ngl=13, draft_ngl=0,
+                           placement="rpc-split", rpc=("10.0.0.2:50052",))
+    slow = Candidate(spec_type="draft-simple", draft_path="/d.gguf", n_max=16, ngl=0, draft_ngl=0, placement="local-only")
+    fast = Candidate(spec_type="draft-simple", draft_path="/d.gguf", n_max=4, ngl=0, draft_ngl=0, placement="local-only")
+    evidence = [{"candidate": rpc_winner.to_json(), "gen_tokens_per_s": 90.0, "error": None},
+                {"candidate": slow.to_json(), "gen_tokens_per_s": 40.0, "error": None},
+                {"candidate": fast.to_json(), "gen_tokens_per_s": 55.0, "error": None},
+                {"candidate": Candidate(ngl=0).to_json(), "gen_tokens_per_s": 99.0, "error": "crashed"}]
+    assert local_fallback(evidence, rpc_winner) == fast
+    # no local-only measurement: the winner on this machine's CPU, without --rpc
+    alone = local_fallback(evidence[:1], rpc_winner)
+    assert alone.rpc == () and alone.ngl == 0 and alone.draft_path == "/d.gguf"
+
+
 def test_lost_host_is_read_from_llama_cpp_abort_lines() -> None:
     assert log_names_lost_host(["x", "ggml-rpc.cpp:547: Failed to connect to 10.0.0.2:50052", "#0 ..."]) \
         == "10.0.0.2:50052"
@@ -137,6 +155,10 @@ def test_devices_lists_two_rpc_hosts_and_dead_hosts_cost_seconds_with_a_note(lla
     for dead, why in ((r["closed"], "refused"), (r["silent"], "did not answer"), (r["blackholed"], "no route")):
         assert f"RPC host {dead}" in notes and why in notes, notes
     assert r["devices_s"] < 8.0, r["devices_s"]  # 2 s connect bound, hosts probed in parallel, plus start-up
+    # the memory plan over both hosts splits the target's layers between RPC0 and RPC1
+    assert r["plan_rc"] == 0, r["plan"]
+    placed = {d["device_name"]: d["target_layers"] for d in r["plan"]["devices"]}
+    assert set(placed) == {"RPC0", "RPC1"} and all(n > 0 for n in placed.values()), placed
     busy = r["busy"]
     assert busy["endpoints"] == [r["hosts"][1]] and busy["names"] == ["RPC0"]
     assert any(r["hosts"][0] in n and "busy" in n for n in busy["notes"])

@@ -24,7 +24,9 @@ def test_tune_over_two_rpc_hosts_serves_the_winner_and_falls_back_when_a_host_di
     table = "\n".join(f"{m['label']} rpc={m['rpc']} ok={m['ok']} {m['tps']} {m['error']}" for m in ms)
     # the closed port of the list is a note naming it, and costs seconds, not minutes
     assert any(r["closed"] in n and "refused" in n for n in r["notes"]), r["notes"]
-    assert r["plan_at_s"] < 15.0, r["plan_at_s"]
+    assert any(r["silent"] in n and "did not answer within 2 s" in n for n in r["notes"]), r["notes"]
+    # from start to the plan: scan, --help, device detection (the dead hosts bounded at 2 s, in parallel)
+    assert r["plan_at_s"] - r["started_at_s"] < 12.0, (r["started_at_s"], r["plan_at_s"])
     # the baseline ran with the target over both RPC hosts, all of it offloaded there
     base = [m for m in ms if m["baseline"] and m["ok"]]
     assert base and all(m["rpc"] == hosts and m["ngl"] == 9 for m in base), table

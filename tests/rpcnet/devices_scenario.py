@@ -37,6 +37,13 @@ def main() -> int:
         out["devices_s"] = time.monotonic() - t0
         out["devices_rc"] = p.returncode
         out["devices"] = json.loads(p.stdout) if p.returncode == 0 else p.stderr
+        # The memory plan over both hosts (no model load): the target's layers split over RPC0 and RPC1
+        from tests.synth import stories_model_path
+
+        p = subprocess.run([sys.executable, "-m", "tuner", "plan", "--target", str(stories_model_path()), "--json",
+                            "--rpc", ",".join(out["hosts"])], capture_output=True, text=True, timeout=60)
+        out["plan_rc"] = p.returncode
+        out["plan"] = json.loads(p.stdout) if p.stdout.strip().startswith("{") else p.stderr
         # Busy: a client holds host 0 (an RPC server serves one client at a time).
         hold = socket.create_connection(("127.0.0.1", hosts[0].cfg.port), timeout=2)
         t0 = time.monotonic()

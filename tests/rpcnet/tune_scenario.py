@@ -48,8 +48,11 @@ def main(argv: list[str]) -> int:
     for h in hosts:
         h.start()
     closed = f"127.0.0.1:{free_port()}"
+    from tests.rpcnet import SilentHost
+
+    silent = SilentHost()
     endpoints = [str(h.cfg.endpoint) for h in hosts]
-    out: dict = {"hosts": endpoints, "closed": closed}
+    out: dict = {"hosts": endpoints, "closed": closed, "silent": f"127.0.0.1:{silent.port}"}
     events: list = []
     store = ProfileStore(scratch / "profiles")
     prompts = make_prompt_set([
@@ -61,10 +64,10 @@ def main(argv: list[str]) -> int:
         t0 = time.monotonic()
         res = tune(models, prompts=prompts, budget_s=float(argv[1]) if len(argv) > 1 else 30.0, server=binary,
                    store=store, n_predict=48, repetitions=2, n_ctx=512, threads=1, sampling=GREEDY,
-                   long_context=False, on_event=events.append, rpc_hosts=(*endpoints, closed))
+                   long_context=False, on_event=events.append, rpc_hosts=(*endpoints, closed, out["silent"]))
         out["tune_s"] = time.monotonic() - t0
-        started = next(e.elapsed_s for e in events if e.kind == "plan")
-        out["plan_at_s"] = started
+        out["plan_at_s"] = next(e.elapsed_s for e in events if e.kind == "plan")
+        out["started_at_s"] = next(e.elapsed_s for e in events if e.kind == "started")
         out["notes"] = [e.message for e in events if e.kind == "error"]
         out["measurements"] = [{"label": m.candidate.label, "rpc": list(m.candidate.rpc), "ngl": m.candidate.ngl,
                                 "draft_ngl": m.candidate.draft_ngl, "placement": m.candidate.placement,
@@ -127,6 +130,7 @@ def main(argv: list[str]) -> int:
             sup.stop()
         for h in hosts:
             h.stop()
+        silent.close()
     print(json.dumps(out, default=str))
     return 0
 

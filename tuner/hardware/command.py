@@ -308,8 +308,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     trade = context_trade(req, devs)
     max_ngl = trade.max_ngl_at_ctx
     check = None
-    server_argv = _server_argv(req, binary)
-    tool = None if args.no_cross_check else find_fit_params(binary)
+    # the cross-checks start llama-fit-params / llama-server on this machine's devices only
+    server_argv = None if devs.rpc_endpoints else _server_argv(req, binary)
+    if devs.rpc_endpoints:
+        print("draftwise plan: note: cross-checks skipped with RPC hosts (they see this machine's devices only)",
+              file=sys.stderr)
+    tool = None if args.no_cross_check or devs.rpc_endpoints else find_fit_params(binary)
     if tool is not None:
         print(f"cross-checking with {tool} (the server's flags) ...", file=sys.stderr)
         check = cross_check(req, devs, tool, server_argv=server_argv)
