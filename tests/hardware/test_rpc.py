@@ -116,8 +116,9 @@ def test_local_fallback_is_the_fastest_measured_local_only_candidate() -> None:
 
     rpc_winner = Candidate(spec_type="draft-simple", draft_path="/d.gguf", n_max=6, ngl=13, draft_ngl=0,
                            placement="rpc-split", rpc=("10.0.0.2:50052",))
-    slow = Candidate(spec_type="draft-simple", draft_path="/d.gguf", n_max=16, ngl=0, draft_ngl=0, placement="local-only")
-    fast = Candidate(spec_type="draft-simple", draft_path="/d.gguf", n_max=4, ngl=0, draft_ngl=0, placement="local-only")
+    local = dict(spec_type="draft-simple", draft_path="/d.gguf", ngl=0, draft_ngl=0, placement="local-only")
+    slow = Candidate(n_max=16, **local)  # type: ignore[arg-type]
+    fast = Candidate(n_max=4, **local)  # type: ignore[arg-type]
     evidence = [{"candidate": rpc_winner.to_json(), "gen_tokens_per_s": 90.0, "error": None},
                 {"candidate": slow.to_json(), "gen_tokens_per_s": 40.0, "error": None},
                 {"candidate": fast.to_json(), "gen_tokens_per_s": 55.0, "error": None},
