@@ -122,7 +122,7 @@ class Candidate:
     def label(self) -> str:
         """Short human label, e.g. ``"no speculation"``, ``"ngram-mod"``, ``"draft-simple d.gguf n_max 8"``."""
         if self.is_baseline:
-            return "no speculation" + (" (local-only)" if self.placement == "local-only" else "")
+            return "no speculation"
         parts = [self.spec_type]
         if self.ngram_n_max is not None:
             parts.append(f"ngram n_max {self.ngram_n_max}")
