@@ -85,6 +85,9 @@ class Settings:
             code file with a question); the sweep picks the configuration fastest over that mix
             (``tune --long-share``, ``tuner.calibration.pairing.Mix``). None = the prompt set's own
             share (every measured request weighs the same: 2 of the built-in set's 7 requests are long).
+        rpc_hosts: llama.cpp RPC hosts (``host:port`` strings, each running ``draftwise rpc-host`` /
+            ``ggml-rpc-server``) whose devices tune, plan and serve may use (``--rpc``); empty = this
+            machine only. The RPC protocol has no authentication (``tuner.hardware.rpc.NO_AUTH_WARNING``).
     """
 
     models_dir: Path | None = None
@@ -103,6 +106,7 @@ class Settings:
     top_k: int | None = None
     min_p: float | None = None
     long_share: float | None = None
+    rpc_hosts: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         validate(self)
@@ -162,6 +166,19 @@ def validate(settings: Settings, path: Path | None = None) -> None:
         raise SettingsError("cors_origin", f"expected one web origin such as http://localhost:3000 (scheme, "
                             f"host, optional port; no path, no list), got {s.cors_origin!r}", path)
     _validate_workload(s, path)
+    _validate_rpc_hosts(s, path)
+
+
+def _validate_rpc_hosts(s: Settings, path: Path | None) -> None:
+    """``rpc_hosts``: a list of ``host:port`` strings. Raises SettingsError naming the key and entry."""
+    from tuner.rpcaddr import RpcHostError, parse_rpc_hosts
+
+    if isinstance(s.rpc_hosts, str) or not isinstance(s.rpc_hosts, (tuple, list)):
+        raise SettingsError("rpc_hosts", f"expected a list of host:port strings, got {s.rpc_hosts!r}", path)
+    try:
+        parse_rpc_hosts(list(s.rpc_hosts), where="rpc_hosts")
+    except RpcHostError as exc:
+        raise SettingsError("rpc_hosts", str(exc).removeprefix("rpc_hosts: "), path) from None
 
 
 def _validate_workload(s: Settings, path: Path | None) -> None:
@@ -195,7 +212,7 @@ def to_json(settings: Settings) -> dict[str, Any]:
     out: dict[str, Any] = {"schema_version": SCHEMA_VERSION}
     for f in dataclasses.fields(Settings):
         v = getattr(settings, f.name)
-        out[f.name] = str(v) if isinstance(v, Path) else v
+        out[f.name] = str(v) if isinstance(v, Path) else (list(v) if isinstance(v, tuple) else v)
     return out
 
 
@@ -219,6 +236,8 @@ def from_json(obj: Any, path: Path | None = None) -> Settings:
                 v = Path(v).expanduser()
             else:
                 raise SettingsError(f.name, f"expected a path string or null, got {v!r}", path)
+        elif f.name == "rpc_hosts" and isinstance(v, list):
+            v = tuple(v)
         kwargs[f.name] = v
     try:
         return Settings(**kwargs)

@@ -70,6 +70,10 @@ class Candidate:
         ngram_n_min: ``--spec-ngram-mod-n-min``; ``None`` = server default (48).
         autotune: let the server adapt the draft length at run time (ik_llama.cpp
             ``--spec-autotune``); ``n_max`` is then only where it starts.
+        rpc: llama.cpp RPC hosts (``host:port``) the launch passes as ``--rpc``; empty = this machine
+            only. With RPC hosts the placements are ``"rpc-split"`` (target layers over the remote and
+            local devices, the draft on this machine) and ``"local-only"`` (no ``--rpc``: the target on
+            this machine's devices as far as it fits, the rest on its CPU, the draft local too).
     """
 
     spec_type: str = "none"
@@ -84,6 +88,10 @@ class Candidate:
     ngram_n_max: int | None = None
     ngram_n_min: int | None = None
     autotune: bool = False
+    rpc: tuple[str, ...] = ()
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "rpc", tuple(str(h) for h in self.rpc))
 
     @property
     def spec_types(self) -> tuple[str, ...]:
@@ -150,7 +158,7 @@ class Candidate:
 def astuple_key(c: Candidate) -> tuple:
     """Identity tuple of a candidate (field values in declaration order)."""
     return (c.spec_type, c.draft_path, c.n_max, c.n_min, c.p_min, c.ngl, c.draft_ngl, c.placement,
-            c.ngram_n_max, c.ngram_n_min, c.autotune, c.draft_sampling)
+            c.ngram_n_max, c.ngram_n_min, c.autotune, c.draft_sampling, c.rpc)
 
 
 @dataclass(frozen=True)

@@ -74,11 +74,14 @@ def select_prompts(ps: PromptSet, max_prompts: int | None) -> list[tuple[int, Pr
 
 
 def hardware_fingerprint(devices: Any) -> str:
-    """Stable summary of the hardware: GPU names and total memory (GiB), host RAM (GiB), CPU cores."""
+    """Stable summary of the hardware: GPU names and total memory (GiB), host RAM (GiB), CPU cores; an
+    RPC host's device carries its endpoint (``RPC:RPC0@192.168.1.20:50052:24GiB``), so the profile is
+    stale when the hosts or their devices change."""
     parts = []
     for d in getattr(devices, "devices", ()) or ():
         total = getattr(d, "total_bytes", None)
-        parts.append(f"{getattr(d, 'backend', '?')}:{getattr(d, 'name', '?')}:"
+        where = f"@{d.rpc_endpoint}" if getattr(d, "rpc_endpoint", None) else ""  # an RPC host is part of it
+        parts.append(f"{getattr(d, 'backend', '?')}:{getattr(d, 'name', '?')}{where}:"
                      f"{round(total / 2**30) if total else '?'}GiB")
     ram = getattr(devices, "ram_total_bytes", None)
     parts.append(f"ram:{round(ram / 2**30) if ram else '?'}GiB")
@@ -303,6 +306,7 @@ def run_tune(
     long_context = request.long_context
     chat = request.chat
     long_share = request.long_share
+    rpc_hosts = request.rpc_hosts
     emit = _Emitter(on_event)
     t0 = time.monotonic()
     models_dir = Path(request.models_dir).resolve()
@@ -381,7 +385,7 @@ def run_tune(
     try:
         from tuner.hardware import detect_devices
 
-        devices = detect_devices(binary.path)
+        devices = detect_devices(binary.path, rpc_hosts=tuple(rpc_hosts)) if rpc_hosts else detect_devices(binary.path)
     except Exception as exc:  # noqa: BLE001 - hardware detection never blocks tuning
         devices = None
         emit("error", f"hardware detection failed: {exc}")
@@ -427,8 +431,17 @@ def run_tune(
         memory_check=None if gpu else memory_check, gpu=gpu, heads=heads,
         autotune=getattr(dialect, "has_spec_autotune", False), supports=getattr(dialect, "supports_spec_type", None),
     )
+    rpc_used = bool(devices is not None and getattr(devices, "rpc_endpoints", ()))
+    if rpc_hosts and devices is not None:
+        notes += [n for n in devices.notes if n.startswith("RPC host")]
+        if not rpc_used:
+            notes.append("no RPC host reachable: tuning on this machine only")
     if gpu:
         plan = _place_on_gpu(plan, target_path, devices, n_ctx, notes)
+        if rpc_used:
+            from .remote import place_over_rpc
+
+            plan = place_over_rpc(plan, target_path, devices, n_ctx, notes)
         if memory_check is not None:
             plan = apply_memory_check(plan, memory_check, drafts_only=True)
     plan = add_draft_sampling_variants(plan, workload, dialect)
@@ -517,6 +530,14 @@ def run_tune(
                     and "drafted any token on these prompts" not in decision.reason})  # named there already
     if never:
         extra.append(f"{', '.join(never)} never drafted at these sampling settings.")
+    if rpc_used:
+        from .remote import where_it_ran
+
+        n_layers = getattr(target_model, "n_layers", None)
+        other = plan.baseline if not decision.winner.is_baseline else decision.best_speculative
+        extra.append(f"Where it ran: {decision.winner.label}: {where_it_ran(decision.winner, devices, n_layers)}"
+                     + (f"; {other.label}: {where_it_ran(other, devices, n_layers)}" if other is not None else "")
+                     + ".")
     decision = _replace(decision, reason=(decision.reason.rstrip() + " " + " ".join(extra)).strip())
     emit("decision", decision.reason, decision=decision,
          detail={"load": {"other_cpu_mean": load.other_cpu_mean, "other_cpu_max": load.other_cpu_max,

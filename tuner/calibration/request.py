@@ -109,6 +109,11 @@ class TuneRequest:
             long one ``share ÷ n_long``: ``tuner.calibration.pairing.Mix``) and the decision states it;
             ``None`` = the prompt set's own share (every request the same). A staleness key of the profile.
             Above 0 it needs ``long_context``.
+        rpc_hosts: llama.cpp RPC hosts (``host:port``, each a ``ggml-rpc-server``) whose devices the target
+            may use (``tuner.calibration.remote``: "target split local + remote, draft local" and "target
+            local as far as it fits" per draft; the baseline over RPC). An unreachable host costs a few
+            seconds and a note; the hosts and their devices are part of the profile's staleness keys.
+            Empty = this machine only.
     """
 
     models_dir: Path
@@ -126,6 +131,7 @@ class TuneRequest:
     long_context: bool = True
     chat: bool | None = None
     long_share: float | None = None
+    rpc_hosts: tuple[str, ...] = ()
 
     @classmethod
     def create(cls, models_dir: str | Path, **fields: Any) -> TuneRequest:
@@ -158,6 +164,8 @@ class TuneRequest:
             values["prompts"] = Path(prompts)
         if values.get("server") is not None:
             values["server"] = Path(values["server"])
+        if values.get("rpc_hosts") is not None:
+            values["rpc_hosts"] = tuple(str(h) for h in values["rpc_hosts"])
         if "budget_s" in values:
             values["budget_s"] = float(values["budget_s"])
         request = dataclasses.replace(defaults, **values)
@@ -193,7 +201,8 @@ def request_from_settings(settings: Any, models_dir: str | Path, target: str | P
                           force: bool = False, server: str | Path | None = None,
                           options: Mapping[str, Any] | None = None) -> TuneRequest:
     """The app's request: the Settings' budget (``tune_budget_s``), context size (``ctx_size``), sampling
-    (``temperature``, ``top_p``, ``top_k``, ``min_p``), long-context share (``long_share``) and prompt file
+    (``temperature``, ``top_p``, ``top_k``, ``min_p``), long-context share (``long_share``), RPC hosts
+    (``rpc_hosts``) and prompt file
     (``prompts_path``), then ``options``
     (field name → value, e.g. ``{"max_prompts": 2}``) over them.
 
@@ -217,6 +226,7 @@ def request_from_settings(settings: Any, models_dir: str | Path, target: str | P
         "n_ctx": settings.ctx_size,
         "sampling": Sampling.from_settings(settings),
         "long_share": getattr(settings, "long_share", None),
+        "rpc_hosts": tuple(getattr(settings, "rpc_hosts", ()) or ()),
     }
     fields.update(options or {})
     return TuneRequest.create(models_dir, **fields)

@@ -52,6 +52,7 @@ def candidate_config(
         n_parallel=1,
         threads=threads,
         extra_args=("--spec-draft-sampling", candidate.draft_sampling) if candidate.draft_sampling else (),
+        rpc=tuple(candidate.rpc),
     )
 
 
@@ -78,6 +79,8 @@ def config_from_json(obj: dict) -> ServerConfig:
     kw = {k: v for k, v in obj.items() if k in fields}
     if "extra_args" in kw and kw["extra_args"] is not None:
         kw["extra_args"] = tuple(kw["extra_args"])
+    if "rpc" in kw:
+        kw["rpc"] = tuple(kw["rpc"] or ())
     return ServerConfig(**kw)
 
 
@@ -135,7 +138,7 @@ _FIELD_TYPES = {
     "n_parallel": (int, type(None)), "cache_type_k": (str, type(None)), "cache_type_v": (str, type(None)),
     "threads": (int, type(None)), "fit": (bool, type(None)), "alias": (str, type(None)),
     "cache_ram_mib": (int, type(None)), "ngram_n_max": (int, type(None)), "ngram_n_min": (int, type(None)),
-    "spec_autotune": (bool,),
+    "spec_autotune": (bool,), "rpc": (list, tuple),
 }
 
 
@@ -168,6 +171,13 @@ def profile_server_config(prof: Profile) -> ServerConfig:
     if "cors_origins" in obj and obj["cors_origins"] not in (None, ServerConfig.cors_origins):
         raise ProfileError(where, f"server_config.cors_origins = {obj['cors_origins']!r}: a profile cannot "
                            "choose which web pages may use the server")
+    if obj.get("rpc"):
+        from tuner.hardware.rpc import RpcHostError, parse_rpc_hosts
+
+        try:
+            parse_rpc_hosts(list(obj["rpc"]), where=f"{where}: server_config.rpc")
+        except RpcHostError as exc:
+            raise ProfileError(where, str(exc)) from exc
     extra = check_profile_extra_args(obj.get("extra_args"), where)
     clean = {k: v for k, v in obj.items() if k not in ("host", "api_key", "port", "cors_origins")}
     clean["extra_args"] = extra
@@ -275,8 +285,61 @@ def config_from_profile(
     return profile_server_config(prof)
 
 
+def rpc_fallback_config(config: ServerConfig, profile: Profile | None = None) -> ServerConfig | None:
+    """The local-only configuration to serve when an RPC host of ``config`` is gone; None when
+    ``config`` uses no RPC host.
+
+    With the ``profile`` that ``config`` came from: the fastest local-only candidate its evidence
+    measured (:func:`tuner.calibration.remote.local_fallback`), else the winner without ``--rpc`` on
+    this machine's CPU. Listen address, port, key, CORS, alias and prompt cache are kept from ``config``.
+    """
+    from dataclasses import replace as _replace
+
+    if not config.rpc:
+        return None
+    from .remote import local_fallback
+
+    if profile is not None:
+        try:
+            winner = Candidate.from_json(profile.winner)
+        except (TypeError, ValueError):
+            winner = Candidate()
+        cand = local_fallback(profile.evidence, winner)
+        local = candidate_config(cand, config.model_path, n_ctx=config.n_ctx, threads=config.threads)
+    else:
+        local = _replace(config, rpc=(), ngl=0, draft_ngl=0 if config.draft_path else None)
+    return _replace(local, host=config.host, port=config.port, api_key=config.api_key,
+                    cors_origins=config.cors_origins, alias=config.alias, cache_ram_mib=config.cache_ram_mib,
+                    rpc=())
+
+
+def reachable_config(config: ServerConfig, fallback: ServerConfig | None,
+                     timeout_s: float = 2.0) -> tuple[ServerConfig, str | None]:
+    """``(config, None)`` when every RPC host of ``config`` accepts a TCP connection within
+    ``timeout_s`` (all probed in parallel), else ``(fallback, note naming the hosts)`` — llama-server
+    would abort at start on an unreachable host (ggml-rpc.cpp ``rpc_dispatcher::start``). Without a
+    fallback the config is returned with the note."""
+    if not config.rpc:
+        return config, None
+    from concurrent.futures import ThreadPoolExecutor
+
+    from tuner.hardware.rpc import parse_rpc_hosts, probe_endpoint
+
+    eps = parse_rpc_hosts(list(config.rpc))
+    with ThreadPoolExecutor(max_workers=min(8, len(eps))) as pool:
+        notes = [n for n in pool.map(lambda e: probe_endpoint(e, timeout_s), eps) if n]
+    if not notes:
+        return config, None
+    note = "; ".join(notes)
+    if fallback is None:
+        return config, note
+    return fallback, f"{note}: serving this machine's local-only configuration instead"
+
+
 __all__ = [
     "NoProfileError",
+    "rpc_fallback_config",
+    "reachable_config",
     "candidate_config",
     "config_from_json",
     "config_from_profile",

@@ -38,6 +38,7 @@ COMMAND_OWNERS = {
     "compat": "tuner.cli.catalog",
     "devices": "tuner.cli.hardware",
     "plan": "tuner.cli.hardware",
+    "rpc-host": "tuner.cli.hardware",
     "serve": "tuner.cli.serve",
     "doctor": "tuner.cli.serve",
     "tune": "tuner.cli.tune",

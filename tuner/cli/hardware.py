@@ -27,6 +27,12 @@ from tuner.hardware.memory import (
     load_model_spec,
     plan_memory,
 )
+from tuner.hardware.rpc import (
+    DEFAULT_RPC_PORT,
+    NO_AUTH_WARNING,
+    RpcHostError,
+    parse_rpc_hosts,
+)
 
 MIB = 1024 * 1024
 
@@ -62,6 +68,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p = subparsers.add_parser("devices", help="list GPUs, their memory budgets, and host RAM/CPU")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     p.add_argument("--server", help="llama-server binary to ask (--list-devices); default: found automatically")
+    add_rpc_argument(p)
     p.set_defaults(func=cmd_devices)
 
     p = subparsers.add_parser("plan", help="memory plan of one configuration: where every byte goes, does it fit")
@@ -96,7 +103,25 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "cached per binary, model files and settings) and compare its own start-up projection "
                    "and allocated buffers with this plan")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
+    add_rpc_argument(p)
     p.set_defaults(func=cmd_plan)
+
+    p = subparsers.add_parser(
+        "rpc-host", help="offer this machine's devices to another machine's llama-server (ggml-rpc-server)",
+        description="Run a supervised ggml-rpc-server (the one installed next to llama-server) until Ctrl-C, "
+        "so that `draftwise tune/serve --rpc HOST:PORT` on another machine can place layers here. "
+        "Binds 127.0.0.1 unless --host says otherwise. " + NO_AUTH_WARNING.capitalize() + ".")
+    p.add_argument("--port", type=int, default=DEFAULT_RPC_PORT, help=f"TCP port (default {DEFAULT_RPC_PORT})")
+    p.add_argument("--host", default="127.0.0.1",
+                   help="address to bind (default 127.0.0.1: this machine only); a LAN address (e.g. 0.0.0.0) "
+                   "exposes the devices without any authentication")
+    p.add_argument("--device", help="ggml device names to offer, comma-separated (e.g. CUDA0); default: all")
+    p.add_argument("--threads", type=int, help="CPU threads of its CPU device (default: ggml-rpc-server's, 1)")
+    p.add_argument("--server", help="llama-server binary whose ggml-rpc-server to run; default: found automatically")
+    p.add_argument("--check-build", action="store_true",
+                   help="only check that the found llama-server has --rpc and a ggml-rpc-server next to it "
+                   "(exit 0) or not (exit 1, with the rebuild command)")
+    p.set_defaults(func=cmd_rpc_host)
 
 
 def _mib(n: int | None) -> str:
@@ -122,11 +147,37 @@ def _bad_server_flag(server: str | None, command: str) -> bool:
     return False
 
 
-def _detect(server: str | None) -> tuple[Devices, Path | None]:
+def add_rpc_argument(p: argparse.ArgumentParser) -> None:
+    """The shared ``--rpc HOST:PORT,...`` option (devices, plan, tune, serve)."""
+    p.add_argument("--rpc", metavar="HOST:PORT,...", default=None,
+                   help="llama.cpp RPC hosts (each running `draftwise rpc-host` / ggml-rpc-server) whose devices "
+                   "to use as well; default: the rpc_hosts setting. An unreachable host is a note, not an error")
+    return None
+
+
+def rpc_hosts_arg(args: argparse.Namespace, command: str) -> tuple[str, ...] | None:
+    """``--rpc`` as ``host:port`` strings (or the ``rpc_hosts`` setting when not given); None after printing
+    one line naming ``--rpc`` when it is malformed."""
+    value = getattr(args, "rpc", None)
+    try:
+        if value is None:
+            from tuner.settings import load_settings_keeping_valid
+
+            saved = load_settings_keeping_valid(repair=False).settings.rpc_hosts  # a bad key is left out
+            return tuple(str(e) for e in parse_rpc_hosts(list(saved), where="setting rpc_hosts"))
+        return tuple(str(e) for e in parse_rpc_hosts(value))
+    except RpcHostError as exc:
+        print(f"draftwise {command}: {exc}", file=sys.stderr)
+        return None
+
+
+def _detect(server: str | None, rpc_hosts: tuple[str, ...] = ()) -> tuple[Devices, Path | None]:
     binary = Path(server) if server else find_server_binary()
     print(f"asking {binary} --list-devices ..." if binary else "no llama-server found; using NVML/sysfs only",
           file=sys.stderr)
-    return detect_devices(binary), binary
+    if rpc_hosts:
+        print(f"asking RPC hosts {', '.join(rpc_hosts)} ...", file=sys.stderr)
+    return (detect_devices(binary, rpc_hosts=rpc_hosts) if rpc_hosts else detect_devices(binary)), binary
 
 
 def devices_json(devs: Devices) -> dict:
@@ -138,7 +189,10 @@ def cmd_devices(args: argparse.Namespace) -> int:
     """``draftwise devices``: print the devices (exit 0 also when CPU-only; 2 for a bad ``--server``)."""
     if _bad_server_flag(args.server, "devices"):
         return 2
-    devs, _ = _detect(args.server)
+    rpc = rpc_hosts_arg(args, "devices")
+    if rpc is None:
+        return 2
+    devs, _ = _detect(args.server, rpc)
     if args.json:
         json.dump(devices_json(devs), sys.stdout, indent=2)
         print()
@@ -150,7 +204,7 @@ def cmd_devices(args: argparse.Namespace) -> int:
     else:
         print("GPUs (llama.cpp order):" if devs.listed_by_llama else "GPUs (order from NVML/sysfs):")
         for d in devs.devices:
-            kind = ", unified memory" if d.unified_memory else ""
+            kind = ", unified memory" if d.unified_memory else (", remote" if d.remote else "")
             print(f"  [{d.index}] {d.name}: {d.description or '?'} ({d.backend}{kind})")
             print(f"      total {_mib(d.total_bytes)}, free {_mib(d.free_bytes)}, budget {_mib(d.budget_bytes)}"
                   f"  [source: {d.source}]")
@@ -258,6 +312,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         return 2
     if _bad_server_flag(args.server, "plan"):
         return 2
+    rpc = rpc_hosts_arg(args, "plan")
+    if rpc is None:
+        return 2
     n_ctx, ctx_note = plan_n_ctx(args.ctx, target.context_length)
     ctx_label = "warning" if args.ctx is not None else "note"
     if ctx_note is not None and args.json:
@@ -267,7 +324,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB,
                         n_max=args.n_max, n_cpu_moe=args.n_cpu_moe, cpu_moe=args.cpu_moe,
                         prompt_cache_bytes=args.cache_ram * MIB)
-    devs, binary = _detect(args.server)
+    devs, binary = _detect(args.server, rpc)
     try:
         plan = plan_memory(req, devs)
     except ValueError as exc:
@@ -276,8 +333,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     trade = context_trade(req, devs)
     max_ngl = trade.max_ngl_at_ctx
     check = None
-    server_argv = _server_argv(req, binary)
-    tool = None if args.no_cross_check else find_fit_params(binary)
+    # the cross-checks start llama-fit-params / llama-server on this machine's devices only
+    server_argv = None if devs.rpc_endpoints else _server_argv(req, binary)
+    if devs.rpc_endpoints:
+        print("draftwise plan: note: cross-checks skipped with RPC hosts (they see this machine's devices only)",
+              file=sys.stderr)
+    tool = None if args.no_cross_check or devs.rpc_endpoints else find_fit_params(binary)
     if tool is not None:
         print(f"cross-checking with {tool} (the server's flags) ...", file=sys.stderr)
         check = cross_check(req, devs, tool, server_argv=server_argv)
@@ -365,3 +426,68 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for n in plan.notes + devs.notes:
         print(f"note: {n}")
     return 0 if plan.fits else 1
+
+
+def cmd_rpc_host(args: argparse.Namespace) -> int:
+    """``draftwise rpc-host``: run a supervised ggml-rpc-server until Ctrl-C / SIGTERM (exit 0), or with
+    ``--check-build`` say whether this install can (0) or cannot (1). 2: no llama-server, bad flag, or
+    the RPC server would not start."""
+    import signal
+    import threading
+
+    from tuner.hardware.rpc import rpc_build_status
+    from tuner.hardware.rpchost import RpcHost, RpcHostConfig
+    from tuner.hardware.rpchost import RpcHostStartError as StartError
+    from tuner.server.dialect import probe_dialect
+
+    if _bad_server_flag(args.server, "rpc-host"):
+        return 2
+    if not 1 <= args.port <= 65535:
+        print(f"draftwise rpc-host: --port {args.port} is outside 1..65535", file=sys.stderr)
+        return 2
+    if args.threads is not None and args.threads < 1:
+        print(f"draftwise rpc-host: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+        return 2
+    binary = Path(args.server) if args.server else find_server_binary()
+    if binary is None:
+        print("draftwise rpc-host: no llama-server found (install the server extra)", file=sys.stderr)
+        return 2
+    try:
+        has_rpc = probe_dialect(binary).has("--rpc")
+    except Exception as exc:  # noqa: BLE001 - DialectError: say it
+        print(f"draftwise rpc-host: {binary}: {exc}", file=sys.stderr)
+        return 2
+    status = rpc_build_status(binary, has_rpc)
+    if args.check_build:
+        print(f"{binary}: {status.message}")
+        return 0 if status.ok else 1
+    if status.rpc_server is None:
+        print(f"draftwise rpc-host: {status.message}", file=sys.stderr)
+        return 2
+    cfg = RpcHostConfig(status.rpc_server, host=args.host, port=args.port, device=args.device, threads=args.threads)
+    if not cfg.loopback:
+        print(f"WARNING: binding {args.host}:{args.port}: {NO_AUTH_WARNING}.", file=sys.stderr)
+    host = RpcHost(cfg, on_event=lambda m: print(m, file=sys.stderr, flush=True))
+    stop = threading.Event()
+
+    def on_signal(_signum: int, _frame: object) -> None:
+        stop.set()
+
+    signal.signal(signal.SIGINT, on_signal)
+    signal.signal(signal.SIGTERM, on_signal)
+    try:
+        host.start()
+    except StartError as exc:
+        print(f"draftwise rpc-host: {exc}", file=sys.stderr)
+        for line in exc.evidence[-5:]:
+            print(f"  | {line}", file=sys.stderr)
+        return 2
+    reach = cfg.endpoint if cfg.loopback else f"THIS-MACHINE'S-ADDRESS:{cfg.port}"
+    print(f"RPC host ready: {cfg.host}:{cfg.port}; on the other machine: draftwise tune --models DIR --rpc {reach}",
+          flush=True)
+    try:
+        host.supervise(stop)
+    except StartError as exc:
+        print(f"draftwise rpc-host: {exc}", file=sys.stderr)
+        return 2
+    return 0

@@ -26,7 +26,7 @@ from typing import Any
 
 from tuner.server.argv import UnsupportedConfigError, cors_locked
 from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig, default_alias
-from tuner.server.dialect import DialectError, probe_dialect
+from tuner.server.dialect import Dialect, DialectError, probe_dialect
 from tuner.server.discovery import (
     ServerBinary,
     ServerNotFoundError,
@@ -73,6 +73,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--draft-ngl", help="draft GPU layers (number, auto or all)")
     p.add_argument("--server", help="llama-server binary (default: discovered)")
     p.add_argument("--ready-timeout", type=float, default=None, help="seconds to wait for readiness")
+    from tuner.cli.hardware import add_rpc_argument
+
+    add_rpc_argument(p)
     p.add_argument("--liveness-timeout", type=float, default=30.0, metavar="S",
                    help="while serving, restart llama-server when it has not answered /health for S seconds "
                    "and makes no progress (default 30; a server busy with a long prompt is not restarted)")
@@ -257,7 +260,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         raise ValueError("--draft-ngl needs --draft")
     if args.n_max is not None and not speculative:
         raise ValueError("--n-max (draft length) needs speculation: add --draft D or --spec-type TYPE")
+    rpc = getattr(args, "rpc_hosts", ())
     return ServerConfig(
+        rpc=tuple(rpc or ()),
         model_path=Path(os.path.abspath(target)),
         draft_path=Path(os.path.abspath(args.draft)) if args.draft else None,
         spec_type=spec,
@@ -310,11 +315,35 @@ def _serve_ctx_size(requested: int | None, target: Path) -> int | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the server until Ctrl-C/SIGTERM. Exit 0 after a clean stop, 1 if it failed, 2 for a
     bad command line / missing profile / missing binary."""
+    if getattr(args, "rpc", None) is not None:
+        from tuner.cli.hardware import rpc_hosts_arg
+
+        hosts = rpc_hosts_arg(args, "serve")
+        if hosts is None:
+            return 2
+        args.rpc_hosts = hosts
     try:
         cfg = config_from_args(args)
     except Exception as exc:  # ValueError, NoProfileError, ProfileError, ImportError
         _err(f"draftwise serve: {exc}")
         return 2
+    fallback = None
+    if cfg.rpc:
+        from tuner.calibration.serving import (
+            find_profile,
+            reachable_config,
+            rpc_fallback_config,
+        )
+
+        prof = None
+        if args.models and not args.draft and not args.spec_type:
+            prof = find_profile(Path(args.models), args.target)
+        fallback = rpc_fallback_config(cfg, prof)
+        cfg, note = reachable_config(cfg, fallback)
+        if note:
+            _err(f"draftwise serve: {note}")
+        if not cfg.rpc:
+            fallback = None
     try:
         _check_model_file(cfg.model_path, "target")
         if cfg.draft_path is not None:
@@ -324,7 +353,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         binary = find_named_server(args.server) if args.server else find_server()
-        sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout)
+        sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout, rpc_fallback=fallback)
     except (ServerNotFoundError, DialectError) as exc:
         _err(f"draftwise serve: {exc}")
         return 2
@@ -438,6 +467,13 @@ def _gib(v: int | None) -> str:
     return "unknown" if v is None else f"{v / 2**30:.1f} GiB"
 
 
+def _rpc_line(binary: ServerBinary, dialect: Dialect) -> str:
+    """Doctor's RPC line: whether this build has ``--rpc`` and a ``ggml-rpc-server`` next to it."""
+    from tuner.hardware.rpc import rpc_build_status
+
+    return rpc_build_status(binary.path, dialect.has("--rpc")).message.removeprefix("RPC: ")
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Print the doctor report. Exit 0 when the self-test passed (or was skipped), 1 when it
     failed, 2 when no binary / no readable ``--help``."""
@@ -463,7 +499,13 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                          "fit": dialect.has_fit, "metrics": dialect.has_metrics, "slots": dialect.has_slots,
                          "list_devices": dialect.has_list_devices,
                          "removed_flags": [f for f, _ in dialect.removed_flags],
-                         "cors_locked": cors_locked(dialect)}
+                         "cors_locked": cors_locked(dialect), "rpc": dialect.has("--rpc")}
+    from tuner.hardware.rpc import rpc_build_status
+
+    rpc_status = rpc_build_status(binary.path, dialect.has("--rpc"))
+    report["rpc"] = {"server_has_rpc": rpc_status.server_has_rpc, "ok": rpc_status.ok,
+                     "rpc_server": str(rpc_status.rpc_server) if rpc_status.rpc_server else None,
+                     "message": rpc_status.message}
     if not args.json:
         print(f"llama-server: {binary.path}  (found via {binary.source})")
         print(f"build:        {binary.build if binary.build is not None else 'unknown'}"
@@ -472,6 +514,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
               f"--metrics {'yes' if dialect.has_metrics else 'no'}, --list-devices "
               f"{'yes' if dialect.has_list_devices else 'no'}")
         print(f"spec types:   {', '.join(dialect.spec_types) or '(none)'}")
+        print(f"rpc:          {_rpc_line(binary, dialect)}")
         if cors_locked(dialect):
             print("web pages:    only pages from localhost may call the endpoint (--cors-origins localhost)")
         else:

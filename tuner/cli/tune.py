@@ -97,6 +97,9 @@ def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     g.add_argument("--top-p", type=float, default=None, metavar="P", help="top_p (1 = off)")
     g.add_argument("--top-k", type=int, default=None, metavar="K", help="top_k (0 = off)")
     g.add_argument("--min-p", type=float, default=None, metavar="P", help="min_p (0 = off)")
+    from tuner.cli.hardware import add_rpc_argument
+
+    add_rpc_argument(p)
 
 
 class _Progress:
@@ -320,9 +323,10 @@ def _one_line_error(exc: BaseException) -> str | None:
     return None
 
 
-def request_from_args(args: argparse.Namespace) -> TuneRequest:
+def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = ()) -> TuneRequest:
     """The command line's :class:`TuneRequest` (the same constructor as the app's
-    ``tuner.calibration.request.request_from_settings``).
+    ``tuner.calibration.request.request_from_settings``); ``rpc_hosts`` = the checked ``--rpc`` list
+    (``tuner.cli.hardware.rpc_hosts_arg``).
 
     Raises:
         TuneError: a value the request refuses (names the field).
@@ -342,6 +346,7 @@ def request_from_args(args: argparse.Namespace) -> TuneRequest:
         sampling=Sampling.from_settings(args),
         long_context=args.long_context,
         long_share=args.long_share,
+        rpc_hosts=tuple(rpc_hosts),
     )
 
 
@@ -351,8 +356,13 @@ def run(args: argparse.Namespace) -> int:
     if bad is not None:
         sys.stderr.write(f"draftwise tune: {bad}\n")
         return 2
+    from tuner.cli.hardware import rpc_hosts_arg
+
+    rpc_hosts = rpc_hosts_arg(args, "tune")
+    if rpc_hosts is None:
+        return 2
     try:
-        request = request_from_args(args)
+        request = request_from_args(args, rpc_hosts=rpc_hosts)
     except TuneError as exc:
         sys.stderr.write(f"draftwise tune: {exc}\n")
         return 2

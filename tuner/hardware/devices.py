@@ -13,11 +13,17 @@ import os
 import re
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
+from typing import Callable, Sequence
 
 from tuner.hardware.host import HostInfo, probe_host
 from tuner.hardware.listdevices import ListDevicesResult, ListedDevice, run_list_devices
 from tuner.hardware.nvml import NvmlGpu, NvmlResult, probe_nvml
+from tuner.hardware.rpc import (
+    RpcDiscovery,
+    RpcEndpoint,
+    discover_rpc_devices,
+    parse_rpc_hosts,
+)
 from tuner.hardware.sysfs import PciGpu, probe_pci_gpus
 from tuner.hardware.unified import (
     UnifiedInfo,
@@ -55,6 +61,12 @@ class Device:
     pci_bus_id: str | None = None
     gtt_total_bytes: int | None = None
     runtime_suspended: bool = False
+    rpc_endpoint: str | None = None
+
+    @property
+    def remote(self) -> bool:
+        """True for a device of an RPC host (``backend`` ``RPC``; ``rpc_endpoint`` = its ``host:port``)."""
+        return self.rpc_endpoint is not None
 
 
 @dataclass(frozen=True)
@@ -75,6 +87,23 @@ class Devices:
     driver_version: str | None = None
     listed_by_llama: bool = False
     cpu_features: tuple[str, ...] = ()
+    rpc_endpoints: tuple[str, ...] = ()
+    rpc_unreachable: tuple[str, ...] = ()
+
+    @property
+    def local_devices(self) -> tuple[Device, ...]:
+        """This machine's own devices (no RPC ones), re-indexed as llama.cpp orders them without ``--rpc``."""
+        local = [d for d in self.devices if not d.remote]
+        return tuple(replace(d, index=i) for i, d in enumerate(local))
+
+    @property
+    def remote_devices(self) -> tuple[Device, ...]:
+        """The RPC hosts' devices (first in llama.cpp's default order when ``--rpc`` is given)."""
+        return tuple(d for d in self.devices if d.remote)
+
+    def local_only(self) -> "Devices":
+        """The same answer without the RPC hosts (what a launch without ``--rpc`` sees)."""
+        return replace(self, devices=self.local_devices, rpc_endpoints=())
 
     @property
     def cpu_only(self) -> bool:
@@ -91,6 +120,7 @@ class Probes:
     pci: Callable[[], tuple[PciGpu, ...]] = probe_pci_gpus
     host: Callable[[], HostInfo] = probe_host
     unified: Callable[[], UnifiedInfo] = probe_unified
+    rpc: Callable[[Path | None, tuple[RpcEndpoint, ...]], RpcDiscovery] | None = None
 
 
 def find_server_binary() -> Path | None:
@@ -157,12 +187,22 @@ def _is_apu(g: PciGpu) -> bool:
                 and g.gtt_total_bytes >= 4 * g.vram_total_bytes)
 
 
-def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: Probes | None = None) -> Devices:
+def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: Probes | None = None,
+                   rpc_hosts: Sequence[RpcEndpoint | str] | str | None = None) -> Devices:
     """Find the offload devices and their budgets; never raises (failures become notes).
 
     ``server_binary`` None → located with :func:`find_server_binary` (by the default list probe).
     ``probes`` replaces any source. Returns devices in llama.cpp's order when ``--list-devices``
     worked; otherwise NVML/sysfs order, with a note.
+
+    ``rpc_hosts`` (``host:port`` strings or :class:`~tuner.hardware.rpc.RpcEndpoint`): llama.cpp RPC
+    hosts to ask (``tuner.hardware.rpc.discover_rpc_devices``: a bounded connect, then
+    ``llama-server --rpc ENDPOINT --list-devices``). Their devices (backend ``RPC``, names ``RPC0``…,
+    ``rpc_endpoint`` set, budget = the free memory the host reports) come first, as in llama.cpp's
+    default device order with ``--rpc`` (src/llama.cpp ``llama_model_load_from_file_impl``), then the
+    local ones; ``Devices.rpc_endpoints`` holds the reachable hosts (the ``--rpc`` value), each host left
+    out is a note naming it. A malformed entry is a note too (callers validate with
+    ``parse_rpc_hosts`` first to report it as a bad flag).
     """
     probes = probes or Probes()
     list_probe = probes.list_devices or _default_list_devices
@@ -277,9 +317,31 @@ def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: 
         if devices:
             notes.append("device list pieced together from NVML/sysfs: llama.cpp may name and order them differently")
 
+    rpc_eps: tuple[str, ...] = ()
+    rpc_lost: tuple[str, ...] = ()
+    if rpc_hosts:
+        try:
+            endpoints = parse_rpc_hosts(rpc_hosts if isinstance(rpc_hosts, str)
+                                        else [str(h) for h in rpc_hosts], where="RPC hosts")
+        except ValueError as exc:
+            notes.append(str(exc))
+            endpoints = ()
+        if endpoints:
+            rpc_probe = probes.rpc or (lambda b, eps: discover_rpc_devices(
+                b if b is not None else find_server_binary(), eps))
+            found = rpc_probe(Path(server_binary) if server_binary is not None else None, endpoints)
+            notes.extend(found.notes)
+            remote = [Device(i, ld.name, "RPC", ld.total_bytes, ld.free_bytes, ld.free_bytes, "rpc",
+                             (f"remote: RPC host {ld.description}; its layers cross the network on every "
+                              "forward pass",), False, ld.description, rpc_endpoint=ld.description)
+                      for i, ld in enumerate(found.devices)]
+            devices = remote + [replace(d, index=len(remote) + i) for i, d in enumerate(devices)]
+            rpc_eps = tuple(str(e) for e in found.endpoints)
+            rpc_lost = tuple(str(e) for e in found.unreachable)
+
     return Devices(tuple(devices), host.ram_total_bytes, host.ram_available_bytes, host.cpu_cores,
                    tuple(notes), host.cpu_threads, nvml.driver_version, listed.ok,
-                   tuple(getattr(host, "cpu_features", ())))
+                   tuple(getattr(host, "cpu_features", ())), rpc_eps, rpc_lost)
 
 
 def _device_from_nvml(index: int, g: NvmlGpu, unified_budget: Callable[[int | None], int | None]) -> Device:

@@ -69,6 +69,9 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
     ``/proc/PID/cmdline`` by other users (llama.cpp common/arg.cpp, ``--api-key-file``: one key per
     line, read at start-up).
 
+    ``config.rpc`` → ``--rpc host:port,...`` right after the binary (common/arg.cpp ``add_rpc_devices``
+    registers the hosts' devices while the arguments are parsed, so it precedes any device flag).
+
     ``config.alias`` → ``-a ALIAS`` (the model id the API reports); ``config.cache_ram_mib`` →
     ``-cram N`` (host prompt-cache limit, common/arg.cpp ``--cache-ram``); each only where the
     binary lists the flag (older builds have no prompt cache to limit and report the path).
@@ -83,6 +86,8 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
         raise ValueError("ServerConfig.port is None: pick a port before building the argv")
     d = dialect
     argv: list[str] = [str(binary_path)]
+    if config.rpc:  # first: --device / --spec-draft-device may name the RPC devices it registers
+        argv += [_need(d, "--rpc"), ",".join(config.rpc)]
     argv += [_need(d, "-m", "--model"), str(config.model_path)]
     argv += [_need(d, "--host"), config.host, _need(d, "--port"), str(config.port)]
     if config.n_ctx is not None:

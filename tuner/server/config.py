@@ -64,6 +64,9 @@ class ServerConfig:
             (tools/server/server-http.cpp ``origin_is_localhost``); any other value is sent
             verbatim as ``Access-Control-Allow-Origin``, so it must be one origin; ``None`` leaves
             the server's own default ``*``, which echoes any Origin with credentials.
+        rpc: llama.cpp RPC hosts (``host:port``) whose devices this launch uses (``--rpc a,b``; they are
+            registered as ``RPC0``… and come first in the device order: src/llama.cpp
+            ``llama_model_load_from_file_impl``); empty = this machine only.
     """
 
     model_path: Path
@@ -90,9 +93,11 @@ class ServerConfig:
     ngram_n_max: int | None = None
     ngram_n_min: int | None = None
     spec_autotune: bool = False
+    rpc: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "model_path", Path(self.model_path))
+        object.__setattr__(self, "rpc", tuple(str(h) for h in self.rpc))
         if self.draft_path is not None:
             object.__setattr__(self, "draft_path", Path(self.draft_path))
         object.__setattr__(self, "extra_args", tuple(str(a) for a in self.extra_args))

@@ -308,6 +308,10 @@ class Supervisor:
             seconds and made no progress (stopped, or no CPU time gained) is killed and handled
             like a crash (see the module docstring); None = no liveness checks.
         health_interval_s: seconds between liveness ``/health`` requests.
+        rpc_fallback: with ``auto_restart``, the configuration to serve instead when a configuration
+            with RPC hosts (``ServerConfig.rpc``) crashes because a host is gone (its log names the lost
+            host: ``tuner.hardware.rpc.log_names_lost_host``); the switch is reported as a state change
+            with code ``rpc_host_lost``. Set later with :meth:`set_rpc_fallback`.
 
     Raises (constructor): ServerNotFoundError, DialectError.
     """
@@ -317,7 +321,8 @@ class Supervisor:
                  backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0), log_dir: Path | None = None,
                  tail_lines: int = process.DEFAULT_TAIL_LINES, ready_n_predict: int = 4,
                  on_state: Callable[[StateChange], None] | None = None,
-                 liveness_timeout_s: float | None = 30.0, health_interval_s: float = 2.0) -> None:
+                 liveness_timeout_s: float | None = 30.0, health_interval_s: float = 2.0,
+                 rpc_fallback: ServerConfig | None = None) -> None:
         if binary is None:
             binary = find_server()
         if not isinstance(binary, ServerBinary):
@@ -352,6 +357,8 @@ class Supervisor:
         self._restart_count = 0
         self._crash_times: list[float] = []
         self._good_configs: list[ServerConfig] = []
+        self._rpc_fallback = rpc_fallback
+        self.rpc_lost: str | None = None
         self._log_path: Path | None = None
         self._argv: list[str] | None = None
         self._last_lines: list[str] = []
@@ -701,6 +708,33 @@ class Supervisor:
                 diag = replace(diag, code="crashed", message="llama-server exited unexpectedly")
             self._after_crash(gen, child, diag)
 
+    def _lost_rpc_host(self, lines: list[str]) -> str | None:
+        """The RPC host(s) a crashed child's log says it lost, probed when the log does not name it
+        (at most 1 s per host, in parallel); None when the crash was not about an RPC host."""
+        current = self._requested
+        if current is None or not current.rpc or self._rpc_fallback is None:
+            return None
+        from concurrent.futures import ThreadPoolExecutor
+
+        from tuner.hardware.rpc import (
+            log_names_lost_host,
+            parse_rpc_hosts,
+            probe_endpoint,
+        )
+
+        lost = log_names_lost_host(lines)
+        if lost is None or lost != "?":
+            return lost
+        eps = parse_rpc_hosts(list(current.rpc))
+        with ThreadPoolExecutor(max_workers=min(8, len(eps))) as pool:
+            gone = [str(e) for e, note in zip(eps, pool.map(lambda e: probe_endpoint(e, 1.0), eps)) if note]
+        return ", ".join(gone) if gone else ", ".join(current.rpc)
+
+    def set_rpc_fallback(self, config: ServerConfig | None) -> None:
+        """The local-only configuration to switch to when an RPC host is lost (see the class docs)."""
+        with self._lock:
+            self._rpc_fallback = config
+
     def _note(self, message: str) -> None:
         """Report ``message`` to the ``on_state`` callbacks without changing the state (e.g. a
         silent but working server)."""
@@ -717,6 +751,7 @@ class Supervisor:
                 self._set_state(ServerState.FAILED, diag, message=diag.message)
             return
         child.kill()
+        lost = self._lost_rpc_host(child.log_lines())
         now = time.monotonic()
         with self._lock:
             if not self._alive_gen(gen):
@@ -726,7 +761,18 @@ class Supervisor:
             current = self._requested
             next_cfg = current
             msg = ""
-            if len(self._crash_times) > self.max_restarts:
+            if lost is not None and self._rpc_fallback is not None:
+                host = lost
+                self.rpc_lost = host
+                next_cfg = self._rpc_fallback
+                self._requested = next_cfg
+                self._crash_times = []
+                diag = replace(diag, code="rpc_host_lost",
+                               message=f"RPC host {host} lost while serving")
+                msg = (f"RPC host {host} lost while serving: falling back to this machine only "
+                       f"({'draft ' + next_cfg.draft_path.name + ', ' if next_cfg.draft_path else ''}"
+                       f"{next_cfg.spec_type or 'none'}, ngl {next_cfg.ngl if next_cfg.ngl is not None else 'auto'})")
+            elif len(self._crash_times) > self.max_restarts:
                 fallback = next((c for c in reversed(self._good_configs) if c != current), None)
                 if fallback is None:
                     self._child = None

@@ -287,8 +287,11 @@ class AppController(QObject):
         if self.serving is None or self._stopping:
             return
         prev = getattr(getattr(change, "previous", None), "value", None)
-        if state == "starting" and prev == "ready":
-            diag = getattr(change, "diagnosis", None)
+        diag = getattr(change, "diagnosis", None)
+        if state == "starting" and prev == "ready" and diag is not None and diag.code == "rpc_host_lost":
+            self.notify.emit("Draftwise: RPC host lost", f"{change.message}.")
+            self.status.emit(change.message)
+        elif state == "starting" and prev == "ready":
             why = f": {diag.message}" if diag is not None else ""
             what = "hung" if diag is not None and diag.code == "hung" else "crashed"
             self.notify.emit(f"Draftwise: llama-server {what}",
@@ -298,8 +301,16 @@ class AppController(QObject):
         elif state == "ready" and prev == "starting" and getattr(change, "restart_count", 0):
             self.metrics_reset()
             self._refresh_serving_process()
-            self.notify.emit("Draftwise: llama-server restarted", f"llama-server crashed and was restarted ({change.message}).")
-            self.set_state(AppState.SERVING, "llama-server restarted")
+            lost = getattr(self.runner.supervisor, "rpc_lost", None)
+            cfg = getattr(change, "config", None)
+            if lost and cfg is not None and not getattr(cfg, "rpc", ()):
+                msg = f"RPC host {lost} lost: serving on this machine only (the profile's local-only configuration)"
+                self.notify.emit("Draftwise: serving on this machine only", msg + ".")
+                self.set_state(AppState.SERVING, msg)
+            else:
+                self.notify.emit("Draftwise: llama-server restarted",
+                                 f"llama-server crashed and was restarted ({change.message}).")
+                self.set_state(AppState.SERVING, "llama-server restarted")
         elif state == "failed":
             msg = flow.describe_supervisor_failure(self.runner)
             self.notify.emit("Draftwise: llama-server stopped", msg)

@@ -144,8 +144,11 @@ class ServerRunner:
         binary: Any = None,
         ready_timeout_s: float | None = None,
         cancel: threading.Event | None = None,
+        rpc_fallback: Any = None,
     ) -> Any:
         """Stop any running server, start ``config`` (crash restarts on) and wait until ready.
+        ``rpc_fallback``: the local-only configuration the supervisor switches to when an RPC host of
+        ``config`` is lost (``tuner.calibration.serving.rpc_fallback_config``).
 
         Raises:
             tuner.server.discovery.ServerNotFoundError: no llama-server (names the places looked at).
@@ -155,7 +158,7 @@ class ServerRunner:
         from tuner.server.supervisor import ServerStartError, Supervisor
 
         self.stop()
-        sup = Supervisor(binary, auto_restart=True, on_state=self._state_cb)
+        sup = Supervisor(binary, auto_restart=True, on_state=self._state_cb, rpc_fallback=rpc_fallback)
         with self._lock:
             self.supervisor = sup
         sup.start(config)
@@ -360,8 +363,14 @@ def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settin
     if profile is None:
         raise RuntimeError(f"tuning {result.target_path} produced no profile")
     config = serving_config(profile, settings)
+    from tuner.calibration.serving import reachable_config, rpc_fallback_config
+
+    fallback = rpc_fallback_config(config, profile)
+    config, rpc_note = reachable_config(config, fallback)
+    if rpc_note:
+        on_event(rpc_note)
     on_event(f"Starting llama-server for {Path(profile.target_path).name} on port {config.port}")
-    sup = runner.start(config, binary=binary, cancel=cancel)
+    sup = runner.start(config, binary=binary, cancel=cancel, rpc_fallback=fallback if config.rpc else None)
     decision_json = dict(profile.decision)
     info = ServingInfo(
         model_name=Path(profile.target_path).name,

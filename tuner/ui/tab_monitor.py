@@ -8,10 +8,16 @@ made no draft tokens while generating says so."""
 
 from __future__ import annotations
 
-import time
-
 from PySide6.QtCore import QTimer
-from PySide6.QtWidgets import QButtonGroup, QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
+from PySide6.QtWidgets import (
+    QButtonGroup,
+    QGridLayout,
+    QHBoxLayout,
+    QLabel,
+    QPushButton,
+    QVBoxLayout,
+    QWidget,
+)
 
 from tuner.telemetry.collector import NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S
 from tuner.telemetry.ring import with_breaks

@@ -171,6 +171,14 @@ class ServeTab(QWidget):
                                     "besides the server's own page. Empty = pages from localhost only.")
         self.origin_edit.editingFinished.connect(self._save_origin)
         form.addRow("Web origin:", self.origin_edit)
+        from tuner.hardware.rpc import NO_AUTH_WARNING
+
+        self.rpc_edit = QLineEdit(",".join(st.rpc_hosts))
+        self.rpc_edit.setPlaceholderText("this machine only (e.g. 192.168.1.20:50052 running draftwise rpc-host)")
+        self.rpc_edit.setToolTip("llama.cpp RPC hosts (host:port, comma-separated) whose devices tuning and serving "
+                                 "may use; the draft stays on this machine. Warning: " + NO_AUTH_WARNING + ".")
+        self.rpc_edit.editingFinished.connect(self._save_rpc_hosts)
+        form.addRow("RPC hosts:", self.rpc_edit)
         cram_row = QHBoxLayout()
         self.cache_ram_spin = QSpinBox()
         self.cache_ram_spin.setRange(-1, 1024 * 1024)
@@ -287,6 +295,11 @@ class ServeTab(QWidget):
         text = self.origin_edit.text().strip().rstrip("/") or None
         if text != self.controller.settings.cors_origin:
             self._save(cors_origin=text)
+    def _save_rpc_hosts(self) -> None:
+        hosts = tuple(h.strip() for h in self.rpc_edit.text().split(",") if h.strip())
+        if hosts != tuple(self.controller.settings.rpc_hosts):
+            self._save(rpc_hosts=hosts)
+
     def _save_cache_ram(self) -> None:
         if self.cache_ram_spin.value() != self.controller.settings.cache_ram_mib:
             self._save(cache_ram_mib=int(self.cache_ram_spin.value()))
