@@ -240,8 +240,10 @@ def _supervisor_launch_fn(
             finally:
                 sup.stop(grace_s=5.0)
 
+        # where /slots cannot say (ik_llama.cpp), the supervisor's ready check confirmed speculation from the log
+        confirmed = None if getattr(sup.dialect, "spec_on_slots", True) else not c.is_baseline
         return Launch(client=client, stop=stop, log_tail=sup.log_tail, load_s=load_s,
-                      speculation_reason=speculation_reason, workload=workload)
+                      speculation_reason=speculation_reason, workload=workload, speculative_active=confirmed)
 
     return launch
 
@@ -296,8 +298,25 @@ def run_tune(
         n_ctx, ctx_note = resolve_ctx_size(n_ctx, getattr(target_model, "context_length", None))
     except ValueError as exc:
         raise TuneError(str(exc), bad_input=True) from exc
+    # Server (its dialect decides where raw completions go) and hardware.
+    from tuner.server.dialect import probe_dialect
+    from tuner.server.discovery import ServerNotFoundError, find_named_server, find_server
+
+    if server is not None:
+        # A path the user named is that binary or an error, never a silent fallback to another build.
+        try:
+            binary = find_named_server(server, flag="--server")
+        except ServerNotFoundError as exc:
+            raise TuneError(f"--server {server}: no such file, or not executable", bad_input=True) from exc
+    else:
+        try:
+            binary = find_server(None)
+        except ServerNotFoundError as exc:
+            raise TuneError(str(exc)) from exc
+    dialect = probe_dialect(binary.path)
     use_chat = has_chat_template(target_path) if chat is None else chat
-    workload = Workload(chat=use_chat, sampling=sampling or Sampling(), n_ctx=n_ctx, budget_s=budget_s)
+    workload = Workload(chat=use_chat, sampling=sampling or Sampling(), n_ctx=n_ctx, budget_s=budget_s,
+                        raw_endpoint=getattr(dialect, "draft_counts_endpoint", "/completion"))
     if long_context:
         base = len(ps.prompts)
         chosen_prompts = list(chosen_prompts) + [(base + j, p) for j, p in enumerate(long_context_prompts())]
@@ -316,22 +335,6 @@ def run_tune(
             emit("error", f"{Path(m.path).name} cannot draft for {target_path.name}: {verdict.message}")
     heads = _head_options(entry, target_path, emit)
 
-    # Server and hardware.
-    from tuner.server.dialect import probe_dialect
-    from tuner.server.discovery import ServerNotFoundError, find_named_server, find_server
-
-    if server is not None:
-        # A path the user named is that binary or an error, never a silent fallback to another build.
-        try:
-            binary = find_named_server(server, flag="--server")
-        except ServerNotFoundError as exc:
-            raise TuneError(f"--server {server}: no such file, or not executable", bad_input=True) from exc
-    else:
-        try:
-            binary = find_server(None)
-        except ServerNotFoundError as exc:
-            raise TuneError(str(exc)) from exc
-    dialect = probe_dialect(binary.path)
     try:
         from tuner.hardware import detect_devices
 

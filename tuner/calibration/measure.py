@@ -81,6 +81,9 @@ class Launch:
         workload: what the requests look like (endpoint, sampling, served context); ``None`` = greedy
             ``/completion`` requests (the launch function of a sweep sets it, so the search need not
             know about it).
+        speculative_active: whether speculation was confirmed at start-up by other means than
+            ``/slots[].speculative`` (used only when the server's slots lack that field, as
+            ik_llama.cpp's do; ``None`` = unknown).
     """
 
     client: CompletionClient
@@ -89,6 +92,7 @@ class Launch:
     load_s: float
     speculation_reason: Callable[[list[str]], str] | None = None
     workload: Workload | None = None
+    speculative_active: bool | None = None
 
 
 AfterWarmup = Callable[[float, "float | None"], "tuple[Sequence[tuple[int, Prompt]], int] | None"]
@@ -167,7 +171,10 @@ def send_request(
             content = None
     else:
         body = text if text is not None else prompt.text
-        resp = client.completion(repetition_prompt(Prompt(text=body), repetition), n_predict, timeout_s=timeout_s, **params)
+        send = client.completion
+        if workload.raw_endpoint == "/v1/completions":
+            send = client.oai_completion  # type: ignore[attr-defined]
+        resp = send(repetition_prompt(Prompt(text=body), repetition), n_predict, timeout_s=timeout_s, **params)
         content = resp.get("content")
     return (resp.get("timings") or {}), (content if isinstance(content, str) else None)
 
@@ -303,7 +310,11 @@ def _run(
     spec_active: bool | None = None
     try:
         slots = client.slots()
-        spec_active = any(bool(s.get("speculative")) for s in slots) if slots else None
+        if slots and not any("speculative" in s for s in slots):
+            # ik_llama.cpp's /slots has no such field; its supervisor checked the start-up log instead
+            spec_active = launch.speculative_active
+        else:
+            spec_active = any(bool(s.get("speculative")) for s in slots) if slots else None
     except Exception as exc:  # noqa: BLE001 - /slots may be disabled; recorded, not fatal
         spec_active = None
         if speculative:
