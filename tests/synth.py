@@ -1040,6 +1040,60 @@ def write_eagle3_head(path: Path | str, *, target_n_embd: int = 512, target_laye
     return write_gguf(path, architecture="eagle3", kv=kv, tensors=t, tokenizer=tok, general_name="synth-eagle3-head")
 
 
+def write_dflash_head(path: Path | str, *, target_n_embd: int = 512, target_layers: Sequence[int] = (0, 1),
+                      seed: int = 0, tokenizer: TokenizerSpec | None = None, n_head: int = 8,
+                      block_size: int = 4, dspark: bool = False, random_weights: bool = False,
+                      mask_token_id: int = 3) -> Path:
+    """A DFlash (or, with ``dspark``, DSpark) head GGUF (``general.architecture = dflash``) in the layout
+    src/models/dflash.cpp ``load_arch_tensors`` loads for a plain (not DFlash2, not DeepSeek-V4) head:
+    ``dflash.target_layers``, ``dflash.block_size``, ``fc.weight`` (``len(target_layers) × target_n_embd``
+    → ``n_embd``), ``enc.output_norm``, ``output_norm``, one block with Q/K/V/O, ``attn_q_norm`` /
+    ``attn_k_norm`` and a SiLU FFN; no ``token_embd`` / ``output`` of its own (it shares the target's,
+    so ``n_embd`` = the target's width). DSpark adds ``markov_w1`` / ``markov_w2`` (rank 16; no
+    confidence head, so it runs only at ``--spec-draft-p-min 0``: common/speculative.cpp
+    ``common_speculative_impl_draft_dflash``). ``tokenizer.ggml.mask_token_id`` is the mask token the
+    speculator fills the block with.
+
+    Unless ``random_weights``, the block's attention output and FFN down projection are zero, so every
+    block position's hidden state is its own token's embedding; on :func:`write_lookup_target` (whose
+    output layer maps ``e_x`` to ``F[x]``) the anchor position then predicts the target's next token
+    exactly. DSpark reads its first draft token from that anchor slot (anchor-first layout), so about
+    one drafted token per block is accepted; DFlash reads only the mask positions, which such a
+    hand-made head cannot fill (it has no trained denoiser), so its acceptance stays near 0.
+    """
+    tok = tokenizer or stories_tokenizer()
+    d = target_n_embd
+    hd = d // n_head
+    kv = _llama_kv("dflash", n_embd=d, n_layers=1, n_head=n_head, n_head_kv=n_head, n_ff=d)
+    kv["dflash.target_layers"] = [int(x) for x in target_layers]
+    kv["dflash.block_size"] = int(block_size)
+    kv["tokenizer.ggml.mask_token_id"] = int(mask_token_id)
+    inv = 1.0 / np.sqrt(d)
+    n_in = len(target_layers) * d
+    t: dict[str, np.ndarray] = {
+        "fc.weight": _normal(seed, "fc", (d, n_in), 1.0 / np.sqrt(n_in)),
+        "enc.output_norm.weight": np.ones(d, dtype=np.float32),
+        "output_norm.weight": np.ones(d, dtype=np.float32),
+    }
+    p = "blk.0."
+    t[p + "attn_norm.weight"] = np.ones(d, dtype=np.float32)
+    for w in ("attn_q", "attn_k", "attn_v", "attn_output"):
+        t[p + w + ".weight"] = _normal(seed, p + w, (d, d), inv)
+    t[p + "attn_q_norm.weight"] = np.ones(hd, dtype=np.float32)
+    t[p + "attn_k_norm.weight"] = np.ones(hd, dtype=np.float32)
+    t[p + "ffn_norm.weight"] = np.ones(d, dtype=np.float32)
+    for w in ("ffn_gate", "ffn_up", "ffn_down"):
+        t[p + w + ".weight"] = _normal(seed, p + w, (d, d), inv)
+    if not random_weights:
+        t[p + "attn_output.weight"] = np.zeros((d, d), dtype=np.float32)
+        t[p + "ffn_down.weight"] = np.zeros((d, d), dtype=np.float32)
+    if dspark:
+        t["markov_w1.weight"] = _normal(seed, "markov_w1", (tok.n_tokens, 16), 0.01)
+        t["markov_w2.weight"] = _normal(seed, "markov_w2", (tok.n_tokens, 16), 0.01)
+    return write_gguf(path, architecture="dflash", kv=kv, tensors=t, tokenizer=tok,
+                      general_name="synth-dspark-head" if dspark else "synth-dflash-head")
+
+
 def _lookup_ffn(d: int, succ_from: np.ndarray, succ_to: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
     """(gate, up, down) numpy weights of a SiLU-gated FFN that, applied to ``rmsnorm(e_x)``, adds
     ``e_to[x] - e_from[x]`` for tokens ``x`` where ``mask`` is set and 0 elsewhere (one-hot residual)."""
