@@ -5,6 +5,9 @@ DESIGN.md "Calibration method" steps 3–4:
 * one server launch per candidate (speculative settings are server-wide);
 * after start, ``/slots[].speculative`` must be true for a speculative candidate (an incompatible
   draft leaves the server running without speculation: tools/server/server-context.cpp ``load_model``);
+  ik_llama.cpp's slots have no such field, so there the supervisor's start-up log check stands in
+  (``Launch.speculative_active``) and raw completions go to ``/v1/completions``, the endpoint whose
+  answer carries its draft counts (``tuner.server.dialect.Dialect.draft_counts_endpoint``);
 * a warm-up request that is not counted;
 * every request in the shape the server will see (:class:`tuner.calibration.workload.Workload`:
   ``/v1/chat/completions`` for a model with a chat template, else ``/completion``), at the served
