@@ -1041,9 +1041,9 @@ def write_eagle3_head(path: Path | str, *, target_n_embd: int = 512, target_laye
 
 
 def write_dflash_head(path: Path | str, *, target_n_embd: int = 512, target_layers: Sequence[int] = (0, 1),
-                      seed: int = 0, tokenizer: TokenizerSpec | None = None, n_head: int = 8,
+                      seed: int = 0, tokenizer: TokenizerSpec | None = None, n_head: int | None = None,
                       block_size: int = 4, dspark: bool = False, random_weights: bool = False,
-                      mask_token_id: int = 3) -> Path:
+                      mask_token_id: int = 0, anchor_gain: float = 3.0) -> Path:
     """A DFlash (or, with ``dspark``, DSpark) head GGUF (``general.architecture = dflash``) in the layout
     src/models/dflash.cpp ``load_arch_tensors`` loads for a plain (not DFlash2, not DeepSeek-V4) head:
     ``dflash.target_layers``, ``dflash.block_size``, ``fc.weight`` (``len(target_layers) × target_n_embd``
@@ -1051,20 +1051,25 @@ def write_dflash_head(path: Path | str, *, target_n_embd: int = 512, target_laye
     ``attn_k_norm`` and a SiLU FFN; no ``token_embd`` / ``output`` of its own (it shares the target's,
     so ``n_embd`` = the target's width). DSpark adds ``markov_w1`` / ``markov_w2`` (rank 16; no
     confidence head, so it runs only at ``--spec-draft-p-min 0``: common/speculative.cpp
-    ``common_speculative_impl_draft_dflash``). ``tokenizer.ggml.mask_token_id`` is the mask token the
-    speculator fills the block with.
+    ``common_speculative_impl_draft_dflash``). ``tokenizer.ggml.mask_token_id`` is the token the
+    speculator fills the block with (``[id_last, mask, mask, …]``).
 
-    Unless ``random_weights``, the block's attention output and FFN down projection are zero, so every
-    block position's hidden state is its own token's embedding; on :func:`write_lookup_target` (whose
-    output layer maps ``e_x`` to ``F[x]``) the anchor position then predicts the target's next token
-    exactly. DSpark reads its first draft token from that anchor slot (anchor-first layout), so about
-    one drafted token per block is accepted; DFlash reads only the mask positions, which such a
-    hand-made head cannot fill (it has no trained denoiser), so its acceptance stays near 0.
+    Unless ``random_weights``, it is an "anchor copier" for :func:`write_lookup_target` (whose output
+    layer maps ``e_x`` to ``F[x]``), built on the graph of src/models/dflash.cpp ``graph<false>``: one
+    attention head; ``fc`` is zero, so the injected target context has zero keys; every block token's
+    query and every non-mask token's key point along the NeoX-RoPE pair with the lowest frequency
+    (dimension ``n_embd − 1``, which RoPE barely turns over a few positions), scaled by ``anchor_gain``
+    through the Q/K norms, while the mask token's key is zero. Each block position then attends only
+    to the anchor ``id_last`` (non-causal attention), ``V``/``O`` copy its embedding, and the FFN adds
+    nothing: every position predicts ``F[id_last]``, the target's next token. DFlash reads the mask
+    positions 1…, DSpark the anchor slot first (anchor-first layout), so the first drafted token of each
+    block is right and the rest repeat it (about 1 accepted per block).
     """
     tok = tokenizer or stories_tokenizer()
     d = target_n_embd
-    hd = d // n_head
-    kv = _llama_kv("dflash", n_embd=d, n_layers=1, n_head=n_head, n_head_kv=n_head, n_ff=d)
+    heads = n_head if n_head is not None else (8 if random_weights else 1)
+    hd = d // heads
+    kv = _llama_kv("dflash", n_embd=d, n_layers=1, n_head=heads, n_head_kv=heads, n_ff=d)
     kv["dflash.target_layers"] = [int(x) for x in target_layers]
     kv["dflash.block_size"] = int(block_size)
     kv["tokenizer.ggml.mask_token_id"] = int(mask_token_id)
@@ -1085,7 +1090,19 @@ def write_dflash_head(path: Path | str, *, target_n_embd: int = 512, target_laye
     for w in ("ffn_gate", "ffn_up", "ffn_down"):
         t[p + w + ".weight"] = _normal(seed, p + w, (d, d), inv)
     if not random_weights:
-        t[p + "attn_output.weight"] = np.zeros((d, d), dtype=np.float32)
+        if d != tok.n_tokens:
+            raise ValueError("the anchor-copying DFlash head needs n_embd = the vocabulary size (lookup target)")
+        t["fc.weight"] = np.zeros((d, n_in), dtype=np.float32)
+        q = np.zeros((d, d), dtype=np.float32)  # numpy (out, in) = ggml {in, out}
+        q[d - 1, :] = 1.0
+        k = q.copy()
+        k[d - 1, mask_token_id] = 0.0
+        t[p + "attn_q.weight"] = q
+        t[p + "attn_k.weight"] = k
+        t[p + "attn_v.weight"] = np.eye(d, dtype=np.float32)
+        t[p + "attn_output.weight"] = np.eye(d, dtype=np.float32)
+        t[p + "attn_q_norm.weight"] = np.full(hd, anchor_gain, dtype=np.float32)
+        t[p + "attn_k_norm.weight"] = np.full(hd, anchor_gain, dtype=np.float32)
         t[p + "ffn_down.weight"] = np.zeros((d, d), dtype=np.float32)
     if dspark:
         t["markov_w1.weight"] = _normal(seed, "markov_w1", (tok.n_tokens, 16), 0.01)
