@@ -76,6 +76,10 @@ def test_tune_on_ik_compares_draft_and_autotune_and_serves(tmp_path: Path, small
     compared = {c.candidate.label for c in d.comparisons}
     assert draft[0].candidate.label in compared and any(m.candidate.label in compared for m in autotune), (
         compared, table)
+    # the chain ik can express (one n-gram type in front of the draft model) ran and is compared too
+    chain = [m for m in res.measurements if m.candidate.is_chained]
+    assert chain and chain[0].draft_n > 0, table
+    assert chain[0].candidate.label in compared, (compared, table)
     assert by_label  # the table above names every launch
 
     # serve the result: the profile's configuration reaches ready on ik (a speculative winner passes
