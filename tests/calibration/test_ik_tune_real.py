@@ -70,7 +70,8 @@ def test_tune_on_ik_compares_draft_and_autotune_and_serves(tmp_path: Path, small
     assert not any("speculation inactive" in (m.error or "") for m in res.measurements), table
     for m in ran:
         assert m.speculative_active is True, m.candidate.label
-    assert draft[0].draft_n > 0 and draft[0].acceptance is not None and draft[0].acceptance > 0.2, table  # an unrelated draft: ~0
+    # the good draft shares the target's first blocks (an unrelated draft: ~0)
+    assert draft[0].draft_n > 0 and draft[0].acceptance is not None and draft[0].acceptance > 0.2, table
     assert any(m.draft_n > 0 for m in autotune), table
     # both are compared with the baseline on the same requests, like any other candidate
     compared = {c.candidate.label for c in d.comparisons}
