@@ -285,10 +285,10 @@ def decide(
     A B B A) whose sequential test says "faster" (the lower bound clears ``1 + min_gain`` at the test's
     error level) can win; among those, the highest pooled speedup — except that a chained candidate wins
     over the best single-type one only when faster than it beyond noise (:func:`_chain_rule`). A
-    candidate stopped early as a clear
-    loser, or measured only in probe/refine launches, is never eligible: its screening comparison (same
-    requests, not adjacent in time) is reported, never served. Every figure in the reason, the chart
-    rows (:attr:`Decision.comparisons`) and the per-category lines comes from one
+    candidate stopped early as a clear loser, or measured only in probe/refine launches, is never
+    eligible: its screening comparison (same requests, not adjacent in time) is reported, never
+    served. Every figure in the reason, the chart rows (:attr:`Decision.comparisons`) and the
+    per-category lines comes from one
     :class:`~tuner.calibration.pairing.Comparison` per candidate.
 
     Args:
