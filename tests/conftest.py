@@ -59,6 +59,16 @@ def llama_server_bin() -> Path:
 
 
 @pytest.fixture(scope="session")
+def ik_llama_server_bin() -> Path:
+    """Path of an ik_llama.cpp ``llama-server`` (DRAFTWISE_IK_LLAMA_SERVER), built from the
+    ``ik-llama-cpp-python`` 0.1.5 sdist's ``vendor/ik_llama.cpp``; skips when none is set."""
+    env = os.environ.get("DRAFTWISE_IK_LLAMA_SERVER")
+    if not env or not Path(env).is_file():
+        pytest.skip("no ik_llama.cpp llama-server built here (set DRAFTWISE_IK_LLAMA_SERVER)")
+    return Path(env)
+
+
+@pytest.fixture(scope="session")
 def gemma3_270m() -> Path:
     """The real Gemma 3 270M Q4_K_M GGUF (241 MiB, 262,144-token SPM vocab, sliding-window attention).
 

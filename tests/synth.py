@@ -1040,6 +1040,77 @@ def write_eagle3_head(path: Path | str, *, target_n_embd: int = 512, target_laye
     return write_gguf(path, architecture="eagle3", kv=kv, tensors=t, tokenizer=tok, general_name="synth-eagle3-head")
 
 
+def write_dflash_head(path: Path | str, *, target_n_embd: int = 512, target_layers: Sequence[int] = (0, 1),
+                      seed: int = 0, tokenizer: TokenizerSpec | None = None, n_head: int | None = None,
+                      block_size: int = 4, dspark: bool = False, random_weights: bool = False,
+                      mask_token_id: int = 0, anchor_gain: float = 3.0) -> Path:
+    """A DFlash (or, with ``dspark``, DSpark) head GGUF (``general.architecture = dflash``) in the layout
+    src/models/dflash.cpp ``load_arch_tensors`` loads for a plain (not DFlash2, not DeepSeek-V4) head:
+    ``dflash.target_layers``, ``dflash.block_size``, ``fc.weight`` (``len(target_layers) × target_n_embd``
+    → ``n_embd``), ``enc.output_norm``, ``output_norm``, one block with Q/K/V/O, ``attn_q_norm`` /
+    ``attn_k_norm`` and a SiLU FFN; no ``token_embd`` / ``output`` of its own (it shares the target's,
+    so ``n_embd`` = the target's width). DSpark adds ``markov_w1`` / ``markov_w2`` (rank 16; no
+    confidence head, so it runs only at ``--spec-draft-p-min 0``: common/speculative.cpp
+    ``common_speculative_impl_draft_dflash``). ``tokenizer.ggml.mask_token_id`` is the token the
+    speculator fills the block with (``[id_last, mask, mask, …]``).
+
+    Unless ``random_weights``, it is an "anchor copier" for :func:`write_lookup_target` (whose output
+    layer maps ``e_x`` to ``F[x]``), built on the graph of src/models/dflash.cpp ``graph<false>``: one
+    attention head; ``fc`` is zero, so the injected target context has zero keys; every block token's
+    query and every non-mask token's key point along the NeoX-RoPE pair with the lowest frequency
+    (dimension ``n_embd − 1``, which RoPE barely turns over a few positions), scaled by ``anchor_gain``
+    through the Q/K norms, while the mask token's key is zero. Each block position then attends only
+    to the anchor ``id_last`` (non-causal attention), ``V``/``O`` copy its embedding, and the FFN adds
+    nothing: every position predicts ``F[id_last]``, the target's next token. DFlash reads the mask
+    positions 1…, DSpark the anchor slot first (anchor-first layout), so the first drafted token of each
+    block is right and the rest repeat it (about 1 accepted per block).
+    """
+    tok = tokenizer or stories_tokenizer()
+    d = target_n_embd
+    heads = n_head if n_head is not None else (8 if random_weights else 1)
+    hd = d // heads
+    kv = _llama_kv("dflash", n_embd=d, n_layers=1, n_head=heads, n_head_kv=heads, n_ff=d)
+    kv["dflash.target_layers"] = [int(x) for x in target_layers]
+    kv["dflash.block_size"] = int(block_size)
+    kv["tokenizer.ggml.mask_token_id"] = int(mask_token_id)
+    inv = 1.0 / np.sqrt(d)
+    n_in = len(target_layers) * d
+    t: dict[str, np.ndarray] = {
+        "fc.weight": _normal(seed, "fc", (d, n_in), 1.0 / np.sqrt(n_in)),
+        "enc.output_norm.weight": np.ones(d, dtype=np.float32),
+        "output_norm.weight": np.ones(d, dtype=np.float32),
+    }
+    p = "blk.0."
+    t[p + "attn_norm.weight"] = np.ones(d, dtype=np.float32)
+    for w in ("attn_q", "attn_k", "attn_v", "attn_output"):
+        t[p + w + ".weight"] = _normal(seed, p + w, (d, d), inv)
+    t[p + "attn_q_norm.weight"] = np.ones(hd, dtype=np.float32)
+    t[p + "attn_k_norm.weight"] = np.ones(hd, dtype=np.float32)
+    t[p + "ffn_norm.weight"] = np.ones(d, dtype=np.float32)
+    for w in ("ffn_gate", "ffn_up", "ffn_down"):
+        t[p + w + ".weight"] = _normal(seed, p + w, (d, d), inv)
+    if not random_weights:
+        if d != tok.n_tokens:
+            raise ValueError("the anchor-copying DFlash head needs n_embd = the vocabulary size (lookup target)")
+        t["fc.weight"] = np.zeros((d, n_in), dtype=np.float32)
+        q = np.zeros((d, d), dtype=np.float32)  # numpy (out, in) = ggml {in, out}
+        q[d - 1, :] = 1.0
+        k = q.copy()
+        k[d - 1, mask_token_id] = 0.0
+        t[p + "attn_q.weight"] = q
+        t[p + "attn_k.weight"] = k
+        t[p + "attn_v.weight"] = np.eye(d, dtype=np.float32)
+        t[p + "attn_output.weight"] = np.eye(d, dtype=np.float32)
+        t[p + "attn_q_norm.weight"] = np.full(hd, anchor_gain, dtype=np.float32)
+        t[p + "attn_k_norm.weight"] = np.full(hd, anchor_gain, dtype=np.float32)
+        t[p + "ffn_down.weight"] = np.zeros((d, d), dtype=np.float32)
+    if dspark:
+        t["markov_w1.weight"] = _normal(seed, "markov_w1", (tok.n_tokens, 16), 0.01)
+        t["markov_w2.weight"] = _normal(seed, "markov_w2", (tok.n_tokens, 16), 0.01)
+    return write_gguf(path, architecture="dflash", kv=kv, tensors=t, tokenizer=tok,
+                      general_name="synth-dspark-head" if dspark else "synth-dflash-head")
+
+
 def _lookup_ffn(d: int, succ_from: np.ndarray, succ_to: np.ndarray, mask: np.ndarray) -> tuple[np.ndarray, ...]:
     """(gate, up, down) numpy weights of a SiLU-gated FFN that, applied to ``rmsnorm(e_x)``, adds
     ``e_to[x] - e_from[x]`` for tokens ``x`` where ``mask`` is set and 0 elsewhere (one-hot residual)."""

@@ -77,6 +77,23 @@ def test_refine_measures_a_p_min_variant_of_the_best_length():
     assert not any(c.p_min for c in launched)
 
 
+def test_no_p_min_variant_for_a_dspark_head():
+    """DSpark's p_min is a threshold on its confidence head (common/speculative.cpp), not on the draft
+    token's probability: the search does not spend a launch on a p_min variant of such a head."""
+    launched: list[Candidate] = []
+
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        launched.append(c)
+        return Launch(client=_Client(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
+
+    probe = Candidate(spec_type="draft-dspark", draft_path="/m/dspark.gguf", n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
+    Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600),
+           threading.Event(), lambda *a, **k: None).run()
+    assert any(c.spec_type == "draft-dspark" and c.n_max == 8 for c in launched)  # refined as usual
+    assert not any(c.p_min for c in launched), [c.label for c in launched]
+
+
 def _scripted_search(client_cls: type, **settings) -> tuple[list[Candidate], list]:
     """One search over the baseline and one draft (probe at n_max 16) on a scripted ``client_cls``;
     ``SearchSettings`` overrides in ``settings`` (no p_min variant unless asked). Returns

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 
-from tuner.server.diagnosis import diagnose, speculation_reason
+from tuner.server.diagnosis import diagnose, speculation_reason, speculators_initialized
 
 CASES = [
     (1, ['error while handling argument "--draft-max": the argument has been removed. use --spec-draft-n-max or --spec-ngram-mod-n-max', "", "usage:"],
@@ -82,3 +82,12 @@ def test_speculation_reason() -> None:
 def test_port_busy_message_is_a_whole_sentence(line: str, expected: str) -> None:
     d = diagnose(1, [line, "E srv  llama_server: exiting due to HTTP server error"])
     assert d.code == "port_busy" and d.message == expected and d.flag == "--port"
+
+
+def test_ik_speculators_initialized_counts_only_built_ones() -> None:
+    # lines as ik_llama.cpp's llama-server logs them (server_context::init), one per slot
+    lines = ["slot         init: id  0 | task -1 | speculative decoding context initialized",
+             "slot         init: id  1 | task -1 | speculative decoding context not initialized",
+             "MTP enabled via flag, but model has 0 NextN layers. Disabling speculative."]
+    assert speculators_initialized(lines) == 1
+    assert speculators_initialized(lines[1:]) == 0

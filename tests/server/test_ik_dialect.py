@@ -128,3 +128,19 @@ def test_real_ik_server_drafts_with_our_argv(candidate: Candidate, tmp_path: Pat
                                                     "temperature": 0}).json()
     t = body["timings"]
     assert t.get("draft_n", 0) > 0 and t.get("draft_n_accepted", 0) > 0, t
+
+
+@pytest.mark.server
+def test_doctor_self_test_on_real_ik(ik_llama_server_bin: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``draftwise doctor`` on ik_llama.cpp: speculation confirmed from its start-up log, drafts counted
+    from ``/v1/completions`` (its ``/completion`` answer has none)."""
+    import json
+
+    from tuner.cli import main as cli_main
+
+    rc = cli_main(["doctor", "--json", "--server", str(ik_llama_server_bin), "--timeout", "60"])
+    rep = json.loads(capsys.readouterr().out)
+    st = rep["self_test"]
+    assert rep["dialect"]["spec_style"] == "ik"
+    assert rc == 0 and st["ok"] is True and st["speculative"] is True, st
+    assert st["draft_n"] > 0 and st["draft_n_accepted"] > 0, st

@@ -137,7 +137,7 @@ class Candidate:
         if self.draft_sampling:
             parts.append(f"{self.draft_sampling} drafts")
         if self.autotune:
-            parts.append("autotune")
+            parts.append("adaptive n_max")  # ik_llama.cpp --spec-autotune: n_max adapted at run time
         return " ".join(parts)
 
     def to_json(self) -> dict[str, Any]:

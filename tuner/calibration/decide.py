@@ -22,6 +22,7 @@ from .pairing import (
     Comparison,
     Mix,
     compare,
+    contrast_test,
     pooled_tokens_per_s,
 )
 from .results import Measurement, Sample
@@ -296,10 +297,12 @@ def decide(
 
     Only a candidate with adjacent pairs (``tuner.calibration.pairing``: the search's paired rounds,
     A B B A) whose sequential test says "faster" (the lower bound clears ``1 + min_gain`` at the test's
-    error level) can win; among those, the highest pooled speedup. A candidate stopped early as a clear
-    loser, or measured only in probe/refine launches, is never eligible: its screening comparison (same
-    requests, not adjacent in time) is reported, never served. Every figure in the reason, the chart
-    rows (:attr:`Decision.comparisons`) and the per-category lines comes from one
+    error level) can win; among those, the highest pooled speedup — except that a chained candidate wins
+    over the best single-type one only when faster than it beyond noise (:func:`_chain_rule`). A
+    candidate stopped early as a clear loser, or measured only in probe/refine launches, is never
+    eligible: its screening comparison (same requests, not adjacent in time) is reported, never
+    served. Every figure in the reason, the chart rows (:attr:`Decision.comparisons`) and the
+    per-category lines comes from one
     :class:`~tuner.calibration.pairing.Comparison` per candidate.
 
     Args:
@@ -380,11 +383,12 @@ def decide(
     winners = [c for c in comps if c.paired and c.look is not None and c.look.verdict == "faster"]
     if winners:
         w = max(winners, key=lambda c: c.speedup or 0.0)
+        w, chain_text = _chain_rule(w, winners, min_gain, alpha)
         wm = _merged(measurements, w.candidate)
         reason = f"{w.candidate.label} is faster than no speculation: " + _figures_text(w)
         if w.acceptance is not None:
             reason += f", draft acceptance {_fmt_pct(w.acceptance)}"
-        reason += "."
+        reason += "." + chain_text
         if wm is not None and wm.divergences:
             reason += " " + divergence_text(wm) + "."
         reason += mix_text(w, mix)
@@ -475,6 +479,32 @@ def mix_text(c: Comparison, mix: Mix | None = None, noise: float = MIX_NOISE) ->
     if s > 0 and abs(lg / s - 1.0) > noise:
         text += f": short requests {s:.2f}×, long-context requests {lg:.2f}×"
     return text + "."
+def _chain_rule(w: Comparison, winners: Sequence[Comparison], min_gain: float,
+                alpha: float) -> tuple[Comparison, str]:
+    """A chained candidate (several types in one ``--spec-type``) that came out fastest is served only
+    when its pairs show it faster than the best single-type winner beyond noise
+    (:func:`tuner.calibration.pairing.contrast_test`: the low end of chain ÷ single above
+    ``1 + min_gain``); otherwise the simpler candidate is served. Both must already have passed the
+    sequential test against the baseline (``winners``). Returns ``(served comparison, sentence)``;
+    the sentence (empty when no chain was involved) starts with a space."""
+    if not w.candidate.is_chained:
+        return w, ""
+    singles = [c for c in winners if not c.candidate.is_chained]
+    if not singles:
+        return w, ""
+    single = max(singles, key=lambda c: c.speedup or 0.0)
+    look = contrast_test([p.ratio for p in w.pairs if p.ratio > 0], [p.ratio for p in single.pairs if p.ratio > 0],
+                         min_gain, alpha)
+    figs = ""
+    if look.mean_ratio is not None and look.low is not None and look.high is not None:
+        figs = f"{look.mean_ratio:.2f}× over their pairs, interval {look.low:.2f}–{look.high:.2f}×"
+    if look.verdict == "faster":
+        return w, (f" It is faster than the best single type, {single.candidate.label}, beyond noise "
+                   f"({figs}; needs more than {1 + min_gain:.2f}×).")
+    return single, (f" The chain {w.candidate.label} measured {w.speedup or 0.0:.2f}× but was not faster "
+                    f"than {single.candidate.label} beyond noise ({figs or 'too few pairs'}; a chain is served "
+                    f"only above {1 + min_gain:.2f}× the best single type), so the simpler configuration is "
+                    "served.")
 
 
 def _merged(measurements: Sequence[Measurement], c: Candidate) -> Measurement | None:

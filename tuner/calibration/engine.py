@@ -273,8 +273,10 @@ def _supervisor_launch_fn(
             finally:
                 sup.stop(grace_s=5.0)
 
+        # where /slots cannot say (ik_llama.cpp), the supervisor's ready check confirmed speculation from the log
+        confirmed = None if getattr(sup.dialect, "spec_on_slots", True) else not c.is_baseline
         return Launch(client=client, stop=stop, log_tail=sup.log_tail, load_s=load_s,
-                      speculation_reason=speculation_reason, workload=workload)
+                      speculation_reason=speculation_reason, workload=workload, speculative_active=confirmed)
 
     return launch
 
@@ -337,27 +339,7 @@ def run_tune(
         n_ctx, ctx_note = resolve_ctx_size(n_ctx, getattr(target_model, "context_length", None))
     except ValueError as exc:
         raise TuneError(str(exc), bad_input=True) from exc
-    use_chat = has_chat_template(target_path) if chat is None else chat
-    workload = Workload(chat=use_chat, sampling=sampling or Sampling(), n_ctx=n_ctx, budget_s=budget_s)
-    if long_context:
-        base = len(ps.prompts)
-        chosen_prompts = list(chosen_prompts) + [(base + j, p) for j, p in enumerate(long_context_prompts())]
-    emit("started", f"tuning {target_path.name} in {models_dir}: {workload.describe()}",
-         detail={"target": str(target_path), "n_ctx": n_ctx, "endpoint": workload.endpoint,
-                 "sampling": workload.sampling.body()})
-    if ctx_note:
-        emit("error", ctx_note)
-
-    drafts: list[DraftOption] = []
-    if entry is not None:
-        for dc in entry.drafts:
-            drafts.append(DraftOption(path=str(Path(dc.model.path).resolve()), size_bytes=dc.model.size_bytes,
-                                      score=dc.score, warnings=tuple(dc.warnings)))
-        for m, verdict in entry.incompatible:
-            emit("error", f"{Path(m.path).name} cannot draft for {target_path.name}: {verdict.message}")
-    heads = _head_options(entry, target_path, emit)
-
-    # Server and hardware.
+    # Server (its dialect decides where raw completions go) and hardware.
     from tuner.server.dialect import DialectError, probe_dialect
     from tuner.server.discovery import (
         ServerNotFoundError,
@@ -382,6 +364,27 @@ def run_tune(
         dialect = probe_dialect(binary.path)
     except DialectError as exc:  # a broken binary, or one that is not llama-server: a TuneError, not a traceback
         raise TuneError(str(exc), evidence=getattr(exc, "evidence", ()), bad_input=server is not None) from exc
+    use_chat = has_chat_template(target_path) if chat is None else chat
+    workload = Workload(chat=use_chat, sampling=sampling or Sampling(), n_ctx=n_ctx, budget_s=budget_s,
+                        raw_endpoint=getattr(dialect, "draft_counts_endpoint", "/completion"))
+    if long_context:
+        base = len(ps.prompts)
+        chosen_prompts = list(chosen_prompts) + [(base + j, p) for j, p in enumerate(long_context_prompts())]
+    emit("started", f"tuning {target_path.name} in {models_dir}: {workload.describe()}",
+         detail={"target": str(target_path), "n_ctx": n_ctx, "endpoint": workload.endpoint,
+                 "sampling": workload.sampling.body()})
+    if ctx_note:
+        emit("error", ctx_note)
+
+    drafts: list[DraftOption] = []
+    if entry is not None:
+        for dc in entry.drafts:
+            drafts.append(DraftOption(path=str(Path(dc.model.path).resolve()), size_bytes=dc.model.size_bytes,
+                                      score=dc.score, warnings=tuple(dc.warnings)))
+        for m, verdict in entry.incompatible:
+            emit("error", f"{Path(m.path).name} cannot draft for {target_path.name}: {verdict.message}")
+    heads = _head_options(entry, target_path, emit)
+
     try:
         from tuner.hardware import detect_devices
 

@@ -5,6 +5,9 @@ DESIGN.md "Calibration method" steps 3–4:
 * one server launch per candidate (speculative settings are server-wide);
 * after start, ``/slots[].speculative`` must be true for a speculative candidate (an incompatible
   draft leaves the server running without speculation: tools/server/server-context.cpp ``load_model``);
+  ik_llama.cpp's slots have no such field, so there the supervisor's start-up log check stands in
+  (``Launch.speculative_active``) and raw completions go to ``/v1/completions``, the endpoint whose
+  answer carries its draft counts (``tuner.server.dialect.Dialect.draft_counts_endpoint``);
 * a warm-up request that is not counted;
 * every request in the shape the server will see (:class:`tuner.calibration.workload.Workload`:
   ``/v1/chat/completions`` for a model with a chat template, else ``/completion``), at the served
@@ -88,6 +91,9 @@ class Launch:
         workload: what the requests look like (endpoint, sampling, served context); ``None`` = greedy
             ``/completion`` requests (the launch function of a sweep sets it, so the search need not
             know about it).
+        speculative_active: whether speculation was confirmed at start-up by other means than
+            ``/slots[].speculative`` (used only when the server's slots lack that field, as
+            ik_llama.cpp's do; ``None`` = unknown).
     """
 
     client: CompletionClient
@@ -96,6 +102,7 @@ class Launch:
     load_s: float
     speculation_reason: Callable[[list[str]], str] | None = None
     workload: Workload | None = None
+    speculative_active: bool | None = None
 
 
 AfterWarmup = Callable[[float, "float | None"], "tuple[Sequence[tuple[int, Prompt]], int] | None"]
@@ -174,7 +181,10 @@ def send_request(
             content = None
     else:
         body = text if text is not None else prompt.text
-        resp = client.completion(repetition_prompt(Prompt(text=body), repetition), n_predict, timeout_s=timeout_s, **params)
+        send = client.completion
+        if workload.raw_endpoint == "/v1/completions":
+            send = client.oai_completion  # type: ignore[attr-defined]
+        resp = send(repetition_prompt(Prompt(text=body), repetition), n_predict, timeout_s=timeout_s, **params)
         content = resp.get("content")
     return (resp.get("timings") or {}), (content if isinstance(content, str) else None)
 
@@ -310,7 +320,11 @@ def _run(
     spec_active: bool | None = None
     try:
         slots = client.slots()
-        spec_active = any(bool(s.get("speculative")) for s in slots) if slots else None
+        if slots and not any("speculative" in s for s in slots):
+            # ik_llama.cpp's /slots has no such field; its supervisor checked the start-up log instead
+            spec_active = launch.speculative_active
+        else:
+            spec_active = any(bool(s.get("speculative")) for s in slots) if slots else None
     except Exception as exc:  # noqa: BLE001 - /slots may be disabled; recorded, not fatal
         spec_active = None
         if speculative:

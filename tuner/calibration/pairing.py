@@ -350,6 +350,59 @@ def sequential_test(
     return Look(n, verdict, math.exp(mean), math.exp(lo), math.exp(hi), a_look, needed)
 
 
+def contrast_test(
+    ratios_a: Sequence[float],
+    ratios_b: Sequence[float],
+    min_gain: float,
+    alpha: float = ALPHA,
+) -> Look:
+    """Whether candidate A is faster than candidate B beyond noise, from each one's pair ratios
+    against the baseline (the decision's rule for a chained candidate against the best single one).
+
+    Each pair ratio already cancels the machine's drift (its baseline ran next to it), so the two
+    sets of log ratios are compared as independent samples: a one-sided Welch t test of
+    H0: ``E[ln a] − E[ln b] ≤ ln(1 + min_gain)``, at error ``alpha`` (one test, made once at decision
+    time). Degrees of freedom: Welch–Satterthwaite, rounded down (at least 1).
+
+    Args:
+        ratios_a, ratios_b: pair ratios (candidate ÷ baseline tokens/s) of A and of B, > 0.
+        min_gain: A must be more than ``1 + min_gain`` times B at the low end of the interval.
+        alpha: the test's one-sided error.
+
+    Returns:
+        A :class:`Look` of the ratio A ÷ B: ``mean_ratio`` = exp of the difference of mean log ratios,
+        ``low`` / ``high`` its bounds at ``1 − alpha`` each side, ``verdict`` ``"faster"`` (low above
+        the bar), ``"not faster"`` (high below it) or ``"inconclusive"`` (neither, or fewer than
+        ``MIN_PAIRS`` pairs on a side); ``n`` = the smaller number of pairs.
+
+    Raises:
+        ValueError: a ratio ≤ 0.
+    """
+    if any(r <= 0 for r in list(ratios_a) + list(ratios_b)):
+        raise ValueError("pair ratios must be positive")
+    n = min(len(ratios_a), len(ratios_b))
+    if n < 2:
+        return Look(n, "inconclusive", None, None, None, alpha)
+    xa = [math.log(r) for r in ratios_a]
+    xb = [math.log(r) for r in ratios_b]
+    diff = statistics.fmean(xa) - statistics.fmean(xb)
+    va, vb = statistics.variance(xa) / len(xa), statistics.variance(xb) / len(xb)
+    se = math.sqrt(va + vb)
+    if se <= 0:
+        se = 1e-9
+    df_f = (va + vb) ** 2 / ((va * va) / (len(xa) - 1) + (vb * vb) / (len(xb) - 1)) if va + vb > 0 else 1.0
+    q = t_quantile(1.0 - alpha, max(1, int(df_f)))
+    lo, hi = diff - q * se, diff + q * se
+    bar = math.log(1.0 + min_gain)
+    verdict = "inconclusive"
+    if n >= MIN_PAIRS:
+        if lo > bar:
+            verdict = "faster"
+        elif hi < bar:
+            verdict = "not faster"
+    return Look(n, verdict, math.exp(diff), math.exp(lo), math.exp(hi), alpha)
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One candidate against the baseline, on the same requests: the one pooled set of figures that the
@@ -505,6 +558,7 @@ __all__ = [
     "adjacent_pairs",
     "alpha_per_look",
     "compare",
+    "contrast_test",
     "pooled_tokens_per_s",
     "sequential_test",
     "t_cdf",

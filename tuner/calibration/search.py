@@ -621,7 +621,11 @@ class Search:
         pv = self.s.p_min_variant
         if not pv or self.busy():
             return
-        probes = [c for c in (*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp else [])) if self._runs_of(c)]
+        # not for DSpark heads: there p_min is a threshold on the head's confidence output, not on the
+        # draft token's probability (common/speculative.cpp common_speculative_impl_draft_dflash::draft),
+        # and a head without a trained confidence head then drafts nothing
+        probes = [c for c in (*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp else []))
+                  if self._runs_of(c) and c.spec_type != "draft-dspark"]
         for probe in probes:
             if self.cancel.is_set():
                 raise Cancelled()

@@ -192,6 +192,9 @@ class Workload:
         budget_s: the sweep's time budget (seconds); the long-context requests are left out when it cannot
             afford them (:class:`LongContextPlan`); ``None`` = always kept.
         long_plan: that decision, shared by the sweep.
+        raw_endpoint: where a raw completion (no chat template) goes: ``/completion``, or
+            ``/v1/completions`` on a build whose ``/completion`` answer lacks the draft counts
+            (ik_llama.cpp: ``tuner.server.dialect.Dialect.draft_counts_endpoint``).
     """
 
     chat: bool = False
@@ -203,16 +206,17 @@ class Workload:
     server_sampling: dict[str, Any] = field(default_factory=dict, compare=False)
     budget_s: float | None = None
     long_plan: LongContextPlan = field(default_factory=LongContextPlan, compare=False)
+    raw_endpoint: str = "/completion"
 
     @property
     def endpoint(self) -> str:
-        """``/v1/chat/completions`` or ``/completion``."""
-        return "/v1/chat/completions" if self.chat else "/completion"
+        """``/v1/chat/completions``, or :attr:`raw_endpoint` (``/completion`` by default)."""
+        return "/v1/chat/completions" if self.chat else self.raw_endpoint
 
     def describe(self) -> str:
         """One line for the decision, e.g. ``"chat requests (/v1/chat/completions) at temperature 0.8, ...,
         context 8192"``."""
-        shape = "chat requests (/v1/chat/completions)" if self.chat else "raw completions (/completion)"
+        shape = "chat requests (/v1/chat/completions)" if self.chat else f"raw completions ({self.raw_endpoint})"
         ctx = f", context {self.n_ctx}" if self.n_ctx else ""
         return f"{shape} at {self.sampling.describe(self.server_sampling or None)}{ctx}"
 

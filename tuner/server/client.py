@@ -3,7 +3,8 @@
 Endpoints (tools/server/server.cpp routes; /work/shared/reference/llama-server.md §4): ``/health``
 (503 while loading, 200 when ready), ``/props`` (``model_path``, ``build_info``, …), ``/slots``
 (``speculative`` per slot; 501 when disabled), ``/metrics`` (Prometheus text; 501 without
-``--metrics``), ``/completion`` and ``/v1/chat/completions`` (final answer carries ``timings``).
+``--metrics``), ``/completion``, ``/v1/completions`` and ``/v1/chat/completions`` (final answer carries
+``timings``).
 Proxy variables are ignored (``trust_env=False``): the server is local.
 """
 
@@ -178,6 +179,25 @@ class ServerClient:
         body = {"prompt": prompt, "n_predict": int(n_predict), "stream": False}
         body.update(params)
         return self._json("POST", "/completion", timeout_s=timeout_s, json=body)
+
+    def oai_completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: Any) -> dict:
+        """``POST /v1/completions`` (OpenAI shape, not streamed) with the same body fields as
+        :meth:`completion`; the answer dict with ``content`` set to ``choices[0].text`` (so callers read
+        it like a ``/completion`` answer) and llama.cpp's ``timings``. ik_llama.cpp reports
+        ``draft_n`` only here (see ``tuner.server.dialect.Dialect.draft_counts_endpoint``).
+
+        Raises: ServerUnreachableError, ServerHTTPError.
+        """
+        body = {"prompt": prompt, "max_tokens": int(n_predict), "n_predict": int(n_predict), "stream": False}
+        body.update(params)
+        data = self._json("POST", "/v1/completions", timeout_s=timeout_s, json=body)
+        try:
+            text = data["choices"][0]["text"]
+        except (KeyError, IndexError, TypeError):
+            text = None
+        if isinstance(data, dict) and isinstance(text, str):
+            data.setdefault("content", text)
+        return data
 
     def chat(self, messages: list[dict], max_tokens: int, timeout_s: float = 120.0, **params: Any) -> dict:
         """``POST /v1/chat/completions`` (OpenAI shape, not streamed); the answer dict

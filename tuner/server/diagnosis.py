@@ -220,6 +220,20 @@ def speculation_reason(log_lines: Iterable[str]) -> str:
     return "no speculator was built (no reason in the log; is the draft/type supported by this model?)"
 
 
+_IK_SPEC_INIT = re.compile(r"\bspeculative decoding context initialized\s*$")
+
+
+def speculators_initialized(log_lines: Iterable[str]) -> int:
+    """How many slots of an ik_llama.cpp server built a speculator, from its log.
+
+    ik_llama.cpp has no ``/slots[].speculative``; ``server_context::init``
+    (examples/server/server-context.cpp) logs ``speculative decoding context initialized`` for each slot
+    whose ``common_speculative_init`` returned a speculator (also for ``-mtp``) and ``... not initialized``
+    otherwise. Returns the count of the former (0 when none).
+    """
+    return sum(1 for line in log_lines if _IK_SPEC_INIT.search(str(line)))
+
+
 def load_hang(timeout_s: float, log_lines: Iterable[str], returncode: int | None = None) -> Diagnosis:
     """The diagnosis for a server still not ready after ``timeout_s`` seconds."""
     lines = [str(l) for l in log_lines]

@@ -84,6 +84,32 @@ class Dialect:
         """True when the binary can adapt the draft length at run time (ik_llama.cpp ``--spec-autotune``)."""
         return "--spec-autotune" in self.flags
 
+    @property
+    def draft_counts_endpoint(self) -> str:
+        """The raw-completion endpoint whose answer carries ``timings.draft_n`` / ``draft_n_accepted``.
+
+        Mainline: ``/completion`` (tools/server/server-common.cpp ``server_slot_stats::to_json``).
+        ik_llama.cpp: ``/v1/completions``. Its ``/completion`` answer takes ``timings`` from
+        examples/server/server-context.cpp ``server_slot::get_formated_timings``, which has no draft
+        fields, while the OpenAI-shaped answers use ``server_slot::get_timings`` →
+        examples/server/server-task.cpp ``result_timings::to_json``, which adds them when something was
+        drafted (``/v1/completions``: ``server_task_result_cmpl_final::to_json_oaicompat_final``; the chat
+        endpoint likewise). ik's ``/v1/completions`` handler (examples/server/server.cpp
+        ``handle_completions_oai`` → server-common.cpp ``oaicompat_chat_params_parse``) copies the body's
+        other fields (``n_predict``, ``seed``, ``ignore_eos``, ``cache_prompt``, sampling) through.
+        """
+        return "/v1/completions" if self.spec_style == "ik" else "/completion"
+
+    @property
+    def spec_on_slots(self) -> bool:
+        """True when ``GET /slots`` says per slot whether a speculator runs (``speculative``: mainline
+        tools/server/server-context.cpp). ik_llama.cpp's slot JSON has no such field
+        (examples/server/server-context.cpp: the ``SERVER_TASK_TYPE_METRICS`` task builds each slot from
+        ``get_formated_generation``); it logs per slot
+        ``speculative decoding context initialized`` instead (``server_context::init``), see
+        :func:`tuner.server.diagnosis.speculators_initialized`."""
+        return self.spec_style != "ik"
+
     def supports_spec_type(self, spec_type: str) -> bool:
         """True when every comma-separated type in ``spec_type`` is launchable on this binary, and the
         combination too: ik_llama.cpp takes one n-gram type, and its ``-mtp`` replaces ``--spec-type``

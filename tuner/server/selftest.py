@@ -51,8 +51,11 @@ def self_test(binary: ServerBinary, dialect: Dialect, model: Path | None = None,
         sup.wait_ready(timeout_s=timeout_s)
         with sup.client(timeout_s=timeout_s) as c:
             slots = c.slots()
-            out["speculative"] = bool(slots) and all(bool(s.get("speculative")) for s in slots)
-            res = c.completion(SELFTEST_PROMPT, 48, temperature=0.0, cache_prompt=False, timeout_s=timeout_s)
+            # ik_llama.cpp: no /slots speculative field; the supervisor's ready check read its start-up log
+            out["speculative"] = (bool(slots) and all(bool(s.get("speculative")) for s in slots)
+                                  if dialect.spec_on_slots else True)
+            send = c.oai_completion if dialect.draft_counts_endpoint == "/v1/completions" else c.completion
+            res = send(SELFTEST_PROMPT, 48, temperature=0.0, cache_prompt=False, timeout_s=timeout_s)
         t = res.get("timings", {})
         out["draft_n"] = int(t.get("draft_n", 0))
         out["draft_n_accepted"] = int(t.get("draft_n_accepted", 0))

@@ -18,7 +18,10 @@ Ready means, in this order (docs: /work/shared/reference/llama-server.md §4, §
    first real request);
 4. for speculative configurations ``/slots[].speculative`` is true for every slot; otherwise the
    start fails with ``speculation_inactive`` and the reason from the log (an incompatible draft
-   leaves the server running without speculation: server-context.cpp ``load_model``).
+   leaves the server running without speculation: server-context.cpp ``load_model``). ik_llama.cpp
+   has no such field (:attr:`Dialect.spec_on_slots`): there every slot's start-up line
+   "speculative decoding context initialized" must be in the log
+   (:func:`tuner.server.diagnosis.speculators_initialized`).
 
 Liveness while ready: every ``health_interval_s`` the supervisor asks ``/health`` (timeout
 ``HEALTH_TIMEOUT_S``). llama-server answers it from its HTTP thread pool without the main loop
@@ -56,7 +59,13 @@ from tuner.process import clean_env
 from tuner.server.argv import build_argv
 from tuner.server.client import ServerClient, ServerClientError, ServerHTTPError
 from tuner.server.config import ServerConfig
-from tuner.server.diagnosis import Diagnosis, diagnose, load_hang, speculation_reason
+from tuner.server.diagnosis import (
+    Diagnosis,
+    diagnose,
+    load_hang,
+    speculation_reason,
+    speculators_initialized,
+)
 from tuner.server.dialect import Dialect, probe_dialect
 from tuner.server.discovery import ServerBinary, find_server
 
@@ -859,6 +868,14 @@ class Supervisor:
                     if rc is not None:
                         return diagnose(rc, child.log_lines(200))
                     return Diagnosis("request_failed", f"/slots failed: {exc}", tuple(child.log_lines(20)))
+                if not self.dialect.spec_on_slots and slots and not any("speculative" in s for s in slots):
+                    # ik_llama.cpp: no /slots[].speculative; its per-slot start-up log line says it
+                    if speculators_initialized(child.log_lines()) >= len(slots):
+                        return None
+                    lines = child.log_lines(400)
+                    return Diagnosis("speculation_inactive",
+                                     f"speculation inactive: {speculation_reason(lines)}",
+                                     tuple(lines[-20:]), "--spec-type", None, None)
                 if not slots or not all(bool(s.get("speculative")) for s in slots):
                     lines = child.log_lines(400)
                     reason = speculation_reason(lines)
