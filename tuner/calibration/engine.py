@@ -450,7 +450,7 @@ def run_tune(
             sup.stop(grace_s=5.0)
 
     decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured,
-                      alpha=settings.alpha, max_pairs=settings.max_pairs, finalists=search.finalists_selected,
+                      alpha=settings.alpha, max_pairs=search.max_pairs, finalists=search.finalists_selected,
                       busy_note=_busy_note(load.note(), competing))
     from dataclasses import replace as _replace
 
