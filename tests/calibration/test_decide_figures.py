@@ -28,7 +28,8 @@ def _screen(c: Candidate, rows, acceptance=None, stage="probe", **kw) -> Measure
 
 
 def _quoted(reason: str) -> tuple[float, float]:
-    found = re.search(r"([\d.]+) vs ([\d.]+) tokens/s", reason)
+    """The figures of the statistics part (after a winner's plain first sentence, when there is one)."""
+    found = re.search(r"([\d.]+) vs ([\d.]+) tokens/s", reason.split("The evidence:", 1)[-1])
     assert found, reason
     return float(found.group(1)), float(found.group(2))
 
@@ -102,6 +103,10 @@ def test_chart_decision_and_per_category_lines_agree() -> None:
     assert rows[GOOD.label][1] == pytest.approx(d.gen_tokens_per_s)
     c_tps, b_tps = _quoted(d.reason)
     assert (c_tps, b_tps) == (round(d.gen_tokens_per_s, 1), round(d.baseline_gen_tokens_per_s, 1))
+    # the plain first sentence quotes the same figures, rounded
+    plain = d.reason.split("The evidence:", 1)[0]
+    assert f"{d.gen_tokens_per_s:.0f} vs {d.baseline_gen_tokens_per_s:.0f} tokens/s" in plain
+    assert f"about {d.speedup:.1f}× as fast as the model alone" in plain
     # no bar of another candidate stands above the winner's speedup, whatever its raw tokens/s
     for c in d.comparisons:
         assert c.speedup <= d.speedup + 1e-9

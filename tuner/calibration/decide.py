@@ -260,6 +260,26 @@ def _figures_text(c: Comparison) -> str:
     return f"{sp:.2f}× on the same requests in screening runs, not adjacent in time ({req}): {figs}"
 
 
+def plain_label(c: Candidate) -> str:
+    """What a candidate does, in the user's words (the decision's first sentence), e.g. ``"the draft
+    model draft-good.gguf, guessing up to 4 tokens ahead"``, ``"n-gram lookup (ngram-simple): it
+    reuses spans of the prompt and the answer so far"``; the baseline is ``"the model alone"``."""
+    if c.is_baseline:
+        return "the model alone"
+    types = c.spec_types
+    ngram = next((t for t in types if t.startswith("ngram")), None)
+    ahead = f", guessing up to {c.n_max} tokens ahead" if c.n_max else ""
+    if "draft-mtp" in types:
+        out = f"the model's own multi-token prediction (MTP){ahead}"
+    elif c.draft_path:
+        out = f"the draft model {Path(c.draft_path).name}{ahead}"
+    elif ngram is not None:
+        return f"n-gram lookup ({ngram}): it reuses spans of the prompt and the answer so far"
+    else:
+        out = c.label
+    return out + (f", with n-gram lookup ({ngram})" if ngram is not None else "")
+
+
 def _never_text(never: Sequence[Measurement]) -> str:
     """The types that ran but never drafted, named once, with their shared reason stated once, e.g.
     ``"ngram-mod, ngram-simple never drafted at the served sampling (…); no speedup is possible"``."""
@@ -364,7 +384,10 @@ def decide(
     if winners:
         w = max(winners, key=lambda c: c.speedup or 0.0)
         wm = _merged(measurements, w.candidate)
-        reason = f"{w.candidate.label} is faster than no speculation: " + _figures_text(w)
+        reason = (f"Serving {plain_label(w.candidate)}: about {w.speedup or 1.0:.1f}× as fast as the model "
+                  f"alone ({w.gen_tokens_per_s or 0.0:.0f} vs {w.baseline_gen_tokens_per_s or 0.0:.0f} tokens/s "
+                  f"on these prompts). The evidence: {w.candidate.label} against no speculation, "
+                  + _figures_text(w))
         if w.acceptance is not None:
             reason += f", draft acceptance {_fmt_pct(w.acceptance)}"
         reason += "."
