@@ -289,7 +289,7 @@ class Search:
         the refine stage always keep the plain reserve: the draft lengths the probe's curve predicts
         fastest are what the pairs then confirm. (Doubling it for them too left a busy 90 s sweep with
         only the ``n_max`` 16 probe to confirm — every predicted-better length skipped at 34 s with
-        56 s left — and the sweep served that probe, 0.7 of the grid's best.)"""
+        56 s left — and it ended inconclusive on that probe: "no speculation", 0.83 of the best.)"""
         launch = self._load() + 16 / max(self._tps() or 20.0, 1e-3)
         factor = 2 if optional and self.busy() else 1
         if self.s.side_by_side:
