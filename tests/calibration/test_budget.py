@@ -8,9 +8,8 @@ is exercised against the real llama-server in test_tune_e2e.py and bench/slow_ta
 
 from __future__ import annotations
 
-import json
 import threading
-from pathlib import Path
+from itertools import pairwise
 
 import pytest
 
@@ -139,7 +138,7 @@ def test_eta_follows_the_paired_rounds_instead_of_the_budget_left():
     for e in shown:
         real = real_end - e["elapsed_s"]
         assert real / 2 - 20 <= e["eta_s"] <= 2 * real + 20, (e["kind"], e["elapsed_s"], e["eta_s"], real)
-    for a, b in zip(shown, shown[1:]):
+    for a, b in pairwise(shown):
         counted_down = max(0.0, a["eta_s"] - (b["elapsed_s"] - a["elapsed_s"]))
         assert abs(b["eta_s"] - counted_down) <= 0.25 * took, (a, b)
 

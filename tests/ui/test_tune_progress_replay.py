@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import json
 import re
+from itertools import pairwise
 from pathlib import Path
 
 import pytest
@@ -66,7 +67,7 @@ class VirtualClock:
 
 @pytest.fixture
 def tuning_tab(make_app, monkeypatch):
-    import tuner.ui.tab_tune as tab_tune
+    from tuner.ui import tab_tune
 
     clock = VirtualClock()
     monkeypatch.setattr(tab_tune.time, "monotonic", clock)
@@ -121,7 +122,7 @@ def test_replayed_recorded_slow_sweep_progress_and_eta(tuning_tab):
         if eta is not None or prev is None:
             prev = (e["elapsed_s"], eta)
 
-    assert all(b >= a for a, b in zip(values, values[1:])), "the bar moved back"
+    assert all(b >= a for a, b in pairwise(values)), "the bar moved back"
     assert values[-1] >= 900, values[-1]  # it moved along with the work
     assert etas, "no ETA was ever shown"
     first_eta_at = etas[0][0]

@@ -894,7 +894,6 @@ class Search:
         in time, and drift of the machine's load cancels within each pair. One repetition = one pair;
         the sequential test looks after each one (draft models: one launch for all a finalist's pairs,
         n-gram types: one launch per pair, so their n-gram pool never carries over)."""
-        s = self.s
         base_launch: Launch | None = None
         try:
             for c in finalists:
