@@ -91,6 +91,7 @@ def _sweep() -> list[Measurement]:
 
 
 def test_chart_decision_and_per_category_lines_agree() -> None:
+    from tuner.calibration.decide import plain_tps
     from tuner.ui.flow import result_rows
 
     ms = _sweep()
@@ -105,7 +106,8 @@ def test_chart_decision_and_per_category_lines_agree() -> None:
     assert (c_tps, b_tps) == (round(d.gen_tokens_per_s, 1), round(d.baseline_gen_tokens_per_s, 1))
     # the plain first sentence quotes the same figures, rounded
     plain = d.reason.split("The evidence:", 1)[0]
-    assert f"{d.gen_tokens_per_s:.0f} vs {d.baseline_gen_tokens_per_s:.0f} tokens/s" in plain
+    assert f"{plain_tps(d.gen_tokens_per_s)} vs {plain_tps(d.baseline_gen_tokens_per_s)} tokens/s" in plain
+    assert plain_tps(738.4) == "738" and plain_tps(7.44) == "7.4"
     assert f"about {d.speedup:.1f}× as fast as the model alone" in plain
     # no bar of another candidate stands above the winner's speedup, whatever its raw tokens/s
     for c in d.comparisons:

@@ -260,10 +260,17 @@ def _figures_text(c: Comparison) -> str:
     return f"{sp:.2f}× on the same requests in screening runs, not adjacent in time ({req}): {figs}"
 
 
+def plain_tps(tps: float | None) -> str:
+    """Tokens/s for the plain first sentence: whole numbers from 100 up, one decimal below
+    (``738.4`` → ``"738"``, ``7.44`` → ``"7.4"``)."""
+    v = tps or 0.0
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+
 def plain_label(c: Candidate) -> str:
     """What a candidate does, in the user's words (the decision's first sentence), e.g. ``"the draft
-    model draft-good.gguf, guessing up to 4 tokens ahead"``, ``"n-gram lookup (ngram-simple): it
-    reuses spans of the prompt and the answer so far"``; the baseline is ``"the model alone"``."""
+    model draft-good.gguf, guessing up to 4 tokens ahead"``, ``"n-gram lookup (ngram-simple, which
+    reuses spans of the prompt and the answer so far)"``; the baseline is ``"the model alone"``."""
     if c.is_baseline:
         return "the model alone"
     types = c.spec_types
@@ -274,7 +281,7 @@ def plain_label(c: Candidate) -> str:
     elif c.draft_path:
         out = f"the draft model {Path(c.draft_path).name}{ahead}"
     elif ngram is not None:
-        return f"n-gram lookup ({ngram}): it reuses spans of the prompt and the answer so far"
+        return f"n-gram lookup ({ngram}, which reuses spans of the prompt and the answer so far)"
     else:
         out = c.label
     return out + (f", with n-gram lookup ({ngram})" if ngram is not None else "")
@@ -385,7 +392,7 @@ def decide(
         w = max(winners, key=lambda c: c.speedup or 0.0)
         wm = _merged(measurements, w.candidate)
         reason = (f"Serving {plain_label(w.candidate)}: about {w.speedup or 1.0:.1f}× as fast as the model "
-                  f"alone ({w.gen_tokens_per_s or 0.0:.0f} vs {w.baseline_gen_tokens_per_s or 0.0:.0f} tokens/s "
+                  f"alone ({plain_tps(w.gen_tokens_per_s)} vs {plain_tps(w.baseline_gen_tokens_per_s)} tokens/s "
                   f"on these prompts). The evidence: {w.candidate.label} against no speculation, "
                   + _figures_text(w))
         if w.acceptance is not None:
