@@ -85,12 +85,6 @@ class SearchSettings:
         baseline_repetitions: repetitions of the first baseline launch (screening reference).
         probe_repetitions: repetitions of probe and refine launches.
         max_pairs: at most this many adjacent pairs per finalist (the sequential test's looks).
-        busy_max_pairs: the same when the load watcher says the machine is busy at the first warm-up
-            (:meth:`Search.plan_protocol`; never fewer than ``max_pairs``). Fixed there, before any
-            pair ran, so the test's error split over the looks is set in advance. Busy pairs are
-            noisier: measured under the bounded burner plus other programs (83 % of the CPU), a 1.45×
-            draft was still inconclusive after 5 pairs (interval 1.00–2.14×) and "no speculation" was
-            served; more looks, each at a smaller share of the error, let it conclude.
         alpha: total error of the sequential test (``tuner.calibration.pairing``).
         budget_s: time budget in seconds (first launch to decision).
         plan: plan prompts and ``n_predict`` from the first warm-up (:meth:`Search.plan_protocol`).
@@ -136,7 +130,6 @@ class SearchSettings:
     baseline_repetitions: int = 1
     probe_repetitions: int = 1
     max_pairs: int = MAX_PAIRS
-    busy_max_pairs: int = 10
     alpha: float = ALPHA
     budget_s: float = 180.0
     plan: bool = True
@@ -182,9 +175,10 @@ class Search:
         emit: event sink (see :data:`Emit`).
         clock: ``time.monotonic`` (replaceable in tests).
         busy: ``busy() -> bool``, the load watcher's "other programs are using the CPU" so far; while
-            True the optional stages (exploration; the ``p_min`` variant is skipped) keep twice the
-            paired rounds' reserve, so the remaining budget goes to more pairs; the probes and the
-            refine stage keep the plain reserve (:meth:`confirm_reserve_s`).
+            True the optional stages (exploration, refine lengths after the first; the ``p_min``
+            variant is skipped) keep twice the paired rounds' reserve, so the remaining budget goes
+            to more pairs; the probes and the first refine length keep the plain reserve
+            (:meth:`confirm_reserve_s`).
     """
 
     def __init__(
@@ -237,8 +231,9 @@ class Search:
         """Finalists the paired rounds were planned for (the sequential test's error is split over them)."""
         self.busy = busy or (lambda: False)
         self.max_pairs = settings.max_pairs
-        """Looks per finalist of the sequential test: ``max_pairs``, or ``busy_max_pairs`` when the first
-        warm-up found the machine busy (:meth:`plan_protocol`); the decision must use the same."""
+        """Looks per finalist of the sequential test (``max_pairs``); the decision must use the same.
+        (More looks when busy were tried: each look then gets a smaller share of the error, and short
+        busy sweeps ended inconclusive after 2 pairs where 3 would have decided.)"""
 
     # ---- time accounting -------------------------------------------------------------------
     def elapsed_s(self) -> float:
@@ -285,9 +280,10 @@ class Search:
         leader (side by side: ``MIN_PAIRS``, each one repetition) and the launches that open them.
 
         ``optional``: the reserve of the optional stages (exploration, the ``p_min`` variant): twice
-        the pairs while the machine is busy (noisier pairs: more of them are needed). The probes and
-        the refine stage always keep the plain reserve: the draft lengths the probe's curve predicts
-        fastest are what the pairs then confirm. (Doubling it for them too left a busy 90 s sweep with
+        the pairs while the machine is busy (noisier pairs: more of them are needed); the refine
+        stage after its first length counts as optional. The probes and the first refine length keep
+        the plain reserve: the length the probe's curve predicts fastest is what the pairs then
+        confirm. (Doubling it for them too left a busy 90 s sweep with
         only the ``n_max`` 16 probe to confirm — every predicted-better length skipped at 34 s with
         56 s left — and it ended inconclusive on that probe: "no speculation", 0.83 of the best.)"""
         launch = self._load() + 16 / max(self._tps() or 20.0, 1e-3)
@@ -395,9 +391,6 @@ class Search:
         # noisier, and a t test on 3 pairs has 2 degrees of freedom, so plan for the most pairs instead
         # (shorter requests, more of them): a few more pairs decide far more often than longer ones
         busy = self.busy()
-        if busy:
-            # more looks allowed (the pairs go on while the budget lasts), the plan's room as before
-            self.max_pairs = max(self.s.max_pairs, self.s.busy_max_pairs)
         pairs = (self.s.max_pairs if busy else MIN_PAIRS + 1) if self.s.side_by_side else MIN_PAIRS + 1
         n_refine = self.s.refine_per_draft * (len(self.plan.drafts) + (1 if self.plan.mtp else 0))
         reps = 1 + n_probes + n_refine + 2 * pairs
@@ -622,6 +615,7 @@ class Search:
                         queue.append((0.0, probe, probe.with_n_max(k)))
         queue.sort(key=lambda t: -t[0])
         extra_budget = {self._group(p): 2 for p in probes}
+        refined = 0
         self._pending_s = sum(self.estimate_s(t[0] or None, len(reps)) for t in queue)
         while queue:
             if self.cancel.is_set():
@@ -631,11 +625,13 @@ class Search:
             self._pending_s = max(0.0, self._pending_s - est)
             if c.n_max in self._measured_n_max(probe):
                 continue
-            if not self._fits(est):
+            # the first length the curve points to keeps the plain reserve; the rest keep the busy one
+            if not self._fits(est, optional=refined > 0):
                 self.emit("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
                 self.unmeasured.append(c)
                 continue
             self._measure(c, reps, "refine", predicted or None)
+            refined += 1
             curve = self._predict(probe)
             done = self._measured_n_max(probe)
             best_measured = max((m.gen_tokens_per_s or 0.0) for m in self._runs_of(probe))
