@@ -282,15 +282,18 @@ class Search:
         ``optional``: the reserve of the optional stages (exploration, the ``p_min`` variant): twice
         the pairs while the machine is busy (noisier pairs: more of them are needed); the refine
         stage after its first length counts as optional. The probes and the first refine length keep
-        the plain reserve: the length the probe's curve predicts fastest is what the pairs then
-        confirm. (Doubling it for them too left a busy 90 s sweep with
+        the plain reserve (one spare pair while busy): the length the probe's curve predicts fastest
+        is what the pairs then confirm. (Doubling it for them too left a busy 90 s sweep with
         only the ``n_max`` 16 probe to confirm — every predicted-better length skipped at 34 s with
         56 s left — and it ended inconclusive on that probe: "no speculation", 0.83 of the best.)"""
         launch = self._load() + 16 / max(self._tps() or 20.0, 1e-3)
-        factor = 2 if optional and self.busy() else 1
+        busy = self.busy()
+        # busy: optional steps keep twice the pairs; the others one spare pair (the estimates made from
+        # screening speeds run short under load: a busy 60 s sweep got 2 of its 3 reserved pairs)
+        extra = (MIN_PAIRS if optional else 1) if busy else 0
         if self.s.side_by_side:
-            return factor * MIN_PAIRS * self.pair_s() + 2 * launch
-        return factor * (MIN_PAIRS + 1) * self.pair_s() + self.estimate_s(None, 1)
+            return (MIN_PAIRS + extra) * self.pair_s() + 2 * launch
+        return (MIN_PAIRS + 1 + extra) * self.pair_s() + self.estimate_s(None, 1)
 
     def _planned_remaining_s(self) -> float | None:
         """Estimated seconds until the decision: the current step, then the rest of the budget (the
