@@ -60,6 +60,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--busy", action="store_true", help="run the sweep under the bounded CPU burner")
     ap.add_argument("--keep", action="store_true", help="keep the generated models")
     ap.add_argument("--json", action="store_true")
+    ap.add_argument("--record", type=Path, help="write the sweep's event stream (kind, message, progress, "
+                    "elapsed_s, eta_s per event) to this JSON file: the recording tests/ui replays")
     args = ap.parse_args(argv)
 
     work = Path(tempfile.mkdtemp(prefix="dw-slow-target-"))
@@ -104,6 +106,19 @@ def main(argv: list[str] | None = None) -> int:
               f"({sweep_s / args.budget:.2f}x; goal <= 1.15x){' under the burner' if args.busy else ''}")
         print(f"decision: {d.reason if d else 'none'}")
         print("OK" if ok else "NOT OK")
+        if args.record is not None:
+            from tuner.storage import atomic_write_json
+
+            atomic_write_json(args.record, {
+                "source": "bench/slow_target.py " + " ".join(sys.argv[1:] if argv is None else argv),
+                "recorded_utc": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+                "load_average_1m": os.getloadavg()[0], "sweep_s": sweep_s, "budget_s": args.budget,
+                "warmup_gen_tokens_per_s": plan.get("warmup_gen_tokens_per_s"),
+                "decision": d.reason if d else None,
+                "events": [{"kind": e.kind, "message": e.message, "progress": e.progress, "elapsed_s": e.elapsed_s,
+                            "eta_s": e.eta_s} for e in events],
+            })
+            print(f"recorded {len(events)} events to {args.record}", file=sys.stderr)
         if args.json:
             print(json.dumps({"sweep_s": sweep_s, "budget_s": args.budget, "warmup_tps": plan.get(
                 "warmup_gen_tokens_per_s"), "plan": plan, "picks_draft": picks_draft,

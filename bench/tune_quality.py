@@ -75,6 +75,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--busy-max-s", type=float, default=3600.0, help="the burner's hard time limit")
     args = ap.parse_args(argv)
 
+    load0 = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="dw-tune-quality-"))
     os.environ["DRAFTWISE_HOME"] = str(work / "home")
     fam = make_family(work / "models", n_embd=args.n_embd, n_layers=args.n_layers, draft_layers=2, eps=args.eps,
@@ -169,12 +170,16 @@ def main(argv: list[str] | None = None) -> int:
           f"and the pick; best {ref_best_label}): {ref_ratio if ref_ratio is not None else float('nan'):.3f}")
     print(f"wall-time ratio (tuner/grid): {time_ratio:.3f}" + (" (grid and tuner under the burner)" if args.busy else ""))
     print(f"decision: {res.decision.reason if res.decision else '-'}")
+    load1 = os.getloadavg()
+    print(f"load average (1, 5, 15 min) at the start {load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f}, at the end "
+          f"{load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f} ({os.cpu_count()} CPUs)")
     ok = ref_ratio is not None and ref_ratio >= 0.95 and time_ratio <= 0.35
     if args.json:
         print(json.dumps({"grid_s": grid_s, "tune_s": tune_s, "best": best_label, "best_tps": best_tps,
                           "baseline_tps": base_tps, "pick": pick.label, "pick_grid_tps": pick_tps,
                           "pick_best_ratio": ratio, "referee_pick_best_ratio": ref_ratio,
                           "referee_best": ref_best_label, "wall_time_ratio": time_ratio, "busy": args.busy,
+                          "load_average_start": load0, "load_average_end": load1,
                           "ok": ok}))
     return 0 if ok else 1
 

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
-from tuner.calibration.candidates import LONG_DRAFT_N_MAX, Candidate, DraftOption, plan_candidates
+from tuner.calibration.candidates import (
+    LONG_DRAFT_N_MAX,
+    Candidate,
+    DraftOption,
+    plan_candidates,
+)
 from tuner.calibration.engine import select_prompts
 from tuner.calibration.prompts import Prompt, make_prompt_set
 from tuner.calibration.serving import candidate_config, config_from_json, config_to_json

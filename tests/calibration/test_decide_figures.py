@@ -13,7 +13,12 @@ import pytest
 
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.decide import decide
-from tuner.calibration.results import Measurement, Sample, synthetic_rounds, synthetic_samples
+from tuner.calibration.results import (
+    Measurement,
+    Sample,
+    synthetic_rounds,
+    synthetic_samples,
+)
 from tuner.calibration.tune import TuneResult
 
 BASE = Candidate()
@@ -28,7 +33,8 @@ def _screen(c: Candidate, rows, acceptance=None, stage="probe", **kw) -> Measure
 
 
 def _quoted(reason: str) -> tuple[float, float]:
-    found = re.search(r"([\d.]+) vs ([\d.]+) tokens/s", reason)
+    """The figures of the statistics part (after a winner's plain first sentence, when there is one)."""
+    found = re.search(r"([\d.]+) vs ([\d.]+) tokens/s", reason.split("The evidence:", 1)[-1])
     assert found, reason
     return float(found.group(1)), float(found.group(2))
 
@@ -90,6 +96,7 @@ def _sweep() -> list[Measurement]:
 
 
 def test_chart_decision_and_per_category_lines_agree() -> None:
+    from tuner.calibration.decide import plain_tps
     from tuner.ui.flow import result_rows
 
     ms = _sweep()
@@ -102,6 +109,11 @@ def test_chart_decision_and_per_category_lines_agree() -> None:
     assert rows[GOOD.label][1] == pytest.approx(d.gen_tokens_per_s)
     c_tps, b_tps = _quoted(d.reason)
     assert (c_tps, b_tps) == (round(d.gen_tokens_per_s, 1), round(d.baseline_gen_tokens_per_s, 1))
+    # the plain first sentence quotes the same figures, rounded
+    plain = d.reason.split("The evidence:", 1)[0]
+    assert f"{plain_tps(d.gen_tokens_per_s)} vs {plain_tps(d.baseline_gen_tokens_per_s)} tokens/s" in plain
+    assert plain_tps(738.4) == "738" and plain_tps(7.44) == "7.4"
+    assert f"about {d.speedup:.1f}× as fast as the model alone" in plain
     # no bar of another candidate stands above the winner's speedup, whatever its raw tokens/s
     for c in d.comparisons:
         assert c.speedup <= d.speedup + 1e-9

@@ -7,8 +7,16 @@ from pathlib import Path
 import pytest
 
 from tests.synth import make_family
-from tuner.calibration.candidates import DraftOption, apply_memory_check, plan_candidates
-from tuner.calibration.engine import _memory_check_factory, _place_on_gpu, hardware_fingerprint
+from tuner.calibration.candidates import (
+    DraftOption,
+    apply_memory_check,
+    plan_candidates,
+)
+from tuner.calibration.engine import (
+    _memory_check_factory,
+    _place_on_gpu,
+    hardware_fingerprint,
+)
 from tuner.hardware.devices import Device, Devices
 
 MIB = 1024 * 1024

@@ -8,7 +8,12 @@ from types import SimpleNamespace
 import pytest
 
 from tuner.calibration.candidates import Candidate
-from tuner.calibration.serving import ProfileError, candidate_config, config_to_json, profile_server_config
+from tuner.calibration.serving import (
+    ProfileError,
+    candidate_config,
+    config_to_json,
+    profile_server_config,
+)
 
 CANDIDATES = [
     Candidate(),

@@ -9,7 +9,13 @@ import pytest
 
 from tests.calibration.test_candidates import B11434_TYPES
 from tests.server.conftest import help_text
-from tuner.calibration.candidates import Candidate, DraftOption, HeadOption, apply_memory_check, plan_candidates
+from tuner.calibration.candidates import (
+    Candidate,
+    DraftOption,
+    HeadOption,
+    apply_memory_check,
+    plan_candidates,
+)
 from tuner.calibration.serving import candidate_config, config_from_json, config_to_json
 from tuner.server.argv import UnsupportedConfigError, build_argv
 from tuner.server.config import ServerConfig

@@ -11,7 +11,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.synth import stories_model_path, stories_tokenizer, write_llama_gguf, write_split_gguf, write_vocab_gguf
+from tests.synth import (
+    stories_model_path,
+    stories_tokenizer,
+    write_llama_gguf,
+    write_split_gguf,
+    write_vocab_gguf,
+)
 from tuner.cli import main
 
 REPO = Path(__file__).resolve().parents[2]

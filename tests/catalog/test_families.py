@@ -7,7 +7,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.synth import bpe_tokenizer, stories_tokenizer, write_llama_gguf, write_vocab_gguf
+from tests.synth import (
+    bpe_tokenizer,
+    stories_tokenizer,
+    write_llama_gguf,
+    write_vocab_gguf,
+)
 from tuner.catalog.families import group_families, rank_draft
 from tuner.catalog.scan import scan_folder
 

@@ -8,7 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tests.synth import stories_tokenizer, write_eagle3_head, write_gguf, write_llama_gguf
+from tests.synth import (
+    stories_tokenizer,
+    write_eagle3_head,
+    write_gguf,
+    write_llama_gguf,
+)
 from tuner.catalog.families import group_families
 from tuner.catalog.heads import check_head, head_facts
 from tuner.catalog.scan import scan_file, scan_folder

@@ -18,7 +18,13 @@ from pathlib import Path
 
 import pytest
 
-from tests.synth import bpe_tokenizer, complete_greedy, raw_llama_server, stories_tokenizer, write_llama_gguf
+from tests.synth import (
+    bpe_tokenizer,
+    complete_greedy,
+    raw_llama_server,
+    stories_tokenizer,
+    write_llama_gguf,
+)
 from tuner.catalog.compat import check_compatible
 from tuner.catalog.scan import scan_file
 

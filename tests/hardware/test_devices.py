@@ -10,7 +10,11 @@ import pytest
 
 from tuner.hardware.devices import Probes, backend_of, detect_devices
 from tuner.hardware.host import HostInfo, probe_host
-from tuner.hardware.listdevices import ListDevicesResult, parse_list_devices, run_list_devices
+from tuner.hardware.listdevices import (
+    ListDevicesResult,
+    parse_list_devices,
+    run_list_devices,
+)
 from tuner.hardware.nvml import (
     NVML_ERROR_DRIVER_NOT_LOADED,
     NVML_ERROR_GPU_IS_LOST,

@@ -8,7 +8,12 @@ import pytest
 
 from tests.hardware.conftest import gpu_devices
 from tuner.hardware.devices import Devices
-from tuner.hardware.fitcheck import cross_check, find_fit_params, parse_fit_args, parse_fit_print
+from tuner.hardware.fitcheck import (
+    cross_check,
+    find_fit_params,
+    parse_fit_args,
+    parse_fit_print,
+)
 from tuner.hardware.memory import GIB, MIB, MemoryRequest, load_model_spec, plan_memory
 
 

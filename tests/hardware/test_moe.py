@@ -9,7 +9,14 @@ import pytest
 
 from tests.hardware.conftest import dense_spec, gpu_devices
 from tuner.hardware.devices import Devices
-from tuner.hardware.memory import GIB, MIB, MemoryRequest, load_model_spec, max_target_ngl, plan_memory
+from tuner.hardware.memory import (
+    GIB,
+    MIB,
+    MemoryRequest,
+    load_model_spec,
+    max_target_ngl,
+    plan_memory,
+)
 
 
 def moe_spec(n_layer: int = 48, block_mib: int = 360, expert_mib: int = 340):

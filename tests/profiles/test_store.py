@@ -8,7 +8,14 @@ from pathlib import Path
 
 import pytest
 
-from tuner.profiles import ModelFileKey, Profile, ProfileError, ProfileStore, StalenessKeys, stale_reasons
+from tuner.profiles import (
+    ModelFileKey,
+    Profile,
+    ProfileError,
+    ProfileStore,
+    StalenessKeys,
+    stale_reasons,
+)
 
 
 def _keys(tmp_path: Path, build: str = "11434") -> StalenessKeys:

@@ -11,7 +11,12 @@ import pytest
 from tests.server.conftest import wait_gone
 from tuner import process
 from tuner.server.config import ServerConfig
-from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
+from tuner.server.supervisor import (
+    ServerStartError,
+    ServerState,
+    StateChange,
+    Supervisor,
+)
 
 
 @pytest.fixture

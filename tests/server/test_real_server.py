@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import json
 import os
-import shutil
 import signal
 import subprocess
 import sys
@@ -19,7 +18,12 @@ from tuner import process
 from tuner.server.config import ServerConfig
 from tuner.server.dialect import probe_dialect
 from tuner.server.discovery import find_server
-from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
+from tuner.server.supervisor import (
+    ServerStartError,
+    ServerState,
+    StateChange,
+    Supervisor,
+)
 
 pytestmark = pytest.mark.server
 REPO = Path(__file__).resolve().parents[2]

@@ -7,7 +7,12 @@ import pytest
 from tuner.telemetry.collector import Collector
 from tuner.telemetry.prom import MetricsParseError, parse_metrics
 from tuner.telemetry.ring import RingBuffer
-from tuner.telemetry.samplers import MetricsSampler, ProcessSampler, ProcessUsage, VramSampler
+from tuner.telemetry.samplers import (
+    MetricsSampler,
+    ProcessSampler,
+    ProcessUsage,
+    VramSampler,
+)
 from tuner.telemetry.watch import AcceptanceWatch
 
 

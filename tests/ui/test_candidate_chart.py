@@ -108,3 +108,61 @@ def test_empty_time_plots_keep_their_units_scale(qtbot):
     assert req.getPlotItem().viewRange()[1] == [0.0, 2.0]
     req.set_series("", [-2.0, -1.0], [3, 4])
     assert req.getPlotItem().viewRange()[1][1] == pytest.approx(4.6)
+
+
+NEVER = "ngram-simple never drafted at the served sampling (greedy (temperature 0)): these prompts repeat no " \
+    "n-gram it could continue; no speedup is possible for these requests"
+
+
+def test_types_that_never_drafted_get_a_bar_less_row(qtbot):
+    """An n-gram type that ran but proposed no token has no speed to draw: it still gets its row (after
+    the bars), with "never drafted" — the decision's words — and no bar."""
+    from tuner.ui.graphs import CandidateChart
+
+    chart = CandidateChart()
+    qtbot.addWidget(chart)
+    chart.set_rows(ROWS[:2], never=["ngram-simple", "ngram-map-k"])
+    texts = [t for _x, t in chart.getAxis("bottom")._tickLevels[0]]
+    assert texts == ["no speculation", "draft-good n_max 4", "ngram-simple", "ngram-map-k"]
+    assert len(chart._bars.opts["height"]) == 2  # bars only for the measured rows
+    labels = [t.toPlainText() for t in chart._labels]
+    assert labels[2:] == ["never drafted", "never drafted"]
+    (x0, x1), _y = chart.getPlotItem().viewRange()
+    assert x0 < 0 and x1 > 3  # all four rows in view
+    # a type both measured and listed as never drafted keeps its bar, not a second row
+    chart.set_rows(ROWS[:2], never=["draft-simple draft-good.gguf n_max 4"])
+    assert len(chart.getAxis("bottom")._tickLevels[0]) == 2
+    # only never-drafted types (every n-gram type on prose, nothing else measured yet): rows, no blank axes
+    chart.set_rows([], never=["ngram-mod"])
+    assert not chart.placeholder.isVisible() and chart._bars is None
+    assert [t.toPlainText() for t in chart._labels] == ["never drafted"]
+
+
+def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
+    """Live: the "measured" event of a type that never drafted adds its bar-less row; at the end the
+    result's measurements give the same rows next to the decision's pooled bars."""
+    from types import SimpleNamespace
+
+    from tuner.calibration.candidates import Candidate
+    from tuner.calibration.decide import decide
+    from tuner.calibration.results import Measurement, Sample
+    from tuner.calibration.tune import TuneEvent
+    from tuner.ui.state import AppState
+
+    tab = make_app(tray_available=False).window.tune_tab
+    tab.on_state(AppState.TUNING)
+    base = Measurement(Candidate(), samples=(Sample(0, "code", 0, 50.0),), stage="baseline")
+    ng = Candidate(spec_type="ngram-simple")
+    never = Measurement(ng, samples=(Sample(0, "code", 0, 49.0),), stage="probe", error=NEVER,
+                        no_drafts_at="greedy (temperature 0)")
+    tab.on_event(TuneEvent("measured", "no speculation: 50.0 tokens/s", measurement=base, progress=0.2,
+                           elapsed_s=5.0, eta_s=20.0))
+    tab.on_event(TuneEvent("measured", NEVER, measurement=never, progress=0.4, elapsed_s=10.0, eta_s=15.0))
+    assert tab.chart.never == ["ngram-simple"]
+    assert [r[0] for r in tab.chart.rows] == ["no speculation"]
+    d = decide([base, never])
+    assert "ngram-simple never drafted" in d.reason  # the chart's words are the decision's
+    tab.on_done(SimpleNamespace(decision=d, measurements=[base, never], elapsed_s=12.0))
+    assert tab.chart.never == ["ngram-simple"]
+    assert "never drafted" in [t.toPlainText() for t in tab.chart._labels]
+    tab.on_state(AppState.IDLE)

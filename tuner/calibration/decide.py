@@ -273,6 +273,33 @@ def _figures_text(c: Comparison) -> str:
     return f"{sp:.2f}× on the same requests in screening runs, not adjacent in time ({req}): {figs}"
 
 
+def plain_tps(tps: float | None) -> str:
+    """Tokens/s for the plain first sentence: whole numbers from 100 up, one decimal below
+    (``738.4`` → ``"738"``, ``7.44`` → ``"7.4"``)."""
+    v = tps or 0.0
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def plain_label(c: Candidate) -> str:
+    """What a candidate does, in the user's words (the decision's first sentence), e.g. ``"the draft
+    model draft-good.gguf, guessing up to 4 tokens ahead"``, ``"n-gram lookup (ngram-simple, which
+    reuses spans of the prompt and the answer so far)"``; the baseline is ``"the model alone"``."""
+    if c.is_baseline:
+        return "the model alone"
+    types = c.spec_types
+    ngram = next((t for t in types if t.startswith("ngram")), None)
+    ahead = f", guessing up to {c.n_max} tokens ahead" if c.n_max else ""
+    if "draft-mtp" in types:
+        out = f"the model's own multi-token prediction (MTP){ahead}"
+    elif c.draft_path:
+        out = f"the draft model {Path(c.draft_path).name}{ahead}"
+    elif ngram is not None:
+        return f"n-gram lookup ({ngram}, which reuses spans of the prompt and the answer so far)"
+    else:
+        out = c.label
+    return out + (f", with n-gram lookup ({ngram})" if ngram is not None else "")
+
+
 def _never_text(never: Sequence[Measurement]) -> str:
     """The types that ran but never drafted, named once, with their shared reason stated once, e.g.
     ``"ngram-mod, ngram-simple never drafted at the served sampling (…); no speedup is possible"``."""
@@ -385,7 +412,10 @@ def decide(
         w = max(winners, key=lambda c: c.speedup or 0.0)
         w, chain_text = _chain_rule(w, winners, min_gain, alpha)
         wm = _merged(measurements, w.candidate)
-        reason = f"{w.candidate.label} is faster than no speculation: " + _figures_text(w)
+        reason = (f"Serving {plain_label(w.candidate)}: about {w.speedup or 1.0:.1f}× as fast as the model "
+                  f"alone ({plain_tps(w.gen_tokens_per_s)} vs {plain_tps(w.baseline_gen_tokens_per_s)} tokens/s "
+                  f"on these prompts). The evidence: {w.candidate.label} against no speculation, "
+                  + _figures_text(w))
         if w.acceptance is not None:
             reason += f", draft acceptance {_fmt_pct(w.acceptance)}"
         reason += "." + chain_text

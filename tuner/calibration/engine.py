@@ -518,7 +518,7 @@ def run_tune(
             sup.stop(grace_s=5.0)
 
     decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured,
-                      alpha=settings.alpha, max_pairs=settings.max_pairs, finalists=search.finalists_selected,
+                      alpha=settings.alpha, max_pairs=search.max_pairs, finalists=search.finalists_selected,
                       busy_note=_busy_note(load.note(), competing), mix=search.mix)
     from dataclasses import replace as _replace
 
@@ -674,11 +674,30 @@ def _place_on_gpu(plan: CandidatePlan, target_path: Path, devices: Any, n_ctx: i
     return replace(plan, drafts=tuple(out))
 
 
+def dated_busy_note(reason: str, busy_note: str | None, created_unix_s: float | None) -> tuple[str, str | None]:
+    """``(reason, busy_note)`` of a saved decision shown again later: the sweep's note about other
+    programs on the machine says when that sweep ran ("This profile was measured on 2026-12-01 at
+    11:50 UTC; other programs used 75 % of the CPU during that sweep …"), since the machine may be
+    quiet now. Without a saved time the note is dropped from the reason (an undated "the machine was
+    busy" would read as now). Unchanged when there is no note or the reason does not quote it."""
+    note = (busy_note or "").strip()
+    if not note or note not in reason:
+        return reason, busy_note
+    if created_unix_s is None:
+        return " ".join(reason.replace(note, "").split()), None
+    when = time.strftime("%Y-%m-%d at %H:%M UTC", time.gmtime(created_unix_s))
+    dated = f"This profile was measured on {when}; " + note[:1].lower() + note[1:].replace(
+        "during the sweep", "during that sweep")
+    return reason.replace(note, dated), dated
+
+
 def _decision_from_profile(p: Profile) -> Decision:
-    """Rebuild the :class:`Decision` summary saved in a profile."""
+    """Rebuild the :class:`Decision` summary saved in a profile (its busy note dated:
+    :func:`dated_busy_note`)."""
     d = p.decision
     winner = Candidate.from_json(p.winner)
     best = d.get("best_speculative")
+    reason, busy_note = dated_busy_note(str(d.get("reason") or ""), d.get("busy_note"), p.created_unix_s)
     return Decision(
         winner=winner,
         gen_tokens_per_s=d.get("gen_tokens_per_s"),
@@ -686,7 +705,8 @@ def _decision_from_profile(p: Profile) -> Decision:
         speedup=float(d.get("speedup") or 1.0),
         speedup_ci_low=d.get("speedup_ci_low"),
         speedup_ci_high=d.get("speedup_ci_high"),
-        reason=str(d.get("reason") or ""),
+        reason=reason,
+        busy_note=busy_note,
         best_speculative=Candidate.from_json(best) if best else None,
         best_speculative_speedup=d.get("best_speculative_speedup"),
         lossless=d.get("lossless"),

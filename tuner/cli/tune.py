@@ -201,13 +201,14 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 def decision_line(d: Any) -> str:
-    """The final line: ``Decision: <reason>``. The reason already names the winner ("ngram-mod is 1.3× as
-    fast ...") or starts with "No speculation:", so the label is not repeated in front of it."""
+    """The final line: ``Decision: <reason>``. The reason already names the winner ("Serving n-gram lookup
+    (ngram-mod) …: about 1.3× as fast …") or starts with "No speculation:", so the label is not repeated
+    in front of it."""
     reason = (d.reason or "").strip()
     label = d.winner.label
     if not reason:
         return f"Decision: {label}."
-    if reason.lower().startswith(label.lower()) or reason.lower().startswith("no speculation"):
+    if reason.lower().startswith((label.lower(), "no speculation", "serving ")):
         return f"Decision: {reason}"
     return f"Decision: {label}. {reason}"
 

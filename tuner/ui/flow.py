@@ -406,6 +406,8 @@ class TuneProgress:
         result: ``(candidate label, gen tokens/s, acceptance 0..1|None, is_baseline)`` when the event
             carries a finished measurement, else None.
         elapsed_s: seconds since the sweep started, None when the event does not say.
+        never: the candidate's label when the event's measurement ran but never drafted (a bar-less
+            "never drafted" row on the chart), else None.
     """
 
     fraction: float | None = None
@@ -413,6 +415,7 @@ class TuneProgress:
     message: str | None = None
     result: tuple[str, float, float | None, bool] | None = None
     elapsed_s: float | None = None
+    never: str | None = None
 
     def at(self, seconds_later: float) -> tuple[float | None, float | None]:
         """``(fraction, eta_s)`` extrapolated ``seconds_later`` after the event, so the progress bar
@@ -435,13 +438,16 @@ def tune_progress(ev: Any) -> TuneProgress:
     eta_s = getattr(ev, "eta_s", None)
     message = getattr(ev, "message", None)
     result = None
+    never = None
     m = getattr(ev, "measurement", None)
     if m is not None:
         row = measurement_row(m)
         if row is not None:
             result = row
+        elif getattr(m, "no_drafts_at", None):
+            never = getattr(m.candidate, "label", None) or str(m.candidate)
     return TuneProgress(fraction=fraction, eta_s=eta_s, message=message, result=result,
-                        elapsed_s=getattr(ev, "elapsed_s", None))
+                        elapsed_s=getattr(ev, "elapsed_s", None), never=never)
 
 
 def measurement_row(m: Any) -> tuple[str, float, float | None, bool] | None:
@@ -479,6 +485,20 @@ def result_rows(result: Any) -> list[tuple[str, float, float | None, bool]]:
         key = getattr(m, "candidate", None)
         pooled[key] = pooled[key].merged(m) if key in pooled else m
     return [r for r in (measurement_row(m) for m in pooled.values()) if r is not None]
+
+
+def never_drafted(result: Any) -> list[str]:
+    """Labels of the speculation types in a ``TuneResult`` that ran but never drafted (measurements with
+    ``no_drafts_at``) and have no figures of their own, in measurement order: the chart's bar-less
+    "never drafted" rows, the same types the decision names (tuner.calibration.decide._never_text)."""
+    measured = {getattr(m.candidate, "label", None) for m in getattr(result, "measurements", None) or ()
+                if measurement_row(m) is not None}
+    out: list[str] = []
+    for m in getattr(result, "measurements", None) or ():
+        label = getattr(getattr(m, "candidate", None), "label", None)
+        if getattr(m, "no_drafts_at", None) and label and label not in measured and label not in out:
+            out.append(label)
+    return out
 
 
 def decision_text(result: Any) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import math
+from collections.abc import Sequence
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -184,6 +185,7 @@ class CandidateChart(pg.PlotWidget):
         self.addItem(self._baseline)
         self._labels: list[pg.TextItem] = []
         self.rows: list[tuple[str, float, float | None, bool]] = []
+        self.never: list[str] = []
         self.winner: str | None = None
         # before the first result: a sentence instead of empty 0..1 axes
         self.placeholder = pg.TextItem(self.PLACEHOLDER, color="#6b7280", anchor=(0.5, 0.5))
@@ -203,32 +205,43 @@ class CandidateChart(pg.PlotWidget):
             self.setYRange(0, 1, padding=0)
             self.placeholder.setPos(0.5, 0.5)
 
-    def set_rows(self, rows: list[tuple[str, float, float | None, bool]], winner: str | None = None) -> None:
+    #: The text of a bar-less row: a speculation type that ran but proposed no token (the decision's
+    #: wording, tuner.calibration.decide._never_text).
+    NEVER_TEXT = "never drafted"
+
+    def set_rows(self, rows: list[tuple[str, float, float | None, bool]], winner: str | None = None,
+                 never: Sequence[str] = ()) -> None:
         """``rows``: (label, gen tokens/s, acceptance 0..1 or None, is_baseline); ``winner``: the
-        label of the chosen speculative candidate (drawn green, marked "chosen"), None for none."""
+        label of the chosen speculative candidate (drawn green, marked "chosen"), None for none;
+        ``never``: labels of speculation types that ran but never drafted, shown after the bars as
+        bar-less rows reading :attr:`NEVER_TEXT` (they have no speed of their own to draw)."""
+        never = [n for n in dict.fromkeys(never) if n not in {r[0] for r in rows}]
         self.rows = list(rows)
+        self.never = list(never)
         self.winner = winner
         if self._bars is not None:
             self.removeItem(self._bars)
         for t in self._labels:
             self.removeItem(t)
         self._labels = []
-        self._show_empty(not rows)
-        if not rows:
+        self._show_empty(not rows and not never)
+        if not rows and not never:
             self._baseline.setVisible(False)
             self._bars = None
             return
         xs = list(range(len(rows)))
         hs = [r[1] for r in rows]
         brushes = ["#9ca3af" if r[3] else WINNER_COLOR if r[0] == winner else PALETTE[0] for r in rows]
-        self._bars = pg.BarGraphItem(x=xs, height=hs, width=0.6, brushes=brushes)
-        self.addItem(self._bars)
+        self._bars = pg.BarGraphItem(x=xs, height=hs, width=0.6, brushes=brushes) if rows else None
+        if self._bars is not None:
+            self.addItem(self._bars)
         base = next((r[1] for r in rows if r[3]), None)
         self._baseline.setVisible(base is not None)
         if base is not None:
             self._baseline.setValue(base)
         ticks = []
-        room = max(12, int(150 / max(1, len(rows))))  # characters that fit under one bar
+        n_all = len(rows) + len(never)
+        room = max(12, int(150 / max(1, n_all)))  # characters that fit under one bar
         font = QFont()
         font.setPointSizeF(8)
         for x, (label, tps, acc, is_base) in zip(xs, rows):
@@ -243,11 +256,19 @@ class CandidateChart(pg.PlotWidget):
             t.setPos(x, tps)
             self.addItem(t)
             self._labels.append(t)
+        for x, label in enumerate(never, start=len(rows)):
+            ticks.append((x, tick_text(chart_label(label), room)))
+            t = pg.TextItem(self.NEVER_TEXT, color="#6b7280", anchor=(0.5, 1.0))
+            t.setFont(font)
+            t.setPos(x, 0.0)
+            self.addItem(t)
+            self._labels.append(t)
         axis = self.getAxis("bottom")
         axis.setTicks([ticks])
         n_lines = max(t[1].count("\n") + 1 for t in ticks)
         line_px = QFontMetrics(axis.style.get("tickFont") or QFont()).height()
         axis.setHeight(int(line_px * (n_lines + 1) + 8))  # tick lines and the axis label, unclipped
-        pad = max(0.0, (3 - len(rows)) / 2)  # one or two bars keep the width of three, centred
-        self.setXRange(-0.6 - pad, len(rows) - 0.4 + pad, padding=0)
-        self.setYRange(0, max(hs) * 1.3 if max(hs) > 0 else 1, padding=0)
+        pad = max(0.0, (3 - n_all) / 2)  # one or two bars keep the width of three, centred
+        self.setXRange(-0.6 - pad, n_all - 0.4 + pad, padding=0)
+        top = max(hs, default=0.0)
+        self.setYRange(0, top * 1.3 if top > 0 else 1, padding=0)

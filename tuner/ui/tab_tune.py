@@ -41,6 +41,8 @@ class TuneTab(QWidget):
         super().__init__()
         self.controller = controller
         self.results: dict[str, tuple[str, float, float | None, bool]] = {}
+        self.never: list[str] = []
+        """Labels of n-gram types that ran but never drafted (bar-less "never drafted" chart rows)."""
         lay = QVBoxLayout(self)
         row = QHBoxLayout()
         row.addWidget(QLabel("Time budget:"))
@@ -109,6 +111,7 @@ class TuneTab(QWidget):
     def _reset(self) -> None:
         """A new sweep: no bars, no decision, the progress bar from 0 again."""
         self.results.clear()
+        self.never = []
         self.chart.set_rows([])
         self.decision_label.setText("No decision yet.")
         self._shown_fraction = 0.0
@@ -152,11 +155,13 @@ class TuneTab(QWidget):
             self._show_progress(p.fraction, p.eta_s)
         if p.message:
             self.step_label.setText(p.message)
-        if p.result is not None:
-            label, tps, acc, is_base = p.result
-            self.results[label] = p.result
+        if p.never is not None and p.never not in self.never:
+            self.never.append(p.never)
+        if p.result is not None or p.never is not None:
+            if p.result is not None:
+                self.results[p.result[0]] = p.result
             rows = sorted(self.results.values(), key=lambda r: (not r[3], -r[1]))
-            self.chart.set_rows(rows)
+            self.chart.set_rows(rows, never=self.never)
 
     #: While a sweep runs the bar stops short of 100 % (only the result fills it).
     MAX_WHILE_TUNING = 0.99
@@ -203,10 +208,12 @@ class TuneTab(QWidget):
         if rows:
             # the decision's pooled figures replace the live per-launch ones (chart = decision)
             self.results = {r[0]: r for r in rows}
+        if result is not None and getattr(result, "measurements", None):
+            self.never = flow.never_drafted(result)
         d = getattr(result, "decision", None)
         win_label = None
         if d is not None and d.winner is not None and d.winner.label in self.results:
             win_label = d.winner.label if not self.results[d.winner.label][3] else None
         # baseline first, then the chosen candidate, then the rest by speed
         self.chart.set_rows(sorted(self.results.values(), key=lambda r: (not r[3], r[0] != win_label, -r[1])),
-                            winner=win_label)
+                            winner=win_label, never=self.never)
