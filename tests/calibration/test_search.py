@@ -281,3 +281,36 @@ def test_side_by_side_ngram_pairs_get_a_fresh_launch_each_while_the_baseline_sta
     assert [c.is_baseline for c in launches[first_confirm:]] == [True] + [False] * len(cand_runs)
     d = decide(ms)
     assert d.winner == ngram and abs(d.speedup - 1.3) < 0.01 and d.pairs == len(cand_runs)
+
+
+class _NoNgramDrafts(_Client):
+    """n-gram types run but never draft (prompts that repeat no n-gram); the draft model does."""
+
+    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
+        out = super().completion(prompt, n_predict, timeout_s, **params)
+        if self.c.spec_type.startswith("ngram"):
+            out["timings"].update(draft_n=0, draft_n_accepted=0)
+        return out
+
+
+def test_another_length_of_an_ngram_type_that_never_drafted_is_not_launched():
+    """ngram-simple drafts after a found lookup whatever its draft length: once it drafted nothing, its
+    other length is skipped (a launch saved); ngram-mod's shorter variant has a smaller n_min (it drops
+    drafts shorter than n_min), so it can draft where the default did not and is still measured."""
+    launched: list[Candidate] = []
+    events: list[str] = []
+
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        launched.append(c)
+        return Launch(client=_NoNgramDrafts(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
+
+    simple, simple16 = Candidate(spec_type="ngram-simple"), Candidate(spec_type="ngram-simple", ngram_n_max=16)
+    mod, mod16 = Candidate(spec_type="ngram-mod"), Candidate(spec_type="ngram-mod", ngram_n_max=16, ngram_n_min=12)
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(simple, simple16, mod, mod16), mtp=None,
+                         dropped=())
+    Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600, p_min_variant=None),
+           threading.Event(), lambda kind, msg, **kw: events.append(f"{kind}: {msg}")).run()
+    assert simple in launched and mod in launched and mod16 in launched
+    assert simple16 not in launched, [c.label for c in launched]
+    assert any(e.startswith(f"skipped: {simple16.label}: not measured, ngram-simple never drafted") for e in events)

@@ -79,6 +79,10 @@ from .request import DEFAULT_BUDGET_S
 from .results import Divergence, Measurement, Sample
 
 
+NGRAM_MOD_N_MIN = 48
+"""llama-server's default ``--spec-ngram-mod-n-min`` (common/common.h ``common_params_speculative_ngram_mod``)."""
+
+
 @dataclass(frozen=True)
 class SearchSettings:
     """Knobs of :class:`Search`.
@@ -554,6 +558,11 @@ class Search:
                 self.emit("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
                 self.unmeasured.append(c)
                 continue
+            never = self._never_drafted_type(c)
+            if never is not None:
+                self.emit("skipped", f"{c.label}: not measured, {never.candidate.label} never drafted on these "
+                          "prompts and this draft length cannot change that", candidate=c)
+                continue
             m = self._measure(c, probe_reps, "probe")
             if m.ok and c.spec_type.startswith("draft"):
                 self._predict(c)
@@ -566,6 +575,27 @@ class Search:
         self._confirm()
         self._finished = True
         return list(self.measurements)
+
+    def _never_drafted_type(self, c: Candidate) -> Measurement | None:
+        """An earlier run of the same plain n-gram type as ``c`` (same placement) that never drafted at the
+        served sampling, and whose lookups were no stricter than ``c``'s, else ``None``.
+
+        Whether an n-gram type drafts depends on its lookup finding a match, not on its draft length
+        (common/speculative.cpp ``common_speculative_impl_ngram_simple`` drafts the m-gram after a found
+        n-gram; ngram-map likewise). ngram-mod is the exception: it drops a draft shorter than its
+        ``n_min`` (``common_speculative_impl_ngram_mod::draft``), so a variant with a smaller
+        ``ngram_n_min`` than the run that drafted nothing (default 48) is still measured. Chains and draft
+        models never match."""
+        if not c.spec_type.startswith("ngram") or "," in c.spec_type:
+            return None
+        for m in self.measurements:
+            if not (m.no_drafts_at and m.candidate.spec_type == c.spec_type and m.candidate.placement == c.placement):
+                continue
+            if c.spec_type == "ngram-mod" and (c.ngram_n_min or NGRAM_MOD_N_MIN) < (m.candidate.ngram_n_min
+                                                                                   or NGRAM_MOD_N_MIN):
+                continue
+            return m
+        return None
 
     def _runs_of(self, probe: Candidate) -> list[Measurement]:
         """Successful measurements of the same draft/type/placement as ``probe`` (any n_max)."""
