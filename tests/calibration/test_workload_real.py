@@ -236,9 +236,9 @@ def test_a_default_sweep_has_long_context_requests_and_reports_their_speedup(tmp
                                                                              llama_server_bin):
     import io
 
-    from tuner.cli.tune import print_table
     from tuner.calibration.prompts import make_prompt_set
     from tuner.calibration.tune import tune
+    from tuner.cli.tune import print_table
     from tuner.profiles import ProfileStore
 
     from .conftest import link_models

@@ -104,8 +104,9 @@ def test_big_vocab_rules(big_vocab_pair: dict[str, Path]) -> None:
 
 
 def test_no_tokenizer_is_not_compatible(tmp_path: Path) -> None:
-    from tests.synth import write_gguf
     import numpy as np
+
+    from tests.synth import write_gguf
 
     p = write_gguf(tmp_path / "proj.gguf", architecture="clip", tensors={"x.weight": np.zeros((4, 4), np.float32)})
     t = write_vocab_gguf(tmp_path / "t.gguf")

@@ -11,11 +11,11 @@ the last "1" is the output layer alone (llama.cpp offloads it first), still no t
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from tests.hardware.conftest import dense_spec, gpu_devices
-from dataclasses import replace
-
 from tuner.hardware.memory import GIB, MemoryRequest, max_target_ngl, plan_memory
 
 # A dense 64-block 27B at Q4_K_M (152k vocab, GQA 8 KV heads of 128).

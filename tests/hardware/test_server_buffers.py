@@ -2,15 +2,13 @@
 
 from __future__ import annotations
 
-
 import pytest
 
 from tests.synth import server_load_log
 from tuner.hardware.buffers import parse_load_buffers
 from tuner.hardware.devices import Devices
-from tuner.hardware.memory import GIB, MemoryRequest, load_model_spec, plan_memory
-
 from tuner.hardware.host import cpu_features  # noqa: E402
+from tuner.hardware.memory import GIB, MemoryRequest, load_model_spec, plan_memory
 
 CPU_ONLY = Devices((), 16 * GIB, 8 * GIB, 2, cpu_features=cpu_features())  # this host's CPU_REPACK rule
 

@@ -18,9 +18,8 @@ from tuner.hardware.fitcheck import (
     server_config_for,
     server_cross_check,
 )
-from tuner.hardware.memory import GIB, MIB, MemoryRequest, load_model_spec
-
 from tuner.hardware.host import cpu_features  # noqa: E402
+from tuner.hardware.memory import GIB, MIB, MemoryRequest, load_model_spec
 
 CPU_ONLY = Devices((), 16 * GIB, 8 * GIB, 2, cpu_features=cpu_features())  # this host's CPU_REPACK rule
 

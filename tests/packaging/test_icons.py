@@ -17,7 +17,6 @@ pytest.importorskip("PySide6.QtSvg")
 REPO = Path(__file__).resolve().parents[2]
 sys.path.insert(0, str(REPO / "packaging"))
 import render_icons  # noqa: E402  (packaging/render_icons.py)
-
 from PySide6.QtGui import QColor, QImage  # noqa: E402
 
 STATES = render_icons.TRAY_STATES

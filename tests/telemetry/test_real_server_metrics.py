@@ -7,8 +7,8 @@ import time
 
 import pytest
 
-from tuner.server.config import ServerConfig
 from tuner.process import tree_usage
+from tuner.server.config import ServerConfig
 from tuner.server.supervisor import Supervisor
 from tuner.telemetry.samplers import MetricsSampler, ProcessSampler, ProcessUsage
 

@@ -4,8 +4,6 @@ setting, Re-tune waits for something to re-tune, and the decision text has no ja
 
 from __future__ import annotations
 
-from pathlib import Path
-
 from tuner.calibration.engine import DEFAULT_SET_PROMPTS
 from tuner.settings import Settings
 from tuner.ui.controller import AppController

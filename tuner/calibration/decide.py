@@ -10,9 +10,10 @@ budget ran out while the test was still inconclusive.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .candidates import Candidate
 from .pairing import ALPHA, FINALISTS, MAX_PAIRS, Comparison, compare, pooled_tokens_per_s
@@ -45,7 +46,7 @@ class BreakEven:
     never_pays: bool = False
 
     @classmethod
-    def of(cls, m: Measurement, baseline_gen_tokens_per_s: float) -> "BreakEven":
+    def of(cls, m: Measurement, baseline_gen_tokens_per_s: float) -> BreakEven:
         """Break-even of measurement ``m`` against the baseline's tokens/s (see :func:`break_even_acceptance`)."""
         raw = break_even_acceptance(m, baseline_gen_tokens_per_s)
         never = raw is not None and raw > 1.0

@@ -7,8 +7,9 @@ from __future__ import annotations
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from tuner.profiles import (
     ModelFileKey,

@@ -29,8 +29,9 @@ from __future__ import annotations
 
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol, Sequence
+from typing import Protocol
 
 from tuner.errors import Cancelled, DraftwiseError
 
@@ -121,7 +122,7 @@ def first_divergence(a: str, b: str) -> int | None:
     return n
 
 
-def request_params(n_predict: int, seed: int = 1, sampling: "Sampling | None" = None) -> dict:
+def request_params(n_predict: int, seed: int = 1, sampling: Sampling | None = None) -> dict:
     """Body fields of every measured request: the sampling fields (greedy ``temperature`` 0 / ``top_k`` 1
     by default; only the set ones of ``sampling`` otherwise, so the server's defaults apply to the rest),
     ``seed``, fixed length (``n_predict``, ``ignore_eos``), no prompt cache (``cache_prompt`` false).

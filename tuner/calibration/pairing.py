@@ -38,8 +38,8 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from .candidates import Candidate
 from .results import Measurement, Sample

@@ -19,8 +19,8 @@ token relative to a target token, and ``w`` a fixed per-step overhead; it yields
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 _METRIC_RE = re.compile(r'^(llamacpp:[a-z_]+)(\{position="(\d+)"\})?\s+([0-9.eE+-]+|nan|NaN|inf)\s*$')
 
@@ -52,7 +52,7 @@ class PerPositionCounts:
         """Mean drafted tokens per verification step, ``None`` without drafts."""
         return self.draft_tokens_total / self.drafts_total if self.drafts_total else None
 
-    def minus(self, before: "PerPositionCounts | None") -> "PerPositionCounts":
+    def minus(self, before: PerPositionCounts | None) -> PerPositionCounts:
         """Counters accumulated since ``before`` (a previous scrape of the same server)."""
         if before is None:
             return self

@@ -192,7 +192,7 @@ class Measurement:
             da[s.category] = da.get(s.category, 0) + (s.draft_n_accepted or 0)
         return {c: da[c] / dn[c] for c in dn}
 
-    def merged(self, other: "Measurement") -> "Measurement":
+    def merged(self, other: Measurement) -> Measurement:
         """Pool another launch of the same candidate (overlapping repetition ids are offset to stay distinct)."""
         mine = {s.repetition for s in self.samples}
         extra = other.samples
@@ -258,7 +258,7 @@ class Measurement:
         }
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "Measurement":
+    def from_json(cls, obj: dict[str, Any]) -> Measurement:
         """Inverse of :meth:`to_json` (recorded measurements in tests and profiles)."""
         counts = obj.get("counts")
         return cls(
@@ -329,7 +329,7 @@ def synthetic_rounds(
     first_repetition: int = 0,
     baseline: Candidate | None = None,
     predicted_n: int = 128,
-) -> list["Measurement"]:
+) -> list[Measurement]:
     """Recorded paired rounds (tests, benchmarks): the ``confirm`` launches of the search's
     ``A B B A A B B A …`` schedule for one candidate.
 
@@ -350,7 +350,7 @@ def synthetic_rounds(
     base_c = baseline or Candidate()
     n = len(pairs)
 
-    def launch(c: Candidate, idx: list[int], side: int) -> "Measurement":
+    def launch(c: Candidate, idx: list[int], side: int) -> Measurement:
         rows = [pairs[j][side] for j in idx]
         ss = synthetic_samples(rows, acceptance=acceptance if side == 1 else None, predicted_n=predicted_n,  # type: ignore[arg-type]
                                categories=categories)

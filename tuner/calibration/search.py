@@ -42,8 +42,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from tuner.errors import DraftwiseError
 

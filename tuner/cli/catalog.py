@@ -151,7 +151,6 @@ def run_compat(args: argparse.Namespace) -> int:
     from tuner.catalog.header import GGUFError
     from tuner.catalog.model import KIND_BROKEN
     from tuner.catalog.scan import scan_file
-
     from tuner.catalog.split import missing_shards, short_name_list
 
     models = []

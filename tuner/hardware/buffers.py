@@ -19,8 +19,8 @@ and ``- Host | self = model + context + compute`` in MiB (rounded down); "contex
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 MIB = 1024 * 1024
 

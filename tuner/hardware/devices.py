@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import Callable
 
 from tuner.hardware.host import HostInfo, probe_host
 from tuner.hardware.listdevices import ListDevicesResult, ListedDevice, run_list_devices

@@ -31,9 +31,9 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
 
 from tuner.hardware.memory import DRAFT_MODEL_TYPES, MIB, MemoryPlan, MemoryRequest, max_target_ngl, plan_memory
 
@@ -438,8 +438,7 @@ def run_server_log(argv: list[str], timeout_s: float) -> list[str]:
     ``listening on`` / exit / ``timeout_s``, stop it, return the lines (``tuner.process.spawn``)."""
     import threading
 
-    from tuner.process import clean_env
-    from tuner.process import spawn
+    from tuner.process import clean_env, spawn
 
     done = threading.Event()
 
@@ -551,8 +550,8 @@ def server_cross_check(request: MemoryRequest, devices: object, server_binary: s
     a failure is an answer with ``ok`` False and a ``note``.
     """
     request = replace(request, prompt_cache_bytes=0)  # grows while serving; not a start-up buffer
-    from tuner.server.argv import UnsupportedConfigError, build_argv
     from tuner.process import free_port
+    from tuner.server.argv import UnsupportedConfigError, build_argv
     from tuner.storage import atomic_write_json
 
     try:

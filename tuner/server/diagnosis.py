@@ -9,8 +9,8 @@ failed", an out-of-memory line before the generic load failure).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 #: How many trailing log lines a Diagnosis keeps as evidence.
 EVIDENCE_LINES = 20

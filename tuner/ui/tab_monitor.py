@@ -8,8 +8,6 @@ made no draft tokens while generating says so."""
 
 from __future__ import annotations
 
-import time
-
 from PySide6.QtCore import QTimer
 from PySide6.QtWidgets import QButtonGroup, QGridLayout, QHBoxLayout, QLabel, QPushButton, QVBoxLayout, QWidget
 
