@@ -118,7 +118,7 @@ def read_version(path: str | Path, timeout_s: float = 20.0) -> tuple[int | None,
     except (OSError, TimeoutError):
         return None, None, ""
     build, commit = parse_version(out)
-    first = next((l.strip() for l in out.splitlines() if l.strip().startswith("version")), out.strip()[:200])
+    first = next((line.strip() for line in out.splitlines() if line.strip().startswith("version")), out.strip()[:200])
     _version_cache[key] = (build, commit, first)
     return build, commit, first
 
