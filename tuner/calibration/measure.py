@@ -30,7 +30,7 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Protocol
 
 from tuner.errors import Cancelled, DraftwiseError
@@ -306,7 +306,8 @@ def _run(
     after_warmup: AfterWarmup | None = None,
 ) -> Measurement:
     client = launch.client
-    base = dict(candidate=candidate, load_s=launch.load_s, stage=stage, predicted_gen_tokens_per_s=predicted)
+    # every result of this run starts as this one (checks and samples replaced below)
+    base = Measurement(candidate=candidate, load_s=launch.load_s, stage=stage, predicted_gen_tokens_per_s=predicted)
     speculative = not candidate.is_baseline
     spec_active: bool | None = None
     try:
@@ -315,13 +316,13 @@ def _run(
     except Exception as exc:  # noqa: BLE001 - /slots may be disabled; recorded, not fatal
         spec_active = None
         if speculative:
-            return Measurement(**base, error=f"/slots could not be read to check speculation ({exc})")
+            return replace(base, error=f"/slots could not be read to check speculation ({exc})")
     if speculative and spec_active is False:
         why = ""
         if launch.speculation_reason is not None:
             why = ": " + launch.speculation_reason(launch.log_tail(200))
-        return Measurement(**base, speculative_active=False,
-                           error=f"the server started without speculation (/slots speculative: false){why}")
+        return replace(base, speculative_active=False,
+                       error=f"the server started without speculation (/slots speculative: false){why}")
 
     wl = launch.workload or Workload()
     sampled = not wl.sampling.is_greedy
@@ -331,7 +332,7 @@ def _run(
         warm_t, _ = send_request(client, wl, Prompt(text=WARMUP_PROMPT), -1, min(16, n_predict), 1,
                                  request_timeout_s, greedy=True)
     except Exception as exc:  # noqa: BLE001 - the server's HTTP errors are recorded as the failure
-        return Measurement(**base, speculative_active=spec_active, error=f"warm-up request failed: {exc}")
+        return replace(base, speculative_active=spec_active, error=f"warm-up request failed: {exc}")
     if after_warmup is not None:
         planned = after_warmup(launch.load_s, _f((warm_t or {}).get("predicted_per_second")))
         if planned is not None:
@@ -409,8 +410,8 @@ def _run(
     lossless = None
     if speculative and compared:
         lossless = not divergences
-    return Measurement(
-        **base,
+    return replace(
+        base,
         samples=tuple(samples),
         speculative_active=spec_active,
         counts=counts,
@@ -513,16 +514,22 @@ def _scrape(client: CompletionClient) -> PerPositionCounts | None:
 
 
 def _f(v: object) -> float | None:
+    """A JSON number (or numeric string) as a float; ``None`` for anything else."""
+    if not isinstance(v, int | float | str):
+        return None
     try:
-        return float(v) if v is not None else None  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        return float(v)
+    except ValueError:
         return None
 
 
 def _i(v: object) -> int | None:
+    """A JSON number (or integer string) as an int; ``None`` for anything else."""
+    if not isinstance(v, int | float | str):
+        return None
     try:
-        return int(v) if v is not None else None  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        return int(v)
+    except (ValueError, OverflowError):
         return None
 
 
