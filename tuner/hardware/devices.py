@@ -12,8 +12,9 @@ from __future__ import annotations
 import os
 import re
 from collections.abc import Callable
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TypeVar
 
 from tuner.hardware.host import HostInfo, probe_host
 from tuner.hardware.listdevices import ListDevicesResult, ListedDevice, run_list_devices
@@ -25,6 +26,8 @@ from tuner.hardware.unified import (
     probe_unified,
     unified_budget_bytes,
 )
+
+_T = TypeVar("_T")
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -86,7 +89,7 @@ class Devices:
 class Probes:
     """Replaceable probe functions (defaults: the real adapters)."""
 
-    list_devices: Callable[[Path | None], ListDevicesResult] = field(default=None)  # type: ignore[assignment]
+    list_devices: Callable[[Path | None], ListDevicesResult] | None = None  # None: the server's --list-devices
     nvml: Callable[[], NvmlResult] = probe_nvml
     pci: Callable[[], tuple[PciGpu, ...]] = probe_pci_gpus
     host: Callable[[], HostInfo] = probe_host
@@ -122,9 +125,9 @@ def _match_nvml(listed: ListedDevice, gpus: list[NvmlGpu]) -> NvmlGpu | None:
     """Pick the NVML GPU that is this llama.cpp device: same name, closest total, then free."""
 
     def name_ok(g: NvmlGpu) -> bool:
-        return bool(g.name) and (
-            g.name.lower() in listed.description.lower() or listed.description.lower() in g.name.lower()
-        )
+        if not g.name:
+            return False
+        return g.name.lower() in listed.description.lower() or listed.description.lower() in g.name.lower()
 
     pool = [g for g in gpus if name_ok(g)] or list(gpus)
     if not pool:
@@ -171,7 +174,7 @@ def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: 
     host = probes.host()
     if host.note:
         notes.append(host.note)
-    pci = _safe(probes.pci, (), notes, "PCI/sysfs probe")
+    pci: tuple[PciGpu, ...] = _safe(probes.pci, (), notes, "PCI/sysfs probe")
     unified = _safe(probes.unified, UnifiedInfo("unknown", False, None), notes, "unified-memory probe")
     suspended_nv = [g for g in pci if g.vendor == "nvidia" and g.suspended]
     amd = [g for g in pci if g.driver == "amdgpu"]
@@ -261,10 +264,10 @@ def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: 
         # No llama.cpp list: piece it together, and say so.
         for g in nvml.gpus:
             devices.append(_device_from_nvml(len(devices), g, unified_budget))
-        for g in suspended_nv:
-            devices.append(Device(len(devices), f"GPU {g.slot}", "CUDA", None, None, None, "sysfs",
+        for sg in suspended_nv:
+            devices.append(Device(len(devices), f"GPU {sg.slot}", "CUDA", None, None, None, "sysfs",
                                   ("runtime-suspended: memory unknown without waking it",), False, None,
-                                  None, g.slot, None, True))
+                                  None, sg.slot, None, True))
         if not nvml.gpus and not suspended_nv:
             for a in amd:
                 devices.append(_device_from_amd(len(devices), a, unified_budget))
@@ -318,7 +321,7 @@ def _device_from_amd(index: int, a: PciGpu, unified_budget: Callable[[int | None
                   is_unified, None, None, a.slot, a.gtt_total_bytes, a.suspended)
 
 
-def _safe(fn: Callable, default, notes: list[str], what: str):  # type: ignore[no-untyped-def]
+def _safe(fn: Callable[[], _T], default: _T, notes: list[str], what: str) -> _T:
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - a probe bug must not crash detection

