@@ -138,7 +138,7 @@ class CostModel:
     per_step: float
     baseline_gen_tokens_per_s: float
 
-    def predict_gen_tokens_per_s(self, accepted_per_step: float, k: int) -> float:
+    def predict_gen_tokens_per_s(self, accepted_per_step: float, k: float) -> float:
         """Predicted tokens/s at draft length ``k`` yielding ``accepted_per_step`` accepted tokens per step."""
         step_cost = 1.0 + self.per_step + self.per_draft_token * k
         return self.baseline_gen_tokens_per_s * (1.0 + accepted_per_step) / step_cost
@@ -151,7 +151,7 @@ def step_cost_ratio(gen_tokens_per_s: float, baseline_gen_tokens_per_s: float, a
 
 def fit_cost_model(
     baseline_gen_tokens_per_s: float,
-    runs: Sequence[tuple[int, float, float]],
+    runs: Sequence[tuple[float, float, float]],
 ) -> CostModel:
     """Fit ``u`` and ``w`` of :class:`CostModel` to measured runs of one draft.
 
