@@ -31,7 +31,7 @@ import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import Protocol
+from typing import Any, Protocol
 
 from tuner.errors import Cancelled, DraftwiseError
 
@@ -70,10 +70,13 @@ class CompletionClient(Protocol):
 
     def metrics_text(self) -> str: ...
 
-    # Used only by workloads that need them (chat models, long-context prompts, /props sampling):
-    # def chat(self, messages: list[dict], max_tokens: int, timeout_s: float = 120.0, **params) -> dict
-    # def tokenize(self, text: str) -> list[int]
-    # def props(self) -> dict
+    # Called only by workloads that need them (chat models, long-context prompts): a test double for other
+    # workloads may leave them out.
+    def chat(self, messages: list[dict], max_tokens: int, timeout_s: float = 120.0, **params: Any) -> dict: ...
+
+    def tokenize(self, text: str, timeout_s: float = 60.0) -> list[int]: ...
+
+    # Optional (read with getattr, for sampled workloads): def props(self) -> dict
 
 
 @dataclass
@@ -168,7 +171,7 @@ def send_request(
     params.pop("n_predict")
     if workload.chat:
         p = prompt if text is None else Prompt(text=text, category=prompt.category)
-        resp = client.chat(chat_messages(p, repetition), n_predict, timeout_s=timeout_s, **params)  # type: ignore[attr-defined]
+        resp = client.chat(chat_messages(p, repetition), n_predict, timeout_s=timeout_s, **params)
         try:
             content = resp["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
@@ -464,7 +467,7 @@ def _sized_text(client: CompletionClient, wl: Workload, idx: int, prompt: Prompt
         return None
     if idx not in cache:
         n_ctx = wl.n_ctx or 4096
-        count = lambda text: len(client.tokenize(text))  # type: ignore[attr-defined]  # noqa: E731
+        count = lambda text: len(client.tokenize(text))  # noqa: E731
         cache[idx] = fit_long_prompt(prompt, n_ctx, n_predict, count)
     return cache[idx]
 
@@ -547,7 +550,7 @@ def measure_repetitions(
     repetitions: Sequence[int],
     n_predict: int,
     cancel: threading.Event,
-    **kw: object,
+    **kw: Any,
 ) -> Measurement:
     """:func:`measure_candidate`, with one launch per repetition where
     :func:`needs_fresh_launch_per_repetition` says so (the launches are pooled into one measurement).
@@ -555,10 +558,10 @@ def measure_repetitions(
     Same arguments, return value and exceptions as :func:`measure_candidate`.
     """
     if len(repetitions) <= 1 or not needs_fresh_launch_per_repetition(candidate):
-        return measure_candidate(launch_fn, candidate, prompts, repetitions, n_predict, cancel, **kw)  # type: ignore[arg-type]
+        return measure_candidate(launch_fn, candidate, prompts, repetitions, n_predict, cancel, **kw)
     pooled: Measurement | None = None
     for rep in repetitions:
-        m = measure_candidate(launch_fn, candidate, prompts, [rep], n_predict, cancel, **kw)  # type: ignore[arg-type]
+        m = measure_candidate(launch_fn, candidate, prompts, [rep], n_predict, cancel, **kw)
         pooled = m if pooled is None else pooled.merged(m)
         if not m.ok or m.stopped_early:
             break

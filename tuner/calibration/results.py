@@ -7,6 +7,7 @@ These are plain frozen dataclasses so the decision can be unit-tested on recorde
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -283,7 +284,7 @@ class Measurement:
 
 
 def synthetic_samples(
-    gen_tokens_per_s: list[float] | list[list[float]],
+    gen_tokens_per_s: Sequence[float | list[float]],
     acceptance: float | None = None,
     predicted_n: int = 128,
     drafted_per_token: float = 0.8,
@@ -352,7 +353,7 @@ def synthetic_rounds(
 
     def launch(c: Candidate, idx: list[int], side: int) -> Measurement:
         rows = [pairs[j][side] for j in idx]
-        ss = synthetic_samples(rows, acceptance=acceptance if side == 1 else None, predicted_n=predicted_n,  # type: ignore[arg-type]
+        ss = synthetic_samples(rows, acceptance=acceptance if side == 1 else None, predicted_n=predicted_n,
                                categories=categories)
         ss = tuple(replace(s, repetition=first_repetition + idx[s.repetition]) for s in ss)
         return Measurement(c, samples=ss, speculative_active=True, stage="confirm", load_s=1.0)

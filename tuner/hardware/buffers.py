@@ -132,9 +132,9 @@ def parse_startup_projection(lines: Iterable[str]) -> StartupProjection:
             who = "draft"
             continue
         if "memory breakdown [MiB]" in line:
-            current = [] if who is not None and who not in tables else None
-            if current is not None:
-                tables[who] = current  # type: ignore[index]
+            current = None
+            if who is not None and who not in tables:
+                current = tables[who] = []
             continue
         if current is None:
             continue

@@ -146,11 +146,11 @@ def _match_nvml(listed: ListedDevice, gpus: list[NvmlGpu]) -> NvmlGpu | None:
 
 
 def _match_amd(listed: ListedDevice, gpus: list[PciGpu]) -> PciGpu | None:
-    pool = [g for g in gpus if g.vram_total_bytes]
+    pool = [(g, vram) for g in gpus if (vram := g.vram_total_bytes)]
     if not pool:
         return gpus[0] if len(gpus) == 1 else None
-    best = min(pool, key=lambda g: abs(g.vram_total_bytes - listed.total_bytes))  # type: ignore[operator]
-    if abs(best.vram_total_bytes - listed.total_bytes) > max(0.1 * best.vram_total_bytes, 512 * MIB):  # type: ignore[operator]
+    best, vram = min(pool, key=lambda gv: abs(gv[1] - listed.total_bytes))
+    if abs(vram - listed.total_bytes) > max(0.1 * vram, 512 * MIB):
         return None
     return best
 

@@ -28,7 +28,7 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, SupportsInt
 
 from tuner.server.config import DRAFT_MODEL_TYPES
 
@@ -714,9 +714,11 @@ def _coerce(request: MemoryRequest) -> MemoryRequest:
         if isinstance(n, str) and n.strip().lower() in ("auto", "all"):
             return None
         try:
-            return int(n)  # type: ignore[call-overload]
+            if isinstance(n, str | SupportsInt):  # "12", 12.0, a numpy integer
+                return int(n)
         except (TypeError, ValueError):
-            raise ValueError(f"{flag} must be an integer, 'auto' or 'all', got {n!r}") from None
+            pass
+        raise ValueError(f"{flag} must be an integer, 'auto' or 'all', got {n!r}") from None
 
     t, d = spec(request.target), spec(request.draft)
     if t is None:
