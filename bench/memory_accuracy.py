@@ -32,9 +32,8 @@ sys.path.insert(0, str(REPO))
 from tests.synth import server_load_log  # noqa: E402
 from tuner.hardware.buffers import parse_load_buffers  # noqa: E402
 from tuner.hardware.devices import Devices, find_server_binary  # noqa: E402
-from tuner.hardware.memory import MIB, MemoryRequest, load_model_spec, plan_memory  # noqa: E402
-
 from tuner.hardware.host import cpu_features  # noqa: E402
+from tuner.hardware.memory import MIB, MemoryRequest, load_model_spec, plan_memory  # noqa: E402
 
 # this host's CPU flags: ggml repacks some weight types into a CPU_REPACK buffer (tuner.hardware.memory)
 CPU_ONLY = Devices((), None, None, None, cpu_features=cpu_features())

@@ -31,9 +31,9 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tuner.process import tree_usage  # noqa: E402
 from tuner.server.config import ServerConfig  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
-from tuner.process import tree_usage  # noqa: E402
 from tuner.server.supervisor import Supervisor  # noqa: E402
 from tuner.settings import DEFAULT_CACHE_RAM_MIB  # noqa: E402
 

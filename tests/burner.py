@@ -44,7 +44,7 @@ class Burner:
         self.max_burst_s = max_burst_s
         self.pid: int | None = None
 
-    def start(self) -> "Burner":
+    def start(self) -> Burner:
         """Start the detached burner; ``pid`` is its process id."""
         r, w = os.pipe()
         child = os.fork()
@@ -98,7 +98,7 @@ class Burner:
         except OSError:
             return True
 
-    def __enter__(self) -> "Burner":
+    def __enter__(self) -> Burner:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

@@ -27,11 +27,12 @@ Usage::
 from __future__ import annotations
 
 import zlib
+from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
 from functools import lru_cache
 from pathlib import Path
-from typing import Any, Iterator, Mapping, Sequence
+from typing import Any
 
 import numpy as np
 
@@ -73,13 +74,13 @@ class TokenizerSpec:
         """Vocabulary size."""
         return len(self.tokens)
 
-    def with_token(self, token_id: int, text: str) -> "TokenizerSpec":
+    def with_token(self, token_id: int, text: str) -> TokenizerSpec:
         """A copy whose token ``token_id`` has text ``text`` (keep texts unique: llama.cpp refuses duplicates)."""
         tokens = list(self.tokens)
         tokens[token_id] = text
         return replace(self, tokens=tuple(tokens))
 
-    def with_extra_tokens(self, n: int, prefix: str = "<extra_", token_type: int = TOKEN_TYPE_NORMAL) -> "TokenizerSpec":
+    def with_extra_tokens(self, n: int, prefix: str = "<extra_", token_type: int = TOKEN_TYPE_NORMAL) -> TokenizerSpec:
         """A copy with ``n`` more tokens appended (``<extra_0>``, ``<extra_1>``, ...) of ``token_type``.
 
         Use a non-normal type (e.g. 5, unused) for a *draft* whose vocabulary is larger than the
@@ -94,7 +95,7 @@ class TokenizerSpec:
             token_types=self.token_types + (token_type,) * n,
         )
 
-    def truncated(self, n_tokens: int) -> "TokenizerSpec":
+    def truncated(self, n_tokens: int) -> TokenizerSpec:
         """A copy with only the first ``n_tokens`` tokens."""
         return replace(
             self,

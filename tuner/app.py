@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import os
 import sys
-from typing import Mapping
+from collections.abc import Mapping
 
 #: Qt platform plugins that draw without a display server (``QT_QPA_PLATFORM`` values).
 HEADLESS_QPA = frozenset({"offscreen", "minimal", "minimalegl", "eglfs", "linuxfb", "vnc", "vkkhrdisplay"})

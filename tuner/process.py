@@ -27,9 +27,9 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import Future
 from pathlib import Path
-from typing import Callable, Mapping, Sequence
 
 import psutil
 

@@ -7,8 +7,8 @@ Neutral on purpose: the Settings validate ``rpc_hosts`` with it, the hardware pa
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 from tuner.errors import DraftwiseError
 

@@ -124,7 +124,7 @@ class Settings:
         """The ``--cors-origins`` value to serve with: ``cors_origin`` or ``"localhost"``."""
         return self.cors_origin or "localhost"
 
-    def replace(self, **changes: Any) -> "Settings":
+    def replace(self, **changes: Any) -> Settings:
         """A copy with ``changes`` applied (validated; raises :class:`SettingsError`)."""
         return dataclasses.replace(self, **changes)
 

@@ -32,7 +32,7 @@ class DelayProxy:
         self._server: asyncio.base_events.Server | None = None
         self._thread = threading.Thread(target=self._run, name="delay-proxy", daemon=True)
 
-    def __enter__(self) -> "DelayProxy":
+    def __enter__(self) -> DelayProxy:
         self.start()
         return self
 

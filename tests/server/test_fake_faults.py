@@ -47,7 +47,7 @@ def test_slow_load_then_ready(fake_server_bin: Path, model: Path) -> None:
         with sup.client() as c:
             assert c.health().ok
         assert sup.log_path is not None and "listening on" in sup.log_path.read_text()
-        assert any("listening on" in l for l in sup.log_tail(10))
+        assert any("listening on" in line for line in sup.log_tail(10))
         pid = sup.pid
     finally:
         sup.stop()
@@ -85,7 +85,7 @@ def test_oom_on_first_completion(fake_server_bin: Path, model: Path) -> None:
         sup.wait_ready(timeout_s=30)
     d = e.value.diagnosis
     assert d.code == "oom", d
-    assert any("cudaMalloc failed: out of memory" in l for l in d.evidence)
+    assert any("cudaMalloc failed: out of memory" in line for line in d.evidence)
     assert d.returncode is not None and d.returncode < 0  # aborted
     assert sup.state == ServerState.FAILED
     assert ServerState.READY not in [c.state for c in changes]

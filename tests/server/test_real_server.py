@@ -100,7 +100,7 @@ def test_incompatible_draft_is_speculation_inactive(llama_server_bin: Path, stor
     d = e.value.diagnosis
     assert d.code == "speculation_inactive", d
     assert "speculation inactive" in d.message and "bos tokens must match" in d.message
-    assert any("speculative decoding context" in l or "must match" in l for l in d.evidence)
+    assert any("speculative decoding context" in line or "must match" in line for line in d.evidence)
     assert ServerState.READY not in [c.state for c in changes]
     assert sup.state == ServerState.FAILED and sup.pid is None
 

@@ -27,13 +27,7 @@ import pytest
 
 from tuner import process
 from tuner.server.config import ServerConfig
-from tuner.server.supervisor import (
-    KEY_FILE_PREFIX,
-    ServerState,
-    Supervisor,
-    _Liveness,
-    sweep_stale_key_files,
-)
+from tuner.server.supervisor import KEY_FILE_PREFIX, ServerState, Supervisor, _Liveness, sweep_stale_key_files
 from tuner.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]

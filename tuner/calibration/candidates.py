@@ -12,9 +12,10 @@ so each candidate costs one server launch.
 
 from __future__ import annotations
 
+from collections.abc import Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any, Iterable, Sequence
+from typing import Any
 
 NGRAM_TYPES = ("ngram-mod", "ngram-simple")
 """n-gram speculation types tried by default, in order. ``ngram-map-k``, ``ngram-map-k4v`` and
@@ -145,12 +146,12 @@ class Candidate:
         return asdict(self)
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "Candidate":
+    def from_json(cls, obj: dict[str, Any]) -> Candidate:
         """Inverse of :meth:`to_json`; unknown keys are ignored."""
         names = {f for f in cls.__dataclass_fields__}
         return cls(**{k: v for k, v in obj.items() if k in names})
 
-    def with_n_max(self, n_max: int) -> "Candidate":
+    def with_n_max(self, n_max: int) -> Candidate:
         """Copy with another draft length."""
         return replace(self, n_max=n_max)
 
@@ -243,7 +244,7 @@ def plan_candidates(
     drafts: Sequence[DraftOption],
     spec_types: Iterable[str] | None = None,
     mtp_layers: int | None = None,
-    memory_check: "Any | None" = None,
+    memory_check: Any | None = None,
     ngram_types: Sequence[str] = NGRAM_TYPES,
     long_n_max: int = LONG_DRAFT_N_MAX,
     gpu: bool = False,
@@ -251,7 +252,7 @@ def plan_candidates(
     ngram_lengths: Sequence[int | None] = NGRAM_LENGTHS,
     chains: bool = True,
     autotune: bool = False,
-    supports: "Any | None" = None,
+    supports: Any | None = None,
 ) -> CandidatePlan:
     """Plan the candidates for one target.
 
@@ -378,7 +379,7 @@ def plan_candidates(
     )
 
 
-def apply_memory_check(plan: CandidatePlan, memory_check: "Any", drafts_only: bool = False) -> CandidatePlan:
+def apply_memory_check(plan: CandidatePlan, memory_check: Any, drafts_only: bool = False) -> CandidatePlan:
     """Drop the candidates of ``plan`` that ``memory_check(candidate) -> reason | None`` rejects.
 
     Used after GPU placement has set ``ngl``/``draft_ngl`` (the check depends on them). The baseline is

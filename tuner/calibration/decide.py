@@ -10,9 +10,10 @@ budget ran out while the test was still inconclusive.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .candidates import Candidate
 from .pairing import (
@@ -58,7 +59,7 @@ class BreakEven:
     never_pays: bool = False
 
     @classmethod
-    def of(cls, m: Measurement, baseline_gen_tokens_per_s: float) -> "BreakEven":
+    def of(cls, m: Measurement, baseline_gen_tokens_per_s: float) -> BreakEven:
         """Break-even of measurement ``m`` against the baseline's tokens/s (see :func:`break_even_acceptance`)."""
         raw = break_even_acceptance(m, baseline_gen_tokens_per_s)
         never = raw is not None and raw > 1.0
@@ -250,8 +251,8 @@ def _pair_cost_s(c: Comparison, measurements: Sequence[Measurement]) -> float | 
         return None
     gen = sum(sum((s.predicted_ms or 0.0) for s in p.candidate_samples + p.baseline_samples) / 1000.0
               for p in c.pairs) / len(c.pairs)
-    loads = [measurements[i].load_s for p in c.pairs for i in (p.candidate_launch, p.baseline_launch)
-             if measurements[i].load_s is not None]
+    loads = [s for p in c.pairs for i in (p.candidate_launch, p.baseline_launch)
+             if (s := measurements[i].load_s) is not None]
     load = sum(loads) / len(loads) if loads else 0.0
     return gen * 1.15 + load
 
@@ -556,12 +557,12 @@ def per_category(c: Comparison, categories: Sequence[str] = ()) -> tuple[Categor
     listed with ``speedup`` ``None``. Empty when the prompt set has no categories.
     """
     cats: dict[str, tuple[list[Sample], list[Sample]]] = {str(k): ([], []) for k in categories}
-    for cs, bs in zip(c.candidate_samples, c.baseline_samples):
-        if cs.category is None:
+    for cand, base in zip(c.candidate_samples, c.baseline_samples):
+        if cand.category is None:
             continue
-        pair = cats.setdefault(str(cs.category), ([], []))
-        pair[0].append(bs)
-        pair[1].append(cs)
+        pair = cats.setdefault(str(cand.category), ([], []))
+        pair[0].append(base)
+        pair[1].append(cand)
     out = []
     for cat, (bs, cs) in cats.items():
         b_tps = pooled_tokens_per_s(bs)

@@ -8,8 +8,9 @@ import dataclasses
 import hashlib
 import threading
 import time
+from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from tuner.profiles import (
     ModelFileKey,
@@ -231,11 +232,11 @@ def describe_depth(decision: Decision, categories: tuple[str, ...], noise: float
     the speedup differs from the overall 1.31×."``; ``None`` when they agree or were not measured. The
     overall figure is the winner's speedup, or the best speculative one's when the baseline won."""
     overall = decision.best_speculative_speedup if decision.winner.is_baseline else decision.speedup
-    rows = [c for c in decision.per_category if c.category in categories and c.speedup]
+    rows = [(c.category, c.speedup) for c in decision.per_category if c.category in categories and c.speedup]
     if not rows or not overall:
         return None
-    parts = [f"{c.category} {c.speedup:.2f}×" for c in rows]
-    if all(abs(c.speedup / overall - 1.0) <= noise for c in rows):
+    parts = [f"{category} {speedup:.2f}×" for category, speedup in rows]
+    if all(abs(speedup / overall - 1.0) <= noise for _, speedup in rows):
         return None
     return f"At depth (≥ half the context: {', '.join(parts)}) the speedup differs from the overall {overall:.2f}×."
 

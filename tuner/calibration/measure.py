@@ -32,8 +32,9 @@ from __future__ import annotations
 
 import threading
 import time
-from dataclasses import dataclass
-from typing import Callable, Mapping, Protocol, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, replace
+from typing import Any, Protocol
 
 from tuner.errors import Cancelled, DraftwiseError
 
@@ -72,10 +73,13 @@ class CompletionClient(Protocol):
 
     def metrics_text(self) -> str: ...
 
-    # Used only by workloads that need them (chat models, long-context prompts, /props sampling):
-    # def chat(self, messages: list[dict], max_tokens: int, timeout_s: float = 120.0, **params) -> dict
-    # def tokenize(self, text: str) -> list[int]
-    # def props(self) -> dict
+    # Called only by workloads that need them (chat models, long-context prompts): a test double for other
+    # workloads may leave them out.
+    def chat(self, messages: list[dict], max_tokens: int, timeout_s: float = 120.0, **params: Any) -> dict: ...
+
+    def tokenize(self, text: str, timeout_s: float = 60.0) -> list[int]: ...
+
+    # Optional (read with getattr, for sampled workloads): def props(self) -> dict
 
 
 @dataclass
@@ -128,7 +132,7 @@ def first_divergence(a: str, b: str) -> int | None:
     return n
 
 
-def request_params(n_predict: int, seed: int = 1, sampling: "Sampling | None" = None) -> dict:
+def request_params(n_predict: int, seed: int = 1, sampling: Sampling | None = None) -> dict:
     """Body fields of every measured request: the sampling fields (greedy ``temperature`` 0 / ``top_k`` 1
     by default; only the set ones of ``sampling`` otherwise, so the server's defaults apply to the rest),
     ``seed``, fixed length (``n_predict``, ``ignore_eos``), no prompt cache (``cache_prompt`` false).
@@ -174,7 +178,7 @@ def send_request(
     params.pop("n_predict")
     if workload.chat:
         p = prompt if text is None else Prompt(text=text, category=prompt.category)
-        resp = client.chat(chat_messages(p, repetition), n_predict, timeout_s=timeout_s, **params)  # type: ignore[attr-defined]
+        resp = client.chat(chat_messages(p, repetition), n_predict, timeout_s=timeout_s, **params)
         try:
             content = resp["choices"][0]["message"]["content"]
         except (KeyError, IndexError, TypeError):
@@ -315,7 +319,8 @@ def _run(
     after_warmup: AfterWarmup | None = None,
 ) -> Measurement:
     client = launch.client
-    base = dict(candidate=candidate, load_s=launch.load_s, stage=stage, predicted_gen_tokens_per_s=predicted)
+    # every result of this run starts as this one (checks and samples replaced below)
+    base = Measurement(candidate=candidate, load_s=launch.load_s, stage=stage, predicted_gen_tokens_per_s=predicted)
     speculative = not candidate.is_baseline
     spec_active: bool | None = None
     try:
@@ -328,13 +333,13 @@ def _run(
     except Exception as exc:  # noqa: BLE001 - /slots may be disabled; recorded, not fatal
         spec_active = None
         if speculative:
-            return Measurement(**base, error=f"/slots could not be read to check speculation ({exc})")
+            return replace(base, error=f"/slots could not be read to check speculation ({exc})")
     if speculative and spec_active is False:
         why = ""
         if launch.speculation_reason is not None:
             why = ": " + launch.speculation_reason(launch.log_tail(200))
-        return Measurement(**base, speculative_active=False,
-                           error=f"the server started without speculation (/slots speculative: false){why}")
+        return replace(base, speculative_active=False,
+                       error=f"the server started without speculation (/slots speculative: false){why}")
 
     wl = launch.workload or Workload()
     sampled = not wl.sampling.is_greedy
@@ -344,7 +349,7 @@ def _run(
         warm_t, _ = send_request(client, wl, Prompt(text=WARMUP_PROMPT), -1, min(16, n_predict), 1,
                                  request_timeout_s, greedy=True)
     except Exception as exc:  # noqa: BLE001 - the server's HTTP errors are recorded as the failure
-        return Measurement(**base, speculative_active=spec_active, error=f"warm-up request failed: {exc}")
+        return replace(base, speculative_active=spec_active, error=f"warm-up request failed: {exc}")
     if after_warmup is not None:
         planned = after_warmup(launch.load_s, _f((warm_t or {}).get("predicted_per_second")))
         if planned is not None:
@@ -422,8 +427,8 @@ def _run(
     lossless = None
     if speculative and compared:
         lossless = not divergences
-    return Measurement(
-        **base,
+    return replace(
+        base,
         samples=tuple(samples),
         speculative_active=spec_active,
         counts=counts,
@@ -476,7 +481,7 @@ def _sized_text(client: CompletionClient, wl: Workload, idx: int, prompt: Prompt
         return None
     if idx not in cache:
         n_ctx = wl.n_ctx or 4096
-        count = lambda text: len(client.tokenize(text))  # type: ignore[attr-defined]  # noqa: E731
+        count = lambda text: len(client.tokenize(text))  # noqa: E731
         cache[idx] = fit_long_prompt(prompt, n_ctx, n_predict, count)
     return cache[idx]
 
@@ -526,16 +531,22 @@ def _scrape(client: CompletionClient) -> PerPositionCounts | None:
 
 
 def _f(v: object) -> float | None:
+    """A JSON number (or numeric string) as a float; ``None`` for anything else."""
+    if not isinstance(v, int | float | str):
+        return None
     try:
-        return float(v) if v is not None else None  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        return float(v)
+    except ValueError:
         return None
 
 
 def _i(v: object) -> int | None:
+    """A JSON number (or integer string) as an int; ``None`` for anything else."""
+    if not isinstance(v, int | float | str):
+        return None
     try:
-        return int(v) if v is not None else None  # type: ignore[arg-type]
-    except (TypeError, ValueError):
+        return int(v)
+    except (ValueError, OverflowError):
         return None
 
 
@@ -553,7 +564,7 @@ def measure_repetitions(
     repetitions: Sequence[int],
     n_predict: int,
     cancel: threading.Event,
-    **kw: object,
+    **kw: Any,
 ) -> Measurement:
     """:func:`measure_candidate`, with one launch per repetition where
     :func:`needs_fresh_launch_per_repetition` says so (the launches are pooled into one measurement).
@@ -561,10 +572,10 @@ def measure_repetitions(
     Same arguments, return value and exceptions as :func:`measure_candidate`.
     """
     if len(repetitions) <= 1 or not needs_fresh_launch_per_repetition(candidate):
-        return measure_candidate(launch_fn, candidate, prompts, repetitions, n_predict, cancel, **kw)  # type: ignore[arg-type]
+        return measure_candidate(launch_fn, candidate, prompts, repetitions, n_predict, cancel, **kw)
     pooled: Measurement | None = None
     for rep in repetitions:
-        m = measure_candidate(launch_fn, candidate, prompts, [rep], n_predict, cancel, **kw)  # type: ignore[arg-type]
+        m = measure_candidate(launch_fn, candidate, prompts, [rep], n_predict, cancel, **kw)
         pooled = m if pooled is None else pooled.merged(m)
         if not m.ok or m.stopped_early:
             break

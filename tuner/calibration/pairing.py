@@ -43,8 +43,9 @@ from __future__ import annotations
 import functools
 import math
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Sequence
+from typing import Any
 
 from .candidates import Candidate
 from .prompts import Prompt

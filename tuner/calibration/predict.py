@@ -19,8 +19,8 @@ token relative to a target token, and ``w`` a fixed per-step overhead; it yields
 from __future__ import annotations
 
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Sequence
 
 _METRIC_RE = re.compile(r'^(llamacpp:[a-z_]+)(\{position="(\d+)"\})?\s+([0-9.eE+-]+|nan|NaN|inf)\s*$')
 
@@ -52,7 +52,7 @@ class PerPositionCounts:
         """Mean drafted tokens per verification step, ``None`` without drafts."""
         return self.draft_tokens_total / self.drafts_total if self.drafts_total else None
 
-    def minus(self, before: "PerPositionCounts | None") -> "PerPositionCounts":
+    def minus(self, before: PerPositionCounts | None) -> PerPositionCounts:
         """Counters accumulated since ``before`` (a previous scrape of the same server)."""
         if before is None:
             return self
@@ -138,7 +138,7 @@ class CostModel:
     per_step: float
     baseline_gen_tokens_per_s: float
 
-    def predict_gen_tokens_per_s(self, accepted_per_step: float, k: int) -> float:
+    def predict_gen_tokens_per_s(self, accepted_per_step: float, k: float) -> float:
         """Predicted tokens/s at draft length ``k`` yielding ``accepted_per_step`` accepted tokens per step."""
         step_cost = 1.0 + self.per_step + self.per_draft_token * k
         return self.baseline_gen_tokens_per_s * (1.0 + accepted_per_step) / step_cost
@@ -151,7 +151,7 @@ def step_cost_ratio(gen_tokens_per_s: float, baseline_gen_tokens_per_s: float, a
 
 def fit_cost_model(
     baseline_gen_tokens_per_s: float,
-    runs: Sequence[tuple[int, float, float]],
+    runs: Sequence[tuple[float, float, float]],
 ) -> CostModel:
     """Fit ``u`` and ``w`` of :class:`CostModel` to measured runs of one draft.
 

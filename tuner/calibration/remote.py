@@ -20,9 +20,10 @@ host disappears.
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any, Sequence
+from typing import Any
 
 from .candidates import Candidate, CandidatePlan
 

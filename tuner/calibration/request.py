@@ -12,9 +12,10 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable, Mapping, Sequence
+from typing import TYPE_CHECKING, Any
 
 from tuner.errors import DraftwiseError
 from tuner.settings import DEFAULT_TUNE_BUDGET_S

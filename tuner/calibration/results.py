@@ -7,6 +7,7 @@ These are plain frozen dataclasses so the decision can be unit-tested on recorde
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
 from dataclasses import dataclass, replace
 from typing import Any
 
@@ -192,7 +193,7 @@ class Measurement:
             da[s.category] = da.get(s.category, 0) + (s.draft_n_accepted or 0)
         return {c: da[c] / dn[c] for c in dn}
 
-    def merged(self, other: "Measurement") -> "Measurement":
+    def merged(self, other: Measurement) -> Measurement:
         """Pool another launch of the same candidate (overlapping repetition ids are offset to stay distinct)."""
         mine = {s.repetition for s in self.samples}
         extra = other.samples
@@ -258,7 +259,7 @@ class Measurement:
         }
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "Measurement":
+    def from_json(cls, obj: dict[str, Any]) -> Measurement:
         """Inverse of :meth:`to_json` (recorded measurements in tests and profiles)."""
         counts = obj.get("counts")
         return cls(
@@ -283,7 +284,7 @@ class Measurement:
 
 
 def synthetic_samples(
-    gen_tokens_per_s: list[float] | list[list[float]],
+    gen_tokens_per_s: Sequence[float | list[float]],
     acceptance: float | None = None,
     predicted_n: int = 128,
     drafted_per_token: float = 0.8,
@@ -329,7 +330,7 @@ def synthetic_rounds(
     first_repetition: int = 0,
     baseline: Candidate | None = None,
     predicted_n: int = 128,
-) -> list["Measurement"]:
+) -> list[Measurement]:
     """Recorded paired rounds (tests, benchmarks): the ``confirm`` launches of the search's
     ``A B B A A B B A …`` schedule for one candidate.
 
@@ -350,9 +351,9 @@ def synthetic_rounds(
     base_c = baseline or Candidate()
     n = len(pairs)
 
-    def launch(c: Candidate, idx: list[int], side: int) -> "Measurement":
+    def launch(c: Candidate, idx: list[int], side: int) -> Measurement:
         rows = [pairs[j][side] for j in idx]
-        ss = synthetic_samples(rows, acceptance=acceptance if side == 1 else None, predicted_n=predicted_n,  # type: ignore[arg-type]
+        ss = synthetic_samples(rows, acceptance=acceptance if side == 1 else None, predicted_n=predicted_n,
                                categories=categories)
         ss = tuple(replace(s, repetition=first_repetition + idx[s.repetition]) for s in ss)
         return Measurement(c, samples=ss, speculative_active=True, stage="confirm", load_s=1.0)

@@ -42,8 +42,8 @@ from __future__ import annotations
 import math
 import threading
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Callable, Sequence
 
 from tuner.errors import DraftwiseError
 
@@ -77,7 +77,6 @@ from .predict import CostModel, fit_cost_model, predict_curve
 from .prompts import Prompt
 from .request import DEFAULT_BUDGET_S
 from .results import Divergence, Measurement, Sample
-
 
 NGRAM_MOD_N_MIN = 48
 """llama-server's default ``--spec-ngram-mod-n-min`` (common/common.h ``common_params_speculative_ngram_mod``)."""
@@ -613,7 +612,7 @@ class Search:
         """(Re)fit the cost model of ``probe``'s draft and predict the curve; emits ``"predicted"``."""
         runs = self._runs_of(probe)
         long_run = next((m for m in runs if m.counts and m.counts.accepted_per_pos and m.counts.drafts_total), None)
-        if long_run is None or self.base_tps is None:
+        if long_run is None or long_run.counts is None or self.base_tps is None:
             self.curves[self._group(probe)] = []
             return []
         fit_pts = []
@@ -696,15 +695,16 @@ class Search:
         the one the curve ranks highest first (then the longer one).
         None when there is none, or when the draft's best run does not beat the baseline (by half of
         ``min_gain``, the refine stage's bar)."""
-        runs = [m for m in self._runs_of(probe) if m.gen_tokens_per_s and m.candidate.n_max is not None]
-        if not runs:
+        rated = [(n, tps) for m in self._runs_of(probe)
+                 if (tps := m.gen_tokens_per_s) and (n := m.candidate.n_max) is not None]
+        if not rated:
             return None
-        best = max(float(m.gen_tokens_per_s) for m in runs)
+        best = max(tps for _, tps in rated)
         if self.base_tps is None or best <= self.base_tps * (1.0 + self.s.min_gain / 2):
             return None  # a draft that does not beat the baseline anywhere: nothing worth a closer look
         done = self._measured_n_max(probe)
         allowed = set(self.s.draft_lengths)
-        near = {m.candidate.n_max for m in runs if float(m.gen_tokens_per_s) >= self.s.explore_within * best}
+        near = {n for n, tps in rated if tps >= self.s.explore_within * best}
         predicted = {t[0]: t[2] for t in self.curves.get(self._group(probe)) or []}
         # the neighbours, and any length the refitted curve itself puts within reach of the best
         # (one unlucky run next to it must not hide it)
@@ -851,7 +851,7 @@ class Search:
                 look = cmp_.look if cmp_ is not None and cmp_.paired else None
                 if look is not None:
                     self._look_now, self._pair_t0 = look, self.clock()
-                if look is not None and look.verdict != "inconclusive":
+                if cmp_ is not None and look is not None and look.verdict != "inconclusive":
                     self.emit("confirmed", f"{c.label}: {look.verdict} than no speculation after {n_pairs} "
                               f"adjacent pairs ({cmp_.speedup:.2f}×)", candidate=c,
                               detail={"verdict": look.verdict, "pairs": n_pairs, "speedup": cmp_.speedup})

@@ -34,7 +34,7 @@ from .request import (
 )
 
 if TYPE_CHECKING:
-    from tuner.catalog.families import ScanResult
+    from tuner.catalog.folder import ScanResult
     from tuner.server.discovery import ServerBinary
 
 

@@ -30,8 +30,9 @@ Core module: no I/O except reading the built-in long texts from ``resources/prom
 from __future__ import annotations
 
 import math
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, Callable, Mapping
+from typing import Any
 
 from tuner.resources import resource_path
 
@@ -111,7 +112,7 @@ class Sampling:
         return "server-defaults" if not b else ",".join(f"{k}={b[k]:g}" for k in SAMPLING_KEYS if k in b)
 
     @classmethod
-    def from_settings(cls, settings: Any) -> "Sampling":
+    def from_settings(cls, settings: Any) -> Sampling:
         """From any object with ``temperature``, ``top_p``, ``top_k``, ``min_p`` attributes (Settings, argparse)."""
         return cls(**{k: getattr(settings, k, None) for k in SAMPLING_KEYS})
 

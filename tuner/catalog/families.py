@@ -166,6 +166,7 @@ def group_families(models: list[ModelFile]) -> list[Family]:
     """
     llms = [m for m in models if m.is_llm and m.tokenizer is not None]
     llms.sort(key=lambda m: (-m.size_bytes, str(m.path)))
+    toks = [m.tokenizer for m in llms if m.tokenizer is not None]  # toks[i] is llms[i]'s (every one has one)
     cache: dict = {}
     # union-find over fingerprint groups first (cheap), then across groups with the full check
     parent = list(range(len(llms)))
@@ -183,8 +184,8 @@ def group_families(models: list[ModelFile]) -> list[Family]:
 
     by_fp: dict[str, int] = {}
     reps: list[int] = []
-    for i, m in enumerate(llms):
-        fp = m.tokenizer.fingerprint  # type: ignore[union-attr]
+    for i, tok in enumerate(toks):
+        fp = tok.fingerprint
         if fp in by_fp:
             union(by_fp[fp], i)
         else:
@@ -193,7 +194,7 @@ def group_families(models: list[ModelFile]) -> list[Family]:
     for x in range(len(reps)):
         for y in range(x + 1, len(reps)):
             i, j = reps[x], reps[y]
-            if check_tokenizers(llms[i].tokenizer, llms[j].tokenizer) is not None:  # type: ignore[arg-type]
+            if check_tokenizers(toks[i], toks[j]) is not None:
                 continue
             if _verdict(cache, llms[i], llms[j]).compatible:
                 union(i, j)
@@ -247,7 +248,7 @@ def group_families(models: list[ModelFile]) -> list[Family]:
             targets.append(TargetEntry(target=target, drafts=tuple(drafts), incompatible=tuple(rejected),
                                        heads=ok_heads, mismatched_heads=bad_heads))
         families.append(
-            Family(fingerprint=members[0].tokenizer.fingerprint, members=members, targets=tuple(targets))  # type: ignore[union-attr]
+            Family(fingerprint=toks[idx[0]].fingerprint, members=members, targets=tuple(targets))
         )
     return families
 

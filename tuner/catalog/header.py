@@ -18,9 +18,9 @@ from __future__ import annotations
 import os
 import struct
 import sys
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Iterator
 
 from tuner import storage
 from tuner.catalog import gguf_adapter

@@ -126,22 +126,24 @@ def classify_header(header: GGUFHeader, size_bytes: int | None = None, mtime_ns:
     kv = header.kv
     arch = header.architecture
     size = header.file_size_bytes if size_bytes is None else size_bytes
-    base = dict(path=path, shards=(path,), size_bytes=size, mtime_ns=mtime_ns, architecture=arch)
+    # every row starts as this one (kind and error replaced below)
+    base = ModelFile(
+        path=path, kind=KIND_BROKEN, shards=(path,), size_bytes=size, mtime_ns=mtime_ns, architecture=arch
+    )
     try:
         tok: TokenizerInfo | None = tokenizer_info(header)
     except GGUFError as exc:
-        return ModelFile(kind=KIND_BROKEN, error=exc.reason, **base)
+        return replace(base, error=exc.reason)
     split_count = _int(kv.get("split.count"))
     split_no = _int(kv.get("split.no"))
     if arch is None:
         if split_count and split_count > 1 and split_no:
-            return ModelFile(
-                kind=KIND_BROKEN,
+            return replace(
+                base,
                 error=f"shard {split_no + 1} of {split_count} of a split set read alone (its name does not "
                 "follow NAME-0000i-of-0000N.gguf, so the other shards cannot be found)",
-                **base,
             )
-        return ModelFile(kind=KIND_BROKEN, error="no 'general.architecture' key", tokenizer=tok, **base)
+        return replace(base, error="no 'general.architecture' key", tokenizer=tok)
 
     n_params = sum(t.n_elements for t in header.tensors)
     mtp, nextn_blocks, all_blocks = _mtp_layers(header, arch)
@@ -160,7 +162,8 @@ def classify_header(header: GGUFHeader, size_bytes: int | None = None, mtime_ns:
     detail: list[tuple[str, str]] = []
     if pooling is not None:
         detail.append(("pooling_type", str(pooling)))
-    fields = dict(
+    full = replace(
+        base,
         name=name if isinstance(name, str) else None,
         n_layers=_int(kv.get(f"{arch}.block_count")),
         n_params=n_params or None,
@@ -176,7 +179,7 @@ def classify_header(header: GGUFHeader, size_bytes: int | None = None, mtime_ns:
     )
 
     def row(kind: str, error: str | None = None, extra: tuple[tuple[str, str], ...] = ()) -> ModelFile:
-        return ModelFile(kind=kind, error=error, detail=tuple(detail) + extra, **base, **fields)
+        return replace(full, kind=kind, error=error, detail=tuple(detail) + extra)
 
     if not header.tensors and not (split_count and split_count > 1):
         if tok is not None:
@@ -475,7 +478,7 @@ def scan_folder(folder: Path | str, cache: bool = True) -> list[ModelFile]:
         ap = str(p.absolute())
         st = _stat(p)
         hit = entries.get(ap) if st is not None else None
-        if isinstance(hit, dict) and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
+        if st is not None and isinstance(hit, dict) and hit.get("size") == st.st_size and hit.get("mtime_ns") == st.st_mtime_ns:
             try:
                 facts.append(_facts_from_cache(hit))
                 continue

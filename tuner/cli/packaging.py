@@ -31,25 +31,25 @@ def _install(args: argparse.Namespace) -> int:
         return 2
     try:
         if args.uninstall:
-            res = desktop.uninstall_desktop_entry()
-            for note in res.notes:
+            removed = desktop.uninstall_desktop_entry()
+            for note in removed.notes:
                 print(note, file=sys.stderr)
             out = {
                 "action": "uninstall",
-                "installed_before": res.manifest_found,
-                "removed": [str(p) for p in res.removed_paths],
-                "kept": [str(p) for p in res.kept_paths],
-                "missing": [str(p) for p in res.missing_paths],
+                "installed_before": removed.manifest_found,
+                "removed": [str(p) for p in removed.removed_paths],
+                "kept": [str(p) for p in removed.kept_paths],
+                "missing": [str(p) for p in removed.missing_paths],
             }
         else:
             exec_argv = tuple(args.exec_command) if args.exec_command else None
-            res = desktop.install_desktop_entry(exec_argv=exec_argv, force=args.force)
+            installed = desktop.install_desktop_entry(exec_argv=exec_argv, force=args.force)
             out = {
                 "action": "install",
-                "entry": str(res.entry_path),
-                "exec": list(res.exec_argv),
-                "written": [str(p) for p in res.written_paths],
-                "manifest": str(res.manifest_path),
+                "entry": str(installed.entry_path),
+                "exec": list(installed.exec_argv),
+                "written": [str(p) for p in installed.written_paths],
+                "manifest": str(installed.manifest_path),
             }
     except desktop.DesktopInstallError as exc:
         print(f"draftwise: {exc}", file=sys.stderr)

@@ -444,23 +444,18 @@ def _print_diagnosis(diag: Any, sup: Supervisor | None) -> None:
 
 
 def _devices_report(binary: ServerBinary) -> dict:
-    try:
-        from tuner.hardware import detect_devices  # type: ignore[attr-defined]
-    except ImportError:
-        try:
-            from tuner.hardware.devices import detect_devices  # type: ignore[no-redef]
-        except ImportError:
-            return {"available": False, "note": "tuner.hardware not installed"}
+    from tuner.hardware import detect_devices
+
     try:
         devs = detect_devices(binary.path)
     except Exception as exc:  # the hardware package promises not to raise; be safe anyway
         return {"available": False, "note": f"device detection failed: {exc}"}
     rows = []
-    for d in getattr(devs, "devices", ()):
+    for d in devs.devices:
         rows.append({"index": d.index, "name": d.name, "backend": d.backend, "total_bytes": d.total_bytes,
                      "free_bytes": d.free_bytes, "budget_bytes": d.budget_bytes})
-    return {"available": True, "devices": rows, "ram_total_bytes": getattr(devs, "ram_total_bytes", None),
-            "cpu_cores": getattr(devs, "cpu_cores", None), "notes": list(getattr(devs, "notes", ()))}
+    return {"available": True, "devices": rows, "ram_total_bytes": devs.ram_total_bytes,
+            "cpu_cores": devs.cpu_cores, "notes": list(devs.notes)}
 
 
 def _gib(v: int | None) -> str:

@@ -250,13 +250,14 @@ def print_table(result: TuneResult, out: TextIO) -> None:
         if d.per_category:
             label = d.per_category[0].candidate_label or "best speculative configuration"
             out.write(f"per category, {label} vs no speculation on the same prompts and repetitions:\n")
-        for c in d.per_category:
-            if c.speedup is None:
-                out.write(f"  {c.category}: not measured (the run stopped before these prompts)\n")
+        for cat in d.per_category:
+            if cat.speedup is None:
+                out.write(f"  {cat.category}: not measured (the run stopped before these prompts)\n")
                 continue
-            out.write(f"  {c.category}: {c.speedup:.2f}x ({c.gen_tokens_per_s:.1f} vs {c.baseline_gen_tokens_per_s:.1f} "
-                      f"tokens/s, {c.paired_requests} request{'s' if c.paired_requests != 1 else ''})"
-                      + (f", acceptance {100 * c.acceptance:.0f} %" if c.acceptance is not None else "") + "\n")
+            out.write(f"  {cat.category}: {cat.speedup:.2f}x ({cat.gen_tokens_per_s:.1f} vs "
+                      f"{cat.baseline_gen_tokens_per_s:.1f} tokens/s, {cat.paired_requests} "
+                      f"request{'s' if cat.paired_requests != 1 else ''})"
+                      + (f", acceptance {100 * cat.acceptance:.0f} %" if cat.acceptance is not None else "") + "\n")
         out.write(f"\n{decision_line(d)}\n")
     if result.profile_path:
         out.write(f"Profile: {result.profile_path}" + (" (reused)" if result.reused else "") + "\n")
@@ -393,23 +394,23 @@ def run(args: argparse.Namespace) -> int:
     try:
         interrupted = _wait_for(worker, cancel, signals)
     finally:
-        for sig, handler in prev.items():
-            signal.signal(sig, handler)
+        for signum, handler in prev.items():
+            signal.signal(signum, handler)
     if interrupted:
         return 130
-    exc = box.get("error")
-    if isinstance(exc, PromptFileError):
-        sys.stderr.write(f"draftwise tune: {exc}\n")
+    error = box.get("error")
+    if isinstance(error, PromptFileError):
+        sys.stderr.write(f"draftwise tune: {error}\n")
         return 2
-    if isinstance(exc, TuneError):
-        sys.stderr.write(f"draftwise tune: {exc}\n")
-        for line in exc.evidence[-10:]:
+    if isinstance(error, TuneError):
+        sys.stderr.write(f"draftwise tune: {error}\n")
+        for line in error.evidence[-10:]:
             sys.stderr.write(f"    {line}\n")
-        return 2 if exc.bad_input else 1
-    if exc is not None:
-        message = _one_line_error(exc)
+        return 2 if error.bad_input else 1
+    if error is not None:
+        message = _one_line_error(error)
         if message is None:
-            raise exc
+            raise error
         sys.stderr.write(f"draftwise tune: {message}\n")
         return 2
     result: TuneResult = box["result"]

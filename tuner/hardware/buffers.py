@@ -19,8 +19,8 @@ and ``- Host | self = model + context + compute`` in MiB (rounded down); "contex
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable
 from dataclasses import dataclass, field
-from typing import Iterable
 
 MIB = 1024 * 1024
 
@@ -132,9 +132,9 @@ def parse_startup_projection(lines: Iterable[str]) -> StartupProjection:
             who = "draft"
             continue
         if "memory breakdown [MiB]" in line:
-            current = [] if who is not None and who not in tables else None
-            if current is not None:
-                tables[who] = current  # type: ignore[index]
+            current = None
+            if who is not None and who not in tables:
+                current = tables[who] = []
             continue
         if current is None:
             continue

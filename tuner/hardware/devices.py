@@ -11,9 +11,10 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass, field, replace
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TypeVar
 
 from tuner.hardware.host import HostInfo, probe_host
 from tuner.hardware.listdevices import ListDevicesResult, ListedDevice, run_list_devices
@@ -31,6 +32,8 @@ from tuner.hardware.unified import (
     probe_unified,
     unified_budget_bytes,
 )
+
+_T = TypeVar("_T")
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -101,7 +104,7 @@ class Devices:
         """The RPC hosts' devices (first in llama.cpp's default order when ``--rpc`` is given)."""
         return tuple(d for d in self.devices if d.remote)
 
-    def local_only(self) -> "Devices":
+    def local_only(self) -> Devices:
         """The same answer without the RPC hosts (what a launch without ``--rpc`` sees)."""
         return replace(self, devices=self.local_devices, rpc_endpoints=())
 
@@ -115,7 +118,7 @@ class Devices:
 class Probes:
     """Replaceable probe functions (defaults: the real adapters)."""
 
-    list_devices: Callable[[Path | None], ListDevicesResult] = field(default=None)  # type: ignore[assignment]
+    list_devices: Callable[[Path | None], ListDevicesResult] | None = None  # None: the server's --list-devices
     nvml: Callable[[], NvmlResult] = probe_nvml
     pci: Callable[[], tuple[PciGpu, ...]] = probe_pci_gpus
     host: Callable[[], HostInfo] = probe_host
@@ -152,9 +155,9 @@ def _match_nvml(listed: ListedDevice, gpus: list[NvmlGpu]) -> NvmlGpu | None:
     """Pick the NVML GPU that is this llama.cpp device: same name, closest total, then free."""
 
     def name_ok(g: NvmlGpu) -> bool:
-        return bool(g.name) and (
-            g.name.lower() in listed.description.lower() or listed.description.lower() in g.name.lower()
-        )
+        if not g.name:
+            return False
+        return g.name.lower() in listed.description.lower() or listed.description.lower() in g.name.lower()
 
     pool = [g for g in gpus if name_ok(g)] or list(gpus)
     if not pool:
@@ -173,11 +176,11 @@ def _match_nvml(listed: ListedDevice, gpus: list[NvmlGpu]) -> NvmlGpu | None:
 
 
 def _match_amd(listed: ListedDevice, gpus: list[PciGpu]) -> PciGpu | None:
-    pool = [g for g in gpus if g.vram_total_bytes]
+    pool = [(g, vram) for g in gpus if (vram := g.vram_total_bytes)]
     if not pool:
         return gpus[0] if len(gpus) == 1 else None
-    best = min(pool, key=lambda g: abs(g.vram_total_bytes - listed.total_bytes))  # type: ignore[operator]
-    if abs(best.vram_total_bytes - listed.total_bytes) > max(0.1 * best.vram_total_bytes, 512 * MIB):  # type: ignore[operator]
+    best, vram = min(pool, key=lambda gv: abs(gv[1] - listed.total_bytes))
+    if abs(vram - listed.total_bytes) > max(0.1 * vram, 512 * MIB):
         return None
     return best
 
@@ -211,7 +214,7 @@ def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: 
     host = probes.host()
     if host.note:
         notes.append(host.note)
-    pci = _safe(probes.pci, (), notes, "PCI/sysfs probe")
+    pci: tuple[PciGpu, ...] = _safe(probes.pci, (), notes, "PCI/sysfs probe")
     unified = _safe(probes.unified, UnifiedInfo("unknown", False, None), notes, "unified-memory probe")
     suspended_nv = [g for g in pci if g.vendor == "nvidia" and g.suspended]
     amd = [g for g in pci if g.driver == "amdgpu"]
@@ -301,10 +304,10 @@ def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: 
         # No llama.cpp list: piece it together, and say so.
         for g in nvml.gpus:
             devices.append(_device_from_nvml(len(devices), g, unified_budget))
-        for g in suspended_nv:
-            devices.append(Device(len(devices), f"GPU {g.slot}", "CUDA", None, None, None, "sysfs",
+        for sg in suspended_nv:
+            devices.append(Device(len(devices), f"GPU {sg.slot}", "CUDA", None, None, None, "sysfs",
                                   ("runtime-suspended: memory unknown without waking it",), False, None,
-                                  None, g.slot, None, True))
+                                  None, sg.slot, None, True))
         if not nvml.gpus and not suspended_nv:
             for a in amd:
                 devices.append(_device_from_amd(len(devices), a, unified_budget))
@@ -380,7 +383,7 @@ def _device_from_amd(index: int, a: PciGpu, unified_budget: Callable[[int | None
                   is_unified, None, None, a.slot, a.gtt_total_bytes, a.suspended)
 
 
-def _safe(fn: Callable, default, notes: list[str], what: str):  # type: ignore[no-untyped-def]
+def _safe(fn: Callable[[], _T], default: _T, notes: list[str], what: str) -> _T:
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - a probe bug must not crash detection

@@ -31,18 +31,25 @@ import json
 import os
 import re
 import time
+from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
-from typing import Callable, Sequence
+from typing import TYPE_CHECKING
 
 from tuner.hardware.memory import (
     DRAFT_MODEL_TYPES,
     MIB,
     MemoryPlan,
     MemoryRequest,
+    PlacementBytes,
+    device_list,
     max_target_ngl,
     plan_memory,
 )
+
+if TYPE_CHECKING:
+    from tuner.hardware.devices import Device, Devices
+    from tuner.server.dialect import Dialect
 
 Runner = Callable[[list[str], float], "tuple[int, str, str]"]
 
@@ -176,7 +183,7 @@ def fit_params_argv(server_argv: Sequence[str], tool: str | os.PathLike[str]) ->
     return out
 
 
-def cross_check(request: MemoryRequest, devices: object, tool: str | os.PathLike[str] | None,
+def cross_check(request: MemoryRequest, devices: Devices | Sequence[Device], tool: str | os.PathLike[str] | None,
                 runner: Runner | None = None, timeout_s: float = 120.0, rel_tol: float = 0.10,
                 ngl_tol: int = 2, server_argv: Sequence[str] | None = None) -> FitCrossCheck:
     """Compare our plan for ``request``'s target (draft left out, as the tool does) with
@@ -199,10 +206,10 @@ def cross_check(request: MemoryRequest, devices: object, tool: str | os.PathLike
             base = _base_argv(tool, alone)
     except ValueError as exc:
         return FitCrossCheck(False, str(tool), None, None, None, (), (), str(exc))
-    devs = tuple(getattr(devices, "devices", devices))
-    if getattr(devices, "cpu_features", ()):
+    devs = device_list(devices)
+    if not isinstance(devices, Sequence) and devices.cpu_features:
         # the tool's Host row leaves out the CPU_REPACK copies (not a host buffer type): compare without them
-        devices = replace(devices, cpu_features=())  # type: ignore[arg-type]
+        devices = replace(devices, cpu_features=())
     plan: MemoryPlan = plan_memory(alone, devices)
     disagreements: list[str] = []
     ngl_arg = ["-ngl", str(request.ngl if request.ngl is not None else 999)]
@@ -336,9 +343,12 @@ def server_config_for(request: MemoryRequest, threads: int | None = None):
     if t.path is None:
         raise ValueError("target has no file path: the cross-check needs the GGUF")
     types = {x.strip() for x in request.spec_type.split(",")}
-    uses_draft = d is not None and bool(types & DRAFT_MODEL_TYPES)
-    if uses_draft and d.path is None:
-        raise ValueError("draft has no file path: the cross-check needs the GGUF")
+    draft_path: Path | None = None  # set when the spec type uses the draft model
+    if d is not None and types & DRAFT_MODEL_TYPES:
+        if d.path is None:
+            raise ValueError("draft has no file path: the cross-check needs the GGUF")
+        draft_path = Path(d.path)
+    uses_draft = draft_path is not None
     extra: list[str] = []
     if request.cpu_moe:
         extra.append("--cpu-moe")
@@ -355,7 +365,7 @@ def server_config_for(request: MemoryRequest, threads: int | None = None):
     if uses_draft and request.cache_type_v_draft != "f16":
         extra += ["-ctvd", request.cache_type_v_draft]
     return ServerConfig(
-        model_path=Path(t.path), draft_path=Path(d.path) if uses_draft else None,
+        model_path=Path(t.path), draft_path=draft_path,
         spec_type=request.spec_type, n_max=request.n_max if uses_draft else None,
         ngl=request.ngl, draft_ngl=request.draft_ngl if uses_draft else None, n_ctx=request.n_ctx,
         n_parallel=request.n_parallel, cache_type_k=request.cache_type_k, cache_type_v=request.cache_type_v,
@@ -463,17 +473,17 @@ def run_server_log(argv: list[str], timeout_s: float) -> list[str]:
     return child.log_lines()
 
 
-def _target_and_draft_plans(request: MemoryRequest, devices: object) -> tuple[MemoryPlan, MemoryPlan]:
+def _target_and_draft_plans(request: MemoryRequest, devices: Devices | Sequence[Device]) -> tuple[MemoryPlan, MemoryPlan]:
     full = plan_memory(request, devices)
     alone = plan_memory(replace(request, draft=None), devices)
     return full, alone
 
 
-def _places(plan: MemoryPlan) -> list[tuple[str, object]]:
+def _places(plan: MemoryPlan) -> list[tuple[str, PlacementBytes]]:
     return [(d.device_name, d.need) for d in plan.devices] + [("Host", plan.host.need)]
 
 
-def compare_with_server(request: MemoryRequest, devices: object, lines: Sequence[str]) -> tuple[PartCheck, ...]:
+def compare_with_server(request: MemoryRequest, devices: Devices | Sequence[Device], lines: Sequence[str]) -> tuple[PartCheck, ...]:
     """Every comparable number of a ``-lv 4 --fit on`` server log against the plan of ``request``.
 
     Start-up projection rows (per place, per model: weights, KV, compute) and allocated buffers (per
@@ -543,8 +553,8 @@ def compare_with_server(request: MemoryRequest, devices: object, lines: Sequence
     return tuple(out)
 
 
-def server_cross_check(request: MemoryRequest, devices: object, server_binary: str | os.PathLike[str],
-                       dialect: object | None = None, runner: ServerRunner | None = None,
+def server_cross_check(request: MemoryRequest, devices: Devices | Sequence[Device], server_binary: str | os.PathLike[str],
+                       dialect: Dialect | None = None, runner: ServerRunner | None = None,
                        timeout_s: float = 300.0, use_cache: bool = True, threads: int | None = None
                        ) -> ServerCrossCheck:
     """Run llama-server once with the argv it would get for ``request`` (``tuner.server.argv.build_argv``
@@ -566,8 +576,8 @@ def server_cross_check(request: MemoryRequest, devices: object, server_binary: s
         if dialect is None:
             from tuner.server.dialect import probe_dialect
 
-            dialect = probe_dialect(server_binary)
-        server_argv = build_argv(server_binary, cfg.with_port(free_port()), dialect)  # type: ignore[arg-type]
+            dialect = probe_dialect(Path(server_binary))
+        server_argv = build_argv(Path(server_binary), cfg.with_port(free_port()), dialect)
     except (ValueError, UnsupportedConfigError, OSError) as exc:
         return ServerCrossCheck(False, (), "", note=f"cannot build the server's argv: {exc}")
     except Exception as exc:  # noqa: BLE001 - DialectError and friends: an answer, not a crash
@@ -602,7 +612,7 @@ def server_cross_check(request: MemoryRequest, devices: object, server_binary: s
     return ServerCrossCheck(True, tuple(argv), key, parts, bad, None, cost, cached)
 
 
-def plan_check_lines(request: MemoryRequest, devices: object, server_binary: str | os.PathLike[str] | None
+def plan_check_lines(request: MemoryRequest, devices: Devices | Sequence[Device], server_binary: str | os.PathLike[str] | None
                      ) -> list[str]:
     """Sentences for the Models tab under a plan: the context-vs-layers trade (with a GPU) and the
     server cross-check *from the cache only* (it never starts llama-server: a click must stay cheap).
@@ -631,7 +641,7 @@ def plan_check_lines(request: MemoryRequest, devices: object, server_binary: str
         from tuner.server.dialect import probe_dialect
 
         cfg = server_config_for(request)
-        argv = build_argv(server_binary, cfg.with_port(0), probe_dialect(server_binary))
+        argv = build_argv(Path(server_binary), cfg.with_port(0), probe_dialect(Path(server_binary)))
     except Exception:  # noqa: BLE001 - no argv, no cross-check line
         return out
     if cached_server_report(argv, [cfg.model_path, cfg.draft_path]) is None:

@@ -194,7 +194,7 @@ class LoadWatcher:
                     self.samples.append(LoadSample(cur[0] - t0, min(1.0, other), min(1.0, steal)))
             prev = cur
 
-    def start(self) -> "LoadWatcher":
+    def start(self) -> LoadWatcher:
         """Start sampling (idempotent)."""
         import threading
 
@@ -216,7 +216,7 @@ class LoadWatcher:
             self._thread.join(timeout=5 * self.interval_s + 1)
         return self.summary()
 
-    def __enter__(self) -> "LoadWatcher":
+    def __enter__(self) -> LoadWatcher:
         return self.start()
 
     def __exit__(self, *exc: object) -> None:

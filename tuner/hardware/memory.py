@@ -25,10 +25,15 @@ from __future__ import annotations
 
 import os
 import re
+from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from typing import TYPE_CHECKING, SupportsInt
 
 from tuner.server.config import DRAFT_MODEL_TYPES
+
+if TYPE_CHECKING:
+    from tuner.hardware.devices import Device, Devices
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -377,15 +382,17 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
     for t in getattr(header, "tensors"):
         nb = int(t.n_bytes or 0)
         m = _BLOCK.match(t.name)
-        flag = REPACK_TYPES.get(getattr(t, "ggml_type", None))  # type: ignore[arg-type]
-        shape = getattr(t, "shape", ()) or ()
-        repackable = flag is not None and len(shape) >= 2 and shape[1] % 8 == 0 and t.name.endswith(".weight")
+        ggml_type = getattr(t, "ggml_type", None)
+        flag = REPACK_TYPES.get(ggml_type) if isinstance(ggml_type, int) else None
+        shape: Sequence[int] = getattr(t, "shape", ()) or ()
+        # the CPU_REPACK flag of a repackable weight, else None
+        repack_flag = flag if len(shape) >= 2 and shape[1] % 8 == 0 and t.name.endswith(".weight") else None
         if m and int(m.group(1)) < n_layer:
             block[int(m.group(1))] += nb
             if _EXPS.search(t.name):
                 experts[int(m.group(1))] += nb
-            if repackable:
-                key = (flag, int(m.group(1)))
+            if repack_flag is not None:
+                key = (repack_flag, int(m.group(1)))
                 repack[key] = repack.get(key, 0) + nb
         elif t.name.startswith(_INPUT_TENSORS):
             inp += nb
@@ -395,8 +402,8 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
             out += nb
             if t.name.startswith("output.weight"):
                 have_output = True
-                if repackable:
-                    repack[(flag, -1)] = repack.get((flag, -1), 0) + nb
+                if repack_flag is not None:
+                    repack[(repack_flag, -1)] = repack.get((repack_flag, -1), 0) + nb
     tied = not have_output
     return ModelMemorySpec(
         name=name or str(kv.get("general.name") or (Path(path).stem if path else arch)),
@@ -412,7 +419,7 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
         n_ff=n_ff,
         n_head=n_head[0] if n_head else None,
         mtp_layers=mtp,
-        swa_window=int(swa) if swa_layers else None,
+        swa_window=swa if swa_layers and isinstance(swa, int) else None,
         swa_layers=swa_layers,
         context_length=kv.get(f"{arch}.context_length") if isinstance(kv.get(f"{arch}.context_length"), int) else None,
         tied_output=tied,
@@ -707,18 +714,29 @@ def _coerce(request: MemoryRequest) -> MemoryRequest:
         if isinstance(n, str) and n.strip().lower() in ("auto", "all"):
             return None
         try:
-            return int(n)  # type: ignore[call-overload]
+            if isinstance(n, str | SupportsInt):  # "12", 12.0, a numpy integer
+                return int(n)
         except (TypeError, ValueError):
-            raise ValueError(f"{flag} must be an integer, 'auto' or 'all', got {n!r}") from None
+            pass
+        raise ValueError(f"{flag} must be an integer, 'auto' or 'all', got {n!r}") from None
 
     t, d = spec(request.target), spec(request.draft)
+    if t is None:
+        raise TypeError("cannot plan memory without a target (MemoryRequest.target is None)")
     ngl, dngl = layers(request.ngl, "-ngl"), layers(request.draft_ngl, "--spec-draft-ngl")
     if t is request.target and d is request.draft and ngl == request.ngl and dngl == request.draft_ngl:
         return request
     return replace(request, target=t, draft=d, ngl=ngl, draft_ngl=dngl)
 
 
-def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
+def device_list(devices: Devices | Sequence[Device]) -> tuple[Device, ...]:
+    """The GPUs of a ``Devices`` answer (or a plain sequence of ``Device``), in llama.cpp's order."""
+    if isinstance(devices, Sequence):
+        return tuple(devices)
+    return tuple(devices.devices)
+
+
+def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> MemoryPlan:
     """Plan where every byte of ``request`` goes on ``devices`` and whether it fits.
 
     ``devices``: a ``tuner.hardware.devices.Devices`` (or a tuple of ``Device``) in llama.cpp's order.
@@ -727,7 +745,7 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
     Raises ``ValueError`` for a bad request (unknown cache type, n_ctx < 1, n_parallel < 1).
     """
     request = _coerce(request)
-    devs = tuple(getattr(devices, "devices", devices))
+    devs = device_list(devices)
     ram_avail = getattr(devices, "ram_available_bytes", None)
     t = request.target
     d = request.draft
@@ -874,13 +892,13 @@ def plan_memory(request: MemoryRequest, devices: object) -> MemoryPlan:
                       unified, tuple(notes), host.expert_bytes, t_outputs)
 
 
-def max_target_ngl(request: MemoryRequest, devices: object) -> int:
+def max_target_ngl(request: MemoryRequest, devices: Devices | Sequence[Device]) -> int:
     """Largest target ``ngl`` (0 … n_layer + 1) whose plan fits every GPU next to the request's draft
     placement (``draft_ngl`` unchanged). 0 when no GPU or nothing fits (check ``plan_memory`` then).
     GPU usage grows with ngl, so a binary search over ngl is exact.
     """
     request = _coerce(request)
-    devs = tuple(getattr(devices, "devices", devices))
+    devs = device_list(devices)
     if not devs:
         return 0
 
@@ -923,14 +941,16 @@ def _gpus_fit(plan: MemoryPlan) -> bool:
     return all(p.fits is not False for p in plan.devices)
 
 
-def max_ctx_all_on_gpu(request: MemoryRequest, devices: object, ceiling: int | None = None) -> int | None:
+def max_ctx_all_on_gpu(
+    request: MemoryRequest, devices: Devices | Sequence[Device], ceiling: int | None = None
+) -> int | None:
     """Largest ``n_ctx`` (multiple of 256, ≤ ``ceiling``; default the target's training context or
     131072) whose plan with every target layer (and every draft layer of a planned draft) on the GPUs
     fits them. 0 when 256 does not fit; None without a GPU. GPU usage grows with ``n_ctx`` (KV cache,
     masks), so a binary search is exact. Raises ``ValueError`` as :func:`plan_memory`.
     """
     request = _coerce(request)
-    devs = tuple(getattr(devices, "devices", devices))
+    devs = device_list(devices)
     if not devs:
         return None
     top = ceiling or request.target.context_length or 131072
@@ -951,11 +971,13 @@ def max_ctx_all_on_gpu(request: MemoryRequest, devices: object, ceiling: int | N
     return lo * 256
 
 
-def context_trade(request: MemoryRequest, devices: object, ceiling: int | None = None) -> ContextTrade:
+def context_trade(
+    request: MemoryRequest, devices: Devices | Sequence[Device], ceiling: int | None = None
+) -> ContextTrade:
     """Both answers of the context-vs-layers trade for ``request`` on ``devices`` (see
     :class:`ContextTrade`): :func:`max_target_ngl` at ``request.n_ctx`` and :func:`max_ctx_all_on_gpu`."""
     request = _coerce(request)
-    devs = tuple(getattr(devices, "devices", devices))
+    devs = device_list(devices)
     top = ceiling or request.target.context_length or 131072
     if not devs:
         return ContextTrade(request.n_ctx, None, None, top, request.target.n_layer + 1)

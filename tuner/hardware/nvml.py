@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import ctypes
 import os
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any, Callable
+from typing import Any
 
 # NVML return codes (nvml.h)
 NVML_ERROR_UNINITIALIZED = 1

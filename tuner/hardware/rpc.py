@@ -33,10 +33,10 @@ import os
 import re
 import socket
 import threading
+from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Sequence
 
 from tuner.hardware.listdevices import ListedDevice, Runner, parse_list_devices
 from tuner.rpcaddr import (  # noqa: F401 - re-exported: the address rules live in the neutral tuner.rpcaddr
@@ -132,7 +132,7 @@ def probe_endpoint(endpoint: RpcEndpoint, timeout_s: float = CONNECT_TIMEOUT_S) 
             return None
     except ConnectionRefusedError:
         return f"RPC host {endpoint} refused the connection (no ggml-rpc-server listening on that port)"
-    except (socket.timeout, TimeoutError):
+    except TimeoutError:
         return (f"RPC host {endpoint} did not answer within {timeout_s:g} s (switched off, wrong address, "
                 "or a firewall dropping the packets)")
     except socket.gaierror as exc:

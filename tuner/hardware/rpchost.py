@@ -17,9 +17,9 @@ from __future__ import annotations
 import os
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Callable
 
 from tuner import process
 from tuner.errors import DraftwiseError  # the one subprocess adapter

@@ -10,8 +10,8 @@ from __future__ import annotations
 
 import os
 import platform
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB

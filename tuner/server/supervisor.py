@@ -49,9 +49,9 @@ import os
 import tempfile
 import threading
 import time
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Callable
 
 from tuner import paths, process
 from tuner.errors import DraftwiseError
@@ -186,7 +186,7 @@ def _write_key_file(key: str) -> _KeyHandoff:
     return _KeyHandoff(Path(name), file=Path(name))
 
 
-def _remove_key_file(handoff: "_KeyHandoff | None") -> None:
+def _remove_key_file(handoff: _KeyHandoff | None) -> None:
     """Release a key hand-off from :func:`_write_key_file` (None is fine)."""
     if handoff is not None:
         handoff.remove()
@@ -238,7 +238,7 @@ class _Liveness:
     """The liveness rule for one ready child (see the module docstring); :meth:`check` is called
     from the monitor thread about every ``health_interval_s``."""
 
-    def __init__(self, sup: "Supervisor", child: process.ChildProcess, cfg: ServerConfig) -> None:
+    def __init__(self, sup: Supervisor, child: process.ChildProcess, cfg: ServerConfig) -> None:
         self.sup = sup
         self.child = child
         self.client = ServerClient(sup.base_url or "", api_key=cfg.api_key, timeout_s=HEALTH_TIMEOUT_S)
@@ -570,7 +570,7 @@ class Supervisor:
         """Same as :meth:`stop` (for ``with`` blocks)."""
         self.stop()
 
-    def __enter__(self) -> "Supervisor":
+    def __enter__(self) -> Supervisor:
         return self
 
     def __exit__(self, *exc: object) -> None:

@@ -18,8 +18,8 @@ Series (name → unit):
 from __future__ import annotations
 
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from tuner.telemetry.ring import RingBuffer
 from tuner.telemetry.samplers import (

@@ -13,8 +13,8 @@ Every sampler returns None for "unknown" instead of raising, so a dead server sh
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Callable
 
 from tuner.telemetry.prom import MetricsParseError, MetricsSnapshot, parse_metrics
 

@@ -184,7 +184,7 @@ class AppController(QObject):
         self.status.emit(f"Scanning {folder}")
         self._start_work(lambda ev, cancel: flow.scan(folder), "scan", self._on_scanned)
 
-    def _on_scanned(self, result: "flow.ScanResult") -> None:
+    def _on_scanned(self, result: flow.ScanResult) -> None:
         self.scan = result
         if self.selected_target is None or not any(m.path == self.selected_target for m in result.models):
             self.selected_target = flow.default_target(result)
@@ -235,7 +235,7 @@ class AppController(QObject):
         """Tune again even when a fresh profile exists, then serve the new winner."""
         self.tune_and_serve(force_retune=True)
 
-    def _on_served(self, outcome: "flow.ServeOutcome") -> None:
+    def _on_served(self, outcome: flow.ServeOutcome) -> None:
         """The worker finished: update the views in separate event-loop turns (each repaint is
         small), serving state first."""
         self.last_tune = outcome.tune_result
@@ -251,7 +251,7 @@ class AppController(QObject):
         """Serve the selected target with its saved profile (tunes first when there is none)."""
         self.tune_and_serve(force_retune=False)
 
-    def _serving_started(self, info: "flow.ServingInfo", samplers: tuple = ()) -> None:
+    def _serving_started(self, info: flow.ServingInfo, samplers: tuple = ()) -> None:
         self.serving = info
         self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)))
         self._start_polling()

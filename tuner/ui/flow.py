@@ -10,9 +10,10 @@ one-click "Tune & serve" needs and turns their results into small records for th
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any, Callable
+from typing import TYPE_CHECKING, Any
 
 from tuner.calibration.request import TuneRequest, request_from_settings
 from tuner.catalog.folder import ScanResult, scan_models
@@ -112,7 +113,7 @@ def describe_error(exc: BaseException) -> str:
     return f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
 
 
-def describe_supervisor_failure(runner: "ServerRunner") -> str:
+def describe_supervisor_failure(runner: ServerRunner) -> str:
     """Why the served llama-server stopped, from the supervisor's diagnosis."""
     sup = runner.supervisor
     diag = getattr(sup, "diagnosis", None) if sup is not None else None

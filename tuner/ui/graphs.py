@@ -101,12 +101,13 @@ class TimePlot(pg.PlotWidget):
         """The drawn line's unbroken stretches as ``(first x, last x)`` in minutes (for tests)."""
         x, y = self.curves[name].getData()
         out: list[tuple[float, float]] = []
-        start = prev = None
+        start: float | None = None  # first x of the stretch being walked
+        prev = 0.0  # its last x so far (meaningful while start is set)
         for xi, yi in zip(x if x is not None else (), y if y is not None else ()):
             if math.isnan(yi):
                 if start is not None:
                     out.append((start, prev))
-                start = prev = None
+                start = None
                 continue
             if start is None:
                 start = float(xi)

@@ -75,6 +75,6 @@ class InstanceServer(QObject):
                 self._on_ready(sock)
 
     def _on_ready(self, sock: QLocalSocket) -> None:
-        data = bytes(sock.readAll())
+        data = sock.readAll().data()
         if b"show" in data:
             self.show_requested.emit()

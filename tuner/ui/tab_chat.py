@@ -171,7 +171,7 @@ class ChatTab(QWidget):
         row.addLayout(col)
         lay.addLayout(row)
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
-            QShortcut(QKeySequence(keys), self.input, activated=self.send)
+            QShortcut(QKeySequence(keys), self.input).activated.connect(self.send)
         self.status = QLabel()
         self.status.setStyleSheet("color:#b91c1c")
         self.status.setWordWrap(True)
@@ -245,8 +245,8 @@ class ChatTab(QWidget):
         self._reply = ""
         self._stopped = False
         messages = [dict(m) for m in self.messages]
-        params = dict(self.sampling())
-        if getattr(info, "model_id", None):
+        params: dict[str, Any] = dict(self.sampling())  # chat_stream's **params: sampling fields and the model
+        if info.model_id:
             params["model"] = info.model_id
         max_tokens = int(self.max_tokens_spin.value())
         base_url, api_key = info.base_url, info.api_key

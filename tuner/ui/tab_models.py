@@ -185,7 +185,8 @@ class ModelsTab(QWidget):
                     it.addChild(ch)
             fam_item.setExpanded(True)
             for j in range(fam_item.childCount()):
-                fam_item.child(j).setExpanded(True)
+                if (child := fam_item.child(j)) is not None:
+                    child.setExpanded(True)
         others = [m for m in result.models if Path(m.path) not in in_family]
         if others:
             other_item = QTreeWidgetItem(["Other files", "", "", "not usable as target or draft", ""])

@@ -54,7 +54,8 @@ class Tray:
         m = self.menu
         m.clear()
         busy = c.state is AppState.TUNING
-        serving = c.serving is not None
+        served = c.serving
+        serving = served is not None
 
         a = m.addAction("Tune && serve")  # "&&" shows one "&" (a single "&" marks a mnemonic)
         a.setEnabled(not busy and not serving)
@@ -81,8 +82,8 @@ class Tray:
         a.setEnabled(c.can_retune())
         a.triggered.connect(c.retune)
         m.addSeparator()
-        if serving:
-            info = m.addAction(f"Serving {c.serving.model_name}")
+        if served is not None:
+            info = m.addAction(f"Serving {served.model_name}")
             info.setEnabled(False)
         m.addAction("Quit").triggered.connect(self.quit_app)
 

@@ -91,6 +91,8 @@ class MainWindow(QMainWindow):
         size = self.tabs.size()
         for i in range(self.tabs.count()):
             tab = self.tabs.widget(i)
+            if tab is None:
+                continue
             tab.resize(size)
             tab.grab()
 

@@ -10,7 +10,8 @@ from __future__ import annotations
 
 import threading
 import time
-from typing import Any, Callable
+from collections.abc import Callable
+from typing import Any
 
 from PySide6.QtCore import QThread, Signal
 
@@ -24,7 +25,9 @@ class CallWorker(QThread):
         failed(object): the exception raised.
     """
 
-    event = Signal(object)
+    # the name shadows QThread.event(QEvent) for type checkers; Qt still dispatches events to the C++ method
+    # (a Signal is no Python override: tests/ui/test_worker_event_signal.py deletes one through deleteLater)
+    event = Signal(object)  # type: ignore[assignment]
     done = Signal(object)
     failed = Signal(object)
 
