@@ -1,12 +1,16 @@
-"""llama.cpp RPC host addresses (``host:port`` for ``--rpc``): parsing and the loopback rule.
+"""llama.cpp RPC host addresses (``host:port`` for ``--rpc``): parsing, the loopback rule, a bounded
+reachability probe and the log lines that name a lost host.
 
-Neutral on purpose: the Settings validate ``rpc_hosts`` with it, the hardware package probes the hosts
-(``tuner.hardware.rpc``), the server and calibration pass them to ``--rpc``. No I/O here.
+Neutral on purpose: the Settings validate ``rpc_hosts`` with it, the supervisor recognises a lost host
+with it, the hardware package lists the hosts' devices (``tuner.hardware.rpc``), calibration places
+layers on them. The only I/O is :func:`probe_endpoint`'s one TCP connect.
 """
 
 from __future__ import annotations
 
+import errno
 import re
+import socket
 from collections.abc import Sequence
 from dataclasses import dataclass
 
@@ -74,4 +78,47 @@ def is_loopback(host: str) -> bool:
     return host == "localhost" or host.startswith("127.")
 
 
-__all__ = ["DEFAULT_RPC_PORT", "RpcEndpoint", "RpcHostError", "is_loopback", "parse_rpc_hosts"]
+CONNECT_TIMEOUT_S = 2.0
+"""Bounded TCP connect per endpoint before anything is passed to ``--rpc`` (llama.cpp's own has none)."""
+
+
+def probe_endpoint(endpoint: RpcEndpoint, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
+    """One bounded TCP connect to ``endpoint``; None when it accepted, else a note naming it.
+
+    The connection is closed at once (a ``ggml-rpc-server`` sees a client that left before its hello and
+    goes back to accept). At most ``timeout_s`` seconds (plus name resolution).
+    """
+    try:
+        with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout_s):
+            return None
+    except ConnectionRefusedError:
+        return f"RPC host {endpoint} refused the connection (no ggml-rpc-server listening on that port)"
+    except TimeoutError:
+        return (f"RPC host {endpoint} did not answer within {timeout_s:g} s (switched off, wrong address, "
+                "or a firewall dropping the packets)")
+    except socket.gaierror as exc:
+        return f"RPC host {endpoint}: cannot resolve {endpoint.host!r} ({exc.strerror or exc})"
+    except OSError as exc:
+        if exc.errno in (errno.EINVAL, errno.ENETUNREACH, errno.EHOSTUNREACH):
+            return f"RPC host {endpoint}: no route to it (network unreachable or blackholed: {exc.strerror})"
+        return f"RPC host {endpoint} unreachable: {exc.strerror or exc}"
+
+
+def log_names_lost_host(lines: Sequence[str]) -> str | None:
+    """The RPC endpoint a llama-server log says it lost (or could not reach), else None.
+
+    Matches ggml-rpc.cpp's abort messages "Failed to connect to HOST:PORT" (``rpc_dispatcher::start``)
+    and "Remote RPC server crashed or returned malformed response" (``rpc_dispatcher::work``; that one
+    names no endpoint: ``"?"`` is returned).
+    """
+    for line in reversed(list(lines)):
+        m = re.search(r"Failed to connect to (\S+)", line)
+        if m:
+            return m.group(1)
+        if "Remote RPC server crashed" in line or "RPC handshake failed" in line:
+            return "?"
+    return None
+
+
+__all__ = ["CONNECT_TIMEOUT_S", "DEFAULT_RPC_PORT", "RpcEndpoint", "RpcHostError", "is_loopback",
+           "log_names_lost_host", "parse_rpc_hosts", "probe_endpoint"]

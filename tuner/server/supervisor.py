@@ -725,11 +725,7 @@ class Supervisor:
             return None
         from concurrent.futures import ThreadPoolExecutor
 
-        from tuner.hardware.rpc import (
-            log_names_lost_host,
-            parse_rpc_hosts,
-            probe_endpoint,
-        )
+        from tuner.rpcaddr import log_names_lost_host, parse_rpc_hosts, probe_endpoint
 
         lost = log_names_lost_host(lines)
         if lost is None or lost != "?":
