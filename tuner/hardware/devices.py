@@ -9,6 +9,7 @@ each GPU situation.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from dataclasses import dataclass, field, replace
@@ -25,6 +26,9 @@ from tuner.hardware.unified import (
     probe_unified,
     unified_budget_bytes,
 )
+
+log = logging.getLogger(__name__)
+
 
 MIB = 1024 * 1024
 GIB = 1024 * MIB
@@ -322,6 +326,7 @@ def _safe(fn: Callable, default, notes: list[str], what: str):  # type: ignore[n
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - a probe bug must not crash detection
+        log.warning("%s failed", what, exc_info=True)
         notes.append(f"{what} failed: {exc}")
         return default
 

@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import time
@@ -36,6 +37,9 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from tuner.hardware.memory import DRAFT_MODEL_TYPES, MIB, MemoryPlan, MemoryRequest, max_target_ngl, plan_memory
+
+log = logging.getLogger(__name__)
+
 
 Runner = Callable[[list[str], float], "tuple[int, str, str]"]
 
@@ -565,6 +569,7 @@ def server_cross_check(request: MemoryRequest, devices: object, server_binary: s
     except (ValueError, UnsupportedConfigError, OSError) as exc:
         return ServerCrossCheck(False, (), "", note=f"cannot build the server's argv: {exc}")
     except Exception as exc:  # noqa: BLE001 - DialectError and friends: an answer, not a crash
+        log.debug("no server argv for the cross-check", exc_info=True)
         return ServerCrossCheck(False, (), "", note=f"cannot build the server's argv: {exc}")
     models = [cfg.model_path, cfg.draft_path]
     key = cache_key(server_argv, models)
@@ -627,6 +632,7 @@ def plan_check_lines(request: MemoryRequest, devices: object, server_binary: str
         cfg = server_config_for(request)
         argv = build_argv(server_binary, cfg.with_port(0), probe_dialect(server_binary))
     except Exception:  # noqa: BLE001 - no argv, no cross-check line
+        log.debug("no server argv for the plan check lines", exc_info=True)
         return out
     if cached_server_report(argv, [cfg.model_path, cfg.draft_path]) is None:
         out.append("Not cross-checked with llama-server yet (draftwise plan --server-check runs it once).")

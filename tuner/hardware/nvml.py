@@ -11,9 +11,13 @@ inject each failure.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 from dataclasses import dataclass
 from typing import Any, Callable
+
+log = logging.getLogger(__name__)
+
 
 # NVML return codes (nvml.h)
 NVML_ERROR_UNINITIALIZED = 1
@@ -140,6 +144,7 @@ def _init(lib: Any, wsl_paths: tuple[str, ...]) -> str | None:
                 lib.nvmlInit()
                 return None
             except Exception:  # noqa: BLE001
+                log.debug("NVML from %s failed", path, exc_info=True)
                 continue
     return f"NVML unavailable: {explain_error(first, wsl_paths)}"
 
@@ -154,6 +159,7 @@ def _gpu(lib: Any, index: int) -> NvmlGpu:
         try:
             return fn(*args)
         except Exception:  # noqa: BLE001
+            log.debug("optional NVML call failed", exc_info=True)
             return None
 
     name = _text(opt("nvmlDeviceGetName", handle))
@@ -213,6 +219,7 @@ def probe_nvml(lib: Any = None, wsl_paths: tuple[str, ...] = WSL_LIBRARY_PATHS) 
         try:
             driver = _text(lib.nvmlSystemGetDriverVersion())
         except Exception:  # noqa: BLE001
+            log.debug("NVML driver version unreadable", exc_info=True)
             driver = None
         try:
             count = int(lib.nvmlDeviceGetCount())
@@ -227,7 +234,7 @@ def probe_nvml(lib: Any = None, wsl_paths: tuple[str, ...] = WSL_LIBRARY_PATHS) 
         try:
             lib.nvmlShutdown()
         except Exception:  # noqa: BLE001
-            pass
+            log.debug("nvmlShutdown failed", exc_info=True)
     return NvmlResult(True, tuple(gpus), driver, "; ".join(notes) or None)
 
 
@@ -293,6 +300,7 @@ class NvmlSampler:
         try:
             return int(self._lib.nvmlDeviceGetCount())
         except Exception:  # noqa: BLE001
+            log.debug("NVML device count failed", exc_info=True)
             return 0
 
     def close(self) -> None:
@@ -301,7 +309,7 @@ class NvmlSampler:
             try:
                 self._lib.nvmlShutdown()
             except Exception:  # noqa: BLE001
-                pass
+                log.debug("nvmlShutdown failed", exc_info=True)
         self._open = False
 
 

@@ -13,12 +13,16 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from tuner import paths
 from tuner.errors import DraftwiseError
+
+log = logging.getLogger(__name__)
+
 
 #: Description column of llama.cpp's help printer (common/arg.cpp ``common_arg::to_string``).
 _REMOVED_MARK = "the argument has been removed"
@@ -346,7 +350,7 @@ def probe_dialect(path: str | Path, use_cache: bool = True) -> Dialect:
 
             atomic_write_json(cache_file, {"key": list(key), "help": text})
         except Exception:  # a cache that cannot be written is not an error
-            pass
+            log.debug("cannot write the help-text cache %s", cache_file, exc_info=True)
     try:
         dialect = parse_help(text)
     except ValueError as exc:

@@ -9,6 +9,7 @@ receives signals. The steps themselves are the core's functions, called through
 
 from __future__ import annotations
 
+import logging
 import threading
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,8 @@ from tuner.telemetry.collector import Collector, TelemetryTick
 from tuner.ui import flow
 from tuner.ui.state import AppState
 from tuner.ui.workers import CallWorker, PollWorker
+
+log = logging.getLogger(__name__)
 
 
 def activity_text(collector: Collector, now_s: float | None = None) -> str:
@@ -357,4 +360,4 @@ class AppController(QObject):
         try:
             self.runner.stop()
         except Exception:
-            pass
+            log.exception("stopping llama-server on quit failed")

@@ -5,7 +5,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWidget
 
 from tuner.ui.controller import AppController
@@ -72,6 +73,8 @@ class MainWindow(QMainWindow):
         menu.addAction("Quit", self._quit)
         # Same rules as the tray menu: no second "Tune & serve" while tuning or serving (Re-tune is there).
         menu.aboutToShow.connect(self._update_file_menu)
+        help_menu = self.menuBar().addMenu("&Help")
+        self._log_action = help_menu.addAction("Open log folder", self.open_log_folder)
 
         self.models_tab.folder_chosen.connect(self._remember_folder)
         self.prompts_tab.prompts_changed.connect(self._remember_prompts)
@@ -97,6 +100,22 @@ class MainWindow(QMainWindow):
     def _quit(self) -> None:
         if self.quit_app is not None:
             self.quit_app()
+
+    def open_log_folder(self) -> Path:
+        """Help ▸ Open log folder: show the folder of Draftwise's log (``tuner.logs.log_path().parent``,
+        created when missing) in the desktop's file manager, for a bug report; returns the folder."""
+        from tuner import paths
+        from tuner.logs import log_path
+
+        folder = log_path().parent
+        try:
+            paths.ensure_private_dir(folder)
+        except OSError as exc:
+            self.statusBar().showMessage(f"Cannot create the log folder {folder}: {exc}")
+            return folder
+        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+            self.statusBar().showMessage(f"Log folder: {folder}")
+        return folder
 
     def _remember_folder(self, folder: Path) -> None:
         c = self.controller
