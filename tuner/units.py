@@ -2,6 +2,13 @@
 
 from __future__ import annotations
 
+KIB = 1024
+"""Bytes in one KiB."""
+MIB = 1024 * KIB
+"""Bytes in one MiB (llama.cpp's ``MiB`` in its logs and ``--list-devices``)."""
+GIB = 1024 * MIB
+"""Bytes in one GiB."""
+
 
 def format_bytes(n: int | None, missing: str = "?") -> str:
     """Format a byte count in binary units: ``1536`` → ``"1.5 KiB"``, ``512`` → ``"512 B"``.

@@ -345,8 +345,9 @@ class ServeTab(QWidget):
             self.model_label.setText(f"{info.model_name} — {info.spec_label}")
             self.model_id_label.setText(getattr(info, "model_id", None) or "(the file path: this llama-server has no --alias)")
             self.endpoint_edit.setText(info.endpoint_url)
-            self.cmd_edit.setPlainText(shlex.join(info.argv))
-            self.web_pages_label.setText(web_pages_text(info.argv))
+            argv = c.runner.argv or info.argv  # the live command line: a crash restart's own
+            self.cmd_edit.setPlainText(shlex.join(argv))
+            self.web_pages_label.setText(web_pages_text(argv))
             self.show_error("")
         else:
             self.model_label.setText("—")

@@ -199,7 +199,7 @@ class TuneTab(QWidget):
             msg += f"; serving {serving.model_name} at {serving.endpoint_url}"
         self.step_label.setText(msg + ".")
         self.decision_label.setText(flow.decision_text(result))
-        rows = flow.result_rows(result)
+        rows = flow.result_rows(result) if result is not None else []
         if rows:
             # the decision's pooled figures replace the live per-launch ones (chart = decision)
             self.results = {r[0]: r for r in rows}
