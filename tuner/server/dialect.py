@@ -20,6 +20,7 @@ from pathlib import Path
 
 from tuner import paths
 from tuner.errors import DraftwiseError
+from tuner.server.config import NGRAM_TYPES
 
 log = logging.getLogger(__name__)
 
@@ -154,7 +155,6 @@ def parse_help_entries(text: str) -> list[HelpEntry]:
 
 
 _IK_OPTION = re.compile(r"^ {2,31}(-\S.*)$")  # option rows; description rows are indented 34
-_IK_NGRAM_TYPES = ("ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
 
 
 def parse_ik_help_entries(text: str) -> list[HelpEntry]:
@@ -210,8 +210,8 @@ def _ik_dialect(text: str) -> Dialect:
         flags.update(e.names)
         if "--spec-type" in e.names and e.arg and "[" in e.arg:
             inner = e.arg[e.arg.index("[") + 1:e.arg.rindex("]") if "]" in e.arg else None]
-            listed = {re.sub(r"\s*-\s*", "-", t).strip() for t in inner.split("|")}
-            ngram = tuple(t for t in _IK_NGRAM_TYPES if t in listed)
+            listed = [re.sub(r"\s*-\s*", "-", t).strip() for t in inner.split("|")]
+            ngram = tuple(dict.fromkeys(t for t in listed if t in NGRAM_TYPES))  # the help's order
     types = ["none"]
     if "-md" in flags or "--model-draft" in flags:
         types.append("draft-simple")
