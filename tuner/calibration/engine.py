@@ -18,6 +18,7 @@ from tuner.profiles import (
     ProfileStore,
     StalenessKeys,
 )
+from tuner.units import format_bytes
 
 from .candidates import (
     Candidate,
@@ -193,8 +194,8 @@ def _memory_check_factory(target_path: Path, devices: Any, n_ctx: int, notes: li
             return None
         if plan.fits:
             return None
-        short = -(plan.margin_bytes or 0) / 2**20
-        return f"does not fit in memory (short by about {short:.0f} MiB)"
+        short = format_bytes(-(plan.margin_bytes or 0), unit="MiB", decimals=0)
+        return f"does not fit in memory (short by about {short})"
 
     return check
 

@@ -30,6 +30,7 @@ from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig, default_alias
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_named_server, find_server
 from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
+from tuner.units import format_bytes
 
 SELFTEST_PROMPT = "Once upon a time, there was a little girl named Lily."
 
@@ -481,7 +482,7 @@ def _devices_report(binary: ServerBinary) -> dict:
 
 
 def _gib(v: int | None) -> str:
-    return "unknown" if v is None else f"{v / 2**30:.1f} GiB"
+    return format_bytes(v, "unknown", unit="GiB")
 
 
 def cmd_doctor(args: argparse.Namespace) -> int:

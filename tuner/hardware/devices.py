@@ -26,12 +26,9 @@ from tuner.hardware.unified import (
     probe_unified,
     unified_budget_bytes,
 )
+from tuner.units import GIB, MIB, format_bytes
 
 log = logging.getLogger(__name__)
-
-
-MIB = 1024 * 1024
-GIB = 1024 * MIB
 
 
 @dataclass(frozen=True)
@@ -332,7 +329,7 @@ def _safe(fn: Callable, default, notes: list[str], what: str):  # type: ignore[n
 
 
 def _mib(n: int | None) -> str:
-    return "unknown" if n is None else f"{n // MIB} MiB"
+    return format_bytes(n, "unknown", unit="MiB", decimals=0)
 
 
 def with_budget(device: Device, budget_bytes: int | None) -> Device:

@@ -37,6 +37,7 @@ from pathlib import Path
 from typing import Callable, Sequence
 
 from tuner.hardware.memory import DRAFT_MODEL_TYPES, MIB, MemoryPlan, MemoryRequest, max_target_ngl, plan_memory
+from tuner.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -217,7 +218,8 @@ def cross_check(request: MemoryRequest, devices: object, tool: str | os.PathLike
         r = by_name.get(name)
         if r is None:
             if need.total_bytes > slack:
-                disagreements.append(f"{name}: planned {need.total_bytes // MIB} MiB, llama-fit-params has no row")
+                disagreements.append(f"{name}: planned {format_bytes(need.total_bytes, unit='MiB', decimals=0)}, "
+                                     "llama-fit-params has no row")
             continue
         ours_model = need.target_weights_bytes
         # "context" = the KV cache only (src/llama-context.cpp memory_breakdown: no output buffer)
@@ -225,7 +227,8 @@ def cross_check(request: MemoryRequest, devices: object, tool: str | os.PathLike
         for what, ours, theirs in (("weights", ours_model, r.model_bytes), ("KV/context", ours_ctx, r.context_bytes),
                                    ("compute", need.compute_bytes, r.compute_bytes)):
             if not _close(ours, theirs, rel_tol, slack):
-                disagreements.append(f"{name} {what}: ours {ours / MIB:.0f} MiB, llama-fit-params {theirs / MIB:.0f} MiB")
+                disagreements.append(f"{name} {what}: ours {format_bytes(ours, unit='MiB', decimals=0)}, "
+                                     f"llama-fit-params {format_bytes(theirs, unit='MiB', decimals=0)}")
     fitted_ngl = fitted_ctx = planned = None
     if devs:
         margins = ",".join(str(request.margin_bytes // MIB) for _ in devs)
@@ -285,8 +288,8 @@ class PartCheck:
         """The disagreement in plain words."""
         err = self.rel_error
         pct = f" ({err:+.0%})" if err is not None else ""
-        return (f"{self.model} {self.part} on {self.place}: plan {self.planned_bytes / MIB:.1f} MiB, llama-server "
-                f"{self.source} {self.reported_bytes / MIB:.1f} MiB{pct}")
+        return (f"{self.model} {self.part} on {self.place}: plan {format_bytes(self.planned_bytes, unit='MiB')}, "
+                f"llama-server {self.source} {format_bytes(self.reported_bytes, unit='MiB')}{pct}")
 
 
 @dataclass(frozen=True)

@@ -13,8 +13,7 @@ import platform
 from dataclasses import dataclass
 from typing import Callable
 
-MIB = 1024 * 1024
-GIB = 1024 * MIB
+from tuner.units import GIB, MIB
 
 # RAM kept for the OS and other programs when the budget comes from host RAM alone
 HOST_RESERVE_BYTES = 4 * GIB
