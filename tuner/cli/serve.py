@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -31,6 +32,9 @@ from tuner.server.dialect import Dialect, DialectError, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_named_server, find_server
 from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
 from tuner.units import format_bytes
+
+log = logging.getLogger(__name__)
+
 
 SELFTEST_PROMPT = "Once upon a time, there was a little girl named Lily."
 
@@ -278,6 +282,7 @@ def _settings_served() -> tuple[str, int]:
         st = load_settings_keeping_valid(repair=False).settings
         return st.cors_origins_value(), st.cache_ram_mib
     except Exception:  # never let a settings problem open the endpoint
+        log.warning("settings unreadable: serving with the safe defaults (CORS localhost, default --cache-ram)", exc_info=True)
         return "localhost", DEFAULT_CACHE_RAM_MIB
 
 

@@ -134,6 +134,7 @@ def _init(lib: Any, wsl_paths: tuple[str, ...]) -> str | None:
         lib.nvmlInit()
         return None
     except Exception as exc:  # noqa: BLE001 - every NVML failure is a value
+        log.debug("nvmlInit failed", exc_info=True)
         first = exc
     if _code(first) == NVML_ERROR_LIBRARY_NOT_FOUND:
         for path in wsl_paths:
@@ -224,11 +225,13 @@ def probe_nvml(lib: Any = None, wsl_paths: tuple[str, ...] = WSL_LIBRARY_PATHS) 
         try:
             count = int(lib.nvmlDeviceGetCount())
         except Exception as exc:  # noqa: BLE001
+            log.debug("NVML device count failed", exc_info=True)
             return NvmlResult(False, (), driver, f"NVML device count failed: {explain_error(exc)}")
         for i in range(count):
             try:
                 gpus.append(_gpu(lib, i))
             except Exception as exc:  # noqa: BLE001
+                log.debug("NVML GPU %s skipped", i, exc_info=True)
                 notes.append(f"NVML GPU {i} skipped: {explain_error(exc)}")
     finally:
         try:
@@ -275,6 +278,7 @@ class NvmlSampler:
         try:
             handle = lib.nvmlDeviceGetHandleByIndex(index)
         except Exception as exc:  # noqa: BLE001
+            log.debug("NVML GPU %s handle failed", index, exc_info=True)
             return GpuUsage(index, None, None, None, None, explain_error(exc))
         used = total = util = proc = None
         notes = []
@@ -282,10 +286,12 @@ class NvmlSampler:
             mem = lib.nvmlDeviceGetMemoryInfo(handle)
             used, total = int(mem.used), int(mem.total)
         except Exception as exc:  # noqa: BLE001
+            log.debug("NVML memory reading failed", exc_info=True)
             notes.append(f"memory: {explain_error(exc)}")
         try:
             util = int(lib.nvmlDeviceGetUtilizationRates(handle).gpu)
         except Exception as exc:  # noqa: BLE001
+            log.debug("NVML utilisation reading failed", exc_info=True)
             notes.append(f"utilisation: {explain_error(exc)}")
         if pid is not None:
             proc, pnote = _process_memory(lib, handle, pid)
@@ -317,6 +323,7 @@ def _process_memory(lib: Any, handle: Any, pid: int) -> tuple[int | None, str | 
     try:
         procs = list(lib.nvmlDeviceGetComputeRunningProcesses(handle))
     except Exception as exc:  # noqa: BLE001
+        log.debug("NVML per-process memory failed", exc_info=True)
         return None, f"per-process memory: {explain_error(exc)}"
     for p in procs:
         if int(getattr(p, "pid", -1)) == pid:

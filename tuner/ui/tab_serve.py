@@ -3,6 +3,7 @@ settings (port, LAN exposure with its API key, prompt-cache RAM, start at login,
 
 from __future__ import annotations
 
+import logging
 import shlex
 from pathlib import Path
 
@@ -29,6 +30,9 @@ from tuner import settings as settings_mod
 from tuner.ui.controller import AppController
 from tuner.ui.icons import STATE_COLORS
 from tuner.ui.state import AppState
+
+log = logging.getLogger(__name__)
+
 
 LOG_LINES = 300
 
@@ -255,6 +259,7 @@ class ServeTab(QWidget):
         try:
             self.controller.update_settings(self.controller.settings.replace(**changes))
         except Exception as exc:
+            log.debug("settings refused", exc_info=True)
             self.settings_msg.setStyleSheet("color: #b91c1c")
             self._set_settings_msg(str(exc))
             return False

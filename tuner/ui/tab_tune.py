@@ -3,6 +3,7 @@ against the baseline with its acceptance rate, and the decision in words."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from PySide6.QtCore import Qt, QTimer
@@ -20,6 +21,8 @@ from tuner.ui import flow
 from tuner.ui.controller import AppController
 from tuner.ui.graphs import CandidateChart
 from tuner.ui.state import AppState
+
+log = logging.getLogger(__name__)
 
 
 def format_eta(eta_s: float | None) -> str:
@@ -104,6 +107,7 @@ class TuneTab(QWidget):
             try:
                 self.controller.update_settings(st.replace(tune_budget_s=self._budget_s()))
             except Exception as exc:
+                log.debug("budget setting refused", exc_info=True)
                 self.step_label.setText(str(exc))
 
     def _reset(self) -> None:

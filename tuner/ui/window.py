@@ -3,6 +3,7 @@ hint shown when the desktop has no system tray."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl
@@ -18,6 +19,9 @@ from tuner.ui.tab_monitor import MonitorTab
 from tuner.ui.tab_prompts import PromptsTab
 from tuner.ui.tab_serve import ServeTab
 from tuner.ui.tab_tune import TuneTab
+
+log = logging.getLogger(__name__)
+
 
 NO_TRAY_HINT = (
     "No system tray found on this desktop: Draftwise keeps running in this window; "
@@ -123,6 +127,7 @@ class MainWindow(QMainWindow):
             try:
                 c.update_settings(c.settings.replace(models_dir=folder))
             except Exception as exc:
+                log.debug("models folder setting refused", exc_info=True)
                 self.statusBar().showMessage(str(exc))
 
     def _remember_prompts(self, path) -> None:
@@ -131,6 +136,7 @@ class MainWindow(QMainWindow):
             try:
                 c.update_settings(c.settings.replace(prompts_path=path))
             except Exception as exc:
+                log.debug("prompts setting refused", exc_info=True)
                 self.statusBar().showMessage(str(exc))
 
     def bring_forward(self) -> None:
