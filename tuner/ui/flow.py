@@ -43,8 +43,8 @@ from tuner.catalog.folder import default_target as choose_default_target
 from tuner.catalog.model import ModelFile
 from tuner.ctxsize import DEFAULT_CTX_CAP, resolve_ctx_size
 from tuner.errors import Cancelled  # re-exported: the one cancellation type
+from tuner.hardware import devices as hw_devices
 from tuner.hardware import nvml
-from tuner.hardware.devices import detect_devices, find_server_binary
 from tuner.hardware.fitcheck import plan_check_lines
 from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
 from tuner.process import tree_usage
@@ -551,7 +551,7 @@ def memory_plan_text(model: ModelFile, ctx_size: int | None = None, cache_ram_mi
     (``cache_ram_mib``, the ``--cache-ram`` limit; None = not mentioned)."""
     try:
         n_ctx, _ = resolve_ctx_size(ctx_size, model.context_length)
-        devices = detect_devices()
+        devices = hw_devices.detect_devices()  # through the module: tests replace its probes
         spec = load_model_spec(model.path)
         cache_bytes = max(cache_ram_mib or 0, 0) * MIB
         plan = plan_memory(MemoryRequest(target=spec, n_ctx=n_ctx, prompt_cache_bytes=cache_bytes), devices)
@@ -561,7 +561,7 @@ def memory_plan_text(model: ModelFile, ctx_size: int | None = None, cache_ram_mi
     text = context_text(model, ctx_size) + ". " + plan.summary
     try:  # the context-vs-layers trade and the cached llama-server cross-check (never runs the server)
         spec_request = MemoryRequest(target=spec, n_ctx=n_ctx)
-        text = " ".join([text, *plan_check_lines(spec_request, devices, find_server_binary())])
+        text = " ".join([text, *plan_check_lines(spec_request, devices, hw_devices.find_server_binary())])
     except Exception:  # noqa: BLE001 - the plan above stands on its own
         log.debug("plan check lines unavailable for %s", model.path, exc_info=True)
     if cache_ram_mib is not None:
