@@ -38,7 +38,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.burner import Burner  # noqa: E402
 from tests.synth import make_family  # noqa: E402
-from tuner.calibration.candidates import NGRAM_TYPES, Candidate  # noqa: E402
+from tuner.calibration.candidates import SWEEP_NGRAM_TYPES, Candidate  # noqa: E402
 from tuner.calibration.engine import _supervisor_launch_fn, select_prompts  # noqa: E402
 from tuner.calibration.measure import measure_repetitions  # noqa: E402
 from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
     target = fam.target.resolve()
 
     # Exhaustive grid.
-    grid = [Candidate()] + [Candidate(spec_type=t) for t in NGRAM_TYPES if t in dialect.spec_types]
+    grid = [Candidate()] + [Candidate(spec_type=t) for t in SWEEP_NGRAM_TYPES if t in dialect.spec_types]
     for d in (fam.good_draft, fam.unrelated_draft):
         grid += [Candidate(spec_type="draft-simple", draft_path=str(d.resolve()), n_max=k, p_min=0.0)
                  for k in range(1, 17)]

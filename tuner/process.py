@@ -19,6 +19,7 @@ import atexit
 import collections
 import ctypes
 import ctypes.util
+import logging
 import os
 import queue
 import signal
@@ -32,6 +33,9 @@ from concurrent.futures import Future
 from pathlib import Path
 
 import psutil
+
+log = logging.getLogger(__name__)
+
 
 _PR_SET_PDEATHSIG = 1
 
@@ -178,14 +182,14 @@ class ChildProcess:
                             os.replace(self.log_path, self.log_path.with_suffix(self.log_path.suffix + ".1"))
                             f = _open_private_log(self.log_path)
                     except OSError:
-                        pass
+                        log.debug("cannot write the child's log %s", self.log_path, exc_info=True)
                 if self._on_line is not None:
                     try:
                         self._on_line(line)
                     except Exception:
-                        pass
-        except (OSError, ValueError):
-            pass
+                        log.exception("a log-line callback of pid %s failed", self.pid)
+        except (OSError, ValueError):  # the pipe closed under the reader
+            log.debug("output reader of pid %s ended", self.pid, exc_info=True)
         finally:
             if f is not None:
                 f.close()
@@ -463,7 +467,7 @@ def kill_all_children() -> None:
         try:
             child.kill()
         except Exception:
-            pass
+            log.debug("cannot kill pid %s", child.pid, exc_info=True)
 
 
 def _stop_all_children() -> None:
@@ -471,7 +475,7 @@ def _stop_all_children() -> None:
         try:
             child.stop(grace_s=3.0)
         except Exception:
-            pass
+            log.debug("cannot stop pid %s", child.pid, exc_info=True)
 
 
 def clean_env(environ: Mapping[str, str]) -> dict[str, str]:

@@ -69,6 +69,19 @@ def test_tune_json_reuse_stale_and_serve(tmp_path: Path, stories260k: Path, llam
     assert json.loads(profile_path.read_text())["keys"]["server_build"] != "1 (0000000)"
     assert reuse_s < 30
 
+    # The log file tells the three runs' story at INFO (no --verbose): started, each llama-server's
+    # command line, decision, saved; the reuse; the stale profile and its reason. Never a prompt text.
+    log_text = (home / "logs" / "draftwise.log").read_text(encoding="utf-8")
+    for line in ("tune started: tuning stories260K.gguf", "tune decision: ", "tune saved: profile saved to",
+                 f"started: {llama_server_bin}", "tune reused: using the saved profile", "tune stale: ",
+                 "llama-server starting -> ready", "llama-server stopping -> stopped"):
+        assert line in log_text, line
+    from tuner.calibration.prompts import default_prompts
+
+    for prompt in default_prompts().prompts:
+        if prompt.text:
+            assert prompt.text[:40] not in log_text
+
     # serve: config_from_profile gives the saved winner, and `draftwise serve --models DIR` serves it
     # and answers an OpenAI-style chat completion.
     os.environ["DRAFTWISE_HOME"] = str(home)

@@ -117,3 +117,17 @@ def test_fit_rejects_bad_input():
         fit_cost_model(240.0, [])
     with pytest.raises(ValueError):
         fit_cost_model(0.0, [(4, 1.0, 100.0)])
+
+
+def test_parse_uses_the_one_metrics_parser():
+    """The sweep's counters come from tuner.telemetry.prom (the Monitor's parser): a position the
+    server did not list counts 0, and text that is not Prometheus is a MetricsParseError, not zeros."""
+    from tuner.telemetry.prom import MetricsParseError, parse_metrics
+
+    gap = ('llamacpp:spec_decode_num_drafts_total 4\n'
+           'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="0"} 4\n'
+           'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{position="2"} 1\n')
+    assert parse_spec_metrics(gap).accepted_per_pos == (4, 0, 1)
+    assert parse_metrics(gap).accepted_per_pos_total == (4.0, 0.0, 1.0)
+    with pytest.raises(MetricsParseError):
+        parse_spec_metrics("llamacpp:spec_decode_num_drafts_total {{{ not prometheus\n")

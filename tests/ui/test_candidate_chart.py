@@ -141,12 +141,12 @@ def test_types_that_never_drafted_get_a_bar_less_row(qtbot):
 def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
     """Live: the "measured" event of a type that never drafted adds its bar-less row; at the end the
     result's measurements give the same rows next to the decision's pooled bars."""
-    from types import SimpleNamespace
+    from pathlib import Path
 
     from tuner.calibration.candidates import Candidate
     from tuner.calibration.decide import decide
     from tuner.calibration.results import Measurement, Sample
-    from tuner.calibration.tune import TuneEvent
+    from tuner.calibration.tune import TuneEvent, TuneResult
     from tuner.ui.state import AppState
 
     tab = make_app(tray_available=False).window.tune_tab
@@ -162,7 +162,7 @@ def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
     assert [r[0] for r in tab.chart.rows] == ["no speculation"]
     d = decide([base, never])
     assert "ngram-simple never drafted" in d.reason  # the chart's words are the decision's
-    tab.on_done(SimpleNamespace(decision=d, measurements=[base, never], elapsed_s=12.0))
+    tab.on_done(TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=(base, never), elapsed_s=12.0))
     assert tab.chart.never == ["ngram-simple"]
     assert "never drafted" in [t.toPlainText() for t in tab.chart._labels]
     tab.on_state(AppState.IDLE)

@@ -9,6 +9,7 @@ import threading
 import psutil
 import pytest
 
+from tuner.calibration.request import TuneEvent
 from tuner.server.client import ServerClient
 from tuner.server.config import ServerConfig
 from tuner.settings import Settings
@@ -33,9 +34,10 @@ def test_served_server_pauses_for_the_sweep_and_comes_back_after_cancel(models_d
     seen: list[str] = []
     during: dict[str, object] = {}
 
-    def on_event(ev) -> None:
-        kind = getattr(ev, "kind", None)
-        seen.append(kind or str(ev))
+    def on_event(ev: TuneEvent) -> None:
+        assert isinstance(ev, TuneEvent)  # one type: the flow's own steps are kind="status"
+        kind = ev.kind
+        seen.append(ev.message if kind == "status" else kind)
         if kind == "progress" and not during:
             # the sweep is measuring: the served server is gone and its port does not answer
             during["old_alive"] = psutil.pid_exists(old_pid) and psutil.Process(old_pid).status() != psutil.STATUS_ZOMBIE

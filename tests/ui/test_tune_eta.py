@@ -65,9 +65,11 @@ def test_zero_eta_early_is_unknown_not_finishing(tuning_tab):
 def test_chart_rows_pool_each_candidates_runs_like_the_decision():
     """A candidate measured in a probe and again in confirm rounds is one bar with the pooled figure
     (median tokens/s over every repetition, acceptance over every draft), not the last run's."""
-    from types import SimpleNamespace
+    from dataclasses import replace
+    from pathlib import Path
 
     from tuner.calibration.candidates import Candidate
+    from tuner.calibration.request import TuneResult
     from tuner.calibration.results import Measurement, Sample
 
     def run(c, rep, tps, drafted=None, accepted=None, error=None):
@@ -76,18 +78,18 @@ def test_chart_rows_pool_each_candidates_runs_like_the_decision():
         return Measurement(candidate=c, samples=(s,), error=error)
 
     base, draft = Candidate(), Candidate(spec_type="draft-simple", draft_path="/m/d.gguf", n_max=8)
-    result = SimpleNamespace(measurements=[
+    result = TuneResult(target_path=Path("/m/t.gguf"), decision=None, measurements=(
         run(base, 0, 50.0), run(draft, 0, 90.0, 100, 80),  # probe
         run(base, 1, 52.0), run(draft, 1, 80.0, 100, 60),  # confirm round 1
         run(base, 2, 54.0), run(draft, 2, 70.0, 100, 40),  # confirm round 2
         run(draft, 3, 10.0, error="crashed"),  # a failed launch adds nothing
-    ])
+    ))
     rows = {r[0]: r for r in flow.result_rows(result)}
     assert set(rows) == {base.label, draft.label}
     assert rows[base.label][1] == pytest.approx(52.0) and rows[base.label][3] is True
     assert rows[draft.label][1] == pytest.approx(80.0)  # median of 90, 80, 70 (the last run alone: 70)
     assert rows[draft.label][2] == pytest.approx(0.6)  # 180 accepted of 300 drafted (the last run alone: 0.4)
-    result.measurements.append(run(draft, 4, 100.0, 100, 100))
+    result = replace(result, measurements=(*result.measurements, run(draft, 4, 100.0, 100, 100)))
     rows = {r[0]: r for r in flow.result_rows(result)}
     assert rows[draft.label][1] == pytest.approx(85.0) and rows[draft.label][2] == pytest.approx(0.7)
 

@@ -17,8 +17,9 @@ from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
-NGRAM_TYPES = ("ngram-mod", "ngram-simple")
-"""n-gram speculation types tried by default, in order. ``ngram-map-k``, ``ngram-map-k4v`` and
+SWEEP_NGRAM_TYPES = ("ngram-mod", "ngram-simple")
+"""n-gram speculation types the sweep tries by default, in order (a subset of every n-gram type
+llama-server knows, :data:`tuner.server.config.NGRAM_TYPES`). ``ngram-map-k``, ``ngram-map-k4v`` and
 ``ngram-cache`` are left out; pass ``ngram_types`` to :func:`plan_candidates` to try them.
 ``bench/ngram_types.py`` measured all five on Gemma 3 270M (code-edit and repeated-list prompts,
 2026-12-01, twice, on a heavily shared 2-core CPU). Acceptance, the same in both runs: ngram-mod 1.00
@@ -245,7 +246,7 @@ def plan_candidates(
     spec_types: Iterable[str] | None = None,
     mtp_layers: int | None = None,
     memory_check: Any | None = None,
-    ngram_types: Sequence[str] = NGRAM_TYPES,
+    ngram_types: Sequence[str] = SWEEP_NGRAM_TYPES,
     long_n_max: int = LONG_DRAFT_N_MAX,
     gpu: bool = False,
     heads: Sequence[HeadOption] = (),

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import dataclasses
 import hashlib
+import logging
 import threading
 import time
 from collections.abc import Callable
@@ -19,6 +20,7 @@ from tuner.profiles import (
     ProfileStore,
     StalenessKeys,
 )
+from tuner.units import format_bytes
 
 from .candidates import (
     Candidate,
@@ -49,6 +51,9 @@ from .request import (
 from .search import BaselineFailed, Search, SearchSettings
 from .serving import candidate_config, config_to_json
 from .workload import Sampling, Workload, long_context_prompts
+
+log = logging.getLogger(__name__)
+
 
 if TYPE_CHECKING:
     from tuner.catalog.folder import ScanResult
@@ -98,12 +103,19 @@ def _file_identity(path: Path) -> str:
         return str(path)
 
 
+#: Event kinds logged at INFO (the tune's lifecycle); ``error`` is logged as a warning, others at debug.
+_LOGGED_KINDS = frozenset({"started", "reused", "stale", "measured", "decision", "saved", "cancelled"})
+
+
 class _Emitter:
     def __init__(self, on_event: EventCallback | None) -> None:
         self.on_event = on_event
         self.t0 = time.monotonic()
 
     def __call__(self, kind: str, message: str, **kw: Any) -> None:
+        # the log gets the event's own sentence (file names, labels, figures; never a prompt text)
+        level = logging.WARNING if kind == "error" else logging.INFO if kind in _LOGGED_KINDS else logging.DEBUG
+        log.log(level, "tune %s: %s", kind, message)
         if self.on_event is None:
             return
         kw["elapsed_s"] = time.monotonic() - self.t0  # one clock for all events of a tune call
@@ -166,6 +178,7 @@ def _memory_check_factory(target_path: Path, devices: Any, n_ctx: int, notes: li
     try:
         from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
     except Exception as exc:  # noqa: BLE001
+        log.debug("memory plan unavailable", exc_info=True)
         notes.append(f"memory plan unavailable ({exc})")
         return None
     specs: dict[str, Any] = {}
@@ -188,12 +201,13 @@ def _memory_check_factory(target_path: Path, devices: Any, n_ctx: int, notes: li
             )
             plan = plan_memory(req, devices)
         except Exception as exc:  # noqa: BLE001 - a plan failure must not block tuning
+            log.debug("memory plan failed for %s", c.label, exc_info=True)
             notes.append(f"memory plan failed for {c.label}: {exc}")
             return None
         if plan.fits:
             return None
-        short = -(plan.margin_bytes or 0) / 2**20
-        return f"does not fit in memory (short by about {short:.0f} MiB)"
+        short = format_bytes(-(plan.margin_bytes or 0), unit="MiB", decimals=0)
+        return f"does not fit in memory (short by about {short})"
 
     return check
 
@@ -209,6 +223,7 @@ def _memory_cross_check_lines(target_path: Path, devices: Any, n_ctx: int, serve
         lines = plan_check_lines(MemoryRequest(target=load_model_spec(str(target_path)), n_ctx=n_ctx),
                                  devices, server_binary)
     except Exception as exc:  # noqa: BLE001 - the sweep stands without the cross-check
+        log.debug("memory plan cross-check unavailable", exc_info=True)
         return [f"memory plan cross-check unavailable ({exc})"]
     return [f"memory plan: {line}" for line in lines if "DISAGREES" in line]
 
@@ -391,6 +406,7 @@ def run_tune(
 
         devices = detect_devices(binary.path, rpc_hosts=tuple(rpc_hosts)) if rpc_hosts else detect_devices(binary.path)
     except Exception as exc:  # noqa: BLE001 - hardware detection never blocks tuning
+        log.warning("hardware detection failed", exc_info=True)
         devices = None
         emit("error", f"hardware detection failed: {exc}")
 
@@ -554,6 +570,7 @@ def run_tune(
 
         argv = tuple(tuned_argv(binary.path, winner_cfg, dialect))  # where to listen is the server's setting
     except Exception as exc:  # noqa: BLE001
+        log.warning("could not build the winner's argv", exc_info=True)
         argv = ()
         emit("error", f"could not build the winner's argv: {exc}")
     profile = Profile(
@@ -646,12 +663,14 @@ def _place_on_gpu(plan: CandidatePlan, target_path: Path, devices: Any, n_ctx: i
     try:
         from tuner.hardware.memory import MemoryRequest, load_model_spec, max_target_ngl
     except Exception as exc:  # noqa: BLE001
+        log.debug("GPU placement unavailable", exc_info=True)
         notes.append(f"GPU placement unavailable ({exc}); the server's --fit decides")
         return plan
     out: list[Candidate] = []
     try:
         tspec = load_model_spec(str(target_path))
     except Exception as exc:  # noqa: BLE001
+        log.debug("cannot read %s for the memory plan", target_path, exc_info=True)
         notes.append(f"cannot read {target_path.name} for the memory plan ({exc}); the server's --fit decides")
         return plan
     full = tspec.n_layer + 1
@@ -670,6 +689,7 @@ def _place_on_gpu(plan: CandidatePlan, target_path: Path, devices: Any, n_ctx: i
             else:
                 out.append(c)
         except Exception as exc:  # noqa: BLE001
+            log.debug("memory plan failed for %s", c.label, exc_info=True)
             notes.append(f"memory plan failed for {c.label}: {exc}")
             out.append(c)
     return replace(plan, drafts=tuple(out))

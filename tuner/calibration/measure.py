@@ -30,6 +30,7 @@ supervisor (``tuner.calibration.engine``) or by a test double.
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
@@ -50,6 +51,9 @@ from .workload import (
     fit_long_prompt,
     request_seed,
 )
+
+log = logging.getLogger(__name__)
+
 
 WARMUP_PROMPT = "Warm-up request, not measured. Once upon a time"
 
@@ -331,6 +335,7 @@ def _run(
         else:
             spec_active = any(bool(s.get("speculative")) for s in slots) if slots else None
     except Exception as exc:  # noqa: BLE001 - /slots may be disabled; recorded, not fatal
+        log.debug("/slots unavailable", exc_info=True)
         spec_active = None
         if speculative:
             return replace(base, error=f"/slots could not be read to check speculation ({exc})")
@@ -349,6 +354,7 @@ def _run(
         warm_t, _ = send_request(client, wl, Prompt(text=WARMUP_PROMPT), -1, min(16, n_predict), 1,
                                  request_timeout_s, greedy=True)
     except Exception as exc:  # noqa: BLE001 - the server's HTTP errors are recorded as the failure
+        log.debug("warm-up request failed", exc_info=True)
         return replace(base, speculative_active=spec_active, error=f"warm-up request failed: {exc}")
     if after_warmup is not None:
         planned = after_warmup(launch.load_s, _f((warm_t or {}).get("predicted_per_second")))
@@ -405,6 +411,7 @@ def _run(
         except Cancelled:
             raise
         except Exception as exc:  # noqa: BLE001
+            log.debug("greedy lossless check failed", exc_info=True)
             error = f"greedy lossless check failed: {exc}"
     no_drafts_at: str | None = None
     if speculative and error is None and samples and not any(s.draft_n for s in samples):
@@ -450,6 +457,7 @@ def _read_server_sampling(client: CompletionClient, wl: Workload) -> None:
     try:
         params = (props().get("default_generation_settings") or {}).get("params") or {}
     except Exception:  # noqa: BLE001 - wording only
+        log.debug("sampling wording unavailable", exc_info=True)
         return
     for k in ("temperature", "top_k", "top_p", "min_p"):
         if isinstance(params.get(k), (int, float)):
@@ -527,6 +535,7 @@ def _scrape(client: CompletionClient) -> PerPositionCounts | None:
     try:
         return parse_spec_metrics(client.metrics_text())
     except Exception:  # noqa: BLE001 - metrics are optional (no --metrics); prediction then unavailable
+        log.debug("/metrics unavailable: no prediction", exc_info=True)
         return None
 
 

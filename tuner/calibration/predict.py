@@ -18,11 +18,10 @@ token relative to a target token, and ``w`` a fixed per-step overhead; it yields
 
 from __future__ import annotations
 
-import re
 from collections.abc import Sequence
 from dataclasses import dataclass
 
-_METRIC_RE = re.compile(r'^(llamacpp:[a-z_]+)(\{position="(\d+)"\})?\s+([0-9.eE+-]+|nan|NaN|inf)\s*$')
+from tuner.telemetry.prom import parse_metrics
 
 
 @dataclass(frozen=True)
@@ -95,32 +94,21 @@ class PerPositionCounts:
 
 
 def parse_spec_metrics(text: str) -> PerPositionCounts:
-    """Read the speculative counters from Prometheus text of llama-server's ``/metrics``.
+    """Read the speculative counters from Prometheus text of llama-server's ``/metrics``
+    (parsed by :func:`tuner.telemetry.prom.parse_metrics`, the one ``/metrics`` parser).
 
     Missing series count as 0 (they are absent until the first speculative request ends, S7 in the
-    reference). Never raises for unknown lines.
+    reference).
+
+    Raises:
+        tuner.telemetry.prom.MetricsParseError: ``text`` is not Prometheus text.
     """
-    values: dict[str, float] = {}
-    per_pos: dict[int, float] = {}
-    for line in text.splitlines():
-        m = _METRIC_RE.match(line.strip())
-        if not m:
-            continue
-        name, _, pos, val = m.groups()
-        try:
-            v = float(val)
-        except ValueError:
-            continue
-        if name == "llamacpp:spec_decode_num_accepted_tokens_per_pos_total" and pos is not None:
-            per_pos[int(pos)] = v
-        elif pos is None:
-            values[name] = v
-    n = (max(per_pos) + 1) if per_pos else 0
+    snap = parse_metrics(text)
     return PerPositionCounts(
-        drafts_total=int(values.get("llamacpp:spec_decode_num_drafts_total", 0)),
-        draft_tokens_total=int(values.get("llamacpp:spec_decode_num_draft_tokens_total", 0)),
-        accepted_tokens_total=int(values.get("llamacpp:spec_decode_num_accepted_tokens_total", 0)),
-        accepted_per_pos=tuple(int(per_pos.get(i, 0)) for i in range(n)),
+        drafts_total=int(snap.drafts_total or 0),
+        draft_tokens_total=int(snap.draft_tokens_total or 0),
+        accepted_tokens_total=int(snap.accepted_tokens_total or 0),
+        accepted_per_pos=tuple(int(v) for v in snap.accepted_per_pos_total),
     )
 
 

@@ -261,6 +261,9 @@ class TuneEvent:
               ``budget_too_small`` / ``suggested_budget_s`` when the budget cannot hold one comparison).
             * ``"confirmed"``: a finalist's paired rounds ended (``detail["verdict"]``, ``["pairs"]``).
             * ``"progress"``: a request finished (for progress bars; ``message`` is short).
+            * ``"status"``: a step of the app's one-click flow around the sweep (serving paused for a
+              re-tune, the previous configuration back, the winner starting; ``tuner.ui.flow``): only
+              ``message`` is set; ``tune`` itself never sends it.
         message: one line for humans.
         progress: 0.0–1.0 estimate of the work done (``None`` when unknown); never moves back and
             stays below 1.0 until the decision.

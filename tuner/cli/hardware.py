@@ -33,9 +33,7 @@ from tuner.hardware.rpc import (
     RpcHostError,
     parse_rpc_hosts,
 )
-
-MIB = 1024 * 1024
-
+from tuner.units import MIB, format_bytes
 
 DEFAULT_PLAN_CTX = 4096
 """The automatic context size when the model does not say its own (:data:`tuner.ctxsize.DEFAULT_CTX_FLOOR`)."""
@@ -125,11 +123,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _mib(n: int | None) -> str:
-    if n is None:
-        return "unknown"
-    if abs(n) >= 1024 * MIB:
-        return f"{n / (1024 * MIB):.1f} GiB"
-    return f"{n / MIB:.1f} MiB"
+    return format_bytes(n, "unknown", smallest="MiB")
 
 
 def _bad_server_flag(server: str | None, command: str) -> bool:

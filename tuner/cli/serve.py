@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import logging
 import os
 import signal
 import sys
@@ -27,18 +28,12 @@ from typing import Any
 from tuner.server.argv import UnsupportedConfigError, cors_locked
 from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig, default_alias
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
-from tuner.server.discovery import (
-    ServerBinary,
-    ServerNotFoundError,
-    find_named_server,
-    find_server,
-)
-from tuner.server.supervisor import (
-    ServerStartError,
-    ServerState,
-    StateChange,
-    Supervisor,
-)
+from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_named_server, find_server
+from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
+from tuner.units import format_bytes
+
+log = logging.getLogger(__name__)
+
 
 
 def _err(msg: str) -> None:
@@ -291,6 +286,7 @@ def _settings_served() -> tuple[str, int]:
         st = load_settings_keeping_valid(repair=False).settings
         return st.cors_origins_value(), st.cache_ram_mib
     except Exception:  # never let a settings problem open the endpoint
+        log.warning("settings unreadable: serving with the safe defaults (CORS localhost, default --cache-ram)", exc_info=True)
         return "localhost", DEFAULT_CACHE_RAM_MIB
 
 
@@ -459,7 +455,7 @@ def _devices_report(binary: ServerBinary) -> dict:
 
 
 def _gib(v: int | None) -> str:
-    return "unknown" if v is None else f"{v / 2**30:.1f} GiB"
+    return format_bytes(v, "unknown", unit="GiB")
 
 
 def _rpc_line(binary: ServerBinary, dialect: Dialect) -> str:

@@ -9,6 +9,7 @@ each GPU situation.
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 from collections.abc import Callable, Sequence
@@ -32,11 +33,11 @@ from tuner.hardware.unified import (
     probe_unified,
     unified_budget_bytes,
 )
+from tuner.units import GIB, MIB, format_bytes
 
 _T = TypeVar("_T")
 
-MIB = 1024 * 1024
-GIB = 1024 * MIB
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -387,12 +388,13 @@ def _safe(fn: Callable[[], _T], default: _T, notes: list[str], what: str) -> _T:
     try:
         return fn()
     except Exception as exc:  # noqa: BLE001 - a probe bug must not crash detection
+        log.warning("%s failed", what, exc_info=True)
         notes.append(f"{what} failed: {exc}")
         return default
 
 
 def _mib(n: int | None) -> str:
-    return "unknown" if n is None else f"{n // MIB} MiB"
+    return format_bytes(n, "unknown", unit="MiB", decimals=0)
 
 
 def with_budget(device: Device, budget_bytes: int | None) -> Device:

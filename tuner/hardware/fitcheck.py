@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import os
 import re
 import time
@@ -46,10 +47,14 @@ from tuner.hardware.memory import (
     max_target_ngl,
     plan_memory,
 )
+from tuner.units import format_bytes
 
 if TYPE_CHECKING:
     from tuner.hardware.devices import Device, Devices
     from tuner.server.dialect import Dialect
+
+log = logging.getLogger(__name__)
+
 
 Runner = Callable[[list[str], float], "tuple[int, str, str]"]
 
@@ -227,7 +232,8 @@ def cross_check(request: MemoryRequest, devices: Devices | Sequence[Device], too
         r = by_name.get(name)
         if r is None:
             if need.total_bytes > slack:
-                disagreements.append(f"{name}: planned {need.total_bytes // MIB} MiB, llama-fit-params has no row")
+                disagreements.append(f"{name}: planned {format_bytes(need.total_bytes, unit='MiB', decimals=0)}, "
+                                     "llama-fit-params has no row")
             continue
         ours_model = need.target_weights_bytes
         # "context" = the KV cache only (src/llama-context.cpp memory_breakdown: no output buffer)
@@ -235,7 +241,8 @@ def cross_check(request: MemoryRequest, devices: Devices | Sequence[Device], too
         for what, ours, theirs in (("weights", ours_model, r.model_bytes), ("KV/context", ours_ctx, r.context_bytes),
                                    ("compute", need.compute_bytes, r.compute_bytes)):
             if not _close(ours, theirs, rel_tol, slack):
-                disagreements.append(f"{name} {what}: ours {ours / MIB:.0f} MiB, llama-fit-params {theirs / MIB:.0f} MiB")
+                disagreements.append(f"{name} {what}: ours {format_bytes(ours, unit='MiB', decimals=0)}, "
+                                     f"llama-fit-params {format_bytes(theirs, unit='MiB', decimals=0)}")
     fitted_ngl = fitted_ctx = planned = None
     if devs:
         margins = ",".join(str(request.margin_bytes // MIB) for _ in devs)
@@ -295,8 +302,8 @@ class PartCheck:
         """The disagreement in plain words."""
         err = self.rel_error
         pct = f" ({err:+.0%})" if err is not None else ""
-        return (f"{self.model} {self.part} on {self.place}: plan {self.planned_bytes / MIB:.1f} MiB, llama-server "
-                f"{self.source} {self.reported_bytes / MIB:.1f} MiB{pct}")
+        return (f"{self.model} {self.part} on {self.place}: plan {format_bytes(self.planned_bytes, unit='MiB')}, "
+                f"llama-server {self.source} {format_bytes(self.reported_bytes, unit='MiB')}{pct}")
 
 
 @dataclass(frozen=True)
@@ -581,6 +588,7 @@ def server_cross_check(request: MemoryRequest, devices: Devices | Sequence[Devic
     except (ValueError, UnsupportedConfigError, OSError) as exc:
         return ServerCrossCheck(False, (), "", note=f"cannot build the server's argv: {exc}")
     except Exception as exc:  # noqa: BLE001 - DialectError and friends: an answer, not a crash
+        log.debug("no server argv for the cross-check", exc_info=True)
         return ServerCrossCheck(False, (), "", note=f"cannot build the server's argv: {exc}")
     models = [cfg.model_path, cfg.draft_path]
     key = cache_key(server_argv, models)
@@ -643,6 +651,7 @@ def plan_check_lines(request: MemoryRequest, devices: Devices | Sequence[Device]
         cfg = server_config_for(request)
         argv = build_argv(Path(server_binary), cfg.with_port(0), probe_dialect(Path(server_binary)))
     except Exception:  # noqa: BLE001 - no argv, no cross-check line
+        log.debug("no server argv for the plan check lines", exc_info=True)
         return out
     if cached_server_report(argv, [cfg.model_path, cfg.draft_path]) is None:
         out.append("Not cross-checked with llama-server yet (draftwise plan --server-check runs it once).")

@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
+import logging
 from dataclasses import dataclass
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -34,11 +37,13 @@ def probe_host() -> HostInfo:
         vm = psutil.virtual_memory()
         total, avail = int(vm.total), int(vm.available)
     except Exception as exc:  # noqa: BLE001 - any psutil failure becomes a note
+        log.debug("host RAM unreadable", exc_info=True)
         notes.append(f"host RAM unreadable: {exc}")
     try:
         threads = psutil.cpu_count(logical=True)
         cores = psutil.cpu_count(logical=False) or threads
     except Exception as exc:  # noqa: BLE001
+        log.debug("CPU count unreadable", exc_info=True)
         notes.append(f"CPU count unreadable: {exc}")
     return HostInfo(total, avail, cores, threads, "; ".join(notes) or None, cpu_features())
 
@@ -66,6 +71,7 @@ def process_rss_bytes(pid: int) -> int | None:
 
         return int(psutil.Process(pid).memory_info().rss)
     except Exception:  # noqa: BLE001
+        log.debug("RSS of pid %s unreadable", pid, exc_info=True)
         return None
 
 
@@ -153,12 +159,14 @@ class LoadWatcher:
             me = psutil.Process(self.own_pid)
             procs = [me, *me.children(recursive=True)]
         except Exception:  # noqa: BLE001
+            log.debug("own process tree unreadable", exc_info=True)
             return 0.0
         for p in procs:
             try:
                 t = p.cpu_times()
                 total += t.user + t.system
             except Exception:  # noqa: BLE001 - a child that just exited
+                log.debug("CPU times of pid %s unreadable (exited?)", p.pid, exc_info=True)
                 continue
         return total
 
@@ -180,11 +188,13 @@ class LoadWatcher:
         try:
             prev = read()
         except Exception:  # noqa: BLE001
+            log.debug("CPU meter cannot read CPU times", exc_info=True)
             return
         while not self._stop.wait(self.interval_s):
             try:
                 cur = read()
             except Exception:  # noqa: BLE001
+                log.debug("CPU meter reading failed", exc_info=True)
                 continue
             wall = (cur[0] - prev[0]) * n_cpu
             if wall > 0:
@@ -247,6 +257,7 @@ def foreign_processes(name_part: str) -> list[tuple[int, str]]:
         me = psutil.Process(os.getpid())
         ours = {me.pid, *(p.pid for p in me.children(recursive=True))}
     except Exception:  # noqa: BLE001
+        log.debug("own process tree unreadable", exc_info=True)
         ours = set()
     out = []
     for p in psutil.process_iter(["pid", "name", "cmdline"]):

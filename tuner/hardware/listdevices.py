@@ -19,7 +19,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-MIB = 1024 * 1024
+from tuner.units import MIB
 
 _LINE = re.compile(
     r"^\s*(?P<name>[^:\s]+):\s*(?P<desc>.*?)\s*\((?P<total>\d+)\s*MiB,\s*(?P<free>\d+)\s*MiB free\)\s*$"

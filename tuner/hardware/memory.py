@@ -31,12 +31,11 @@ from pathlib import Path
 from typing import TYPE_CHECKING, SupportsInt
 
 from tuner.server.config import DRAFT_MODEL_TYPES
+from tuner.units import GIB as GIB  # re-exported: the plan's callers and tests use it
+from tuner.units import MIB, format_bytes
 
 if TYPE_CHECKING:
     from tuner.hardware.devices import Device, Devices
-
-MIB = 1024 * 1024
-GIB = 1024 * MIB
 
 # bytes per element of a KV cache type (ggml type traits: block bytes / block size)
 KV_TYPE_BYTES: dict[str, float] = {
@@ -249,9 +248,7 @@ class MemoryPlan:
     def summary(self) -> str:
         """One or two sentences for the UI: where things go and the verdict."""
         def mib(n: int | None) -> str:
-            if n is None:
-                return "unknown"
-            return f"{n / GIB:.1f} GiB" if abs(n) >= GIB else f"{n / MIB:.0f} MiB"
+            return format_bytes(n, "unknown", smallest="MiB", decimals={"MiB": 0})
 
         parts = []
         for d in self.devices:

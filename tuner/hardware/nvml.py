@@ -11,10 +11,14 @@ inject each failure.
 from __future__ import annotations
 
 import ctypes
+import logging
 import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
+
+log = logging.getLogger(__name__)
+
 
 # NVML return codes (nvml.h)
 NVML_ERROR_UNINITIALIZED = 1
@@ -131,6 +135,7 @@ def _init(lib: Any, wsl_paths: tuple[str, ...]) -> str | None:
         lib.nvmlInit()
         return None
     except Exception as exc:  # noqa: BLE001 - every NVML failure is a value
+        log.debug("nvmlInit failed", exc_info=True)
         first = exc
     if _code(first) == NVML_ERROR_LIBRARY_NOT_FOUND:
         for path in wsl_paths:
@@ -141,6 +146,7 @@ def _init(lib: Any, wsl_paths: tuple[str, ...]) -> str | None:
                 lib.nvmlInit()
                 return None
             except Exception:  # noqa: BLE001
+                log.debug("NVML from %s failed", path, exc_info=True)
                 continue
     return f"NVML unavailable: {explain_error(first, wsl_paths)}"
 
@@ -155,6 +161,7 @@ def _gpu(lib: Any, index: int) -> NvmlGpu:
         try:
             return fn(*args)
         except Exception:  # noqa: BLE001
+            log.debug("optional NVML call failed", exc_info=True)
             return None
 
     name = _text(opt("nvmlDeviceGetName", handle))
@@ -214,21 +221,24 @@ def probe_nvml(lib: Any = None, wsl_paths: tuple[str, ...] = WSL_LIBRARY_PATHS) 
         try:
             driver = _text(lib.nvmlSystemGetDriverVersion())
         except Exception:  # noqa: BLE001
+            log.debug("NVML driver version unreadable", exc_info=True)
             driver = None
         try:
             count = int(lib.nvmlDeviceGetCount())
         except Exception as exc:  # noqa: BLE001
+            log.debug("NVML device count failed", exc_info=True)
             return NvmlResult(False, (), driver, f"NVML device count failed: {explain_error(exc)}")
         for i in range(count):
             try:
                 gpus.append(_gpu(lib, i))
             except Exception as exc:  # noqa: BLE001
+                log.debug("NVML GPU %s skipped", i, exc_info=True)
                 notes.append(f"NVML GPU {i} skipped: {explain_error(exc)}")
     finally:
         try:
             lib.nvmlShutdown()
         except Exception:  # noqa: BLE001
-            pass
+            log.debug("nvmlShutdown failed", exc_info=True)
     return NvmlResult(True, tuple(gpus), driver, "; ".join(notes) or None)
 
 
@@ -269,6 +279,7 @@ class NvmlSampler:
         try:
             handle = lib.nvmlDeviceGetHandleByIndex(index)
         except Exception as exc:  # noqa: BLE001
+            log.debug("NVML GPU %s handle failed", index, exc_info=True)
             return GpuUsage(index, None, None, None, None, explain_error(exc))
         used = total = util = proc = None
         notes = []
@@ -276,10 +287,12 @@ class NvmlSampler:
             mem = lib.nvmlDeviceGetMemoryInfo(handle)
             used, total = int(mem.used), int(mem.total)
         except Exception as exc:  # noqa: BLE001
+            log.debug("NVML memory reading failed", exc_info=True)
             notes.append(f"memory: {explain_error(exc)}")
         try:
             util = int(lib.nvmlDeviceGetUtilizationRates(handle).gpu)
         except Exception as exc:  # noqa: BLE001
+            log.debug("NVML utilisation reading failed", exc_info=True)
             notes.append(f"utilisation: {explain_error(exc)}")
         if pid is not None:
             proc, pnote = _process_memory(lib, handle, pid)
@@ -294,6 +307,7 @@ class NvmlSampler:
         try:
             return int(self._lib.nvmlDeviceGetCount())
         except Exception:  # noqa: BLE001
+            log.debug("NVML device count failed", exc_info=True)
             return 0
 
     def close(self) -> None:
@@ -302,7 +316,7 @@ class NvmlSampler:
             try:
                 self._lib.nvmlShutdown()
             except Exception:  # noqa: BLE001
-                pass
+                log.debug("nvmlShutdown failed", exc_info=True)
         self._open = False
 
 
@@ -310,6 +324,7 @@ def _process_memory(lib: Any, handle: Any, pid: int) -> tuple[int | None, str | 
     try:
         procs = list(lib.nvmlDeviceGetComputeRunningProcesses(handle))
     except Exception as exc:  # noqa: BLE001
+        log.debug("NVML per-process memory failed", exc_info=True)
         return None, f"per-process memory: {explain_error(exc)}"
     for p in procs:
         if int(getattr(p, "pid", -1)) == pid:

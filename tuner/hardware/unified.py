@@ -13,8 +13,7 @@ import platform
 from collections.abc import Callable
 from dataclasses import dataclass
 
-MIB = 1024 * 1024
-GIB = 1024 * MIB
+from tuner.units import GIB, MIB
 
 # RAM kept for the OS and other programs when the budget comes from host RAM alone
 HOST_RESERVE_BYTES = 4 * GIB

@@ -13,12 +13,17 @@ from __future__ import annotations
 
 import hashlib
 import json
+import logging
 import re
 from dataclasses import dataclass
 from pathlib import Path
 
 from tuner import paths
 from tuner.errors import DraftwiseError
+from tuner.server.config import NGRAM_TYPES
+
+log = logging.getLogger(__name__)
+
 
 #: Description column of llama.cpp's help printer (common/arg.cpp ``common_arg::to_string``).
 _REMOVED_MARK = "the argument has been removed"
@@ -176,7 +181,6 @@ def parse_help_entries(text: str) -> list[HelpEntry]:
 
 
 _IK_OPTION = re.compile(r"^ {2,31}(-\S.*)$")  # option rows; description rows are indented 34
-_IK_NGRAM_TYPES = ("ngram-cache", "ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod")
 
 
 def parse_ik_help_entries(text: str) -> list[HelpEntry]:
@@ -232,8 +236,8 @@ def _ik_dialect(text: str) -> Dialect:
         flags.update(e.names)
         if "--spec-type" in e.names and e.arg and "[" in e.arg:
             inner = e.arg[e.arg.index("[") + 1:e.arg.rindex("]") if "]" in e.arg else None]
-            listed = {re.sub(r"\s*-\s*", "-", t).strip() for t in inner.split("|")}
-            ngram = tuple(t for t in _IK_NGRAM_TYPES if t in listed)
+            listed = [re.sub(r"\s*-\s*", "-", t).strip() for t in inner.split("|")]
+            ngram = tuple(dict.fromkeys(t for t in listed if t in NGRAM_TYPES))  # the help's order
     types = ["none"]
     if "-md" in flags or "--model-draft" in flags:
         types.append("draft-simple")
@@ -372,7 +376,7 @@ def probe_dialect(path: str | Path, use_cache: bool = True) -> Dialect:
 
             atomic_write_json(cache_file, {"key": list(key), "help": text})
         except Exception:  # a cache that cannot be written is not an error
-            pass
+            log.debug("cannot write the help-text cache %s", cache_file, exc_info=True)
     try:
         dialect = parse_help(text)
     except ValueError as exc:

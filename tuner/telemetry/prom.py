@@ -38,8 +38,9 @@ class MetricsSnapshot:
         draft_tokens_total: ``llamacpp:spec_decode_num_draft_tokens_total`` (drafted tokens, incl. rejected).
         accepted_tokens_total: ``llamacpp:spec_decode_num_accepted_tokens_total``.
         drafts_total: ``llamacpp:spec_decode_num_drafts_total`` (verification steps).
-        accepted_per_pos_total: ``..._accepted_tokens_per_pos_total{position=i}`` ordered by i; empty
-            until the first speculative request finishes.
+        accepted_per_pos_total: ``..._accepted_tokens_per_pos_total{position=i}`` for i = 0 … the
+            highest position listed (a position not listed counts 0); empty until the first
+            speculative request finishes.
         requests_processing: gauge, requests being decoded now.
         requests_deferred: gauge, requests waiting for a slot.
     """
@@ -101,5 +102,5 @@ def parse_metrics(text: str) -> MetricsSnapshot:
         raise MetricsParseError(str(exc)) from exc
     return MetricsSnapshot(
         **values,
-        accepted_per_pos_total=tuple(per_pos[i] for i in sorted(per_pos)),
+        accepted_per_pos_total=tuple(per_pos.get(i, 0.0) for i in range(max(per_pos) + 1)) if per_pos else (),
     )

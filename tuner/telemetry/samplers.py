@@ -13,10 +13,13 @@ Every sampler returns None for "unknown" instead of raising, so a dead server sh
 
 from __future__ import annotations
 
+import logging
 from collections.abc import Callable
 from dataclasses import dataclass
 
 from tuner.telemetry.prom import MetricsParseError, MetricsSnapshot, parse_metrics
+
+log = logging.getLogger(__name__)
 
 
 @dataclass(frozen=True)
@@ -99,6 +102,7 @@ class MetricsSampler:
             self.last_error = str(exc)
             return MetricsRates(t_s=t_s)
         except Exception as exc:  # connection refused, HTTP 501 without --metrics, timeouts
+            log.debug("/metrics scrape failed", exc_info=True)
             self.last_error = f"/metrics unavailable: {exc}"
             self.reset()
             return MetricsRates(t_s=t_s)
@@ -176,6 +180,7 @@ class ProcessSampler:
         try:
             u = self._read()
         except Exception:
+            log.debug("process usage reading failed", exc_info=True)
             u = None
         if u is None:
             self._prev = None
@@ -202,4 +207,5 @@ class VramSampler:
         try:
             return self._read()
         except Exception:
+            log.debug("VRAM reading failed", exc_info=True)
             return None

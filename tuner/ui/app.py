@@ -13,6 +13,15 @@ from __future__ import annotations
 
 import os
 import sys
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    from PySide6.QtWidgets import QApplication
+
+    from tuner.ui.controller import AppController
+    from tuner.ui.single_instance import InstanceServer
+    from tuner.ui.tray import Tray
+    from tuner.ui.window import MainWindow
 
 SMOKE_ENV = "DRAFTWISE_SMOKE_QUIT_MS"
 
@@ -29,7 +38,8 @@ class DraftwiseApp:
         settings_error: why the settings file could not be used (defaults were used), or None.
     """
 
-    def __init__(self, qapp, controller, tray, window, instance, settings_error: str | None) -> None:
+    def __init__(self, qapp: QApplication, controller: AppController, tray: Tray, window: MainWindow,
+                 instance: InstanceServer | None, settings_error: str | None) -> None:
         self.qapp = qapp
         self.controller = controller
         self.tray = tray
@@ -55,40 +65,21 @@ class DraftwiseApp:
         self.qapp.exit(0)
 
 
-def _qapp():
+def _qapp() -> QApplication:
     from PySide6.QtWidgets import QApplication
 
-    app = QApplication.instance()
-    if app is None:
+    existing = QApplication.instance()
+    if existing is None:
         app = QApplication(sys.argv[:1])
+    elif isinstance(existing, QApplication):
+        app = existing
+    else:
+        raise RuntimeError("a non-GUI QCoreApplication already runs in this process; the app needs a QApplication")
     app.setApplicationName("Draftwise")
     app.setOrganizationName("Draftwise")
     app.setDesktopFileName("io.github.draftwise.Draftwise")
     app.setQuitOnLastWindowClosed(False)
     return app
-
-
-def _preload_core() -> None:
-    """Import the core modules the workers use before the event loop runs: a first import inside a
-    worker thread holds the interpreter lock long enough to stall the GUI (~150 ms measured)."""
-    import importlib
-
-    for name in (
-        "tuner.calibration.tune",
-        "tuner.calibration.engine",
-        "tuner.calibration.serving",
-        "tuner.catalog.scan",
-        "tuner.catalog.families",
-        "tuner.server.supervisor",
-        "tuner.server.client",
-        "tuner.hardware.devices",
-        "tuner.hardware.memory",
-        "tuner.hardware.nvml",
-    ):
-        try:
-            importlib.import_module(name)
-        except ImportError:
-            continue
 
 
 def build(single_instance: bool = True, tray_available: bool | None = None) -> DraftwiseApp | None:
@@ -106,12 +97,14 @@ def build(single_instance: bool = True, tray_available: bool | None = None) -> D
 
     qt_guard.install()
     from tuner import settings as settings_mod
+
+    # importing the controller imports tuner.ui.flow, which imports every core module the workers use:
+    # their import time is paid here, before the event loop runs (see tuner.ui.flow's docstring)
     from tuner.ui.controller import AppController
     from tuner.ui.single_instance import InstanceServer, notify_running_instance
     from tuner.ui.tray import Tray
     from tuner.ui.window import MainWindow
 
-    _preload_core()
     instance = None
     if single_instance:
         if notify_running_instance():

@@ -9,18 +9,25 @@ receives signals. The steps themselves are the core's functions, called through
 
 from __future__ import annotations
 
+import logging
 import threading
+from collections.abc import Callable
 from pathlib import Path
 from typing import Any
 
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from tuner import settings as settings_mod
+from tuner.calibration.request import EventCallback, TuneResult
+from tuner.catalog.model import ModelFile
+from tuner.server.supervisor import ServerState, StateChange
 from tuner.settings import Settings
 from tuner.telemetry.collector import Collector, TelemetryTick
 from tuner.ui import flow
 from tuner.ui.state import AppState
 from tuner.ui.workers import CallWorker, PollWorker
+
+log = logging.getLogger(__name__)
 
 
 def activity_text(collector: Collector, now_s: float | None = None) -> str:
@@ -52,8 +59,9 @@ class AppController(QObject):
         state_changed(AppState): tray state changed.
         status(str): one-line status for the tooltip / status bar.
         scan_done(object): a :class:`tuner.ui.flow.ScanResult`.
-        tune_event(object): a calibration ``TuneEvent`` (progress).
-        tune_done(object): the ``TuneResult`` / profile used for serving.
+        tune_event(object): a :class:`tuner.calibration.request.TuneEvent` (the sweep's progress, or
+            the flow's own step as ``kind="status"``).
+        tune_done(object): the :class:`tuner.calibration.request.TuneResult` behind what is served.
         server_changed(object): a :class:`tuner.ui.flow.ServingInfo` or None when stopped.
         telemetry(object): a :class:`tuner.telemetry.collector.TelemetryTick` (1 Hz while polling).
         notify(str, str): title and message for a desktop notification.
@@ -81,7 +89,7 @@ class AppController(QObject):
         self.scan: flow.ScanResult | None = None
         self.selected_target: Path | None = None
         self.prompts_path: Path | None = self.settings.prompts_path
-        self.last_tune: Any = None
+        self.last_tune: TuneResult | None = None
         self.serving: flow.ServingInfo | None = None
         self.runner = flow.ServerRunner(on_state=self._supervisor_state.emit)
         self._supervisor_state.connect(self._on_supervisor_state)
@@ -90,6 +98,7 @@ class AppController(QObject):
         self.tune_options: dict[str, Any] = {}
         self._poller: PollWorker | None = None
         self._work: CallWorker | None = None
+        self._plan_workers: list[CallWorker] = []
         self._stopping = False
         self.last_tick: TelemetryTick | None = None
         self.paused_for_retune = False
@@ -143,7 +152,8 @@ class AppController(QObject):
         self.settings = new
 
     # ------------------------------------------------------------ actions
-    def _start_work(self, fn, name: str, on_done, on_event=None) -> CallWorker | None:
+    def _start_work(self, fn: Callable[[EventCallback, threading.Event], Any], name: str,
+                    on_done: Callable[[Any], None], on_event: EventCallback | None = None) -> CallWorker | None:
         if self.busy:
             self.status.emit("Busy: wait for the current step or cancel it")
             return None
@@ -166,7 +176,7 @@ class AppController(QObject):
             # the previous configuration was started again (same port): a new process to show
             self.paused_for_retune = False
             if self.runner.pid is not None:
-                self._refresh_serving_process()
+                self._serving_process_changed()
             else:
                 self._serving_stopped()
         if isinstance(exc, flow.Cancelled):
@@ -192,7 +202,7 @@ class AppController(QObject):
         n = len(result.models)
         self.status.emit(f"Found {n} GGUF file{'' if n == 1 else 's'} in {result.folder}")
 
-    def plan_memory(self, model) -> None:
+    def plan_memory(self, model: ModelFile) -> None:
         """Compute the memory plan of ``model`` in a worker (device detection runs llama-server
         ``--list-devices``); the answer arrives as :attr:`plan_ready` ``(model, text)``."""
         cram = self.settings.cache_ram_mib
@@ -200,7 +210,7 @@ class AppController(QObject):
         w = CallWorker(lambda ev, cancel: flow.memory_plan_text(model, ctx_size, cram), "plan")
         w.done.connect(lambda text: self.plan_ready.emit(model, text))
         w.failed.connect(lambda exc: self.plan_ready.emit(model, f"Memory plan unavailable: {exc}"))
-        self._plan_workers = [x for x in getattr(self, "_plan_workers", []) if x.isRunning()] + [w]
+        self._plan_workers = [x for x in self._plan_workers if x.isRunning()] + [w]
         w.start()
 
     def tune_and_serve(self, force_retune: bool = False) -> None:
@@ -214,7 +224,7 @@ class AppController(QObject):
         self.paused_for_retune = self.serving is not None
         self.set_state(AppState.TUNING, "Serving paused for re-tune" if self.paused_for_retune else "Tuning…")
 
-        def job(on_event, cancel: threading.Event):
+        def job(on_event: EventCallback, cancel: threading.Event) -> flow.ServeOutcome:
             return flow.tune_and_serve(
                 folder=folder,
                 target=target,
@@ -244,14 +254,15 @@ class AppController(QObject):
         if outcome.tune_result is not None:
             QTimer.singleShot(60, self, lambda: self.tune_done.emit(outcome.tune_result))
             QTimer.singleShot(120, self, lambda: self.notify.emit("Draftwise: tuning finished", outcome.decision_text))
-        if outcome.scan is not None:
-            QTimer.singleShot(180, self, lambda: self._on_scanned(outcome.scan))
+        scanned = outcome.scan
+        if scanned is not None:
+            QTimer.singleShot(180, self, lambda: self._on_scanned(scanned))
 
     def start_server(self) -> None:
         """Serve the selected target with its saved profile (tunes first when there is none)."""
         self.tune_and_serve(force_retune=False)
 
-    def _serving_started(self, info: flow.ServingInfo, samplers: tuple = ()) -> None:
+    def _serving_started(self, info: flow.ServingInfo, samplers: flow.Samplers | None = None) -> None:
         self.serving = info
         self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)))
         self._start_polling()
@@ -262,9 +273,8 @@ class AppController(QObject):
         """Stop llama-server (in a worker; the whole process tree goes)."""
         self._stopping = True
 
-        def job(on_event, cancel):
+        def job(on_event: EventCallback, cancel: threading.Event) -> None:
             self.runner.stop()
-            return None
 
         self._start_work(job, "stop", lambda _r: self._serving_stopped())
 
@@ -280,30 +290,30 @@ class AppController(QObject):
         if self._work is not None:
             self._work.cancel()
 
-    def _on_supervisor_state(self, change) -> None:
+    def _on_supervisor_state(self, change: StateChange) -> None:
         """Supervisor transitions while serving: crash restarts and failures become notifications."""
-        state = str(getattr(change, "state", change))
-        state = getattr(getattr(change, "state", None), "value", state)
         if self.serving is None or self._stopping:
             return
-        prev = getattr(getattr(change, "previous", None), "value", None)
-        diag = getattr(change, "diagnosis", None)
-        if state == "starting" and prev == "ready" and diag is not None and diag.code == "rpc_host_lost":
+        state, prev = change.state, change.previous
+        diag = change.diagnosis
+        if state is ServerState.STARTING and prev is ServerState.READY and diag is not None \
+                and diag.code == "rpc_host_lost":
             self.notify.emit("Draftwise: RPC host lost", f"{change.message}.")
             self.status.emit(change.message)
-        elif state == "starting" and prev == "ready":
+        elif state is ServerState.STARTING and prev is ServerState.READY:
             why = f": {diag.message}" if diag is not None else ""
             what = "hung" if diag is not None and diag.code == "hung" else "crashed"
             self.notify.emit(f"Draftwise: llama-server {what}",
                              f"llama-server {'stopped answering' if what == 'hung' else 'stopped unexpectedly'}{why}; "
                              "restarting it.")
             self.status.emit(f"llama-server {what}; restarting")
-        elif state == "ready" and prev == "starting" and getattr(change, "restart_count", 0):
+        elif state is ServerState.READY and prev is ServerState.STARTING and change.restart_count:
             self.metrics_reset()
-            self._refresh_serving_process()
-            lost = getattr(self.runner.supervisor, "rpc_lost", None)
-            cfg = getattr(change, "config", None)
-            if lost and cfg is not None and not getattr(cfg, "rpc", ()):
+            self._serving_process_changed()
+            sup = self.runner.supervisor
+            lost = sup.rpc_lost if sup is not None else None
+            cfg = change.config
+            if lost and cfg is not None and not cfg.rpc:
                 msg = f"RPC host {lost} lost: serving on this machine only (the profile's local-only configuration)"
                 self.notify.emit("Draftwise: serving on this machine only", msg + ".")
                 self.set_state(AppState.SERVING, msg)
@@ -311,22 +321,17 @@ class AppController(QObject):
                 self.notify.emit("Draftwise: llama-server restarted",
                                  f"llama-server crashed and was restarted ({change.message}).")
                 self.set_state(AppState.SERVING, "llama-server restarted")
-        elif state == "failed":
+        elif state is ServerState.FAILED:
             msg = flow.describe_supervisor_failure(self.runner)
             self.notify.emit("Draftwise: llama-server stopped", msg)
             self.set_state(AppState.ERROR, msg)
 
-    def _refresh_serving_process(self) -> None:
-        """After a crash restart: the new llama-server's pid and command line (a fallback
-        configuration may differ) go into :attr:`serving`, and the views are told."""
-        from dataclasses import replace
-
-        sup = self.runner.supervisor
-        if self.serving is None or sup is None:
-            return
-        argv = tuple(sup.argv or ()) or self.serving.argv
-        self.serving = replace(self.serving, pid=sup.pid, argv=argv)
-        self.server_changed.emit(self.serving)
+    def _serving_process_changed(self) -> None:
+        """After a crash restart (or the previous configuration started again after a failed re-tune)
+        a new llama-server runs: the views are told, and read its pid and command line (a fallback
+        configuration may differ) from the supervisor (:attr:`ServerRunner.pid` / ``.argv``)."""
+        if self.serving is not None:
+            self.server_changed.emit(self.serving)
 
     def metrics_reset(self) -> None:
         """Forget the previous /metrics scrape (after a restart the counters start again)."""
@@ -344,13 +349,13 @@ class AppController(QObject):
     def _on_tick(self, tick: TelemetryTick) -> None:
         self.last_tick = tick
         self.telemetry.emit(tick)
-        if tick.watch is not None and tick.watch.alert:
+        watch = self.collector.watch
+        if tick.watch is not None and tick.watch.alert and watch is not None:
             rate = tick.watch.acceptance_rate or 0.0
             self.notify.emit(
                 "Draftwise: speculation is now slowing you down — re-tune?",
                 f"Draft acceptance {rate:.0%} has stayed below the break-even "
-                f"{self.collector.watch.break_even_rate:.0%} for "
-                f"{self.collector.watch.hold_s / 60:.0f} minutes.",
+                f"{watch.break_even_rate:.0%} for {watch.hold_s / 60:.0f} minutes.",
             )
 
     # ------------------------------------------------------------ shutdown
@@ -359,7 +364,7 @@ class AppController(QObject):
         if self._work is not None:
             self._work.cancel()
             self._work.wait(int(timeout_s * 1000))
-        for w in getattr(self, "_plan_workers", []):
+        for w in self._plan_workers:
             w.wait(int(timeout_s * 1000))
         if self._poller is not None:
             self._poller.stop()
@@ -368,4 +373,4 @@ class AppController(QObject):
         try:
             self.runner.stop()
         except Exception:
-            pass
+            log.exception("stopping llama-server on quit failed")

@@ -5,24 +5,82 @@ once: the sweep gets the same scan and the same binary), the request is
 :func:`tuner.calibration.request.request_from_settings`, tuning is :func:`tuner.calibration.tune.tune`,
 serving is :class:`tuner.server.supervisor.Supervisor`. This module only chains them the way the
 one-click "Tune & serve" needs and turns their results into small records for the window.
+
+Every core call is typed: events are :class:`~tuner.calibration.request.TuneEvent` (the flow's own
+steps, e.g. "Serving paused for re-tune", are ``TuneEvent(kind="status")``), results are
+:class:`~tuner.calibration.request.TuneResult`, the server is a
+:class:`~tuner.server.supervisor.Supervisor` whose states are :class:`~tuner.server.supervisor.ServerState`
+members.
+
+The core modules the workers use are imported here, at module level, so the app pays their import
+time while it starts (``tuner.ui.controller`` imports this module before the event loop runs): a first
+import inside a worker thread holds the interpreter lock long enough to stall the GUI (~150 ms
+measured, ``tests/ui/test_loop_latency.py``).
 """
 
 from __future__ import annotations
 
+import logging
 import threading
-from collections.abc import Callable
-from dataclasses import dataclass
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
-from tuner.calibration.request import TuneRequest, request_from_settings
+from tuner.calibration.candidates import Candidate
+from tuner.calibration.decide import Decision
+from tuner.calibration.request import (
+    EventCallback,
+    TuneEvent,
+    TuneRequest,
+    TuneResult,
+    request_from_settings,
+)
+from tuner.calibration.results import Measurement
+from tuner.calibration.serving import profile_server_config
+from tuner.calibration.tune import tune
 from tuner.catalog.folder import ScanResult, scan_models
 from tuner.catalog.folder import default_target as choose_default_target
+from tuner.catalog.model import ModelFile
+from tuner.ctxsize import DEFAULT_CTX_CAP, resolve_ctx_size
 from tuner.errors import Cancelled  # re-exported: the one cancellation type
-from tuner.settings import Settings
+from tuner.hardware import devices as hw_devices
+from tuner.hardware import nvml
+from tuner.hardware.fitcheck import plan_check_lines
+from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
+from tuner.process import tree_usage
+from tuner.profiles import Profile
+from tuner.server.client import ServerClient
+from tuner.server.config import ServerConfig, default_alias
+from tuner.server.discovery import ServerBinary, find_server
+from tuner.server.supervisor import (
+    ServerStartError,
+    ServerState,
+    StateChange,
+    Supervisor,
+)
+from tuner.settings import Settings, server_api_key
+from tuner.telemetry.samplers import (
+    MetricsSampler,
+    ProcessSampler,
+    ProcessUsage,
+    VramSampler,
+)
+from tuner.telemetry.watch import AcceptanceWatch
+from tuner.units import MIB, format_bytes
 
-if TYPE_CHECKING:
-    from tuner.server.discovery import ServerBinary
+log = logging.getLogger(__name__)
+
+#: What :func:`server_samplers` returns: ``(MetricsSampler, ProcessSampler, AcceptanceWatch | None)``.
+Samplers = tuple[MetricsSampler, ProcessSampler, AcceptanceWatch | None]
+#: One row of the candidate chart: ``(label, gen tokens/s, acceptance 0..1 | None, is_baseline)``.
+ResultRow = tuple[str, float, float | None, bool]
+
+
+def status_event(message: str) -> TuneEvent:
+    """The flow's own step (pausing, resuming or starting the served server) as a ``TuneEvent`` of
+    kind ``"status"``, so ``on_event`` carries one type."""
+    return TuneEvent(kind="status", message=message)
 
 
 @dataclass(frozen=True)
@@ -34,8 +92,9 @@ class ServingInfo:
         target_path: the target GGUF.
         endpoint_url: OpenAI-compatible base URL (``http://127.0.0.1:PORT/v1``).
         base_url: server root (``http://127.0.0.1:PORT``).
-        argv: the exact llama-server command line.
-        pid: process id of llama-server, or None.
+        argv: the exact llama-server command line at serving start (after a crash restart the live
+            one is :attr:`ServerRunner.argv`).
+        pid: process id of llama-server at serving start, or None (live: :attr:`ServerRunner.pid`).
         spec_label: the speculation in words ("no speculation", "draft-simple d.gguf n_max 8", …).
         break_even_rate: acceptance rate below which speculation loses (0..1), None when unknown.
         api_key: the key clients must send, or None.
@@ -62,10 +121,10 @@ class ServeOutcome:
     reused), the decision in words, and what is now being served."""
 
     scan: ScanResult | None
-    tune_result: Any
+    tune_result: TuneResult
     decision_text: str
     serving: ServingInfo
-    samplers: tuple[Any, ...] = ()
+    samplers: Samplers | None = None
 
 
 def demo_models_dir() -> Path:
@@ -93,31 +152,29 @@ def default_target(result: ScanResult) -> Path | None:
 
 
 def set_autostart(enabled: bool) -> None:
-    """``tuner.desktop.set_autostart`` (the packaging engineer's module), guarded until it exists.
+    """Install or remove the start-at-login entry (:func:`tuner.desktop.set_autostart`).
 
     Raises:
-        RuntimeError: the desktop module is not available on this install.
+        OSError: the autostart entry cannot be written or removed.
     """
-    try:
-        from tuner import desktop
-    except ImportError as exc:
-        raise RuntimeError(f"start at login is not available: {exc}") from exc
+    from tuner import desktop
+
     desktop.set_autostart(enabled)
 
 
 def describe_error(exc: BaseException) -> str:
-    """A failure in plain words, with the core's evidence where it carries one."""
-    diag = getattr(exc, "diagnosis", None)
-    if diag is not None and getattr(diag, "message", None):
-        return f"{diag.message}"
+    """A failure in plain words: a server that did not start says its diagnosis, anything else its
+    message (the type name when the message is empty)."""
+    if isinstance(exc, ServerStartError) and exc.diagnosis.message:
+        return exc.diagnosis.message
     return f"{type(exc).__name__}: {exc}" if not str(exc) else str(exc)
 
 
 def describe_supervisor_failure(runner: ServerRunner) -> str:
     """Why the served llama-server stopped, from the supervisor's diagnosis."""
     sup = runner.supervisor
-    diag = getattr(sup, "diagnosis", None) if sup is not None else None
-    if diag is not None and getattr(diag, "message", None):
+    diag = sup.diagnosis if sup is not None else None
+    if diag is not None and diag.message:
         return f"llama-server stopped: {diag.message}"
     return "llama-server stopped unexpectedly"
 
@@ -130,34 +187,35 @@ class ServerRunner:
             it must return quickly, e.g. emit a Qt signal).
     """
 
-    def __init__(self, on_state: Callable[[Any], None] | None = None) -> None:
+    def __init__(self, on_state: Callable[[StateChange], None] | None = None) -> None:
         self.on_state = on_state
-        self.supervisor: Any = None
+        self.supervisor: Supervisor | None = None
         self._lock = threading.Lock()
 
-    def _state_cb(self, change: Any) -> None:
+    def _state_cb(self, change: StateChange) -> None:
         if self.on_state is not None:
             self.on_state(change)
 
     def start(
         self,
-        config: Any,
-        binary: Any = None,
+        config: ServerConfig,
+        binary: ServerBinary | Path | None = None,
         ready_timeout_s: float | None = None,
         cancel: threading.Event | None = None,
-        rpc_fallback: Any = None,
-    ) -> Any:
+        rpc_fallback: ServerConfig | None = None,
+    ) -> Supervisor:
         """Stop any running server, start ``config`` (crash restarts on) and wait until ready.
         ``rpc_fallback``: the local-only configuration the supervisor switches to when an RPC host of
         ``config`` is lost (``tuner.calibration.serving.rpc_fallback_config``).
+
+        Args:
+            binary: the llama-server to run; None = :func:`tuner.server.discovery.find_server`.
 
         Raises:
             tuner.server.discovery.ServerNotFoundError: no llama-server (names the places looked at).
             tuner.server.supervisor.ServerStartError: the server failed (with ``diagnosis``).
             Cancelled: ``cancel`` was set while loading (the process tree is stopped).
         """
-        from tuner.server.supervisor import ServerStartError, Supervisor
-
         self.stop()
         sup = Supervisor(binary, auto_restart=True, on_state=self._state_cb, rpc_fallback=rpc_fallback)
         with self._lock:
@@ -172,17 +230,17 @@ class ServerRunner:
             raise
         return sup
 
-    def pause(self) -> Any:
+    def pause(self) -> ServerConfig | None:
         """Stop the served server for a re-tune and return its configuration (``None`` when nothing
         was serving), so :meth:`start` can bring the same configuration back on the same port."""
         with self._lock:
             sup = self.supervisor
         if sup is None:
             return None
-        state = getattr(getattr(sup, "state", None), "value", None)
-        config = getattr(sup, "config", None)
-        if state not in ("ready", "starting") or config is None:
+        config = sup.config
+        if sup.state not in (ServerState.READY, ServerState.STARTING) or config is None:
             return None
+        log.info("pausing the served llama-server (port %s) for a re-tune", config.port)
         sup.stop()
         return config
 
@@ -200,46 +258,40 @@ class ServerRunner:
 
     @property
     def pid(self) -> int | None:
-        """llama-server's process id, or None."""
+        """The running llama-server's process id (a crash restart's new one), or None."""
         sup = self.supervisor
         return sup.pid if sup is not None else None
 
+    @property
+    def argv(self) -> tuple[str, ...] | None:
+        """The running (or last) llama-server's command line (a crash restart's own), or None."""
+        sup = self.supervisor
+        argv = sup.argv if sup is not None else None
+        return tuple(argv) if argv else None
 
-def vram_sampler():
-    """A :class:`tuner.telemetry.samplers.VramSampler` over NVML when ``tuner.hardware.nvml`` offers
-    a used-memory reading; None otherwise (no NVIDIA GPU / module absent)."""
-    from tuner.telemetry.samplers import VramSampler
 
-    try:
-        from tuner.hardware import nvml
-    except ImportError:
-        return None
-    read = getattr(nvml, "used_bytes_total", None)
-    if read is None:
-        return None
+def vram_sampler() -> VramSampler | None:
+    """A :class:`tuner.telemetry.samplers.VramSampler` over NVML (``tuner.hardware.nvml.used_bytes_total``);
+    None when there is no reading (no NVML library, no NVIDIA GPU)."""
+    read = nvml.used_bytes_total
     try:
         if read() is None:  # no NVML library or no NVIDIA GPU: no VRAM series at all
             return None
     except Exception:
+        log.debug("NVML used-memory reading failed: no VRAM series", exc_info=True)
         return None
     return VramSampler(read)
 
 
-def server_samplers(info: ServingInfo, runner: ServerRunner):
-    """``(MetricsSampler, ProcessSampler, AcceptanceWatch|None)`` for the served server."""
-    from tuner.server.client import ServerClient
-    from tuner.telemetry.samplers import MetricsSampler, ProcessSampler, ProcessUsage
-    from tuner.telemetry.watch import AcceptanceWatch
-
+def server_samplers(info: ServingInfo, runner: ServerRunner) -> Samplers:
+    """``(MetricsSampler, ProcessSampler, AcceptanceWatch | None)`` for the served server."""
     client = ServerClient(info.base_url, api_key=info.api_key)
     metrics = MetricsSampler(client.metrics_text)
 
-    def read_usage():
+    def read_usage() -> ProcessUsage | None:
         pid = runner.pid
         if pid is None:
             return None
-        from tuner.process import tree_usage
-
         usage = tree_usage(pid)
         if usage is None:
             return None
@@ -273,7 +325,7 @@ def _break_even_for(decision_json: dict[str, Any]) -> float | None:
     return float(best)
 
 
-def serving_config(profile: Any, settings: Settings) -> Any:
+def serving_config(profile: Profile, settings: Settings) -> ServerConfig:
     """The profile's winning ``ServerConfig`` with the user's port, listen address and API key, the
     friendly model id (``--alias`` = :func:`tuner.server.config.default_alias`) and the prompt-cache
     limit (``settings.cache_ram_mib``).
@@ -282,19 +334,13 @@ def serving_config(profile: Any, settings: Settings) -> Any:
         tuner.settings.SettingsError: LAN exposure without an API key.
         tuner.profiles.ProfileError: the profile sets an option a profile may not (named).
     """
-    from dataclasses import replace
-
-    from tuner.calibration.serving import profile_server_config
-    from tuner.server.config import default_alias
-    from tuner.settings import server_api_key
-
     cfg = profile_server_config(profile)  # raises ProfileError for a tampered profile (option named)
     return replace(cfg, port=settings.port, host=settings.host, api_key=server_api_key(settings),
                    cors_origins=settings.cors_origins_value(),
                    alias=cfg.alias or default_alias(cfg.model_path), cache_ram_mib=settings.cache_ram_mib)
 
 
-def _argv_has(argv, flags: tuple[str, ...]) -> bool:
+def _argv_has(argv: Sequence[str] | None, flags: tuple[str, ...]) -> bool:
     """True when the launched command line carries one of ``flags`` (argv omits flags the binary lacks)."""
     return any(a in flags for a in (argv or ()))
 
@@ -305,15 +351,15 @@ def tune_and_serve(
     settings: Settings,
     prompts_path: Path | None,
     runner: ServerRunner,
-    on_event: Callable[[Any], None],
+    on_event: EventCallback,
     cancel: threading.Event,
     force_retune: bool = False,
     tune_options: dict[str, Any] | None = None,
 ) -> ServeOutcome:
     """Scan → tune (or reuse a fresh profile) → serve. Runs in a worker thread.
 
-    While a server is already serving (re-tune), it is stopped before the sweep (``"Serving paused for
-    re-tune"`` goes to ``on_event``), and started again with its previous configuration, on the same
+    While a server is already serving (re-tune), it is stopped before the sweep (a ``"status"`` event
+    "Serving paused for re-tune" goes to ``on_event``), and started again with its previous configuration, on the same
     port, when the sweep is cancelled or fails; after a sweep the new winner is served on the
     settings' port, which is the same port. External clients only see a pause.
 
@@ -323,8 +369,6 @@ def tune_and_serve(
         tuner.calibration.tune.TuneError: no LLM, no server, baseline failed (with evidence).
         tuner.server.supervisor.ServerStartError: the winner did not start (with diagnosis).
     """
-    from tuner.server.discovery import find_server
-
     scanned = scan(folder)
     binary = find_server(settings.server_binary)  # one binary for the sweep and for serving
     if cancel.is_set():
@@ -335,23 +379,24 @@ def tune_and_serve(
     # Re-tune while serving: the served server would compete with the sweep for CPU, GPU and memory.
     paused = runner.pause()
     if paused is not None:
-        on_event(f"Serving paused for re-tune (port {paused.port} comes back when the sweep ends)")
+        on_event(status_event(f"Serving paused for re-tune (port {paused.port} comes back when the sweep ends)"))
     try:
         return _tune_then_serve(scanned, request, settings, runner, on_event, cancel, binary)
     except BaseException:
         if paused is not None:  # cancelled or failed: the previous configuration comes back, same port
             try:
                 runner.start(paused, binary=binary)
-                on_event(f"Re-tune did not finish: the previous configuration is serving again on port {paused.port}")
+                on_event(status_event(
+                    f"Re-tune did not finish: the previous configuration is serving again on port {paused.port}"))
             except Exception as exc:  # noqa: BLE001 - the sweep's own error is the one to report
-                on_event(f"Re-tune did not finish, and the previous configuration did not start again: {exc}")
+                log.exception("the previous configuration did not start again after the re-tune")
+                on_event(status_event(
+                    f"Re-tune did not finish, and the previous configuration did not start again: {exc}"))
         raise
 
 
 def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settings, runner: ServerRunner,
-                     on_event: Callable[[Any], None], cancel: threading.Event, binary: ServerBinary) -> ServeOutcome:
-    from tuner.calibration.tune import tune
-
+                     on_event: EventCallback, cancel: threading.Event, binary: ServerBinary) -> ServeOutcome:
     try:
         result = tune(request, on_event=on_event, cancel=cancel, scanned=scanned, binary=binary)
     except Exception:
@@ -369,15 +414,18 @@ def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settin
     fallback = rpc_fallback_config(config, profile)
     config, rpc_note = reachable_config(config, fallback)
     if rpc_note:
-        on_event(rpc_note)
-    on_event(f"Starting llama-server for {Path(profile.target_path).name} on port {config.port}")
+        on_event(status_event(rpc_note))
+    on_event(status_event(f"Starting llama-server for {Path(profile.target_path).name} on port {config.port}"))
     sup = runner.start(config, binary=binary, cancel=cancel, rpc_fallback=fallback if config.rpc else None)
     decision_json = dict(profile.decision)
+    base_url = sup.base_url
+    if base_url is None:  # wait_ready returned: the child was launched, so it has an address
+        raise RuntimeError("llama-server is ready but has no address")
     info = ServingInfo(
         model_name=Path(profile.target_path).name,
         target_path=Path(profile.target_path),
-        endpoint_url=f"{sup.base_url}/v1",
-        base_url=sup.base_url,
+        endpoint_url=f"{base_url}/v1",
+        base_url=base_url,
         argv=tuple(sup.argv or ()),
         pid=sup.pid,
         spec_label=str(decision_json.get("label") or "no speculation"),
@@ -431,102 +479,94 @@ class TuneProgress:
         return (elapsed / (elapsed + eta) if elapsed + eta > 0 else self.fraction), eta
 
 
-def tune_progress(ev: Any) -> TuneProgress:
-    """Map a calibration ``TuneEvent`` to :class:`TuneProgress` (see tuner.calibration.tune)."""
-    if isinstance(ev, str):
-        return TuneProgress(message=ev)
-    fraction = getattr(ev, "progress", None)
-    eta_s = getattr(ev, "eta_s", None)
-    message = getattr(ev, "message", None)
+def tune_progress(ev: TuneEvent) -> TuneProgress:
+    """Map a ``TuneEvent`` (the sweep's, or the flow's own ``"status"``) to :class:`TuneProgress`; a
+    measurement of a type that never drafted becomes a bar-less ``never`` row."""
+    if ev.kind == "status":  # the flow's own step: a message, not a point on the sweep's clock
+        return TuneProgress(message=ev.message)
     result = None
     never = None
-    m = getattr(ev, "measurement", None)
+    m = ev.measurement
     if m is not None:
         row = measurement_row(m)
         if row is not None:
             result = row
-        elif getattr(m, "no_drafts_at", None):
-            never = getattr(m.candidate, "label", None) or str(m.candidate)
-    return TuneProgress(fraction=fraction, eta_s=eta_s, message=message, result=result,
-                        elapsed_s=getattr(ev, "elapsed_s", None), never=never)
+        elif m.no_drafts_at:
+            never = m.candidate.label
+    return TuneProgress(fraction=ev.progress, eta_s=ev.eta_s, message=ev.message, result=result,
+                        elapsed_s=ev.elapsed_s, never=never)
 
 
-def measurement_row(m: Any) -> tuple[str, float, float | None, bool] | None:
-    """``(label, gen tokens/s, acceptance, is_baseline)`` of one measurement, None without a speed."""
-    cand = getattr(m, "candidate", None)
-    tps = getattr(m, "gen_tokens_per_s", None)
-    if cand is None or tps is None:
+def measurement_row(m: Measurement) -> ResultRow | None:
+    """``(label, gen tokens/s, acceptance, is_baseline)`` of one measurement, None without a speed
+    or when it failed."""
+    tps = m.gen_tokens_per_s
+    if tps is None or m.error:
         return None
-    if getattr(m, "error", None):
-        return None
-    acc = getattr(m, "acceptance", None)
-    label = getattr(cand, "label", None) or str(cand)
-    return (label, float(tps), acc, bool(getattr(cand, "is_baseline", False)))
+    return (m.candidate.label, float(tps), m.acceptance, m.candidate.is_baseline)
 
 
-def result_rows(result: Any) -> list[tuple[str, float, float | None, bool]]:
+def result_rows(result: TuneResult) -> list[ResultRow]:
     """Rows for the candidate chart from a ``TuneResult``: the decision's pooled figures
     (``Decision.comparisons``, one per candidate, over the requests it was compared on — adjacent
     pairs where it had them), so the chart, the decision sentence and the per-category lines quote the
     same numbers. The baseline's bar is the decision's baseline figure. Without a decision (an old
     profile), each candidate's successful runs pooled. Empty when there is nothing to show."""
-    d = getattr(result, "decision", None)
-    comps = getattr(d, "comparisons", None) or ()
-    if d is not None and comps:
-        rows = [("no speculation", float(d.baseline_gen_tokens_per_s), None, True)] \
+    d = result.decision
+    if d is not None and d.comparisons:
+        rows: list[ResultRow] = [("no speculation", float(d.baseline_gen_tokens_per_s), None, True)] \
             if d.baseline_gen_tokens_per_s else []
-        for c in comps:
+        for c in d.comparisons:
             if c.gen_tokens_per_s:
                 rows.append((c.candidate.label, float(c.gen_tokens_per_s), c.acceptance, False))
         return rows
-    pooled: dict[Any, Any] = {}
-    for m in getattr(result, "measurements", None) or ():
+    pooled: dict[Candidate, Measurement] = {}
+    for m in result.measurements:
         if measurement_row(m) is None:
             continue
-        key = getattr(m, "candidate", None)
+        key = m.candidate
         pooled[key] = pooled[key].merged(m) if key in pooled else m
     return [r for r in (measurement_row(m) for m in pooled.values()) if r is not None]
 
 
-def never_drafted(result: Any) -> list[str]:
+def never_drafted(result: TuneResult | None) -> list[str]:
     """Labels of the speculation types in a ``TuneResult`` that ran but never drafted (measurements with
     ``no_drafts_at``) and have no figures of their own, in measurement order: the chart's bar-less
     "never drafted" rows, the same types the decision names (tuner.calibration.decide._never_text)."""
-    measured = {getattr(m.candidate, "label", None) for m in getattr(result, "measurements", None) or ()
-                if measurement_row(m) is not None}
+    if result is None:
+        return []
+    measured = {m.candidate.label for m in result.measurements if measurement_row(m) is not None}
     out: list[str] = []
-    for m in getattr(result, "measurements", None) or ():
-        label = getattr(getattr(m, "candidate", None), "label", None)
-        if getattr(m, "no_drafts_at", None) and label and label not in measured and label not in out:
+    for m in result.measurements:
+        label = m.candidate.label
+        if m.no_drafts_at and label not in measured and label not in out:
             out.append(label)
     return out
 
 
-def decision_text(result: Any) -> str:
-    """The decision in words (speedup or "no speculation" with the reason)."""
+def decision_text(result: TuneResult | None) -> str:
+    """The decision in words (``Decision.reason``: speedup or "no speculation" with the reason); for a
+    reused profile, that it was reused and the reason it recorded."""
     if result is None:
         return "Served from a saved profile (still fresh)."
-    decision = getattr(result, "decision", result)
-    if decision is None and getattr(result, "profile", None) is not None:
-        decision = result.profile.decision
-    if getattr(result, "reused", False):
-        text = decision.get("reason") if isinstance(decision, dict) else getattr(decision, "reason", None)
-        return f"Using the saved profile (still fresh): {text or 'no reason recorded'}"
-    for attr in ("summary", "reason", "message"):
-        text = getattr(decision, attr, None)
-        if text:
-            return str(text)
-    if isinstance(decision, dict):
-        return str(decision.get("reason") or decision)
-    return str(decision)
+    reason = _decision_reason(result.decision, result.profile)
+    if result.reused:
+        return f"Using the saved profile (still fresh): {reason or 'no reason recorded'}"
+    return reason or "No decision was recorded."
 
 
-def context_text(model: Any, ctx_size: int | None = None) -> str:
+def _decision_reason(decision: Decision | None, profile: Profile | None) -> str | None:
+    if decision is not None and decision.reason:
+        return decision.reason
+    if profile is not None and profile.decision.get("reason"):
+        return str(profile.decision["reason"])
+    return None
+
+
+def context_text(model: ModelFile, ctx_size: int | None = None) -> str:
     """The context size the model is tuned and served at, in words: e.g. ``"Context size 8192 tokens
     (automatic: the model's training context 32768, capped at 8192)"`` (``tuner.ctxsize``)."""
-    from tuner.ctxsize import DEFAULT_CTX_CAP, resolve_ctx_size
-
-    trained = getattr(model, "context_length", None)
+    trained = model.context_length
     try:
         n, note = resolve_ctx_size(ctx_size, trained, flag="the context setting")
     except ValueError as exc:
@@ -541,40 +581,29 @@ def context_text(model: Any, ctx_size: int | None = None) -> str:
     return f"Context size {n} tokens ({why})"
 
 
-def memory_plan_text(model: Any, ctx_size: int | None = None, cache_ram_mib: int | None = None) -> str:
+def memory_plan_text(model: ModelFile, ctx_size: int | None = None, cache_ram_mib: int | None = None) -> str:
     """Where the model's weights and KV cache go on this machine at the context size it will be served
     with (:func:`context_text`), in words (``tuner.hardware``), with the context-vs-layers trade and the
     cached llama-server cross-check, plus the host RAM llama-server's prompt cache may take while serving
     (``cache_ram_mib``, the ``--cache-ram`` limit; None = not mentioned)."""
-    from tuner.ctxsize import resolve_ctx_size
     try:
-        from tuner.hardware.devices import detect_devices
-        from tuner.hardware.memory import MemoryRequest, plan_memory
-    except ImportError:
-        return "Memory planning is not available yet in this build."
-    try:
-        n_ctx, _ = resolve_ctx_size(ctx_size, getattr(model, "context_length", None))
-        devices = detect_devices()
-        cache_bytes = max(cache_ram_mib or 0, 0) * 1024 * 1024
-        request = MemoryRequest(target=model, n_ctx=n_ctx, prompt_cache_bytes=cache_bytes)
-        plan = plan_memory(request, devices)
-    except Exception as exc:
+        n_ctx, _ = resolve_ctx_size(ctx_size, model.context_length)
+        devices = hw_devices.detect_devices()  # through the module: tests replace its probes
+        spec = load_model_spec(model.path)
+        cache_bytes = max(cache_ram_mib or 0, 0) * MIB
+        plan = plan_memory(MemoryRequest(target=spec, n_ctx=n_ctx, prompt_cache_bytes=cache_bytes), devices)
+    except Exception as exc:  # the Models tab shows why; the log keeps the traceback
+        log.debug("memory plan unavailable for %s", model.path, exc_info=True)
         return f"Memory plan unavailable for {Path(model.path).name}: {exc}"
-    text = context_text(model, ctx_size) + ". " + str(getattr(plan, "summary", None) or plan)
+    text = context_text(model, ctx_size) + ". " + plan.summary
     try:  # the context-vs-layers trade and the cached llama-server cross-check (never runs the server)
-        from tuner.hardware.devices import find_server_binary
-        from tuner.hardware.fitcheck import plan_check_lines
-        from tuner.hardware.memory import load_model_spec
-
-        spec_request = MemoryRequest(target=load_model_spec(model.path), n_ctx=request.n_ctx)
-        text = " ".join([text, *plan_check_lines(spec_request, devices, find_server_binary())])
+        spec_request = MemoryRequest(target=spec, n_ctx=n_ctx)
+        text = " ".join([text, *plan_check_lines(spec_request, devices, hw_devices.find_server_binary())])
     except Exception:  # noqa: BLE001 - the plan above stands on its own
-        pass
+        log.debug("plan check lines unavailable for %s", model.path, exc_info=True)
     if cache_ram_mib is not None:
-        from tuner.units import format_bytes
-
         if cache_ram_mib > 0:
-            extra = f"up to {format_bytes(cache_ram_mib * 1024 * 1024)} of host RAM, counted in the host RAM above"
+            extra = f"up to {format_bytes(cache_ram_mib * MIB)} of host RAM, counted in the host RAM above"
         else:
             extra = "no limit on host RAM" if cache_ram_mib < 0 else "off"
         text += f"\nWhile serving, llama-server's prompt cache (--cache-ram): {extra}."

@@ -17,6 +17,7 @@ Chats are stored only with "Keep chat history" (:mod:`tuner.chat_history`, a 060
 from __future__ import annotations
 
 import html
+import logging
 import time
 from typing import Any
 
@@ -38,6 +39,9 @@ from PySide6.QtWidgets import (
 from tuner import chat_history
 from tuner.ui.controller import AppController
 from tuner.ui.workers import CallWorker
+
+log = logging.getLogger(__name__)
+
 
 #: llama-server b11434's sampling defaults (``--help``), used when the settings have no such key.
 SAMPLING_DEFAULTS: dict[str, float] = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05}
@@ -300,6 +304,7 @@ class ChatTab(QWidget):
             else:
                 chat_history.delete_history()
         except Exception as exc:
+            log.warning("chat history setting failed", exc_info=True)
             self.status.setText(f"Chat history: {exc}")
 
     def _save_history(self) -> None:

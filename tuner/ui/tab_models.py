@@ -24,10 +24,6 @@ from tuner.ui.controller import AppController
 from tuner.units import format_bytes
 
 
-def human_bytes(n: int | None) -> str:
-    """``1536`` → ``"1.5 KiB"``; None → ``"?"`` (see :func:`tuner.units.format_bytes`)."""
-    return format_bytes(n)
-
 def _model_name(m) -> str:
     """The row label of a model: its file name (``general.name`` is often just the architecture,
     e.g. "llama"; the file is what the user recognises and what the API serves as the model id)."""
@@ -162,7 +158,7 @@ class ModelsTab(QWidget):
                     details += f", MTP ({t.mtp_layers} layers)"
                 details += (f"; {n_drafts} draft candidate{'s' if n_drafts != 1 else ''} below" if n_drafts
                             else "; no smaller draft: n-gram speculation only")
-                it = QTreeWidgetItem([_model_name(t), "target", human_bytes(t.size_bytes), details, str(t.path)])
+                it = QTreeWidgetItem([_model_name(t), "target", format_bytes(t.size_bytes), details, str(t.path)])
                 it.setData(0, Qt.ItemDataRole.UserRole, t)
                 fam_item.addChild(it)
                 if self.controller.selected_target and Path(t.path) == Path(self.controller.selected_target):
@@ -172,13 +168,13 @@ class ModelsTab(QWidget):
                     dm = dc.model
                     warn = ("; " + "; ".join(dc.warnings)) if dc.warnings else ""
                     ch = QTreeWidgetItem([
-                        _model_name(dm), f"draft for {_model_name(t)}", human_bytes(dm.size_bytes),
+                        _model_name(dm), f"draft for {_model_name(t)}", format_bytes(dm.size_bytes),
                         f"{dm.architecture or '?'}, {dm.n_layers or '?'} layers, {dm.quantization or '?'}; "
                         f"draft rank score {dc.score:.2f}{warn}", str(dm.path)])
                     it.addChild(ch)
                 for dm, verdict in entry.incompatible:
                     ch = QTreeWidgetItem(
-                        [_model_name(dm), "incompatible", human_bytes(dm.size_bytes),
+                        [_model_name(dm), "incompatible", format_bytes(dm.size_bytes),
                          f"rule '{verdict.rule}': {verdict.message}", str(dm.path)]
                     )
                     ch.setForeground(1, Qt.GlobalColor.darkRed)
@@ -196,7 +192,7 @@ class ModelsTab(QWidget):
             self.tree.addTopLevelItem(other_item)
             for m in others:
                 why = m.error or m.kind
-                ch = QTreeWidgetItem([Path(m.path).name, m.kind, human_bytes(m.size_bytes), why, str(m.path)])
+                ch = QTreeWidgetItem([Path(m.path).name, m.kind, format_bytes(m.size_bytes), why, str(m.path)])
                 if m.kind == "broken":
                     ch.setForeground(1, Qt.GlobalColor.darkRed)
                 other_item.addChild(ch)

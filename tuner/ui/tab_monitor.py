@@ -23,16 +23,15 @@ from tuner.telemetry.collector import NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S
 from tuner.telemetry.ring import with_breaks
 from tuner.ui.controller import AppController, activity_text
 from tuner.ui.graphs import TimePlot
+from tuner.units import GIB, MIB, format_bytes
 
 RANGES_MIN = (5, 15, 60)
 STAGGER_MS = 150
-GIB = 1024 ** 3
-MIB = 1024 ** 2
 
 
 def fmt_bytes(n: float) -> str:
     """``"812 MiB"`` below 1 GiB, else ``"3.25 GiB"``."""
-    return f"{n / GIB:.2f} GiB" if n >= GIB else f"{n / MIB:.0f} MiB"
+    return format_bytes(n, smallest="MiB", decimals={"MiB": 0, "GiB": 2})
 
 
 class MonitorTab(QWidget):

@@ -8,6 +8,7 @@ under the data folder and selects it for the next sweep.
 from __future__ import annotations
 
 import json
+import logging
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -27,6 +28,9 @@ from PySide6.QtWidgets import (
 
 from tuner import paths, storage
 from tuner.ui.controller import AppController
+
+log = logging.getLogger(__name__)
+
 
 USER_PROMPTS_FILE = "prompts.jsonl"
 
@@ -117,6 +121,7 @@ class PromptsTab(QWidget):
         try:
             ps = load_prompt_set(path)
         except Exception as exc:  # PromptFileError names file and line
+            log.debug("prompt file refused", exc_info=True)
             self.error_label.setText(str(exc))
             return False
         self.error_label.setText("")
@@ -169,6 +174,7 @@ class PromptsTab(QWidget):
         try:
             load_prompt_set(tmp)
         except Exception as exc:
+            log.debug("edited prompts refused", exc_info=True)
             self.error_label.setText(str(exc).replace(str(tmp), "editor"))
             tmp.unlink(missing_ok=True)
             return False

@@ -3,6 +3,7 @@ settings (port, LAN exposure with its API key, prompt-cache RAM, start at login,
 
 from __future__ import annotations
 
+import logging
 import shlex
 from pathlib import Path
 
@@ -29,6 +30,9 @@ from tuner import settings as settings_mod
 from tuner.ui.controller import AppController
 from tuner.ui.icons import STATE_COLORS
 from tuner.ui.state import AppState
+
+log = logging.getLogger(__name__)
+
 
 LOG_LINES = 300
 
@@ -280,6 +284,7 @@ class ServeTab(QWidget):
         try:
             self.controller.update_settings(self.controller.settings.replace(**changes))
         except Exception as exc:
+            log.debug("settings refused", exc_info=True)
             self.settings_msg.setStyleSheet("color: #b91c1c")
             self._set_settings_msg(str(exc))
             return False
@@ -375,8 +380,9 @@ class ServeTab(QWidget):
             self.model_label.setText(f"{info.model_name} — {info.spec_label}")
             self.model_id_label.setText(getattr(info, "model_id", None) or "(the file path: this llama-server has no --alias)")
             self.endpoint_edit.setText(info.endpoint_url)
-            self.cmd_edit.setPlainText(shlex.join(info.argv))
-            self.web_pages_label.setText(web_pages_text(info.argv))
+            argv = c.runner.argv or info.argv  # the live command line: a crash restart's own
+            self.cmd_edit.setPlainText(shlex.join(argv))
+            self.web_pages_label.setText(web_pages_text(argv))
             self.show_error("")
         else:
             self.model_label.setText("—")

@@ -3,6 +3,7 @@ against the baseline with its acceptance rate, and the decision in words."""
 
 from __future__ import annotations
 
+import logging
 import time
 
 from PySide6.QtCore import Qt, QTimer
@@ -20,6 +21,8 @@ from tuner.ui import flow
 from tuner.ui.controller import AppController
 from tuner.ui.graphs import CandidateChart
 from tuner.ui.state import AppState
+
+log = logging.getLogger(__name__)
 
 
 def format_eta(eta_s: float | None) -> str:
@@ -106,6 +109,7 @@ class TuneTab(QWidget):
             try:
                 self.controller.update_settings(st.replace(tune_budget_s=self._budget_s()))
             except Exception as exc:
+                log.debug("budget setting refused", exc_info=True)
                 self.step_label.setText(str(exc))
 
     def _reset(self) -> None:
@@ -204,7 +208,7 @@ class TuneTab(QWidget):
             msg += f"; serving {serving.model_name} at {serving.endpoint_url}"
         self.step_label.setText(msg + ".")
         self.decision_label.setText(flow.decision_text(result))
-        rows = flow.result_rows(result)
+        rows = flow.result_rows(result) if result is not None else []
         if rows:
             # the decision's pooled figures replace the live per-launch ones (chart = decision)
             self.results = {r[0]: r for r in rows}

@@ -3,9 +3,11 @@ hint shown when the desktop has no system tray."""
 
 from __future__ import annotations
 
+import logging
 from pathlib import Path
 
-from PySide6.QtCore import Qt
+from PySide6.QtCore import Qt, QUrl
+from PySide6.QtGui import QDesktopServices
 from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWidget
 
 from tuner.ui.controller import AppController
@@ -17,6 +19,9 @@ from tuner.ui.tab_monitor import MonitorTab
 from tuner.ui.tab_prompts import PromptsTab
 from tuner.ui.tab_serve import ServeTab
 from tuner.ui.tab_tune import TuneTab
+
+log = logging.getLogger(__name__)
+
 
 NO_TRAY_HINT = (
     "No system tray found on this desktop: Draftwise keeps running in this window; "
@@ -72,6 +77,8 @@ class MainWindow(QMainWindow):
         menu.addAction("Quit", self._quit)
         # Same rules as the tray menu: no second "Tune & serve" while tuning or serving (Re-tune is there).
         menu.aboutToShow.connect(self._update_file_menu)
+        help_menu = self.menuBar().addMenu("&Help")
+        self._log_action = help_menu.addAction("Open log folder", self.open_log_folder)
 
         self.models_tab.folder_chosen.connect(self._remember_folder)
         self.prompts_tab.prompts_changed.connect(self._remember_prompts)
@@ -100,12 +107,29 @@ class MainWindow(QMainWindow):
         if self.quit_app is not None:
             self.quit_app()
 
+    def open_log_folder(self) -> Path:
+        """Help ▸ Open log folder: show the folder of Draftwise's log (``tuner.logs.log_path().parent``,
+        created when missing) in the desktop's file manager, for a bug report; returns the folder."""
+        from tuner import paths
+        from tuner.logs import log_path
+
+        folder = log_path().parent
+        try:
+            paths.ensure_private_dir(folder)
+        except OSError as exc:
+            self.statusBar().showMessage(f"Cannot create the log folder {folder}: {exc}")
+            return folder
+        if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
+            self.statusBar().showMessage(f"Log folder: {folder}")
+        return folder
+
     def _remember_folder(self, folder: Path) -> None:
         c = self.controller
         if c.settings.models_dir != folder:
             try:
                 c.update_settings(c.settings.replace(models_dir=folder))
             except Exception as exc:
+                log.debug("models folder setting refused", exc_info=True)
                 self.statusBar().showMessage(str(exc))
 
     def _remember_prompts(self, path) -> None:
@@ -114,6 +138,7 @@ class MainWindow(QMainWindow):
             try:
                 c.update_settings(c.settings.replace(prompts_path=path))
             except Exception as exc:
+                log.debug("prompts setting refused", exc_info=True)
                 self.statusBar().showMessage(str(exc))
 
     def bring_forward(self) -> None:

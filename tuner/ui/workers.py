@@ -8,12 +8,17 @@ that :meth:`CallWorker.cancel` sets. The result arrives via :attr:`done`, an exc
 
 from __future__ import annotations
 
+import logging
 import threading
 import time
 from collections.abc import Callable
 from typing import Any
 
 from PySide6.QtCore import QThread, Signal
+
+from tuner.errors import Cancelled
+
+log = logging.getLogger(__name__)
 
 
 class CallWorker(QThread):
@@ -45,6 +50,10 @@ class CallWorker(QThread):
         try:
             result = self.fn(self.event.emit, self.cancel_event)
         except BaseException as exc:  # report everything, the GUI decides
+            if isinstance(exc, Cancelled):
+                log.info("%s worker cancelled", self.objectName())
+            else:  # the traceback goes to the log file; the GUI shows the message
+                log.error("%s worker failed", self.objectName(), exc_info=exc)
             self.failed.emit(exc)
         else:
             self.done.emit(result)
@@ -75,8 +84,8 @@ class PollWorker(QThread):
         while not self._stop.is_set():
             try:
                 self.tick.emit(self.fn())
-            except Exception:  # a sampler bug must not kill the poller
-                pass
+            except Exception:  # a sampler bug must not kill the poller (it is logged)
+                log.exception("%s poll failed", self.objectName())
             next_t += self.interval_s
             delay = next_t - time.monotonic()
             if delay < 0:
