@@ -235,12 +235,15 @@ class ChildProcess:
             pass
 
     def signal_group(self, sig: int) -> None:
-        """Send ``sig`` to the child's whole process group (on POSIX the child leads its own session, so
-        the group is the child and everything it started that did not leave it, e.g. the real server
-        under a wrapper script), then to the child itself; no error if it is gone."""
+        """Send ``sig`` once to the child's whole process group (on POSIX the child leads its own session,
+        so the group is the child and everything it started that did not leave it, e.g. the real server
+        under a wrapper script); to the child alone where there are no groups or the group is gone. No
+        error if it is gone. Once, not twice: llama-server exits at once with status 1 on a second
+        SIGTERM/SIGINT (tools/server/server.cpp ``signal_handler``: "Received second interrupt")."""
         if os.name == "posix":
             try:
                 os.killpg(self.pid, sig)
+                return
             except (ProcessLookupError, PermissionError, OSError):
                 pass
         self.signal(sig)
