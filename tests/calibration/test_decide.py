@@ -260,3 +260,23 @@ def test_sequential_test_needs_min_pairs_and_spends_alpha_over_looks():
                 false += sequential_test(xs, 0.03).verdict == "faster"
                 break
     assert false / trials <= 0.05 / 2 + 0.015  # this candidate's share of the 5 % (2 finalists)
+
+
+def test_no_speculation_names_the_configurations_the_budget_left_unmeasured() -> None:
+    """One n-gram type ran and drafted nothing, the others were skipped for lack of time: the decision says
+    both (a new user's run read "no speculative configuration drafted any token" when three never ran)."""
+    from tuner.calibration.candidates import Candidate
+    from tuner.calibration.results import Measurement, Sample
+
+    base = Measurement(Candidate(), samples=(Sample(0, "code", 0, 60.0),), stage="baseline")
+    mod = Measurement(Candidate(spec_type="ngram-mod"), samples=(Sample(0, "code", 0, 59.0),), stage="probe",
+                      error="ngram-mod never drafted at the served sampling (greedy); no speedup is possible",
+                      no_drafts_at="greedy")
+    skipped = [Candidate(spec_type="ngram-simple"), Candidate(spec_type="ngram-simple", ngram_n_max=16)]
+    d = decide([base, mod], unmeasured=skipped)
+    assert d.no_speculation
+    assert "no measured speculative configuration drafted any token" in d.reason, d.reason
+    assert "the time budget was spent before ngram-simple, ngram-simple ngram n_max 16 were measured" in d.reason
+    assert "a larger budget measures them" in d.reason
+    # nothing unmeasured: the plain finding, as before
+    assert "No speculation: no speculative configuration drafted any token" in decide([base, mod]).reason

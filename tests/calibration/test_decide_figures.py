@@ -154,3 +154,29 @@ def test_a_type_that_never_drafted_is_a_finding_not_a_failed_run() -> None:
                          error="request failed (prompt 1, repetition 1): HTTP 500")
     d2 = decide([base, never, broken])
     assert "no speculative configuration ran correctly: ngram-simple: request failed" in d2.reason, d2.reason
+
+
+def test_table_without_comparisons_does_not_point_to_a_missing_table() -> None:
+    """A sweep where nothing was compared (one n-gram type that drafted nothing) prints no "table below"
+    and no "lossless yes" for a run that drafted nothing."""
+    import io
+    from pathlib import Path
+
+    from tuner.calibration.candidates import Candidate
+    from tuner.calibration.decide import decide
+    from tuner.calibration.results import Measurement, Sample
+    from tuner.calibration.tune import TuneResult
+    from tuner.cli.tune import print_table
+
+    base = Measurement(Candidate(), samples=(Sample(0, "code", 0, 60.0),), stage="baseline")
+    mod = Measurement(Candidate(spec_type="ngram-mod"), samples=(Sample(0, "code", 0, 150.0),), stage="probe",
+                      error="ngram-mod never drafted at the served sampling (greedy); no speedup is possible",
+                      no_drafts_at="greedy", lossless=True, speculative_active=True)
+    d = decide([base, mod])
+    assert not d.comparisons
+    out = io.StringIO()
+    print_table(TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=(base, mod)), out)
+    text = out.getvalue()
+    assert "table below" not in text and "not a comparison" in text
+    row = next(line for line in text.splitlines() if line.startswith("ngram-mod"))
+    assert " yes " not in row, row

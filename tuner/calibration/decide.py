@@ -301,6 +301,13 @@ def plain_label(c: Candidate) -> str:
     return out + (f", with n-gram lookup ({ngram})" if ngram is not None else "")
 
 
+def _unmeasured_text(unmeasured: Sequence[Candidate]) -> str:
+    """``"the time budget was spent before ngram-simple, … were measured (a larger budget measures them)"``."""
+    names = ", ".join(c.label for c in unmeasured[:4]) + (" and others" if len(unmeasured) > 4 else "")
+    return (f"the time budget was spent before {names} {'was' if len(unmeasured) == 1 else 'were'} measured "
+            "(a larger budget measures them)")
+
+
 def _never_text(never: Sequence[Measurement]) -> str:
     """The types that ran but never drafted, named once, with their shared reason stated once, e.g.
     ``"ngram-mod, ngram-simple never drafted at the served sampling (…); no speedup is possible"``."""
@@ -393,16 +400,18 @@ def decide(
     if not comps:
         never = [m for m in failed if m.no_drafts_at]
         broken = [m for m in failed if not m.no_drafts_at]
-        if failed and not broken:
+        if failed and not broken and unmeasured:
+            # the measured ones proposed no token, the rest never ran: say both, not "none drafted"
+            why = ("no measured speculative configuration drafted any token on these prompts: " + _never_text(never)
+                   + "; " + _unmeasured_text(unmeasured))
+        elif failed and not broken:
             # they ran fine but proposed no token: a finding about these prompts, not a failure of the run
             why = "no speculative configuration drafted any token on these prompts: " + _never_text(never)
         elif failed:
             why = "no speculative configuration ran correctly: " + "; ".join(
                 f"{m.candidate.label}: {m.error}" for m in (broken + never)[:3])
         elif unmeasured:
-            why = ("no speculative configuration was measured: the time budget was spent before "
-                   + ", ".join(c.label for c in unmeasured[:4]) + (" and others" if len(unmeasured) > 4 else "")
-                   + " (a larger budget measures them)")
+            why = "no speculative configuration was measured: " + _unmeasured_text(unmeasured)
         else:
             why = "no speculative configuration was available to measure (no compatible draft, no n-gram type)"
         return Decision(baseline.candidate, base_tps, base_tps, 1.0, None, None,

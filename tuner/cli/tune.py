@@ -217,10 +217,17 @@ def print_table(result: TuneResult, out: TextIO) -> None:
     """Human-readable summary: one row per measurement, then the decision."""
     data = result_to_json(result)
     rows = data["measurements"]
-    out.write("Every launch, each on its own requests (compare configurations in the table below, not here):\n")
+    d = result.decision
+    if d is not None and d.comparisons:
+        out.write("Every launch, each on its own requests (compare configurations in the table below, not here):\n")
+    else:
+        out.write("Every launch, each on its own requests at its own time (not a comparison: no configuration was "
+                  "compared with no speculation on the same requests):\n")
     out.write(f"{'configuration':<46} {'stage':<8} {'tokens/s':>9} {'accept':>7} {'lossless':>8}  note\n")
     for m in rows:
-        lossless = "-" if m["lossless"] is None else ("yes" if m["lossless"] else "differs")
+        # a run that drafted nothing cannot differ from the target alone: "yes" there would say nothing
+        lossless = ("-" if m["lossless"] is None or m.get("no_drafts_at")
+                    else ("yes" if m["lossless"] else "differs"))
         note = m["error"] or ""
         if not note and m["divergences"]:
             first = m["divergences"][0]
@@ -229,7 +236,6 @@ def print_table(result: TuneResult, out: TextIO) -> None:
         acc = "-" if m["acceptance"] is None else f"{100 * m['acceptance']:.0f} %"
         out.write(f"{(m['label'] or '')[:46]:<46} {(m['stage'] or ''):<8} {_fmt(m['gen_tokens_per_s'], '9.1f')} "
                   f"{acc:>7} {lossless:>8}  {note}\n")
-    d = result.decision
     if d is not None and d.comparisons:
         out.write("\nEach configuration against no speculation on the same requests (the decision's figures):\n")
         out.write(f"{'configuration':<46} {'speedup':>8} {'tokens/s':>9} {'baseline':>9} {'accept':>7}  compared on\n")
