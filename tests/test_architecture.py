@@ -222,3 +222,22 @@ def test_core_packages_do_not_print_or_parse_arguments() -> None:
 
 if __name__ == "__main__":  # pragma: no cover
     sys.exit(pytest.main([__file__, "-q"]))
+
+
+def test_a_commands_one_line_error_and_exit_status_reach_the_log(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    """A user error (a missing folder) prints one line and the log file has it too, with the exit status
+    (a new user's bug report carried nothing but "draftwise 0.1.0 tune")."""
+    from tuner.cli import main
+    from tuner.logs import log_path
+
+    gone = tmp_path / "nope"
+    assert main(["tune", "--models", str(gone)]) == 2
+    err = capsys.readouterr().err
+    assert f"--models {gone}: no such folder" in err and "Traceback" not in err
+    for h in logging.getLogger("tuner").handlers:
+        h.flush()
+    text = log_path().read_text()
+    assert f"draftwise tune: --models {gone}: no such folder" in text
+    assert "tune exited with status 2" in text
+    assert sys.stderr is not None and type(sys.stderr).__name__ != "_ErrorLineTee"  # restored

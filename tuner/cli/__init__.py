@@ -16,6 +16,7 @@ import logging
 import os
 import sys
 import traceback
+from typing import TextIO
 
 from tuner import __version__
 from tuner.errors import DraftwiseError
@@ -100,8 +101,13 @@ def main(argv: list[str] | None = None) -> int:
         from tuner import app
 
         return app.main([])
+    tee = _ErrorLineTee(sys.stderr, log)
+    sys.stderr = tee
     try:
-        return int(args.func(args) or 0)
+        rc = int(args.func(args) or 0)
+        if rc not in (0, 130):
+            log.warning("%s exited with status %d", args.command, rc)
+        return rc
     except DraftwiseError as exc:
         # an expected failure (a bad file, flag or binary): one line naming it, no traceback
         log.info("%s failed: %s", args.command, exc, exc_info=True)
@@ -122,6 +128,36 @@ def main(argv: list[str] | None = None) -> int:
         traceback.print_exc()
         sys.stderr.write(f"draftwise {args.command}: this is a bug; the log is {log_file}\n")
         return 1
+    finally:
+        if sys.stderr is tee:
+            sys.stderr = tee.stream
+
+
+class _ErrorLineTee:
+    """stderr for the duration of a command: everything goes to the terminal as before, and each complete
+    line that starts with ``draftwise`` (the commands' one-line errors and warnings, e.g. ``draftwise tune:
+    --models /nope: no such folder``) is also written to the log, so a bug report carries it."""
+
+    def __init__(self, stream: TextIO, log: logging.Logger) -> None:
+        self.stream = stream
+        self._log = log
+        self._partial = ""
+
+    def write(self, text: str) -> int:
+        n = self.stream.write(text)
+        self._partial += text
+        *lines, self._partial = self._partial.split("\n")
+        for line in lines:
+            if line.startswith("draftwise"):
+                self._log.warning("%s", line)
+        self._partial = self._partial[-4096:]
+        return n
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> object:  # isatty, fileno, encoding, …: the real stream's
+        return getattr(self.stream, name)
 
 
 if __name__ == "__main__":  # pragma: no cover
