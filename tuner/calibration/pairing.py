@@ -304,6 +304,17 @@ def alpha_per_look(alpha: float = ALPHA, max_pairs: int = MAX_PAIRS, finalists: 
     return alpha / (looks * max(1, finalists))
 
 
+def _verdict(n: int, lo: float, hi: float, bar: float) -> str:
+    """``"faster"`` when the interval's low end (log scale) clears ``bar``, ``"not faster"`` when its high
+    end stays below it, else ``"inconclusive"``; never decided on fewer than ``MIN_PAIRS`` pairs."""
+    if n >= MIN_PAIRS:
+        if lo > bar:
+            return "faster"
+        if hi < bar:
+            return "not faster"
+    return "inconclusive"
+
+
 def sequential_test(
     ratios: Sequence[float],
     min_gain: float,
@@ -336,12 +347,7 @@ def sequential_test(
     q = t_quantile(1.0 - a_look, n - 1)
     lo, hi = mean - q * se, mean + q * se
     bar = math.log(1.0 + min_gain)
-    verdict = "inconclusive"
-    if n >= MIN_PAIRS:
-        if lo > bar:
-            verdict = "faster"
-        elif hi < bar:
-            verdict = "not faster"
+    verdict = _verdict(n, lo, hi, bar)
     needed = None
     if mean > bar:
         for k in range(max(n, MIN_PAIRS), 61):
@@ -394,13 +400,7 @@ def contrast_test(
     df_f = (va + vb) ** 2 / ((va * va) / (len(xa) - 1) + (vb * vb) / (len(xb) - 1)) if va + vb > 0 else 1.0
     q = t_quantile(1.0 - alpha, max(1, int(df_f)))
     lo, hi = diff - q * se, diff + q * se
-    bar = math.log(1.0 + min_gain)
-    verdict = "inconclusive"
-    if n >= MIN_PAIRS:
-        if lo > bar:
-            verdict = "faster"
-        elif hi < bar:
-            verdict = "not faster"
+    verdict = _verdict(n, lo, hi, math.log(1.0 + min_gain))
     return Look(n, verdict, math.exp(diff), math.exp(lo), math.exp(hi), alpha)
 
 
