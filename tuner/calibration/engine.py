@@ -103,7 +103,8 @@ def _file_identity(path: Path) -> str:
         return str(path)
 
 
-#: Event kinds logged at INFO (the tune's lifecycle); ``error`` is logged as a warning, others at debug.
+#: Event kinds logged at INFO (the tune's lifecycle); ``error`` (a non-fatal note) is logged as a warning
+#: reading "tune note:", others at debug.
 _LOGGED_KINDS = frozenset({"started", "reused", "stale", "measured", "decision", "saved", "cancelled"})
 
 
@@ -114,8 +115,9 @@ class _Emitter:
 
     def __call__(self, kind: str, message: str, **kw: Any) -> None:
         # the log gets the event's own sentence (file names, labels, figures; never a prompt text)
+        # "error" events are non-fatal notes by contract (fatal problems raise TuneError): "note", as on stderr
         level = logging.WARNING if kind == "error" else logging.INFO if kind in _LOGGED_KINDS else logging.DEBUG
-        log.log(level, "tune %s: %s", kind, message)
+        log.log(level, "tune %s: %s", "note" if kind == "error" else kind, message)
         if self.on_event is None:
             return
         kw["elapsed_s"] = time.monotonic() - self.t0  # one clock for all events of a tune call
