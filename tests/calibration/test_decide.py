@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import math
 
 import pytest
 
@@ -280,3 +281,30 @@ def test_no_speculation_names_the_configurations_the_budget_left_unmeasured() ->
     assert "a larger budget measures them" in d.reason
     # nothing unmeasured: the plain finding, as before
     assert "No speculation: no speculative configuration drafted any token" in decide([base, mod]).reason
+
+
+def test_an_earlier_faster_look_stands_and_the_error_stays_bounded():
+    """A busy sweep pairs on after a conclusive look (to narrow the estimate): a later noisy pair cannot take
+    the verdict back, the figures are over all pairs, and — the looks' error being spent over all of
+    them — "faster" for a candidate exactly at the bar stays at or below alpha even when every trial runs
+    all six pairs and takes the verdict of any look."""
+    import random
+
+    from tuner.calibration.pairing import ALPHA, MAX_PAIRS, sequential_looks, sequential_test
+
+    ratios = [1.52, 1.50, 1.51, 0.95]
+    assert sequential_test(ratios[:3], 0.05).verdict == "faster"
+    assert sequential_test(ratios, 0.05).verdict != "faster"
+    look = sequential_looks(ratios, 0.05)
+    assert look.verdict == "faster" and look.decided_at == 3 and look.n == 4
+    assert look.mean_ratio == pytest.approx(sequential_test(ratios, 0.05).mean_ratio)
+    assert sequential_looks([1.1, 0.9, 1.0, 1.05], 0.05).verdict != "faster"
+
+    rng = random.Random(7)
+    bar = 1.05
+    false = 0
+    trials = 3000
+    for _ in range(trials):
+        rs = [bar * math.exp(rng.gauss(0.0, 0.15)) for _ in range(MAX_PAIRS)]
+        false += sequential_looks(rs, 0.05).verdict == "faster"
+    assert false / trials <= ALPHA, false / trials

@@ -4,11 +4,13 @@ the good draft with a speedup close to the same configuration measured side by s
 without the burner — never a candidate slower than the baseline in its own rounds, never "no
 speculation" for a ~1.5x effect — and say that the machine was busy.
 
-The issue asks for ±25 %. Measured on merged main (stop 11): alone, 1.98× busy vs 1.81× idle and the same
-again (within 10 %); in full-suite runs the busy figure sat ~30 % above the idle one three times out of four
-(2.06 vs 1.55, 2.12 vs 1.62, 2.07 vs no decision), a bias of the busy estimate over its 3 pairs, not noise
-around it. Until that is understood (issue 10 stays open on it), the suite asserts :data:`BUSY_TOLERANCE`,
-which still fails the drift case the issue reported (2.49× claimed for a 1.49× effect, 67 % off).
+The reference runs on the prompts the sweep's comparison used: on a busy machine the planner keeps
+fewer prompts (here 2 of 3) to fit more pairs into the budget, and the speedup differs per prompt
+(side by side, idle: 1.45/1.47/1.72× for code/story/arithmetic at n_max 4, 1.84/1.68/1.81× at n_max 9).
+The load itself does not change the speedup: the same configuration side by side on the same prompts,
+idle then under the burner, measured 1.48/1.46×, 1.53/1.37×, 1.54/1.49× (three rounds). What made the
+busy figure sit ~30 % high at stop 11 was an estimate resting on the 3 pairs whose look happened to
+decide; after a conclusive test a busy sweep now spends the budget left on more pairs (up to 6).
 """
 
 from __future__ import annotations
@@ -35,13 +37,14 @@ from .test_tune_e2e import PROMPTS, _llama_children
 
 pytestmark = [pytest.mark.server, pytest.mark.slow, pytest.mark.timeout(300)]
 
-BUSY_TOLERANCE = 0.40
-"""Largest relative gap between the busy sweep's speedup and the idle side-by-side one (the issue's goal
-is 0.25; see the module docstring for why the suite does not assert it yet)."""
+BUSY_TOLERANCE = 0.25
+"""Largest relative gap between the busy sweep's speedup and the idle side-by-side one (issue 10)."""
 
 
-def side_by_side_ratio(binary_path: str, target: Path, winner: Candidate, n_predict: int, reps: int = 1) -> float:
-    """The winner against the baseline, both servers up, each request sent to one then the other."""
+def side_by_side_ratio(binary_path: str, target: Path, winner: Candidate, n_predict: int, reps: int = 1,
+                       prompt_indices: set[int] | None = None) -> float:
+    """The winner against the baseline, both servers up, each request sent to one then the other, over
+    the prompts ``prompt_indices`` of ``PROMPTS`` (``None`` = all)."""
     binary = find_named_server(binary_path, flag="--server")
     dialect = probe_dialect(binary.path)
     sups = [Supervisor(binary, dialect), Supervisor(binary, dialect)]
@@ -50,7 +53,7 @@ def side_by_side_ratio(binary_path: str, target: Path, winner: Candidate, n_pred
     try:
         base = _supervisor_launch_fn(sups[0], target, 1024, TUNE_THREADS, emit, None)(Candidate(), cancel)
         cand = _supervisor_launch_fn(sups[1], target, 1024, TUNE_THREADS, emit, None)(winner, cancel)
-        prompts = list(enumerate(PROMPTS.prompts))
+        prompts = [(i, p) for i, p in enumerate(PROMPTS.prompts) if prompt_indices is None or i in prompt_indices]
         for launch in (base, cand):  # warm-up
             measure_request(launch.client, 0, prompts[0][1], -1, 16)
         a, b = [], []
@@ -81,7 +84,10 @@ def test_busy_machine_still_picks_the_good_draft(tmp_path: Path, wide_family, ll
     assert d.pairs == len(pairs) >= 3 and d.speedup > 1.0
     assert "Other programs used" in d.reason, d.reason  # the load watcher saw the burner
     # three repetitions: one side-by-side repetition alone varied 1.56-1.99x on this box
-    ref = side_by_side_ratio(str(llama_server_bin), wide_family.target.resolve(), d.winner, n_predict=64, reps=3)
-    print(f"busy sweep {res.elapsed_s:.0f} s: {d.reason}\nside by side without the burner: {ref:.2f}x")
+    used = {s.prompt_index for p in pairs for s in p.candidate_samples}  # the requests the estimate rests on
+    ref = side_by_side_ratio(str(llama_server_bin), wide_family.target.resolve(), d.winner, n_predict=64, reps=3,
+                             prompt_indices=used)
+    print(f"busy sweep {res.elapsed_s:.0f} s: {d.reason}\nside by side without the burner, prompts "
+          f"{sorted(used)}: {ref:.2f}x")
     assert abs(d.speedup / ref - 1.0) <= BUSY_TOLERANCE, (d.speedup, ref, d.reason)
     assert not _llama_children()

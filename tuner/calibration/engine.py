@@ -541,7 +541,7 @@ def run_tune(
                       busy_note=_busy_note(load.note(), competing), mix=search.mix)
     from dataclasses import replace as _replace
 
-    extra = [f"Measured with {workload.describe()}."]
+    extra = [*search.sweep_notes(), f"Measured with {workload.describe()}."]
     if workload.long_plan.reason:
         extra.append(workload.long_plan.reason)
     depth = describe_depth(decision, tuple(p.category for _, p in chosen_prompts if p.fill is not None and p.category))

@@ -261,6 +261,7 @@ def measure_candidate(
     deadline_s: float | None = None,
     stop_if: Callable[[Sequence[Sample]], bool] | None = None,
     after_warmup: AfterWarmup | None = None,
+    hard_deadline_s: float | None = None,
 ) -> Measurement:
     """Launch ``candidate``, run the protocol, stop the server; never leaves the server running.
 
@@ -284,6 +285,11 @@ def measure_candidate(
         after_warmup: called once after the warm-up request with ``(load_s, warm-up tokens/s or
             None)``; may return ``(prompts, n_predict)`` to use instead (the search plans the protocol
             from the first launch's speed, so a slow model gets fewer, shorter requests).
+        hard_deadline_s: ``time.monotonic()`` value at which the run ends whatever it is doing (the
+            sweep's hard time limit): no request starts after it, the one in flight is given up when it
+            passes (each request's HTTP timeout is bounded by it), and the measurement keeps the
+            complete requests so far, marked ``cut_short``. (The launch itself is bounded by the
+            ``cancel`` the caller passes: see ``tuner.calibration.search``.)
 
     Returns:
         A :class:`Measurement`; failures (launch error, speculation inactive, nothing drafted, a
@@ -301,7 +307,8 @@ def measure_candidate(
                            evidence=tuple(str(x) for x in exc.evidence))
     try:
         return _run(launch, candidate, prompts, repetitions, n_predict, cancel, baseline_outputs, on_request,
-                    request_timeout_s, stage, predicted_gen_tokens_per_s, deadline_s, stop_if, after_warmup)
+                    request_timeout_s, stage, predicted_gen_tokens_per_s, deadline_s, stop_if, after_warmup,
+                    hard_deadline_s)
     finally:
         launch.stop()
 
@@ -321,8 +328,19 @@ def _run(
     deadline_s: float | None,
     stop_if: Callable[[Sequence[Sample]], bool] | None = None,
     after_warmup: AfterWarmup | None = None,
+    hard_deadline_s: float | None = None,
 ) -> Measurement:
     client = launch.client
+
+    def past_hard() -> bool:
+        return hard_deadline_s is not None and time.monotonic() >= hard_deadline_s
+
+    def timeout() -> float:
+        """The HTTP timeout of the next request: never past the hard deadline (at least 1 s)."""
+        if hard_deadline_s is None:
+            return request_timeout_s
+        return max(1.0, min(request_timeout_s, hard_deadline_s - time.monotonic()))
+
     # every result of this run starts as this one (checks and samples replaced below)
     base = Measurement(candidate=candidate, load_s=launch.load_s, stage=stage, predicted_gen_tokens_per_s=predicted)
     speculative = not candidate.is_baseline
@@ -350,11 +368,15 @@ def _run(
     sampled = not wl.sampling.is_greedy
     if sampled and not wl.server_sampling:
         _read_server_sampling(client, wl)
+    if past_hard():
+        return replace(base, speculative_active=spec_active, cut_short=True)
     try:
         warm_t, _ = send_request(client, wl, Prompt(text=WARMUP_PROMPT), -1, min(16, n_predict), 1,
-                                 request_timeout_s, greedy=True)
+                                 timeout(), greedy=True)
     except Exception as exc:  # noqa: BLE001 - the server's HTTP errors are recorded as the failure
         log.debug("warm-up request failed", exc_info=True)
+        if past_hard():
+            return replace(base, speculative_active=spec_active, cut_short=True)
         return replace(base, speculative_active=spec_active, error=f"warm-up request failed: {exc}")
     if after_warmup is not None:
         planned = after_warmup(launch.load_s, _f((warm_t or {}).get("predicted_per_second")))
@@ -368,17 +390,24 @@ def _run(
     compared = 0
     error: str | None = None
     stopped_early = False
+    cut = False
     for n_rep, rep in enumerate(repetitions):
         if n_rep > 0 and deadline_s is not None and time.monotonic() > deadline_s:
             break
         for idx, prompt in prompts:
+            if past_hard():
+                cut = True
+                break
             if cancel.is_set():
                 raise Cancelled()
             if prompt.fill is not None and not _keep_long(wl, prompts, samples, n_predict):
                 continue
             try:
-                s = measure_request(client, idx, prompt, rep, n_predict, request_timeout_s, workload=wl, sized=sized)
+                s = measure_request(client, idx, prompt, rep, n_predict, timeout(), workload=wl, sized=sized)
             except RequestError as exc:
+                if past_hard():  # given up at the hard deadline: not a failure of the candidate
+                    cut = True
+                    break
                 error = str(exc)
                 break
             samples.append(s)
@@ -393,7 +422,7 @@ def _run(
             if stop_if is not None and stop_if(samples):
                 stopped_early = True
                 break
-        if error or stopped_early:
+        if error or stopped_early or cut:
             break
 
     counts: PerPositionCounts | None = None
@@ -402,7 +431,8 @@ def _run(
         if after is not None:
             counts = after.minus(before)
     greedy_draft_n: int | None = None
-    if sampled and error is None and wl.greedy_check_prompts > 0 and repetitions and min(repetitions) == 0:
+    if (sampled and error is None and not cut and wl.greedy_check_prompts > 0 and repetitions
+            and min(repetitions) == 0):
         try:
             greedy_draft_n, n_cmp, divs = _greedy_pass(client, wl, prompts, candidate.is_baseline, request_timeout_s,
                                                        cancel)
@@ -414,7 +444,7 @@ def _run(
             log.debug("greedy lossless check failed", exc_info=True)
             error = f"greedy lossless check failed: {exc}"
     no_drafts_at: str | None = None
-    if speculative and error is None and samples and not any(s.draft_n for s in samples):
+    if speculative and error is None and not cut and samples and not any(s.draft_n for s in samples):
         if candidate.spec_type.startswith("ngram"):
             # A finding, not a broken run: n-gram lookup drafts only where the text so far repeats an
             # n-gram (common/ngram-*.cpp); sampled text often never does.
@@ -445,6 +475,7 @@ def _run(
         stopped_early=stopped_early,
         greedy_draft_n=greedy_draft_n,
         no_drafts_at=no_drafts_at,
+        cut_short=cut,
     )
 
 

@@ -44,7 +44,7 @@ import functools
 import math
 import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .candidates import Candidate
@@ -287,6 +287,9 @@ class Look:
         alpha_look: one-sided error spent at this look.
         pairs_needed: at the current mean and spread, about how many pairs in all would make the
             test conclude "faster" (``None`` when the mean gain is not above the bar, or unknown).
+        decided_at: when an earlier look (over the first ``decided_at`` pairs) said "faster" and this
+            one alone would not, that number of pairs; the verdict is then "faster" and ``mean_ratio``,
+            ``low``, ``high`` stay this look's, over all ``n`` pairs (:func:`sequential_looks`).
     """
 
     n: int
@@ -296,6 +299,7 @@ class Look:
     high: float | None
     alpha_look: float
     pairs_needed: int | None = None
+    decided_at: int | None = None
 
 
 def alpha_per_look(alpha: float = ALPHA, max_pairs: int = MAX_PAIRS, finalists: int = FINALISTS) -> float:
@@ -355,6 +359,33 @@ def sequential_test(
                 needed = k
                 break
     return Look(n, verdict, math.exp(mean), math.exp(lo), math.exp(hi), a_look, needed)
+
+
+def sequential_looks(
+    ratios: Sequence[float],
+    min_gain: float,
+    alpha: float = ALPHA,
+    max_pairs: int = MAX_PAIRS,
+    finalists: int = FINALISTS,
+) -> Look:
+    """The sequential rule's verdict over pair ratios in time order: the last look, except that a
+    "faster" verdict of an earlier look stands (``Look.decided_at``).
+
+    Why that is sound: the error is spent over every look ``n = MIN_PAIRS … max_pairs`` (module
+    docstring), so the probability that *any* look declares "faster" when the candidate is not more than
+    ``min_gain`` faster is at most ``alpha`` — whatever happens after it. A busy sweep goes on pairing
+    after a conclusive look to narrow the estimate (``tuner.calibration.search``); those pairs refine the
+    figures, and cannot take back a verdict already reached at its error level.
+
+    Same arguments and errors as :func:`sequential_test`.
+    """
+    last = sequential_test(ratios, min_gain, alpha, max_pairs, finalists)
+    if last.verdict == "faster" or len(ratios) <= MIN_PAIRS:
+        return last
+    for k in range(MIN_PAIRS, len(ratios)):
+        if sequential_test(ratios[:k], min_gain, alpha, max_pairs, finalists).verdict == "faster":
+            return replace(last, verdict="faster", decided_at=k)
+    return last
 
 
 def contrast_test(
@@ -510,7 +541,7 @@ def compare(
 
     Adjacent pairs when there are any (:func:`adjacent_pairs`); otherwise a screening comparison over
     the (prompt, repetition) keys that the candidate's successful runs and the baseline's successful
-    runs both measured. ``None`` when there is no shared request at all. Every pooled figure and pair
+    runs (not ``superseded`` ones: a disturbed launch that was measured again) both measured. ``None`` when there is no shared request at all. Every pooled figure and pair
     ratio is weighted by ``mix`` (the served share of long-context requests; ``None`` = every request
     the same), so the speedup and the sequential test are about the served mix.
     """
@@ -518,7 +549,7 @@ def compare(
     if pairs:
         cs = tuple(s for p in pairs for s in p.candidate_samples)
         bs = tuple(s for p in pairs for s in p.baseline_samples)
-        look = sequential_test([p.ratio for p in pairs if p.ratio > 0], min_gain, alpha, max_pairs, finalists)
+        look = sequential_looks([p.ratio for p in pairs if p.ratio > 0], min_gain, alpha, max_pairs, finalists)
         c_tps, b_tps = pooled_tokens_per_s(cs, mix), pooled_tokens_per_s(bs, mix)
         return Comparison(candidate, True, tuple(pairs), cs, bs, c_tps, b_tps,
                           (c_tps / b_tps) if c_tps and b_tps else None, look, _acceptance(cs),
@@ -526,7 +557,7 @@ def compare(
     mine = [m for m in measurements if m.candidate.key == candidate.key and m.ok]
     base: dict[RequestKey, Sample] = {}
     for m in measurements:
-        if m.candidate.is_baseline and m.ok:
+        if m.candidate.is_baseline and m.ok and m.superseded is None:
             for s in m.samples:
                 base.setdefault((s.prompt_index, s.repetition), s)
     cs_l: list[Sample] = []
@@ -561,6 +592,7 @@ __all__ = [
     "compare",
     "contrast_test",
     "pooled_tokens_per_s",
+    "sequential_looks",
     "sequential_test",
     "t_cdf",
     "t_quantile",

@@ -91,6 +91,13 @@ class Measurement:
         no_drafts_at: the served sampling, in words, when a speculative candidate never drafted at it (an
             n-gram type at temperature > 0 may never find a match); ``error`` then says the same in a
             sentence, and the candidate is a finding, not a broken run.
+        cut_short: True when the sweep's hard time limit ended the launch before all its requests ran
+            (``tuner.calibration.search``: the budget holds even when the estimates were wrong); the
+            samples it has are complete requests, and a repetition with missing prompts pairs with nothing.
+        superseded: for a baseline launch, why its figures are no longer the model's speed (a disturbed
+            run: another measurement of the same model alone disagreed, and a re-measurement confirmed
+            that one); ``None`` = in use. A superseded launch stays in the record, is never quoted as the
+            model's speed and never screens a candidate.
     """
 
     candidate: Candidate
@@ -107,6 +114,8 @@ class Measurement:
     evidence: tuple[str, ...] = ()
     greedy_draft_n: int | None = None
     no_drafts_at: str | None = None
+    cut_short: bool = False
+    superseded: str | None = None
 
     @property
     def ok(self) -> bool:
@@ -255,6 +264,8 @@ class Measurement:
             "evidence": list(self.evidence),
             "greedy_draft_n": self.greedy_draft_n,
             "no_drafts_at": self.no_drafts_at,
+            "cut_short": self.cut_short,
+            "superseded": self.superseded,
             "samples": samples,
         }
 
@@ -280,6 +291,8 @@ class Measurement:
             evidence=tuple(obj.get("evidence") or ()),
             greedy_draft_n=obj.get("greedy_draft_n"),
             no_drafts_at=obj.get("no_drafts_at"),
+            cut_short=bool(obj.get("cut_short", False)),
+            superseded=obj.get("superseded"),
         )
 
 
