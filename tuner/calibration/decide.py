@@ -257,21 +257,25 @@ def _pair_cost_s(c: Comparison, measurements: Sequence[Measurement]) -> float | 
     return gen * 1.15 + load
 
 
-def _figures_text(c: Comparison) -> str:
-    """The pooled figures of a comparison, e.g. ``"1.45× over 6 adjacent pairs (30 requests run by
-    both sides, 95 % error level interval 1.31–1.60×): 145.0 vs 100.0 tokens/s"``."""
+def _figures_text(c: Comparison, with_tokens_per_s: bool = True) -> str:
+    """The pooled figures of a comparison, e.g. ``"1.45× over 6 adjacent pairs (30 requests, each run by
+    both sides; sequential-test interval 1.31–1.60×): 145.0 vs 100.0 tokens/s"``; without
+    ``with_tokens_per_s`` the closing tokens/s figures are left out (the sentence before gave them)."""
     sp = c.speedup or 0.0
-    figs = f"{c.gen_tokens_per_s or 0.0:.1f} vs {c.baseline_gen_tokens_per_s or 0.0:.1f} tokens/s"
-    req = f"{c.requests} request{'s' if c.requests != 1 else ''} run by both sides"
+    figs = f": {c.gen_tokens_per_s or 0.0:.1f} vs {c.baseline_gen_tokens_per_s or 0.0:.1f} tokens/s" \
+        if with_tokens_per_s else ""
+    each = ", each run by both sides" if c.requests != 1 else " run by both sides"
+    req = f"{c.requests} request{'s' if c.requests != 1 else ''}{each}"
     if c.paired:
         n = len(c.pairs)
         look = c.look
         interval = ""
         if look is not None and look.low is not None and look.high is not None:
-            interval = f", sequential-test interval {look.low:.2f}–{look.high:.2f}×"
-        return (f"{sp:.2f}× over {n} adjacent pair{'s' if n != 1 else ''} of the same requests ({req}"
-                f"{interval}): {figs}")
-    return f"{sp:.2f}× on the same requests in screening runs, not adjacent in time ({req}): {figs}"
+            interval = f"; sequential-test interval {look.low:.2f}–{look.high:.2f}×"
+            if look.decided_at is not None:
+                interval += f", faster beyond noise already at its look after {look.decided_at} pairs"
+        return f"{sp:.2f}× over {n} adjacent pair{'s' if n != 1 else ''} ({req}{interval}){figs}"
+    return f"{sp:.2f}× on the same requests in screening runs, not adjacent in time ({req}){figs}"
 
 
 def plain_tps(tps: float | None) -> str:
@@ -314,7 +318,12 @@ def _never_text(never: Sequence[Measurement]) -> str:
     labels = ", ".join(m.candidate.label for m in never)
     first = never[0].error or ""
     _, sep, rest = first.partition(" never drafted ")
-    return f"{labels} never drafted {rest}" if sep else "; ".join(f"{m.candidate.label}: {m.error}" for m in never)
+    if not sep:
+        return "; ".join(f"{m.candidate.label}: {m.error}" for m in never)
+    # the sampling settings are named once, in the reason's "Measured with …" sentence
+    if never[0].no_drafts_at:
+        rest = rest.replace(f"at the served sampling ({never[0].no_drafts_at})", "at these sampling settings", 1)
+    return f"{labels} never drafted {rest}"
 
 
 def decide(
@@ -368,7 +377,8 @@ def decide(
             failed_by_key.setdefault(k, m)
             continue
         if m.candidate.is_baseline:
-            baseline = baseline.merged(m) if baseline is not None else m
+            if m.superseded is None:  # a disturbed launch measured again is never the model's speed
+                baseline = baseline.merged(m) if baseline is not None else m
         else:
             ok_by_key.setdefault(k, m.candidate)
     if baseline is None or not baseline.gen_tokens_per_s:
@@ -425,7 +435,7 @@ def decide(
         reason = (f"Serving {plain_label(w.candidate)}: about {w.speedup or 1.0:.1f}× as fast as the model "
                   f"alone ({plain_tps(w.gen_tokens_per_s)} vs {plain_tps(w.baseline_gen_tokens_per_s)} tokens/s "
                   f"on these prompts). The evidence: {w.candidate.label} against no speculation, "
-                  + _figures_text(w))
+                  + _figures_text(w, with_tokens_per_s=False))
         if w.acceptance is not None:
             reason += f", draft acceptance {_fmt_pct(w.acceptance)}"
         reason += "." + chain_text
