@@ -276,19 +276,24 @@ def _server_argv(req: MemoryRequest, binary: Path | None) -> list[str] | None:
 
 def _model_path(given: str, models_dir: str | None, flag: str) -> Path:
     """``given`` as a path when it is one, else a file name or stem in ``models_dir`` (``tune``'s rule:
-    ``x.gguf`` or ``x``). Raises ValueError naming the flag and the folder's GGUF files."""
+    ``x.gguf`` or ``x``, ``tuner.catalog.folder.find_named_model``). Raises ValueError naming the flag and
+    the value (and the folder's GGUF files), AmbiguousModelError when two files there carry the name."""
+    from tuner.catalog.folder import find_named_model, gguf_files_under
+
     path = Path(given)
-    if path.exists() or models_dir is None:
+    if path.exists():
         return path
+    if models_dir is None:
+        raise ValueError(f"{flag} {given}: no such file (give a path, or --models DIR to look the name up there)")
     folder = Path(models_dir)
     if not folder.is_dir():
         raise ValueError(f"--models {folder}: no such folder")
-    ggufs = sorted(folder.rglob("*.gguf"))
-    for p in ggufs:
-        if given in (p.name, p.stem):
-            return p
+    found = find_named_model(folder, given, flag)
+    if found is not None:
+        return found
+    names = sorted({p.name for p in gguf_files_under(folder)})
     raise ValueError(f"{flag} {given!r}: no such model in {folder}; GGUF files there: "
-                     + (", ".join(p.name for p in ggufs[:20]) or "none"))
+                     + (", ".join(names[:20]) or "none"))
 
 
 def cmd_plan(args: argparse.Namespace) -> int:

@@ -118,24 +118,30 @@ def _check_serve_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--liveness-timeout must be > 0 seconds, got {liveness}")
 
 
-def _check_model_file(path: Path, role: str) -> None:
+def _check_model_file(path: Path, role: str, given: str | None = None) -> None:
     """Pre-flight read of a GGUF header and its split shards (tuner.catalog), so a missing or
-    broken file is one clear line instead of a failed launch. Raises ValueError naming the file."""
+    broken file is one clear line instead of a failed launch. ``given``: the value of ``--target`` /
+    ``--draft`` (``role``) the path came from, named in the message; ``None`` for a profile's file.
+    Raises ValueError naming the flag and value (or the file)."""
     from tuner.catalog.header import GGUFError, read_header
     from tuner.catalog.split import missing_shards, short_name_list
 
+    if given is None:
+        what = f"{role} model {path}"
+    else:
+        what = f"--{role} {given}" + ("" if os.path.abspath(given) == str(path) else f" ({path})")
     if not path.exists():
-        raise ValueError(f"{role} model not found: {path}")
+        raise ValueError(f"{what}: no such file" if given is not None else f"{role} model not found: {path}")
     gone = missing_shards(path)
     if gone:
-        raise ValueError(f"{role} model {path}: incomplete split set: missing shard "
+        raise ValueError(f"{what}: incomplete split set: missing shard "
                          + short_name_list([p.name for p in gone]))
     try:
         header = read_header(path)
     except GGUFError as exc:
-        raise ValueError(f"{role} model {exc}") from None
+        raise ValueError(f"{what}: {exc.reason}") from None
     if not header.tensors and header.get("split.count") in (None, 0, 1):
-        raise ValueError(f"{role} model {path}: has no tensors (a vocab-only file holds a tokenizer and no "
+        raise ValueError(f"{what}: has no tensors (a vocab-only file holds a tokenizer and no "
                          "weights); llama-server cannot serve it")
 
 
@@ -246,7 +252,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cors, cache_ram = _settings_served()
     target = Path(args.target)
     if args.models and not target.is_file():
-        target = Path(args.models) / args.target
+        from tuner.catalog.folder import find_named_model
+
+        target = find_named_model(args.models, args.target, "--target") or Path(args.models) / args.target
     spec = args.spec_type or ("draft-simple" if args.draft else "none")
     speculative = spec != "none"
     if not args.draft and {t.strip() for t in spec.split(",")} & DRAFT_MODEL_TYPES:
@@ -311,6 +319,7 @@ def _serve_ctx_size(requested: int | None, target: Path) -> int | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the server until Ctrl-C/SIGTERM. Exit 0 after a clean stop, 1 if it failed, 2 for a
     bad command line / missing profile / missing binary."""
+    from_profile = bool(args.models and not args.draft and not args.spec_type)
     if getattr(args, "rpc", None) is not None:
         from tuner.cli.hardware import rpc_hosts_arg
 
@@ -332,7 +341,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
 
         prof = None
-        if args.models and not args.draft and not args.spec_type:
+        if from_profile:
             prof = find_profile(Path(args.models), args.target)
         fallback = rpc_fallback_config(cfg, prof)
         cfg, note = reachable_config(cfg, fallback)
@@ -341,9 +350,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not cfg.rpc:
             fallback = None
     try:
-        _check_model_file(cfg.model_path, "target")
+        _check_model_file(cfg.model_path, "target", None if from_profile else args.target)
         if cfg.draft_path is not None:
-            _check_model_file(cfg.draft_path, "draft")
+            _check_model_file(cfg.draft_path, "draft", None if from_profile else args.draft)
     except ValueError as exc:
         _err(f"draftwise serve: {exc}")
         return 2
@@ -351,7 +360,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
         binary = find_named_server(args.server) if args.server else find_server()
         sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout, rpc_fallback=fallback)
     except (ServerNotFoundError, DialectError) as exc:
-        _err(f"draftwise serve: {exc}")
+        message = str(exc)
+        if args.server and isinstance(exc, DialectError) and not message.startswith("--server"):
+            message = f"--server {args.server}: {message.removeprefix(str(binary.path) + ': ')}"
+        _err(f"draftwise serve: {message}")
         return 2
 
     done = threading.Event()

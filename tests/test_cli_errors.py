@@ -1,0 +1,125 @@
+"""A new user's trial of the command line: a model name two files carry, one-line errors that name their
+flag and value, and ``--json`` errors as one JSON object on stdout. Real CLI calls (``tuner.cli.main``),
+real GGUF files (tests/synth.py), the real llama-server where one is needed."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+from tests.synth import write_llama_gguf
+from tuner.cli import main
+
+
+@pytest.fixture(autouse=True)
+def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    home = tmp_path / "home"
+    monkeypatch.setenv("DRAFTWISE_HOME", str(home))
+    return home
+
+
+@pytest.fixture
+def twins(tmp_path: Path) -> Path:
+    """A models folder with two different files called model.gguf (a/ and b/, same size)."""
+    root = tmp_path / "models"
+    write_llama_gguf(root / "a" / "model.gguf", n_embd=64, n_layers=2)
+    write_llama_gguf(root / "b" / "model.gguf", n_embd=64, n_layers=2)
+    return root
+
+
+def run(capsys: pytest.CaptureFixture[str], argv: list[str]) -> tuple[int, str, str]:
+    rc = main(argv)
+    out = capsys.readouterr()
+    return rc, out.out, out.err
+
+
+# ------------------------------------------------------------------ 1: a name two files carry
+
+
+@pytest.mark.parametrize("command", [
+    ["tune", "--models", "{m}", "--target", "model.gguf"],
+    ["tune", "--models", "{m}", "--target", "model"],
+    ["plan", "--models", "{m}", "--target", "model.gguf", "--no-cross-check"],
+    ["serve", "--models", "{m}", "--target", "model"],
+    ["serve", "--models", "{m}", "--target", "model.gguf", "--spec-type", "ngram-mod"],
+])
+def test_an_ambiguous_target_name_is_an_error_listing_both_paths(command: list[str], twins: Path, capsys) -> None:
+    argv = [a.replace("{m}", str(twins)) for a in command]
+    rc, _, err = run(capsys, argv)
+    lines = err.strip().splitlines()
+    assert rc == 2, err
+    assert len(lines) == 1 and lines[0].startswith(f"draftwise {argv[0]}: --target"), err
+    assert "is ambiguous" in err and "pass a path" in err
+    assert str(twins / "a" / "model.gguf") in err and str(twins / "b" / "model.gguf") in err
+
+
+def test_a_path_in_the_same_folder_is_not_ambiguous(twins: Path, capsys) -> None:
+    rc, out, err = run(capsys, ["plan", "--models", str(twins), "--target", str(twins / "b" / "model.gguf"),
+                                "--no-cross-check", "--json"])
+    assert rc == 0, err
+    assert json.loads(out)["fits"] is True
+
+
+def test_links_to_one_file_are_one_model(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "models"
+    real = write_llama_gguf(root / "blobs" / "model.gguf", n_embd=64, n_layers=2)
+    (root / "link").mkdir()
+    (root / "link" / "model.gguf").symlink_to(real)
+    rc, out, err = run(capsys, ["plan", "--models", str(root), "--target", "model", "--no-cross-check", "--json"])
+    assert rc == 0 and "ambiguous" not in err, err
+
+
+def test_the_default_target_says_which_file_it_chose_when_names_collide(twins: Path, tmp_path: Path,
+                                                                        capsys) -> None:
+    """Same size: the tie goes to the path text (b/ after a/), the same on every run, and the note says so.
+    A missing prompt file then stops the command before any launch."""
+    notes = []
+    for _ in range(2):
+        rc, _, err = run(capsys, ["tune", "--models", str(twins), "--prompts", str(tmp_path / "none.txt")])
+        assert rc == 2 and "cannot read prompt file" in err, err
+        notes.append([line for line in err.splitlines() if "note: default target:" in line])
+    assert notes[0] == notes[1] and len(notes[0]) == 1
+    assert f"default target: {twins / 'b' / 'model.gguf'} (2 files are named model.gguf" in notes[0][0]
+    assert "pass --target PATH" in notes[0][0]
+
+
+def test_a_unique_name_needs_no_note(tmp_path: Path, capsys) -> None:
+    root = tmp_path / "models"
+    write_llama_gguf(root / "a" / "one.gguf", n_embd=64, n_layers=2)
+    write_llama_gguf(root / "b" / "two.gguf", n_embd=64, n_layers=2)
+    rc, _, err = run(capsys, ["tune", "--models", str(root), "--prompts", str(tmp_path / "none.txt")])
+    assert rc == 2 and "default target" not in err, err
+
+
+# ------------------------------------------------------------------ 2: errors name their flag
+
+
+def test_serve_with_a_missing_target_names_the_flag(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = run(capsys, ["serve", "--target", "nope.gguf"])
+    assert rc == 2 and err.strip() == "draftwise serve: --target nope.gguf: no such file", err
+
+
+def test_serve_with_a_missing_draft_names_the_flag_and_path(tmp_path: Path, capsys, stories260k: Path) -> None:
+    gone = tmp_path / "gone.gguf"
+    rc, _, err = run(capsys, ["serve", "--target", str(stories260k), "--draft", str(gone)])
+    assert rc == 2 and err.strip() == f"draftwise serve: --draft {gone}: no such file", err
+
+
+def test_plan_with_a_missing_target_names_the_flag(tmp_path: Path, capsys, monkeypatch) -> None:
+    monkeypatch.chdir(tmp_path)
+    rc, _, err = run(capsys, ["plan", "--target", "nope"])
+    assert rc == 2 and err.startswith("draftwise plan: --target nope: no such file"), err
+    assert len(err.strip().splitlines()) == 1
+
+
+@pytest.mark.parametrize("command", ["tune", "serve"])
+def test_a_server_that_is_not_llama_server_names_the_flag(command: str, stories260k: Path, capsys) -> None:
+    argv = (["tune", "--models", str(stories260k.parent)] if command == "tune"
+            else ["serve", "--target", str(stories260k)]) + ["--server", "/bin/false"]
+    rc, _, err = run(capsys, argv)
+    assert rc == 2, err
+    assert err.strip().splitlines()[-1].startswith(f"draftwise {command}: --server /bin/false: not a llama-server"), err
+    assert "Traceback" not in err
