@@ -123,3 +123,36 @@ def test_a_server_that_is_not_llama_server_names_the_flag(command: str, stories2
     assert rc == 2, err
     assert err.strip().splitlines()[-1].startswith(f"draftwise {command}: --server /bin/false: not a llama-server"), err
     assert "Traceback" not in err
+
+
+# ------------------------------------------------------------------ 3: --json errors are JSON on stdout
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["tune", "--models", "{tmp}/nope", "--json"], "--models {tmp}/nope: no such folder"),
+    (["tune", "--json"], "the following arguments are required: --models"),
+    (["scan", "{tmp}/nope", "--json"], "{tmp}/nope"),
+    (["plan", "--target", "{tmp}/nope.gguf", "--json"], "--target {tmp}/nope.gguf: no such file"),
+    (["compat", "{tmp}/a.gguf", "{tmp}/b.gguf", "--json"], "{tmp}/a.gguf"),
+    (["devices", "--server", "{tmp}/nope", "--json"], "--server {tmp}/nope"),
+    (["doctor", "--server", "{tmp}/nope", "--json", "--no-self-test"], "{tmp}/nope"),
+])
+def test_json_errors_are_one_object_on_stdout(argv: list[str], needle: str, tmp_path: Path, capsys) -> None:
+    argv = [a.replace("{tmp}", str(tmp_path)) for a in argv]
+    needle = needle.replace("{tmp}", str(tmp_path))
+    try:
+        rc = main(argv)
+    except SystemExit as exc:  # argparse's usage error
+        rc = int(exc.code or 0)
+    cap = capsys.readouterr()
+    assert rc == 2, cap.err
+    obj = json.loads(cap.out)  # exactly one JSON document
+    assert isinstance(obj, dict) and needle in obj["error"], obj
+    assert obj["code"] == "bad_input" and obj["exit_status"] == 2
+    assert needle in cap.err  # the stderr line stays
+
+
+def test_a_json_command_that_succeeds_prints_only_its_own_object(tmp_path: Path, capsys) -> None:
+    write_llama_gguf(tmp_path / "m" / "t.gguf", n_embd=64, n_layers=2)
+    rc, out, _ = run(capsys, ["scan", str(tmp_path / "m"), "--json"])
+    assert rc == 0 and set(json.loads(out)) == {"models", "families"}

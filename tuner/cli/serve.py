@@ -487,7 +487,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         binary = find_named_server(args.server) if args.server else find_server()
     except ServerNotFoundError as exc:
-        report["error"] = str(exc)
+        report.update(error=str(exc), code="bad_input", exit_status=2)  # as cli._json_error
+        if args.json:  # the one-line error on stderr too, as every --json command
+            _err(f"draftwise doctor: {exc}")
         print(json.dumps(report, indent=2) if args.json else f"llama-server: NOT FOUND\n{exc}")
         return 2
     report["binary"] = {"path": str(binary.path), "source": binary.source, "build": binary.build,
@@ -495,7 +497,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         dialect = probe_dialect(binary.path)
     except DialectError as exc:
-        report["error"] = str(exc)
+        report.update(error=str(exc), code="bad_input", exit_status=2)  # as cli._json_error
+        if args.json:  # the one-line error on stderr too, as every --json command
+            _err(f"draftwise doctor: {exc}")
         print(json.dumps(report, indent=2) if args.json else f"llama-server: {binary.path}\n{exc}")
         return 2
     report["dialect"] = {"spec_style": dialect.spec_style, "spec_types": list(dialect.spec_types),
