@@ -92,6 +92,21 @@ class _RedactFormatter(logging.Formatter):
         return redact(super().format(record))
 
 
+class _ConsoleFormatter(_RedactFormatter):
+    """The ``--verbose`` stderr lines: a debug or info record that carries a traceback (an expected,
+    handled failure such as no NVIDIA driver) prints its one line and says the traceback is in the log
+    file; warnings and errors keep theirs on the terminal as well."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno >= logging.WARNING or not (record.exc_info or record.exc_text):
+            return super().format(record)
+        short = logging.makeLogRecord(record.__dict__)
+        short.exc_info = None
+        short.exc_text = None
+        short.stack_info = None
+        return super().format(short) + " (traceback in the log file)"
+
+
 def setup_logging(verbose: bool = False, stderr: bool | None = None) -> Path:
     """Attach the rotating file handler to the ``tuner`` logger (idempotent) and return the file's path.
     The file and its rotated copies are mode 0600 in a 0700 folder.
@@ -127,7 +142,7 @@ def setup_logging(verbose: bool = False, stderr: bool | None = None) -> Path:
         if (verbose if stderr is None else stderr) and not any(
                 getattr(h, "_draftwise_stderr", False) for h in logger.handlers):
             console = logging.StreamHandler(sys.stderr)
-            console.setFormatter(_RedactFormatter("draftwise: %(levelname)s %(name)s: %(message)s"))
+            console.setFormatter(_ConsoleFormatter("draftwise: %(levelname)s %(name)s: %(message)s"))
             console._draftwise_stderr = True  # type: ignore[attr-defined]
             logger.addHandler(console)
     _install_hooks()
