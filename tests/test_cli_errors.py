@@ -156,3 +156,30 @@ def test_a_json_command_that_succeeds_prints_only_its_own_object(tmp_path: Path,
     write_llama_gguf(tmp_path / "m" / "t.gguf", n_embd=64, n_layers=2)
     rc, out, _ = run(capsys, ["scan", str(tmp_path / "m"), "--json"])
     assert rc == 0 and set(json.loads(out)) == {"models", "families"}
+
+
+# ------------------------------------------------------------------ 6: a busy port is said once
+
+
+def test_a_busy_port_is_reported_once(tmp_path: Path, stories260k: Path, llama_server_bin: Path) -> None:
+    """The real llama-server cannot bind a port another process listens on; the cause was printed twice
+    (the state line, then again with ``[port_busy]``)."""
+    import os
+    import socket
+    import subprocess
+    import sys
+
+    repo = Path(__file__).resolve().parents[1]
+    with socket.socket() as held:
+        held.bind(("127.0.0.1", 0))
+        held.listen()
+        port = held.getsockname()[1]
+        env = {**os.environ, "DRAFTWISE_HOME": str(tmp_path / "home"), "PYTHONPATH": str(repo)}
+        p = subprocess.run([sys.executable, "-m", "tuner", "serve", "--target", str(stories260k), "--port", str(port),
+                            "--server", str(llama_server_bin), "--ready-timeout", "60"],
+                           cwd=repo, env=env, capture_output=True, text=True, timeout=120)
+    assert p.returncode == 1, p.stderr
+    cause = f"another process already listens on 127.0.0.1:{port}"
+    assert p.stderr.count(cause) == 1, p.stderr
+    assert "[port_busy]" not in p.stderr and "couldn't bind HTTP server socket" in p.stderr  # evidence stays
+    assert "full log:" in p.stderr

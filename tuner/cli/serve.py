@@ -367,10 +367,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
 
     done = threading.Event()
+    said: list[str] = []  # the failure messages already printed as state lines
 
     def on_state(ch: StateChange) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {ch.state.value}: {ch.message}"
         _err(line)
+        if ch.state == ServerState.FAILED:
+            said.append(ch.message)
         if ch.state == ServerState.FAILED and ch.previous != ServerState.STARTING:
             done.set()
         if ch.state == ServerState.READY and ch.previous != ServerState.READY:
@@ -418,7 +421,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _err(f"stopping ({stop_reason[0]}) before the server was ready")
             sup.stop()
             return 0
-        _print_diagnosis(exc.diagnosis, sup)
+        _print_diagnosis(exc.diagnosis, sup, said)
         sup.stop()
         return 1
     except KeyboardInterrupt:
@@ -428,7 +431,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     failed = sup.state == ServerState.FAILED
     if failed and sup.diagnosis is not None:
-        _print_diagnosis(sup.diagnosis, sup)
+        _print_diagnosis(sup.diagnosis, sup, said)
     sup.stop()
     return 1 if failed else 0
 
@@ -443,8 +446,11 @@ def bound_url(host: str, base_url: str | None) -> str:
     return f"http://{h}:{port}"
 
 
-def _print_diagnosis(diag: Any, sup: Supervisor | None) -> None:
-    _err(f"llama-server failed: {diag.message} [{diag.code}]")
+def _print_diagnosis(diag: Any, sup: Supervisor | None, said: list[str] | tuple[str, ...] = ()) -> None:
+    """The failure's cause (``diag.message``), unless a ``failed:`` state line in ``said`` printed it
+    already, then its evidence lines and the server log's path."""
+    if diag.message not in said:
+        _err(f"llama-server failed: {diag.message}")
     for line in diag.evidence[-15:]:
         _err(f"  | {line}")
     if sup is not None and sup.log_path is not None:
