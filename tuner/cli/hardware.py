@@ -33,6 +33,7 @@ from tuner.hardware.rpc import (
     RpcHostError,
     parse_rpc_hosts,
 )
+from tuner.settings import DEFAULT_CACHE_RAM_MIB
 from tuner.units import MIB, format_bytes
 
 DEFAULT_PLAN_CTX = 4096
@@ -61,6 +62,25 @@ def plan_n_ctx(requested: int | None, context_length: int | None) -> tuple[int, 
     return requested, None
 
 
+def plan_cache_ram(given: int | None) -> tuple[int, str]:
+    """The prompt-cache limit (``--cache-ram``, MiB) ``draftwise plan`` counts in host RAM, and its line for
+    the report. Default: what ``draftwise serve`` passes (:func:`tuner.settings.served_values`: the
+    ``cache_ram_mib`` setting, :data:`tuner.settings.DEFAULT_CACHE_RAM_MIB` unless changed). -1 (no limit)
+    cannot be counted: 0 bytes, and the line says so."""
+    if given is not None:
+        mib, source = given, f"--cache-ram {given}"
+    else:
+        from tuner.settings import served_values
+
+        mib = served_values()[1]
+        source = f"--cache-ram {mib}, as serve passes it: the cache_ram_mib setting"
+    if mib < 0:
+        return mib, f"prompt cache: no limit ({source}): it grows with use and is not counted here"
+    if mib == 0:
+        return 0, f"prompt cache: off ({source}), not counted"
+    return mib, f"prompt cache: up to {_mib(mib * MIB)} of host RAM while serving ({source}), counted above"
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``devices`` and ``plan`` sub-commands."""
     p = subparsers.add_parser("devices", help="list GPUs, their memory budgets, and host RAM/CPU")
@@ -86,9 +106,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n-cpu-moe", type=int, default=0,
                    help="keep the MoE expert tensors of the first N target blocks on the CPU (--n-cpu-moe)")
     p.add_argument("--cpu-moe", action="store_true", help="keep all target MoE expert tensors on the CPU (--cpu-moe)")
-    p.add_argument("--cache-ram", type=int, default=0, metavar="MIB",
-                   help="count llama-server's host-RAM prompt cache limit (--cache-ram MiB) in the host's need; "
-                   "default 0 = not counted (draftwise serve uses the cache_ram_mib setting, 1024)")
+    p.add_argument("--cache-ram", type=int, default=None, metavar="MIB",
+                   help="llama-server's host-RAM prompt cache limit (--cache-ram MiB), counted in the host's need; "
+                   "default: what draftwise serve passes, the cache_ram_mib setting "
+                   f"({DEFAULT_CACHE_RAM_MIB} unless changed); 0 = not counted")
     p.add_argument("--np", type=int, default=1, help="parallel slots (-np), default 1; 0 = server auto (4, unified KV)")
     p.add_argument("--ctk", default="f16", help="KV cache type K (-ctk)")
     p.add_argument("--ctv", default="f16", help="KV cache type V (-ctv)")
@@ -314,6 +335,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     rpc = rpc_hosts_arg(args, "plan")
     if rpc is None:
         return 2
+    cache_ram, cache_line = plan_cache_ram(args.cache_ram)
     n_ctx, ctx_note = plan_n_ctx(args.ctx, target.context_length)
     ctx_label = "warning" if args.ctx is not None else "note"
     if ctx_note is not None and args.json:
@@ -322,7 +344,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         n_ctx=n_ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
                         n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB,
                         n_max=args.n_max, n_cpu_moe=args.n_cpu_moe, cpu_moe=args.cpu_moe,
-                        prompt_cache_bytes=args.cache_ram * MIB)
+                        prompt_cache_bytes=max(cache_ram, 0) * MIB)
     devs, binary = _detect(args.server, rpc)
     try:
         plan = plan_memory(req, devs)
@@ -357,6 +379,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data["cross_check"] = dataclasses.asdict(check) if check is not None else None
         data["server_check"] = scheck.to_json() if scheck is not None else None
         data["n_ctx_note"] = ctx_note
+        data["cache_ram_mib"] = cache_ram
+        data["cache_ram_from"] = "--cache-ram" if args.cache_ram is not None else "setting cache_ram_mib"
         json.dump(data, sys.stdout, indent=2)
         print()
         return 0 if plan.fits else 1
@@ -373,6 +397,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for name, need, budget, head in rows:
         cells = "".join(f"{_mib(getattr(need, k)) if getattr(need, k) else '-':>11}" for k, _ in _COLS)
         print(f"{name:<12}{cells}{_mib(need.total_bytes):>11}{_mib(budget):>11}{_mib(head):>11}")
+    print(f"  {cache_line}")
     for p in plan.devices:
         print(f"  {p.device_name}: {p.target_layers} target blocks"
               + (" + output layer" if p.output_on_device else "")

@@ -285,17 +285,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 def _settings_served() -> tuple[str, int]:
     """What ``serve`` takes from the user's settings, as the app does (``tuner.ui.flow.serving_config``):
-    the ``--cors-origins`` value (the ``cors_origin`` setting or ``localhost``) and the prompt-cache limit
-    ``--cache-ram`` in MiB (``cache_ram_mib``, default :data:`tuner.settings.DEFAULT_CACHE_RAM_MIB`). A bad or
-    unreadable settings file gives the defaults: the locked-down origin and the desktop cache limit."""
-    from tuner.settings import DEFAULT_CACHE_RAM_MIB, load_settings_keeping_valid
+    :func:`tuner.settings.served_values` (the ``--cors-origins`` value and ``--cache-ram`` MiB)."""
+    from tuner.settings import served_values
 
-    try:
-        st = load_settings_keeping_valid(repair=False).settings
-        return st.cors_origins_value(), st.cache_ram_mib
-    except Exception:  # never let a settings problem open the endpoint
-        log.warning("settings unreadable: serving with the safe defaults (CORS localhost, default --cache-ram)", exc_info=True)
-        return "localhost", DEFAULT_CACHE_RAM_MIB
+    return served_values()
 
 
 def _serve_ctx_size(requested: int | None, target: Path) -> int | None:
