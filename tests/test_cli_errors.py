@@ -183,3 +183,45 @@ def test_a_busy_port_is_reported_once(tmp_path: Path, stories260k: Path, llama_s
     assert p.stderr.count(cause) == 1, p.stderr
     assert "[port_busy]" not in p.stderr and "couldn't bind HTTP server socket" in p.stderr  # evidence stays
     assert "full log:" in p.stderr
+
+
+# ------------------------------------------------------------------ 8: serve --target reads rpc_hosts
+
+
+def test_serve_target_reads_the_rpc_hosts_setting_and_reports_an_unreachable_host(
+        tmp_path: Path, _home: Path, stories260k: Path, llama_server_bin: Path) -> None:
+    """``serve --target FILE`` without ``--rpc`` ignored the ``rpc_hosts`` setting (``serve --models`` reads
+    it through the profile). A closed local port as the host: the command names it, then serves on this
+    machine alone (the real llama-server, stopped with Ctrl-C)."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    from tuner import settings
+    from tuner.process import free_port
+
+    repo = Path(__file__).resolve().parents[1]
+    env = {**os.environ, "DRAFTWISE_HOME": str(_home), "PYTHONPATH": str(repo)}
+    closed = free_port()  # nothing listens there
+    settings.save_settings(settings.Settings(rpc_hosts=(f"127.0.0.1:{closed}",)))
+    p = subprocess.Popen([sys.executable, "-m", "tuner", "serve", "--target", str(stories260k), "--server",
+                          str(llama_server_bin), "--ready-timeout", "60"], cwd=repo, env=env, text=True,
+                         stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    try:
+        assert p.stdout is not None
+        endpoint = p.stdout.readline().strip()  # the endpoint line once the server is ready
+        assert endpoint.startswith("http://127.0.0.1:") and endpoint.endswith("/v1"), endpoint
+        time.sleep(0.2)
+        p.send_signal(signal.SIGINT)
+        _, err = p.communicate(timeout=60)
+    finally:
+        if p.poll() is None:
+            p.kill()
+            p.wait()
+    assert p.returncode == 0, err
+    note = [line for line in err.splitlines() if f"127.0.0.1:{closed}" in line]
+    assert note and note[0].startswith("draftwise serve: ") and "refused the connection" in note[0], err
+    argv = [line for line in err.splitlines() if line.startswith("argv: ")][0]
+    assert "--rpc" not in argv  # fell back to this machine's devices

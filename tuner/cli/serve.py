@@ -313,7 +313,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     """Run the server until Ctrl-C/SIGTERM. Exit 0 after a clean stop, 1 if it failed, 2 for a
     bad command line / missing profile / missing binary."""
     from_profile = bool(args.models and not args.draft and not args.spec_type)
-    if getattr(args, "rpc", None) is not None:
+    if getattr(args, "rpc", None) is not None or not from_profile:
+        # --rpc, else (serving from flags) the rpc_hosts setting, as tune, plan and devices read it; a
+        # profile carries the hosts it was tuned with
         from tuner.cli.hardware import rpc_hosts_arg
 
         hosts = rpc_hosts_arg(args, "serve")
