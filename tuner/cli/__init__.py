@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         from tuner import app
 
         return app.main([])
-    tee = _ErrorLineTee(sys.stderr, log)
+    tee = _ErrorLineTee(watch.stream, log)  # the stderr the parse step restored
     sys.stderr = tee
     out = _StdoutWatch(sys.stdout) if getattr(args, "json", False) else None
     if out is not None:
