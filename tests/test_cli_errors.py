@@ -115,14 +115,26 @@ def test_plan_with_a_missing_target_names_the_flag(tmp_path: Path, capsys, monke
     assert len(err.strip().splitlines()) == 1
 
 
-@pytest.mark.parametrize("command", ["tune", "serve"])
+@pytest.mark.parametrize("command", ["tune", "serve", "rpc-host", "doctor"])
 def test_a_server_that_is_not_llama_server_names_the_flag(command: str, stories260k: Path, capsys) -> None:
-    argv = (["tune", "--models", str(stories260k.parent)] if command == "tune"
-            else ["serve", "--target", str(stories260k)]) + ["--server", "/bin/false"]
+    argv = {"tune": ["tune", "--models", str(stories260k.parent)],
+            "serve": ["serve", "--target", str(stories260k)],
+            "rpc-host": ["rpc-host", "--check-build"],
+            "doctor": ["doctor", "--no-self-test", "--json"]}[command] + ["--server", "/bin/false"]
     rc, _, err = run(capsys, argv)
     assert rc == 2, err
-    assert err.strip().splitlines()[-1].startswith(f"draftwise {command}: --server /bin/false: not a llama-server"), err
+    assert err.strip().splitlines()[-1] == (f"draftwise {command}: --server /bin/false: not a llama-server --help "
+                                            "text: no options found"), err
     assert "Traceback" not in err
+
+
+def test_plan_with_a_broken_gguf_names_the_flag_and_file(tmp_path: Path, capsys) -> None:
+    junk = tmp_path / "junk.gguf"
+    junk.write_bytes(b"junk" * 10)
+    rc, _, err = run(capsys, ["plan", "--target", str(junk)])
+    assert rc == 2 and err.startswith(f"draftwise plan: --target {junk}: not a GGUF file"), err
+    rc, _, err = run(capsys, ["plan", "--models", str(tmp_path), "--target", "junk"])
+    assert rc == 2 and err.startswith(f"draftwise plan: --target junk ({junk}): not a GGUF file"), err
 
 
 # ------------------------------------------------------------------ 3: --json errors are JSON on stdout

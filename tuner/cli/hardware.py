@@ -23,6 +23,7 @@ from tuner.hardware.memory import (
     ContextTrade,
     MemoryPlan,
     MemoryRequest,
+    ModelMemorySpec,
     context_trade,
     load_model_spec,
     plan_memory,
@@ -317,12 +318,26 @@ def _model_path(given: str, models_dir: str | None, flag: str) -> Path:
                      + (", ".join(names[:20]) or "none"))
 
 
+def _load_spec(given: str, models_dir: str | None, flag: str) -> ModelMemorySpec:
+    """The memory spec of the model ``flag`` names (:func:`_model_path`). Raises ValueError naming the flag,
+    its value and the file for a file that is no usable GGUF."""
+    from tuner.catalog.header import GGUFError
+
+    path = _model_path(given, models_dir, flag)
+    try:
+        return load_model_spec(path)
+    except GGUFError as exc:  # its path may be another file (a missing shard): then named as well
+        where = "" if str(path) == given else f" ({path})"
+        detail = exc.reason if Path(exc.path) == path else str(exc)
+        raise ValueError(f"{flag} {given}{where}: {detail}") from None
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """``draftwise plan``: exit 0 when the plan fits, 1 when it does not, 2 on a bad model file."""
     try:
-        target = load_model_spec(_model_path(args.target, args.models, "--target"))
-        draft = load_model_spec(_model_path(args.draft, args.models, "--draft")) if args.draft else None
-    except Exception as exc:  # noqa: BLE001 - GGUFError / ValueError name the file
+        target = _load_spec(args.target, args.models, "--target")
+        draft = _load_spec(args.draft, args.models, "--draft") if args.draft else None
+    except Exception as exc:  # noqa: BLE001 - GGUFError / ValueError name the flag and file
         print(f"draftwise plan: {exc}", file=sys.stderr)
         return 2
     spec_type = args.spec_type or ("draft-simple" if draft else "none")
@@ -478,8 +493,9 @@ def cmd_rpc_host(args: argparse.Namespace) -> int:
         return 2
     try:
         has_rpc = probe_dialect(binary).has("--rpc")
-    except Exception as exc:  # noqa: BLE001 - DialectError: say it
-        print(f"draftwise rpc-host: {binary}: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - DialectError (its message starts with the binary's path): say it
+        where = f"--server {args.server}" if args.server else str(binary)
+        print(f"draftwise rpc-host: {where}: {str(exc).removeprefix(f'{binary}: ')}", file=sys.stderr)
         return 2
     status = rpc_build_status(binary, has_rpc)
     if args.check_build:

@@ -138,8 +138,8 @@ def _check_model_file(path: Path, role: str, given: str | None = None) -> None:
                          + short_name_list([p.name for p in gone]))
     try:
         header = read_header(path)
-    except GGUFError as exc:
-        raise ValueError(f"{what}: {exc.reason}") from None
+    except GGUFError as exc:  # its path may be another file (a shard): then named as well
+        raise ValueError(f"{what}: {exc.reason if Path(exc.path) == path else exc}") from None
     if not header.tensors and header.get("split.count") in (None, 0, 1):
         raise ValueError(f"{what}: has no tensors (a vocab-only file holds a tokenizer and no "
                          "weights); llama-server cannot serve it")
@@ -355,10 +355,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         binary = find_named_server(args.server) if args.server else find_server()
         sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout, rpc_fallback=fallback)
     except (ServerNotFoundError, DialectError) as exc:
-        message = str(exc)
-        if args.server and isinstance(exc, DialectError) and not message.startswith("--server"):
-            message = f"--server {args.server}: {message.removeprefix(str(binary.path) + ': ')}"
-        _err(f"draftwise serve: {message}")
+        _err(f"draftwise serve: {_server_error(exc, args.server)}")
         return 2
 
     done = threading.Event()
@@ -478,6 +475,15 @@ def _rpc_line(binary: ServerBinary, dialect: Dialect) -> str:
     return rpc_build_status(binary.path, dialect.has("--rpc")).message.removeprefix("RPC: ")
 
 
+def _server_error(exc: Exception, server: str | None) -> str:
+    """``exc``'s message, led by ``--server VALUE`` when the binary came from that flag (a dialect error
+    starts with the binary's path, which is then not repeated)."""
+    message = str(exc)
+    if server is None or message.startswith("--server") or isinstance(exc, ServerNotFoundError):
+        return message  # a not-found message names --server itself
+    return f"--server {server}: {message.removeprefix(str(Path(server).expanduser().absolute()) + ': ')}"
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Print the doctor report. Exit 0 when the self-test passed (or was skipped), 1 when it
     failed, 2 when no binary / no readable ``--help``."""
@@ -490,7 +496,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except ServerNotFoundError as exc:
         report.update(error=str(exc), code="bad_input", exit_status=2)  # as cli._json_error
         if args.json:  # the one-line error on stderr too, as every --json command
-            _err(f"draftwise doctor: {exc}")
+            _err(f"draftwise doctor: {_server_error(exc, args.server)}")
         print(json.dumps(report, indent=2) if args.json else f"llama-server: NOT FOUND\n{exc}")
         return 2
     report["binary"] = {"path": str(binary.path), "source": binary.source, "build": binary.build,
@@ -500,7 +506,7 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     except DialectError as exc:
         report.update(error=str(exc), code="bad_input", exit_status=2)  # as cli._json_error
         if args.json:  # the one-line error on stderr too, as every --json command
-            _err(f"draftwise doctor: {exc}")
+            _err(f"draftwise doctor: {_server_error(exc, args.server)}")
         print(json.dumps(report, indent=2) if args.json else f"llama-server: {binary.path}\n{exc}")
         return 2
     report["dialect"] = {"spec_style": dialect.spec_style, "spec_types": list(dialect.spec_types),
