@@ -220,10 +220,16 @@ class _ErrorLineTee:
         return n
 
     def last_error(self, command: str) -> str | None:
-        """The last ``draftwise …`` line written, without its ``draftwise COMMAND:`` prefix; None if none."""
+        """The last ``draftwise …`` line written, without its ``draftwise COMMAND:`` prefix (and argparse's
+        ``error:``); None if none."""
         if self._last is None:
             return None
-        line = self._last.removeprefix(f"draftwise {command}:" if command else "draftwise:").strip()
+        line = self._last
+        for prefix in ((f"draftwise {command}:",) if command else ()) + ("draftwise:",):
+            if line.startswith(prefix):
+                line = line[len(prefix):]
+                break
+        line = line.strip()
         return line.removeprefix("error:").strip()
 
     def flush(self) -> None:
