@@ -237,3 +237,22 @@ def test_serve_target_reads_the_rpc_hosts_setting_and_reports_an_unreachable_hos
     assert note and note[0].startswith("draftwise serve: ") and "refused the connection" in note[0], err
     argv = [line for line in err.splitlines() if line.startswith("argv: ")][0]
     assert "--rpc" not in argv  # fell back to this machine's devices
+
+
+def test_serve_models_refuses_a_name_two_saved_profiles_carry(twins: Path, capsys) -> None:
+    """Both files were tuned and have since been removed: the name still fits two profiles, and serve
+    names both instead of serving the most recent one."""
+    from tuner.profiles import ModelFileKey, Profile, ProfileStore, StalenessKeys
+
+    store = ProfileStore()
+    for sub in ("a", "b"):
+        f = twins / sub / "model.gguf"
+        keys = StalenessKeys(hardware_fingerprint="cpu", server_binary="llama-server", server_build="11434",
+                             dialect_fingerprint="x", model_files=(ModelFileKey.of(f),), prompt_set_sha256="p" * 64)
+        store.save(Profile(target_path=str(f.resolve()), keys=keys, winner={"spec_type": "none"},
+                           server_config={"model_path": str(f.resolve()), "spec_type": "none"},
+                           argv=("llama-server", "-m", str(f)), decision={"reason": "none"}, evidence=()))
+        f.unlink()
+    rc, _, err = run(capsys, ["serve", "--models", str(twins), "--target", "model"])
+    assert rc == 2 and "--target 'model' is ambiguous" in err and "pass a path" in err, err
+    assert str((twins / "a" / "model.gguf").resolve()) in err and str((twins / "b" / "model.gguf").resolve()) in err
