@@ -8,10 +8,15 @@ import os
 import re
 import shutil
 import subprocess
-import tomllib
+import sys
 from pathlib import Path
 
 import pytest
+
+if sys.version_info >= (3, 11):
+    import tomllib
+else:  # Python 3.10 (requires-python): the same parser, published as tomli
+    tomllib = pytest.importorskip("tomli")
 
 REPO = Path(__file__).resolve().parent.parent
 LINT_IMPORTS = shutil.which("lint-imports")
@@ -20,6 +25,23 @@ needs_lint_imports = pytest.mark.skipif(LINT_IMPORTS is None, reason="lint-impor
 
 def _pyproject() -> dict:
     return tomllib.loads((REPO / "pyproject.toml").read_text(encoding="utf-8"))
+
+
+def test_the_python_floor_is_one_version_for_pip_ruff_and_mypy() -> None:
+    """requires-python, ruff's target-version and mypy's python_version name the same minimum, so neither
+    tool lets in a feature the oldest supported Python lacks (tomllib, ExceptionGroup, typing.Self: 3.11)."""
+    conf = _pyproject()
+    floor = re.fullmatch(r">=\s*3\.(\d+)", conf["project"]["requires-python"].strip())
+    assert floor is not None, conf["project"]["requires-python"]
+    minor = int(floor.group(1))
+    assert conf["tool"]["ruff"]["target-version"] == f"py3{minor}"
+    assert conf["tool"]["mypy"]["python_version"] == f"3.{minor}"
+    if minor < 11:
+        banned = re.compile(r"^\s*(import tomllib|from tomllib|from typing import[^\n]*\bSelf\b)|\bExceptionGroup\b|"
+                            r"\bexcept\*|\bStrEnum\b|asyncio\.TaskGroup|datetime\.UTC\b", re.M)
+        hits = [str(f.relative_to(REPO)) for f in sorted((REPO / "tuner").rglob("*.py"))
+                if banned.search(f.read_text(encoding="utf-8"))]
+        assert hits == [], f"Python 3.11-only features in the package (requires-python {minor}): {hits}"
 
 
 def _lint_imports(root: Path) -> subprocess.CompletedProcess[str]:

@@ -12,8 +12,10 @@ What never reaches the log: API keys (a filter masks ``--api-key X``, ``Authoriz
 
 from __future__ import annotations
 
+import io
 import logging
 import logging.handlers
+import os
 import re
 import sys
 import threading
@@ -57,13 +59,57 @@ class _RedactFilter(logging.Filter):
         return True
 
 
+class _PrivateRotatingFileHandler(logging.handlers.RotatingFileHandler):
+    """A :class:`~logging.handlers.RotatingFileHandler` whose files are owner-only (mode 0600) whatever the
+    umask: the log sits in a 0700 folder but holds paths, argv and server output of this user. The current
+    file is created (or tightened, when an older version left it 0644) at every open; the rotated files
+    ``draftwise.log.1`` … are renames of it and keep its mode (older ones are tightened at set-up)."""
+
+    def _open(self) -> io.TextIOWrapper:
+        fd = os.open(self.baseFilename, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o600)
+        try:
+            if os.name == "posix":
+                os.fchmod(fd, 0o600)
+            return open(fd, "a", encoding=self.encoding, errors=self.errors)  # the handler keeps and closes it
+        except BaseException:
+            os.close(fd)
+            raise
+
+
+def _tighten_rotated(base: Path) -> None:
+    """Mode 0600 for ``draftwise.log.1`` … ``.BACKUP_COUNT`` left by an older version (we own them)."""
+    if os.name != "posix":
+        return
+    for i in range(1, BACKUP_COUNT + 1):
+        try:
+            os.chmod(f"{base}.{i}", 0o600)
+        except OSError:
+            continue
+
+
 class _RedactFormatter(logging.Formatter):
     def format(self, record: logging.LogRecord) -> str:
         return redact(super().format(record))
 
 
+class _ConsoleFormatter(_RedactFormatter):
+    """The ``--verbose`` stderr lines: a debug or info record that carries a traceback (an expected,
+    handled failure such as no NVIDIA driver) prints its one line and says the traceback is in the log
+    file; warnings and errors keep theirs on the terminal as well."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        if record.levelno >= logging.WARNING or not (record.exc_info or record.exc_text):
+            return super().format(record)
+        short = logging.makeLogRecord(record.__dict__)
+        short.exc_info = None
+        short.exc_text = None
+        short.stack_info = None
+        return super().format(short) + " (traceback in the log file)"
+
+
 def setup_logging(verbose: bool = False, stderr: bool | None = None) -> Path:
     """Attach the rotating file handler to the ``tuner`` logger (idempotent) and return the file's path.
+    The file and its rotated copies are mode 0600 in a 0700 folder.
 
     Args:
         verbose: log debug lines (the CLI's ``--verbose``); otherwise info and above.
@@ -84,8 +130,9 @@ def setup_logging(verbose: bool = False, stderr: bool | None = None) -> Path:
                 _file_handler = None
             try:
                 folder = paths.ensure_private_dir(paths.log_dir())
-                handler = logging.handlers.RotatingFileHandler(
+                handler = _PrivateRotatingFileHandler(
                     folder / LOG_FILE_NAME, maxBytes=MAX_LOG_BYTES, backupCount=BACKUP_COUNT, encoding="utf-8")
+                _tighten_rotated(folder / LOG_FILE_NAME)
                 handler.setFormatter(_RedactFormatter(_FORMAT))
                 handler.addFilter(_RedactFilter())
                 logger.addHandler(handler)
@@ -95,7 +142,7 @@ def setup_logging(verbose: bool = False, stderr: bool | None = None) -> Path:
         if (verbose if stderr is None else stderr) and not any(
                 getattr(h, "_draftwise_stderr", False) for h in logger.handlers):
             console = logging.StreamHandler(sys.stderr)
-            console.setFormatter(_RedactFormatter("draftwise: %(levelname)s %(name)s: %(message)s"))
+            console.setFormatter(_ConsoleFormatter("draftwise: %(levelname)s %(name)s: %(message)s"))
             console._draftwise_stderr = True  # type: ignore[attr-defined]
             logger.addHandler(console)
     _install_hooks()

@@ -334,6 +334,23 @@ def load_settings_keeping_valid(repair: bool = True) -> LoadedSettings:
     return LoadedSettings(settings, tuple(problems), moved)
 
 
+def served_values() -> tuple[str, int]:
+    """What serving takes from the user's settings, whichever front end serves or plans (``draftwise
+    serve``, ``draftwise plan``, the app): the ``--cors-origins`` value (the ``cors_origin`` setting, default
+    ``localhost``) and the prompt-cache limit ``--cache-ram`` in MiB (``cache_ram_mib``, default
+    :data:`DEFAULT_CACHE_RAM_MIB`; -1 = no limit, 0 = off). A bad or unreadable settings file gives these
+    defaults (the locked-down origin, the desktop cache limit). Never raises."""
+    try:
+        st = load_settings_keeping_valid(repair=False).settings
+        return st.cors_origins_value(), st.cache_ram_mib
+    except Exception:  # never let a settings problem open the endpoint
+        import logging
+
+        logging.getLogger(__name__).warning(
+            "settings unreadable: serving with the safe defaults (CORS localhost, default --cache-ram)", exc_info=True)
+        return "localhost", DEFAULT_CACHE_RAM_MIB
+
+
 def _keep_copy(p: Path) -> Path | None:
     """Copy ``p`` to ``<name>.invalid-<time>`` (owner-only); None when that fails."""
     import time

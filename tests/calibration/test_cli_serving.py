@@ -123,7 +123,9 @@ def test_cli_reports_a_bad_prompt_file(tmp_path: Path, stories260k: Path):
                            "--prompts", str(bad), "--json"], cwd=REPO, env=env, capture_output=True, text=True,
                           timeout=120)
     assert proc.returncode == 2
-    assert f"{bad}:2" in proc.stderr and proc.stdout == ""
+    assert f"{bad}:2" in proc.stderr
+    error = json.loads(proc.stdout)  # --json: the same one-line error as one JSON object on stdout
+    assert f"{bad}:2" in error["error"] and error["code"] == "bad_input" and error["exit_status"] == 2
 
 
 def test_cli_reports_a_missing_target(tmp_path: Path, stories260k: Path):

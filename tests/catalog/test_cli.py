@@ -105,7 +105,9 @@ def test_compat_json_and_exit_codes(capsys, tmp_path: Path) -> None:
     assert rc == 0 and "token-text" in out
     (tmp_path / "junk.gguf").write_bytes(b"\0" * 100)
     rc, out, err = run(capsys, ["compat", str(t), str(tmp_path / "junk.gguf"), "--json"])
-    assert rc == 2 and out == "" and "junk.gguf" in err
+    # with --json a failure is still one JSON object on stdout (tuner.cli._json_error), the line on stderr
+    assert rc == 2 and "junk.gguf" in err and "junk.gguf" in json.loads(out)["error"]
+    assert json.loads(out)["code"] == "bad_input"
     rc, out, err = run(capsys, ["compat", str(tmp_path / "missing.gguf"), str(t)])
     assert rc == 2 and "missing.gguf" in err
 
@@ -132,7 +134,8 @@ def test_compat_refuses_an_incomplete_split_set(capsys, tmp_path: Path) -> None:
     assert rc == 0 and json.loads(out)["compatible"] is True
     shards[1].unlink()
     rc, out, err = run(capsys, ["compat", str(stories_model_path()), str(shards[0]), "--json"])
-    assert rc == 2 and out == "" and "missing shard part-00002-of-00003.gguf" in err and "draft" in err
+    assert rc == 2 and "missing shard part-00002-of-00003.gguf" in err and "draft" in err
+    assert "missing shard part-00002-of-00003.gguf" in json.loads(out)["error"]  # --json: the error as JSON
 
 
 def test_compat_human_output_says_compatible_once(capsys, tmp_path: Path) -> None:

@@ -221,9 +221,13 @@ def find_profile(models_dir: str | Path, target: str | None = None, store: Profi
     the folder, the files or both are links.
 
     With ``target`` None: the most recent profile whose target is one of the ``*.gguf`` files
-    under ``models_dir`` (by resolved identity) or lies under it.
+    under ``models_dir`` (by resolved identity) or lies under it. A ``target`` name (file name or stem)
+    is looked up among the ``*.gguf`` files under ``models_dir`` (``tuner.catalog.folder.find_named_model``),
+    then among the saved profiles (a tuned file since removed).
 
     Raises:
+        AmbiguousModelError: (``tuner.catalog.folder``) the ``target`` name is carried by two different
+            files under ``models_dir`` (or saved profiles); the message lists them and says to pass a path.
         NoProfileError: none saved ("no profile: run draftwise tune --models DIR first").
         ProfileError: the profile file is corrupt, unreadable or from another schema version
             (never reported as missing; the file is left where it is).
@@ -233,6 +237,11 @@ def find_profile(models_dir: str | Path, target: str | None = None, store: Profi
     store = store or ProfileStore()
     hint = f"no profile: run draftwise tune --models {user_dir}" + (f" --target {target}" if target else "") + " first"
     path = _resolve_target(models_dir, target) or _resolve_target(user_dir, target)
+    if path is None and target is not None and user_dir.is_dir():
+        from tuner.catalog.folder import find_named_model
+
+        named = find_named_model(user_dir, target, "--target")  # AmbiguousModelError: two files named so
+        path = named.resolve() if named is not None else None
     if path is not None:
         prof = store.load(path, keep_aside=False)
         if prof is None:
@@ -259,6 +268,10 @@ def find_profile(models_dir: str | Path, target: str | None = None, store: Profi
             raise ProfileError(bad.path, f"{bad.reason}{more}; no readable profile for {user_dir}: re-run "
                                f"draftwise tune --models {user_dir}")
         raise NoProfileError(hint)
+    if target is not None and len({p.target_path for p in candidates}) > 1:
+        from tuner.catalog.folder import AmbiguousModelError
+
+        raise AmbiguousModelError("--target", target, sorted({Path(p.target_path) for p in candidates}))
     candidates.sort(key=lambda p: p.created_unix_s or 0.0, reverse=True)
     return candidates[0]
 
@@ -280,6 +293,7 @@ def config_from_profile(
         NoProfileError: no profile ("no profile: run draftwise tune --models DIR first").
         ProfileError: the profile file is corrupt or malformed, or sets an option a profile may not
             (names the file and key; see :func:`profile_server_config`).
+        AmbiguousModelError: the ``target`` name fits two different files (see :func:`find_profile`).
     """
     prof = find_profile(models_dir, target, store)
     return profile_server_config(prof)

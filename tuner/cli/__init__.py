@@ -91,7 +91,19 @@ def main(argv: list[str] | None = None) -> int:
     verbose = "--verbose" in argv
     argv = [a for a in argv if a != "--verbose"]  # a global flag, accepted after the sub-command too
     parser = build_parser(only=argv[0] if argv else None)
-    args = parser.parse_args(argv)
+    wants_json = "--json" in argv
+    watch = _ErrorLineTee(sys.stderr, None)
+    sys.stderr = watch
+    try:
+        args = parser.parse_args(argv)
+    except SystemExit as exc:  # argparse: --help / --version (0) or a usage error (2, its line on stderr)
+        code = exc.code if isinstance(exc.code, int) else 2
+        if wants_json and code != 0:
+            _json_error(watch.last_error(argv[0] if argv else ""), code)
+        raise
+    finally:
+        if sys.stderr is watch:
+            sys.stderr = watch.stream
     from tuner.logs import setup_logging
 
     log_file = setup_logging(verbose=verbose)
@@ -101,8 +113,13 @@ def main(argv: list[str] | None = None) -> int:
         from tuner import app
 
         return app.main([])
-    tee = _ErrorLineTee(sys.stderr, log)
+    tee = _ErrorLineTee(watch.stream, log)  # the stderr the parse step restored
     sys.stderr = tee
+    out = _StdoutWatch(sys.stdout) if getattr(args, "json", False) else None
+    if out is not None:
+        sys.stdout = out
+    rc = 1
+    message: str | None = None
     try:
         rc = int(args.func(args) or 0)
         if rc not in (0, 130):
@@ -114,34 +131,81 @@ def main(argv: list[str] | None = None) -> int:
         sys.stderr.write(f"draftwise {args.command}: {exc}\n")
         for line in tuple(getattr(exc, "evidence", ()))[-10:]:
             sys.stderr.write(f"    {line}\n")
-        return 2 if getattr(exc, "bad_input", False) else 1
+        rc = 2 if getattr(exc, "bad_input", False) else 1
+        return rc
     except BrokenPipeError:
         # The reader went away (e.g. `draftwise scan DIR | head`): not an error of ours.
+        out = None
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
-        return 141
+        rc = 141
+        return rc
     except KeyboardInterrupt:
-        return 130
+        rc, message = 130, "interrupted"
+        return rc
     except Exception:
         # a bug of ours: the traceback, and where the log (which has it too) is for a bug report
         log.exception("%s crashed", args.command)
         traceback.print_exc()
         sys.stderr.write(f"draftwise {args.command}: this is a bug; the log is {log_file}\n")
-        return 1
+        rc = 1
+        return rc
     finally:
         if sys.stderr is tee:
             sys.stderr = tee.stream
+        if out is not None:
+            if sys.stdout is out:
+                sys.stdout = out.stream
+            if rc != 0 and not out.written:
+                _json_error(message or tee.last_error(args.command), rc)
+
+
+def _json_error(message: str | None, status: int) -> None:
+    """With ``--json``, a failed command that printed nothing on stdout prints one JSON object there::
+
+        {"error": "<the one-line error, without the 'draftwise CMD: ' prefix>",
+         "code": "bad_input" (exit status 2) | "failed" (1) | "interrupted" (130) | "error" (other),
+         "exit_status": <int>}
+
+    The same line still goes to stderr (and the log)."""
+    import json
+
+    code = {2: "bad_input", 1: "failed", 130: "interrupted"}.get(status, "error")
+    sys.stdout.write(json.dumps({"error": message or f"exit status {status}", "code": code,
+                                 "exit_status": status}) + "\n")
+    sys.stdout.flush()
+
+
+class _StdoutWatch:
+    """stdout for a ``--json`` command: passes everything through and remembers whether anything was written."""
+
+    def __init__(self, stream: TextIO) -> None:
+        self.stream = stream
+        self.written = False
+
+    def write(self, text: str) -> int:
+        if text:
+            self.written = True
+        return self.stream.write(text)
+
+    def flush(self) -> None:
+        self.stream.flush()
+
+    def __getattr__(self, name: str) -> object:
+        return getattr(self.stream, name)
 
 
 class _ErrorLineTee:
     """stderr for the duration of a command: everything goes to the terminal as before, and each complete
     line that starts with ``draftwise`` (the commands' one-line errors and warnings, e.g. ``draftwise tune:
-    --models /nope: no such folder``) is also written to the log, so a bug report carries it."""
+    --models /nope: no such folder``) is also written to the log (``log``; ``None``: not logged), so a bug
+    report carries it; the last such line is kept for a ``--json`` error object (:meth:`last_error`)."""
 
-    def __init__(self, stream: TextIO, log: logging.Logger) -> None:
+    def __init__(self, stream: TextIO, log: logging.Logger | None) -> None:
         self.stream = stream
         self._log = log
         self._partial = ""
+        self._last: str | None = None
 
     def write(self, text: str) -> int:
         n = self.stream.write(text)
@@ -149,9 +213,24 @@ class _ErrorLineTee:
         *lines, self._partial = self._partial.split("\n")
         for line in lines:
             if line.startswith("draftwise"):
-                self._log.warning("%s", line)
+                self._last = line
+                if self._log is not None:
+                    self._log.warning("%s", line)
         self._partial = self._partial[-4096:]
         return n
+
+    def last_error(self, command: str) -> str | None:
+        """The last ``draftwise …`` line written, without its ``draftwise COMMAND:`` prefix (and argparse's
+        ``error:``); None if none."""
+        if self._last is None:
+            return None
+        line = self._last
+        for prefix in ((f"draftwise {command}:",) if command else ()) + ("draftwise:",):
+            if line.startswith(prefix):
+                line = line[len(prefix):]
+                break
+        line = line.strip()
+        return line.removeprefix("error:").strip()
 
     def flush(self) -> None:
         self.stream.flush()

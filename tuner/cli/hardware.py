@@ -23,6 +23,7 @@ from tuner.hardware.memory import (
     ContextTrade,
     MemoryPlan,
     MemoryRequest,
+    ModelMemorySpec,
     context_trade,
     load_model_spec,
     plan_memory,
@@ -33,6 +34,7 @@ from tuner.hardware.rpc import (
     RpcHostError,
     parse_rpc_hosts,
 )
+from tuner.settings import DEFAULT_CACHE_RAM_MIB
 from tuner.units import MIB, format_bytes
 
 DEFAULT_PLAN_CTX = 4096
@@ -61,6 +63,25 @@ def plan_n_ctx(requested: int | None, context_length: int | None) -> tuple[int, 
     return requested, None
 
 
+def plan_cache_ram(given: int | None) -> tuple[int, str]:
+    """The prompt-cache limit (``--cache-ram``, MiB) ``draftwise plan`` counts in host RAM, and its line for
+    the report. Default: what ``draftwise serve`` passes (:func:`tuner.settings.served_values`: the
+    ``cache_ram_mib`` setting, :data:`tuner.settings.DEFAULT_CACHE_RAM_MIB` unless changed). -1 (no limit)
+    cannot be counted: 0 bytes, and the line says so."""
+    if given is not None:
+        mib, source = given, f"--cache-ram {given}"
+    else:
+        from tuner.settings import served_values
+
+        mib = served_values()[1]
+        source = f"--cache-ram {mib}, as serve passes it: the cache_ram_mib setting"
+    if mib < 0:
+        return mib, f"prompt cache: no limit ({source}): it grows with use and is not counted here"
+    if mib == 0:
+        return 0, f"prompt cache: off ({source}), not counted"
+    return mib, f"prompt cache: up to {_mib(mib * MIB)} of host RAM while serving ({source}), counted above"
+
+
 def register(subparsers: argparse._SubParsersAction) -> None:
     """Add the ``devices`` and ``plan`` sub-commands."""
     p = subparsers.add_parser("devices", help="list GPUs, their memory budgets, and host RAM/CPU")
@@ -86,9 +107,10 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--n-cpu-moe", type=int, default=0,
                    help="keep the MoE expert tensors of the first N target blocks on the CPU (--n-cpu-moe)")
     p.add_argument("--cpu-moe", action="store_true", help="keep all target MoE expert tensors on the CPU (--cpu-moe)")
-    p.add_argument("--cache-ram", type=int, default=0, metavar="MIB",
-                   help="count llama-server's host-RAM prompt cache limit (--cache-ram MiB) in the host's need; "
-                   "default 0 = not counted (draftwise serve uses the cache_ram_mib setting, 1024)")
+    p.add_argument("--cache-ram", type=int, default=None, metavar="MIB",
+                   help="llama-server's host-RAM prompt cache limit (--cache-ram MiB), counted in the host's need; "
+                   "default: what draftwise serve passes, the cache_ram_mib setting "
+                   f"({DEFAULT_CACHE_RAM_MIB} unless changed); 0 = not counted")
     p.add_argument("--np", type=int, default=1, help="parallel slots (-np), default 1; 0 = server auto (4, unified KV)")
     p.add_argument("--ctk", default="f16", help="KV cache type K (-ctk)")
     p.add_argument("--ctv", default="f16", help="KV cache type V (-ctv)")
@@ -276,27 +298,46 @@ def _server_argv(req: MemoryRequest, binary: Path | None) -> list[str] | None:
 
 def _model_path(given: str, models_dir: str | None, flag: str) -> Path:
     """``given`` as a path when it is one, else a file name or stem in ``models_dir`` (``tune``'s rule:
-    ``x.gguf`` or ``x``). Raises ValueError naming the flag and the folder's GGUF files."""
+    ``x.gguf`` or ``x``, ``tuner.catalog.folder.find_named_model``). Raises ValueError naming the flag and
+    the value (and the folder's GGUF files), AmbiguousModelError when two files there carry the name."""
+    from tuner.catalog.folder import find_named_model, gguf_files_under
+
     path = Path(given)
-    if path.exists() or models_dir is None:
+    if path.exists():
         return path
+    if models_dir is None:
+        raise ValueError(f"{flag} {given}: no such file (give a path, or --models DIR to look the name up there)")
     folder = Path(models_dir)
     if not folder.is_dir():
         raise ValueError(f"--models {folder}: no such folder")
-    ggufs = sorted(folder.rglob("*.gguf"))
-    for p in ggufs:
-        if given in (p.name, p.stem):
-            return p
+    found = find_named_model(folder, given, flag)
+    if found is not None:
+        return found
+    names = sorted({p.name for p in gguf_files_under(folder)})
     raise ValueError(f"{flag} {given!r}: no such model in {folder}; GGUF files there: "
-                     + (", ".join(p.name for p in ggufs[:20]) or "none"))
+                     + (", ".join(names[:20]) or "none"))
+
+
+def _load_spec(given: str, models_dir: str | None, flag: str) -> ModelMemorySpec:
+    """The memory spec of the model ``flag`` names (:func:`_model_path`). Raises ValueError naming the flag,
+    its value and the file for a file that is no usable GGUF."""
+    from tuner.catalog.header import GGUFError
+
+    path = _model_path(given, models_dir, flag)
+    try:
+        return load_model_spec(path)
+    except GGUFError as exc:  # its path may be another file (a missing shard): then named as well
+        where = "" if str(path) == given else f" ({path})"
+        detail = exc.reason if Path(exc.path) == path else str(exc)
+        raise ValueError(f"{flag} {given}{where}: {detail}") from None
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
     """``draftwise plan``: exit 0 when the plan fits, 1 when it does not, 2 on a bad model file."""
     try:
-        target = load_model_spec(_model_path(args.target, args.models, "--target"))
-        draft = load_model_spec(_model_path(args.draft, args.models, "--draft")) if args.draft else None
-    except Exception as exc:  # noqa: BLE001 - GGUFError / ValueError name the file
+        target = _load_spec(args.target, args.models, "--target")
+        draft = _load_spec(args.draft, args.models, "--draft") if args.draft else None
+    except Exception as exc:  # noqa: BLE001 - GGUFError / ValueError name the flag and file
         print(f"draftwise plan: {exc}", file=sys.stderr)
         return 2
     spec_type = args.spec_type or ("draft-simple" if draft else "none")
@@ -309,6 +350,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     rpc = rpc_hosts_arg(args, "plan")
     if rpc is None:
         return 2
+    cache_ram, cache_line = plan_cache_ram(args.cache_ram)
     n_ctx, ctx_note = plan_n_ctx(args.ctx, target.context_length)
     ctx_label = "warning" if args.ctx is not None else "note"
     if ctx_note is not None and args.json:
@@ -317,7 +359,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         n_ctx=n_ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
                         n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB,
                         n_max=args.n_max, n_cpu_moe=args.n_cpu_moe, cpu_moe=args.cpu_moe,
-                        prompt_cache_bytes=args.cache_ram * MIB)
+                        prompt_cache_bytes=max(cache_ram, 0) * MIB)
     devs, binary = _detect(args.server, rpc)
     try:
         plan = plan_memory(req, devs)
@@ -352,6 +394,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data["cross_check"] = dataclasses.asdict(check) if check is not None else None
         data["server_check"] = scheck.to_json() if scheck is not None else None
         data["n_ctx_note"] = ctx_note
+        data["cache_ram_mib"] = cache_ram
+        data["cache_ram_from"] = "--cache-ram" if args.cache_ram is not None else "setting cache_ram_mib"
         json.dump(data, sys.stdout, indent=2)
         print()
         return 0 if plan.fits else 1
@@ -368,6 +412,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     for name, need, budget, head in rows:
         cells = "".join(f"{_mib(getattr(need, k)) if getattr(need, k) else '-':>11}" for k, _ in _COLS)
         print(f"{name:<12}{cells}{_mib(need.total_bytes):>11}{_mib(budget):>11}{_mib(head):>11}")
+    print(f"  {cache_line}")
     for p in plan.devices:
         print(f"  {p.device_name}: {p.target_layers} target blocks"
               + (" + output layer" if p.output_on_device else "")
@@ -448,8 +493,9 @@ def cmd_rpc_host(args: argparse.Namespace) -> int:
         return 2
     try:
         has_rpc = probe_dialect(binary).has("--rpc")
-    except Exception as exc:  # noqa: BLE001 - DialectError: say it
-        print(f"draftwise rpc-host: {binary}: {exc}", file=sys.stderr)
+    except Exception as exc:  # noqa: BLE001 - DialectError (its message starts with the binary's path): say it
+        where = f"--server {args.server}" if args.server else str(binary)
+        print(f"draftwise rpc-host: {where}: {str(exc).removeprefix(f'{binary}: ')}", file=sys.stderr)
         return 2
     status = rpc_build_status(binary, has_rpc)
     if args.check_build:

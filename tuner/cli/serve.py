@@ -118,24 +118,30 @@ def _check_serve_args(args: argparse.Namespace) -> None:
         raise ValueError(f"--liveness-timeout must be > 0 seconds, got {liveness}")
 
 
-def _check_model_file(path: Path, role: str) -> None:
+def _check_model_file(path: Path, role: str, given: str | None = None) -> None:
     """Pre-flight read of a GGUF header and its split shards (tuner.catalog), so a missing or
-    broken file is one clear line instead of a failed launch. Raises ValueError naming the file."""
+    broken file is one clear line instead of a failed launch. ``given``: the value of ``--target`` /
+    ``--draft`` (``role``) the path came from, named in the message; ``None`` for a profile's file.
+    Raises ValueError naming the flag and value (or the file)."""
     from tuner.catalog.header import GGUFError, read_header
     from tuner.catalog.split import missing_shards, short_name_list
 
+    if given is None:
+        what = f"{role} model {path}"
+    else:
+        what = f"--{role} {given}" + ("" if os.path.abspath(given) == str(path) else f" ({path})")
     if not path.exists():
-        raise ValueError(f"{role} model not found: {path}")
+        raise ValueError(f"{what}: no such file" if given is not None else f"{role} model not found: {path}")
     gone = missing_shards(path)
     if gone:
-        raise ValueError(f"{role} model {path}: incomplete split set: missing shard "
+        raise ValueError(f"{what}: incomplete split set: missing shard "
                          + short_name_list([p.name for p in gone]))
     try:
         header = read_header(path)
-    except GGUFError as exc:
-        raise ValueError(f"{role} model {exc}") from None
+    except GGUFError as exc:  # its path may be another file (a shard): then named as well
+        raise ValueError(f"{what}: {exc.reason if Path(exc.path) == path else exc}") from None
     if not header.tensors and header.get("split.count") in (None, 0, 1):
-        raise ValueError(f"{role} model {path}: has no tensors (a vocab-only file holds a tokenizer and no "
+        raise ValueError(f"{what}: has no tensors (a vocab-only file holds a tokenizer and no "
                          "weights); llama-server cannot serve it")
 
 
@@ -246,7 +252,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     cors, cache_ram = _settings_served()
     target = Path(args.target)
     if args.models and not target.is_file():
-        target = Path(args.models) / args.target
+        from tuner.catalog.folder import find_named_model
+
+        target = find_named_model(args.models, args.target, "--target") or Path(args.models) / args.target
     spec = args.spec_type or ("draft-simple" if args.draft else "none")
     speculative = spec != "none"
     if not args.draft and {t.strip() for t in spec.split(",")} & DRAFT_MODEL_TYPES:
@@ -277,17 +285,10 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
 
 def _settings_served() -> tuple[str, int]:
     """What ``serve`` takes from the user's settings, as the app does (``tuner.ui.flow.serving_config``):
-    the ``--cors-origins`` value (the ``cors_origin`` setting or ``localhost``) and the prompt-cache limit
-    ``--cache-ram`` in MiB (``cache_ram_mib``, default :data:`tuner.settings.DEFAULT_CACHE_RAM_MIB`). A bad or
-    unreadable settings file gives the defaults: the locked-down origin and the desktop cache limit."""
-    from tuner.settings import DEFAULT_CACHE_RAM_MIB, load_settings_keeping_valid
+    :func:`tuner.settings.served_values` (the ``--cors-origins`` value and ``--cache-ram`` MiB)."""
+    from tuner.settings import served_values
 
-    try:
-        st = load_settings_keeping_valid(repair=False).settings
-        return st.cors_origins_value(), st.cache_ram_mib
-    except Exception:  # never let a settings problem open the endpoint
-        log.warning("settings unreadable: serving with the safe defaults (CORS localhost, default --cache-ram)", exc_info=True)
-        return "localhost", DEFAULT_CACHE_RAM_MIB
+    return served_values()
 
 
 def _serve_ctx_size(requested: int | None, target: Path) -> int | None:
@@ -311,7 +312,10 @@ def _serve_ctx_size(requested: int | None, target: Path) -> int | None:
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the server until Ctrl-C/SIGTERM. Exit 0 after a clean stop, 1 if it failed, 2 for a
     bad command line / missing profile / missing binary."""
-    if getattr(args, "rpc", None) is not None:
+    from_profile = bool(args.models and not args.draft and not args.spec_type)
+    if getattr(args, "rpc", None) is not None or not from_profile:
+        # --rpc, else (serving from flags) the rpc_hosts setting, as tune, plan and devices read it; a
+        # profile carries the hosts it was tuned with
         from tuner.cli.hardware import rpc_hosts_arg
 
         hosts = rpc_hosts_arg(args, "serve")
@@ -332,7 +336,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
         )
 
         prof = None
-        if args.models and not args.draft and not args.spec_type:
+        if from_profile:
             prof = find_profile(Path(args.models), args.target)
         fallback = rpc_fallback_config(cfg, prof)
         cfg, note = reachable_config(cfg, fallback)
@@ -341,9 +345,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if not cfg.rpc:
             fallback = None
     try:
-        _check_model_file(cfg.model_path, "target")
+        _check_model_file(cfg.model_path, "target", None if from_profile else args.target)
         if cfg.draft_path is not None:
-            _check_model_file(cfg.draft_path, "draft")
+            _check_model_file(cfg.draft_path, "draft", None if from_profile else args.draft)
     except ValueError as exc:
         _err(f"draftwise serve: {exc}")
         return 2
@@ -351,14 +355,17 @@ def cmd_serve(args: argparse.Namespace) -> int:
         binary = find_named_server(args.server) if args.server else find_server()
         sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout, rpc_fallback=fallback)
     except (ServerNotFoundError, DialectError) as exc:
-        _err(f"draftwise serve: {exc}")
+        _err(f"draftwise serve: {_server_error(exc, args.server)}")
         return 2
 
     done = threading.Event()
+    said: list[str] = []  # the failure messages already printed as state lines
 
     def on_state(ch: StateChange) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {ch.state.value}: {ch.message}"
         _err(line)
+        if ch.state == ServerState.FAILED:
+            said.append(ch.message)
         if ch.state == ServerState.FAILED and ch.previous != ServerState.STARTING:
             done.set()
         if ch.state == ServerState.READY and ch.previous != ServerState.READY:
@@ -406,7 +413,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _err(f"stopping ({stop_reason[0]}) before the server was ready")
             sup.stop()
             return 0
-        _print_diagnosis(exc.diagnosis, sup)
+        _print_diagnosis(exc.diagnosis, sup, said)
         sup.stop()
         return 1
     except KeyboardInterrupt:
@@ -416,7 +423,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
             signal.signal(sig, handler)
     failed = sup.state == ServerState.FAILED
     if failed and sup.diagnosis is not None:
-        _print_diagnosis(sup.diagnosis, sup)
+        _print_diagnosis(sup.diagnosis, sup, said)
     sup.stop()
     return 1 if failed else 0
 
@@ -431,8 +438,11 @@ def bound_url(host: str, base_url: str | None) -> str:
     return f"http://{h}:{port}"
 
 
-def _print_diagnosis(diag: Any, sup: Supervisor | None) -> None:
-    _err(f"llama-server failed: {diag.message} [{diag.code}]")
+def _print_diagnosis(diag: Any, sup: Supervisor | None, said: list[str] | tuple[str, ...] = ()) -> None:
+    """The failure's cause (``diag.message``), unless a ``failed:`` state line in ``said`` printed it
+    already, then its evidence lines and the server log's path."""
+    if diag.message not in said:
+        _err(f"llama-server failed: {diag.message}")
     for line in diag.evidence[-15:]:
         _err(f"  | {line}")
     if sup is not None and sup.log_path is not None:
@@ -465,6 +475,15 @@ def _rpc_line(binary: ServerBinary, dialect: Dialect) -> str:
     return rpc_build_status(binary.path, dialect.has("--rpc")).message.removeprefix("RPC: ")
 
 
+def _server_error(exc: Exception, server: str | None) -> str:
+    """``exc``'s message, led by ``--server VALUE`` when the binary came from that flag (a dialect error
+    starts with the binary's path, which is then not repeated)."""
+    message = str(exc)
+    if server is None or message.startswith("--server") or isinstance(exc, ServerNotFoundError):
+        return message  # a not-found message names --server itself
+    return f"--server {server}: {message.removeprefix(str(Path(server).expanduser().absolute()) + ': ')}"
+
+
 def cmd_doctor(args: argparse.Namespace) -> int:
     """Print the doctor report. Exit 0 when the self-test passed (or was skipped), 1 when it
     failed, 2 when no binary / no readable ``--help``."""
@@ -475,7 +494,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         binary = find_named_server(args.server) if args.server else find_server()
     except ServerNotFoundError as exc:
-        report["error"] = str(exc)
+        report.update(error=str(exc), code="bad_input", exit_status=2)  # as cli._json_error
+        if args.json:  # the one-line error on stderr too, as every --json command
+            _err(f"draftwise doctor: {_server_error(exc, args.server)}")
         print(json.dumps(report, indent=2) if args.json else f"llama-server: NOT FOUND\n{exc}")
         return 2
     report["binary"] = {"path": str(binary.path), "source": binary.source, "build": binary.build,
@@ -483,7 +504,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     try:
         dialect = probe_dialect(binary.path)
     except DialectError as exc:
-        report["error"] = str(exc)
+        report.update(error=str(exc), code="bad_input", exit_status=2)  # as cli._json_error
+        if args.json:  # the one-line error on stderr too, as every --json command
+            _err(f"draftwise doctor: {_server_error(exc, args.server)}")
         print(json.dumps(report, indent=2) if args.json else f"llama-server: {binary.path}\n{exc}")
         return 2
     report["dialect"] = {"spec_style": dialect.spec_style, "spec_types": list(dialect.spec_types),

@@ -135,7 +135,11 @@ def _init(lib: Any, wsl_paths: tuple[str, ...]) -> str | None:
         lib.nvmlInit()
         return None
     except Exception as exc:  # noqa: BLE001 - every NVML failure is a value
-        log.debug("nvmlInit failed", exc_info=True)
+        # one line on a --verbose terminal; the traceback goes to the log file only (tuner.logs)
+        if _code(exc) == NVML_ERROR_LIBRARY_NOT_FOUND and not any(os.path.exists(p) for p in wsl_paths):
+            log.debug("no NVIDIA driver: NVML not available (%s)", exc, exc_info=True)
+        else:
+            log.debug("nvmlInit failed: %s", explain_error(exc, wsl_paths), exc_info=True)
         first = exc
     if _code(first) == NVML_ERROR_LIBRARY_NOT_FOUND:
         for path in wsl_paths:
