@@ -15,7 +15,6 @@ import time
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
 from tuner.calibration.measure import Launch
-from tuner.calibration.prompts import Prompt
 from tuner.calibration.search import HARD_LIMIT, Search, SearchSettings
 
 from .test_budget import DRAFT, PROMPTS, SimClock, slow_launch_fn
