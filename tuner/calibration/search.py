@@ -706,36 +706,40 @@ class Search:
         if not b1 or not n1 or 1 / BASELINE_DISAGREES <= n1 / b1 <= BASELINE_DISAGREES:
             return
         self._baseline_rechecked = True
+        # the sentences quote each launch's own figure, as the launch table does (the check above compares
+        # the same requests)
+        f1, fn = first.gen_tokens_per_s or b1, idle_run.gen_tokens_per_s or n1
         reps = sorted({x.repetition for x in first.samples})
         est = self.estimate_s(n1, len(reps))
         if not self._fits(est, reserve=False):
-            self.notes.append(f"The model alone measured {b1:.1f} tokens/s in the baseline launch but {n1:.1f} in "
+            self.notes.append(f"The model alone measured {f1:.1f} tokens/s in the baseline launch but {fn:.1f} in "
                               f"{idle_run.candidate.label}, which drafted nothing; the budget left no time to measure "
                               "it again, so figures against the baseline are uncertain.")
             return
-        self.emit("error", f"no speculation: measured again — {b1:.1f} tokens/s in its launch, {n1:.1f} in "
+        self.emit("error", f"no speculation: measured again — {f1:.1f} tokens/s in its launch, {fn:.1f} in "
                   f"{idle_run.candidate.label}, which drafted nothing (the same model alone)")
         again = self._measure(self.plan.baseline, reps, "baseline")
         b2 = pooled_tokens_per_s([x for x in again.samples if (x.prompt_index, x.repetition) in keys]) \
             if again.ok else None
         if not b2:
             return
+        f2 = again.gen_tokens_per_s or b2
         agrees_idle = 1 / BASELINE_DISAGREES <= b2 / n1 <= BASELINE_DISAGREES
         agrees_first = 1 / BASELINE_DISAGREES <= b2 / b1 <= BASELINE_DISAGREES
         if agrees_idle and not agrees_first:
-            why = (f"disturbed: {b1:.1f} tokens/s, while {idle_run.candidate.label} (which drafted nothing) ran "
-                   f"{n1:.1f} and a second baseline launch {b2:.1f}")
+            why = (f"disturbed: {f1:.1f} tokens/s, while {idle_run.candidate.label} (which drafted nothing) ran "
+                   f"{fn:.1f} and a second baseline launch {f2:.1f}")
             self.measurements[pos] = replace(first, superseded=why)
             self.base_tps = float(again.gen_tokens_per_s or b2)
             for smp in again.samples:
                 if smp.content is not None:
                     self.baseline_outputs[(smp.prompt_index, smp.repetition)] = smp.content
-            self.notes.append(f"The first launch of the model alone was disturbed ({b1:.1f} tokens/s; "
-                              f"{idle_run.candidate.label}, which drafted nothing, ran {n1:.1f}); it was measured "
-                              f"again at {b2:.1f} tokens/s, and that launch is the reference.")
+            self.notes.append(f"The first launch of the model alone was disturbed ({f1:.1f} tokens/s; "
+                              f"{idle_run.candidate.label}, which drafted nothing, ran {fn:.1f}); it was measured "
+                              f"again at {f2:.1f} tokens/s, and that launch is the reference.")
         elif not agrees_first:
-            self.notes.append(f"The model alone ran at {b1:.1f}, {n1:.1f} ({idle_run.candidate.label}, which drafted "
-                              f"nothing) and {b2:.1f} tokens/s in three launches: its speed varied with the "
+            self.notes.append(f"The model alone ran at {f1:.1f}, {fn:.1f} ({idle_run.candidate.label}, which drafted "
+                              f"nothing) and {f2:.1f} tokens/s in three launches: its speed varied with the "
                               "machine's load, so screening figures are uncertain (the decision rests on adjacent "
                               "pairs only).")
 
