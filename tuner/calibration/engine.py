@@ -127,7 +127,7 @@ class _Emitter:
 
 def _choose_target(models_dir: Path, target: str | None, scanned: ScanResult | None = None) -> tuple[Any, Any, list]:
     """(target ModelFile, TargetEntry or None, all models); ``scanned`` = the caller's scan of this folder."""
-    from tuner.catalog.folder import default_target, scan_models
+    from tuner.catalog.folder import AmbiguousModelError, default_target, pick_named, scan_models
 
     if models_dir.is_file():
         raise TuneError(f"--models {models_dir}: is a file; give the folder that holds it (and --target "
@@ -147,11 +147,13 @@ def _choose_target(models_dir: Path, target: str | None, scanned: ScanResult | N
     if target is not None:
         tp = Path(target)
         want = tp.resolve() if tp.exists() else None
-        for m in llms:
-            p = Path(m.path)
-            if (want is not None and p.resolve() == want) or target in (p.name, p.stem):
-                chosen = m
-                break
+        chosen = next((m for m in llms if want is not None and Path(m.path).resolve() == want), None)
+        if chosen is None:
+            try:  # a name or stem: two different files carrying it is an error naming both
+                named = pick_named([m.path for m in llms], target, flag="--target")
+            except AmbiguousModelError as exc:
+                raise TuneError(str(exc), bad_input=True) from exc
+            chosen = next((m for m in llms if named is not None and Path(m.path) == named), None)
         if chosen is None:
             raise TuneError(
                 f"--target {target!r}: no such LLM in {models_dir}; LLMs there: "
