@@ -183,10 +183,19 @@ def test_a_disturbed_baseline_launch_is_measured_again_and_never_quoted():
     assert "22.8" not in d.reason  # the disturbed figure is never the model's speed
     notes = " ".join(search.sweep_notes())
     assert "disturbed" in notes and "measured again at 700.0" in notes, notes
-    # the superseded launch survives a profile round trip as superseded
+    # the superseded launch survives a profile round trip as superseded, and the launch table says so
+    import io
+    from pathlib import Path
+
+    from tuner.calibration.request import TuneResult
     from tuner.calibration.results import Measurement
+    from tuner.cli.tune import print_table
 
     assert Measurement.from_json(bases[0].to_json()).superseded == bases[0].superseded
+    out = io.StringIO()
+    print_table(TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=tuple(ms)), out)
+    first_row = next(line for line in out.getvalue().splitlines() if line.startswith("no speculation"))
+    assert "22.8" in first_row and "not used (disturbed" in first_row, out.getvalue()
 
 
 def test_a_baseline_that_agrees_with_the_idle_run_is_not_measured_again():

@@ -9,7 +9,9 @@ table to stdout; with ``--json`` stdout is exactly one JSON object::
                   listen is serve's setting), "gen_tokens_per_s",
                   "baseline_gen_tokens_per_s", "speedup", "reason"},
      "measurements": [{"candidate": {...}, "gen_tokens_per_s", "acceptance",
-                       "speculative_active", "lossless"}],
+                       "speculative_active", "lossless", "divergences", "error", "no_drafts_at",
+                       "cut_short" (the hard time limit ended the launch), "superseded" (a disturbed
+                       baseline launch measured again: why it is not the model's speed)}],
      "profile_path": "..."}
 
 Exit status: 0 done (also when the answer is "no speculation"), 1 tuning failed, 2 bad input
@@ -183,6 +185,8 @@ def result_to_json(result: TuneResult) -> dict[str, Any]:
             "divergences": m.get("divergences") or [],
             "error": m.get("error"),
             "no_drafts_at": m.get("no_drafts_at"),
+            "cut_short": bool(m.get("cut_short")),
+            "superseded": m.get("superseded"),
         }
         for m in ms
     ]
@@ -229,6 +233,10 @@ def print_table(result: TuneResult, out: TextIO) -> None:
         lossless = ("-" if m["lossless"] is None or m.get("no_drafts_at")
                     else ("yes" if m["lossless"] else "differs"))
         note = m["error"] or ""
+        if m.get("superseded"):
+            note = f"not used ({m['superseded']})"
+        elif m.get("cut_short") and not note:
+            note = "cut short by the time limit"
         if not note and m["divergences"]:
             first = m["divergences"][0]
             note = (f"first differs at prompt {first['prompt_index'] + 1}, repetition {first['repetition'] + 1}, "
