@@ -221,3 +221,46 @@ def test_the_budget_for_a_slow_target_still_holds_with_the_new_limit():
     ms = search.run()
     assert not search.cut_by_budget
     assert decide(ms, max_pairs=search.max_pairs).winner.draft_path == DRAFT
+
+
+def test_a_chain_whose_ngram_member_never_drafted_is_not_measured():
+    """A chain ``ngram-mod,draft-simple`` whose ngram-mod drafted nothing alone on these prompts is the draft
+    alone plus a lookup that finds nothing: it is not launched, and the plain draft is what gets confirmed
+    (bench/slow_target.py served such a chain, "with n-gram lookup (ngram-mod)", over 3 pairs)."""
+    clock = SimClock()
+
+    class Client:
+        def __init__(self, c: Candidate) -> None:
+            self.c = c
+
+        def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
+            drafts = self.c.draft_path is not None
+            tps = 30.0 if drafts else 20.0
+            clock.t += n_predict / tps
+            t = {"predicted_per_second": tps, "predicted_n": n_predict, "predicted_ms": (n_predict - 1) / tps * 1000}
+            if drafts:
+                t.update(draft_n=n_predict, draft_n_accepted=int(0.8 * n_predict))
+            return {"content": "same", "timings": t}
+
+        def slots(self) -> list[dict]:
+            return [{"speculative": not self.c.is_baseline}]
+
+        def metrics_text(self) -> str:
+            return ""
+
+    def launch(c: Candidate, cancel: threading.Event) -> Launch:
+        clock.t += 1.0
+        return Launch(client=Client(c), stop=lambda: None, log_tail=lambda n: [], load_s=1.0)
+
+    draft = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=4, p_min=0.0)
+    chain = Candidate(spec_type="ngram-mod,draft-simple", draft_path=DRAFT, n_max=4, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(draft,), ngram=(Candidate(spec_type="ngram-mod"), chain),
+                         mtp=None, dropped=())
+    events: list[str] = []
+    search = Search(launch, plan, PROMPTS[:3], SearchSettings(n_predict=64, budget_s=120.0, side_by_side=True),
+                    threading.Event(), lambda kind, message, **kw: events.append(message), clock=clock)
+    ms = search.run()
+    assert not any(m.candidate == chain for m in ms), [m.candidate.label for m in ms]
+    assert any("ngram-mod never drafted on these prompts, so the chain would be" in e for e in events), events
+    d = decide(ms, max_pairs=search.max_pairs)
+    assert d.winner.spec_type == "draft-simple" and d.winner.draft_path == DRAFT, d.reason

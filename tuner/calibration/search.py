@@ -663,6 +663,11 @@ class Search:
                 self.emit("skipped", f"{c.label}: not measured, {never.candidate.label} never drafted on these "
                           "prompts and this draft length cannot change that", candidate=c)
                 continue
+            useless = self._chain_member_never_drafted(c)
+            if useless is not None:
+                self.emit("skipped", f"{c.label}: not measured, {useless.candidate.label} never drafted on these "
+                          "prompts, so the chain would be its other member alone", candidate=c)
+                continue
             m = self._measure(c, probe_reps, "probe")
             if m.no_drafts_at and m.samples:
                 self._recheck_baseline(m)
@@ -762,6 +767,27 @@ class Search:
                                                                                    or NGRAM_MOD_N_MIN):
                 continue
             return m
+        return None
+
+    def _chain_member_never_drafted(self, c: Candidate) -> Measurement | None:
+        """For a chain (``c.spec_types`` with an n-gram type and a draft model, ``--spec-type a,b``): an earlier
+        run of its n-gram member alone that never drafted on these prompts (same placement; for ngram-mod,
+        at an ``n_min`` no larger than the chain's), else ``None``. The chain then drafts only through
+        its other member, and serving it would add a lookup that finds nothing (measured on a slow target:
+        a chain with an ngram-mod that never drafted won over 3 pairs while the plain draft went
+        unconfirmed; the decision then named an n-gram lookup that contributed nothing)."""
+        if len(c.spec_types) < 2:
+            return None
+        for t in c.spec_types:
+            if not t.startswith("ngram"):
+                continue
+            for m in self.measurements:
+                if not (m.no_drafts_at and m.candidate.spec_type == t and m.candidate.placement == c.placement):
+                    continue
+                if t == "ngram-mod" and (c.ngram_n_min or NGRAM_MOD_N_MIN) < (m.candidate.ngram_n_min
+                                                                              or NGRAM_MOD_N_MIN):
+                    continue
+                return m
         return None
 
     def _runs_of(self, probe: Candidate) -> list[Measurement]:
