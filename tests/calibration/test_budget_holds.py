@@ -264,3 +264,37 @@ def test_a_chain_whose_ngram_member_never_drafted_is_not_measured():
     assert any("ngram-mod never drafted on these prompts, so the chain would be" in e for e in events), events
     d = decide(ms, max_pairs=search.max_pairs)
     assert d.winner.spec_type == "draft-simple" and d.winner.draft_path == DRAFT, d.reason
+
+
+def test_a_busy_sweep_measures_near_tied_draft_lengths_again_before_choosing_finalists():
+    """Busy: the draft lengths screened within 12 % of the best one (the best included) get a second
+    screening launch on the same requests, and their screening comparison pools both launches."""
+    from tuner.calibration.pairing import compare
+
+    clock = SimClock()
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
+    search = Search(slow_launch_fn(clock, load_s=1.0, base_tps=16.0), plan, PROMPTS[:3],
+                    SearchSettings(n_predict=64, budget_s=240.0, side_by_side=True), threading.Event(),
+                    lambda *a, **k: None, clock=clock, busy=lambda: True)
+    ms = search.run()
+    screened: dict[Candidate, int] = {}
+    for m in ms:
+        if m.stage in ("probe", "refine") and m.ok:
+            screened[m.candidate] = screened.get(m.candidate, 0) + 1
+    twice = [c for c, n in screened.items() if n == 2]
+    assert len(twice) >= 2, screened  # the leader and at least one near tie (8: 1.5x, 4: 1.45x here)
+    c = twice[0]
+    cmp_ = compare([m for m in ms if m.stage != "confirm"], c, 0.05)
+    assert cmp_ is not None and cmp_.requests == 2 * 3  # both launches, 3 prompts each
+    # idle, nothing is measured twice
+    clock2 = SimClock()
+    search2 = Search(slow_launch_fn(clock2, load_s=1.0, base_tps=16.0), plan, PROMPTS[:3],
+                     SearchSettings(n_predict=64, budget_s=240.0, side_by_side=True), threading.Event(),
+                     lambda *a, **k: None, clock=clock2)
+    ms2 = search2.run()
+    seen: set[Candidate] = set()
+    for m in ms2:
+        if m.stage in ("probe", "refine") and m.ok:
+            assert m.candidate not in seen, m.candidate.label
+            seen.add(m.candidate)

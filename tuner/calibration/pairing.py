@@ -539,8 +539,10 @@ def compare(
 ) -> Comparison | None:
     """The :class:`Comparison` of ``candidate`` in a sweep (``measurements`` in launch order).
 
-    Adjacent pairs when there are any (:func:`adjacent_pairs`); otherwise a screening comparison over
-    the (prompt, repetition) keys that the candidate's successful runs and the baseline's successful
+    Adjacent pairs when there are any (:func:`adjacent_pairs`); otherwise a screening comparison: every
+    request of the candidate's successful runs (a configuration measured again counts both launches)
+    against the baseline's request with the same (prompt, repetition) key, over the keys that the
+    candidate's successful runs and the baseline's successful
     runs (not ``superseded`` ones: a disturbed launch that was measured again) both measured. ``None`` when there is no shared request at all. Every pooled figure and pair
     ratio is weighted by ``mix`` (the served share of long-context requests; ``None`` = every request
     the same), so the speedup and the sequential test are about the served mix.
@@ -562,12 +564,10 @@ def compare(
                 base.setdefault((s.prompt_index, s.repetition), s)
     cs_l: list[Sample] = []
     bs_l: list[Sample] = []
-    seen: set[RequestKey] = set()
-    for m in mine:
+    for m in mine:  # every screening launch of the candidate (one measured again pools both)
         for s in m.samples:
             k = (s.prompt_index, s.repetition)
-            if k in base and k not in seen:
-                seen.add(k)
+            if k in base:
                 cs_l.append(s)
                 bs_l.append(base[k])
     if not cs_l:

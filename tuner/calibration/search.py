@@ -147,6 +147,9 @@ class SearchSettings:
             for the confirmation rounds).
         explore_within: a measured length at least this fraction of the best one's tokens/s has its
             neighbours explored.
+        rescreen_within: on a busy machine, draft-model configurations screened within this fraction of
+            the best one's ratio are measured once more before the finalists are chosen
+            (:meth:`Search._rescreen_near_ties`); 0 turns it off.
         long_share: fraction (0..1) of served requests that are long-context ones; the ratios that rank
             and confirm candidates are weighted to that mix (:class:`~tuner.calibration.pairing.Mix`).
             ``None`` = the prompt set's own share (every request weighs the same).
@@ -175,6 +178,7 @@ class SearchSettings:
     explore_per_draft: int = 3
     explore_spare: float = 0.5
     explore_within: float = 0.95
+    rescreen_within: float = 0.88
     long_share: float | None = None
 
 
@@ -677,6 +681,7 @@ class Search:
 
         self._refine(probe_reps)
         self._explore(probe_reps)
+        self._rescreen_near_ties(probe_reps)
         self._p_min_variants(probe_reps)
         self._confirming = True
         self._confirm()
@@ -938,6 +943,50 @@ class Search:
                     return
                 self._measure(probe.with_n_max(k), reps, "refine", predicted or None)
                 self._predict(probe)
+
+    def _rescreen_near_ties(self, reps: list[int]) -> None:
+        """On a busy machine, measure the draft-model (and MTP) configurations whose screening ratio is
+        within ``rescreen_within`` of the best one once more, the best included, on the same requests,
+        best first, while the optional stages' reserve allows; their screening comparisons then pool both
+        launches (:func:`tuner.calibration.pairing.compare`) before the finalists are chosen.
+
+        Why: one screening launch under another program's load decides which lengths reach the paired
+        rounds, and draft lengths next to each other differ by a few per cent. Measured with
+        ``bench/tune_quality.py --busy``: n_max 4, 3 and 5 screened at 96.7, 87.8 and 86.4 tokens/s, n_max 5
+        was dropped, and the referee then measured it 13 % faster than the n_max 4 served — with 60 s
+        of the budget unspent. The leader is measured again too: a second chance for the runners-up alone
+        would favour them. Screening data only: the paired test's error is unaffected."""
+        if not self.busy() or self.s.rescreen_within <= 0:
+            return
+        rated: list[tuple[float, Candidate]] = []
+        for m in self.measurements:
+            c = m.candidate
+            if not m.ok or m.stopped_early or c.is_baseline or not (c.draft_path or "draft-mtp" in c.spec_types):
+                continue
+            if any(r[1] == c for r in rated):
+                continue
+            cmp_ = compare(self.measurements, c, self.s.min_gain, mix=self.mix)
+            if cmp_ is not None and not cmp_.paired and cmp_.speedup and cmp_.speedup > 1.0:
+                rated.append((cmp_.speedup, c))
+        if len(rated) < 2:
+            return
+        rated.sort(key=lambda t: -t[0])
+        best = rated[0][0]
+        ties = [c for sp, c in rated if sp >= self.s.rescreen_within * best]
+        if len(ties) < 2:
+            return
+        for c in ties:
+            if self.cancel.is_set():
+                raise Cancelled()
+            runs = [m for m in self.measurements if m.candidate == c and m.ok and m.stage in ("probe", "refine")]
+            if len(runs) >= 2:
+                continue
+            est = self.estimate_s(runs[0].gen_tokens_per_s if runs else None, len(reps))
+            if not self._fits(est, optional=True):
+                self.emit("skipped", f"{c.label}: not measured again, the budget left goes to the paired rounds",
+                          candidate=c)
+                return
+            self._measure(c, reps, "refine", runs[0].gen_tokens_per_s if runs else None)
 
     def _p_min_variants(self, reps: list[int]) -> None:
         """Measure ``p_min_variant`` at the best measured draft length of each draft (budget permitting).
