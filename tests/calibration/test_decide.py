@@ -308,3 +308,31 @@ def test_an_earlier_faster_look_stands_and_the_error_stays_bounded():
         rs = [bar * math.exp(rng.gauss(0.0, 0.15)) for _ in range(MAX_PAIRS)]
         false += sequential_looks(rs, 0.05).verdict == "faster"
     assert false / trials <= ALPHA, false / trials
+
+
+def test_an_unsteady_baseline_makes_screening_figures_no_evidence_either_way():
+    """The model alone measured 20.2, 7.8 and 0.9 tokens/s in three launches (a new user's busy box), and the
+    only candidate ran minutes later in screening: the decision says that is no evidence, not "slower" with
+    a break-even verdict."""
+    base = m(BASE, [20.2, 20.0, 20.4])
+    slow = m(GOOD, [1.8, 1.9, 1.7], acceptance=1.0)
+    plain = decide([base, slow])
+    assert "slower than the target alone" in plain.reason
+    d = decide([base, slow], baseline_unsteady=True)
+    assert d.no_speculation
+    assert "not evidence either way" in d.reason and "slower" not in d.reason and "would not pay" not in d.reason
+
+
+def test_never_drafted_types_with_different_reasons_are_not_merged():
+    from tuner.calibration.decide import _never_text
+
+    def never(t: str, why: str) -> Measurement:
+        return Measurement(Candidate(spec_type=t), samples=synthetic_samples([10.0]), no_drafts_at="temperature 0.8",
+                           error=f"{t} never drafted at the served sampling (temperature 0.8){why}; no speedup")
+
+    same = _never_text([never("ngram-mod", ""), never("ngram-simple", "")])
+    assert same == "ngram-mod, ngram-simple never drafted at these sampling settings; no speedup"
+    differ = _never_text([never("ngram-mod", ", although it drafted 3 tokens at greedy settings"),
+                          never("ngram-simple", ", although it drafted 30 tokens at greedy settings")])
+    assert "ngram-mod never drafted at these sampling settings, although it drafted 3 tokens" in differ
+    assert "ngram-simple never drafted at these sampling settings, although it drafted 30 tokens" in differ

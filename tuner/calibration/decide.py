@@ -309,21 +309,27 @@ def _unmeasured_text(unmeasured: Sequence[Candidate]) -> str:
     """``"the time budget was spent before ngram-simple, … were measured (a larger budget measures them)"``."""
     names = ", ".join(c.label for c in unmeasured[:4]) + (" and others" if len(unmeasured) > 4 else "")
     return (f"the time budget was spent before {names} {'was' if len(unmeasured) == 1 else 'were'} measured "
-            "(a larger budget measures them)")
+            "(a larger budget measures them: re-tune with it, --force on the command line)")
 
 
 def _never_text(never: Sequence[Measurement]) -> str:
     """The types that ran but never drafted, named once, with their shared reason stated once, e.g.
     ``"ngram-mod, ngram-simple never drafted at the served sampling (…); no speedup is possible"``."""
-    labels = ", ".join(m.candidate.label for m in never)
-    first = never[0].error or ""
-    _, sep, rest = first.partition(" never drafted ")
-    if not sep:
+    def rest_of(m: Measurement) -> str | None:
+        _, sep, rest = (m.error or "").partition(" never drafted ")
+        if not sep:
+            return None
+        # the sampling settings are named once, in the reason's "Measured with …" sentence
+        if m.no_drafts_at:
+            rest = rest.replace(f"at the served sampling ({m.no_drafts_at})", "at these sampling settings", 1)
+        return rest
+
+    rests = [rest_of(m) for m in never]
+    if any(r is None for r in rests):
         return "; ".join(f"{m.candidate.label}: {m.error}" for m in never)
-    # the sampling settings are named once, in the reason's "Measured with …" sentence
-    if never[0].no_drafts_at:
-        rest = rest.replace(f"at the served sampling ({never[0].no_drafts_at})", "at these sampling settings", 1)
-    return f"{labels} never drafted {rest}"
+    if len(set(rests)) == 1:  # one shared reason: stated once
+        return f"{', '.join(m.candidate.label for m in never)} never drafted {rests[0]}"
+    return "; ".join(f"{m.candidate.label} never drafted {r}" for m, r in zip(never, rests))
 
 
 def decide(
@@ -336,6 +342,7 @@ def decide(
     finalists: int = FINALISTS,
     busy_note: str | None = None,
     mix: Mix | None = None,
+    baseline_unsteady: bool = False,
 ) -> Decision:
     """Pick the winner among measured candidates, or "no speculation".
 
@@ -363,6 +370,9 @@ def decide(
             pooled figure, pair ratio and so the pick is weighted to it, and the reason states the share
             (and the short and long-context speedups when they differ by more than :data:`MIX_NOISE`).
             ``None`` = every request weighs the same.
+        baseline_unsteady: the model alone measured inconsistently across launches
+            (``Search.baseline_unsteady``): a "no speculation" that rests on screening comparisons then says
+            they are not evidence either way, instead of "slower" and a break-even.
 
     Raises:
         ValueError: no successful baseline measurement.
@@ -475,6 +485,10 @@ def decide(
             reason += f": about {need} pairs in all, about {more:.0f} s more (a longer sweep would settle it)"
         else:
             reason += " (a longer sweep, on a quieter machine, would settle it)"
+    elif not best.paired and baseline_unsteady:
+        reason = (f"No speculation: no speculative configuration was confirmed in paired rounds; the screening "
+                  f"figures ({label}: {figures}) come from launches minutes apart while the model's own speed "
+                  "varied, so they are not evidence either way")
     elif (best.speedup or 0.0) < 1.0 and (not best.paired or (best.look is not None and best.look.high is not None
                                                                and best.look.high < 1.0)):
         reason = f"No speculation: the best speculative configuration ({label}) was slower than the target alone ({figures})"
@@ -484,7 +498,7 @@ def decide(
     else:
         reason = (f"No speculation: the best speculative configuration ({label}) was within the measurement "
                   f"noise of the target alone ({figures}; needs more than {1 + min_gain:.2f}×)")
-    if best.acceptance is not None:
+    if best.acceptance is not None and not (baseline_unsteady and not best.paired):
         reason += f"; it reached {_fmt_pct(best.acceptance)} draft acceptance"
         if be is not None and be.never_pays:
             reason += ", and even 100 % acceptance would not pay on this machine"

@@ -540,7 +540,8 @@ def run_tune(
 
     decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured,
                       alpha=settings.alpha, max_pairs=search.max_pairs, finalists=search.finalists_selected,
-                      busy_note=_busy_note(load.note(), competing), mix=search.mix)
+                      busy_note=_busy_note(load.note(), competing), mix=search.mix,
+                      baseline_unsteady=search.baseline_unsteady)
     from dataclasses import replace as _replace
 
     extra = [*search.sweep_notes(), f"Measured with {workload.describe()}."]

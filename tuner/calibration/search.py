@@ -288,6 +288,9 @@ class Search:
         self.notes: list[str] = []
         """Sentences about the sweep itself for the decision (a re-measured baseline, a time-limit cut)."""
         self._baseline_rechecked = False
+        self.baseline_unsteady = False
+        """True when the model alone measured inconsistently across launches and no re-measurement settled
+        it (:meth:`_recheck_baseline`): screening comparisons are then not evidence either way."""
         self.max_pairs = settings.max_pairs
         """Looks per finalist of the sequential test (``max_pairs``); the decision must use the same.
         (More looks when busy were tried: each look then gets a smaller share of the error, and short
@@ -594,9 +597,10 @@ class Search:
         out = list(self.notes)
         if self.cut_by_budget:
             names = ", ".join(dict.fromkeys(self.cut_by_budget))
-            out.append(f"The sweep stopped at its time limit ({HARD_LIMIT * self.s.budget_s:.0f} s for a "
-                       f"{self.s.budget_s:.0f} s budget: the estimates from the warm-up ran short); cut short or "
-                       f"not started: {names}.")
+            lim = HARD_LIMIT * self.s.budget_s
+            lim_text = f"{lim:.0f}" if lim >= 20 else f"{lim:.1f}"
+            out.append(f"The sweep stopped at its time limit ({lim_text} s for a {self.s.budget_s:.0f} s budget: the "
+                       f"estimates from the warm-up ran short); cut short or kept from starting by it: {names}.")
         return out
 
     def _clear_loser(self, samples: Sequence[Sample]) -> bool:
@@ -725,6 +729,7 @@ class Search:
             self.notes.append(f"The model alone measured {f1:.1f} tokens/s in the baseline launch but {fn:.1f} in "
                               f"{idle_run.candidate.label}, which drafted nothing; the budget left no time to measure "
                               "it again, so figures against the baseline are uncertain.")
+            self.baseline_unsteady = True
             return
         self.emit("error", f"no speculation: measured again — {f1:.1f} tokens/s in its launch, {fn:.1f} in "
                   f"{idle_run.candidate.label}, which drafted nothing (the same model alone)")
@@ -750,8 +755,9 @@ class Search:
         elif not agrees_first:
             self.notes.append(f"The model alone ran at {f1:.1f}, {fn:.1f} ({idle_run.candidate.label}, which drafted "
                               f"nothing) and {f2:.1f} tokens/s in three launches: its speed varied with the "
-                              "machine's load, so screening figures are uncertain (the decision rests on adjacent "
-                              "pairs only).")
+                              "machine's load, so figures from launches minutes apart (screening) are not evidence "
+                              "either way; only pairs measured next to each other in time can show a speedup.")
+            self.baseline_unsteady = True
 
     def _never_drafted_type(self, c: Candidate) -> Measurement | None:
         """An earlier run of the same plain n-gram type as ``c`` (same placement) that never drafted at the
