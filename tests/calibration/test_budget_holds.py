@@ -12,6 +12,8 @@ from __future__ import annotations
 import threading
 import time
 
+import pytest
+
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
 from tuner.calibration.measure import Launch
@@ -298,3 +300,35 @@ def test_a_busy_sweep_measures_near_tied_draft_lengths_again_before_choosing_fin
         if m.stage in ("probe", "refine") and m.ok:
             assert m.candidate not in seen, m.candidate.label
             seen.add(m.candidate)
+
+
+@pytest.mark.server
+def test_a_profile_whose_budget_ran_out_is_not_reused_by_a_larger_budget(tmp_path, stories260k, llama_server_bin):
+    """A new user's `tune --budget 5` ended "the time budget was spent before … were measured (a larger budget
+    measures them)"; the next `tune` with the default budget then reused that profile. Now the larger budget
+    finds it stale and measures (cancelled here right after the staleness event, to keep the test short)."""
+    from tuner.calibration.tune import tune
+    from tuner.profiles import ProfileStore
+
+    models = tmp_path / "models"
+    models.mkdir()
+    (models / stories260k.name).symlink_to(stories260k)
+    store = ProfileStore(tmp_path / "profiles")
+    first = tune(models, budget_s=1, server=llama_server_bin, store=store, threads=1)
+    assert first.decision is not None and first.profile is not None
+    assert first.profile.decision.get("budget_spent_before"), first.decision.reason
+    again = tune(models, budget_s=1, server=llama_server_bin, store=store, threads=1)
+    assert again.reused  # the same budget: the same answer
+    cancel = threading.Event()
+    kinds: list[tuple[str, str]] = []
+
+    def on_event(ev) -> None:
+        kinds.append((ev.kind, ev.message))
+        if ev.kind == "stale":
+            cancel.set()
+
+    larger = tune(models, budget_s=60, server=llama_server_bin, store=store, threads=1, on_event=on_event,
+                  cancel=cancel)
+    assert not larger.reused
+    stale = [m for k, m in kinds if k == "stale"]
+    assert stale and "1 s budget was spent before" in stale[0] and "this sweep has 60 s" in stale[0], kinds

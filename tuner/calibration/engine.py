@@ -437,6 +437,12 @@ def run_tune(
         emit("error", f"the saved profile was unreadable and has been kept aside: {exc}")
     if saved is not None:
         reasons = store.stale_reasons(saved, keys)
+        spent = saved.decision.get("budget_spent_before") or []
+        old_budget = saved.decision.get("budget_s")
+        if spent and isinstance(old_budget, (int, float)) and budget_s > old_budget:
+            # a sweep that ran out of time is not an answer a larger budget should reuse
+            reasons.append(f"its {old_budget:.0f} s budget was spent before {', '.join(map(str, spent[:3]))}"
+                           f"{' and others' if len(spent) > 3 else ''} were measured; this sweep has {budget_s:.0f} s")
         if not reasons and not force:
             emit("reused", f"using the saved profile for {target_path.name} (still fresh; --force re-tunes)",
                  detail={"profile_path": str(store.path_for(target_path))})
@@ -584,7 +590,8 @@ def run_tune(
         winner=decision.winner.to_json(),
         server_config=config_to_json(winner_cfg),
         argv=argv,
-        decision=decision.to_json(),
+        decision={**decision.to_json(), "budget_s": budget_s,
+                  "budget_spent_before": [c.label for c in search.unmeasured]},
         evidence=tuple(m.to_json() for m in measurements),
     )
     path = store.save(profile)
