@@ -201,6 +201,14 @@ class RequestError(DraftwiseError, RuntimeError):
     """One measured request failed (HTTP error, or no ``timings.predicted_per_second``)."""
 
 
+def bounded_timeout(request_timeout_s: float, hard_deadline_s: float | None) -> float:
+    """The HTTP timeout (seconds) of the next request: ``request_timeout_s``, never past
+    ``hard_deadline_s`` (a ``time.monotonic()`` value; ``None`` = no deadline), and at least 1 s."""
+    if hard_deadline_s is None:
+        return request_timeout_s
+    return max(1.0, min(request_timeout_s, hard_deadline_s - time.monotonic()))
+
+
 def measure_request(
     client: CompletionClient, idx: int, prompt: Prompt, rep: int, n_predict: int, request_timeout_s: float = 300.0,
     workload: Workload | None = None, sized: dict[int, str] | None = None, greedy: bool = False,
@@ -336,10 +344,7 @@ def _run(
         return hard_deadline_s is not None and time.monotonic() >= hard_deadline_s
 
     def timeout() -> float:
-        """The HTTP timeout of the next request: never past the hard deadline (at least 1 s)."""
-        if hard_deadline_s is None:
-            return request_timeout_s
-        return max(1.0, min(request_timeout_s, hard_deadline_s - time.monotonic()))
+        return bounded_timeout(request_timeout_s, hard_deadline_s)
 
     # every result of this run starts as this one (checks and samples replaced below)
     base = Measurement(candidate=candidate, load_s=launch.load_s, stage=stage, predicted_gen_tokens_per_s=predicted)

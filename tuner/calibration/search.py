@@ -56,6 +56,7 @@ from .measure import (
     LaunchError,
     LaunchFn,
     RequestError,
+    bounded_timeout,
     first_divergence,
     measure_candidate,
     measure_repetitions,
@@ -771,11 +772,16 @@ class Search:
         models never match."""
         if not c.spec_type.startswith("ngram") or "," in c.spec_type:
             return None
+        return self._ngram_run_that_never_drafted(c.spec_type, c)
+
+    def _ngram_run_that_never_drafted(self, spec_type: str, c: Candidate) -> Measurement | None:
+        """An earlier run of the plain n-gram type ``spec_type`` at ``c``'s placement that never drafted, with
+        lookups no stricter than ``c``'s (for ngram-mod: an ``n_min`` no larger than ``c``'s), else ``None``."""
         for m in self.measurements:
-            if not (m.no_drafts_at and m.candidate.spec_type == c.spec_type and m.candidate.placement == c.placement):
+            if not (m.no_drafts_at and m.candidate.spec_type == spec_type and m.candidate.placement == c.placement):
                 continue
-            if c.spec_type == "ngram-mod" and (c.ngram_n_min or NGRAM_MOD_N_MIN) < (m.candidate.ngram_n_min
-                                                                                   or NGRAM_MOD_N_MIN):
+            if spec_type == "ngram-mod" and (c.ngram_n_min or NGRAM_MOD_N_MIN) < (m.candidate.ngram_n_min
+                                                                                 or NGRAM_MOD_N_MIN):
                 continue
             return m
         return None
@@ -790,14 +796,7 @@ class Search:
         if len(c.spec_types) < 2:
             return None
         for t in c.spec_types:
-            if not t.startswith("ngram"):
-                continue
-            for m in self.measurements:
-                if not (m.no_drafts_at and m.candidate.spec_type == t and m.candidate.placement == c.placement):
-                    continue
-                if t == "ngram-mod" and (c.ngram_n_min or NGRAM_MOD_N_MIN) < (m.candidate.ngram_n_min
-                                                                              or NGRAM_MOD_N_MIN):
-                    continue
+            if t.startswith("ngram") and (m := self._ngram_run_that_never_drafted(t, c)) is not None:
                 return m
         return None
 
@@ -1208,9 +1207,7 @@ class Search:
 
     def _request_timeout(self) -> float:
         """HTTP timeout of the next request: ``request_timeout_s``, never past the hard time limit."""
-        if self.hard_deadline_s is None:
-            return self.s.request_timeout_s
-        return max(1.0, min(self.s.request_timeout_s, self.hard_deadline_s - time.monotonic()))
+        return bounded_timeout(self.s.request_timeout_s, self.hard_deadline_s)
 
     def _confirm_side_by_side(self, finalists: Sequence[Candidate]) -> None:
         """Paired rounds with the baseline's server kept running: every request of a finalist's launch
