@@ -297,6 +297,7 @@ def test_an_earlier_faster_look_stands_and_the_error_stays_bounded():
     assert sequential_test(ratios, 0.05).verdict != "faster"
     look = sequential_looks(ratios, 0.05)
     assert look.verdict == "faster" and look.decided_at == 3 and look.n == 4
+    assert look.low > 1.05  # the interval shown is the deciding look's: a served configuration's clears the bar
     assert look.mean_ratio == pytest.approx(sequential_test(ratios, 0.05).mean_ratio)
     assert sequential_looks([1.1, 0.9, 1.0, 1.05], 0.05).verdict != "faster"
 

@@ -271,9 +271,11 @@ def _figures_text(c: Comparison, with_tokens_per_s: bool = True) -> str:
         look = c.look
         interval = ""
         if look is not None and look.low is not None and look.high is not None:
-            interval = f"; sequential-test interval {look.low:.2f}–{look.high:.2f}×"
             if look.decided_at is not None:
-                interval += f", faster beyond noise already at its look after {look.decided_at} pairs"
+                interval = (f"; faster beyond noise at the sequential test's look after {look.decided_at} pairs, "
+                            f"interval {look.low:.2f}–{look.high:.2f}×")
+            else:
+                interval = f"; sequential-test interval {look.low:.2f}–{look.high:.2f}×"
         return f"{sp:.2f}× over {n} adjacent pair{'s' if n != 1 else ''} ({req}{interval}){figs}"
     return f"{sp:.2f}× on the same requests in screening runs, not adjacent in time ({req}){figs}"
 

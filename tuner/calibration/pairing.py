@@ -288,8 +288,9 @@ class Look:
         pairs_needed: at the current mean and spread, about how many pairs in all would make the
             test conclude "faster" (``None`` when the mean gain is not above the bar, or unknown).
         decided_at: when an earlier look (over the first ``decided_at`` pairs) said "faster" and this
-            one alone would not, that number of pairs; the verdict is then "faster" and ``mean_ratio``,
-            ``low``, ``high`` stay this look's, over all ``n`` pairs (:func:`sequential_looks`).
+            one alone would not, that number of pairs; the verdict is then "faster", ``low`` / ``high`` are
+            the deciding look's interval (a served configuration's interval clears the bar) and
+            ``mean_ratio`` stays this look's, over all ``n`` pairs (:func:`sequential_looks`).
     """
 
     n: int
@@ -383,8 +384,10 @@ def sequential_looks(
     if last.verdict == "faster" or len(ratios) <= MIN_PAIRS:
         return last
     for k in range(MIN_PAIRS, len(ratios)):
-        if sequential_test(ratios[:k], min_gain, alpha, max_pairs, finalists).verdict == "faster":
-            return replace(last, verdict="faster", decided_at=k)
+        early = sequential_test(ratios[:k], min_gain, alpha, max_pairs, finalists)
+        if early.verdict == "faster":
+            # the interval is the deciding look's (it clears the bar); the mean is over all pairs
+            return replace(last, verdict="faster", decided_at=k, low=early.low, high=early.high)
     return last
 
 

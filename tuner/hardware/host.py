@@ -190,19 +190,30 @@ class LoadWatcher:
         except Exception:  # noqa: BLE001
             log.debug("CPU meter cannot read CPU times", exc_info=True)
             return
-        while not self._stop.wait(self.interval_s):
-            try:
-                cur = read()
-            except Exception:  # noqa: BLE001
-                log.debug("CPU meter reading failed", exc_info=True)
-                continue
+        def record(prev, cur) -> None:
             wall = (cur[0] - prev[0]) * n_cpu
             if wall > 0:
                 other = max(0.0, (cur[1] - prev[1]) - (cur[3] - prev[3])) / wall
                 steal = max(0.0, cur[2] - prev[2]) / wall
                 with self._lock:
                     self.samples.append(LoadSample(cur[0] - t0, min(1.0, other), min(1.0, steal)))
+
+        while not self._stop.wait(self.interval_s):
+            try:
+                cur = read()
+            except Exception:  # noqa: BLE001
+                log.debug("CPU meter reading failed", exc_info=True)
+                continue
+            record(prev, cur)
             prev = cur
+        # the part of an interval before stop(): a watch shorter than one interval (the doctor's 0.5 s
+        # self-test) otherwise had no sample at all and never saw another program's load
+        try:
+            cur = read()
+            if cur[0] - prev[0] >= 0.2:
+                record(prev, cur)
+        except Exception:  # noqa: BLE001
+            log.debug("CPU meter reading failed", exc_info=True)
 
     def start(self) -> LoadWatcher:
         """Start sampling (idempotent)."""
