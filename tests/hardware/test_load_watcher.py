@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import os
+import subprocess
+import sys
 import time
 
 import psutil
@@ -34,6 +36,24 @@ def test_a_burner_outside_our_tree_counts_as_another_program_and_stops_by_itself
         while burner.alive() and time.monotonic() < deadline:
             time.sleep(0.2)
         assert not burner.alive()  # bounded: it ended on its own after total_s
+
+
+def test_our_own_children_that_ran_and_exited_are_not_another_program():
+    """Every launch of a sweep ends with its llama-server reaped: its CPU time leaves the live tree. That
+    used to read as another program at 100 % for one interval per launch (an idle sweep said "Other
+    programs used 25 % of the CPU (up to 100 %)" and planned as on a busy machine)."""
+    n_cpu = psutil.cpu_count(logical=True) or 1
+    watcher = LoadWatcher(interval_s=0.5).start()
+    for _ in range(3):
+        child = subprocess.Popen([sys.executable, "-c", "import time\nt = time.time()\nwhile time.time() - t < 1.0: pass"])
+        child.wait()
+    child_cpu = sum(psutil.Process().cpu_times()[2:4])
+    time.sleep(0.6)
+    s = watcher.stop()
+    assert child_cpu > 2.0 and s.samples >= 5  # the children did burn ~3 s between them
+    # the children's share of the machine was ~1/n_cpu while they ran; none of it counts as "other"
+    assert s.other_cpu_max < 0.5, (s, [x.other_cpu_fraction for x in watcher.samples])
+    assert s.other_cpu_mean < 0.5 / n_cpu and not s.busy, s
 
 
 def test_summary_and_note():

@@ -137,7 +137,8 @@ class LoadWatcher:
 
     ``start()`` / ``stop() -> LoadSummary``; also a context manager. Every ``interval_s`` seconds: the
     whole machine's busy CPU time minus our own process tree's (``own_pid`` and its children,
-    recursively), over the interval's capacity (``interval × logical CPUs``). Never raises: without
+    recursively, with the children each has reaped — psutil ``cpu_times().children_user/system``, so a
+    llama-server that stopped is not "another program"), over the interval's capacity (``interval × logical CPUs``). Never raises: without
     psutil or readable counters the summary has 0 samples. NVML utilisation by other processes is not
     sampled here (``tuner.hardware.nvml`` owns NVML).
     """
@@ -164,7 +165,10 @@ class LoadWatcher:
         for p in procs:
             try:
                 t = p.cpu_times()
-                total += t.user + t.system
+                # a child that has exited and been reaped leaves the tree, and its CPU time moves to its
+                # parent's children_user/children_system: counting those keeps the tree's total continuous
+                # (without them every llama-server that stopped read as "another program at 100 %")
+                total += t.user + t.system + getattr(t, "children_user", 0.0) + getattr(t, "children_system", 0.0)
             except Exception:  # noqa: BLE001 - a child that just exited
                 log.debug("CPU times of pid %s unreadable (exited?)", p.pid, exc_info=True)
                 continue
