@@ -1087,8 +1087,9 @@ class Search:
         another pair (less ``MIN_PAIRS`` pairs and a launch for each later finalist): its rounds go on
         up to ``max_pairs``. The verdict is already sound (the error bound holds for any stopping rule,
         and the decision takes the last look); what the extra pairs buy is the estimate: a test that
-        stops at its first conclusive look on 3 noisy pairs stops when they happen to read high (the
-        busy test measured ~30 % above the idle side-by-side figure 3 times in 4 at 3 pairs)."""
+        stops at its first conclusive look on 3 noisy pairs stops when they happen to read high, and
+        under load a pair's ratio spreads wider than idle (issue 10: "spend the remaining budget on more
+        paired rounds")."""
         if look is None or look.verdict != "faster" or look.n >= self.max_pairs or not self.busy():
             return False
         per_pair = self.pair_s()
