@@ -142,6 +142,34 @@ def test_chart_decision_and_per_category_lines_agree() -> None:
     assert f"{len(d.comparisons[0].pairs)} adjacent pairs, {d.comparisons[0].requests} requests" in row
 
 
+def test_a_reused_profile_prints_the_comparisons_it_saved() -> None:
+    """A reused profile's report (stop-12 trial: the "not a comparison" header stood above a decision that
+    quoted one, and the comparison table and per-category lines were gone) shows the saved figures."""
+    import io
+
+    from tuner.calibration.engine import _decision_from_profile
+    from tuner.cli.tune import print_table
+    from tuner.profiles.profile import Profile, StalenessKeys
+
+    ms = _sweep()
+    d = decide(ms)
+    keys = StalenessKeys(hardware_fingerprint="h", server_binary="s", server_build="b", dialect_fingerprint="d",
+                         model_files=(), prompt_set_sha256="p")
+    prof = Profile(target_path="/m/t.gguf", keys=keys, winner=d.winner.to_json(), server_config={}, argv=(),
+                   decision=d.to_json(), evidence=tuple(m.to_json() for m in ms), created_unix_s=1.7e9)
+    reused = _decision_from_profile(prof)
+    assert reused.per_category == d.per_category and reused.break_even == d.break_even
+    out = io.StringIO()
+    print_table(TuneResult(target_path=Path("/m/t.gguf"), decision=reused, profile=prof, reused=True), out)
+    text = out.getvalue()
+    assert text.startswith("The saved profile's launches, measured ") and "not a comparison" not in text
+    row = next(x for x in text.splitlines() if x.startswith(GOOD.label) and "adjacent pair" in x)
+    c = d.comparisons[0]
+    assert f"{c.speedup:.2f}x" in row and f"{len(c.pairs)} adjacent pairs, {c.requests} requests" in row
+    assert f"per category, {GOOD.label} vs no speculation" in text
+    assert all(f"  {x.category}: {x.speedup:.2f}x" in text for x in d.per_category)
+
+
 def test_a_type_that_never_drafted_is_a_finding_not_a_failed_run() -> None:
     """An n-gram type that ran but proposed no token (issue 11's finding) is reported as such; only a run
     that really broke is called one that did not run correctly."""

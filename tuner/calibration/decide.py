@@ -88,6 +88,16 @@ class BreakEven:
             "never_pays": self.never_pays,
         }
 
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> BreakEven:
+        """Inverse of :meth:`to_json` (a saved profile's decision).
+
+        Raises:
+            KeyError, TypeError, ValueError: ``obj`` is not such a dict.
+        """
+        return cls(Candidate.from_json(obj["candidate"]), obj.get("acceptance"), obj.get("break_even_acceptance"),
+                   obj.get("gen_tokens_per_s"), bool(obj.get("never_pays")))
+
 
 @dataclass(frozen=True)
 class CategoryResult:
@@ -118,6 +128,16 @@ class CategoryResult:
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form."""
         return dict(self.__dict__)
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> CategoryResult:
+        """Inverse of :meth:`to_json` (a saved profile's decision); unknown keys are ignored.
+
+        Raises:
+            KeyError, TypeError: ``obj`` lacks ``category``.
+        """
+        names = cls.__dataclass_fields__
+        return cls(**{k: v for k, v in obj.items() if k in names})
 
 
 @dataclass(frozen=True)

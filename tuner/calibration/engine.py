@@ -726,8 +726,21 @@ def dated_busy_note(reason: str, busy_note: str | None, created_unix_s: float | 
 
 def _decision_from_profile(p: Profile) -> Decision:
     """Rebuild the :class:`Decision` summary saved in a profile (its busy note dated:
-    :func:`dated_busy_note`)."""
+    :func:`dated_busy_note`), with its break-even and per-category lines. Its comparisons are not
+    rebuilt (they hold the samples): the profile's ``decision["comparisons"]`` keeps their figures."""
+    from tuner.calibration.decide import BreakEven, CategoryResult
+
     d = p.decision
+
+    def parsed(key: str, of: Callable[[dict], Any]) -> tuple:
+        out = []
+        for obj in d.get(key) or []:
+            try:
+                out.append(of(obj))
+            except (KeyError, TypeError, ValueError, AttributeError):
+                log.debug("profile %s: unreadable %s entry %r", p.target_path, key, obj)
+        return tuple(out)
+
     winner = Candidate.from_json(p.winner)
     best = d.get("best_speculative")
     reason, busy_note = dated_busy_note(str(d.get("reason") or ""), d.get("busy_note"), p.created_unix_s)
@@ -743,4 +756,7 @@ def _decision_from_profile(p: Profile) -> Decision:
         best_speculative=Candidate.from_json(best) if best else None,
         best_speculative_speedup=d.get("best_speculative_speedup"),
         lossless=d.get("lossless"),
+        break_even=parsed("break_even", BreakEven.from_json),
+        per_category=parsed("per_category", CategoryResult.from_json),
+        pairs=int(d.get("pairs") or 0),
     )

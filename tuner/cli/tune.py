@@ -25,6 +25,7 @@ import json
 import signal
 import sys
 import threading
+import time
 from pathlib import Path
 from typing import Any, TextIO
 
@@ -217,12 +218,30 @@ def decision_line(d: Any) -> str:
     return f"Decision: {label}. {reason}"
 
 
+def _comparison_dicts(result: TuneResult) -> list[dict[str, Any]]:
+    """The decision's comparisons in their JSON form (:meth:`Comparison.to_json`): from the sweep, or, for
+    a reused profile, as the profile saved them (a reused decision carries no samples to compare)."""
+    d = result.decision
+    if d is not None and d.comparisons:
+        return [c.to_json() for c in d.comparisons]
+    if result.reused and result.profile is not None:
+        return [c for c in result.profile.decision.get("comparisons") or [] if isinstance(c, dict)]
+    return []
+
+
 def print_table(result: TuneResult, out: TextIO) -> None:
     """Human-readable summary: one row per measurement, then the decision."""
     data = result_to_json(result)
     rows = data["measurements"]
     d = result.decision
-    if d is not None and d.comparisons:
+    comparisons = _comparison_dicts(result)
+    if result.reused and result.profile is not None:
+        when = result.profile.created_unix_s
+        out.write("The saved profile's launches" + (f", measured {time.strftime('%Y-%m-%d %H:%M', time.localtime(when))}"
+                                                    if when else "")
+                  + " (reused: still fresh; --force measures again), each on its own requests"
+                  + (" (compare configurations in the table below, not here):\n" if comparisons else ":\n"))
+    elif comparisons:
         out.write("Every launch, each on its own requests (compare configurations in the table below, not here):\n")
     else:
         out.write("Every launch, each on its own requests at its own time (not a comparison: no configuration was "
@@ -244,19 +263,20 @@ def print_table(result: TuneResult, out: TextIO) -> None:
         acc = "-" if m["acceptance"] is None else f"{100 * m['acceptance']:.0f} %"
         out.write(f"{(m['label'] or '')[:46]:<46} {(m['stage'] or ''):<8} {_fmt(m['gen_tokens_per_s'], '9.1f')} "
                   f"{acc:>7} {lossless:>8}  {note}\n")
-    if d is not None and d.comparisons:
+    if comparisons:
         out.write("\nEach configuration against no speculation on the same requests (the decision's figures):\n")
         out.write(f"{'configuration':<46} {'speedup':>8} {'tokens/s':>9} {'baseline':>9} {'accept':>7}  compared on\n")
-        for c in d.comparisons:
-            acc = "-" if c.acceptance is None else f"{100 * c.acceptance:.0f} %"
-            how = (f"{len(c.pairs)} adjacent pair{'s' if len(c.pairs) != 1 else ''}, " if c.paired
+        for c in comparisons:
+            acc = "-" if c.get("acceptance") is None else f"{100 * c['acceptance']:.0f} %"
+            n_pairs, n_req = int(c.get("pairs") or 0), int(c.get("requests") or 0)
+            how = (f"{n_pairs} adjacent pair{'s' if n_pairs != 1 else ''}, " if c.get("paired")
                    else "screening runs (not adjacent), ")
-            how += f"{c.requests} request{'s' if c.requests != 1 else ''}"
-            if c.stopped_early:
+            how += f"{n_req} request{'s' if n_req != 1 else ''}"
+            if c.get("stopped_early"):
                 how += ", stopped early as a loser"
-            sp = "-" if c.speedup is None else f"{c.speedup:.2f}x"
-            out.write(f"{c.candidate.label[:46]:<46} {sp:>8} {_fmt(c.gen_tokens_per_s, '.1f'):>9} "
-                      f"{_fmt(c.baseline_gen_tokens_per_s, '.1f'):>9} {acc:>7}  {how}\n")
+            sp = "-" if c.get("speedup") is None else f"{c['speedup']:.2f}x"
+            out.write(f"{str(c.get('label') or '')[:46]:<46} {sp:>8} {_fmt(c.get('gen_tokens_per_s'), '.1f'):>9} "
+                      f"{_fmt(c.get('baseline_gen_tokens_per_s'), '.1f'):>9} {acc:>7}  {how}\n")
     if d is not None:
         out.write("\n")
         for b in d.break_even:
@@ -305,7 +325,6 @@ TUNE_STOP_GRACE_S = 3.0
 def _wait_for(worker: threading.Thread, cancel: threading.Event, signals: list[int]) -> bool:
     """Wait for the sweep thread; on a signal, cancel it and give its children
     ``TUNE_STOP_GRACE_S`` to stop, then kill them. Returns True when interrupted."""
-    import time
 
     from tuner import process
 
