@@ -315,13 +315,26 @@ def test_an_unsteady_baseline_makes_screening_figures_no_evidence_either_way():
     """The model alone measured 20.2, 7.8 and 0.9 tokens/s in three launches (a new user's busy box), and the
     only candidate ran minutes later in screening: the decision says that is no evidence, not "slower" with
     a break-even verdict."""
-    base = m(BASE, [20.2, 20.0, 20.4])
-    slow = m(GOOD, [1.8, 1.9, 1.7], acceptance=1.0)
+    base = m(BASE, [20.2, 20.0, 20.4], categories=["code"])
+    slow = m(GOOD, [1.8, 1.9, 1.7], acceptance=1.0, categories=["code"])
     plain = decide([base, slow])
     assert "slower than the target alone" in plain.reason
     d = decide([base, slow], baseline_unsteady=True)
     assert d.no_speculation
     assert "not evidence either way" in d.reason and "slower" not in d.reason and "would not pay" not in d.reason
+    # and no per-category line quotes those figures as speedups ("code: 0.09×" under "not evidence")
+    assert plain.per_category and not d.per_category
+
+
+def test_a_run_that_drafted_nothing_gets_no_per_category_speedups():
+    """A cut-short n-gram run that proposed no token is the model alone: its per-category "10.71×" in a
+    no-speculation report (stop-12 trial) compared the model with itself at two moments."""
+    base = m(BASE, [20.2, 20.0, 20.4], categories=["code"])
+    alone = m(Candidate(spec_type="ngram-mod"), [30.1, 29.8, 30.3], categories=["code"])
+    drafting = m(Candidate(spec_type="ngram-mod"), [30.1, 29.8, 30.3], acceptance=0.5, categories=["code"])
+    assert decide([base, drafting]).per_category  # the same figures with drafts do get their lines
+    d = decide([base, alone])
+    assert d.no_speculation and not d.per_category
 
 
 def test_never_drafted_types_with_different_reasons_are_not_merged():

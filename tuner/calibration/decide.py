@@ -538,7 +538,10 @@ def decide(
         best_speculative=best.candidate,
         best_speculative_speedup=best.speedup,
         break_even=break_even,
-        per_category=per_category(best, base_cats),
+        # no lines where they would say nothing or contradict the sentence: a run that drafted nothing is
+        # the model alone, and screening figures taken while the model's speed varied are not evidence
+        per_category=() if best.acceptance is None or (baseline_unsteady and not best.paired)
+        else per_category(best, base_cats),
         lossless=None,
         comparisons=tuple(comps),
         pairs=len(best.pairs),
