@@ -562,8 +562,14 @@ def mix_text(c: Comparison, mix: Mix | None = None, noise: float = MIX_NOISE) ->
         return ""
     if c.short_speedup is None:
         return " Every compared request was a long-context one."
-    source = "the long-context share setting" if c.share_set else "the prompt set's own share"
-    text = f" Over a served mix of {_fmt_pct(c.long_share)} long-context requests ({source})"
+    if c.share_set:
+        text = f" Over a served mix of {_fmt_pct(c.long_share)} long-context requests (the long-context share setting)"
+    else:
+        # the compared requests' own mix, every request weighing the same: not the prompt set's share
+        # when a long prompt went unmeasured (the trial read "17 % … (the prompt set's own share)" for 2 of 7)
+        n_long = sum(1 for s in c.candidate_samples if (mix or Mix()).is_long(s))
+        text = (f" Over the compared requests, {n_long} of {c.requests} long-context "
+                f"({_fmt_pct(c.long_share)}, every request weighing the same)")
     s, lg = c.short_speedup, c.long_speedup
     if s > 0 and abs(lg / s - 1.0) > noise:
         text += f": short requests {s:.2f}×, long-context requests {lg:.2f}×"
