@@ -256,3 +256,16 @@ def test_serve_models_refuses_a_name_two_saved_profiles_carry(twins: Path, capsy
     rc, _, err = run(capsys, ["serve", "--models", str(twins), "--target", "model"])
     assert rc == 2 and "--target 'model' is ambiguous" in err and "pass a path" in err, err
     assert str((twins / "a" / "model.gguf").resolve()) in err and str((twins / "b" / "model.gguf").resolve()) in err
+
+
+def test_an_unknown_flag_of_a_command_shows_that_commands_usage(capsys: pytest.CaptureFixture[str]):
+    """``serve … --json`` (serve has no --json) printed the top-level usage (stop-12 trial)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["serve", "--target", "x.gguf", "--json"])
+    err = capsys.readouterr()
+    assert exc.value.code == 2
+    assert err.err.startswith("usage: draftwise serve ") and "draftwise serve: error: unrecognized arguments: --json" in err.err
+    assert json.loads(err.out) == {"error": "unrecognized arguments: --json", "code": "bad_input", "exit_status": 2}
+    with pytest.raises(SystemExit):
+        main(["--bogus"])
+    assert "draftwise: error: unrecognized arguments: --bogus" in capsys.readouterr().err

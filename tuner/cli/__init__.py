@@ -76,6 +76,14 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     return parser
 
 
+def _command_parser(parser: argparse.ArgumentParser, command: str | None) -> argparse.ArgumentParser:
+    """The sub-command's own parser (``parser`` itself without one)."""
+    for action in parser._actions:  # argparse has no public accessor for its sub-parsers
+        if isinstance(action, argparse._SubParsersAction) and command in action.choices:
+            return action.choices[command]
+    return parser
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point of the ``draftwise`` console script; returns the exit status."""
     if argv is None:
@@ -95,7 +103,10 @@ def main(argv: list[str] | None = None) -> int:
     watch = _ErrorLineTee(sys.stderr, None)
     sys.stderr = watch
     try:
-        args = parser.parse_args(argv)
+        args, extra = parser.parse_known_args(argv)
+        if extra:  # said by the sub-command's parser, so its usage is shown, not the top-level one
+            _command_parser(parser, getattr(args, "command", None)).error(
+                f"unrecognized arguments: {' '.join(extra)}")
     except SystemExit as exc:  # argparse: --help / --version (0) or a usage error (2, its line on stderr)
         code = exc.code if isinstance(exc.code, int) else 2
         if wants_json and code != 0:
