@@ -110,6 +110,9 @@ def _check_serve_args(args: argparse.Namespace) -> None:
 
     if args.n_ctx is not None and args.n_ctx < MIN_CTX_SIZE:
         raise ValueError(f"--ctx-size must be at least {MIN_CTX_SIZE} tokens, got {args.n_ctx}")
+    models = getattr(args, "models", None)
+    if models and not Path(models).is_dir():  # as tune says it: "run tune --models DIR first" would not help
+        raise ValueError(f"--models {models}: no such folder")
     ready_timeout = getattr(args, "ready_timeout", None)
     if ready_timeout is not None and ready_timeout <= 0:
         raise ValueError(f"--ready-timeout must be > 0 seconds, got {ready_timeout}")
