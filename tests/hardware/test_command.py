@@ -173,7 +173,10 @@ def test_plan_takes_a_model_name_in_the_models_folder(stories260k_session, capsy
     folder = stories260k_session.parent
     assert cli.main(["plan", "--models", str(folder), "--target", "stories260K", "--ctx-size", "512",
                      "--no-cross-check"]) == 0
-    assert "Plan: target stories260K (5 blocks" in capsys.readouterr().out
+    size = (folder / "stories260K.gguf").stat().st_size / 2**20
+    # the tensors and the file they are in: two sizes, each named (stop 12: "three sizes for one file")
+    assert "Plan: target stories260K (5 blocks, " in (out := capsys.readouterr().out)
+    assert f" of tensors in a {size:.1f} MiB file)" in out, out
     assert cli.main(["plan", "--models", str(folder), "--target", "nope.gguf", "--no-cross-check"]) == 2
     err = capsys.readouterr().err
     assert "--target 'nope.gguf': no such model in" in err and "stories260K.gguf" in err

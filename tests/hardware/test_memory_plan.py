@@ -308,9 +308,12 @@ def test_cpu_repack_copies_follow_the_cpu_flags_and_the_layer_placement():
     both = plan_memory(MemoryRequest(target=s, n_ctx=256), replace(CPU_ONLY, cpu_features=("avx2", "avx512f")))
     w = lambda p: p.host.need.target_weights_bytes  # noqa: E731
     assert (w(avx2) - w(plain), w(both) - w(plain)) == (6000, 6700)
+    # the plan says how much of "target W" is those copies (plan's "three sizes for one file", stop 12)
+    assert (plain.repack_host_bytes, avx2.repack_host_bytes, both.repack_host_bytes) == (0, 6000, 6700)
     gpu = replace(gpu_devices(("CUDA0", 8192, 8000)), cpu_features=("avx2",))
     two = plan_memory(MemoryRequest(target=s, n_ctx=256, ngl=3), gpu)  # output + blocks 2, 3 on the GPU
     assert two.host.need.target_weights_bytes == s.input_bytes + 2 * 1000 + 500 + 700 + 2 * 1000
+    assert two.repack_host_bytes == 2 * 1000  # blocks 0, 1 run on the CPU
     assert set(cpu_features()) <= {"avx2", "avx512f"}
 
 

@@ -332,6 +332,16 @@ def _load_spec(given: str, models_dir: str | None, flag: str) -> ModelMemorySpec
         raise ValueError(f"{flag} {given}{where}: {detail}") from None
 
 
+def _files_bytes(given: str, models_dir: str | None, flag: str) -> int | None:
+    """Bytes of the file (every shard of a split set) ``flag`` names; ``None`` when unreadable."""
+    from tuner.catalog.split import split_shard_paths
+
+    try:
+        return sum(p.stat().st_size for p in split_shard_paths(_model_path(given, models_dir, flag)))
+    except (OSError, ValueError, LookupError):
+        return None
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """``draftwise plan``: exit 0 when the plan fits, 1 when it does not, 2 on a bad model file."""
     try:
@@ -400,7 +410,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print()
         return 0 if plan.fits else 1
     dtext = f", draft {Path(args.draft).name} ({draft.n_layer} blocks, {_mib(draft.weights_bytes)})" if draft else ""
-    print(f"Plan: target {Path(args.target).name} ({target.n_layer} blocks, {_mib(target.weights_bytes)}){dtext}")
+    size = _files_bytes(args.target, args.models, "--target")
+    print(f"Plan: target {Path(args.target).name} ({target.n_layer} blocks, {_mib(target.weights_bytes)} of tensors"
+          + (f" in a {_mib(size)} file" if size else "") + f"){dtext}")
     slots = (f"{plan.n_parallel} slot(s) sharing one unified KV" if plan.kv_unified
              else f"{plan.n_parallel} slot(s) x {plan.n_ctx_slot} cells")
     print(f"      --spec-type {spec_type}, n_ctx {plan.n_ctx} ({slots}, KV {args.ctk}/{args.ctv}), "
@@ -438,6 +450,9 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 print(f"Largest context with the whole {whole} on the GPU: {trade.max_ctx_all_on_gpu}")
     if plan.expert_host_bytes:
         print(f"MoE experts kept in host RAM: {_mib(plan.expert_host_bytes)}")
+    if plan.repack_host_bytes:
+        print(f"Weights in host RAM include {_mib(plan.repack_host_bytes)} repacked for this CPU "
+              "(ggml's CPU_REPACK buffer, beside the file's mmapped tensors)")
     if check is not None:
         what = "target alone (llama-fit-params ignores drafts)" if draft else "target"
         if not check.ok:

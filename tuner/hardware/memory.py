@@ -222,7 +222,9 @@ class MemoryPlan:
     short by that much; None when no budget is known. ``n_ctx`` / ``n_ctx_slot`` = the sizes llama.cpp will use after padding.
     ``expert_host_bytes``: MoE expert bytes of GPU-placed target blocks kept in host memory
     (``--n-cpu-moe`` / ``--cpu-moe``; included in the host's target weights). ``target_outputs``: logits
-    rows of the target's reserve graph (:func:`reserve_outputs`).
+    rows of the target's reserve graph (:func:`reserve_outputs`). ``repack_host_bytes``: weights the CPU
+    backend also keeps repacked for this CPU's instructions (ggml/src/ggml-cpu/repack.cpp, the CPU_REPACK
+    buffer), included in the host's target and draft weights: why "target W" can exceed the file's tensors.
     """
 
     fits: bool
@@ -238,6 +240,7 @@ class MemoryPlan:
     notes: tuple[str, ...] = field(default_factory=tuple)
     expert_host_bytes: int = 0
     target_outputs: int = 1
+    repack_host_bytes: int = 0
 
     @property
     def total_bytes(self) -> int:
@@ -839,7 +842,8 @@ def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> 
         # layer index -1 = the output layer (ldevs[n_layer])
         return sum(b for f, i, b in spec.repack_bytes if f in cpu_flags and ldevs[spec.n_layer if i < 0 else i] < 0)
 
-    host.target_weights_bytes += repack(t, tdevs)
+    repacked = repack(t, tdevs)
+    host.target_weights_bytes += repacked
     if host.expert_bytes and devs:
         # experts kept on the CPU: the CPU backend runs their matmuls for the offloaded blocks
         host.compute_bytes += compute_buffer_bytes(t, n_tok, n_ctx_slot, False, flash, 1, None, True) - \
@@ -857,7 +861,9 @@ def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> 
         ddevs = _place_model(d, dngl if devs else 0, splits if devs else [], places, host, True, n_ctx, n_par,
                              unified, n_tok, bkd, bvd, d.n_layer - d.mtp_layers, flash)
         add_compute(d, ddevs, d_outputs)
-        host.draft_weights_bytes += repack(d, ddevs)
+        repacked_d = repack(d, ddevs)
+        host.draft_weights_bytes += repacked_d
+        repacked += repacked_d
         host.output_bytes += d.n_vocab * COMPUTE_F32 * n_par
     elif d is not None:
         dngl = request.draft_ngl
@@ -886,7 +892,7 @@ def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> 
     if not devs and dngl is not None:
         dngl = 0
     return MemoryPlan(fits, margin, tuple(dplans), hplan, ngl if devs else 0, dngl, n_ctx, n_ctx_slot, n_par,
-                      unified, tuple(notes), host.expert_bytes, t_outputs)
+                      unified, tuple(notes), host.expert_bytes, t_outputs, repacked)
 
 
 def max_target_ngl(request: MemoryRequest, devices: Devices | Sequence[Device]) -> int:
