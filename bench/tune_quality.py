@@ -1,14 +1,16 @@
 """Tuner quality: exhaustive grid vs the tuner on a generated family, side by side in one run.
 
-    python bench/tune_quality.py [--server PATH] [--n-predict 96] [--prompts 3] [--reps 2] [--budget 180]
-                                 [--threads N] [--eps 0.05] [--busy]
+    python bench/tune_quality.py [--server PATH] [--n-predict 96] [--prompts 3] [--reps 2]
+                                 [--budget-share 0.30 | --budget S] [--threads N] [--eps 0.05] [--busy]
 
 1. Generates the DESIGN.md acceptance-dial family (768 wide, 12 blocks F16 target, a good 2-block draft,
    an unrelated 2-block draft; ε = ``--eps``, default 0.05) in a temp folder.
 2. Exhaustive grid: the baseline, every n-gram type, and each draft with ``draft-simple`` at every
    draft length 1–16, each measured with the tuner's own protocol (one launch, warm-up, greedy,
    fixed n_predict, ``--reps`` repetitions).
-3. The tuner: ``tune(...)`` on the same folder, prompts and n_predict.
+3. The tuner: ``tune(...)`` on the same folder, prompts and n_predict, with a budget of ``--budget-share``
+   (0.30) × the grid's wall time — the goal's time share less the hard limit's 8 % (``--budget S``: a fixed
+   budget instead). On a busy machine the grid itself runs longer, so the budget follows the machine.
 4. Referee: one grid pass on a shared CPU is noisy (a single lucky launch can top it), so the grid's
    top 3 and the tuner's pick are measured again, interleaved, ``--referee-rounds`` times (not counted
    in either wall time).
@@ -63,7 +65,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-predict", type=int, default=96)
     ap.add_argument("--prompts", type=int, default=3, help="prompts used (of 4)")
     ap.add_argument("--reps", type=int, default=2, help="grid repetitions per candidate")
-    ap.add_argument("--budget", type=float, default=180.0, help="tuner budget (s)")
+    ap.add_argument("--budget", type=float, default=None, help="tuner budget (s); default: --budget-share × grid time")
+    ap.add_argument("--budget-share", type=float, default=0.30, help="tuner budget as a share of the grid's time")
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=None, help="server threads (1 is steadier on a shared CPU)")
     ap.add_argument("--eps", type=float, default=0.05, help="acceptance dial of the generated family")
@@ -120,8 +123,11 @@ def main(argv: list[str] | None = None) -> int:
     base_tps = results[Candidate().key]
 
     # The tuner.
+    budget = args.budget if args.budget is not None else round(args.budget_share * grid_s)
+    print(f"tuner budget: {budget:.0f} s" + ("" if args.budget is not None else
+          f" ({args.budget_share:.2f} x the grid's {grid_s:.0f} s)"), file=sys.stderr, flush=True)
     t1 = time.monotonic()
-    res = tune(work / "models", prompts=ps, budget_s=args.budget, force=True, server=binary.path,
+    res = tune(work / "models", prompts=ps, budget_s=budget, force=True, server=binary.path,
                store=ProfileStore(work / "profiles"), n_predict=args.n_predict, n_ctx=args.n_ctx, threads=args.threads,
                sampling=GREEDY, long_context=False,  # the same workload as the grid's (greedy, short prompts)
                on_event=lambda ev: print(f"  tune {ev.elapsed_s:6.1f}s {ev.kind}: {ev.message}", file=sys.stderr)
@@ -161,7 +167,7 @@ def main(argv: list[str] | None = None) -> int:
     ref_ratio = (ref[pick_grid.key] / ref[ref_best_key]) if (ref_best_key and ref.get(pick_grid.key)) else None
     print(f"\ngrid: {len(grid)} candidates in {grid_s:.0f} s; best {best_label} at {best_tps:.1f} tok/s "
           f"(baseline {base_tps:.1f} tok/s, {best_tps / base_tps:.2f}x)")
-    print(f"tuner: {len(res.measurements)} launches in {tune_s:.0f} s; pick {pick.label} "
+    print(f"tuner: {len(res.measurements)} launches in {tune_s:.0f} s (budget {budget:.0f} s); pick {pick.label} "
           f"(tuner measured {res.decision.gen_tokens_per_s:.1f} tok/s, grid measured "
           f"{pick_tps if pick_tps is not None else float('nan'):.1f} tok/s)")
     print(f"pick/best throughput ratio (single grid pass): {ratio if ratio is not None else float('nan'):.3f}")
@@ -175,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
           f"{load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f} ({os.cpu_count()} CPUs)")
     ok = ref_ratio is not None and ref_ratio >= 0.95 and time_ratio <= 0.35
     if args.json:
-        print(json.dumps({"grid_s": grid_s, "tune_s": tune_s, "best": best_label, "best_tps": best_tps,
+        print(json.dumps({"grid_s": grid_s, "tune_s": tune_s, "budget_s": budget, "best": best_label, "best_tps": best_tps,
                           "baseline_tps": base_tps, "pick": pick.label, "pick_grid_tps": pick_tps,
                           "pick_best_ratio": ratio, "referee_pick_best_ratio": ref_ratio,
                           "referee_best": ref_best_label, "wall_time_ratio": time_ratio, "busy": args.busy,
