@@ -55,6 +55,8 @@ def test_serve_foreground_until_ctrl_c(tmp_path: Path, fake_server_bin: Path, st
         assert p.wait(30) == 0
         err = p.stderr.read()
         assert "ready: serving t.gguf" in err and "stopped" in err
+        # stories260K carries no chat template: the chat endpoint would wrap it in ChatML (stop-12 trial)
+        assert "note: t.gguf has no chat template (a base model)" in err and "/v1/completions" in err
     finally:
         if p.poll() is None:
             p.kill()
@@ -265,6 +267,25 @@ def test_serve_stops_on_ctrl_c_when_started_with_sigint_ignored(tmp_path: Path, 
         assert p.wait(30) == 0
         err = p.stderr.read()
         assert "stopping (Ctrl-C)" in err and "stopped" in err
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_serve_gives_no_base_model_note_for_a_model_with_a_chat_template(tmp_path: Path, fake_server_bin: Path) -> None:
+    from tests.synth import write_llama_gguf
+
+    m = write_llama_gguf(tmp_path / "chat.gguf", extra_kv={"tokenizer.chat_template": "{{ messages }}"})
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "tuner.cli", "serve", "--target", str(m), "--server",
+                          str(fake_server_bin)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, cwd=REPO)
+    try:
+        assert p.stdout.readline().strip().endswith("/v1")
+        p.send_signal(signal.SIGINT)
+        assert p.wait(30) == 0
+        err = p.stderr.read()
+        assert "ready: serving chat.gguf" in err and "no chat template" not in err, err
     finally:
         if p.poll() is None:
             p.kill()

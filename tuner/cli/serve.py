@@ -363,6 +363,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     done = threading.Event()
     said: list[str] = []  # the failure messages already printed as state lines
+    from tuner.calibration.engine import has_chat_template
+
+    base_model = not has_chat_template(cfg.model_path)
 
     def on_state(ch: StateChange) -> None:
         line = f"[{time.strftime('%H:%M:%S')}] {ch.state.value}: {ch.message}"
@@ -374,6 +377,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if ch.state == ServerState.READY and ch.previous != ServerState.READY:
             url = bound_url(cfg.host, ch.base_url)
             print(f"{url}/v1", flush=True)
+            if base_model:
+                # common/chat.cpp common_chat_templates_init: no template in the GGUF = ChatML
+                _err(f"note: {cfg.model_path.name} has no chat template (a base model): /v1/chat/completions "
+                     "wraps messages in llama-server's ChatML fallback, which a base model does not know, and "
+                     "its answers may carry those tokens; send plain text to /v1/completions instead")
             if cfg.alias and any(a in ("-a", "--alias") for a in (sup.argv or ())):
                 _err(f"model id (--alias): {cfg.alias}")
             if not is_loopback_host(cfg.host):
