@@ -159,9 +159,15 @@ def test_a_reused_profile_prints_the_comparisons_it_saved() -> None:
                    decision=d.to_json(), evidence=tuple(m.to_json() for m in ms), created_unix_s=1.7e9)
     reused = _decision_from_profile(prof)
     assert reused.per_category == d.per_category and reused.break_even == d.break_even
+    again = TuneResult(target_path=Path("/m/t.gguf"), decision=reused, profile=prof, reused=True)
     out = io.StringIO()
-    print_table(TuneResult(target_path=Path("/m/t.gguf"), decision=reused, profile=prof, reused=True), out)
+    print_table(again, out)
     text = out.getvalue()
+    # the app's chart of a reused profile: the bars it showed after the sweep (it showed none)
+    from tuner.ui.flow import result_rows
+
+    fresh = TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=tuple(ms))
+    assert result_rows(again) == result_rows(fresh) and len(result_rows(again)) >= 2
     assert text.startswith("The saved profile's launches, measured ") and "not a comparison" not in text
     row = next(x for x in text.splitlines() if x.startswith(GOOD.label) and "adjacent pair" in x)
     c = d.comparisons[0]

@@ -315,6 +315,18 @@ class TuneResult:
     elapsed_s: float = 0.0
     request: TuneRequest | None = None
 
+    def comparison_figures(self) -> list[dict[str, Any]]:
+        """The decision's comparisons in their JSON form (``Comparison.to_json``: ``label``, ``speedup``,
+        ``gen_tokens_per_s``, ``baseline_gen_tokens_per_s``, ``acceptance``, ``paired``, ``pairs``,
+        ``requests``, ``stopped_early`` …): from this sweep, or for a reused profile as the profile saved
+        them (a reused decision holds no samples to compare). The CLI's table and the app's chart."""
+        d = self.decision
+        if d is not None and d.comparisons:
+            return [c.to_json() for c in d.comparisons]
+        if self.reused and self.profile is not None:
+            return [c for c in self.profile.decision.get("comparisons") or [] if isinstance(c, dict)]
+        return []
+
 
 EventCallback = Callable[[TuneEvent], None]
 """Receives each :class:`TuneEvent` on the thread that runs the sweep."""

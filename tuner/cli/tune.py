@@ -218,23 +218,12 @@ def decision_line(d: Any) -> str:
     return f"Decision: {label}. {reason}"
 
 
-def _comparison_dicts(result: TuneResult) -> list[dict[str, Any]]:
-    """The decision's comparisons in their JSON form (:meth:`Comparison.to_json`): from the sweep, or, for
-    a reused profile, as the profile saved them (a reused decision carries no samples to compare)."""
-    d = result.decision
-    if d is not None and d.comparisons:
-        return [c.to_json() for c in d.comparisons]
-    if result.reused and result.profile is not None:
-        return [c for c in result.profile.decision.get("comparisons") or [] if isinstance(c, dict)]
-    return []
-
-
 def print_table(result: TuneResult, out: TextIO) -> None:
     """Human-readable summary: one row per measurement, then the decision."""
     data = result_to_json(result)
     rows = data["measurements"]
     d = result.decision
-    comparisons = _comparison_dicts(result)
+    comparisons = result.comparison_figures()
     if result.reused and result.profile is not None:
         when = result.profile.created_unix_s
         out.write("The saved profile's launches" + (f", measured {time.strftime('%Y-%m-%d %H:%M', time.localtime(when))}"

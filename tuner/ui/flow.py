@@ -513,12 +513,13 @@ def result_rows(result: TuneResult) -> list[ResultRow]:
     same numbers. The baseline's bar is the decision's baseline figure. Without a decision (an old
     profile), each candidate's successful runs pooled. Empty when there is nothing to show."""
     d = result.decision
-    if d is not None and d.comparisons:
+    figures = result.comparison_figures()  # a reused profile's as it saved them
+    if d is not None and figures:
         rows: list[ResultRow] = [("no speculation", float(d.baseline_gen_tokens_per_s), None, True)] \
             if d.baseline_gen_tokens_per_s else []
-        for c in d.comparisons:
-            if c.gen_tokens_per_s:
-                rows.append((c.candidate.label, float(c.gen_tokens_per_s), c.acceptance, False))
+        for c in figures:
+            if c.get("gen_tokens_per_s"):
+                rows.append((str(c.get("label") or ""), float(c["gen_tokens_per_s"]), c.get("acceptance"), False))
         return rows
     pooled: dict[Candidate, Measurement] = {}
     for m in result.measurements:
