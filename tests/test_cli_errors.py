@@ -78,7 +78,7 @@ def test_the_default_target_says_which_file_it_chose_when_names_collide(twins: P
     notes = []
     for _ in range(2):
         rc, _, err = run(capsys, ["tune", "--models", str(twins), "--prompts", str(tmp_path / "none.txt")])
-        assert rc == 2 and "cannot read prompt file" in err, err
+        assert rc == 2 and f"draftwise tune: --prompts {tmp_path / 'none.txt'}: cannot read prompt file" in err, err
         notes.append([line for line in err.splitlines() if "note: default target:" in line])
     assert notes[0] == notes[1] and len(notes[0]) == 1
     assert f"default target: {twins / 'b' / 'model.gguf'} (2 files are named model.gguf" in notes[0][0]

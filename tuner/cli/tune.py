@@ -422,7 +422,9 @@ def run(args: argparse.Namespace) -> int:
         return 130
     error = box.get("error")
     if isinstance(error, PromptFileError):
-        sys.stderr.write(f"draftwise tune: {error}\n")
+        given = getattr(args, "prompts", None)
+        flag = "--prompts " if given and Path(given) == error.path else ""  # the flag that named the file
+        sys.stderr.write(f"draftwise tune: {flag}{error}\n")
         return 2
     if isinstance(error, TuneError):
         sys.stderr.write(f"draftwise tune: {error}\n")
