@@ -965,8 +965,8 @@ class Search:
         if not self.busy() or self.s.rescreen_within <= 0:
             return
         if self.remaining_s() < self.s.explore_spare * self.s.budget_s:
-            # a short sweep needs its budget for pairs: with 3 pairs left a busy estimate read 15–28 % high
-            # (tests/calibration/test_tune_busy.py at 45 s), with 4–6 it read −6…+21 %
+            # a short sweep needs its budget for pairs: a re-screen in a 45 s busy sweep left 3 pairs for
+            # the leader, the fewest the sequential test decides on
             return
         rated: list[tuple[float, Candidate]] = []
         for m in self.measurements:
