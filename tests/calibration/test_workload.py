@@ -8,14 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tuner.calibration.prompts import PromptFileError, load_prompts
+from tuner.calibration.prompts import PromptFileError, flatten_messages, load_prompts
+from tuner.calibration.sampling import GREEDY, Sampling
 from tuner.calibration.workload import (
-    GREEDY,
-    Sampling,
     Workload,
     chat_messages,
     fit_long_prompt,
-    flatten_messages,
     long_context_prompts,
     request_seed,
 )

@@ -48,9 +48,10 @@ from .request import (
     TuneResult,
     _check_long_share,
 )
+from .sampling import Sampling
 from .search import BaselineFailed, Search, SearchSettings
 from .serving import candidate_config, config_to_json
-from .workload import Sampling, Workload, long_context_prompts
+from .workload import Workload, long_context_prompts
 
 log = logging.getLogger(__name__)
 
