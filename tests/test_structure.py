@@ -220,8 +220,8 @@ OWN_PROSE_READS = Counter({
                                     "'at these sampling settings', 1)"): 1,
     ("tuner/calibration/engine.py", "'DISAGREES' in line"): 1,
     ("tuner/calibration/engine.py", "n.startswith('RPC host')"): 1,
-    ("tuner/calibration/engine.py", "f'{m.candidate.label}: ' not in decision.reason"): 1,
-    ("tuner/calibration/engine.py", "'drafted any token on these prompts' not in decision.reason"): 1,
+    ("tuner/calibration/report.py", "f'{m.candidate.label}: ' not in reason"): 1,
+    ("tuner/calibration/report.py", "'drafted any token on these prompts' not in reason"): 1,
     ("tuner/calibration/engine.py", "note not in reason"): 1,
     ("tuner/calibration/engine.py", "reason.replace(note, '')"): 1,
     ("tuner/calibration/engine.py", "reason.replace(note, dated)"): 1,
@@ -290,6 +290,31 @@ def test_no_code_reads_its_own_prose_back() -> None:
         "gone (delete from the list)": sorted(((own + OUTSIDE_TEXT_READS) - found).elements())}
 
 
+def text_sentences(root: Path, base: Path = REPO) -> Counter[tuple[str, str]]:
+    """Sentences that carry words built elsewhere: ``Sentence.text(…)`` made, ``….words()`` read back."""
+    found: Counter[tuple[str, str]] = Counter()
+    for path, tree in _modules(root):
+        for node in ast.walk(tree):
+            if isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+                made = node.func.attr == "text" and isinstance(node.func.value, ast.Name) \
+                    and node.func.value.id == "Sentence"
+                if made or (node.func.attr == "words" and not node.args):
+                    found[(_rel(path, base), "Sentence.text" if made else "words()")] += 1
+    return found
+
+
+ALLOWED_TEXT_SENTENCES = Counter({
+    ("tuner/calibration/search.py", "Sentence.text"): 2,  # the sweep's notes, the long-context verdict
+    ("tuner/calibration/report.py", "words()"): 2,
+})
+"""Sentences of kind ``text`` (words built before the sentence): each becomes a kind of its own with a
+renderer (issue 24)."""
+
+
+def test_every_sentence_is_data() -> None:
+    assert text_sentences(TUNER) == ALLOWED_TEXT_SENTENCES
+
+
 # ---- the rules themselves -------------------------------------------------------------------------------
 def test_the_rules_find_what_they_look_for(tmp_path: Path) -> None:
     """Each rule flags a planted example and passes a near miss (a rule that finds nothing is no rule)."""
@@ -307,13 +332,16 @@ def test_the_rules_find_what_they_look_for(tmp_path: Path) -> None:
         "            if n.startswith('RPC'):\n"
         "                return a, b\n"
         "        _, sep, rest = (d.error or '').partition(' never ')\n"
-        "        return rest.replace('a', 'b'), 'gone' in str(exc), 'x' in str(value)\n",
+        "        return rest.replace('a', 'b'), 'gone' in str(exc), 'x' in str(value)\n"
+        "    def n(self, s):\n"
+        "        return Sentence.text(1, 'a'), s.words(), Sentence(1, 'k', {}), s.words\n",
         encoding="utf-8")
     assert oversized(pkg, tmp_path) == {("pkg/m.py", "long")}
     assert getattr_defaults(pkg, tmp_path) == Counter({("pkg/m.py", "d.devices"): 1})
     assert set(prose_reads(pkg, tmp_path)) == {("pkg/m.py", expr) for expr in (
         "'faster' in dec.reason", "dec.reason.lower().startswith('no')", "n.startswith('RPC')",
         "(d.error or '').partition(' never ')", "rest.replace('a', 'b')", "'gone' in str(exc)")}
+    assert text_sentences(pkg, tmp_path) == Counter({("pkg/m.py", "Sentence.text"): 1, ("pkg/m.py", "words()"): 1})
 
 
 # ---- the import contracts of pyproject.toml -------------------------------------------------------------

@@ -23,6 +23,7 @@ import os
 import re
 import threading
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -35,7 +36,7 @@ from tuner.calibration.pairing import Mix
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.request import TuneResult
 from tuner.calibration.results import Divergence, Measurement, Sample, synthetic_rounds, synthetic_samples
-from tuner.calibration.search import Search, SearchSettings
+from tuner.calibration.search import Search, SearchSettings, run_search
 
 GOLDENS = Path(__file__).resolve().parent.parent / "data" / "goldens"
 UPDATE = os.environ.get("DRAFTWISE_UPDATE_GOLDENS") == "1"
@@ -288,14 +289,85 @@ def _profile_cases() -> dict[str, Any]:
     return out
 
 
+RPC_HOST = "192.168.1.20:50052"
+TIME_LIMIT = ("The sweep stopped at its time limit (65 s for a 60 s budget: the estimates from the warm-up ran "
+              "short); cut short or kept from starting by it: ngram-simple, draft-simple good.gguf n_max 4.")
+REMEASURED = ("The first launch of the model alone was disturbed (12.1 tokens/s; ngram-mod, which drafted nothing, "
+              "ran 20.3); it was measured again at 20.1 tokens/s, and that launch is the reference.")
+LONG_LEFT_OUT = ("The long-context requests were left out: one would take about 95 s here (4112 prompt tokens at "
+                 "52 tokens/s, then 128 generated at 8 tokens/s), more than a 300 s budget affords; the decision "
+                 "holds for short requests only.")
+WORKLOAD = "raw completions (/completion) at temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's " \
+           "defaults), context 4096"
+
+
+def _rpc_devices() -> Any:
+    from tuner.hardware import Device, Devices
+
+    remote = Device(index=0, name="RPC0", backend="RPC", total_bytes=24 * 2**30, free_bytes=20 * 2**30,
+                    budget_bytes=20 * 2**30, source="llama-server", rpc_endpoint=RPC_HOST)
+    return Devices(devices=(remote,), ram_total_bytes=16 * 2**30, ram_available_bytes=12 * 2**30, cpu_cores=2,
+                   rpc_endpoints=(RPC_HOST,))
+
+
+def _reported(ms: list[Measurement], facts: dict[str, Any], **outcome: Any) -> Decision:
+    """``ms`` decided and reported as the tune does (``decide_outcome``, then ``finish_decision``)."""
+    from tuner.calibration.decide import decide_outcome
+    from tuner.calibration.outcome import SearchOutcome
+    from tuner.calibration.report import MachineLoad, ReportFacts, RpcPlacement, finish_decision
+    from tuner.calibration.sentences import Sentence, Slot
+
+    notes = [Sentence.text(Slot.SWEEP, n) for n in outcome.pop("notes", ())]
+    long_context = outcome.pop("long_context", None)
+    done = SearchOutcome.of(ms, notes=notes, long_context=None if long_context is None
+                            else Sentence.text(Slot.SWEEP, long_context), **outcome)
+    placement = facts.pop("placement", None)
+    machine = facts.pop("machine", None)
+    return finish_decision(decide_outcome(done), done, ReportFacts(
+        workload_text=WORKLOAD, **facts,
+        placement=None if placement is None else RpcPlacement(_rpc_devices(), 5, BASE_RPC),
+        machine=None if machine is None else MachineLoad(*machine)))
+
+
+GOOD_RPC = replace(GOOD, rpc=(RPC_HOST,), ngl=99, draft_ngl=0, placement="rpc-split")
+BASE_RPC = replace(BASE, rpc=(RPC_HOST,), ngl=99)
+WINNER_PAIRS = [(240.0, 330.0), (236.0, 338.0), (244.0, 325.0), (240.0, 331.0)]
+
+REPORTS: dict[str, Callable[[], Decision]] = {
+    "report: time limit, re-measured baseline, busy with competing servers": lambda: _reported(
+        _rounds(GOOD, WINNER_PAIRS, acceptance=0.64), {"machine": (
+            "Other programs used 40 % of the CPU during the sweep (up to 55 %); figures are less certain.",
+            (4242, 4343))}, notes=[REMEASURED, TIME_LIMIT]),
+    "report: one competing server, no load": lambda: _reported(
+        [_m(BASE, [240.0, 238.0])], {"machine": (None, (4242,))}, unmeasured=[NGRAM]),
+    "report: a quiet machine": lambda: _reported([_m(BASE, [240.0, 238.0])], {"machine": (None, ())}),
+    "report: long context left out": lambda: _reported(
+        _rounds(NGRAM, [(240.0, 300.0), (242.0, 305.0), (238.0, 298.0), (239.0, 301.0)], acceptance=0.6), {},
+        long_context=LONG_LEFT_OUT),
+    "report: the speedup at depth": lambda: _reported(
+        _mix_sweep(), {"depth_categories": ("long document", "long code")}, mix=Mix.of(LONG_PROMPTS, 0.5)),
+    "report: a type that never drafted, not named": lambda: _reported(
+        [*_rounds(GOOD, WINNER_PAIRS, acceptance=0.64), _never(SIMPLE)], {}),
+    "report: never drafted, named in the reason": lambda: _reported(
+        [_m(BASE, [10.0, 10.1]), _never(NGRAM), _never(SIMPLE)], {}),
+    "report: where it ran, a winner over RPC": lambda: _reported(
+        [_m(BASE_RPC, [240.0])] + synthetic_rounds(GOOD_RPC, WINNER_PAIRS, acceptance=0.64, first_repetition=1,
+                                                   baseline=BASE_RPC), {"placement": True}),
+    "report: where it ran, the baseline won": lambda: _reported(
+        [_m(BASE_RPC, [240.0, 238.0, 243.0]), _m(GOOD_RPC, [205.0, 210.0, 199.0], acceptance=0.41)],
+        {"placement": True}),
+}
+
+
 def test_decision_words(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Every branch of ``decide``'s reason and a reused profile, as the CLI and the GUI show them."""
+    """Every branch of ``decide``'s reason, every sentence the tune's report appends, and a reused profile,
+    as the CLI and the GUI show them."""
     import time
 
     with monkeypatch.context() as mp:
         mp.setenv("TZ", "UTC")  # the reused profile's table prints its local time
         time.tzset()
-        words = {name: _words(build()) for name, build in DECISIONS.items()}
+        words = {name: _words(build()) for name, build in {**DECISIONS, **REPORTS}.items()}
         words.update(_profile_cases())
     time.tzset()
     check_golden("decision_words.json", words)
@@ -505,7 +577,7 @@ def test_tune_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stories260
     stories260k.rename(target)
     write_first_blocks_gguf(target, models / "stories-draft.gguf", 2, general_name="stories draft")
     clock = SimClock()
-    monkeypatch.setattr(engine, "Search", functools.partial(Search, clock=clock))
+    monkeypatch.setattr(engine, "run_search", functools.partial(run_search, clock=clock))
     monkeypatch.setattr(tuner.hardware, "detect_devices", lambda *a, **k: Devices(
         devices=(), ram_total_bytes=16 * 2**30, ram_available_bytes=12 * 2**30, cpu_cores=2, cpu_threads=2))
     monkeypatch.setattr(tuner.hardware.host, "LoadWatcher", _QuietWatcher)
