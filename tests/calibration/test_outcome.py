@@ -66,3 +66,25 @@ def test_a_cancelled_search_hands_back_what_ran() -> None:
                          launch, cancel, lambda *a, **k: None)
     assert outcome.cancelled and not outcome.notes and outcome.long_context is None
     assert all(m.candidate.is_baseline for m in outcome.measurements)
+
+
+def test_the_report_appends_its_sentences_after_the_decisions_words() -> None:
+    """The machine's load first (also kept as ``busy_note``), then the sweep's notes, what was measured,
+    the types that never drafted and the CPU workaround in force, in that order."""
+    from tuner.calibration.report import MachineLoad, ReportFacts, finish_decision
+
+    never = Measurement(Candidate(spec_type="ngram-mod"), samples=synthetic_samples([10.0]), no_drafts_at="greedy",
+                        error="ngram-mod never drafted at the served sampling (greedy); no speedup is possible")
+    ms = [Measurement(Candidate(), samples=synthetic_samples([240.0]), speculative_active=True),
+          *synthetic_rounds(GOOD, [(240.0, 300.0), (241.0, 298.0), (239.0, 302.0)], acceptance=0.6,
+                            first_repetition=1), never]
+    outcome = SearchOutcome.of(ms, notes=[Sentence.text(Slot.SWEEP, "A note on the sweep.")])
+    plain = decide_outcome(outcome)
+    d = finish_decision(plain, outcome, ReportFacts(
+        workload_text="raw completions", machine=MachineLoad("Other programs used 40 % of the CPU.", (7, 8)),
+        cpu_workaround="Repacked CPU kernels are off."))
+    assert d.reason.startswith(plain.reason + " Other programs used 40 % of the CPU. 2 other llama-server "
+                                              "processes ran on this machine during the sweep")
+    assert d.reason.endswith("A note on the sweep. Measured with raw completions. ngram-mod never drafted at these "
+                             "sampling settings. Repacked CPU kernels are off.")
+    assert d.busy_note is not None and d.busy_note in d.reason and plain.busy_note is None

@@ -59,12 +59,15 @@ class ReportFacts:
         depth_categories: prompt categories of the long-context requests (the speedup at depth).
         placement: the RPC placement, ``None`` when the sweep ran on this machine only.
         machine: other programs and llama-servers during the sweep, ``None`` when none were watched.
+        cpu_workaround: the sentence about a CPU workaround every launch ran with (issue 23's recorded
+            ``--no-repack``), ``None`` when none was in force.
     """
 
     workload_text: str
     depth_categories: tuple[str, ...] = ()
     placement: RpcPlacement | None = None
     machine: MachineLoad | None = None
+    cpu_workaround: str | None = None
 
 
 def machine_note(machine: MachineLoad | None) -> str | None:
@@ -99,8 +102,8 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
     """``decision`` (from :func:`tuner.calibration.decide.decide_outcome`) with the machine's load in its
     ``busy_note`` and its reason followed by, in this order: that load, the sweep's notes, "Measured with
     …", why the long-context requests were left out, the speedup at depth, the types that never drafted
-    (unless the reason named them), and where the winner (and the baseline or the best speculative
-    configuration) ran over RPC."""
+    (unless the reason named them), the CPU workaround in force, and where the winner (and the baseline or
+    the best speculative configuration) ran over RPC."""
     note = machine_note(facts.machine)
     reason = decision.reason + ((" " + note.strip()) if note else "")
     extra = [*(s.words() for s in outcome.notes), f"Measured with {facts.workload_text}."]
@@ -114,6 +117,8 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
                     and "drafted any token on these prompts" not in reason})  # named there already
     if never:
         extra.append(f"{', '.join(never)} never drafted at these sampling settings.")
+    if facts.cpu_workaround:
+        extra.append(facts.cpu_workaround)
     if facts.placement is not None:
         extra.append(_where_it_ran(decision, facts.placement))
     return replace(decision, reason=(reason.rstrip() + " " + " ".join(extra)).strip(), busy_note=note)
