@@ -164,9 +164,10 @@ _SEE_THROUGH = frozenset({"lower", "upper", "casefold", "strip", "lstrip", "rstr
 _EXCEPTION_NAMES = frozenset({"exc", "e", "err"})
 
 
-def _held_name(expr: ast.expr) -> str | None:
-    """The name whose text ``expr`` is: ``x.reason.lower()`` → ``reason``, ``(m.error or "")`` → ``error``,
-    ``str(exc)`` → ``exc``, ``line`` → ``line``; ``None`` for anything else."""
+def _held(expr: ast.expr) -> tuple[str, str] | None:
+    """Whose text ``expr`` is: ``x.reason.lower()`` → ``("attribute", "reason")``, ``(m.error or "")`` →
+    ``("attribute", "error")``, ``str(exc)`` → ``("variable", "exc")``, ``line`` → ``("variable", "line")``;
+    ``None`` for anything else."""
     while True:
         if isinstance(expr, ast.Call) and isinstance(expr.func, ast.Attribute) and expr.func.attr in _SEE_THROUGH:
             expr = expr.func.value
@@ -175,11 +176,18 @@ def _held_name(expr: ast.expr) -> str | None:
         elif isinstance(expr, ast.BoolOp):
             expr = expr.values[0]
         elif isinstance(expr, ast.Attribute):
-            return expr.attr
+            return "attribute", expr.attr
         elif isinstance(expr, ast.Name):
-            return expr.id
+            return "variable", expr.id
         else:
             return None
+
+
+def _holds_prose(expr: ast.expr, variables: set[str]) -> bool:
+    """True when ``expr`` is the text of a prose attribute (:data:`PROSE_NAMES`) or of one of ``variables``
+    (those names, and what the module binds from prose: loop variables, the parts of a split)."""
+    held = _held(expr)
+    return held is not None and held[1] in (PROSE_NAMES if held[0] == "attribute" else variables)
 
 
 def _prose_reads(tree: ast.AST) -> list[str]:
@@ -187,12 +195,12 @@ def _prose_reads(tree: ast.AST) -> list[str]:
     names = set(PROSE_NAMES)
     for node in ast.walk(tree):  # what a loop over notes or lines binds holds prose too
         if isinstance(node, (ast.For, ast.comprehension)) and isinstance(node.target, ast.Name) \
-                and _held_name(node.iter) in PROSE_NAMES:
+                and _holds_prose(node.iter, names):
             names.add(node.target.id)
 
     def string_test(node: ast.AST) -> bool:
         return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute)
-                and node.func.attr in STRING_TESTS and _held_name(node.func.value) in names)
+                and node.func.attr in STRING_TESTS and _holds_prose(node.func.value, names))
 
     for node in ast.walk(tree):  # the parts of a split sentence are prose: `_, sep, rest = x.partition(…)`
         if isinstance(node, ast.Assign) and string_test(node.value):
@@ -203,10 +211,9 @@ def _prose_reads(tree: ast.AST) -> list[str]:
     for node in ast.walk(tree):
         if isinstance(node, ast.Compare):
             for op, right in zip(node.ops, node.comparators):
-                held = _held_name(right)
                 exception_text = (isinstance(right, ast.Call) and isinstance(right.func, ast.Name)
-                                  and right.func.id == "str" and held in _EXCEPTION_NAMES)
-                if isinstance(op, (ast.In, ast.NotIn)) and (held in names or exception_text):
+                                  and right.func.id == "str" and _holds_prose(right, set(_EXCEPTION_NAMES)))
+                if isinstance(op, (ast.In, ast.NotIn)) and (_holds_prose(right, names) or exception_text):
                     out.append(ast.unparse(node))
         elif string_test(node):
             out.append(ast.unparse(node))
@@ -338,6 +345,9 @@ def test_the_rules_find_what_they_look_for(tmp_path: Path) -> None:
         "                return a, b\n"
         "        _, sep, rest = (d.error or '').partition(' never ')\n"
         "        return rest.replace('a', 'b'), 'gone' in str(exc), 'x' in str(value)\n"
+        "    def o(self, line, p):\n"
+        "        key, _, val = line.partition(':')\n"
+        "        return 'ggml' in p.name, 'x' in key\n"
         "    def n(self, s):\n"
         "        return Sentence.text(1, 'a'), s.words(), Sentence(1, 'k', {}), s.words\n",
         encoding="utf-8")
@@ -345,7 +355,8 @@ def test_the_rules_find_what_they_look_for(tmp_path: Path) -> None:
     assert getattr_defaults(pkg, tmp_path) == Counter({("pkg/m.py", "d.devices"): 1})
     assert set(prose_reads(pkg, tmp_path)) == {("pkg/m.py", expr) for expr in (
         "'faster' in dec.reason", "dec.reason.lower().startswith('no')", "n.startswith('RPC')",
-        "(d.error or '').partition(' never ')", "rest.replace('a', 'b')", "'gone' in str(exc)")}
+        "(d.error or '').partition(' never ')", "rest.replace('a', 'b')", "'gone' in str(exc)",
+        "line.partition(':')", "'x' in key")}
     assert text_sentences(pkg, tmp_path) == Counter({("pkg/m.py", "Sentence.text"): 1, ("pkg/m.py", "words()"): 1})
 
 
