@@ -117,7 +117,7 @@ def run_list_devices(
     except TimeoutError:
         return ListDevicesResult(False, (), f"{argv[0]} --list-devices timed out after {timeout_s:g} s")
     except OutputCapExceeded as exc:
-        return ListDevicesResult(False, (), f"{exc} (not a llama-server?)")
+        return ListDevicesResult(False, (), f"{exc}; is it a llama-server?")
     except OSError as exc:
         return ListDevicesResult(False, (), f"{argv[0]} --list-devices could not run: {exc}")
     if rc != 0:
