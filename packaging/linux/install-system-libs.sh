@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Installs the system libraries Qt's X11 (xcb) platform plugin needs for Draftwise's tray app, when any is
+# Installs the system libraries Qt's X11 (xcb) platform plugin needs for Draftwise's tray app, and the C++ compiler
+# and Python venv support that README's set-up needs to build llama.cpp in a virtual environment, when any is
 # missing: apt-get on Debian/Ubuntu, dnf on Fedora (with sudo unless run as root). The list of libraries and
 # their package names is tuner/app.py XCB_LIBRARIES, the one `draftwise` checks before it loads Qt; this script
 # asks it (from this checkout, before anything is installed) which are missing here. Safe to run again: with
@@ -19,8 +20,17 @@ if [ -z "$py" ]; then
 fi
 
 plan() {  # prints "<apt|dnf|?> <package or soname>..." for what is missing, or nothing
-  "$py" -c 'import sys; sys.path.insert(0, sys.argv[1]); from tuner.app import xcb_install_plan
+  # Qt's X11 libraries (tuner.app, the list `draftwise` checks), then what the build of llama.cpp and the
+  # README's virtual environment need: a C++ compiler and Python's venv/ensurepip (Debian splits them out)
+  "$py" -c 'import importlib.util, shutil, sys; sys.path.insert(0, sys.argv[1])
+from tuner.app import package_manager, read_os_release, xcb_install_plan
 m, names = xcb_install_plan()
+known = package_manager(read_os_release())
+tools = {"apt": ["g++", "python3-venv"], "dnf": ["gcc-c++", "python3"]}.get(known or "", [])
+if tools and not (shutil.which("c++") or shutil.which("g++")):
+    names, m = names + [tools[0]], (m if m not in ("", "?") else known)
+if tools and not (importlib.util.find_spec("venv") and importlib.util.find_spec("ensurepip")):
+    names, m = names + [tools[1]], (m if m not in ("", "?") else known)
 print(" ".join([m] + names) if m else "")' "$root"
 }
 
