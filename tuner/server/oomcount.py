@@ -70,7 +70,3 @@ def read_oom_counters(proc_root: Path = Path("/proc"), cgroup_root: Path = Path(
     cgroup = _read_counter(events) if events is not None else None
     return system, cgroup
 
-
-def no_counters() -> OomCounters:
-    """The counters of a system that has none (the default where ``/proc`` is missing)."""
-    return None, None
