@@ -505,6 +505,7 @@ class Supervisor:
             self.stop()
         # validate the argv before launching anything (raises UnsupportedConfigError)
         build_argv(self.binary.path, config if config.port is not None else config.with_port(1), self.dialect)
+        config = workarounds.apply_workarounds(config, self.binary.path)
         with self._lock:
             self._requested = config
             self._restart_count = 0
@@ -641,9 +642,14 @@ class Supervisor:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         return folder / f"llama-server-{stamp}-{port}.log"
 
-    def _launch(self, gen: int, config: ServerConfig, message: str, port_attempt: int = 0) -> None:
+    def _launch(self, gen: int, config: ServerConfig, message: str, port_attempt: int = 0,
+                prefer_port: int | None = None) -> None:
+        """Spawn ``config`` (with the recorded workarounds) and its monitor thread. Port: the config's,
+        else ``prefer_port`` (a restart keeps its endpoint; taken = "port busy", retried on a free one),
+        else a free one."""
         config = workarounds.apply_workarounds(config, self.binary.path)  # a recorded machine fact
-        port = config.port if config.port is not None else process.free_port(config.host if config.host not in ("0.0.0.0", "::") else "127.0.0.1")
+        port = config.port if config.port is not None else prefer_port or process.free_port(
+            config.host if config.host not in ("0.0.0.0", "::") else "127.0.0.1")
         cfg = config.with_port(port)
         key_file = _write_key_file(cfg.api_key) if cfg.api_key and self.dialect.has("--api-key-file") else None
         argv = build_argv(self.binary.path, cfg, self.dialect, api_key_file=key_file.path if key_file else None)
@@ -824,12 +830,19 @@ class Supervisor:
         with self._lock:
             self._set_state(self._state, message=message)
 
+    def _last_good_other(self) -> ServerConfig | None:
+        """The last configuration that reached ready and is not the current one (a workaround such
+        as ``no_repack`` does not make a configuration another one)."""
+        if self._requested is None:
+            return None
+        current = replace(self._requested, no_repack=False)
+        return next((c for c in reversed(self._good_configs) if replace(c, no_repack=False) != current), None)
+
     def _policy_settings(self, rpc_lost: bool) -> policy.PolicySettings:
         """What :func:`tuner.server.restart_policy.next_step` needs to know about this supervisor."""
-        current = self._requested
         return policy.PolicySettings(
             auto_restart=self.auto_restart, can_no_repack=self.dialect.first("--no-repack", "-nr") is not None,
-            has_fallback=any(c != current for c in self._good_configs), rpc_lost=rpc_lost,
+            has_fallback=self._last_good_other() is not None, rpc_lost=rpc_lost,
             backoff_s=self.backoff_s, healthy_after_s=self.healthy_after_s, fallback_after=self.max_restarts,
             cpu_flags=workarounds.cpu_identity().flags)
 
@@ -837,6 +850,8 @@ class Supervisor:
         """A launch ended (``ready_s``: how long it had been ready; None = never): record it, ask the
         restart policy, and fail, retry, restart or fall back as it says."""
         child.kill()
+        if ready_s is None and diag.returncode is None:
+            diag = replace(diag, returncode=child.returncode)
         lost = self._lost_rpc_host(child.log_lines()) if self.auto_restart else None
         with self._lock:
             if not self._alive_gen(gen):
@@ -864,7 +879,7 @@ class Supervisor:
             message = f"retrying {name} " + ("with --no-repack" if action.no_repack else "unchanged")
         else:
             message = f"restarting {name} (restart {self._restart_count})"
-        self._launch(gen, next_cfg, message=message)
+        self._launch(gen, next_cfg, message=message, prefer_port=self._port)
 
     def _follow(self, action: policy.Action, lost: str | None, never_ready: bool) -> ServerConfig | None:
         """Apply ``action`` to the state (caller holds the lock); the configuration to launch next, or
@@ -890,7 +905,7 @@ class Supervisor:
                        f"({'draft ' + next_cfg.draft_path.name + ', ' if next_cfg.draft_path else ''}"
                        f"{next_cfg.spec_type or 'none'}, ngl {next_cfg.ngl if next_cfg.ngl is not None else 'auto'})")
         elif isinstance(action, policy.Fallback):
-            next_cfg = next((c for c in reversed(self._good_configs) if c != current), current)
+            next_cfg = self._last_good_other() or current
         if next_cfg is not current:
             self._requested, self._epoch = next_cfg, self._epoch + 1
         self._set_state(ServerState.STARTING, diag, message=message)
