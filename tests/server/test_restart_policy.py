@@ -49,6 +49,7 @@ TABLE = [
     ("segv-three-times", [crash(SEGV), crash(SEGV, retry=UNCHANGED), crash(SEGV, no_repack=True, retry=NO_REPACK)],
      SWEEP, GiveUp, "crash_persistent"),
     ("already-no-repack", [crash(ILL, no_repack=True)], SWEEP, GiveUp, "cpu_instructions"),
+    ("segv-with-users-no-repack", [crash(SEGV, no_repack=True)], SWEEP, GiveUp, "crash_persistent"),
     ("binary-without-the-flag", [crash(ILL)], PolicySettings(can_no_repack=False), GiveUp, "cpu_instructions"),
     ("sigill-while-serving-is-a-restart", [crash(ILL, ready_s=500.0)], SERVE, Restart, 1.0),
     # not healable, first start: give up with the diagnosis
@@ -130,3 +131,10 @@ def test_healed_tells_a_cure_from_a_passing_fault() -> None:
 def test_empty_history_is_refused() -> None:
     with pytest.raises(ValueError):
         next_step([], SERVE)
+
+
+def test_a_crash_with_no_repack_already_on_names_the_rebuild() -> None:
+    action = next_step([crash(ILL, no_repack=True)], PolicySettings(cpu_flags=frozenset({"avx2"})))
+    assert isinstance(action, GiveUp)
+    assert "crashed once (with --no-repack:" in action.diagnosis.message
+    assert "-DGGML_AVX2=ON" in action.diagnosis.message

@@ -499,13 +499,14 @@ def retries_failed(crashes: Sequence[tuple[str, Diagnosis]], cpu_flags: Iterable
     advice = native_off_build(cpu_flags)
     last = crashes[-1][1]
     n = len(crashes)
+    times = f"{n} times" if n > 1 else "once"
     if any(d.code == "cpu_instructions" for _how, d in crashes):
         code, summary = "cpu_instructions", "CPU instructions this machine rejects, also with --no-repack"
-        message = (f"llama-server crashed {n} times ({story}): this llama-server build uses CPU instructions this "
+        message = (f"llama-server crashed {times} ({story}): this llama-server build uses CPU instructions this "
                    f"machine rejects, also with --no-repack; rebuild it without native instructions: {advice}")
     else:
         code, summary = "crash_persistent", "crashes every time, also with --no-repack"
-        message = (f"llama-server crashed the same way {n} times ({story}): not a passing fault and not llama.cpp's "
+        message = (f"llama-server crashed the same way {times} ({story}): not a passing fault and not llama.cpp's "
                    "repacked CPU kernels, so the model file may be damaged (check it, or download it again) or this "
                    f"is a llama.cpp bug; if only this machine crashes, a build without native instructions may "
                    f"avoid it: {advice}")

@@ -149,16 +149,19 @@ def _heal(history: Sequence[Attempt], settings: PolicySettings) -> RetryWithChan
 
 
 def _launch_label(a: Attempt) -> str:
-    return {UNCHANGED: "retried unchanged", NO_REPACK: "with --no-repack"}.get(a.retry or "", "as asked")
+    if a.retry == UNCHANGED:
+        return "retried unchanged"
+    return "with --no-repack" if a.no_repack else "as asked"
 
 
 def conclusive(history: Sequence[Attempt], settings: PolicySettings) -> Diagnosis:
-    """The last failure's diagnosis, or — when the ``--no-repack`` retry of a crashing start crashed
-    too — :func:`tuner.server.diagnosis.retries_failed` over the crashes of that run."""
+    """The last failure's diagnosis, or — when a crashing start crashed with ``--no-repack`` too (the
+    healing retry, or the user's own flag) — :func:`tuner.server.diagnosis.retries_failed` over the
+    crashes of that run."""
     last = history[-1]
     run = _never_ready_run(history)
     crashed = [a for a in run if a.diagnosis.code in HEALABLE]
-    if last.retry == NO_REPACK and last.diagnosis.code in HEALABLE and len(crashed) == len(run):
+    if last.no_repack and last.diagnosis.code in HEALABLE and len(crashed) == len(run):
         return retries_failed([(_launch_label(a), a.diagnosis) for a in run], settings.cpu_flags)
     return last.diagnosis
 

@@ -857,8 +857,9 @@ class Supervisor:
             if not self._alive_gen(gen):
                 return
             self._last_lines = child.log_lines()
-            self._history.append(policy.Attempt(diag, ready_s, bool(self._config and self._config.no_repack),
-                                                self._retry, self._epoch))
+            cfg = self._config
+            no_repack = cfg is not None and (cfg.no_repack or bool({"--no-repack", "-nr"} & set(cfg.extra_args)))
+            self._history.append(policy.Attempt(diag, ready_s, no_repack, self._retry, self._epoch))
             action = policy.next_step(self._history, self._policy_settings(lost is not None and
                                                                            self._rpc_fallback is not None))
             next_cfg = self._follow(action, lost, never_ready=ready_s is None)
