@@ -52,6 +52,7 @@ def test_sigill_is_cured_by_no_repack_recorded_and_reused(tmp_path: Path, llama_
     assert "retrying with --no-repack" in crash[0].message
     assert any("runs with --no-repack" in c.message for c in changes if c.state is ServerState.READY)
     assert sup.restart_count == 0  # a healing retry is not a crash restart
+    assert sup.diagnosis is not None and sup.diagnosis.code == "cpu_kernels"  # what the doctor / the app read
     fact = current_workaround(wrapper)
     assert fact is not None and fact.no_repack and fact.cause == "sigill"
     assert any("warming up the model" in line for line in fact.evidence)

@@ -764,8 +764,8 @@ class Supervisor:
             self._good_configs.append(requested)
             self._ready_at = time.monotonic()
             self._set_state(ServerState.READY, message=f"serving {cfg.model_path.name} at {self.base_url}")
-            if healed is not None:
-                self._set_state(ServerState.READY, message=healed[0].message)
+            if healed is not None:  # the note becomes the diagnosis: the doctor and the app read it
+                self._set_state(ServerState.READY, healed[0], message=healed[0].message)
         return True
 
     def _watch(self, gen: int, child: process.ChildProcess, cfg: ServerConfig) -> Diagnosis | None:
