@@ -14,7 +14,7 @@ real one). Otherwise, by MODE:
     sigill-always   SIGILL also with --no-repack (a build that uses instructions the CPU lacks)
     sigsegv-always  SIGSEGV also with --no-repack (a damaged file or a llama.cpp bug)
 
-The trap log is the real recording in tests/server/data/amx-trap/trap-llama-server.log. Every launch
+The trap log is the real recording in tests/server/data/amx-trap/trap-llama-server.txt. Every launch
 appends its argv to STATE_DIR/launches.txt (one line, tab-separated), so tests can read what ran.
 """
 
@@ -26,7 +26,7 @@ import stat
 import sys
 from pathlib import Path
 
-TRAP_LOG = Path(__file__).resolve().parent.parent / "server" / "data" / "amx-trap" / "trap-llama-server.log"
+TRAP_LOG = Path(__file__).resolve().parent.parent / "server" / "data" / "amx-trap" / "trap-llama-server.txt"
 SIGNALS = {"sigill": signal.SIGILL, "sigsegv": signal.SIGSEGV, "sigbus": signal.SIGBUS,
            "sigsegv-once": signal.SIGSEGV, "sigill-always": signal.SIGILL, "sigsegv-always": signal.SIGSEGV}
 PASS_THROUGH = {"-h", "--help", "--usage", "--version", "--list-devices"}

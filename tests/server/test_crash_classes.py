@@ -22,7 +22,7 @@ TRAP = Path(__file__).resolve().parent / "data" / "amx-trap"
 
 @pytest.fixture(scope="module")
 def trap_log() -> list[str]:
-    return (TRAP / "trap-llama-server.log").read_text(encoding="utf-8").splitlines()
+    return (TRAP / "trap-llama-server.txt").read_text(encoding="utf-8").splitlines()
 
 
 def test_the_recorded_trap_is_a_sigill_in_the_warm_up(trap_log: list[str]) -> None:
