@@ -69,17 +69,16 @@ def oversized(root: Path, base: Path = REPO) -> set[tuple[str, str]]:
 
 ALLOWED_OVERSIZED = {
     ("tuner/calibration/search.py", "Search"),  # 1125 lines
-    ("tuner/server/supervisor.py", "Supervisor"),  # 610
-    ("tuner/calibration/engine.py", "run_tune"),  # 305
+    ("tuner/server/supervisor.py", "Supervisor"),  # 683
+    ("tuner/calibration/engine.py", "run_tune"),  # 292
     ("tuner/calibration/decide.py", "decide"),  # 193
     ("tuner/calibration/measure.py", "_run"),  # 161
     ("tuner/hardware/memory.py", "plan_memory"),  # 157
     ("tuner/hardware/devices.py", "detect_devices"),  # 155
+    ("tuner/cli/hardware.py", "cmd_plan"),  # 146
+    ("tuner/cli/serve.py", "cmd_serve"),  # 142
     ("tuner/calibration/candidates.py", "plan_candidates"),  # 138
-    ("tuner/cli/hardware.py", "cmd_plan"),  # 138
-    ("tuner/cli/serve.py", "cmd_serve"),  # 125
     ("tuner/hardware/memory.py", "spec_from_header"),  # 125
-    ("tuner/server/diagnosis.py", "diagnose"),  # 123
 }
 """Functions over 100 lines and classes over 450 lines today (lines when listed); each is split by issue 24."""
 
@@ -139,11 +138,12 @@ ALLOWED_GETATTR_DEFAULTS = Counter({
     ("tuner/calibration/request.py", "settings.long_share"): 1,
     ("tuner/calibration/request.py", "settings.prompts_path"): 1,
     ("tuner/calibration/request.py", "settings.rpc_hosts"): 1,
+    ("tuner/calibration/request.py", "settings.server_args"): 1,
     ("tuner/calibration/request.py", "value.source"): 1,
     ("tuner/calibration/serving.py", "prof.path"): 1,
     ("tuner/calibration/tune.py", "exc.evidence"): 1,
 })
-"""Today's ``getattr(x, "name", default)`` reads in tuner/calibration/ (34): every ``x`` is a project type or
+"""Today's ``getattr(x, "name", default)`` reads in tuner/calibration/ (35): every ``x`` is a project type or
 a protocol the shared fake implements, so each becomes a typed attribute read (issue 24)."""
 
 
@@ -265,6 +265,11 @@ OUTSIDE_TEXT_READS = Counter({
     ("tuner/desktop.py", "line.split('=', 1)"): 1,
     ("tuner/hardware/host.py", "line.startswith('flags')"): 1,
     ("tuner/hardware/host.py", "line.split(':', 1)"): 1,
+    ("tuner/server/workarounds.py", "line.partition(':')"): 1,
+    # /etc/os-release, /proc/self/cgroup
+    ("tuner/app.py", "line.strip().partition('=')"): 1,
+    ("tuner/app.py", "key.startswith('#')"): 1,
+    ("tuner/server/oomcount.py", "line.startswith('0::')"): 1,
     # argparse's error lines
     ("tuner/cli/__init__.py", "line.startswith('draftwise')"): 1,
     ("tuner/cli/__init__.py", "line.startswith(prefix)"): 1,
@@ -290,6 +295,9 @@ OUTSIDE_TEXT_READS = Counter({
     ("tuner/server/dialect.py", "ln.startswith('-')"): 1,
     ("tuner/server/dialect.py", "ln.startswith('-----')"): 1,
     ("tuner/server/discovery.py", "line.strip().startswith('version')"): 1,
+    ("tuner/server/diagnosis.py", "'llama_server: listening on' in line"): 1,
+    ("tuner/server/diagnosis.py", "'llama_server: model loaded' in line"): 1,
+    ("tuner/server/diagnosis.py", "'warming up the model' in line"): 1,
 })
 """Reads of text another program or the user wrote: they stay (each is listed so a new one is looked at)."""
 
