@@ -185,7 +185,7 @@ def test_the_share_is_checked_against_the_sweeps_long_context_requests():
     with pytest.raises(TuneError, match="--long-share 0.2: the sweep has no long-context") as e:
         _check_long_share(0.2, False)
     assert e.value.bad_input
-    with pytest.raises(TuneError, match="must be a fraction between 0 and 1"):
+    with pytest.raises(TuneError, match="--long-share -1: must be between 0 and 1"):
         _check_long_share(-1.0, True)
 
 
