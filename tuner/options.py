@@ -309,7 +309,8 @@ def _in_range(opt: Option, value: float, limits: Limits | None) -> bool:
 
 
 def check(name: str, value: object, *, where: str, limits: Limits | None = None,
-          kind: type[int] | type[float] | None = None, keywords: bool = False) -> int | float | str | None:
+          kind: type[int] | type[float] | None = None, keywords: bool = False,
+          say_unset: bool = False) -> int | float | str | None:
     """``value`` checked against the declaration of ``name``; returns it (a float option's as ``float``).
 
     ``None`` passes when the option may be unset (:attr:`Option.unset`); a keyword (``"auto"``) passes when
@@ -322,6 +323,7 @@ def check(name: str, value: object, *, where: str, limits: Limits | None = None,
         limits: facts for the option's :class:`Limit` (None: that bound is not checked).
         kind: a stricter type than declared (a setting of whole seconds: ``int``).
         keywords: the consumer accepts the option's keywords.
+        say_unset: the reason names null as allowed (a settings value).
 
     Raises:
         OptionError: not a number of the kind, NaN or infinite, outside the bounds (the reason says them).
@@ -334,11 +336,11 @@ def check(name: str, value: object, *, where: str, limits: Limits | None = None,
     want = kind or opt.kind
     number = isinstance(value, (int, float)) and not isinstance(value, bool)
     if not number or (want is int and not isinstance(value, int)):
-        raise OptionError(where, value, "must be " + range_words(opt, limits, keywords=keywords,
+        raise OptionError(where, value, "must be " + range_words(opt, limits, keywords=keywords, unset=say_unset,
                                                                   whole=want is int))
     assert isinstance(value, (int, float))
     if not _in_range(opt, value, limits):
-        raise OptionError(where, value, "must be " + range_words(opt, limits, keywords=keywords))
+        raise OptionError(where, value, "must be " + range_words(opt, limits, keywords=keywords, unset=say_unset))
     return float(value) if want is float else value
 
 

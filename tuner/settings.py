@@ -194,12 +194,10 @@ def _validate_numbers(s: Settings, path: Path | None) -> None:
         assert key is not None
         value = getattr(s, key)
         try:
-            check(opt.name, value, where=key, limits=machine_limits(), kind=int if key == "tune_budget_s" else None)
+            check(opt.name, value, where=key, limits=machine_limits(), kind=int if key == "tune_budget_s" else None,
+                  say_unset=True)
         except OptionError as exc:
-            reason = exc.reason
-            if opt.unset is not None:
-                reason = reason.replace("must be ", f"must be null ({opt.unset}) or ", 1)
-            raise SettingsError(key, f"{reason}, got {value!r}", path, names_value=True) from None
+            raise SettingsError(key, f"{exc.reason}, got {value!r}", path, names_value=True) from None
 
 
 def settings_path() -> Path:
