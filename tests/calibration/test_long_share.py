@@ -127,7 +127,7 @@ def test_long_share_is_a_setting_kept_valid():
     for bad in (1.5, -0.1, "half", True, float("nan")):
         with pytest.raises(SettingsError) as e:
             from_json({"long_share": bad}, Path("/x/settings.json"))
-        assert e.value.key == "long_share" and "fraction 0..1" in str(e.value)
+        assert e.value.key == "long_share" and "between 0 and 1" in str(e.value)
 
 
 def test_a_bad_long_share_in_the_file_costs_only_its_own_key():

@@ -12,7 +12,14 @@ import sys
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuner.cli.options import add_option, bind_host, check_limits, check_options, folder_problem
+from tuner.cli.options import (
+    add_option,
+    bind_host,
+    check_limits,
+    check_options,
+    check_resolvable,
+    folder_problem,
+)
 from tuner.hardware.devices import Devices, detect_devices, find_server_binary
 from tuner.hardware.fitcheck import (
     cached_server_report,
@@ -649,6 +656,7 @@ def cmd_rpc_host(args: argparse.Namespace) -> int:
     try:
         problem = check_options(args)
         args.host = bind_host(args.host)
+        check_resolvable(args.host)
     except ValueError as exc:
         problem = str(exc)
     if problem:

@@ -114,19 +114,23 @@ def bind_host(value: str, flag: str = "--host") -> str:
     and the bind see the same text (``'127.0.0.1 '`` is ``127.0.0.1``).
 
     Raises:
-        ValueError: empty, white space inside, or no address the resolver knows (the message names ``flag``);
-            a bind would otherwise fail with ``socket.gaierror`` after the launch began.
+        ValueError: empty or white space inside (the message names ``flag``).
     """
-    import socket
-
     host = value.strip()
     if not host or any(c.isspace() for c in host):
         raise ValueError(f"{flag} {value!r}: must be one address or host name (e.g. 127.0.0.1)")
-    try:
-        socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
-    except (socket.gaierror, UnicodeError) as exc:
-        raise ValueError(f"{flag} {value!r}: no such address or host name ({exc})") from None
     return host
 
 
-__all__ = ["add_option", "bind_host", "check_limits", "check_options", "folder_problem"]
+def check_resolvable(host: str, flag: str = "--host") -> None:
+    """Raise ValueError naming ``flag`` when the resolver knows no address for ``host`` (the bind would fail
+    with ``socket.gaierror`` after the launch began)."""
+    import socket
+
+    try:
+        socket.getaddrinfo(host.strip("[]"), None, type=socket.SOCK_STREAM, flags=socket.AI_PASSIVE)
+    except (socket.gaierror, UnicodeError) as exc:
+        raise ValueError(f"{flag} {host}: no such address or host name ({exc})") from None
+
+
+__all__ = ["add_option", "bind_host", "check_limits", "check_resolvable", "check_options", "folder_problem"]

@@ -25,7 +25,14 @@ import time
 from pathlib import Path
 from typing import Any
 
-from tuner.cli.options import add_option, bind_host, check_limits, check_options, folder_problem
+from tuner.cli.options import (
+    add_option,
+    bind_host,
+    check_limits,
+    check_options,
+    check_resolvable,
+    folder_problem,
+)
 from tuner.server.argv import UnsupportedConfigError, cors_locked
 from tuner.server.config import ServerConfig, default_alias
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
@@ -93,7 +100,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 def _check_serve_args(args: argparse.Namespace) -> None:
     """Reject bad flags before anything is launched: every declared number (:mod:`tuner.options`; ``--ngl``
     and ``--draft-ngl`` become a number, ``auto`` or ``all``), ``--models ''`` or a missing folder, and a
-    ``--host`` that cannot be bound (stripped of white space, so the loopback check and the bind agree).
+    ``--host`` with white space inside (stripped around, so the loopback check and the bind agree).
     Raises ValueError naming the flag."""
     problem = folder_problem(getattr(args, "models", None)) or check_options(args)
     if problem:
@@ -357,10 +364,12 @@ def _with_rpc_fallback(cfg: ServerConfig, args: argparse.Namespace,
 
 
 def _preflight(cfg: ServerConfig, args: argparse.Namespace, from_profile: bool) -> None:
-    """The model files readable, and ``--ngl`` / ``--draft-ngl`` within each model's blocks + 1.
-    Raises ValueError naming the flag or file."""
+    """The address to bind resolvable, the model files readable, and ``--ngl`` / ``--draft-ngl`` within each
+    model's blocks + 1. Raises ValueError naming the flag or file."""
     from tuner.options import Limits
 
+    if args.host is not None:
+        check_resolvable(cfg.host)
     blocks = _check_model_file(cfg.model_path, "target", None if from_profile else args.target)
     problem = check_limits(args, Limits(blocks=blocks, model=cfg.model_path.name), ["ngl"])
     if cfg.draft_path is not None:
