@@ -12,8 +12,8 @@ threads at most 4 × the logical CPUs, GPU layers at most the model's blocks + 1
 prompt cache at most the physical RAM; they are checked where the fact is known (:class:`Limits`).
 
 One message rule per consumer: a flag reads ``--n-max 0: must be between 1 and 64`` (:class:`OptionError`'s
-text), a setting ``setting 'top_k': must be null (llama-server's default, 40) or between 0 and 1000000, got
-…`` (:func:`tuner.settings.validate`).
+text), a setting ``setting 'top_k': must be null (llama-server's default) or between 0 and 1000000, got …``
+(:func:`tuner.settings.validate`), a request field ``budget_s 5: must be between 10 and 86400 seconds``.
 
 Neutral module: imports only :mod:`tuner.errors`, :mod:`tuner.rpcaddr` (ggml-rpc-server's port) and
 :mod:`tuner.units`.
@@ -148,11 +148,10 @@ _LLAMA_MAX_SEQ = 256  # src/llama-cparams.h LLAMA_MAX_SEQ: the most sequences (s
 _NO_LIMIT = -1  # --cache-ram -1: no size limit (common/arg.cpp "--cache-ram"; server-context.cpp sizes the cache)
 
 
-def _declarations() -> dict[str, Option]:
-    """The declarations, by name (:data:`OPTIONS`)."""
-    gpu_layers = Limit("blocks", add=1, words="{model}'s {n} blocks + 1")
+def _tuning_options() -> list[Option]:
+    """The sweep's options: its budget and protocol, the context and the sampling the served requests carry."""
     sampling = "what your chat client sends; the sweep measures at it"
-    opts = [
+    return [
         # -- tuning
         Option("budget_s", float, 10, 24 * 3600, default=300, unit="seconds", metavar="SECONDS",
                help="time budget of one sweep, first launch to decision", setting="tune_budget_s",
@@ -179,7 +178,14 @@ def _declarations() -> dict[str, Option]:
                help=f"top_k (0 = off): {sampling}", setting="top_k", in_request=True),
         Option("min_p", float, 0, 1, unset="llama-server's default", server_default=0.05, metavar="P",
                help=f"min_p (0 = off): {sampling}", step=0.01, decimals=2, setting="min_p", in_request=True),
-        # -- serving and planning
+    ]
+
+
+def _serving_options() -> list[Option]:
+    """The options of serving and of the memory plan, and the Chat tab's reply length."""
+    gpu_layers = Limit("blocks", add=1, words="{model}'s {n} blocks + 1")
+    return [
+        # n_max: issue 27's bound; llama.cpp itself refuses only a negative one (common/arg.cpp --spec-draft-n-max)
         Option("n_max", int, 1, 64, unset="llama-server's default for the type",
                help="draft length n_max (--spec-draft-n-max)"),
         Option("ngl", int, 0, limit=gpu_layers, unset="all", keywords=("auto", "all"), help="target GPU layers"),
@@ -207,10 +213,9 @@ def _declarations() -> dict[str, Option]:
                help="self-test time limit"),
         Option("chat_max_tokens", int, 1, 32768, default=512, help="most tokens of one chat reply"),
     ]
-    return {o.name: o for o in opts}
 
 
-OPTIONS: dict[str, Option] = _declarations()
+OPTIONS: dict[str, Option] = {o.name: o for o in [*_tuning_options(), *_serving_options()]}
 """Every option by name. Read through :func:`option` at call time, so a test may replace one entry."""
 
 DEFAULT_CACHE_RAM_WHY = (
