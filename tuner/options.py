@@ -150,7 +150,6 @@ _NO_LIMIT = -1  # --cache-ram -1: no size limit (common/arg.cpp "--cache-ram"; s
 
 def _tuning_options() -> list[Option]:
     """The sweep's options: its budget and protocol, the context and the sampling the served requests carry."""
-    sampling = "what your chat client sends; the sweep measures at it"
     return [
         # -- tuning
         Option("budget_s", float, 10, 24 * 3600, default=300, unit="seconds", metavar="SECONDS",
@@ -170,14 +169,14 @@ def _tuning_options() -> list[Option]:
         Option("n_ctx", int, 256, 1 << 24, unset="automatic", unit="tokens", step=1024, setting="ctx_size",
                in_request=True, help="context size (-c)"),
         Option("temperature", float, 0, 2, unset="llama-server's default", server_default=0.8, metavar="T",
-               help=f"temperature (0 = greedy): {sampling}", step=0.05, decimals=2, setting="temperature",
+               help="temperature (0 = greedy)", step=0.05, decimals=2, setting="temperature",
                in_request=True),
         Option("top_p", float, 0, 1, unset="llama-server's default", server_default=0.95, metavar="P",
-               help=f"top_p (1 = off): {sampling}", step=0.01, decimals=2, setting="top_p", in_request=True),
+               help="top_p (1 = off)", step=0.01, decimals=2, setting="top_p", in_request=True),
         Option("top_k", int, 0, 10**6, unset="llama-server's default", server_default=40, metavar="K",
-               help=f"top_k (0 = off): {sampling}", setting="top_k", in_request=True),
+               help="top_k (0 = off)", setting="top_k", in_request=True),
         Option("min_p", float, 0, 1, unset="llama-server's default", server_default=0.05, metavar="P",
-               help=f"min_p (0 = off): {sampling}", step=0.01, decimals=2, setting="min_p", in_request=True),
+               help="min_p (0 = off)", step=0.01, decimals=2, setting="min_p", in_request=True),
     ]
 
 

@@ -44,7 +44,7 @@ def add_option(parser: argparse.ArgumentParser | argparse._ArgumentGroup, name: 
         The argparse action.
     """
     opt = option(name)
-    text = help_text(name, keywords=keywords, words=help, default=default_help)
+    text = help_text(name, keywords=keywords, words=help, default=default_help, limits=machine_limits())
     action = parser.add_argument(
         *flags, dest=dest, type=str if keywords else opt.kind, metavar=opt.metavar,
         default=opt.default if default is ... else default, help=text.replace("%", "%%"))
