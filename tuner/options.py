@@ -348,13 +348,6 @@ def check(name: str, value: object, *, where: str, limits: Limits | None = None,
     return float(value) if want is float else value
 
 
-def check_limit(name: str, value: object, *, where: str, limits: Limits) -> None:
-    """Check only the bound ``limits`` add (a number or keyword already checked by :func:`check`): the model's
-    blocks, the device's memory, the machine's CPUs or RAM. Raises OptionError as :func:`check`."""
-    if isinstance(value, (int, float)) and not isinstance(value, bool):
-        check(name, value, where=where, limits=limits, keywords=True)
-
-
 def default_words(opt: Option) -> str:
     """What happens when the option is not given: ``"default 300"``, ``"default: automatic"``."""
     if opt.default is not None:
@@ -413,5 +406,5 @@ def server_defaults_text() -> str:
 
 
 __all__ = ["OPTIONS", "SERVER_DEFAULT_SAMPLING", "Limit", "Limits", "Option", "OptionError", "by_setting",
-           "check", "check_limit", "default_words", "help_text", "high_of", "machine_limits", "option",
+           "check", "default_words", "help_text", "high_of", "machine_limits", "option",
            "range_words", "server_defaults_text", "shown"]
