@@ -290,7 +290,7 @@ def _server_argv(req: MemoryRequest, binary: Path | None) -> list[str] | None:
         from tuner.server.argv import build_argv
         from tuner.server.dialect import probe_dialect
 
-        return build_argv(binary, server_config_for(req).with_port(0), probe_dialect(binary))
+        return build_argv(binary, server_config_for(req, binary=binary).with_port(0), probe_dialect(binary))
     except Exception as exc:  # noqa: BLE001 - DialectError, UnsupportedConfigError: say it, plan anyway
         print(f"draftwise plan: note: no server argv for the cross-checks ({exc})", file=sys.stderr)
         return None
@@ -340,6 +340,26 @@ def _files_bytes(given: str, models_dir: str | None, flag: str) -> int | None:
         return sum(p.stat().st_size for p in split_shard_paths(_model_path(given, models_dir, flag)))
     except (OSError, ValueError, LookupError):
         return None
+
+
+def repack_lines(plan: MemoryPlan) -> list[str]:
+    """The plan's lines about ggml's extra CPU buffer types: how much of the host's weights they copy, in
+    which type (AMX, CPU_REPACK), and the sentence when ``--no-repack`` is in force."""
+    from tuner.hardware.repack import no_repack_sentence
+
+    cpu = plan.cpu_buffers
+    out = []
+    if plan.repack_host_bytes:
+        parts = [(name, copy) for name, copy, _ in plan.extra_buffers if copy]
+        where = (f"ggml's {parts[0][0]} buffer" if len(parts) == 1 else
+                 "ggml's " + " and ".join(f"{n} ({_mib(c)})" for n, c in parts) + " buffers")
+        guess = "; guessed from the CPU's flags" if cpu is not None and cpu.source != "load log" else ""
+        out.append(f"Weights in host RAM include {_mib(plan.repack_host_bytes)} repacked for this CPU "
+                   f"({where}, beside the file's mmapped tensors{guess})")
+    if cpu is not None and cpu.no_repack:
+        out.append(no_repack_sentence(cpu.cause, cpu.types) if cpu.cause else
+                   "Repacked CPU kernels are off (--no-repack): the weights are not copied for this CPU")
+    return out
 
 
 def cmd_plan(args: argparse.Namespace) -> int:
@@ -395,7 +415,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print("cross-checking with llama-server itself (one model load, cached) ...", file=sys.stderr)
             scheck = server_cross_check(req, devs, binary)
         else:
-            cfg = server_config_for(req)
+            cfg = server_config_for(req, binary=binary)
             cached = cached_server_report(server_argv, [cfg.model_path, cfg.draft_path])
             if cached is not None:
                 scheck = server_cross_check(req, devs, binary)  # from the cache: no server start
@@ -450,9 +470,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 print(f"Largest context with the whole {whole} on the GPU: {trade.max_ctx_all_on_gpu}")
     if plan.expert_host_bytes:
         print(f"MoE experts kept in host RAM: {_mib(plan.expert_host_bytes)}")
-    if plan.repack_host_bytes:
-        print(f"Weights in host RAM include {_mib(plan.repack_host_bytes)} repacked for this CPU "
-              "(ggml's CPU_REPACK buffer, beside the file's mmapped tensors)")
+    for line in repack_lines(plan):
+        print(line)
     if check is not None:
         what = "target alone (llama-fit-params ignores drafts)" if draft else "target"
         if not check.ok:
