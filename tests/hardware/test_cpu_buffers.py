@@ -4,13 +4,11 @@ machine's buffers (tests/hardware/data/amx-trap/) and against a real llama-serve
 
 from __future__ import annotations
 
-import sys
-import types
 from pathlib import Path
 
 import pytest
 
-from tests.hardware.conftest import cpu_only_devices
+from tests.hardware.conftest import cpu_only_devices, record_workaround
 from tuner.hardware.buffers import CpuBuffers, parse_build_flags, parse_cpu_build
 from tuner.hardware.devices import Devices
 from tuner.hardware.fitcheck import compare_with_server, server_config_for
@@ -129,21 +127,6 @@ def test_the_workaround_sentence_claims_amx_only_for_an_illegal_instruction():
     assert (f"about {REPACK_SPEEDUP_PCT} % faster" in ill) is (REPACK_SPEEDUP_PCT > 0)
 
 
-def _record_workaround(monkeypatch: pytest.MonkeyPatch, binary: Path, cause: str) -> None:
-    """Record the --no-repack workaround for ``binary`` in the test's DRAFTWISE_HOME (the real store when
-    tuner.server.workarounds exists, else a stand-in of its API)."""
-    try:
-        from tuner.server.workarounds import record_no_repack
-    except ImportError:
-        fact = types.SimpleNamespace(no_repack=True, cause=cause, binary=str(binary), evidence=("test",))
-        stand_in = types.ModuleType("tuner.server.workarounds")
-        stand_in.current_workaround = lambda path: fact if Path(path) == Path(binary) else None  # type: ignore
-        stand_in.apply_workarounds = lambda cfg, path: cfg  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "tuner.server.workarounds", stand_in)
-        return
-    record_no_repack(binary, cause, ["test"])
-
-
 def test_the_fact_store_follows_the_workaround(tmp_path, monkeypatch):
     """A fact read with repacking on is cached per build; a recorded workaround turns the extra buffers off
     (and names its cause); a fact probed under --no-repack is asked again once the workaround is gone."""
@@ -154,7 +137,7 @@ def test_the_fact_store_follows_the_workaround(tmp_path, monkeypatch):
     fact = record_cpu_buffers(binary, TRAP, [str(binary), "-m", "x.gguf"])
     assert fact == CpuBuffers(("AMX",), parse_cpu_build(TRAP).build_flags)
     assert known_cpu_buffers(binary) == fact and workaround_sentence(binary) is None
-    _record_workaround(monkeypatch, binary, "sigill")
+    record_workaround(monkeypatch, binary, "sigill")
     on = known_cpu_buffers(binary)
     assert on.no_repack and on.in_force == () and on.cause == "sigill" and on.types == ("AMX",)
     assert workaround_sentence(binary) == no_repack_sentence("sigill", ("AMX",))

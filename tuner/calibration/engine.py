@@ -561,6 +561,11 @@ def run_tune(
                     and "drafted any token on these prompts" not in decision.reason})  # named there already
     if never:
         extra.append(f"{', '.join(never)} never drafted at these sampling settings.")
+    from tuner.hardware.repack import workaround_sentence
+
+    no_repack = workaround_sentence(binary.path)  # the --no-repack workaround every launch ran with
+    if no_repack:
+        extra.append(no_repack)
     if rpc_used:
         from .remote import where_it_ran
 
