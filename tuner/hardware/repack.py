@@ -205,18 +205,18 @@ def probe_cpu_buffers(binary: ServerBinary | str | os.PathLike[str], dialect: Di
 
 def _probe_log(binary: ServerBinary | str | os.PathLike[str], dialect: Dialect | None,
                timeout_s: float) -> tuple[list[str], list[str]]:
-    """Start the self-test model through a Supervisor (``-lv 4``, ``-ngl 0``, 256 cells), wait until it is
+    """Start the self-test model through a Supervisor (``-lv 4`` where the build has it, ``-ngl 0``, 256 cells), wait until it is
     ready, stop it; returns its whole log and the argv it ran with. Raises ``ServerStartError`` and friends."""
     from tuner.server.config import ServerConfig
     from tuner.server.discovery import ServerBinary as _Binary
-    from tuner.server.selftest import selftest_model
+    from tuner.server.selftest import load_log_args, selftest_model
     from tuner.server.supervisor import Supervisor
 
     model = selftest_model()
     if not model.is_file():
         raise FileNotFoundError(f"self-test model missing: {model}")
     sup = Supervisor(binary if isinstance(binary, _Binary) else Path(binary), dialect, liveness_timeout_s=None)
-    cfg = ServerConfig(model_path=model, n_ctx=256, n_parallel=1, ngl=0, extra_args=("-lv", "4"))
+    cfg = ServerConfig(model_path=model, n_ctx=256, n_parallel=1, ngl=0, extra_args=load_log_args(sup.dialect))
     try:
         sup.start(cfg, startup_timeout_s=timeout_s)
         sup.wait_ready(timeout_s=timeout_s)

@@ -33,10 +33,18 @@ def selftest_model() -> Path:
     return resource_path("selftest", "selftest-q4_0.gguf")
 
 
+def load_log_args(dialect: Dialect) -> tuple[str, ...]:
+    """``("-lv", "4")`` where the build has ``-lv`` (libllama's load lines, the ``model buffer size`` ones
+    among them, are TRACE = verbosity 4 in llama-server: common/log.cpp), else nothing (ik_llama.cpp has
+    no ``-lv``)."""
+    return ("-lv", "4") if dialect.has("-lv") else ()
+
+
 def self_test(binary: ServerBinary, dialect: Dialect, model: Path | None = None,
               timeout_s: float = 60.0) -> dict[str, Any]:
     """Prove speculation happens on the repacked CPU kernels' path: :func:`selftest_model` as target and
-    draft, ``draft-simple``, n_max 4, ``-lv 4`` (the load lines name the buffers the weights went to).
+    draft, ``draft-simple``, n_max 4, :func:`load_log_args` (the load lines name the buffers the weights
+    went to).
 
     Returns a dict: ``ok`` (bool), ``model``, ``speculative`` (``/slots`` flag), ``draft_n``,
     ``draft_n_accepted``, ``acceptance_rate`` (0..1), ``gen_tokens_per_s``, ``seconds``, ``error``
@@ -54,7 +62,7 @@ def self_test(binary: ServerBinary, dialect: Dialect, model: Path | None = None,
         out["error"] = f"self-test model missing: {model}"
         return out
     cfg = ServerConfig(model_path=model, draft_path=model, spec_type="draft-simple", n_max=4, n_ctx=256,
-                       n_parallel=1, extra_args=("-lv", "4"))
+                       n_parallel=1, extra_args=load_log_args(dialect))
     sup = Supervisor(binary, dialect)
     try:
         sup.start(cfg, startup_timeout_s=timeout_s)
@@ -106,4 +114,4 @@ def _load_lines(log_path: Path | None) -> list[str]:
         return []
 
 
-__all__ = ["SELFTEST_PROMPT", "self_test", "selftest_model"]
+__all__ = ["SELFTEST_PROMPT", "load_log_args", "self_test", "selftest_model"]
