@@ -11,6 +11,11 @@ Children never outlive Draftwise:
 - Each child gets its own session/process group; :meth:`ChildProcess.stop` sends SIGTERM, waits,
   then SIGKILLs the whole tree (psutil children + the process group).
 - An ``atexit`` hook stops every child still running at a normal interpreter exit.
+- A short probe whose output is read (:func:`run_capture`, :func:`run_output`: ``--help``,
+  ``--version``, ``--list-devices``, ``llama-fit-params``) may print at most
+  :data:`MAX_CAPTURE_BYTES` and run at most its timeout: past either, its whole tree and process group
+  are killed and :class:`OutputCapExceeded` / ``TimeoutError`` is raised. When it exits normally, what
+  is left of its process group (a wrapper's background job) is killed too.
 """
 
 from __future__ import annotations
@@ -34,6 +39,8 @@ from pathlib import Path
 
 import psutil
 
+from tuner.errors import DraftwiseError
+
 log = logging.getLogger(__name__)
 
 
@@ -43,6 +50,22 @@ _PR_SET_PDEATHSIG = 1
 DEFAULT_TAIL_LINES = 2000
 #: A log file is rotated (to ``<name>.1``) when it grows past this size.
 MAX_LOG_FILE_BYTES = 32 * 2**20
+#: The most output (stdout and stderr together, bytes) a short probe may print: past it the probe is
+#: stopped and :class:`OutputCapExceeded` raised. ``--help`` of llama-server b11434 is ~58 KiB.
+MAX_CAPTURE_BYTES = 4 * 2**20
+_READ_CHUNK = 64 * 2**10
+
+
+class OutputCapExceeded(DraftwiseError, OSError):
+    """A probe printed more than its output cap; it was stopped (whole tree and process group) and its
+    output dropped. ``argv``: what ran; ``cap_bytes``: the cap. An ``OSError``, so a caller that reports
+    "could not run" for a missing program reports this too."""
+
+    def __init__(self, argv: Sequence[str], cap_bytes: int) -> None:
+        self.argv = list(argv)
+        self.cap_bytes = cap_bytes
+        super().__init__(f"{' '.join(self.argv)}: output cut at the {cap_bytes / 2**20:g} MiB cap and the program "
+                         "stopped (it printed more)")
 
 
 def _load_prctl() -> Callable[..., int] | None:
@@ -297,6 +320,22 @@ class ChildProcess:
 _live: set[ChildProcess] = set()
 
 
+def _popen_kwargs(parent: int, env: Mapping[str, str] | None, stderr: int) -> dict:
+    """``subprocess.Popen`` keywords of every child: stdin closed, stdout piped, ``stderr`` as given
+    (``subprocess.STDOUT`` or ``PIPE``), its own session (POSIX) or process group (Windows), killed with
+    its parent ``parent`` (Linux PDEATHSIG)."""
+    kwargs: dict = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=stderr,
+                        env=dict(env) if env is not None else None, close_fds=True)
+    if os.name == "posix":
+        kwargs["start_new_session"] = True
+        pre = _make_preexec(parent)
+        if pre is not None:
+            kwargs["preexec_fn"] = pre
+    else:  # pragma: no cover - Windows
+        kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
+    return kwargs
+
+
 def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None, log_path: Path | None = None,
           tail_lines: int = DEFAULT_TAIL_LINES, on_line: Callable[[str], None] | None = None,
           cwd: Path | None = None, pass_fds: Sequence[int] = ()) -> ChildProcess:
@@ -316,18 +355,10 @@ def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None, log_path: P
     parent = os.getpid()
 
     def _do() -> ChildProcess:
-        kwargs: dict = dict(stdin=subprocess.DEVNULL, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                            env=dict(env) if env is not None else None, cwd=str(cwd) if cwd else None,
-                            close_fds=True)
+        kwargs = _popen_kwargs(parent, env, subprocess.STDOUT)
+        kwargs["cwd"] = str(cwd) if cwd else None
         if pass_fds:
             kwargs["pass_fds"] = tuple(pass_fds)
-        if os.name == "posix":
-            kwargs["start_new_session"] = True
-            pre = _make_preexec(parent)
-            if pre is not None:
-                kwargs["preexec_fn"] = pre
-        else:  # pragma: no cover - Windows
-            kwargs["creationflags"] = getattr(subprocess, "CREATE_NEW_PROCESS_GROUP", 0)
         popen = subprocess.Popen(list(argv), **kwargs)
         return ChildProcess(popen, argv, log_path, tail_lines, on_line)
 
@@ -337,42 +368,161 @@ def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None, log_path: P
     return child
 
 
-def run_capture(argv: Sequence[str], timeout_s: float = 30.0, env: Mapping[str, str] | None = None) -> tuple[int, str]:
-    """Run a short command (``--help``, ``--version``, ``--list-devices``) and return
-    ``(exit status, stdout + stderr text)``.
+class _Collector:
+    """Reads a probe's pipes on daemon threads into byte buffers, at most ``cap_bytes`` in all; sets
+    :attr:`over` (and stops reading) when the probe prints more."""
+
+    def __init__(self, streams: Sequence, cap_bytes: int) -> None:
+        self._cap = cap_bytes
+        self._bufs = [bytearray() for _ in streams]
+        self._total = 0
+        self._lock = threading.Lock()
+        self.over = threading.Event()
+        self._threads = [threading.Thread(target=self._read, args=(i, st), name="draftwise-probe-reader",
+                                          daemon=True) for i, st in enumerate(streams)]
+        for t in self._threads:
+            t.start()
+
+    def _read(self, i: int, stream) -> None:
+        fd = stream.fileno()
+        while not self.over.is_set():
+            try:
+                chunk = os.read(fd, _READ_CHUNK)
+            except OSError:
+                return
+            if not chunk:
+                return
+            with self._lock:
+                room = self._cap - self._total
+                self._bufs[i] += chunk[:room]
+                self._total += min(room, len(chunk))
+                if len(chunk) > room:
+                    self.over.set()  # the child now blocks on a full pipe until it is killed
+
+    def join(self, timeout_s: float) -> bool:
+        """Wait up to ``timeout_s`` for every pipe's end; True when all ended."""
+        deadline = time.monotonic() + timeout_s
+        for t in self._threads:
+            t.join(max(0.0, deadline - time.monotonic()))
+        return not any(t.is_alive() for t in self._threads)
+
+    def texts(self) -> list[str]:
+        """What was read so far, one text per stream (UTF-8, bad bytes replaced, ``\\r\\n`` → ``\\n``)."""
+        with self._lock:
+            return [bytes(b).decode("utf-8", "replace").replace("\r\n", "\n") for b in self._bufs]
+
+
+def _exited(popen: subprocess.Popen) -> bool:
+    """True once ``popen`` has exited. On POSIX with ``waitid`` it stays unreaped (a zombie), so its pid
+    and so its process-group id cannot be reused before :func:`_end_probe` has signalled the group."""
+    if hasattr(os, "waitid") and popen.returncode is None:
+        try:
+            return os.waitid(os.P_PID, popen.pid, os.WEXITED | os.WNOHANG | os.WNOWAIT) is not None
+        except ChildProcessError:  # already reaped
+            pass
+    return popen.poll() is not None
+
+
+def _wait_probe(popen: subprocess.Popen, collector: _Collector, deadline: float) -> str | None:
+    """Wait for the probe's exit; None when it exited, else ``"cap"`` or ``"timeout"`` (still running)."""
+    pause = 0.002
+    while not _exited(popen):
+        if collector.over.is_set():
+            return "cap"
+        left = deadline - time.monotonic()
+        if left <= 0:
+            return "timeout"
+        collector.over.wait(min(pause, left))
+        pause = min(pause * 2, 0.02)
+    return "cap" if collector.over.is_set() else None
+
+
+def _end_probe(popen: subprocess.Popen, collector: _Collector, whole_tree: bool) -> int | None:
+    """Kill what is left of the probe (its descendants too when ``whole_tree``; its process group always),
+    reap it and close its pipes; its exit status."""
+    if whole_tree:
+        kill_tree(popen.pid)
+    elif os.name == "posix":
+        try:  # a wrapper's background job: the group id is still ours while the child is unreaped
+            os.killpg(popen.pid, signal.SIGKILL)
+        except (ProcessLookupError, PermissionError, OSError):
+            pass
+    try:
+        rc = popen.wait(10.0)
+    except subprocess.TimeoutExpired:  # pragma: no cover - SIGKILL was sent
+        rc = None
+    if collector.join(2.0):
+        for stream in (popen.stdout, popen.stderr):
+            if stream is not None:
+                stream.close()
+    else:  # a descendant that left the group holds the pipe: its reader ends when it does
+        log.debug("%s: a process outside its group still holds its output", popen.args)
+    return rc
+
+
+def _run_bounded(argv: Sequence[str], env: Mapping[str, str] | None, timeout_s: float, merge: bool,
+                 cap_bytes: int) -> tuple[int, list[str]]:
+    """Run ``argv`` with its output read into memory, bounded in time and bytes (module docstring).
+
+    Returns ``(exit status, [merged text])`` when ``merge``, else ``(status, [stdout, stderr])``.
 
     Raises:
-        OSError: cannot execute. TimeoutError: still running after ``timeout_s`` (it is killed).
+        OSError: cannot execute. TimeoutError: ``timeout_s`` passed. OutputCapExceeded: more than
+        ``cap_bytes`` printed. In both cases the probe's tree and group are killed first.
     """
-    if env is None:
-        env = clean_env(os.environ)
-    child = spawn(argv, env=env, tail_lines=100_000)
-    rc = child.wait(timeout_s)
-    if rc is None:
-        child.kill()
-        raise TimeoutError(f"{argv[0]} {' '.join(argv[1:])}: no exit within {timeout_s:.0f} s")
-    _live.discard(child)
-    return rc, "\n".join(child.log_lines())
+    env = clean_env(os.environ) if env is None else env
+    parent = os.getpid()
+
+    def _do() -> subprocess.Popen:
+        stderr = subprocess.STDOUT if merge else subprocess.PIPE
+        return subprocess.Popen(list(argv), **_popen_kwargs(parent, env, stderr))
+
+    popen = _launcher.call(_do)
+    assert isinstance(popen, subprocess.Popen)
+    collector = _Collector([popen.stdout] if merge else [popen.stdout, popen.stderr], cap_bytes)
+    deadline = time.monotonic() + timeout_s
+    why: str | None = "interrupted"
+    try:
+        why = _wait_probe(popen, collector, deadline)
+    finally:
+        rc = _end_probe(popen, collector, whole_tree=why is not None)
+    if why == "cap":
+        raise OutputCapExceeded(argv, cap_bytes)
+    if why == "timeout" or rc is None:
+        raise TimeoutError(f"{argv[0]} {' '.join(argv[1:])}: no exit within {timeout_s:g} s (stopped)")
+    return rc, collector.texts()
 
 
-def run_output(argv: Sequence[str], timeout_s: float = 30.0,
-               env: Mapping[str, str] | None = None) -> tuple[int, str, str]:
+def run_capture(argv: Sequence[str], timeout_s: float = 30.0, env: Mapping[str, str] | None = None,
+                cap_bytes: int = MAX_CAPTURE_BYTES) -> tuple[int, str]:
+    """Run a short command (``--help``, ``--version``) and return ``(exit status, stdout + stderr text)``
+    (merged in the order printed; UTF-8, bad bytes replaced, ``\\r\\n`` read as ``\\n``).
+
+    ``env`` None = this process's environment without ``LLAMA_ARG_*`` (:func:`clean_env`). At most
+    ``cap_bytes`` of output (:data:`MAX_CAPTURE_BYTES`) and ``timeout_s`` seconds; whatever it left
+    running in its process group is killed when it exits.
+
+    Raises:
+        OSError: cannot execute. TimeoutError: still running after ``timeout_s``. OutputCapExceeded:
+        printed more than ``cap_bytes``. On both, its whole tree and process group are killed first.
+    """
+    rc, texts = _run_bounded(argv, env, timeout_s, True, cap_bytes)
+    return rc, texts[0]
+
+
+def run_output(argv: Sequence[str], timeout_s: float = 30.0, env: Mapping[str, str] | None = None,
+               cap_bytes: int = MAX_CAPTURE_BYTES) -> tuple[int, str, str]:
     """Run a short command to completion (``--list-devices``, ``llama-fit-params``, ``sysctl``)
     with stdin closed and return ``(exit status, stdout text, stderr text)`` kept apart.
 
-    ``env`` None = this process's environment without ``LLAMA_ARG_*`` (:func:`clean_env`).
+    As :func:`run_capture` otherwise (``cap_bytes`` counts stdout and stderr together).
 
     Raises:
-        OSError: cannot execute. TimeoutError: still running after ``timeout_s`` (it is killed).
+        OSError: cannot execute. TimeoutError: still running after ``timeout_s``. OutputCapExceeded:
+        printed more than ``cap_bytes``. On both, its whole tree and process group are killed first.
     """
-    if env is None:
-        env = clean_env(os.environ)
-    try:
-        p = subprocess.run(list(argv), capture_output=True, text=True, errors="replace", timeout=timeout_s,
-                           env=dict(env), stdin=subprocess.DEVNULL)
-    except subprocess.TimeoutExpired:
-        raise TimeoutError(f"{argv[0]} {' '.join(argv[1:])}: no exit within {timeout_s:g} s") from None
-    return p.returncode, p.stdout, p.stderr
+    rc, (out, err) = _run_bounded(argv, env, timeout_s, False, cap_bytes)
+    return rc, out, err
 
 
 def kill_tree(pid: int, sig: int = signal.SIGKILL if hasattr(signal, "SIGKILL") else 9) -> None:

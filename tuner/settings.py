@@ -88,6 +88,11 @@ class Settings:
         rpc_hosts: llama.cpp RPC hosts (``host:port`` strings, each running ``draftwise rpc-host`` /
             ``ggml-rpc-server``) whose devices tune, plan and serve may use (``--rpc``); empty = this
             machine only. The RPC protocol has no authentication (``tuner.hardware.rpc.NO_AUTH_WARNING``).
+        server_args: the user's own llama-server flags, each ``FLAG`` or ``FLAG=VALUE`` (``"--no-repack"``,
+            ``"-tb=2"``), added to every launch of tune and serve (the Serve tab's "Extra llama-server flags";
+            ``--server-arg`` replaces them on the command line). Checked by :func:`tuner.serverargs.parse_server_args`:
+            its allow-list only, never a flag that changes where the server listens, its key, CORS or tools,
+            or one Draftwise sets itself. A staleness key of the profile.
     """
 
     models_dir: Path | None = None
@@ -107,6 +112,7 @@ class Settings:
     min_p: float | None = None
     long_share: float | None = None
     rpc_hosts: tuple[str, ...] = ()
+    server_args: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         validate(self)
@@ -167,6 +173,21 @@ def validate(settings: Settings, path: Path | None = None) -> None:
                             f"host, optional port; no path, no list), got {s.cors_origin!r}", path)
     _validate_workload(s, path)
     _validate_rpc_hosts(s, path)
+    _validate_server_args(s, path)
+
+
+def _validate_server_args(s: Settings, path: Path | None) -> None:
+    """``server_args``: a list of ``FLAG`` / ``FLAG=VALUE`` strings passing the one user-flag rule
+    (:func:`tuner.serverargs.parse_server_args`). Raises SettingsError naming the key and the flag."""
+    from tuner.serverargs import ServerArgError, parse_server_args
+
+    if isinstance(s.server_args, str) or not isinstance(s.server_args, (tuple, list)):
+        raise SettingsError("server_args", f"expected a list of FLAG or FLAG=VALUE strings, got {s.server_args!r}",
+                            path)
+    try:
+        parse_server_args(list(s.server_args), where="")
+    except ServerArgError as exc:
+        raise SettingsError("server_args", str(exc), path) from None
 
 
 def _validate_rpc_hosts(s: Settings, path: Path | None) -> None:
@@ -236,7 +257,7 @@ def from_json(obj: Any, path: Path | None = None) -> Settings:
                 v = Path(v).expanduser()
             else:
                 raise SettingsError(f.name, f"expected a path string or null, got {v!r}", path)
-        elif f.name == "rpc_hosts" and isinstance(v, list):
+        elif f.name in ("rpc_hosts", "server_args") and isinstance(v, list):
             v = tuple(v)
         kwargs[f.name] = v
     try:

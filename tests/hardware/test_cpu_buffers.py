@@ -4,6 +4,7 @@ machine's buffers (tests/hardware/data/amx-trap/) and against a real llama-serve
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import pytest
@@ -116,6 +117,23 @@ def test_the_plan_prints_the_buffer_type_in_force(gemma3_270m):
     guess = Devices((), 16 * GIB, 8 * GIB, 2, cpu_features=("avx2",))
     (guessed,) = repack_lines(plan_memory(req, guess))
     assert "ggml's CPU_REPACK buffer" in guessed and "guessed from the CPU's flags" in guessed
+
+
+def test_a_users_no_repack_flag_is_planned_with_no_extra_buffer(gemma3_270m, capsys, monkeypatch):
+    """``--server-arg=--no-repack`` (the last of --no-repack / -nr / --repack wins) plans no extra copy."""
+    from tuner import cli
+    from tuner.cli import hardware as cli_hw
+    from tuner.hardware.repack import no_repack_in
+
+    assert no_repack_in(["-tb", "2", "--no-repack"]) and no_repack_in(["-nr"])
+    assert not no_repack_in(["--no-repack", "--repack"]) and not no_repack_in([])
+    monkeypatch.setattr(cli_hw, "_detect", lambda server, rpc: (_amx_devices(), None))
+    base = ["plan", "--target", str(gemma3_270m), "--ctx-size", "8192", "--np", "1", "--json", "--no-cross-check"]
+    assert cli.main(base) == 0
+    assert json.loads(capsys.readouterr().out)["repack_host_bytes"] > 200 * MIB
+    assert cli.main(base + ["--server-arg=--no-repack"]) == 0
+    off = json.loads(capsys.readouterr().out)
+    assert off["repack_host_bytes"] == 0 and off["extra_buffers"] == []
 
 
 def test_the_workaround_sentence_claims_amx_only_for_an_illegal_instruction():

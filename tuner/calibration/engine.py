@@ -262,14 +262,14 @@ def describe_depth(decision: Decision, categories: tuple[str, ...], noise: float
 
 def _supervisor_launch_fn(
     sup: Any, target_path: Path, n_ctx: int, threads: int | None, emit: Callable, startup_timeout_s: float | None,
-    workload: Workload | None = None,
+    workload: Workload | None = None, server_args: tuple[str, ...] = (),
 ) -> LaunchFn:
     from tuner.server.argv import UnsupportedConfigError
     from tuner.server.diagnosis import speculation_reason
     from tuner.server.supervisor import ServerStartError
 
     def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        cfg = candidate_config(c, target_path, n_ctx=n_ctx, threads=threads)
+        cfg = candidate_config(c, target_path, n_ctx=n_ctx, threads=threads, server_args=server_args)
         t = time.monotonic()
         try:
             sup.start(cfg, startup_timeout_s=startup_timeout_s)
@@ -384,6 +384,7 @@ def run_tune(
         dialect = probe_dialect(binary.path)
     except DialectError as exc:  # a broken binary, or one that is not llama-server: a TuneError, not a traceback
         raise TuneError(str(exc), evidence=getattr(exc, "evidence", ()), bad_input=server is not None) from exc
+    _check_server_args(request.server_args, dialect, binary.path)
     use_chat = has_chat_template(target_path) if chat is None else chat
     workload = Workload(chat=use_chat, sampling=sampling or Sampling(), n_ctx=n_ctx, budget_s=budget_s,
                         raw_endpoint=getattr(dialect, "draft_counts_endpoint", "/completion"))
@@ -428,6 +429,7 @@ def run_tune(
         n_ctx=n_ctx,
         workload=workload.key(),
         long_share=long_share,
+        server_args=tuple(request.server_args),
     )
 
     try:
@@ -444,7 +446,8 @@ def run_tune(
             reasons.append(f"its {old_budget:.0f} s budget was spent before {', '.join(map(str, spent[:3]))}"
                            f"{' and others' if len(spent) > 3 else ''} were measured; this sweep has {budget_s:.0f} s")
         if not reasons and not force:
-            emit("reused", f"using the saved profile for {target_path.name} (still fresh; --force re-tunes)",
+            flags = f", tuned with the extra llama-server flags {' '.join(keys.server_args)}" if keys.server_args else ""
+            emit("reused", f"using the saved profile for {target_path.name} (still fresh{flags}; --force re-tunes)",
                  detail={"profile_path": str(store.path_for(target_path))})
             return TuneResult(target_path=target_path, request=request, decision=_decision_from_profile(saved), profile=saved,
                               profile_path=store.path_for(target_path), reused=True,
@@ -507,8 +510,8 @@ def run_tune(
         except DialectError as exc:
             raise TuneError(str(exc), bad_input=server is not None) from exc
         sups = [sup_base, sup_cand]
-        base_fn = _supervisor_launch_fn(sup_base, target_path, n_ctx, threads, emit, None, workload)
-        cand_fn = _supervisor_launch_fn(sup_cand, target_path, n_ctx, threads, emit, None, workload)
+        base_fn = _supervisor_launch_fn(sup_base, target_path, n_ctx, threads, emit, None, workload, keys.server_args)
+        cand_fn = _supervisor_launch_fn(sup_cand, target_path, n_ctx, threads, emit, None, workload, keys.server_args)
 
         def launch_fn(c: Candidate, cancel: threading.Event) -> Launch:
             # one supervisor for the baseline, one for the candidates: both can run at once (side by side)
@@ -580,7 +583,8 @@ def run_tune(
                           "steal_mean": load.steal_mean, "samples": load.samples, "busy": load.busy},
                  "protocol": dict(search.planned)})
 
-    winner_cfg = candidate_config(decision.winner, target_path, n_ctx=n_ctx, threads=threads)
+    winner_cfg = candidate_config(decision.winner, target_path, n_ctx=n_ctx, threads=threads,
+                                  server_args=keys.server_args)
     try:
         from tuner.server.argv import tuned_argv
 
@@ -644,6 +648,20 @@ def add_draft_sampling_variants(plan: CandidatePlan, workload: Workload, dialect
     if mtp is not None and mtp.spec_type in DRAFT_SAMPLING_TYPES and mtp.draft_sampling is None:
         drafts.append(replace(mtp, draft_sampling="probabilistic"))
     return replace(plan, drafts=tuple(drafts))
+
+
+def _check_server_args(words: tuple[str, ...], dialect: Any, binary_path: Path) -> None:
+    """The user's llama-server flags must be ones this binary lists (:func:`tuner.serverargs.check_known`).
+
+    Raises:
+        TuneError: (``bad_input``) naming the flag and the binary.
+    """
+    from tuner.serverargs import ServerArgError, check_known
+
+    try:
+        check_known(words, dialect.has, binary_path, where="extra llama-server flag")
+    except ServerArgError as exc:
+        raise TuneError(str(exc), bad_input=True) from None
 
 
 def _with_workload(launch_fn: LaunchFn, workload: Workload) -> LaunchFn:

@@ -115,6 +115,11 @@ class TuneRequest:
             local as far as it fits" per draft; the baseline over RPC). An unreachable host costs a few
             seconds and a note; the hosts and their devices are part of the profile's staleness keys.
             Empty = this machine only.
+        server_args: the user's own llama-server flags as argv words (``("--no-repack", "-tb", "2")``, from
+            ``tune --server-arg`` or the ``server_args`` setting through
+            :func:`tuner.serverargs.parse_server_args`), added to every launch, the baseline's included, and
+            saved with the winner; a staleness key of the profile. The sweep also refuses a flag the installed
+            binary does not list (:func:`tuner.serverargs.check_known`).
     """
 
     models_dir: Path
@@ -133,6 +138,7 @@ class TuneRequest:
     chat: bool | None = None
     long_share: float | None = None
     rpc_hosts: tuple[str, ...] = ()
+    server_args: tuple[str, ...] = ()
 
     @classmethod
     def create(cls, models_dir: str | Path, **fields: Any) -> TuneRequest:
@@ -165,8 +171,9 @@ class TuneRequest:
             values["prompts"] = Path(prompts)
         if values.get("server") is not None:
             values["server"] = Path(values["server"])
-        if values.get("rpc_hosts") is not None:
-            values["rpc_hosts"] = tuple(str(h) for h in values["rpc_hosts"])
+        for name in ("rpc_hosts", "server_args"):
+            if values.get(name) is not None:
+                values[name] = tuple(str(h) for h in values[name])
         if "budget_s" in values:
             values["budget_s"] = float(values["budget_s"])
         request = dataclasses.replace(defaults, **values)
@@ -182,6 +189,12 @@ class TuneRequest:
             if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
                 raise TuneError(f"{name} {value!r}: must be a whole number of at least 1", bad_input=True)
         _check_long_share(self.long_share, self.long_context)
+        from tuner.serverargs import ServerArgError, check_server_argv
+
+        try:
+            check_server_argv(self.server_args, where="server_args")
+        except ServerArgError as exc:
+            raise TuneError(str(exc), bad_input=True) from None
 
     def to_json(self) -> dict[str, Any]:
         """JSON-able view (paths as text; a prompt set as its source), for logs and ``tune --json``."""
@@ -203,7 +216,7 @@ def request_from_settings(settings: Any, models_dir: str | Path, target: str | P
                           options: Mapping[str, Any] | None = None) -> TuneRequest:
     """The app's request: the Settings' budget (``tune_budget_s``), context size (``ctx_size``), sampling
     (``temperature``, ``top_p``, ``top_k``, ``min_p``), long-context share (``long_share``), RPC hosts
-    (``rpc_hosts``) and prompt file
+    (``rpc_hosts``), the user's llama-server flags (``server_args``, as argv words) and prompt file
     (``prompts_path``), then ``options``
     (field name → value, e.g. ``{"max_prompts": 2}``) over them.
 
@@ -228,9 +241,24 @@ def request_from_settings(settings: Any, models_dir: str | Path, target: str | P
         "sampling": Sampling.from_settings(settings),
         "long_share": getattr(settings, "long_share", None),
         "rpc_hosts": tuple(getattr(settings, "rpc_hosts", ()) or ()),
+        "server_args": _setting_words(settings),
     }
     fields.update(options or {})
     return TuneRequest.create(models_dir, **fields)
+
+
+def _setting_words(settings: Any) -> tuple[str, ...]:
+    """The ``server_args`` setting (``FLAG`` / ``FLAG=VALUE`` strings) as argv words.
+
+    Raises:
+        TuneError: (``bad_input``) a flag the rule refuses (named; the Settings validate it already).
+    """
+    from tuner.serverargs import ServerArgError, parse_server_args
+
+    try:
+        return parse_server_args(getattr(settings, "server_args", ()) or (), where="server_args")
+    except ServerArgError as exc:
+        raise TuneError(str(exc), bad_input=True) from None
 
 
 @dataclass(frozen=True)

@@ -11,6 +11,7 @@ from pathlib import Path
 from tuner.errors import DraftwiseError
 from tuner.profiles import Profile, ProfileError, ProfileStore
 from tuner.server.config import ServerConfig
+from tuner.serverargs import PROFILE_EXTRA_ARGS_ALLOWED, SERVER_ARGS_ALLOWED
 
 from .candidates import Candidate
 
@@ -24,6 +25,7 @@ def candidate_config(
     target_path: str | Path,
     n_ctx: int | None = None,
     threads: int | None = None,
+    server_args: tuple[str, ...] = (),
 ) -> ServerConfig:
     """The launch configuration of ``candidate`` for ``target_path`` (port left to the supervisor).
 
@@ -31,7 +33,9 @@ def candidate_config(
     component, ``ngram_n_max``/``ngram_n_min`` to the n-gram one (a chain has both).
     Speculative candidates get ``n_parallel`` 1 (every slot needs draft state; the server's default
     is 4 slots). The baseline also uses 1 slot so both are compared on equal terms. A candidate's
-    ``draft_sampling`` becomes ``--spec-draft-sampling VALUE`` (b11434 common/arg.cpp).
+    ``draft_sampling`` becomes ``--spec-draft-sampling VALUE`` (b11434 common/arg.cpp). ``server_args``: the
+    user's own flags as argv words (checked by ``tuner.serverargs.parse_server_args``), appended to
+    ``extra_args`` of every candidate alike, the baseline included.
     """
     spec = candidate.spec_type
     has_draft = any(t.startswith("draft") for t in candidate.spec_types)
@@ -51,7 +55,8 @@ def candidate_config(
         n_ctx=n_ctx,
         n_parallel=1,
         threads=threads,
-        extra_args=("--spec-draft-sampling", candidate.draft_sampling) if candidate.draft_sampling else (),
+        extra_args=(("--spec-draft-sampling", candidate.draft_sampling) if candidate.draft_sampling else ())
+        + tuple(server_args),
         rpc=tuple(candidate.rpc),
     )
 
@@ -84,23 +89,14 @@ def config_from_json(obj: dict) -> ServerConfig:
     return ServerConfig(**kw)
 
 
-#: The only options a profile's ``server_config.extra_args`` may hold (options Draftwise itself may
-#: write: sampling, batching and cache knobs that change neither who can reach the server nor what
-#: it can do). Anything else, above all ``--host``, ``--port``, ``--api-key``, ``--api-key-file``,
-#: ``--tools``, ``--cors-origins``, ``--path`` or ``--agent``, makes the profile refused.
-PROFILE_EXTRA_ARGS_ALLOWED = frozenset({
-    "--temp", "--temperature", "--top-k", "--top-p", "--min-p", "--repeat-penalty", "--seed",
-    "-b", "--batch-size", "-ub", "--ubatch-size", "-fa", "--flash-attn", "--no-mmap", "--mlock",
-    "--cache-reuse", "-cram", "--cache-ram", "--swa-full", "--kv-unified", "--no-warmup", "--jinja",
-    "--alias", "-a", "--ctx-checkpoints", "--cont-batching", "--no-cont-batching",
-    "--spec-draft-sampling",  # the probabilistic-drafts candidate of sampled workloads (candidate_config)
-})
 #: ServerConfig fields a profile may set; the others come from the user's settings and flags only.
 _PROFILE_FIXED = {"host": "127.0.0.1", "api_key": None, "port": None}
 
 
 def check_profile_extra_args(extra_args: object, where: str) -> tuple[str, ...]:
-    """Validate a profile's ``server_config.extra_args`` against :data:`PROFILE_EXTRA_ARGS_ALLOWED`.
+    """Validate a profile's ``server_config.extra_args`` against :data:`tuner.serverargs.SERVER_ARGS_ALLOWED`:
+    the options Draftwise writes (:data:`PROFILE_EXTRA_ARGS_ALLOWED`) plus the user's own flags a profile is
+    tuned with (``tuner.serverargs.USER_ONLY_ARGS``, e.g. ``--no-repack``); both declared once, there.
 
     Args:
         extra_args: the JSON value (a list of strings, or None).
@@ -121,7 +117,7 @@ def check_profile_extra_args(extra_args: object, where: str) -> tuple[str, ...]:
         if not a.startswith("-") or a[1:2].isdigit() or a[1:2] == ".":
             continue  # a value (negative numbers included)
         flag = a.split("=", 1)[0]
-        if flag not in PROFILE_EXTRA_ARGS_ALLOWED:
+        if flag not in SERVER_ARGS_ALLOWED:
             raise ProfileError(
                 where,
                 f"server_config.extra_args holds {flag!r}, which a profile may not set (listen address, "
@@ -305,7 +301,8 @@ def rpc_fallback_config(config: ServerConfig, profile: Profile | None = None) ->
 
     With the ``profile`` that ``config`` came from: the fastest local-only candidate its evidence
     measured (:func:`tuner.calibration.remote.local_fallback`), else the winner without ``--rpc`` on
-    this machine's CPU. Listen address, port, key, CORS, alias and prompt cache are kept from ``config``.
+    this machine's CPU. Listen address, port, key, CORS, alias and prompt cache are kept from ``config``, and
+    the user's own flags the profile was tuned with (``keys.server_args``) stay on the fallback's argv.
     """
     from dataclasses import replace as _replace
 
@@ -319,7 +316,8 @@ def rpc_fallback_config(config: ServerConfig, profile: Profile | None = None) ->
         except (TypeError, ValueError):
             winner = Candidate()
         cand = local_fallback(profile.evidence, winner)
-        local = candidate_config(cand, config.model_path, n_ctx=config.n_ctx, threads=config.threads)
+        local = candidate_config(cand, config.model_path, n_ctx=config.n_ctx, threads=config.threads,
+                                 server_args=profile.keys.server_args)
     else:
         local = _replace(config, rpc=(), ngl=0, draft_ngl=0 if config.draft_path else None)
     return _replace(local, host=config.host, port=config.port, api_key=config.api_key,

@@ -28,6 +28,7 @@ from tuner.hardware.memory import (
     load_model_spec,
     plan_memory,
 )
+from tuner.hardware.repack import no_repack_in
 from tuner.hardware.rpc import (
     DEFAULT_RPC_PORT,
     NO_AUTH_WARNING,
@@ -124,6 +125,7 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    "and allocated buffers with this plan")
     p.add_argument("--json", action="store_true", help="machine-readable output on stdout")
     add_rpc_argument(p)
+    add_server_arg_argument(p)
     p.set_defaults(func=cmd_plan)
 
     p = subparsers.add_parser(
@@ -183,6 +185,53 @@ def rpc_hosts_arg(args: argparse.Namespace, command: str) -> tuple[str, ...] | N
             return tuple(str(e) for e in parse_rpc_hosts(list(saved), where="setting rpc_hosts"))
         return tuple(str(e) for e in parse_rpc_hosts(value))
     except RpcHostError as exc:
+        print(f"draftwise {command}: {exc}", file=sys.stderr)
+        return None
+
+
+class _ServerArgAction(argparse.Action):
+    """``--server-arg=FLAG[=VALUE]``, repeatable. With a space instead of ``=`` a flag such as ``--no-mmap``
+    is taken by argparse for an option of draftwise, and ``--server-arg`` is left without a value: that is
+    refused here with the ``=`` form to use (``nargs='?'`` lets this action see it)."""
+
+    def __call__(self, parser: argparse.ArgumentParser, namespace: argparse.Namespace, values: object,
+                 option_string: str | None = None) -> None:
+        if values is None:
+            raise argparse.ArgumentError(self, "give the llama-server flag after '=', as in --server-arg=--no-mmap "
+                                         "or --server-arg=-tb=2 (after a space, a word starting with '-' is read "
+                                         "as an option of draftwise)")
+        setattr(namespace, self.dest, [*(getattr(namespace, self.dest) or []), str(values)])
+
+
+def add_server_arg_argument(p: argparse.ArgumentParser, serve_models: bool = False) -> None:
+    """The shared repeatable ``--server-arg=FLAG[=VALUE]`` option (tune, serve, plan; dest ``server_args``)."""
+    from tuner.serverargs import user_allowed
+
+    p.add_argument("--server-arg", dest="server_args", action=_ServerArgAction, nargs="?", default=None,
+                   metavar="FLAG[=VALUE]",
+                   help="add a llama-server flag to every launch, written with '=' (--server-arg=--no-repack, "
+                   "--server-arg=-tb=2); repeat it for more. Given, it replaces the server_args setting (Serve "
+                   "tab: Extra llama-server flags); --server-arg= alone means none. "
+                   + ("With --models the profile's flags are used, and another list is refused (re-tune with it). "
+                      if serve_models else "")
+                   + "Allowed: " + " ".join(user_allowed()) + "; never a flag that changes where the server "
+                   "listens, its key, CORS or tools, or one Draftwise sets itself")
+
+
+def server_args_arg(args: argparse.Namespace, command: str) -> tuple[str, ...] | None:
+    """``--server-arg`` values (or the ``server_args`` setting when none was given) as llama-server argv words
+    (:func:`tuner.serverargs.parse_server_args`); None after printing one line naming the refused flag."""
+    from tuner.serverargs import ServerArgError, parse_server_args
+
+    given = getattr(args, "server_args", None)
+    try:
+        if given is None:
+            from tuner.settings import load_settings_keeping_valid
+
+            saved = load_settings_keeping_valid(repair=False).settings.server_args  # a bad key is left out
+            return parse_server_args(saved, where="setting server_args")
+        return parse_server_args(given, where="--server-arg")
+    except ServerArgError as exc:
         print(f"draftwise {command}: {exc}", file=sys.stderr)
         return None
 
@@ -281,19 +330,39 @@ def _plan_args_problem(args: argparse.Namespace, spec_type: str) -> str | None:
     return None
 
 
-def _server_argv(req: MemoryRequest, binary: Path | None) -> list[str] | None:
-    """The argv ``tuner.server.argv.build_argv`` gives the server for ``req`` (port 0 as a placeholder),
-    or None when there is no binary or it cannot express the request."""
+def _server_argv(req: MemoryRequest, binary: Path | None, server_args: tuple[str, ...] = ()) -> list[str] | None:
+    """The argv ``tuner.server.argv.build_argv`` gives the server for ``req`` with the user's flags
+    (``server_args``, argv words) at the end, as every launch gets them (port 0 as a placeholder), or None
+    when there is no binary or it cannot express the request."""
     if binary is None:
         return None
     try:
         from tuner.server.argv import build_argv
         from tuner.server.dialect import probe_dialect
 
-        return build_argv(binary, server_config_for(req, binary=binary).with_port(0), probe_dialect(binary))
+        cfg = server_config_for(req, binary=binary)
+        cfg = dataclasses.replace(cfg, extra_args=(*cfg.extra_args, *server_args))
+        return build_argv(binary, cfg.with_port(0), probe_dialect(binary))
     except Exception as exc:  # noqa: BLE001 - DialectError, UnsupportedConfigError: say it, plan anyway
         print(f"draftwise plan: note: no server argv for the cross-checks ({exc})", file=sys.stderr)
         return None
+
+
+def _unknown_server_arg(server_args: tuple[str, ...], binary: Path | None) -> str | None:
+    """One line naming a user flag ``binary`` does not list in its ``--help`` (None when all are known, or
+    when there is no binary or its dialect cannot be read: the argv note says so then)."""
+    if binary is None or not server_args:
+        return None
+    from tuner.server.dialect import DialectError, probe_dialect
+    from tuner.serverargs import ServerArgError, check_known
+
+    try:
+        check_known(server_args, probe_dialect(binary).has, binary)
+    except DialectError:
+        return None
+    except ServerArgError as exc:
+        return str(exc)
+    return None
 
 
 def _model_path(given: str, models_dir: str | None, flag: str) -> Path:
@@ -378,7 +447,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if _bad_server_flag(args.server, "plan"):
         return 2
     rpc = rpc_hosts_arg(args, "plan")
-    if rpc is None:
+    server_args = server_args_arg(args, "plan")
+    if rpc is None or server_args is None:
         return 2
     cache_ram, cache_line = plan_cache_ram(args.cache_ram)
     n_ctx, ctx_note = plan_n_ctx(args.ctx, target.context_length)
@@ -389,8 +459,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         n_ctx=n_ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
                         n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB,
                         n_max=args.n_max, n_cpu_moe=args.n_cpu_moe, cpu_moe=args.cpu_moe,
-                        prompt_cache_bytes=max(cache_ram, 0) * MIB)
+                        prompt_cache_bytes=max(cache_ram, 0) * MIB, no_repack=no_repack_in(server_args))
     devs, binary = _detect(args.server, rpc)
+    unknown = _unknown_server_arg(server_args, binary)
+    if unknown:
+        print(f"draftwise plan: {unknown}", file=sys.stderr)
+        return 2
     try:
         plan = plan_memory(req, devs)
     except ValueError as exc:
@@ -400,7 +474,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     max_ngl = trade.max_ngl_at_ctx
     check = None
     # the cross-checks start llama-fit-params / llama-server on this machine's devices only
-    server_argv = None if devs.rpc_endpoints else _server_argv(req, binary)
+    server_argv = None if devs.rpc_endpoints else _server_argv(req, binary, server_args)
     if devs.rpc_endpoints:
         print("draftwise plan: note: cross-checks skipped with RPC hosts (they see this machine's devices only)",
               file=sys.stderr)
@@ -413,12 +487,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
     if binary is not None and server_argv is not None:
         if args.server_check:
             print("cross-checking with llama-server itself (one model load, cached) ...", file=sys.stderr)
-            scheck = server_cross_check(req, devs, binary)
+            scheck = server_cross_check(req, devs, binary, extra_args=server_args)
         else:
             cfg = server_config_for(req, binary=binary)
             cached = cached_server_report(server_argv, [cfg.model_path, cfg.draft_path])
-            if cached is not None:
-                scheck = server_cross_check(req, devs, binary)  # from the cache: no server start
+            if cached is not None:  # from the cache: no server start
+                scheck = server_cross_check(req, devs, binary, extra_args=server_args)
     if args.json:
         data = plan_json(plan, trade)
         data["cross_check"] = dataclasses.asdict(check) if check is not None else None
@@ -426,6 +500,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
         data["n_ctx_note"] = ctx_note
         data["cache_ram_mib"] = cache_ram
         data["cache_ram_from"] = "--cache-ram" if args.cache_ram is not None else "setting cache_ram_mib"
+        data["server_args"] = list(server_args)
         json.dump(data, sys.stdout, indent=2)
         print()
         return 0 if plan.fits else 1
@@ -437,6 +512,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
              else f"{plan.n_parallel} slot(s) x {plan.n_ctx_slot} cells")
     print(f"      --spec-type {spec_type}, n_ctx {plan.n_ctx} ({slots}, KV {args.ctk}/{args.ctv}), "
           f"target ngl {plan.target_ngl}" + (f", draft ngl {plan.draft_ngl}" if draft else ""))
+    if server_args:
+        print(f"      extra llama-server flags (in the cross-checks' argv): {' '.join(server_args)}")
     header = f"{'place':<12}" + "".join(f"{h:>11}" for _, h in _COLS) + f"{'total':>11}{'budget':>11}{'headroom':>11}"
     print(header)
     rows = [(f"{p.device_name}", p.need, p.budget_bytes, p.headroom_bytes) for p in plan.devices]

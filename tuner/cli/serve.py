@@ -72,6 +72,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     from tuner.cli.hardware import add_rpc_argument
 
     add_rpc_argument(p)
+    from tuner.cli.hardware import add_server_arg_argument
+
+    add_server_arg_argument(p, serve_models=True)
     p.add_argument("--liveness-timeout", type=float, default=30.0, metavar="S",
                    help="while serving, restart llama-server when it has not answered /health for S seconds "
                    "and makes no progress (default 30; a server busy with a long prompt is not restarted)")
@@ -212,10 +215,35 @@ def _api_key_for(host: str, given: str | None) -> str | None:
     return key
 
 
+def _profile_config(args: argparse.Namespace) -> ServerConfig:
+    """The saved profile's configuration for ``--models`` (``tuner.calibration.serving``; it carries the user
+    flags it was tuned with). ``args.server_words`` (the ``--server-arg`` words; None when not given) must be
+    those flags. Raises ValueError when they differ (the profile is stale for them), LookupError /
+    ProfileError as ``config_from_profile``."""
+    from tuner.calibration.serving import config_from_profile, find_profile  # lazy: calibration is above us
+
+    cfg = config_from_profile(Path(args.models), args.target)
+    given = getattr(args, "server_words", None)
+    if given is None:
+        return cfg
+    tuned = tuple(find_profile(Path(args.models), args.target).keys.server_args)
+    if tuple(given) != tuned:
+        from tuner.serverargs import describe, to_specs
+
+        raise ValueError(
+            f"--server-arg {describe(given)}: the profile for {cfg.model_path.name} was tuned with the extra "
+            f"llama-server flags {describe(tuned)}, so it is stale for these and would serve an unmeasured "
+            f"configuration. Re-tune: draftwise tune --models {args.models}"
+            + (f" --target {args.target}" if args.target else "")
+            + "".join(f" --server-arg={w}" for w in to_specs(given)) + " (or serve without --server-arg)")
+    return cfg
+
+
 def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """The :class:`ServerConfig` a ``serve`` command line asks for. Host, port and API key come
     from the flags (never from a profile); the CORS origin from the settings (``cors_origin``,
-    default: pages from localhost only).
+    default: pages from localhost only); the user's llama-server flags from ``args.server_words`` (argv
+    words of ``--server-arg`` or the ``server_args`` setting; with ``--models`` the profile's).
 
     Raises:
         ValueError: inconsistent flags (message names them).
@@ -223,11 +251,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
     """
     _check_serve_args(args)
     if args.models and not args.draft and not args.spec_type:
-        from tuner.calibration.serving import (
-            config_from_profile,  # lazy: calibration is above us
-        )
-
-        cfg = config_from_profile(Path(args.models), args.target)
+        cfg = _profile_config(args)
         if args.n_ctx is not None and args.n_ctx != cfg.n_ctx:
             raise ValueError(
                 f"--ctx-size {args.n_ctx}: the profile for {cfg.model_path.name} was tuned at context size "
@@ -284,6 +308,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         cors_origins=cors,
         cache_ram_mib=cache_ram,
         alias=default_alias(target),
+        extra_args=tuple(getattr(args, "server_words", None) or ()),
     )
 
 
@@ -326,6 +351,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
         if hosts is None:
             return 2
         args.rpc_hosts = hosts
+    if not from_profile or getattr(args, "server_args", None) is not None:
+        # --server-arg, else (serving from flags) the server_args setting; a profile carries its own
+        from tuner.cli.hardware import server_args_arg
+
+        words = server_args_arg(args, "serve")
+        if words is None:
+            return 2
+        args.server_words = words
     try:
         cfg = config_from_args(args)
     except Exception as exc:  # ValueError, NoProfileError, ProfileError, ImportError
@@ -360,6 +393,13 @@ def cmd_serve(args: argparse.Namespace) -> int:
         sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout, rpc_fallback=fallback)
     except (ServerNotFoundError, DialectError) as exc:
         _err(f"draftwise serve: {_server_error(exc, args.server)}")
+        return 2
+    from tuner.serverargs import ServerArgError, check_known
+
+    try:  # a flag this build does not list would make it exit 1 ("invalid argument")
+        check_known(getattr(args, "server_words", None) or (), sup.dialect.has, binary.path)
+    except ServerArgError as exc:
+        _err(f"draftwise serve: {exc}")
         return 2
 
     done = threading.Event()

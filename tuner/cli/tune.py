@@ -1,6 +1,7 @@
 """``draftwise tune``: calibrate on the user's machine and save the profile (headless front end of ``tune``).
 
     draftwise tune --models DIR [--target NAME|PATH] [--prompts FILE] [--budget SECONDS] [--force] [--json]
+                   [--server-arg=FLAG[=VALUE] ...]
 
 Progress goes to stderr (a one-line progress bar on a terminal, plain lines otherwise), the final
 table to stdout; with ``--json`` stdout is exactly one JSON object::
@@ -78,6 +79,9 @@ def register(subparsers: Any) -> None:
                    "configuration over that mix (default: the prompt set's own share, 2 of 7 requests in the "
                    "built-in set)")
     p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads per launch (default: server's)")
+    from tuner.cli.hardware import add_server_arg_argument
+
+    add_server_arg_argument(p)
     p.set_defaults(func=run)
 
 
@@ -159,6 +163,7 @@ def result_to_json(result: TuneResult) -> dict[str, Any]:
         "n_ctx": prof.keys.n_ctx if prof else None,
         "workload": prof.keys.workload if prof else None,
         "long_share": prof.keys.long_share if prof else None,
+        "server_args": list(prof.keys.server_args) if prof else None,
     }
     if d is not None:
         decision.update(
@@ -347,10 +352,12 @@ def _one_line_error(exc: BaseException) -> str | None:
     return None
 
 
-def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = ()) -> TuneRequest:
+def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = (),
+                      server_args: tuple[str, ...] = ()) -> TuneRequest:
     """The command line's :class:`TuneRequest` (the same constructor as the app's
     ``tuner.calibration.request.request_from_settings``); ``rpc_hosts`` = the checked ``--rpc`` list
-    (``tuner.cli.hardware.rpc_hosts_arg``).
+    (``tuner.cli.hardware.rpc_hosts_arg``), ``server_args`` = the checked ``--server-arg`` flags as argv words
+    (``tuner.cli.hardware.server_args_arg``: the setting's when none was given).
 
     Raises:
         TuneError: a value the request refuses (names the field).
@@ -371,6 +378,7 @@ def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = ())
         long_context=args.long_context,
         long_share=args.long_share,
         rpc_hosts=tuple(rpc_hosts),
+        server_args=tuple(server_args),
     )
 
 
@@ -380,13 +388,14 @@ def run(args: argparse.Namespace) -> int:
     if bad is not None:
         sys.stderr.write(f"draftwise tune: {bad}\n")
         return 2
-    from tuner.cli.hardware import rpc_hosts_arg
+    from tuner.cli.hardware import rpc_hosts_arg, server_args_arg
 
     rpc_hosts = rpc_hosts_arg(args, "tune")
-    if rpc_hosts is None:
+    server_args = server_args_arg(args, "tune")
+    if rpc_hosts is None or server_args is None:
         return 2
     try:
-        request = request_from_args(args, rpc_hosts=rpc_hosts)
+        request = request_from_args(args, rpc_hosts=rpc_hosts, server_args=server_args)
     except TuneError as exc:
         sys.stderr.write(f"draftwise tune: {exc}\n")
         return 2

@@ -586,8 +586,8 @@ def compare_with_server(request: MemoryRequest, devices: Devices | Sequence[Devi
 
 def server_cross_check(request: MemoryRequest, devices: Devices | Sequence[Device], server_binary: str | os.PathLike[str],
                        dialect: Dialect | None = None, runner: ServerRunner | None = None,
-                       timeout_s: float = 300.0, use_cache: bool = True, threads: int | None = None
-                       ) -> ServerCrossCheck:
+                       timeout_s: float = 300.0, use_cache: bool = True, threads: int | None = None,
+                       extra_args: Sequence[str] = ()) -> ServerCrossCheck:
     """Run llama-server once with the argv it would get for ``request`` (``tuner.server.argv.build_argv``
     of :func:`server_config_for`, then :func:`check_argv`), stop it once the model is loaded, and
     compare its start-up projection and allocated buffers with :func:`plan_memory` part by part.
@@ -595,7 +595,8 @@ def server_cross_check(request: MemoryRequest, devices: Devices | Sequence[Devic
     Cost: one model load (the weights are read). The server's report (its relevant log lines) is
     cached per :func:`cache_key`, so a second call with the same binary, files and settings costs a
     file read and a fresh comparison with the current plan (``use_cache`` False runs it again). ``runner(argv, timeout_s) -> log lines`` replaces the real run (tests). Never raises:
-    a failure is an answer with ``ok`` False and a ``note``.
+    a failure is an answer with ``ok`` False and a ``note``. ``extra_args``: the user's own llama-server
+    flags (``plan --server-arg``), appended as every launch gets them.
     """
     request = replace(request, prompt_cache_bytes=0)  # grows while serving; not a start-up buffer
     from tuner.process import free_port
@@ -604,6 +605,7 @@ def server_cross_check(request: MemoryRequest, devices: Devices | Sequence[Devic
 
     try:
         cfg = server_config_for(request, threads=threads, binary=server_binary)
+        cfg = replace(cfg, extra_args=(*cfg.extra_args, *extra_args))
         if dialect is None:
             from tuner.server.dialect import probe_dialect
 

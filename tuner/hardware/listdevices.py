@@ -110,10 +110,14 @@ def run_list_devices(
         return ListDevicesResult(False, (), "llama-server not found: device list from llama.cpp unavailable")
     argv = [str(Path(server_binary)), "--list-devices"]
     run = runner or _default_runner
+    from tuner.process import OutputCapExceeded
+
     try:
         rc, out, err = run(argv, timeout_s)
     except TimeoutError:
         return ListDevicesResult(False, (), f"{argv[0]} --list-devices timed out after {timeout_s:g} s")
+    except OutputCapExceeded as exc:
+        return ListDevicesResult(False, (), f"{exc}; is it a llama-server?")
     except OSError as exc:
         return ListDevicesResult(False, (), f"{argv[0]} --list-devices could not run: {exc}")
     if rc != 0:

@@ -22,6 +22,7 @@ import json
 import logging
 import os
 import time
+from collections.abc import Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -39,6 +40,18 @@ log = logging.getLogger(__name__)
 REPACK_SPEEDUP_PCT = 0
 
 _NO_REPACK_FLAGS = ("--no-repack", "-nr")
+
+
+def no_repack_in(argv_words: Sequence[str]) -> bool:
+    """True when llama-server argv words turn weight repacking off: the last of ``--no-repack`` / ``-nr``
+    and ``--repack`` wins (common/arg.cpp: each sets ``params.no_extra_bufts``)."""
+    state = False
+    for word in argv_words:
+        if word in _NO_REPACK_FLAGS:
+            state = True
+        elif word == "--repack":
+            state = False
+    return state
 
 
 def no_repack_sentence(cause: str | None, build_types: tuple[str, ...] = ()) -> str:
@@ -230,5 +243,6 @@ def _probe_log(binary: ServerBinary | str | os.PathLike[str], dialect: Dialect |
         return fh.read().splitlines(), argv
 
 
-__all__ = ["REPACK_SPEEDUP_PCT", "current_cpu_workaround", "fact_key", "known_cpu_buffers", "no_repack_sentence",
-           "probe_cpu_buffers", "record_cpu_buffers", "with_cpu_workarounds", "workaround_sentence"]
+__all__ = ["REPACK_SPEEDUP_PCT", "current_cpu_workaround", "fact_key", "known_cpu_buffers", "no_repack_in",
+           "no_repack_sentence", "probe_cpu_buffers", "record_cpu_buffers", "with_cpu_workarounds",
+           "workaround_sentence"]

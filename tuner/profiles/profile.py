@@ -10,7 +10,8 @@ workload were keys, are still read and are stale: their ``n_ctx`` comes from ``s
     {"schema_version": 2, "target_path": "...", "created_unix_s": 1.7e9,
      "keys": {"hardware_fingerprint": "...", "server_binary": "...", "server_build": "...",
               "dialect_fingerprint": "...", "model_files": [{"path","size_bytes","mtime_ns"}...],
-              "prompt_set_sha256": "...", "n_ctx": 8192, "workload": "chat;server-defaults"},
+              "prompt_set_sha256": "...", "n_ctx": 8192, "workload": "chat;server-defaults",
+              "long_share": null, "server_args": ["--no-repack"]},
      "winner": {"spec_type": "none"|..., "draft_path": null|"...", "n_max": ..., ...},
      "server_config": {ServerConfig fields}, "argv": [...],
      "decision": {"speedup": ..., "reason": "...", ...}, "evidence": [ {...}, ... ]}
@@ -78,6 +79,9 @@ class StalenessKeys:
         long_share: the served share (0..1) of long-context requests the decision was weighted to (the
             ``long_share`` setting, ``tune --long-share``); ``None`` = the prompt set's own share (every
             request weighed the same, as every profile written before this key existed).
+        server_args: the user's own llama-server flags every launch of the sweep carried, as argv words
+            (``("--no-repack", "-tb", "2")``: ``tune --server-arg``, the ``server_args`` setting); empty for
+            none, as every profile written before this key existed.
     """
 
     hardware_fingerprint: str | None
@@ -89,6 +93,7 @@ class StalenessKeys:
     n_ctx: int | None = None
     workload: str | None = None
     long_share: float | None = None
+    server_args: tuple[str, ...] = ()
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form (model files as a list of dicts)."""
@@ -104,6 +109,7 @@ class StalenessKeys:
             "n_ctx": self.n_ctx,
             "workload": self.workload,
             "long_share": self.long_share,
+            "server_args": list(self.server_args),
         }
 
     @classmethod
@@ -121,6 +127,7 @@ class StalenessKeys:
             n_ctx=obj.get("n_ctx"),
             workload=obj.get("workload"),
             long_share=_share(obj.get("long_share")),
+            server_args=_words(obj.get("server_args")),
         )
 
 
@@ -161,7 +168,27 @@ def stale_reasons(saved: StalenessKeys, current: StalenessKeys) -> list[str]:
     if _share(saved.long_share) != _share(current.long_share):
         reasons.append(f"the long-context share changed (tuned for {_share_text(saved.long_share)}, now "
                        f"{_share_text(current.long_share)})")
+    if tuple(saved.server_args) != tuple(current.server_args):
+        reasons.append(f"the extra llama-server flags changed (tuned with {_words_text(saved.server_args)}, now "
+                       f"{_words_text(current.server_args)})")
     return reasons
+
+
+def _words(v: Any) -> tuple[str, ...]:
+    """A recorded ``server_args`` list as a tuple (missing = none).
+
+    Raises:
+        TypeError: not a list of strings.
+    """
+    if v is None:
+        return ()
+    if not isinstance(v, list) or not all(isinstance(w, str) for w in v):
+        raise TypeError(f"server_args: expected a list of strings, got {v!r}")
+    return tuple(v)
+
+
+def _words_text(words: tuple[str, ...]) -> str:
+    return " ".join(words) if words else "none"
 
 
 def _share(v: Any) -> float | None:

@@ -1,5 +1,6 @@
 """Serve tab: state, endpoint, the exact command line, copy buttons, log tail, and the serving
-settings (port, LAN exposure with its API key, prompt-cache RAM, start at login, llama-server binary)."""
+settings (port, LAN exposure with its API key, prompt-cache RAM, start at login, llama-server binary and
+the user's extra llama-server flags)."""
 
 from __future__ import annotations
 
@@ -220,12 +221,32 @@ class ServeTab(QWidget):
         b.clicked.connect(self._browse_binary)
         binrow.addWidget(b)
         form.addRow("llama-server:", binrow)
+        self._server_args_row(form, st)
         self.settings_msg = QLabel()
         self.settings_msg.setWordWrap(True)
         form.addRow("", self.settings_msg)
         self._settings_form = form
         form.setRowVisible(self.settings_msg, False)  # shown with the first message
         return box
+
+    def _server_args_row(self, form: QFormLayout, st) -> None:
+        """The user's own llama-server flags (``server_args``): FLAG or FLAG=VALUE, separated by spaces."""
+        from tuner.serverargs import user_allowed
+
+        self.server_args_edit = QLineEdit(" ".join(st.server_args))
+        self.server_args_edit.setPlaceholderText("none (e.g. --no-repack, or -tb=2)")
+        self.server_args_edit.setToolTip(
+            "Flags added to every llama-server that tuning and serving start, written FLAG or FLAG=VALUE and "
+            "separated by spaces, e.g. --no-repack when this CPU crashes in llama.cpp's repacked kernels. "
+            "Allowed: " + " ".join(user_allowed()) + ". Never one that changes where the server listens, its "
+            "key, CORS or tools, or one Draftwise sets itself. Changing them re-tunes.")
+        self.server_args_edit.editingFinished.connect(self._save_server_args)
+        form.addRow("Extra llama-server flags:", self.server_args_edit)
+
+    def _save_server_args(self) -> None:
+        specs = tuple(self.server_args_edit.text().split())
+        if specs != tuple(self.controller.settings.server_args):
+            self._save(server_args=specs)
 
     def _workload_rows(self, form: QFormLayout, st) -> None:
         """Context size and served sampling (both measured by the sweep; a change makes the profile stale)."""
