@@ -24,8 +24,8 @@ from tuner.hardware.repack import (
 )
 
 DATA = Path(__file__).resolve().parent / "data" / "amx-trap"
-TRAP = (DATA / "trap-llama-server.log").read_text(encoding="utf-8").splitlines()
-NO_REPACK = (DATA / "no-repack-llama-server.log").read_text(encoding="utf-8").splitlines()
+TRAP = (DATA / "trap-llama-server.txt").read_text(encoding="utf-8").splitlines()
+NO_REPACK = (DATA / "no-repack-llama-server.txt").read_text(encoding="utf-8").splitlines()
 # this machine's b11434 build (AVX2/AVX-512, no AMX), Gemma 3 270M Q4_K_M, -lv 4
 CPU_REPACK_LOG = [
     "0.00.004.166 I cmn  common_param: system_info: n_threads = 2 (n_threads_batch = 2) / 2 | CPU : SSE3 = 1 | "
