@@ -42,11 +42,12 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
-from tuner.hardware.host import cpu_model_name, foreign_processes  # noqa: E402
+from tuner.hardware.host import foreign_processes  # noqa: E402
 from tuner.hardware.repack import current_cpu_workaround, probe_cpu_buffers  # noqa: E402
 from tuner.server.config import ServerConfig  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
 from tuner.server.supervisor import Supervisor  # noqa: E402
+from tuner.server.workarounds import cpu_identity  # noqa: E402
 
 PROMPTS = (
     "Once upon a time, in a small village by the sea, there lived an old fisherman who",
@@ -69,8 +70,7 @@ def _request(client, prompt: str, n_predict: int, seed: int) -> tuple[int, float
 
 def _start(binary, model: Path, threads: int, no_repack: bool) -> Supervisor:
     sup = Supervisor(binary, liveness_timeout_s=None)
-    sup.start(ServerConfig(model_path=model, n_ctx=2048, n_parallel=1, threads=threads,
-                           extra_args=("--no-repack",) if no_repack else ()))
+    sup.start(ServerConfig(model_path=model, n_ctx=2048, n_parallel=1, threads=threads, no_repack=no_repack))
     return sup
 
 
@@ -104,10 +104,10 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--model", type=Path, default=None, help="GGUF to measure (default: Gemma 3 270M Q4_K_M)")
     args = ap.parse_args(argv)
     binary = find_server(args.server)
-    if current_cpu_workaround(binary.path) is not None:  # the user's store, before the private home
-        w = current_cpu_workaround(binary.path)
+    w = current_cpu_workaround(binary.path)  # the user's store, before the private home
+    if w is not None:
         return _cannot(f"the --no-repack workaround is recorded for {binary.path} on this machine (this CPU "
-                       f"crashed in the repacked kernels: {getattr(w, 'cause', '?')})")
+                       f"crashed in the repacked kernels: {w.cause})")
     work = Path(tempfile.mkdtemp(prefix="dw-no-repack-"))
     os.environ["DRAFTWISE_HOME"] = str(work / "home")
     fact = probe_cpu_buffers(binary)
@@ -124,11 +124,12 @@ def main(argv: list[str] | None = None) -> int:
         model = gemma3_270m()
     else:
         model = args.model
-    cpu = cpu_model_name()
+    cpu = cpu_identity().model
     others = foreign_processes("llama-server")
     load0 = os.getloadavg()
-    print(f"CPU: {cpu}; {os.cpu_count()} CPUs; llama-server {binary.build} ({binary.path}); {model.name}; repacked buffer "
-          f"types here: {', '.join(fact.types)}; {args.threads} thread(s) per server; {len(PROMPTS)} prompts x "
+    print(f"CPU: {cpu}; {os.cpu_count()} CPUs; llama-server {binary.build} ({binary.path}); {model.name}; "
+          f"repacked buffer types here: {', '.join(fact.types)}; {args.threads} thread(s) per server; "
+          f"{len(PROMPTS)} prompts x "
           f"{args.n_predict} tokens x {args.rounds} rounds; other llama-servers running: {len(others)}; load "
           f"average {load0[0]:.2f} {load0[1]:.2f} {load0[2]:.2f}", flush=True)
     sups = {side: _start(binary, model, args.threads, side == "no-repack") for side in SIDES}
@@ -156,7 +157,8 @@ def main(argv: list[str] | None = None) -> int:
           f"(ratio {ratio:.3f}; per round {min(ratios):.3f}-{max(ratios):.3f}, median {statistics.median(ratios):.3f})")
     print(f"prompt processing (median): repacked {pp['repacked']:.0f}, --no-repack {pp['no-repack']:.0f} tokens/s")
     print(f"CPU {cpu}; load average before {load0[0]:.2f}, after {load1[0]:.2f}; wall {wall:.0f} s")
-    print(json.dumps({"cpu": cpu, "model": model.name, "threads": args.threads, "buffer_types": list(fact.types), "rounds": len(per_round),
+    print(json.dumps({"cpu": cpu, "model": model.name, "threads": args.threads, "buffer_types": list(fact.types),
+                      "rounds": len(per_round),
                       "n_predict": args.n_predict, "pooled_tokens_per_s": {k: round(v, 2) for k, v in pooled.items()},
                       "ratio": round(ratio, 4), "faster_pct": round(100 * (ratio - 1), 1),
                       "round_ratios": [round(x, 4) for x in ratios],

@@ -15,6 +15,22 @@ SHARED_MODEL = REPO.parent / "shared" / "models" / "stories260K.gguf"
 DEMO_MODEL = REPO / "resources" / "demo" / "stories260K.gguf"
 
 
+@pytest.fixture(autouse=True, scope="session")
+def _session_draftwise_home(tmp_path_factory: pytest.TempPathFactory):
+    """No test reads or writes the user's own Draftwise folders (settings, profiles, caches, the workaround
+    store of tuner/server/workarounds.py): a session-wide DRAFTWISE_HOME unless one is set already. Test
+    folders with their own per-test home (server, calibration, ui, ...) override it test by test."""
+    if os.environ.get("DRAFTWISE_HOME"):
+        yield None
+        return
+    home = tmp_path_factory.mktemp("dw-session-home")
+    os.environ["DRAFTWISE_HOME"] = str(home)
+    try:
+        yield home
+    finally:
+        os.environ.pop("DRAFTWISE_HOME", None)
+
+
 def _stories_source() -> Path:
     return SHARED_MODEL if SHARED_MODEL.is_file() else DEMO_MODEL
 

@@ -10,6 +10,8 @@ in llama.cpp's style to stderr, and serves ``/health``, ``/props``, ``/slots``, 
     --fake-mode oom-on-completion /health 200, then the first /completion prints a CUDA
                                   out-of-memory line and aborts (SIGABRT)
     --fake-mode crash-after-ready SIGSEGV-like exit (abort) --fake-crash-s seconds after ready
+    --fake-mode sigill-on-completion  /health 200, then the first /completion dies by SIGILL (a CPU
+                                  that rejects an instruction on the first decode), unless --no-repack
     --fake-model-path P           report P as /props model_path (a foreign server)
     --fake-load-s S               seconds of "Loading model" (default 0)
 """
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 import json
 import os
+import signal
 import sys
 import threading
 import time
@@ -34,7 +37,7 @@ def log(level: str, comp: str, func: str, msg: str) -> None:
 
 def parse(argv: list[str]) -> dict:
     opts = {"model": None, "host": "127.0.0.1", "port": 8080, "mode": "normal", "load_s": 0.0,
-            "model_path": None, "crash_s": 1.0, "spec_type": "none", "draft": None}
+            "model_path": None, "crash_s": 1.0, "spec_type": "none", "draft": None, "no_repack": False}
     i = 0
     while i < len(argv):
         a = argv[i]
@@ -51,6 +54,8 @@ def parse(argv: list[str]) -> dict:
         keys = {"-m": "model", "--model": "model", "--host": "host", "--port": "port",
                 "--fake-mode": "mode", "--fake-load-s": "load_s", "--fake-model-path": "model_path", "--fake-crash-s": "crash_s",
                 "--spec-type": "spec_type", "-md": "draft", "--spec-draft-model": "draft"}
+        if a in ("--no-repack", "-nr"):
+            opts["no_repack"] = True
         if a in keys and nxt is not None:
             opts[keys[a]] = nxt
             i += 2
@@ -60,6 +65,21 @@ def parse(argv: list[str]) -> dict:
     opts["load_s"] = float(opts["load_s"])
     opts["crash_s"] = float(opts["crash_s"])
     return opts
+
+
+def _die_by(sig: int, last_line: str) -> None:
+    """Log ``last_line`` and die by ``sig``, leaving no core file (non-dumpable, RLIMIT_CORE 0)."""
+    sys.stderr.write(last_line + "\n")
+    sys.stderr.flush()
+    try:
+        import ctypes
+        import resource
+
+        resource.setrlimit(resource.RLIMIT_CORE, (0, 0))
+        ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
+    except (ImportError, OSError, ValueError, AttributeError):
+        pass
+    os.kill(os.getpid(), sig)  # Python leaves SIGILL/SIGSEGV at their default action (from any thread)
 
 
 def main() -> int:
@@ -118,6 +138,8 @@ def main() -> int:
                     sys.stderr.write("ggml_gallocr_reserve_n: failed to allocate CUDA0 buffer of size 2147483648\n")
                     sys.stderr.flush()
                     os.abort()
+                if mode == "sigill-on-completion" and not opts["no_repack"]:
+                    _die_by(signal.SIGILL, "I slot launch_slot_: id  0 | task 0 | processing task")
                 k = int(req.get("n_predict", 4))
                 self._send(200, {"content": " there was" * max(1, k // 2), "tokens_predicted": k,
                                  "timings": {"predicted_n": k, "predicted_per_second": 100.0,
@@ -156,7 +178,5 @@ def main() -> int:
 
 
 if __name__ == "__main__":
-    import signal
-
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(0))
     sys.exit(main())

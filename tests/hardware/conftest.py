@@ -52,22 +52,10 @@ def cpu_only_devices(binary) -> Devices:
     return Devices((), 16 * GIB, 8 * GIB, 2, cpu_buffers=fact)
 
 
-def record_workaround(monkeypatch: pytest.MonkeyPatch, binary, cause: str) -> None:
-    """Record the ``--no-repack`` workaround for ``binary`` in the test's DRAFTWISE_HOME (the real store when
-    tuner.server.workarounds exists, else a stand-in of its API for the test's duration)."""
-    import sys
-    import types
-    from pathlib import Path
+def record_workaround(binary, cause: str) -> None:
+    """Record the ``--no-repack`` workaround for ``binary`` in the test's DRAFTWISE_HOME (the real store)."""
+    from tuner.server.workarounds import record_no_repack
 
-    try:
-        from tuner.server.workarounds import record_no_repack
-    except ImportError:
-        fact = types.SimpleNamespace(no_repack=True, cause=cause, binary=str(binary), evidence=("test",))
-        stand_in = types.ModuleType("tuner.server.workarounds")
-        stand_in.current_workaround = lambda path: fact if Path(path) == Path(binary) else None  # type: ignore
-        stand_in.apply_workarounds = lambda cfg, path: cfg  # type: ignore[attr-defined]
-        monkeypatch.setitem(sys.modules, "tuner.server.workarounds", stand_in)
-        return
     record_no_repack(binary, cause, ["test"])
 
 

@@ -103,7 +103,7 @@ def test_gemma_plan_agrees_with_the_amx_machines_buffers_in_each_mode(gemma3_270
     assert off.extra_buffers == () and off.repack_host_bytes == 0 and off.cpu_buffers.in_force == ()
     assert plan_memory(MemoryRequest(target=spec, n_ctx=8192, n_parallel=1, no_repack=True),
                        _amx_devices()).repack_host_bytes == 0
-    assert "--no-repack" in server_config_for(MemoryRequest(target=spec, no_repack=True)).extra_args
+    assert server_config_for(MemoryRequest(target=spec, no_repack=True)).no_repack
 
 
 def test_the_plan_prints_the_buffer_type_in_force(gemma3_270m):
@@ -155,7 +155,7 @@ def test_the_fact_store_follows_the_workaround(tmp_path, monkeypatch):
     fact = record_cpu_buffers(binary, TRAP, [str(binary), "-m", "x.gguf"])
     assert fact == CpuBuffers(("AMX",), parse_cpu_build(TRAP).build_flags)
     assert known_cpu_buffers(binary) == fact and workaround_sentence(binary) is None
-    record_workaround(monkeypatch, binary, "sigill")
+    record_workaround(binary, "sigill")
     on = known_cpu_buffers(binary)
     assert on.no_repack and on.in_force == () and on.cause == "sigill" and on.types == ("AMX",)
     assert workaround_sentence(binary) == no_repack_sentence("sigill", ("AMX",))

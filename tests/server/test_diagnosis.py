@@ -34,7 +34,8 @@ CASES = [
             "E srv    load_model: failed to initialize speculative decoding context: draft model vocab type must match target model to use speculation"],
      "draft_incompatible"),
     (1, ["unknown speculative type: draft-bogus"], "spec_type_unknown"),
-    (-9, ["I srv  llama_server: listening on http://127.0.0.1:1"], "crashed"),
+    (-9, ["I srv  llama_server: listening on http://127.0.0.1:1"], "killed"),
+    (-15, ["I srv  llama_server: listening on http://127.0.0.1:1"], "crashed"),
     (3, ["nothing useful"], "exited"),
 ]
 

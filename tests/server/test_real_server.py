@@ -154,7 +154,11 @@ def test_sigkill_child_is_restarted(llama_server_bin: Path, stories260k_session:
         assert sup.state == ServerState.READY and sup.pid not in (None, pid1)
         assert sup.restart_count == 1
         crash = [c for c in changes if c.diagnosis is not None]
-        assert crash and crash[0].diagnosis.code == "crashed" and crash[0].diagnosis.returncode == -signal.SIGKILL
+        # a SIGKILL Draftwise did not send: "killed by the system" (or, if another program of this shared
+        # machine met the kernel's OOM killer in that second, the OOM killer: the counter is system-wide)
+        assert crash and crash[0].diagnosis.returncode == -signal.SIGKILL
+        assert crash[0].diagnosis.code in ("killed", "oom_killed"), crash[0].diagnosis
+        assert "killed by the" in crash[0].message
         with sup.client() as c:
             assert c.completion("Once", 4, temperature=0.0)["content"] is not None
     finally:

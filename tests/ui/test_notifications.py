@@ -109,3 +109,25 @@ def test_hung_server_restart_is_shown_as_hung(serving_controller):
     c._on_supervisor_state(StateChange(ServerState.STARTING, ServerState.READY, "http://127.0.0.1:1", diag, None, 1,
                                        diag.message, time.time()))
     assert got[-1][0] == "Draftwise: llama-server hung" and "did not answer /health" in got[-1][1]
+
+
+def test_each_restart_is_said_with_why(serving_controller):
+    """Issue 23 item 6: the tray says each restart and why, in the supervisor's plain words; a restart that
+    did not come up (tried again) is said too."""
+    from tuner.server.diagnosis import Diagnosis
+
+    c = serving_controller
+    got, status = [], []
+    c.notify.connect(lambda t, m: got.append((t, m)))
+    c.status.connect(status.append)
+    killed = Diagnosis("killed", "llama-server was killed by the system, probably for lack of memory (...)",
+                       summary="killed by the system, probably for lack of memory")
+    line = "llama-server crashed (killed by the system, probably for lack of memory); restarting in 1 s (restart 1)"
+    c._on_supervisor_state(StateChange(ServerState.STARTING, ServerState.READY, "http://127.0.0.1:1", killed, None, 1,
+                                       line, time.time()))
+    assert got[-1] == ("Draftwise: llama-server crashed", line + ".") and status[-1] == line
+    hang = Diagnosis("load_hang", "load hang: llama-server was not ready after 30 s")
+    again = "llama-server did not start (load hang: llama-server was not ready after 30 s); restarting in 2 s (restart 2)"
+    c._on_supervisor_state(StateChange(ServerState.STARTING, ServerState.STARTING, None, hang, None, 2, again,
+                                       time.time()))
+    assert got[-1] == ("Draftwise: llama-server did not start", again + ".") and status[-1] == again

@@ -26,7 +26,7 @@ def test_the_serve_tab_names_the_workaround_in_force(qtbot, tmp_path, monkeypatc
                             base_url="http://127.0.0.1:1", argv=argv[:3], pid=None, spec_label="no speculation")
     c.server_changed.emit(c.serving)
     assert not form.isRowVisible(tab.cpu_kernels_label)
-    record_workaround(monkeypatch, binary, "sigsegv")
+    record_workaround(binary, "sigsegv")
     assert flow.cpu_kernels_text(argv[:3]) is None  # not on this command line
     c.serving = ServingInfo(model_name=model.name, target_path=model, endpoint_url="http://127.0.0.1:1/v1",
                             base_url="http://127.0.0.1:1", argv=argv, pid=None, spec_label="no speculation")

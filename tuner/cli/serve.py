@@ -409,8 +409,10 @@ def cmd_serve(args: argparse.Namespace) -> int:
     base_model = not has_chat_template(cfg.model_path)
 
     def on_state(ch: StateChange) -> None:
-        line = f"[{time.strftime('%H:%M:%S')}] {ch.state.value}: {ch.message}"
-        _err(line)
+        # a crash, a retry or a restart is its own sentence ("llama-server crashed (…); restarting in 2 s
+        # (restart 3)", tuner/server/restart_policy.py describe); other changes are "state: message"
+        said_why = ch.state == ServerState.STARTING and ch.diagnosis is not None
+        _err(f"[{time.strftime('%H:%M:%S')}] " + (ch.message if said_why else f"{ch.state.value}: {ch.message}"))
         if ch.state == ServerState.FAILED:
             said.append(ch.message)
         if ch.state == ServerState.FAILED and ch.previous != ServerState.STARTING:

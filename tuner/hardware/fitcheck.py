@@ -351,7 +351,7 @@ def server_config_for(request: MemoryRequest, threads: int | None = None,
 
     Settings the config has no field for go to ``extra_args`` in llama-server's spelling:
     ``--n-cpu-moe`` / ``--cpu-moe``, ``-b`` / ``-ub`` when not the defaults (2048 / 512), ``-fa on|off``
-    when set, ``-ctkd`` / ``-ctvd`` when not f16, ``--no-repack`` for ``request.no_repack``. With ``binary``,
+    when set, ``-ctkd`` / ``-ctvd`` when not f16; ``request.no_repack`` is ``no_repack``. With ``binary``,
     the launch as every launch of that binary runs on this machine: its recorded workarounds applied
     (``tuner.hardware.repack.with_cpu_workarounds``: ``--no-repack`` where this CPU crashed in the
     repacked kernels). Raises ``ValueError`` when a model has no path.
@@ -383,14 +383,12 @@ def server_config_for(request: MemoryRequest, threads: int | None = None,
         extra += ["-ctkd", request.cache_type_k_draft]
     if uses_draft and request.cache_type_v_draft != "f16":
         extra += ["-ctvd", request.cache_type_v_draft]
-    if request.no_repack:
-        extra.append("--no-repack")
     cfg = ServerConfig(
         model_path=Path(t.path), draft_path=draft_path,
         spec_type=request.spec_type, n_max=request.n_max if uses_draft else None,
         ngl=request.ngl, draft_ngl=request.draft_ngl if uses_draft else None, n_ctx=request.n_ctx,
         n_parallel=request.n_parallel, cache_type_k=request.cache_type_k, cache_type_v=request.cache_type_v,
-        threads=threads, extra_args=tuple(extra))
+        threads=threads, extra_args=tuple(extra), no_repack=request.no_repack)
     if binary is None:
         return cfg
     from tuner.hardware.repack import with_cpu_workarounds

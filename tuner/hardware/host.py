@@ -64,38 +64,6 @@ def cpu_features(cpuinfo: str = "/proc/cpuinfo") -> tuple[str, ...]:
     return ()
 
 
-def cpu_identity(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """This CPU and kernel as one key: ``"<model name> | flags <sha256 of the flag set, 12 hex> | <kernel
-    release>"`` (Linux ``/proc/cpuinfo``; elsewhere ``platform.processor()``). Facts about what a llama-server
-    build does on this CPU are cached under it: the instruction sets decide ggml's repacked kernels, and the
-    kernel decides whether AMX tiles may be used (ggml/src/ggml-cpu/amx/amx.cpp ``ggml_amx_init`` asks it
-    with ``arch_prctl``). Never raises."""
-    import hashlib
-    import platform
-
-    model, flags = "", ""
-    try:
-        with open(cpuinfo, encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                key, _, value = line.partition(":")
-                if key.strip() == "model name" and not model:
-                    model = value.strip()
-                elif key.strip() == "flags" and not flags:
-                    flags = " ".join(sorted(set(value.split())))
-                if model and flags:
-                    break
-    except OSError:
-        pass
-    model = model or platform.processor() or platform.machine() or "unknown CPU"
-    digest = hashlib.sha256(flags.encode("utf-8")).hexdigest()[:12] if flags else "unknown"
-    return f"{model} | flags {digest} | {platform.release()}"
-
-
-def cpu_model_name(cpuinfo: str = "/proc/cpuinfo") -> str:
-    """The CPU's model name (``/proc/cpuinfo`` ``model name``, else ``platform.processor()``); never raises."""
-    return cpu_identity(cpuinfo).split(" | ", 1)[0]
-
-
 def process_rss_bytes(pid: int) -> int | None:
     """Resident set size of process ``pid`` in bytes, or None when it cannot be read."""
     try:

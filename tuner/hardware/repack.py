@@ -7,11 +7,11 @@ Where the log comes from: :func:`probe_cpu_buffers` starts llama-server once, th
 recorded workaround, ``tuner.server.workarounds``, happen here first), on the doctor's tiny quantized
 self-test model (``resources/selftest/``, ``tuner.server.selftest.selftest_model``) with ``-lv 4 -ngl 0``
 (every layer on the CPU, as the buffer lines must show what CPU-run layers get), reads its
-``load_tensors: … model buffer size`` and ``system_info`` lines (:func:`tuner.hardware.buffers.parse_cpu_build`),
-stops it: about a second. The answer is kept in ``paths.cache_dir()/cpu-buffers.json`` under the
-binary's identity (path, size, mtime of it and of the ``libggml-cpu*`` libraries beside it) and
-:func:`tuner.hardware.host.cpu_identity`; ``detect_devices`` puts it in ``Devices.cpu_buffers``, which the
-memory plan reads. A fact probed under ``--no-repack`` cannot show the build's types: it is probed again
+``load_tensors: … model buffer size`` and ``system_info`` lines
+(:func:`tuner.hardware.buffers.parse_cpu_build`), stops it: about a second. The answer is kept in
+``paths.cache_dir()/cpu-buffers.json`` under the build's identity (``tuner.server.workarounds.binary_identity``),
+the CPU and the kernel release; ``detect_devices`` puts it in ``Devices.cpu_buffers``, which the memory plan
+reads. A fact probed under ``--no-repack`` cannot show the build's types: it is probed again
 once the workaround is gone.
 """
 
@@ -27,6 +27,8 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.hardware.buffers import CpuBuffers, parse_cpu_build
+from tuner.server import workarounds
+from tuner.server.workarounds import CpuWorkaround
 
 if TYPE_CHECKING:
     from tuner.server.config import ServerConfig
@@ -74,54 +76,39 @@ def workaround_sentence(binary_path: str | os.PathLike[str] | None) -> str | Non
     if binary_path is None:
         return None
     w = current_cpu_workaround(binary_path)
-    if w is None or not getattr(w, "no_repack", False):
+    if w is None or not w.no_repack:
         return None
     known = _load_entry(fact_key(binary_path))
-    return no_repack_sentence(getattr(w, "cause", None), tuple(known.get("types", ())) if known else ())
+    return no_repack_sentence(w.cause, tuple(known.get("types", ())) if known else ())
 
 
-def current_cpu_workaround(binary_path: str | os.PathLike[str]) -> Any:
-    """``tuner.server.workarounds.current_workaround(binary_path)`` (a ``CpuWorkaround`` or None); never raises."""
-    try:
-        from tuner.server.workarounds import current_workaround
-    except ImportError:  # a build of Draftwise without the workaround store records none
-        return None
-    try:
-        return current_workaround(binary_path)
-    except Exception:  # noqa: BLE001 - documented never to raise; a bug there must not stop a plan
-        log.warning("reading the CPU workaround failed", exc_info=True)
-        return None
+def current_cpu_workaround(binary_path: str | os.PathLike[str]) -> CpuWorkaround | None:
+    """``tuner.server.workarounds.current_workaround(binary_path)``: the recorded ``--no-repack`` fact or None;
+    never raises."""
+    return workarounds.current_workaround(Path(binary_path))
 
 
 def with_cpu_workarounds(config: ServerConfig, binary_path: str | os.PathLike[str]) -> ServerConfig:
     """``config`` as every launch of ``binary_path`` runs it on this machine
     (``tuner.server.workarounds.apply_workarounds``: ``--no-repack`` when recorded)."""
-    try:
-        from tuner.server.workarounds import apply_workarounds
-    except ImportError:  # a build of Draftwise without the workaround store records none
-        return config
-    return apply_workarounds(config, binary_path)
+    return workarounds.apply_workarounds(config, Path(binary_path))
 
 
 # --------------------------------------------------------------------------------------------------
 # The cached fact
 
-def _stat_id(path: Path) -> list:
-    try:
-        st = path.stat()
-        return [str(path.resolve()), st.st_size, st.st_mtime_ns]
-    except OSError:
-        return [str(path), None, None]
-
-
 def fact_key(binary_path: str | os.PathLike[str]) -> str:
-    """The cache key of the fact for ``binary_path`` on this CPU and kernel: a hash of the binary's and its
-    ``libggml-cpu*`` libraries' path, size and mtime, and :func:`tuner.hardware.host.cpu_identity`."""
-    from tuner.hardware.host import cpu_identity
+    """The cache key of the fact for ``binary_path`` on this CPU and kernel: a hash of the build's files
+    (``tuner.server.workarounds.binary_identity``: the executable and its ggml-cpu libraries), the CPU's
+    model and flags and the kernel release, as the workaround store keys its facts."""
+    import platform
 
-    binary = Path(binary_path)
-    libs = sorted(binary.parent.glob("libggml-cpu*")) + sorted(binary.parent.glob("ggml-cpu*"))
-    blob = json.dumps([_stat_id(binary), [_stat_id(p) for p in libs], cpu_identity()])
+    try:
+        build: object = workarounds.binary_identity(Path(binary_path))
+    except OSError:
+        build = str(binary_path)
+    cpu = workarounds.cpu_identity()
+    blob = json.dumps([build, cpu.model, sorted(cpu.flags), platform.release()])
     return hashlib.sha256(blob.encode("utf-8")).hexdigest()[:32]
 
 
@@ -162,9 +149,9 @@ def _save_entry(key: str, entry: dict[str, Any]) -> None:
 
 def _fact(entry: dict[str, Any], binary_path: str | os.PathLike[str]) -> CpuBuffers:
     w = current_cpu_workaround(binary_path)
-    no_repack = bool(entry.get("probed_no_repack")) or bool(w is not None and getattr(w, "no_repack", False))
+    no_repack = bool(entry.get("probed_no_repack")) or (w is not None and w.no_repack)
     return CpuBuffers(tuple(str(t) for t in entry["types"]), tuple(str(f) for f in entry["build_flags"]),
-                      no_repack, "load log", getattr(w, "cause", None) if w is not None else None)
+                      no_repack, "load log", w.cause if w is not None else None)
 
 
 def known_cpu_buffers(binary_path: str | os.PathLike[str] | None) -> CpuBuffers | None:
@@ -187,11 +174,10 @@ def record_cpu_buffers(binary_path: str | os.PathLike[str], lines: list[str], ar
     buffer line (see :func:`tuner.hardware.buffers.parse_cpu_build`)."""
     build = parse_cpu_build(lines)
     no_repack = any(a in _NO_REPACK_FLAGS for a in argv)
-    from tuner.hardware.host import cpu_identity
-
     entry = {"types": [] if no_repack else list(build.extra_types), "build_flags": list(build.build_flags),
              "probed_no_repack": no_repack, "extra_bytes": [list(x) for x in build.extra_bytes],
-             "recorded_unix_s": round(time.time(), 3), "binary": str(binary_path), "cpu": cpu_identity()}
+             "recorded_unix_s": round(time.time(), 3), "binary": str(binary_path),
+             "cpu": workarounds.cpu_identity().model}
     _save_entry(fact_key(binary_path), entry)
     return _fact(entry, binary_path)
 
@@ -218,8 +204,9 @@ def probe_cpu_buffers(binary: ServerBinary | str | os.PathLike[str], dialect: Di
 
 def _probe_log(binary: ServerBinary | str | os.PathLike[str], dialect: Dialect | None,
                timeout_s: float) -> tuple[list[str], list[str]]:
-    """Start the self-test model through a Supervisor (``-lv 4`` where the build has it, ``-ngl 0``, 256 cells), wait until it is
-    ready, stop it; returns its whole log and the argv it ran with. Raises ``ServerStartError`` and friends."""
+    """Start the self-test model through a Supervisor (``-lv 4`` where the build has it, ``-ngl 0``, 256
+    cells), wait until it is ready, stop it; returns its whole log and the argv it ran with. Raises
+    ``ServerStartError`` and friends."""
     from tuner.server.config import ServerConfig
     from tuner.server.discovery import ServerBinary as _Binary
     from tuner.server.selftest import load_log_args, selftest_model

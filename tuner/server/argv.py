@@ -75,6 +75,7 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
     ``config.alias`` → ``-a ALIAS`` (the model id the API reports); ``config.cache_ram_mib`` →
     ``-cram N`` (host prompt-cache limit, common/arg.cpp ``--cache-ram``); each only where the
     binary lists the flag (older builds have no prompt cache to limit and report the path).
+    ``config.no_repack`` → ``--no-repack`` where the binary lists it.
 
     Raises:
         UnsupportedConfigError: the binary lacks a needed flag or speculation type (e.g.
@@ -104,6 +105,7 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
         argv += [_need(d, "-ctv", "--cache-type-v"), config.cache_type_v]
     if config.fit is not None:
         argv += [_need(d, "--fit", "-fit"), "on" if config.fit else "off"]
+    argv += _no_repack_args(config, d)
     alias_flag = d.first("-a", "--alias")
     if config.alias and alias_flag:
         argv += [alias_flag, config.alias]
@@ -124,6 +126,16 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
     argv += _spec_args(config, d)
     argv += list(config.extra_args)
     return argv
+
+
+def _no_repack_args(config: ServerConfig, d: Dialect) -> list[str]:
+    """``--no-repack`` when ``config.no_repack`` and the binary lists it (b11434 ``--repack, -nr,
+    --no-repack``, common/arg.cpp) and ``extra_args`` does not already say it; nothing on builds
+    without the flag (ik_llama.cpp repacks only with its opt-in ``--run-time-repack``)."""
+    flag = d.first("--no-repack", "-nr")
+    if not config.no_repack or flag is None or {"--no-repack", "-nr"} & set(config.extra_args):
+        return []
+    return [flag]
 
 
 def cors_locked(dialect: Dialect) -> bool:

@@ -67,6 +67,11 @@ class ServerConfig:
         rpc: llama.cpp RPC hosts (``host:port``) whose devices this launch uses (``--rpc a,b``; they are
             registered as ``RPC0``… and come first in the device order: src/llama.cpp
             ``llama_model_load_from_file_impl``); empty = this machine only.
+        no_repack: ``--no-repack`` (b11434: ``--repack, -nr, --no-repack``, common/arg.cpp; sets
+            ``use_extra_bufts`` false, so src/llama-model.cpp ``make_cpu_buft_list`` adds none of
+            ggml-cpu's extra buffer types: no AMX, no CPU_REPACK weights). Set by the supervisor from a
+            recorded machine fact (:mod:`tuner.server.workarounds`) on a CPU that crashes in those kernels;
+            never on a machine where they work.
     """
 
     model_path: Path
@@ -94,8 +99,11 @@ class ServerConfig:
     ngram_n_min: int | None = None
     spec_autotune: bool = False
     rpc: tuple[str, ...] = ()
+    no_repack: bool = False
 
     def __post_init__(self) -> None:
+        if not isinstance(self.no_repack, bool):
+            raise TypeError(f"ServerConfig.no_repack must be true or false, not {self.no_repack!r}")
         object.__setattr__(self, "model_path", Path(self.model_path))
         object.__setattr__(self, "rpc", tuple(str(h) for h in self.rpc))
         if self.draft_path is not None:

@@ -36,9 +36,18 @@ once. A hung child is killed (the whole tree) and handled like a crash: restarte
 
 The port is picked free by the supervisor unless the configuration names one; a "couldn't bind"
 on a picked port is retried on a new port. Stop = SIGTERM, wait, SIGKILL of the whole tree
-(:mod:`tuner.process`). After a crash while serving (``auto_restart``) the server is
-restarted with exponential backoff; after ``max_restarts`` crashes within ``restart_window_s``
-the supervisor falls back to the last other configuration that reached ready, if any, else fails.
+(:mod:`tuner.process`).
+
+After a failed start or a crash, :func:`tuner.server.restart_policy.next_step` (pure) decides from
+this ``start()``'s history: a start that dies by SIGILL before ready is retried with ``--no-repack``,
+one that dies by SIGSEGV/SIGBUS is retried unchanged and then with ``--no-repack`` (every launch, with
+or without ``auto_restart``); when ``--no-repack`` cures it the fact is recorded
+(:mod:`tuner.server.workarounds`) and every later launch applies it. While serving (``auto_restart``)
+a crash is restarted with back-off (1, 2, 4, 8, 16, 30 s; reset by a crash after 60 s of ready time,
+which does not count); only 5 starts in a row that never reach ready give up; 3 quick failures of a
+configuration fall back to the last other configuration that reached ready, and a lost RPC host
+switches to the local-only configuration at once. Each crash is diagnosed with its phase and the
+kernel's OOM counters (:mod:`tuner.server.oomcount`) read at spawn and after the death.
 """
 
 from __future__ import annotations
@@ -58,18 +67,23 @@ from tuner import paths, process
 from tuner.errors import DraftwiseError
 from tuner.logs import redact
 from tuner.process import clean_env
+from tuner.server import restart_policy as policy
+from tuner.server import workarounds
 from tuner.server.argv import build_argv
 from tuner.server.client import ServerClient, ServerClientError, ServerHTTPError
 from tuner.server.config import ServerConfig
 from tuner.server.diagnosis import (
+    CrashContext,
     Diagnosis,
     diagnose,
     load_hang,
     speculation_reason,
     speculators_initialized,
+    startup_phase,
 )
 from tuner.server.dialect import Dialect, probe_dialect
 from tuner.server.discovery import ServerBinary, find_server
+from tuner.server.oomcount import OomCounters, read_oom_counters
 
 log = logging.getLogger(__name__)
 
@@ -312,8 +326,15 @@ class Supervisor:
         binary: a :class:`ServerBinary`, a path, or None (:func:`find_server`).
         dialect: the binary's flag dialect, or None (probed from ``--help``).
         auto_restart: restart after a crash while ready (the serving use); off for calibration.
-        max_restarts: crashes within ``restart_window_s`` before falling back / failing.
-        backoff_s: delays before successive restarts (the last one repeats).
+            The healing retries of a start that crashes (``--no-repack``) happen either way.
+        max_restarts: quick failures in a row of one configuration (never ready, or ready for less
+            than ``healthy_after_s``) before falling back to the last other configuration that reached
+            ready; without one the restarts go on (see :mod:`tuner.server.restart_policy`).
+        backoff_s: delays before successive quick restarts (the last one repeats).
+        healthy_after_s: a crash after this many seconds of ready time does not count and resets
+            the back-off.
+        oom_counters: reads the kernel's OOM-kill counters (:func:`tuner.server.oomcount.read_oom_counters`;
+            tests inject one).
         log_dir: where full logs go (default ``tuner.paths.log_dir()``).
         tail_lines: log lines kept in memory.
         ready_n_predict: tokens of the readiness completion.
@@ -331,12 +352,13 @@ class Supervisor:
     """
 
     def __init__(self, binary: ServerBinary | str | Path | None = None, dialect: Dialect | None = None, *,
-                 auto_restart: bool = False, max_restarts: int = 3, restart_window_s: float = 300.0,
-                 backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0), log_dir: Path | None = None,
-                 tail_lines: int = process.DEFAULT_TAIL_LINES, ready_n_predict: int = 4,
+                 auto_restart: bool = False, max_restarts: int = 3,
+                 backoff_s: tuple[float, ...] = (1.0, 2.0, 4.0, 8.0, 16.0, 30.0), healthy_after_s: float = 60.0,
+                 log_dir: Path | None = None, tail_lines: int = process.DEFAULT_TAIL_LINES, ready_n_predict: int = 4,
                  on_state: Callable[[StateChange], None] | None = None,
                  liveness_timeout_s: float | None = 30.0, health_interval_s: float = 2.0,
-                 rpc_fallback: ServerConfig | None = None) -> None:
+                 rpc_fallback: ServerConfig | None = None,
+                 oom_counters: Callable[[], OomCounters] = read_oom_counters) -> None:
         if binary is None:
             binary = find_server()
         if not isinstance(binary, ServerBinary):
@@ -345,8 +367,9 @@ class Supervisor:
         self.dialect = dialect if dialect is not None else probe_dialect(binary.path)
         self.auto_restart = auto_restart
         self.max_restarts = max_restarts
-        self.restart_window_s = restart_window_s
         self.backoff_s = tuple(backoff_s) or (1.0,)
+        self.healthy_after_s = healthy_after_s
+        self._oom_counters = oom_counters
         self._log_dir = Path(log_dir) if log_dir is not None else None
         self._tail_lines = tail_lines
         self.ready_n_predict = ready_n_predict
@@ -369,7 +392,11 @@ class Supervisor:
         self._diagnosis: Diagnosis | None = None
         self._startup_timeout_s = 30.0
         self._restart_count = 0
-        self._crash_times: list[float] = []
+        self._history: list[policy.Attempt] = []  # this start()'s ended launches
+        self._epoch = 0  # +1 at each fallback to another configuration
+        self._retry: str | None = None  # the current launch is a healing retry of this kind
+        self._ready_at: float | None = None
+        self._oom_at_spawn: OomCounters = (None, None)
         self._good_configs: list[ServerConfig] = []
         self._rpc_fallback = rpc_fallback
         self.rpc_lost: str | None = None
@@ -478,10 +505,11 @@ class Supervisor:
             self.stop()
         # validate the argv before launching anything (raises UnsupportedConfigError)
         build_argv(self.binary.path, config if config.port is not None else config.with_port(1), self.dialect)
+        config = workarounds.apply_workarounds(config, self.binary.path)
         with self._lock:
             self._requested = config
             self._restart_count = 0
-            self._crash_times = []
+            self._history, self._epoch, self._retry = [], 0, None
             self._diagnosis = None
             self._startup_timeout_s = startup_timeout_s if startup_timeout_s is not None else startup_timeout_for(config)
             self._gen += 1
@@ -614,8 +642,14 @@ class Supervisor:
         stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
         return folder / f"llama-server-{stamp}-{port}.log"
 
-    def _launch(self, gen: int, config: ServerConfig, message: str, port_attempt: int = 0) -> None:
-        port = config.port if config.port is not None else process.free_port(config.host if config.host not in ("0.0.0.0", "::") else "127.0.0.1")
+    def _launch(self, gen: int, config: ServerConfig, message: str, port_attempt: int = 0,
+                prefer_port: int | None = None) -> None:
+        """Spawn ``config`` (with the recorded workarounds) and its monitor thread. Port: the config's,
+        else ``prefer_port`` (a restart keeps its endpoint; taken = "port busy", retried on a free one),
+        else a free one."""
+        config = workarounds.apply_workarounds(config, self.binary.path)  # a recorded machine fact
+        port = config.port if config.port is not None else prefer_port or process.free_port(
+            config.host if config.host not in ("0.0.0.0", "::") else "127.0.0.1")
         cfg = config.with_port(port)
         key_file = _write_key_file(cfg.api_key) if cfg.api_key and self.dialect.has("--api-key-file") else None
         argv = build_argv(self.binary.path, cfg, self.dialect, api_key_file=key_file.path if key_file else None)
@@ -629,6 +663,7 @@ class Supervisor:
             self._argv = argv
             self._log_path = log_path
             self._set_state(ServerState.STARTING, message=message)
+            self._oom_at_spawn = self._read_oom()
             try:
                 child = process.spawn(argv, env=clean_env(os.environ), log_path=log_path,
                                       tail_lines=self._tail_lines,
@@ -686,48 +721,85 @@ class Supervisor:
                 self._launch(gen, requested, message="port was taken, retrying on another port",
                              port_attempt=port_attempt + 1)
                 return
-            if self._restart_count > 0 and self.auto_restart:
-                # a restart attempt failed to come up: count it as a crash
-                self._after_crash(gen, child, outcome)
-                return
-            self._fail_now(gen, outcome)
+            self._after_crash(gen, child, outcome, ready_s=None)
             return
-        # ready
-        with self._lock:
-            if not self._alive_gen(gen):
-                return
-            if requested in self._good_configs:
-                self._good_configs.remove(requested)
-            self._good_configs.append(requested)
-            self._set_state(ServerState.READY, message=f"serving {cfg.model_path.name} at {self.base_url}")
-        # watch for a crash or a hang
-        watch = _Liveness(self, child, cfg) if self.liveness_timeout_s is not None else None
-        hung: Diagnosis | None = None
-        try:
-            while self._alive_gen(gen):
-                rc = child.wait(min(0.5, self.health_interval_s))
-                if rc is not None:
-                    break
-                hung = watch.check() if watch is not None else None
-                if hung is not None:
-                    break
-        finally:
-            if watch is not None:
-                watch.close()
+        if not self._became_ready(gen, cfg, requested):
+            return
+        hung = self._watch(gen, child, cfg)
         if not self._alive_gen(gen):
             return
+        ready_s = time.monotonic() - (self._ready_at or time.monotonic())
         if hung is not None:
             child.kill()
-            self._after_crash(gen, child, hung)
+            self._after_crash(gen, child, hung, ready_s)
             return
         rc = child.returncode
         if rc is not None:
-            diag = diagnose(rc, child.log_lines(200))
+            diag = self._exit_diagnosis(child, "serving")
             if diag.code == "exited" and rc != 0:
                 diag = replace(diag, code="crashed", message=f"llama-server crashed (exit status {rc})")
             elif diag.code == "exited":
                 diag = replace(diag, code="crashed", message="llama-server exited unexpectedly")
-            self._after_crash(gen, child, diag)
+            self._after_crash(gen, child, diag, ready_s)
+
+    def _became_ready(self, gen: int, cfg: ServerConfig, requested: ServerConfig) -> bool:
+        """State ``ready`` (False when this launch was superseded). A healing retry that came up ends
+        its start's crash story: a ``--no-repack`` cure is recorded as a machine fact first (so a
+        launch right after this one uses it), then reported as a note."""
+        with self._lock:
+            healed = policy.healed(self._history, self._retry)
+        if healed is not None and healed[1] is not None:
+            try:
+                workarounds.record_no_repack(self.binary.path, healed[1], healed[0].evidence)
+            except (OSError, ValueError):
+                log.warning("cannot record the --no-repack workaround", exc_info=True)
+        with self._lock:
+            if not self._alive_gen(gen):
+                return False
+            if healed is not None and healed[1] is not None and self._requested is not None:
+                self._requested = replace(self._requested, no_repack=True)  # restarts keep it
+            self._retry = None
+            if requested in self._good_configs:
+                self._good_configs.remove(requested)
+            self._good_configs.append(requested)
+            self._ready_at = time.monotonic()
+            self._set_state(ServerState.READY, message=f"serving {cfg.model_path.name} at {self.base_url}")
+            if healed is not None:  # the note becomes the diagnosis: the doctor and the app read it
+                self._set_state(ServerState.READY, healed[0], message=healed[0].message)
+        return True
+
+    def _watch(self, gen: int, child: process.ChildProcess, cfg: ServerConfig) -> Diagnosis | None:
+        """Wait while ready: returns when the child exited or was superseded (None), or with the
+        ``hung`` diagnosis (the liveness rule, :class:`_Liveness`)."""
+        watch = _Liveness(self, child, cfg) if self.liveness_timeout_s is not None else None
+        try:
+            while self._alive_gen(gen):
+                if child.wait(min(0.5, self.health_interval_s)) is not None:
+                    return None
+                hung = watch.check() if watch is not None else None
+                if hung is not None:
+                    return hung
+        finally:
+            if watch is not None:
+                watch.close()
+        return None
+
+    def _read_oom(self) -> OomCounters:
+        try:
+            return self._oom_counters()
+        except Exception:  # noqa: BLE001 - an injected or platform reader must not stop a launch
+            log.debug("cannot read the OOM counters", exc_info=True)
+            return None, None
+
+    def _exit_diagnosis(self, child: process.ChildProcess, phase: str | None = None,
+                        first_decode: bool = False) -> Diagnosis:
+        """:func:`diagnose` of an exited child with its :class:`CrashContext`: the phase (``phase``, or
+        from its log and ``first_decode`` while starting) and the OOM counters at spawn and now."""
+        child.wait(2.0)
+        lines = child.log_lines(200)
+        ctx = CrashContext(phase=phase or startup_phase(lines, first_decode),
+                           oom_before=self._oom_at_spawn, oom_after=self._read_oom())
+        return diagnose(child.returncode, lines, ctx)
 
     def _lost_rpc_host(self, lines: list[str]) -> str | None:
         """The RPC host(s) a crashed child's log says it lost, probed when the log does not name it
@@ -758,56 +830,43 @@ class Supervisor:
         with self._lock:
             self._set_state(self._state, message=message)
 
-    def _after_crash(self, gen: int, child: process.ChildProcess, diag: Diagnosis) -> None:
-        if not self.auto_restart:
-            with self._lock:
-                if not self._alive_gen(gen):
-                    return
-                self._last_lines = child.log_lines()
-                self._child = None
-                self._set_state(ServerState.FAILED, diag, message=diag.message)
-            return
+    def _last_good_other(self) -> ServerConfig | None:
+        """The last configuration that reached ready and is not the current one (a workaround such
+        as ``no_repack`` does not make a configuration another one)."""
+        if self._requested is None:
+            return None
+        current = replace(self._requested, no_repack=False)
+        return next((c for c in reversed(self._good_configs) if replace(c, no_repack=False) != current), None)
+
+    def _policy_settings(self, rpc_lost: bool) -> policy.PolicySettings:
+        """What :func:`tuner.server.restart_policy.next_step` needs to know about this supervisor."""
+        return policy.PolicySettings(
+            auto_restart=self.auto_restart, can_no_repack=self.dialect.first("--no-repack", "-nr") is not None,
+            has_fallback=self._last_good_other() is not None, rpc_lost=rpc_lost,
+            backoff_s=self.backoff_s, healthy_after_s=self.healthy_after_s, fallback_after=self.max_restarts,
+            cpu_flags=workarounds.cpu_identity().flags)
+
+    def _after_crash(self, gen: int, child: process.ChildProcess, diag: Diagnosis, ready_s: float | None) -> None:
+        """A launch ended (``ready_s``: how long it had been ready; None = never): record it, ask the
+        restart policy, and fail, retry, restart or fall back as it says."""
         child.kill()
-        lost = self._lost_rpc_host(child.log_lines())
-        now = time.monotonic()
+        if ready_s is None and diag.returncode is None:
+            diag = replace(diag, returncode=child.returncode)
+        lost = self._lost_rpc_host(child.log_lines()) if self.auto_restart else None
         with self._lock:
             if not self._alive_gen(gen):
                 return
             self._last_lines = child.log_lines()
-            self._crash_times = [t for t in self._crash_times if now - t < self.restart_window_s] + [now]
-            current = self._requested
-            next_cfg = current
-            msg = ""
-            if lost is not None and self._rpc_fallback is not None:
-                host = lost
-                self.rpc_lost = host
-                next_cfg = self._rpc_fallback
-                self._requested = next_cfg
-                self._crash_times = []
-                diag = replace(diag, code="rpc_host_lost",
-                               message=f"RPC host {host} lost while serving")
-                msg = (f"RPC host {host} lost while serving: falling back to this machine only "
-                       f"({'draft ' + next_cfg.draft_path.name + ', ' if next_cfg.draft_path else ''}"
-                       f"{next_cfg.spec_type or 'none'}, ngl {next_cfg.ngl if next_cfg.ngl is not None else 'auto'})")
-            elif len(self._crash_times) > self.max_restarts:
-                fallback = next((c for c in reversed(self._good_configs) if c != current), None)
-                if fallback is None:
-                    self._child = None
-                    self._set_state(ServerState.FAILED, diag,
-                                    message=f"{diag.message}; gave up after {len(self._crash_times)} crashes")
-                    return
-                next_cfg = fallback
-                self._requested = fallback
-                self._crash_times = []
-                msg = "repeated crashes: falling back to the last configuration that worked"
-            self._restart_count += 1
-            delay = self.backoff_s[min(self._restart_count - 1, len(self.backoff_s) - 1)]
-            self._diagnosis = diag
-            self._set_state(ServerState.STARTING, diag,
-                            message=(msg or f"{diag.message}; restarting in {delay:g} s "
-                                     f"(restart {self._restart_count})"))
+            cfg = self._config
+            no_repack = cfg is not None and (cfg.no_repack or bool({"--no-repack", "-nr"} & set(cfg.extra_args)))
+            self._history.append(policy.Attempt(diag, ready_s, no_repack, self._retry, self._epoch))
+            action = policy.next_step(self._history, self._policy_settings(lost is not None and
+                                                                           self._rpc_fallback is not None))
+            next_cfg = self._follow(action, lost, never_ready=ready_s is None)
+            if next_cfg is None or isinstance(action, policy.GiveUp):
+                return
         # back off, then relaunch (stop() during the wait bumps the generation)
-        t_end = time.monotonic() + delay
+        t_end = time.monotonic() + action.delay_s
         while time.monotonic() < t_end:
             if not self._alive_gen(gen):
                 return
@@ -815,9 +874,43 @@ class Supervisor:
         with self._lock:
             if not self._alive_gen(gen):
                 return
-            assert next_cfg is not None
             self._startup_timeout_s = startup_timeout_for(next_cfg)
-        self._launch(gen, next_cfg, message=f"restarting {next_cfg.model_path.name} (restart {self._restart_count})")
+        name = next_cfg.model_path.name
+        if isinstance(action, policy.RetryWithChange):
+            message = f"retrying {name} " + ("with --no-repack" if action.no_repack else "unchanged")
+        else:
+            message = f"restarting {name} (restart {self._restart_count})"
+        self._launch(gen, next_cfg, message=message, prefer_port=self._port)
+
+    def _follow(self, action: policy.Action, lost: str | None, never_ready: bool) -> ServerConfig | None:
+        """Apply ``action`` to the state (caller holds the lock); the configuration to launch next, or
+        None when the supervisor gave up (state ``failed``)."""
+        current = self._requested
+        if isinstance(action, policy.GiveUp) or current is None:
+            self._child = None
+            self._set_state(ServerState.FAILED, action.diagnosis, message=policy.describe(action, 0, never_ready))
+            return None
+        diag = action.diagnosis
+        if isinstance(action, policy.RetryWithChange):
+            self._retry = action.retry
+            self._set_state(ServerState.STARTING, diag, message=policy.describe(action, 0))
+            return replace(current, no_repack=True) if action.no_repack else current
+        self._retry = None
+        self._restart_count += 1
+        message = policy.describe(action, self._restart_count, never_ready)
+        next_cfg = current
+        if isinstance(action, policy.Fallback) and action.kind == "rpc" and self._rpc_fallback is not None:
+            next_cfg, self.rpc_lost = self._rpc_fallback, lost
+            diag = replace(diag, code="rpc_host_lost", message=f"RPC host {lost} lost while serving")
+            message = (f"RPC host {lost} lost while serving: falling back to this machine only "
+                       f"({'draft ' + next_cfg.draft_path.name + ', ' if next_cfg.draft_path else ''}"
+                       f"{next_cfg.spec_type or 'none'}, ngl {next_cfg.ngl if next_cfg.ngl is not None else 'auto'})")
+        elif isinstance(action, policy.Fallback):
+            next_cfg = self._last_good_other() or current
+        if next_cfg is not current:
+            self._requested, self._epoch = next_cfg, self._epoch + 1
+        self._set_state(ServerState.STARTING, diag, message=message)
+        return next_cfg
 
     def _bring_up(self, gen: int, child: process.ChildProcess, cfg: ServerConfig) -> Diagnosis | None:
         """Run the readiness checks; None when ready, else the failure's :class:`Diagnosis`."""
@@ -826,11 +919,7 @@ class Supervisor:
         with ServerClient(self.base_url or "", api_key=cfg.api_key, timeout_s=5.0) as client:
 
             def exited() -> Diagnosis | None:
-                rc = child.poll()
-                if rc is None:
-                    return None
-                child.wait(2.0)
-                return diagnose(rc, child.log_lines(200))
+                return None if child.poll() is None else self._exit_diagnosis(child)
 
             # 1 + 2: /health 200 and identity
             foreign_seen: str | None = None
@@ -858,9 +947,8 @@ class Supervisor:
                                   timeout_s=max(10.0, deadline - time.monotonic() + 30.0))
             except ServerClientError as exc:
                 # the child may be dying (e.g. OOM on the first request): give it a moment
-                rc = child.wait(5.0)
-                if rc is not None:
-                    return diagnose(rc, child.log_lines(200))
+                if child.wait(5.0) is not None:
+                    return self._exit_diagnosis(child, first_decode=True)
                 return Diagnosis("request_failed", f"the first completion failed: {exc}",
                                  tuple(child.log_lines(20)) + (str(exc),))
             # 4: speculation really on
@@ -872,9 +960,8 @@ class Supervisor:
                                      f"cannot confirm speculation: /slots answered {exc.status_code}",
                                      tuple(child.log_lines(20)))
                 except ServerClientError as exc:
-                    rc = child.wait(5.0)
-                    if rc is not None:
-                        return diagnose(rc, child.log_lines(200))
+                    if child.wait(5.0) is not None:
+                        return self._exit_diagnosis(child, first_decode=True)
                     return Diagnosis("request_failed", f"/slots failed: {exc}", tuple(child.log_lines(20)))
                 if not self.dialect.spec_on_slots and slots and not any("speculative" in s for s in slots):
                     # ik_llama.cpp: no /slots[].speculative; its per-slot start-up log line says it

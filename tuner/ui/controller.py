@@ -301,12 +301,15 @@ class AppController(QObject):
             self.notify.emit("Draftwise: RPC host lost", f"{change.message}.")
             self.status.emit(change.message)
         elif state is ServerState.STARTING and prev is ServerState.READY:
-            why = f": {diag.message}" if diag is not None else ""
+            # the supervisor's message says what happened and what it does, in plain words: "llama-server
+            # crashed (killed by the system, probably for lack of memory); restarting in 2 s (restart 3)"
             what = "hung" if diag is not None and diag.code == "hung" else "crashed"
-            self.notify.emit(f"Draftwise: llama-server {what}",
-                             f"llama-server {'stopped answering' if what == 'hung' else 'stopped unexpectedly'}{why}; "
-                             "restarting it.")
-            self.status.emit(f"llama-server {what}; restarting")
+            self.notify.emit(f"Draftwise: llama-server {what}", f"{change.message}.")
+            self.status.emit(change.message)
+        elif state is ServerState.STARTING and diag is not None:
+            # a restart that did not come up, tried again (or a --no-repack retry): each one is said
+            self.notify.emit("Draftwise: llama-server did not start", f"{change.message}.")
+            self.status.emit(change.message)
         elif state is ServerState.READY and prev is ServerState.STARTING and change.restart_count:
             self.metrics_reset()
             self._serving_process_changed()
