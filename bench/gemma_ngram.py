@@ -26,8 +26,8 @@ sys.path.insert(0, str(REPO))
 
 from tests.realmodels import gemma3_270m  # noqa: E402
 from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
+from tuner.calibration.sampling import GREEDY  # noqa: E402
 from tuner.calibration.tune import tune  # noqa: E402
-from tuner.calibration.workload import GREEDY  # noqa: E402
 from tuner.profiles import ProfileStore  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
 

@@ -31,7 +31,8 @@ from tuner.calibration.measure import measure_candidate  # noqa: E402
 from tuner.calibration.pairing import Mix, compare  # noqa: E402
 from tuner.calibration.prompts import Prompt  # noqa: E402
 from tuner.calibration.results import Measurement  # noqa: E402
-from tuner.calibration.workload import GREEDY, Workload, long_context_prompts  # noqa: E402
+from tuner.calibration.sampling import GREEDY  # noqa: E402
+from tuner.calibration.workload import Workload, long_context_prompts  # noqa: E402
 from tuner.server.dialect import probe_dialect  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
 from tuner.server.supervisor import Supervisor  # noqa: E402

@@ -33,7 +33,8 @@ from tuner.calibration.candidates import Candidate  # noqa: E402
 from tuner.calibration.engine import _supervisor_launch_fn  # noqa: E402
 from tuner.calibration.measure import measure_candidate  # noqa: E402
 from tuner.calibration.prompts import Prompt  # noqa: E402
-from tuner.calibration.workload import GREEDY, Sampling, Workload  # noqa: E402
+from tuner.calibration.sampling import GREEDY, Sampling  # noqa: E402
+from tuner.calibration.workload import Workload  # noqa: E402
 from tuner.server.dialect import probe_dialect  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
 from tuner.server.supervisor import Supervisor  # noqa: E402

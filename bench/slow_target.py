@@ -33,8 +33,8 @@ sys.path.insert(0, str(REPO))
 from tests.burner import Burner  # noqa: E402
 from tests.synth import make_family  # noqa: E402
 from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
+from tuner.calibration.sampling import GREEDY  # noqa: E402
 from tuner.calibration.tune import tune  # noqa: E402
-from tuner.calibration.workload import GREEDY  # noqa: E402
 from tuner.profiles import ProfileStore  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
 

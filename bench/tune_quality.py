@@ -44,8 +44,8 @@ from tuner.calibration.candidates import SWEEP_NGRAM_TYPES, Candidate  # noqa: E
 from tuner.calibration.engine import _supervisor_launch_fn, select_prompts  # noqa: E402
 from tuner.calibration.measure import measure_repetitions  # noqa: E402
 from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
+from tuner.calibration.sampling import GREEDY  # noqa: E402
 from tuner.calibration.tune import tune  # noqa: E402
-from tuner.calibration.workload import GREEDY  # noqa: E402
 from tuner.profiles import ProfileStore  # noqa: E402
 from tuner.server.dialect import probe_dialect  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402

@@ -20,7 +20,7 @@ from tuner.calibration.request import (
     TuneRequest,
     request_from_settings,
 )
-from tuner.calibration.workload import Sampling
+from tuner.calibration.sampling import Sampling
 from tuner.errors import Cancelled, DraftwiseError
 from tuner.settings import Settings
 

@@ -72,7 +72,7 @@ def test_every_bare_module_name_exists_in_its_sections_package() -> None:
 
 
 def test_the_check_catches_a_module_that_does_not_exist() -> None:
-    assert _dotted_exists("tuner.server.config.NGRAM_TYPES") and _dotted_exists("tuner.calibration")
+    assert _dotted_exists("tuner.spectypes.NGRAM_TYPES") and _dotted_exists("tuner.calibration")
     assert not _dotted_exists("tuner.server.command") and not _dotted_exists("tuner.server.config.NO_SUCH_NAME")
     assert not (REPO / "tuner/server/command.py").exists()
 

@@ -87,7 +87,8 @@ def test_draft_mtp_gets_a_probabilistic_drafts_twin_at_sampled_settings():
     ``common_speculative_impl_draft_mtp``), so ``--spec-draft-sampling probabilistic`` applies to it too."""
     from tests.server.conftest import help_text
     from tuner.calibration.engine import add_draft_sampling_variants
-    from tuner.calibration.workload import GREEDY, Sampling, Workload
+    from tuner.calibration.sampling import GREEDY, Sampling
+    from tuner.calibration.workload import Workload
     from tuner.server.argv import build_argv
     from tuner.server.dialect import parse_help
 

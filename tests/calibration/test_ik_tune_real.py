@@ -17,9 +17,9 @@ import pytest
 from tests.synth import make_family
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.prompts import Prompt, make_prompt_set
+from tuner.calibration.sampling import GREEDY
 from tuner.calibration.serving import candidate_config, config_from_profile
 from tuner.calibration.tune import TuneEvent, tune
-from tuner.calibration.workload import GREEDY
 from tuner.profiles import ProfileStore
 from tuner.server.supervisor import ServerStartError, Supervisor
 

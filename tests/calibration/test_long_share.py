@@ -196,8 +196,8 @@ def test_a_real_sweep_is_weighted_to_the_share_and_records_it(tmp_path: Path, ll
     ones, the profile keeps the share, the same share reuses it and another one finds it stale."""
     from tests.synth import write_llama_gguf
     from tuner.calibration.prompts import make_prompt_set
+    from tuner.calibration.sampling import GREEDY
     from tuner.calibration.tune import tune
-    from tuner.calibration.workload import GREEDY
     from tuner.profiles import ProfileStore
 
     from .conftest import TUNE_THREADS

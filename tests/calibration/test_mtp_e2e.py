@@ -10,8 +10,8 @@ import pytest
 
 from tests.synth import write_eagle3_head, write_glm4moe_mtp_target, write_lookup_target
 from tuner.calibration.prompts import Prompt, make_prompt_set
+from tuner.calibration.sampling import GREEDY
 from tuner.calibration.tune import tune
-from tuner.calibration.workload import GREEDY
 from tuner.catalog.families import group_families
 from tuner.catalog.scan import scan_folder
 from tuner.cli import main
@@ -81,7 +81,8 @@ def test_the_mtp_drafter_runs_with_probabilistic_drafts(mtp_folder: Path, llama_
     from tuner.calibration.candidates import Candidate
     from tuner.calibration.engine import _supervisor_launch_fn
     from tuner.calibration.measure import measure_candidate
-    from tuner.calibration.workload import Sampling, Workload
+    from tuner.calibration.sampling import Sampling
+    from tuner.calibration.workload import Workload
     from tuner.server.dialect import probe_dialect
     from tuner.server.discovery import find_named_server
     from tuner.server.supervisor import Supervisor

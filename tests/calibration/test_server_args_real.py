@@ -30,7 +30,7 @@ def _cli(*argv: str, timeout_s: float = 120) -> subprocess.CompletedProcess:
 
 def _tune_kw(models: Path, server: Path) -> dict:
     from tuner.calibration.prompts import Prompt, make_prompt_set
-    from tuner.calibration.workload import GREEDY
+    from tuner.calibration.sampling import GREEDY
 
     ps = make_prompt_set([Prompt("Once upon a time, there was a little girl named Lily.", "creative")], source="t")
     return dict(target="stories260K.gguf", prompts=ps, budget_s=30, server=server, n_predict=16, repetitions=1,

@@ -27,8 +27,8 @@ from tuner.calibration.candidates import Candidate
 from tuner.calibration.engine import _supervisor_launch_fn
 from tuner.calibration.measure import measure_request
 from tuner.calibration.pairing import adjacent_pairs, pooled_tokens_per_s
+from tuner.calibration.sampling import GREEDY
 from tuner.calibration.tune import tune
-from tuner.calibration.workload import GREEDY
 from tuner.profiles import ProfileStore
 from tuner.server.dialect import probe_dialect
 from tuner.server.discovery import find_named_server

@@ -14,8 +14,8 @@ import psutil
 import pytest
 
 from tuner.calibration.prompts import Prompt, make_prompt_set
+from tuner.calibration.sampling import GREEDY
 from tuner.calibration.tune import TuneEvent, tune
-from tuner.calibration.workload import GREEDY
 from tuner.profiles import ProfileStore
 
 from .conftest import TUNE_THREADS, link_models

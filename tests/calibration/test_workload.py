@@ -8,14 +8,12 @@ from pathlib import Path
 
 import pytest
 
-from tuner.calibration.prompts import PromptFileError, load_prompts
+from tuner.calibration.prompts import PromptFileError, flatten_messages, load_prompts
+from tuner.calibration.sampling import GREEDY, Sampling
 from tuner.calibration.workload import (
-    GREEDY,
-    Sampling,
     Workload,
     chat_messages,
     fit_long_prompt,
-    flatten_messages,
     long_context_prompts,
     request_seed,
 )
@@ -142,7 +140,7 @@ def test_a_schema_1_profile_is_read_and_stale_with_its_old_context():
 def test_the_depth_sentence_only_when_long_requests_differ_beyond_noise():
     from tuner.calibration.candidates import Candidate
     from tuner.calibration.decide import CategoryResult, Decision
-    from tuner.calibration.engine import describe_depth
+    from tuner.calibration.report import describe_depth
 
     def dec(long_speedup):
         cats = (CategoryResult("code", 10, 14, 1.4, 0.8), CategoryResult("long code", 10, long_speedup * 10,

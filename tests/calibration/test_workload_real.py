@@ -23,7 +23,8 @@ from tuner.calibration.candidates import Candidate
 from tuner.calibration.engine import _supervisor_launch_fn, has_chat_template
 from tuner.calibration.measure import measure_candidate
 from tuner.calibration.prompts import Prompt, load_prompts
-from tuner.calibration.workload import GREEDY, Sampling, Workload, long_context_prompts
+from tuner.calibration.sampling import GREEDY, Sampling
+from tuner.calibration.workload import Workload, long_context_prompts
 from tuner.server.dialect import probe_dialect
 from tuner.server.discovery import find_named_server
 from tuner.server.supervisor import Supervisor

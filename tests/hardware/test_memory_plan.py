@@ -216,7 +216,7 @@ def test_ngl_spellings_of_llama_cpp():
 
 @pytest.mark.parametrize("spec_type", ["draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"])
 def test_every_draft_model_type_is_planned(spec_type):
-    from tuner.server.config import DRAFT_MODEL_TYPES
+    from tuner.spectypes import DRAFT_MODEL_TYPES
 
     assert spec_type in DRAFT_MODEL_TYPES  # the one definition the plan uses
     t, d = small(n_layer=8), small(n_layer=2, file_bytes=60 * MIB)

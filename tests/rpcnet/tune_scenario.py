@@ -26,13 +26,13 @@ def main(argv: list[str]) -> int:
     os.environ["DRAFTWISE_HOME"] = str(scratch / "home")
     from tuner.calibration.candidates import Candidate
     from tuner.calibration.prompts import Prompt, make_prompt_set
+    from tuner.calibration.sampling import GREEDY
     from tuner.calibration.serving import (
         candidate_config,
         profile_server_config,
         rpc_fallback_config,
     )
     from tuner.calibration.tune import tune
-    from tuner.calibration.workload import GREEDY
     from tuner.hardware.devices import find_server_binary
     from tuner.hardware.rpc import rpc_server_binary
     from tuner.hardware.rpchost import RpcHost, RpcHostConfig

@@ -16,10 +16,12 @@ from pathlib import Path
 from typing import Any
 
 from .candidates import Candidate
+from .outcome import SearchOutcome
 from .pairing import (
     ALPHA,
     FINALISTS,
     MAX_PAIRS,
+    MIN_GAIN,
     Comparison,
     Mix,
     compare,
@@ -28,12 +30,9 @@ from .pairing import (
 )
 from .results import Measurement, Sample
 
-MIN_GAIN = 0.03
-"""A winner must be at least this much faster than the baseline at the low end of its interval."""
-
 MIX_NOISE = 0.05
 """Short and long-context speedups that differ by more than this (relative) are stated separately (the
-same bar as the per-category depth sentence, ``tuner.calibration.engine.describe_depth``)."""
+same bar as the per-category depth sentence, ``tuner.calibration.report.describe_depth``)."""
 
 
 
@@ -549,6 +548,20 @@ def decide(
     )
 
 
+def decide_outcome(outcome: SearchOutcome) -> Decision:
+    """:func:`decide` over a sweep's :class:`~tuner.calibration.outcome.SearchOutcome`: its measurements,
+    the candidates it left unmeasured, its mix and baseline verdict, with the statistics' settings it ran
+    under. The sentence about the machine's load is the report's
+    (:func:`tuner.calibration.report.finish_decision`).
+
+    Raises:
+        ValueError: no successful baseline measurement.
+    """
+    return decide(outcome.measurements, min_gain=outcome.min_gain, unmeasured=outcome.unmeasured,
+                  alpha=outcome.alpha, max_pairs=outcome.max_pairs, finalists=outcome.finalists, mix=outcome.mix,
+                  baseline_unsteady=outcome.baseline_unsteady)
+
+
 def mix_text(c: Comparison, mix: Mix | None = None, noise: float = MIX_NOISE) -> str:
     """The sentence (with a leading space) on the served mix behind ``c``'s figures, e.g. ``" Over a
     served mix of 50 % long-context requests (the long-context share setting): short requests 1.40×,
@@ -650,6 +663,7 @@ __all__ = [
     "MIN_GAIN",
     "break_even_acceptance",
     "decide",
+    "decide_outcome",
     "divergence_text",
     "mix_text",
     "per_category",

@@ -30,7 +30,7 @@ from .candidates import (
     apply_memory_check,
     plan_candidates,
 )
-from .decide import Decision, decide
+from .decide import Decision, decide_outcome
 from .measure import Cancelled, Launch, LaunchError, LaunchFn
 from .pairing import MIN_PAIRS
 from .prompts import (
@@ -40,6 +40,7 @@ from .prompts import (
     default_prompts,
     load_prompts,
 )
+from .report import MachineLoad, ReportFacts, RpcPlacement, finish_decision
 from .request import (
     EventCallback,
     TuneError,
@@ -48,9 +49,10 @@ from .request import (
     TuneResult,
     _check_long_share,
 )
-from .search import BaselineFailed, Search, SearchSettings
+from .sampling import Sampling
+from .search import BaselineFailed, SearchSettings, run_search
 from .serving import candidate_config, config_to_json
-from .workload import Sampling, Workload, long_context_prompts
+from .workload import Workload, long_context_prompts
 
 log = logging.getLogger(__name__)
 
@@ -243,21 +245,6 @@ def has_chat_template(path: Path) -> bool:
     except (GGUFError, OSError):
         return False
     return isinstance(v, str) and bool(v.strip())
-
-
-def describe_depth(decision: Decision, categories: tuple[str, ...], noise: float = 0.05) -> str | None:
-    """A sentence on the speedup of the long-context requests when it differs from the overall one by more
-    than ``noise`` (relative), e.g. ``"At depth (≥ half the context: long document 1.05×, long code 1.10×)
-    the speedup differs from the overall 1.31×."``; ``None`` when they agree or were not measured. The
-    overall figure is the winner's speedup, or the best speculative one's when the baseline won."""
-    overall = decision.best_speculative_speedup if decision.winner.is_baseline else decision.speedup
-    rows = [(c.category, c.speedup) for c in decision.per_category if c.category in categories and c.speedup]
-    if not rows or not overall:
-        return None
-    parts = [f"{category} {speedup:.2f}×" for category, speedup in rows]
-    if all(abs(speedup / overall - 1.0) <= noise for _, speedup in rows):
-        return None
-    return f"At depth (≥ half the context: {', '.join(parts)}) the speedup differs from the overall {overall:.2f}×."
 
 
 def _supervisor_launch_fn(
@@ -519,10 +506,9 @@ def run_tune(
     else:
         launch_fn = _with_workload(launch_fn, workload)
     from tuner.hardware.host import LoadWatcher, foreign_processes
+    from tuner.hardware.repack import workaround_sentence
 
     watcher = LoadWatcher()
-    search = Search(launch_fn, plan, chosen_prompts, settings, cancel, emit, busy=lambda: watcher.summary().busy)
-
     competing = foreign_processes("llama-server")
     if competing:
         emit("error", f"{len(competing)} other llama-server process{'es' if len(competing) != 1 else ''} "
@@ -532,11 +518,13 @@ def run_tune(
 
     watcher.start()
     try:
-        measurements = search.run()
-    except Cancelled:
-        emit("cancelled", "tuning cancelled; nothing was saved")
-        return TuneResult(target_path=target_path, request=request, decision=None, measurements=tuple(search.measurements),
-                          cancelled=True, dropped=plan.dropped, elapsed_s=time.monotonic() - t0)
+        outcome = run_search(plan, chosen_prompts, settings, workload, launch_fn, cancel, emit,
+                             busy=lambda: watcher.summary().busy)
+        if outcome.cancelled:
+            emit("cancelled", "tuning cancelled; nothing was saved")
+            return TuneResult(target_path=target_path, request=request, decision=None,
+                              measurements=outcome.measurements, cancelled=True, dropped=plan.dropped,
+                              elapsed_s=time.monotonic() - t0)
     except BaselineFailed as exc:
         raise TuneError(
             f"{target_path.name} could not be measured on its own: {exc.measurement.error}",
@@ -547,41 +535,20 @@ def run_tune(
         for sup in sups:
             sup.stop(grace_s=5.0)
 
-    decision = decide(measurements, min_gain=settings.min_gain, unmeasured=search.unmeasured,
-                      alpha=settings.alpha, max_pairs=search.max_pairs, finalists=search.finalists_selected,
-                      busy_note=_busy_note(load.note(), competing), mix=search.mix,
-                      baseline_unsteady=search.baseline_unsteady)
-    from dataclasses import replace as _replace
-
-    extra = [*search.sweep_notes(), f"Measured with {workload.describe()}."]
-    if workload.long_plan.reason:
-        extra.append(workload.long_plan.reason)
-    depth = describe_depth(decision, tuple(p.category for _, p in chosen_prompts if p.fill is not None and p.category))
-    if depth:
-        extra.append(depth)
-    never = sorted({m.candidate.label for m in measurements if m.no_drafts_at
-                    and f"{m.candidate.label}: " not in decision.reason
-                    and "drafted any token on these prompts" not in decision.reason})  # named there already
-    if never:
-        extra.append(f"{', '.join(never)} never drafted at these sampling settings.")
-    from tuner.hardware.repack import workaround_sentence
-
-    no_repack = workaround_sentence(binary.path)  # the --no-repack workaround every launch ran with
-    if no_repack:
-        extra.append(no_repack)
-    if rpc_used:
-        from .remote import where_it_ran
-
-        n_layers = getattr(target_model, "n_layers", None)
-        other = plan.baseline if not decision.winner.is_baseline else decision.best_speculative
-        extra.append(f"Where it ran: {decision.winner.label}: {where_it_ran(decision.winner, devices, n_layers)}"
-                     + (f"; {other.label}: {where_it_ran(other, devices, n_layers)}" if other is not None else "")
-                     + ".")
-    decision = _replace(decision, reason=(decision.reason.rstrip() + " " + " ".join(extra)).strip())
+    facts = ReportFacts(
+        workload_text=workload.describe(),
+        depth_categories=tuple(p.category for _, p in chosen_prompts if p.fill is not None and p.category),
+        placement=RpcPlacement(devices, getattr(target_model, "n_layers", None), plan.baseline)
+        if rpc_used and devices is not None else None,
+        machine=MachineLoad(load.note(), tuple(p for p, _ in competing)),
+        cpu_workaround=workaround_sentence(binary.path),  # the --no-repack workaround every launch ran with
+    )
+    decision = finish_decision(decide_outcome(outcome), outcome, facts)
+    measurements = outcome.measurements
     emit("decision", decision.reason, decision=decision,
          detail={"load": {"other_cpu_mean": load.other_cpu_mean, "other_cpu_max": load.other_cpu_max,
                           "steal_mean": load.steal_mean, "samples": load.samples, "busy": load.busy},
-                 "protocol": dict(search.planned)})
+                 "protocol": dict(outcome.protocol)})
 
     winner_cfg = candidate_config(decision.winner, target_path, n_ctx=n_ctx, threads=threads,
                                   server_args=keys.server_args)
@@ -600,7 +567,7 @@ def run_tune(
         server_config=config_to_json(winner_cfg),
         argv=argv,
         decision={**decision.to_json(), "budget_s": budget_s,
-                  "budget_spent_before": [c.label for c in search.unmeasured]},
+                  "budget_spent_before": [c.label for c in outcome.unmeasured]},
         evidence=tuple(m.to_json() for m in measurements),
     )
     path = store.save(profile)
@@ -674,16 +641,6 @@ def _with_workload(launch_fn: LaunchFn, workload: Workload) -> LaunchFn:
         return la
 
     return launch
-
-
-def _busy_note(load_note: str | None, competing: list) -> str | None:
-    """The decision's sentence about other work on the machine (the load watcher's note, and other
-    llama-server processes seen at the start), ``None`` when there was none."""
-    parts = [load_note] if load_note else []
-    if competing:
-        parts.append(f"{len(competing)} other llama-server process{'es' if len(competing) != 1 else ''} ran on "
-                     "this machine during the sweep and competed with it.")
-    return " ".join(parts) or None
 
 
 def _place_on_gpu(plan: CandidatePlan, target_path: Path, devices: Any, n_ctx: int, notes: list[str]) -> CandidatePlan:

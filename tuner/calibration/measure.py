@@ -43,9 +43,8 @@ from .candidates import Candidate
 from .predict import PerPositionCounts, parse_spec_metrics
 from .prompts import Prompt
 from .results import Divergence, Measurement, Sample
+from .sampling import GREEDY, Sampling
 from .workload import (
-    GREEDY,
-    Sampling,
     Workload,
     chat_messages,
     fit_long_prompt,

@@ -59,6 +59,8 @@ MAX_PAIRS = 6
 """Looks per finalist: at n = MIN_PAIRS … MAX_PAIRS pairs."""
 FINALISTS = 2
 """Candidates whose paired rounds share the error ``ALPHA``."""
+MIN_GAIN = 0.03
+"""A winner must be at least this much faster than the baseline at the low end of its interval."""
 
 RequestKey = tuple[int, int]
 """``(prompt_index, repetition)``."""

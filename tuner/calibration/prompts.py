@@ -7,7 +7,7 @@ Two file formats are accepted:
   conversation: ``{"messages": [{"role": "system"|"user"|"assistant", "content": "..."}, ...],
   "category": ...}`` ending with a ``user`` turn. A chat model gets the conversation as it is (through
   its chat template); a base model gets it flattened by
-  :func:`tuner.calibration.workload.flatten_messages` (``"User: …"`` / ``"Assistant: …"`` turns separated
+  :func:`flatten_messages` (``"User: …"`` / ``"Assistant: …"`` turns separated
   by blank lines, ending with ``"Assistant:"``).
 * Plain text: prompts separated by lines holding only ``---`` (surrounding blanks ignored).
   Plain-text prompts have category ``None``.
@@ -160,8 +160,6 @@ def _parse_jsonl(path: Path, text: str) -> list[Prompt]:
             if "prompt" in obj:
                 raise PromptFileError(path, n, "give either 'prompt' or 'messages', not both")
             messages = _parse_messages(path, n, obj["messages"])
-            from .workload import flatten_messages
-
             prompts.append(Prompt(text=flatten_messages(messages), category=(cat.strip() or None) if cat else None,
                                   line=n, messages=messages))
             continue
@@ -175,6 +173,14 @@ def _parse_jsonl(path: Path, text: str) -> list[Prompt]:
 
 
 CHAT_ROLES = ("system", "user", "assistant")
+
+
+def flatten_messages(messages: tuple[tuple[str, str], ...]) -> str:
+    """The text a base model (no chat template) gets for a conversation. Rule: each turn becomes
+    ``"<Role>: <content>"`` (``System``, ``User``, ``Assistant``), turns separated by a blank line, and the
+    text ends with ``"Assistant:"`` so the model writes the next answer."""
+    parts = [f"{role.capitalize()}: {content}" for role, content in messages]
+    return "\n\n".join(parts + ["Assistant:"])
 
 
 def _parse_messages(path: Path, n: int, raw: object) -> tuple[tuple[str, str], ...]:

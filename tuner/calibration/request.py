@@ -21,7 +21,7 @@ from tuner.errors import DraftwiseError
 from tuner.settings import DEFAULT_TUNE_BUDGET_S
 
 from .prompts import PromptSet
-from .workload import Sampling
+from .sampling import Sampling
 
 if TYPE_CHECKING:  # annotations only: these modules import nothing from here
     from tuner.profiles import Profile
@@ -98,7 +98,7 @@ class TuneRequest:
         threads: CPU threads per launch (``None`` = the server's default).
         max_prompts: use at most this many prompts of the set (spread over categories); ``None`` = all of a
             file, 5 of the built-in set.
-        sampling: the user's client settings (:class:`tuner.calibration.workload.Sampling`); the empty
+        sampling: the user's client settings (:class:`tuner.calibration.sampling.Sampling`); the empty
             ``Sampling()`` = llama-server's own defaults (requests send no sampling fields). Every request
             carries a seed fixed per (prompt, repetition); a short greedy pass is the lossless check.
         long_context: add the built-in long-context requests (a long document and a long code file with a

@@ -63,6 +63,7 @@ from .measure import (
     measure_request,
     needs_fresh_launch_per_repetition,
 )
+from .outcome import SearchOutcome
 from .pairing import (
     ALPHA,
     MAX_PAIRS,
@@ -78,6 +79,8 @@ from .predict import CostModel, fit_cost_model, predict_curve
 from .prompts import Prompt
 from .request import DEFAULT_BUDGET_S
 from .results import Divergence, Measurement, Sample
+from .sentences import Sentence, Slot
+from .workload import Workload
 
 HARD_LIMIT = 1.08
 """The sweep's hard time limit, as a fraction of the budget (issue 10: first launch to decision within
@@ -1335,3 +1338,45 @@ class Search:
         msg = f"{c.label} (paired): {m.gen_tokens_per_s or 0:.1f} tokens/s" if m.ok else f"{c.label} failed: {m.error}"
         self.emit("measured", msg, candidate=c, measurement=m)
         return m.ok and not a_error
+
+
+def run_search(
+    plan: CandidatePlan,
+    prompts: Sequence[tuple[int, Prompt]],
+    settings: SearchSettings,
+    workload: Workload,
+    launch_fn: LaunchFn,
+    cancel: threading.Event,
+    emit: Emit,
+    busy: Callable[[], bool] | None = None,
+    clock: Callable[[], float] = time.monotonic,
+) -> SearchOutcome:
+    """Run one sweep (:class:`Search`) and hand back what it found as a
+    :class:`~tuner.calibration.outcome.SearchOutcome`; a cancel returns the measurements so far with
+    ``cancelled`` set. ``workload`` is the one ``launch_fn``'s launches carry (the server's sampling
+    defaults and the long-context verdict it collects are part of the outcome); ``clock``: tests.
+
+    Raises:
+        BaselineFailed: the baseline could not be measured.
+    """
+    search = Search(launch_fn, plan, prompts, settings, cancel, emit, clock=clock, busy=busy)
+    try:
+        measurements = search.run()
+    except Cancelled:
+        return SearchOutcome(measurements=tuple(search.measurements), unmeasured=tuple(search.unmeasured),
+                             cancelled=True)
+    reason = workload.long_plan.reason
+    return SearchOutcome(
+        measurements=tuple(measurements),
+        unmeasured=tuple(search.unmeasured),
+        min_gain=settings.min_gain,
+        alpha=settings.alpha,
+        max_pairs=search.max_pairs,
+        finalists=search.finalists_selected,
+        mix=search.mix,
+        baseline_unsteady=search.baseline_unsteady,
+        notes=tuple(Sentence.text(Slot.SWEEP, note) for note in search.sweep_notes()),
+        protocol=dict(search.planned),
+        server_sampling=dict(workload.server_sampling),
+        long_context=Sentence.text(Slot.SWEEP, reason) if reason else None,
+    )

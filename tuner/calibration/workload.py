@@ -14,8 +14,8 @@ A tuned profile only predicts what the server later gets when the sweep sends th
   (b11434 common/common.h ``common_params_sampling``: temperature 0.80, top_k 40, top_p 0.95, min_p 0.05;
   the values of the binary actually used are read from ``GET /props``
   ``default_generation_settings.params``). The user's client settings (temperature, top_p, top_k, min_p)
-  replace them. Every request carries a seed fixed per (prompt, repetition), the same for every
-  candidate, so sampled pairs stay comparable.
+  replace them (:class:`tuner.calibration.sampling.Sampling`). Every request carries a seed fixed per
+  (prompt, repetition), the same for every candidate, so sampled pairs stay comparable.
 * **Lossless check.** Sampled outputs legitimately differ; the check that speculation did not change the
   output is a separate short greedy pass (:attr:`Workload.greedy_check_prompts` prompts,
   :attr:`Workload.greedy_check_n_predict` tokens, temperature 0) on each candidate's first launch,
@@ -30,20 +30,14 @@ Core module: no I/O except reading the built-in long texts from ``resources/prom
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any
 
 from tuner.resources import resource_path
 
 from .prompts import Prompt, PromptFileError
-
-SERVER_DEFAULT_SAMPLING: Mapping[str, float | int] = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
-"""llama-server b11434's sampling defaults (common/common.h ``common_params_sampling``; ``--help`` says the
-same). Used for wording only when ``/props`` cannot be read; the measurement itself sends nothing, so the
-server applies whatever its build defaults to."""
-
-SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
+from .sampling import GREEDY, Sampling
 
 LONG_CONTEXT_FILL = 0.5
 """Long-context requests fill at least this fraction of the served context (prompt tokens ÷ ``n_ctx``)."""
@@ -53,72 +47,6 @@ LONG_CONTEXT_HEADROOM_TOKENS = 64
 
 LONG_DOCUMENT = ("prompts", "long_document.md")
 LONG_CODE = ("prompts", "long_code.py.txt")
-
-
-@dataclass(frozen=True)
-class Sampling:
-    """The sampling settings the served requests carry; ``None`` = not sent (the server's default applies).
-
-    Attributes:
-        temperature: ``temperature`` (0 = greedy).
-        top_p: ``top_p`` (1.0 = off).
-        top_k: ``top_k`` (0 = off).
-        min_p: ``min_p`` (0.0 = off).
-    """
-
-    temperature: float | None = None
-    top_p: float | None = None
-    top_k: int | None = None
-    min_p: float | None = None
-
-    def body(self) -> dict[str, Any]:
-        """The request-body fields that are set (unset ones are left to the server)."""
-        return {k: getattr(self, k) for k in SAMPLING_KEYS if getattr(self, k) is not None}
-
-    def effective(self, server_defaults: Mapping[str, Any] | None = None) -> dict[str, Any]:
-        """Every sampling value as the server will use it: the set ones, else ``server_defaults`` (from
-        ``/props``), else :data:`SERVER_DEFAULT_SAMPLING`."""
-        base = dict(SERVER_DEFAULT_SAMPLING)
-        for k in SAMPLING_KEYS:
-            if server_defaults and server_defaults.get(k) is not None:
-                base[k] = server_defaults[k]
-        base.update(self.body())
-        return base
-
-    @property
-    def is_greedy(self) -> bool:
-        """True when the temperature is set to 0 or below (llama.cpp then samples greedily: common/common.h
-        ``common_params_sampling::temp``, "<= 0.0 to sample greedily")."""
-        return self.temperature is not None and self.temperature <= 0.0
-
-    @property
-    def uses_server_defaults(self) -> bool:
-        """True when nothing is set (the client sends no sampling fields)."""
-        return not self.body()
-
-    def describe(self, server_defaults: Mapping[str, Any] | None = None) -> str:
-        """E.g. ``"temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's defaults)"``."""
-        if self.is_greedy:
-            return "greedy (temperature 0)"
-        eff = self.effective(server_defaults)
-        text = ", ".join(f"{k} {eff[k]:g}" for k in SAMPLING_KEYS)
-        if self.uses_server_defaults:
-            return text + " (llama-server's defaults)"
-        return text
-
-    def key(self) -> str:
-        """A stable string for profile staleness keys: the set fields, or ``"server-defaults"``."""
-        b = self.body()
-        return "server-defaults" if not b else ",".join(f"{k}={b[k]:g}" for k in SAMPLING_KEYS if k in b)
-
-    @classmethod
-    def from_settings(cls, settings: Any) -> Sampling:
-        """From any object with ``temperature``, ``top_p``, ``top_k``, ``min_p`` attributes (Settings, argparse)."""
-        return cls(**{k: getattr(settings, k, None) for k in SAMPLING_KEYS})
-
-
-GREEDY = Sampling(temperature=0.0, top_k=1)
-"""Greedy decoding (the lossless pass; also the workload of tests that need exact outputs)."""
 
 
 @dataclass
@@ -231,14 +159,6 @@ def request_seed(prompt_index: int, repetition: int) -> int:
     return 1 + 1000 * repetition + prompt_index
 
 
-def flatten_messages(messages: tuple[tuple[str, str], ...]) -> str:
-    """The text a base model (no chat template) gets for a conversation. Rule: each turn becomes
-    ``"<Role>: <content>"`` (``System``, ``User``, ``Assistant``), turns separated by a blank line, and the
-    text ends with ``"Assistant:"`` so the model writes the next answer."""
-    parts = [f"{role.capitalize()}: {content}" for role, content in messages]
-    return "\n\n".join(parts + ["Assistant:"])
-
-
 def chat_messages(prompt: Prompt, repetition: int) -> list[dict[str, str]]:
     """The ``messages`` of a chat request for ``prompt`` at ``repetition``: its conversation (or one user
     turn), with the per-repetition prefix ``"Request N."`` in front of the first turn's content (a fresh
@@ -338,16 +258,12 @@ def fit_long_prompt(prompt: Prompt, n_ctx: int, n_predict: int, count_tokens: Ca
 
 
 __all__ = [
-    "GREEDY",
     "GreedyReference",
     "LongContextPlan",
     "LONG_CONTEXT_FILL",
-    "SERVER_DEFAULT_SAMPLING",
-    "Sampling",
     "Workload",
     "chat_messages",
     "fit_long_prompt",
-    "flatten_messages",
     "long_context_prompts",
     "request_seed",
 ]

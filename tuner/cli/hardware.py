@@ -308,7 +308,7 @@ _COLS = (("target_weights_bytes", "target W"), ("target_kv_bytes", "target KV"),
 
 def _plan_args_problem(args: argparse.Namespace, spec_type: str) -> str | None:
     """One line naming the flag when the plan's command line is inconsistent, else None."""
-    from tuner.server.config import DRAFT_MODEL_TYPES, NGRAM_TYPES
+    from tuner.spectypes import DRAFT_MODEL_TYPES, NGRAM_TYPES
 
     known = {"none", "draft-mtp"} | DRAFT_MODEL_TYPES | NGRAM_TYPES
     types = [t.strip() for t in spec_type.split(",") if t.strip()]

@@ -27,10 +27,11 @@ from pathlib import Path
 from typing import Any
 
 from tuner.server.argv import UnsupportedConfigError, cors_locked
-from tuner.server.config import DRAFT_MODEL_TYPES, ServerConfig, default_alias
+from tuner.server.config import ServerConfig, default_alias
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_named_server, find_server
 from tuner.server.supervisor import ServerStartError, ServerState, StateChange, Supervisor
+from tuner.spectypes import DRAFT_MODEL_TYPES
 from tuner.units import format_bytes
 
 log = logging.getLogger(__name__)

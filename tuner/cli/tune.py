@@ -40,8 +40,8 @@ from tuner.calibration.request import (
     TuneRequest,
     TuneResult,
 )
+from tuner.calibration.sampling import Sampling
 from tuner.calibration.tune import tune
-from tuner.calibration.workload import Sampling
 
 
 def register(subparsers: Any) -> None:

@@ -30,7 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, SupportsInt
 
-from tuner.server.config import DRAFT_MODEL_TYPES
+from tuner.spectypes import DRAFT_MODEL_TYPES
 from tuner.units import GIB as GIB  # re-exported: the plan's callers and tests use it
 from tuner.units import MIB, format_bytes
 

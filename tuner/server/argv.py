@@ -16,8 +16,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from tuner.errors import DraftwiseError
-from tuner.server.config import DRAFT_MODEL_TYPES, NGRAM_TYPES, ServerConfig
+from tuner.server.config import ServerConfig
 from tuner.server.dialect import Dialect
+from tuner.spectypes import DRAFT_MODEL_TYPES, NGRAM_TYPES
 
 #: Draft-length flag per n-gram type in the current dialect (common/arg.cpp ``--spec-ngram-*``).
 _NGRAM_N_MAX_FLAG = {

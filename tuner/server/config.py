@@ -12,12 +12,6 @@ from pathlib import Path
 
 from tuner.catalog.split import SPLIT_NAME, split_shard_paths
 
-#: Speculation types that need a separate draft GGUF (``-md``); common/speculative.cpp
-#: ``common_speculative_init`` builds them only when a draft context exists.
-DRAFT_MODEL_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-dflash", "draft-dspark"})
-#: n-gram speculation types: no draft model, no extra memory (common/speculative.cpp).
-NGRAM_TYPES = frozenset({"ngram-simple", "ngram-map-k", "ngram-map-k4v", "ngram-mod", "ngram-cache"})
-
 
 @dataclass(frozen=True)
 class ServerConfig:

@@ -20,7 +20,7 @@ from pathlib import Path
 
 from tuner import paths
 from tuner.errors import DraftwiseError
-from tuner.server.config import NGRAM_TYPES
+from tuner.spectypes import NGRAM_TYPES
 
 log = logging.getLogger(__name__)
 
