@@ -123,8 +123,12 @@ def cpu_buffers_seed(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
     return seed if seed.is_file() else None
 
 
-def seed_cpu_buffers(seed: Path | None, home: Path) -> None:
-    """Copy the session's probed CPU-buffer fact into ``home``'s cache (nothing when there is none)."""
+def seed_cpu_buffers(request: pytest.FixtureRequest, home: Path) -> None:
+    """For a ``server`` test, copy the session's probed CPU-buffer fact (:func:`cpu_buffers_seed`) into
+    ``home``'s cache; other tests start no llama-server for it."""
+    if request.node.get_closest_marker("server") is None:
+        return
+    seed = request.getfixturevalue("cpu_buffers_seed")
     if seed is not None:
         (home / "cache").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(seed, home / "cache" / seed.name)

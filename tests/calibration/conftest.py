@@ -13,11 +13,11 @@ from tests.synth import SynthFamily, make_family
 
 @pytest.fixture(autouse=True)
 def _draftwise_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
-                    cpu_buffers_seed: Path | None) -> Path:
-    """Profiles, logs and caches of every calibration test go to a private DRAFTWISE_HOME (seeded with the
-    session's probe of the build's CPU buffers)."""
+                    request: pytest.FixtureRequest) -> Path:
+    """Profiles, logs and caches of every calibration test go to a private DRAFTWISE_HOME (a ``server`` test's
+    seeded with the session's probe of the build's CPU buffers)."""
     home = tmp_path_factory.mktemp("dw-home")
-    seed_cpu_buffers(cpu_buffers_seed, home)
+    seed_cpu_buffers(request, home)
     monkeypatch.setenv("DRAFTWISE_HOME", str(home))
     for name in [k for k in os.environ if k.startswith("LLAMA_ARG_")]:
         monkeypatch.delenv(name)
