@@ -34,8 +34,10 @@ from tuner.hardware.buffers import parse_load_buffers  # noqa: E402
 from tuner.hardware.devices import Devices, find_server_binary  # noqa: E402
 from tuner.hardware.host import cpu_features  # noqa: E402
 from tuner.hardware.memory import MIB, MemoryRequest, load_model_spec, plan_memory  # noqa: E402
+from tuner.hardware.repack import probe_cpu_buffers  # noqa: E402
 
-# this host's CPU flags: ggml repacks some weight types into a CPU_REPACK buffer (tuner.hardware.memory)
+# which weights the build copies into an extra CPU buffer (AMX / CPU_REPACK) here: main() reads it from the
+# build (tuner.hardware.repack); until then the guess from this host's CPU flags
 CPU_ONLY = Devices((), None, None, None, cpu_features=cpu_features())
 
 
@@ -119,6 +121,8 @@ def main(argv: list[str] | None = None) -> int:
     if server is None:
         print("no llama-server found (pip install -e '.[server]' or --server)", file=sys.stderr)
         return 2
+    global CPU_ONLY
+    CPU_ONLY = Devices((), None, None, None, cpu_features=cpu_features(), cpu_buffers=probe_cpu_buffers(server))
     from tests.synth import make_family, stories_model_path, write_first_blocks_gguf
 
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="draftwise-memacc-"))

@@ -506,6 +506,7 @@ def run_tune(
     else:
         launch_fn = _with_workload(launch_fn, workload)
     from tuner.hardware.host import LoadWatcher, foreign_processes
+    from tuner.hardware.repack import workaround_sentence
 
     watcher = LoadWatcher()
     competing = foreign_processes("llama-server")
@@ -540,6 +541,7 @@ def run_tune(
         placement=RpcPlacement(devices, getattr(target_model, "n_layers", None), plan.baseline)
         if rpc_used and devices is not None else None,
         machine=MachineLoad(load.note(), tuple(p for p, _ in competing)),
+        cpu_workaround=workaround_sentence(binary.path),  # the --no-repack workaround every launch ran with
     )
     decision = finish_decision(decide_outcome(outcome), outcome, facts)
     measurements = outcome.measurements

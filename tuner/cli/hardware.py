@@ -28,6 +28,7 @@ from tuner.hardware.memory import (
     load_model_spec,
     plan_memory,
 )
+from tuner.hardware.repack import no_repack_in
 from tuner.hardware.rpc import (
     DEFAULT_RPC_PORT,
     NO_AUTH_WARNING,
@@ -339,7 +340,7 @@ def _server_argv(req: MemoryRequest, binary: Path | None, server_args: tuple[str
         from tuner.server.argv import build_argv
         from tuner.server.dialect import probe_dialect
 
-        cfg = server_config_for(req)
+        cfg = server_config_for(req, binary=binary)
         cfg = dataclasses.replace(cfg, extra_args=(*cfg.extra_args, *server_args))
         return build_argv(binary, cfg.with_port(0), probe_dialect(binary))
     except Exception as exc:  # noqa: BLE001 - DialectError, UnsupportedConfigError: say it, plan anyway
@@ -410,6 +411,26 @@ def _files_bytes(given: str, models_dir: str | None, flag: str) -> int | None:
         return None
 
 
+def repack_lines(plan: MemoryPlan) -> list[str]:
+    """The plan's lines about ggml's extra CPU buffer types: how much of the host's weights they copy, in
+    which type (AMX, CPU_REPACK), and the sentence when ``--no-repack`` is in force."""
+    from tuner.hardware.repack import no_repack_sentence
+
+    cpu = plan.cpu_buffers
+    out = []
+    if plan.repack_host_bytes:
+        parts = [(name, copy) for name, copy, _ in plan.extra_buffers if copy]
+        where = (f"ggml's {parts[0][0]} buffer" if len(parts) == 1 else
+                 "ggml's " + " and ".join(f"{n} ({_mib(c)})" for n, c in parts) + " buffers")
+        guess = "; guessed from the CPU's flags" if cpu is not None and cpu.source != "load log" else ""
+        out.append(f"Weights in host RAM include {_mib(plan.repack_host_bytes)} repacked for this CPU "
+                   f"({where}, beside the file's mmapped tensors{guess})")
+    if cpu is not None and cpu.no_repack:
+        out.append(no_repack_sentence(cpu.cause, cpu.types) if cpu.cause else
+                   "Repacked CPU kernels are off (--no-repack): the weights are not copied for this CPU")
+    return out
+
+
 def cmd_plan(args: argparse.Namespace) -> int:
     """``draftwise plan``: exit 0 when the plan fits, 1 when it does not, 2 on a bad model file."""
     try:
@@ -438,7 +459,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         n_ctx=n_ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
                         n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB,
                         n_max=args.n_max, n_cpu_moe=args.n_cpu_moe, cpu_moe=args.cpu_moe,
-                        prompt_cache_bytes=max(cache_ram, 0) * MIB)
+                        prompt_cache_bytes=max(cache_ram, 0) * MIB, no_repack=no_repack_in(server_args))
     devs, binary = _detect(args.server, rpc)
     unknown = _unknown_server_arg(server_args, binary)
     if unknown:
@@ -468,7 +489,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print("cross-checking with llama-server itself (one model load, cached) ...", file=sys.stderr)
             scheck = server_cross_check(req, devs, binary, extra_args=server_args)
         else:
-            cfg = server_config_for(req)
+            cfg = server_config_for(req, binary=binary)
             cached = cached_server_report(server_argv, [cfg.model_path, cfg.draft_path])
             if cached is not None:  # from the cache: no server start
                 scheck = server_cross_check(req, devs, binary, extra_args=server_args)
@@ -526,9 +547,8 @@ def cmd_plan(args: argparse.Namespace) -> int:
                 print(f"Largest context with the whole {whole} on the GPU: {trade.max_ctx_all_on_gpu}")
     if plan.expert_host_bytes:
         print(f"MoE experts kept in host RAM: {_mib(plan.expert_host_bytes)}")
-    if plan.repack_host_bytes:
-        print(f"Weights in host RAM include {_mib(plan.repack_host_bytes)} repacked for this CPU "
-              "(ggml's CPU_REPACK buffer, beside the file's mmapped tensors)")
+    for line in repack_lines(plan):
+        print(line)
     if check is not None:
         what = "target alone (llama-fit-params ignores drafts)" if draft else "target"
         if not check.ok:

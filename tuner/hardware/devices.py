@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TypeVar
 
+from tuner.hardware.buffers import CpuBuffers
 from tuner.hardware.host import HostInfo, probe_host
 from tuner.hardware.listdevices import ListDevicesResult, ListedDevice, run_list_devices
 from tuner.hardware.nvml import NvmlGpu, NvmlResult, probe_nvml
@@ -80,6 +81,9 @@ class Devices:
     ``listed_by_llama`` is True when the list comes from ``--list-devices`` (authoritative order and
     names); False means it was pieced together from NVML/sysfs and may differ from llama.cpp's.
     ``cpu_features``: the host CPU's repack-relevant flags (``tuner.hardware.host.cpu_features``).
+    ``cpu_buffers``: which extra CPU buffer types the llama-server build uses on this CPU, in the mode in
+    force (``tuner.hardware.buffers.CpuBuffers``, from :mod:`tuner.hardware.repack`); None = unknown (the
+    memory plan then guesses from ``cpu_features``).
     """
 
     devices: tuple[Device, ...]
@@ -93,6 +97,7 @@ class Devices:
     cpu_features: tuple[str, ...] = ()
     rpc_endpoints: tuple[str, ...] = ()
     rpc_unreachable: tuple[str, ...] = ()
+    cpu_buffers: CpuBuffers | None = None
 
     @property
     def local_devices(self) -> tuple[Device, ...]:
@@ -125,6 +130,7 @@ class Probes:
     host: Callable[[], HostInfo] = probe_host
     unified: Callable[[], UnifiedInfo] = probe_unified
     rpc: Callable[[Path | None, tuple[RpcEndpoint, ...]], RpcDiscovery] | None = None
+    cpu_buffers: Callable[[Path | None], CpuBuffers | None] | None = None  # None: _default_cpu_buffers
 
 
 def find_server_binary() -> Path | None:
@@ -141,6 +147,16 @@ def find_server_binary() -> Path | None:
 
 def _default_list_devices(server_binary: Path | None) -> ListDevicesResult:
     return run_list_devices(server_binary if server_binary is not None else find_server_binary())
+
+
+def _default_cpu_buffers(server_binary: Path | None) -> CpuBuffers | None:
+    """The build's extra CPU buffer types (``tuner.hardware.repack``): probed once per build when the
+    caller named the binary (a tune, ``plan``, ``doctor``), else only what an earlier probe cached."""
+    from tuner.hardware.repack import known_cpu_buffers, probe_cpu_buffers
+
+    if server_binary is not None:
+        return probe_cpu_buffers(server_binary)
+    return known_cpu_buffers(find_server_binary())
 
 
 _BACKEND = re.compile(r"^([A-Za-z_]+?)(\d*)$")
@@ -207,6 +223,10 @@ def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: 
     local ones; ``Devices.rpc_endpoints`` holds the reachable hosts (the ``--rpc`` value), each host left
     out is a note naming it. A malformed entry is a note too (callers validate with
     ``parse_rpc_hosts`` first to report it as a bad flag).
+
+    ``Devices.cpu_buffers``: which extra CPU buffer types (AMX, CPU_REPACK) the build copies quantized
+    weights into here, in the mode in force (``probes.cpu_buffers``; by default one short probe launch per
+    build, cached: :func:`tuner.hardware.repack.probe_cpu_buffers`, only with ``server_binary`` given).
     """
     probes = probes or Probes()
     list_probe = probes.list_devices or _default_list_devices
@@ -343,9 +363,12 @@ def detect_devices(server_binary: str | os.PathLike[str] | None = None, probes: 
             rpc_eps = tuple(str(e) for e in found.endpoints)
             rpc_lost = tuple(str(e) for e in found.unreachable)
 
+    cpu_probe = probes.cpu_buffers or _default_cpu_buffers
+    cpu_bufs = _safe(lambda: cpu_probe(Path(server_binary) if server_binary is not None else None), None, notes,
+                     "CPU buffer probe")
     return Devices(tuple(devices), host.ram_total_bytes, host.ram_available_bytes, host.cpu_cores,
                    tuple(notes), host.cpu_threads, nvml.driver_version, listed.ok,
-                   tuple(getattr(host, "cpu_features", ())), rpc_eps, rpc_lost)
+                   tuple(getattr(host, "cpu_features", ())), rpc_eps, rpc_lost, cpu_bufs)
 
 
 def _device_from_nvml(index: int, g: NvmlGpu, unified_budget: Callable[[int | None], int | None]) -> Device:

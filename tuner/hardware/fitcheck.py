@@ -163,7 +163,8 @@ def _close(ours: int, theirs: int, rel: float, abs_bytes: int) -> bool:
 def fit_params_argv(server_argv: Sequence[str], tool: str | os.PathLike[str]) -> list[str]:
     """The ``llama-fit-params`` argv for a server argv: the tool path, then every server flag the tool
     also accepts (model, context, slots, layers, KV types, batch sizes, flash attention, splits,
-    overrides, MoE offload, threads), in the server's order and with the server's values. Server-only
+    overrides, MoE offload, threads, ``--no-repack``: the tool takes every common flag), in the server's order
+    and with the server's values. Server-only
     flags (``--host``, ``--port``, ``--metrics``, ``--slots``, API key, every ``--spec-*`` / draft flag:
     common/arg.cpp gives them no FIT_PARAMS example) are dropped; ``--fit X`` too (the tool always fits).
     """
@@ -172,7 +173,8 @@ def fit_params_argv(server_argv: Sequence[str], tool: str | os.PathLike[str]) ->
                 "-ub", "--ubatch-size", "-fa", "--flash-attn", "-ts", "--tensor-split", "-ot",
                 "--override-tensor", "-ncmoe", "--n-cpu-moe", "-t", "--threads", "-sm", "--split-mode",
                 "-mg", "--main-gpu", "-dev", "--device", "-fitt", "--fit-target", "-fitc", "--fit-ctx"}
-    keep_flag = {"-cmoe", "--cpu-moe", "--kv-unified", "-kvu", "--no-kv-offload", "-nkvo", "--no-mmap", "--mlock"}
+    keep_flag = {"-cmoe", "--cpu-moe", "--kv-unified", "-kvu", "--no-kv-offload", "-nkvo", "--no-mmap", "--mlock",
+                 "-nr", "--no-repack", "--repack", "--no-host"}
     out = [str(tool)]
     argv = list(server_argv)[1:]
     i = 0
@@ -195,7 +197,8 @@ def cross_check(request: MemoryRequest, devices: Devices | Sequence[Device], too
     ``llama-fit-params``: the per-place breakdown at the request's ``ngl`` (``--fit-print on``) and,
     with GPUs, the fitted ``-ngl``. ``server_argv``: the server's argv for this request (see
     :func:`fit_params_argv`; None = built from the request alone). Our side is planned with the tool's
-    ``n_outputs_max`` (= n_batch: it reserves logits for every ubatch token). Differences over
+    ``n_outputs_max`` (= n_batch: it reserves logits for every ubatch token) and in the plan's mode of the
+    extra CPU buffer types (``--no-repack`` is passed when the plan has them off). Differences over
     ``rel_tol`` (and 8 MiB, the tool's MiB rounding) or ``ngl_tol`` layers are reported. Never raises.
     """
     request = replace(request, prompt_cache_bytes=0)  # grows while serving; not a start-up buffer
@@ -212,10 +215,10 @@ def cross_check(request: MemoryRequest, devices: Devices | Sequence[Device], too
     except ValueError as exc:
         return FitCrossCheck(False, str(tool), None, None, None, (), (), str(exc))
     devs = device_list(devices)
-    if not isinstance(devices, Sequence) and devices.cpu_features:
-        # the tool's Host row leaves out the CPU_REPACK copies (not a host buffer type): compare without them
-        devices = replace(devices, cpu_features=())
     plan: MemoryPlan = plan_memory(alone, devices)
+    if (alone.no_repack or (plan.cpu_buffers is not None and plan.cpu_buffers.no_repack)) \
+            and not {"--no-repack", "-nr"} & set(base):
+        base.append("--no-repack")  # the tool measures the mode the plan models
     disagreements: list[str] = []
     ngl_arg = ["-ngl", str(request.ngl if request.ngl is not None else 999)]
     try:
@@ -236,6 +239,11 @@ def cross_check(request: MemoryRequest, devices: Devices | Sequence[Device], too
                                      "llama-fit-params has no row")
             continue
         ours_model = need.target_weights_bytes
+        if name == "Host":
+            # a no-alloc measurement counts a weight once, in its buffer type: the tool's Host row has
+            # neither the extra CPU buffer types' copies nor the tensors they took (its rows for them,
+            # when printed, are no device of ours)
+            ours_model -= plan.repack_host_bytes + plan.extra_moved_bytes
         # "context" = the KV cache only (src/llama-context.cpp memory_breakdown: no output buffer)
         ours_ctx = need.target_kv_bytes + need.mtp_kv_bytes
         for what, ours, theirs in (("weights", ours_model, r.model_bytes), ("KV/context", ours_ctx, r.context_bytes),
@@ -337,12 +345,16 @@ class ServerCrossCheck:
                 "cached": self.cached}
 
 
-def server_config_for(request: MemoryRequest, threads: int | None = None):
+def server_config_for(request: MemoryRequest, threads: int | None = None,
+                      binary: str | os.PathLike[str] | None = None):
     """The ``tuner.server.config.ServerConfig`` that launches what ``request`` plans (port unset).
 
     Settings the config has no field for go to ``extra_args`` in llama-server's spelling:
     ``--n-cpu-moe`` / ``--cpu-moe``, ``-b`` / ``-ub`` when not the defaults (2048 / 512), ``-fa on|off``
-    when set, ``-ctkd`` / ``-ctvd`` when not f16. Raises ``ValueError`` when a model has no path.
+    when set, ``-ctkd`` / ``-ctvd`` when not f16; ``request.no_repack`` is ``no_repack``. With ``binary``,
+    the launch as every launch of that binary runs on this machine: its recorded workarounds applied
+    (``tuner.hardware.repack.with_cpu_workarounds``: ``--no-repack`` where this CPU crashed in the
+    repacked kernels). Raises ``ValueError`` when a model has no path.
     """
     from tuner.server.config import ServerConfig
 
@@ -371,12 +383,17 @@ def server_config_for(request: MemoryRequest, threads: int | None = None):
         extra += ["-ctkd", request.cache_type_k_draft]
     if uses_draft and request.cache_type_v_draft != "f16":
         extra += ["-ctvd", request.cache_type_v_draft]
-    return ServerConfig(
+    cfg = ServerConfig(
         model_path=Path(t.path), draft_path=draft_path,
         spec_type=request.spec_type, n_max=request.n_max if uses_draft else None,
         ngl=request.ngl, draft_ngl=request.draft_ngl if uses_draft else None, n_ctx=request.n_ctx,
         n_parallel=request.n_parallel, cache_type_k=request.cache_type_k, cache_type_v=request.cache_type_v,
-        threads=threads, extra_args=tuple(extra))
+        threads=threads, extra_args=tuple(extra), no_repack=request.no_repack)
+    if binary is None:
+        return cfg
+    from tuner.hardware.repack import with_cpu_workarounds
+
+    return with_cpu_workarounds(cfg, binary)
 
 
 _CHECK_FLAGS = ("--fit", "-fit", "-lv", "--verbosity", "--log-verbosity")
@@ -502,6 +519,10 @@ def compare_with_server(request: MemoryRequest, devices: Devices | Sequence[Devi
     by_t = dict(_places(alone))
     by_f = dict(_places(full))
 
+    # the projection (a no-alloc measurement) counts a weight that an extra CPU buffer type took only there,
+    # while the mapped file (the allocated CPU_Mapped buffer) still spans it
+    moved = {"target": alone.extra_moved_bytes, "draft": full.extra_moved_bytes - alone.extra_moved_bytes}
+
     def planned(model: str, place: str | None, what: str) -> int:
         # target: the plan of the target alone; draft: what the full plan adds to it
         total = 0
@@ -539,7 +560,8 @@ def compare_with_server(request: MemoryRequest, devices: Devices | Sequence[Devi
                 acc[2] += r.compute_bytes
             for place, (mb, cb, kb) in merged.items():
                 for what, theirs in (("weights", mb), ("KV", cb), ("compute", kb)):
-                    out.append(PartCheck("start-up projection", model, place, what, planned(model, place, what), theirs))
+                    ours = planned(model, place, what) - (moved[model] if (place, what) == ("Host", "weights") else 0)
+                    out.append(PartCheck("start-up projection", model, place, what, ours, theirs))
     bufs = None
     try:
         bufs = parse_load_buffers(lines)
@@ -580,7 +602,7 @@ def server_cross_check(request: MemoryRequest, devices: Devices | Sequence[Devic
     from tuner.storage import atomic_write_json
 
     try:
-        cfg = server_config_for(request, threads=threads)
+        cfg = server_config_for(request, threads=threads, binary=server_binary)
         cfg = replace(cfg, extra_args=(*cfg.extra_args, *extra_args))
         if dialect is None:
             from tuner.server.dialect import probe_dialect
@@ -650,7 +672,7 @@ def plan_check_lines(request: MemoryRequest, devices: Devices | Sequence[Device]
         from tuner.server.argv import build_argv
         from tuner.server.dialect import probe_dialect
 
-        cfg = server_config_for(request)
+        cfg = server_config_for(request, binary=server_binary)
         argv = build_argv(Path(server_binary), cfg.with_port(0), probe_dialect(Path(server_binary)))
     except Exception:  # noqa: BLE001 - no argv, no cross-check line
         log.debug("no server argv for the plan check lines", exc_info=True)

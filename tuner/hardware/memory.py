@@ -28,13 +28,14 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, SupportsInt
+from typing import TYPE_CHECKING, Any, SupportsInt
 
 from tuner.spectypes import DRAFT_MODEL_TYPES
 from tuner.units import GIB as GIB  # re-exported: the plan's callers and tests use it
 from tuner.units import MIB, format_bytes
 
 if TYPE_CHECKING:
+    from tuner.hardware.buffers import CpuBuffers
     from tuner.hardware.devices import Device, Devices
 
 # bytes per element of a KV cache type (ggml type traits: block bytes / block size)
@@ -68,6 +69,10 @@ class ModelMemorySpec:
     ``expert_bytes[i]``: bytes of ``blk.i``'s MoE expert tensors (included in ``block_bytes[i]``;
     empty = dense model); ``n_expert`` / ``n_expert_used`` / ``n_ff_exp`` = ``<arch>.expert_count`` /
     ``expert_used_count`` / ``expert_feed_forward_length``.
+    ``extra_buffer_weights``: the matrix weights ggml's extra CPU buffer types may copy (see
+    :func:`extra_buffer_class`), grouped ``(layer, CPU_REPACK build flag or "", AMX copy bytes or -1,
+    bytes, bytes that leave the plain CPU buffer)``; layer -1 = the output layer (a tied output's
+    ``token_embd`` duplicate leaves nothing: the input layer keeps it).
     """
 
     name: str
@@ -95,7 +100,7 @@ class ModelMemorySpec:
     n_expert_used: int = 0
     n_ff_exp: int | None = None
     n_embd_head_k: int | None = None
-    repack_bytes: tuple[tuple[str, int, int], ...] = ()
+    extra_buffer_weights: tuple[tuple[int, str, int, int, int], ...] = ()
     tied_embd_bytes: int = 0
 
     @property
@@ -122,6 +127,7 @@ class MemoryRequest:
     (the target's expert tensors of the first N blocks / of all blocks stay in host memory).
     ``n_outputs_max``: override of the target context's ``n_outputs_max`` (None = llama-server's rule,
     :func:`reserve_outputs`; ``llama-fit-params`` leaves it at n_batch).
+    ``no_repack``: the launch has ``--no-repack``: no extra CPU buffer type (``CpuBuffers``) copies weights.
     ``prompt_cache_bytes``: the limit of llama-server's host-RAM prompt cache while serving
     (``--cache-ram`` MiB × 2^20; tools/server/server-context.cpp keeps finished prompts' KV state there up
     to that limit); counted in the host's need as a ceiling it can grow to. 0 = not counted (the sweep,
@@ -150,6 +156,7 @@ class MemoryRequest:
     cpu_moe: bool = False
     n_outputs_max: int | None = None
     prompt_cache_bytes: int = 0
+    no_repack: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,8 +230,13 @@ class MemoryPlan:
     ``expert_host_bytes``: MoE expert bytes of GPU-placed target blocks kept in host memory
     (``--n-cpu-moe`` / ``--cpu-moe``; included in the host's target weights). ``target_outputs``: logits
     rows of the target's reserve graph (:func:`reserve_outputs`). ``repack_host_bytes``: weights the CPU
-    backend also keeps repacked for this CPU's instructions (ggml/src/ggml-cpu/repack.cpp, the CPU_REPACK
-    buffer), included in the host's target and draft weights: why "target W" can exceed the file's tensors.
+    backend also keeps repacked for this CPU's instructions in ggml's extra CPU buffer types, included in
+    the host's target and draft weights: why "target W" can exceed the file's tensors; per type in
+    ``extra_buffers`` = ``((type, copy bytes, bytes that left the plain CPU buffer), ...)`` (``AMX``:
+    ggml/src/ggml-cpu/amx/amx.cpp; ``CPU_REPACK``: ggml/src/ggml-cpu/repack.cpp). The mapped file still
+    spans those tensors (the ``CPU_Mapped`` buffer), while a no-alloc measurement (``llama-fit-params``, the
+    start-up projection) counts them only in their extra type. ``cpu_buffers``: the build fact the plan
+    used (``tuner.hardware.buffers.CpuBuffers``; its ``source`` says whether it was read or guessed).
     """
 
     fits: bool
@@ -241,6 +253,13 @@ class MemoryPlan:
     expert_host_bytes: int = 0
     target_outputs: int = 1
     repack_host_bytes: int = 0
+    extra_buffers: tuple[tuple[str, int, int], ...] = ()
+    cpu_buffers: CpuBuffers | None = None
+
+    @property
+    def extra_moved_bytes(self) -> int:
+        """Bytes of the file's tensors that sit in an extra CPU buffer type instead of the plain one."""
+        return sum(moved for _, _, moved in self.extra_buffers)
 
     @property
     def total_bytes(self) -> int:
@@ -272,11 +291,43 @@ class MemoryPlan:
 
 _INPUT_TENSORS = ("token_embd.", "pos_embd.", "per_layer_token_embd.", "token_types.")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
-# ggml/src/ggml-cpu/repack.cpp ggml_repack_get_optimal_repack_type, x86: weight type -> the CPU flag it
-# needs; the tensor's ne[1] must be a multiple of 8 (the 8x8 interleave). Such tensors of CPU-run layers
-# get a second copy in a "CPU_REPACK model buffer" (src/llama-model.cpp picks the extra buffer type for
-# matrix multiplications on the CPU), next to the mmapped file.
-REPACK_TYPES = {2: "avx2", 12: "avx2", 20: "avx2", 39: "avx2", 10: "avx512f"}  # Q4_0, Q4_K, IQ4_NL, MXFP4; Q2_K
+# ggml type ids (ggml/include/ggml.h enum ggml_type) of the weights ggml's extra CPU buffer types take
+_F16, _Q4_0, _Q4_1, _Q8_0, _Q2_K, _Q4_K, _Q5_K, _Q6_K, _IQ4_NL, _IQ4_XS, _MXFP4 = 1, 2, 3, 8, 10, 12, 13, 14, 20, 23, 39
+
+#: CPU_REPACK on x86 (ggml/src/ggml-cpu/repack.cpp ``ggml_repack_get_optimal_repack_type``): weight type ->
+#: the build feature it needs (``system_info`` name: ``ggml_cpu_has_avx2()`` / ``ggml_cpu_has_avx512()``
+#: are compile-time answers). The weight's ne[1] (rows) must be a multiple of 8 (the 8x8 interleave); the
+#: copy has the file's size (the buffer type has no ``get_alloc_size``: ``ggml_nbytes``).
+REPACK_TYPES = {_Q4_0: "avx2", _Q4_K: "avx2", _IQ4_NL: "avx2", _MXFP4: "avx2", _Q2_K: "avx512"}
+
+#: AMX (ggml/src/ggml-cpu/amx/amx.cpp ``extra_buffer_type::supports_op``, MUL_MAT only): weight type ->
+#: (ne[0] alignment = elements per block, bytes per block in the AMX layout or None = the file's size).
+#: ne[1] must be a multiple of 32 (``TILE_N * 2``). Sizes: amx/mmq.cpp ``ggml_backend_amx_get_alloc_size``
+#: / ``get_row_size`` (Q8_0 gains an int32 compensation per block, Q4_K / Q5_K 4 bytes, IQ4_XS 2; F16 is
+#: kept as it is, ``qtype_has_amx_kernels`` is false for it, and runs AVX-512 code, not tiles).
+AMX_TYPES: dict[int, tuple[int, int | None]] = {
+    _Q4_0: (32, None), _Q4_1: (32, None), _Q8_0: (32, 38), _Q4_K: (256, 148), _Q5_K: (256, 180),
+    _Q6_K: (256, None), _IQ4_XS: (256, 138), _F16: (16, None)}
+
+
+def extra_buffer_class(ggml_type: int | None, shape: Sequence[int], n_bytes: int, expert: bool) -> tuple[str, int]:
+    """Which of ggml's extra CPU buffer types could hold a matrix weight used by a matrix multiplication:
+    ``(CPU_REPACK build flag or "", AMX copy bytes or -1)``.
+
+    ``shape`` is ggml's ``(ne0, ne1, ...)`` (columns, rows); ``expert``: a MoE expert tensor (MUL_MAT_ID,
+    which CPU_REPACK takes as a 3-D tensor and AMX does not). Rules: :data:`REPACK_TYPES`,
+    :data:`AMX_TYPES`. x86 only: the Arm / RISC-V repack rules are not modelled."""
+    if not isinstance(ggml_type, int) or len(shape) < 2:
+        return "", -1
+    ne0, ne1 = int(shape[0]), int(shape[1])
+    dims = sum(1 for x in shape if x > 1)
+    flag = REPACK_TYPES.get(ggml_type, "") if ne1 % 8 == 0 and dims <= (3 if expert else 2) else ""
+    amx = -1
+    rule = AMX_TYPES.get(ggml_type)
+    if rule is not None and not expert and dims <= 2 and ne1 % 32 == 0 and ne0 % rule[0] == 0:
+        amx = n_bytes if rule[1] is None else ne1 * (ne0 // rule[0]) * rule[1]
+    return flag, amx
+
 
 # common/common.h LLM_FFN_EXPS_REGEX: the tensors --cpu-moe / --n-cpu-moe keep on the CPU
 _EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
@@ -375,36 +426,45 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
             swa = None
     block = [0] * n_layer
     experts = [0] * n_layer
-    repack: dict[tuple[str, int], int] = {}
+    extra: dict[tuple[int, str, int], list[int]] = {}
+
+    def add_extra(layer: int, t: Any, nb: int, moved: int) -> None:
+        shape: Sequence[int] = getattr(t, "shape", ()) or ()
+        flag, amx = extra_buffer_class(getattr(t, "ggml_type", None), shape, nb, bool(_EXPS.search(t.name)))
+        if flag or amx >= 0:
+            acc = extra.setdefault((layer, flag, 1 if amx >= 0 else 0), [0, 0, 0])
+            acc[0] += max(amx, 0)
+            acc[1] += nb
+            acc[2] += moved
+
     inp = out = 0
     have_output = False
     embd_bytes = 0
+    embd_tensor = None
     for t in getattr(header, "tensors"):
         nb = int(t.n_bytes or 0)
         m = _BLOCK.match(t.name)
-        ggml_type = getattr(t, "ggml_type", None)
-        flag = REPACK_TYPES.get(ggml_type) if isinstance(ggml_type, int) else None
-        shape: Sequence[int] = getattr(t, "shape", ()) or ()
-        # the CPU_REPACK flag of a repackable weight, else None
-        repack_flag = flag if len(shape) >= 2 and shape[1] % 8 == 0 and t.name.endswith(".weight") else None
         if m and int(m.group(1)) < n_layer:
             block[int(m.group(1))] += nb
             if _EXPS.search(t.name):
                 experts[int(m.group(1))] += nb
-            if repack_flag is not None:
-                key = (repack_flag, int(m.group(1)))
-                repack[key] = repack.get(key, 0) + nb
+            if t.name.endswith(".weight"):
+                add_extra(int(m.group(1)), t, nb, nb)
         elif t.name.startswith(_INPUT_TENSORS):
             inp += nb
             if t.name.startswith("token_embd."):
                 embd_bytes += nb
+                embd_tensor = t
         else:
             out += nb
             if t.name.startswith("output.weight"):
                 have_output = True
-                if repack_flag is not None:
-                    repack[(repack_flag, -1)] = repack.get((repack_flag, -1), 0) + nb
+                add_extra(-1, t, nb, nb)
     tied = not have_output
+    if tied and embd_tensor is not None:
+        # src/llama-model-loader.cpp create_tensor: the TENSOR_DUPLICATED token_embd is loaded as the output
+        # (MUL_MAT on the output layer's buffer types); the input layer's copy stays in the CPU buffer
+        add_extra(-1, embd_tensor, embd_bytes, 0)
     return ModelMemorySpec(
         name=name or str(kv.get("general.name") or (Path(path).stem if path else arch)),
         path=str(path) if path else None,
@@ -431,7 +491,8 @@ def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec
         n_expert_used=int(kv.get(f"{arch}.expert_used_count") or 0),
         n_ff_exp=int(kv[f"{arch}.expert_feed_forward_length"]) if kv.get(f"{arch}.expert_feed_forward_length") else None,
         n_embd_head_k=key_len or None,
-        repack_bytes=tuple((f, i, b) for (f, i), b in sorted(repack.items())),
+        extra_buffer_weights=tuple((layer, flag, v[0] if amx else -1, v[1], v[2])
+                                   for (layer, flag, amx), v in sorted(extra.items())),
         tied_embd_bytes=embd_bytes if tied else 0,
     )
 
@@ -736,12 +797,50 @@ def device_list(devices: Devices | Sequence[Device]) -> tuple[Device, ...]:
     return tuple(devices.devices)
 
 
+def cpu_buffers_of(devices: Devices | Sequence[Device]) -> CpuBuffers | None:
+    """The extra-CPU-buffer fact a plan uses: ``devices.cpu_buffers`` (read from a load log of the build,
+    :mod:`tuner.hardware.repack`), else a guess from ``devices.cpu_features``
+    (``tuner.hardware.buffers.guess_cpu_buffers``); None for a plain sequence of devices."""
+    if isinstance(devices, Sequence):
+        return None
+    from tuner.hardware.buffers import guess_cpu_buffers
+
+    known = getattr(devices, "cpu_buffers", None)
+    if known is not None:
+        return known
+    local = [d for d in devices.devices if getattr(d, "rpc_endpoint", None) is None]
+    return guess_cpu_buffers(getattr(devices, "cpu_features", ()) or (), bool(local))
+
+
+def _extra_copies(spec: ModelMemorySpec, ldevs: list[int], types: Sequence[str], flags: set[str]
+                  ) -> dict[str, tuple[int, int]]:
+    """``{buffer type: (copy bytes, moved bytes)}`` of ``spec``'s CPU-run weights: each goes to the first
+    extra type in force that takes it (src/llama-model-loader.cpp ``select_weight_buft``; AMX before
+    CPU_REPACK)."""
+    out: dict[str, tuple[int, int]] = {}
+    if not types:
+        return out
+    for layer, flag, amx, nb, moved in spec.extra_buffer_weights:
+        if ldevs[spec.n_layer if layer < 0 else layer] >= 0:
+            continue
+        if "AMX" in types and amx >= 0:
+            name, copy = "AMX", amx
+        elif "CPU_REPACK" in types and flag and flag in flags:
+            name, copy = "CPU_REPACK", nb
+        else:
+            continue
+        c, m = out.get(name, (0, 0))
+        out[name] = (c + copy, m + moved)
+    return out
+
+
 def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> MemoryPlan:
     """Plan where every byte of ``request`` goes on ``devices`` and whether it fits.
 
     ``devices``: a ``tuner.hardware.devices.Devices`` (or a tuple of ``Device``) in llama.cpp's order.
     GPUs are checked against ``budget_bytes − margin_bytes``; the host against available RAM.
-    ``devices.cpu_features`` (when present) adds the ``CPU_REPACK`` copies of CPU-run weights.
+    ``devices.cpu_buffers`` (or the guess of :func:`cpu_buffers_of`) adds the copies ggml's extra CPU
+    buffer types (``AMX``, ``CPU_REPACK``) keep of CPU-run weights, unless ``request.no_repack``.
     Raises ``ValueError`` for a bad request (unknown cache type, n_ctx < 1, n_parallel < 1).
     """
     request = _coerce(request)
@@ -836,11 +935,18 @@ def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> 
             host.compute_bytes += host_input_bytes(spec, n_tok, n_kv, flash, swa)
 
     add_compute(t, tdevs, t_outputs)
-    cpu_flags = set(getattr(devices, "cpu_features", ()) or ())
+    cpu = cpu_buffers_of(devices)
+    types = () if request.no_repack or cpu is None else cpu.in_force
+    flags = set(cpu.build_flags) if cpu is not None else set()
+    extra: dict[str, list[int]] = {}
 
     def repack(spec: ModelMemorySpec, ldevs: list[int]) -> int:
-        # layer index -1 = the output layer (ldevs[n_layer])
-        return sum(b for f, i, b in spec.repack_bytes if f in cpu_flags and ldevs[spec.n_layer if i < 0 else i] < 0)
+        copies = _extra_copies(spec, ldevs, types, flags)
+        for name, (copy, moved) in copies.items():
+            acc = extra.setdefault(name, [0, 0])
+            acc[0] += copy
+            acc[1] += moved
+        return sum(copy for copy, _ in copies.values())
 
     repacked = repack(t, tdevs)
     host.target_weights_bytes += repacked
@@ -892,7 +998,8 @@ def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> 
     if not devs and dngl is not None:
         dngl = 0
     return MemoryPlan(fits, margin, tuple(dplans), hplan, ngl if devs else 0, dngl, n_ctx, n_ctx_slot, n_par,
-                      unified, tuple(notes), host.expert_bytes, t_outputs, repacked)
+                      unified, tuple(notes), host.expert_bytes, t_outputs, repacked,
+                      tuple((n, v[0], v[1]) for n, v in extra.items()), cpu)
 
 
 def max_target_ngl(request: MemoryRequest, devices: Devices | Sequence[Device]) -> int:

@@ -48,6 +48,7 @@ from tuner.hardware import devices as hw_devices
 from tuner.hardware import nvml
 from tuner.hardware.fitcheck import plan_check_lines
 from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
+from tuner.hardware.repack import workaround_sentence
 from tuner.process import tree_usage
 from tuner.profiles import Profile
 from tuner.server.client import ServerClient
@@ -343,6 +344,14 @@ def serving_config(profile: Profile, settings: Settings) -> ServerConfig:
 def _argv_has(argv: Sequence[str] | None, flags: tuple[str, ...]) -> bool:
     """True when the launched command line carries one of ``flags`` (argv omits flags the binary lacks)."""
     return any(a in flags for a in (argv or ()))
+
+
+def cpu_kernels_text(argv: Sequence[str] | None) -> str | None:
+    """The Serve tab's sentence when the served llama-server runs with ``--no-repack`` because this CPU
+    crashed in the repacked kernels (``tuner.hardware.repack.workaround_sentence`` of ``argv[0]``), else None."""
+    if not argv or not _argv_has(argv, ("--no-repack", "-nr")):
+        return None
+    return workaround_sentence(argv[0])
 
 
 def tune_and_serve(
