@@ -103,7 +103,7 @@ def test_endless_output_is_cut_at_the_cap_and_the_group_killed(tmp_path: Path, h
     body = 'echo $$ > "$PIDS"\nsleep 317 &\necho $! >> "$PIDS"\nexec yes AAAAAAAAAAAAAAAAAAAAAAAA\n'
     exe = script(tmp_path, "endless", body.replace("$PIDS", str(pids_file)))
     cap = 256 * 1024
-    with pytest.raises(process.OutputCapExceeded, match=r"output cut at the 0.25 MiB cap") as info:
+    with pytest.raises(process.OutputCapExceeded, match=r"output cut at the 256.0 KiB cap") as info:
         getattr(process, how)([str(exe), "--help"], timeout_s=60.0, cap_bytes=cap)
     assert isinstance(info.value, OSError)  # callers that report "could not run" report it too
     assert info.value.cap_bytes == cap and info.value.argv == [str(exe), "--help"]
