@@ -799,7 +799,7 @@ def device_list(devices: Devices | Sequence[Device]) -> tuple[Device, ...]:
 
 def cpu_buffers_of(devices: Devices | Sequence[Device]) -> CpuBuffers | None:
     """The extra-CPU-buffer fact a plan uses: ``devices.cpu_buffers`` (read from a load log of the build,
-    :mod:`tuner.hardware.repack`), else a guess from ``devices.cpu_features``
+    ``tuner.crosscheck.cpu_buffers``), else a guess from ``devices.cpu_features``
     (``tuner.hardware.buffers.guess_cpu_buffers``); None for a plain sequence of devices."""
     if isinstance(devices, Sequence):
         return None
