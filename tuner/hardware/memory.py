@@ -30,6 +30,7 @@ from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import TYPE_CHECKING, Any, SupportsInt
 
+from tuner.catalog.hparams import HyperParams, read_hparams
 from tuner.spectypes import DRAFT_MODEL_TYPES
 from tuner.units import GIB as GIB  # re-exported: the plan's callers and tests use it
 from tuner.units import MIB, format_bytes
@@ -337,163 +338,166 @@ _EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 _SWA_PATTERN = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4, "gemma4": 6}
 
 
-def _kv_values(value: object) -> tuple | None:
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return (value,)
-    if isinstance(value, (tuple, list)):
-        return tuple(value)
-    values = getattr(value, "values", None)
-    if callable(values):
-        return tuple(values())
-    return None
-
-
-def _per_layer(value: object, n: int, default: int) -> tuple[int, ...]:
-    vals = _kv_values(value)
-    if not vals:
-        return (default,) * n
-    if len(vals) == 1:
-        return (int(vals[0]),) * n
-    vals = tuple(int(v) for v in vals)
-    return (vals + (vals[-1],) * n)[:n]
-
-
-def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec:
-    """Build a :class:`ModelMemorySpec` from a ``tuner.catalog.header.GGUFHeader``-like object
-    (``kv`` dict, ``tensors`` with ``name``/``n_bytes``, ``path``).
-
-    Per-layer ``head_count_kv`` arrays (0 = recurrent layer without KV) are honoured; hybrid models
-    with ``full_attention_interval`` keep KV only on every n-th layer. Raises ``ValueError`` naming
-    the missing key when ``general.architecture`` or ``<arch>.block_count`` is absent.
-    """
-    kv: dict = dict(getattr(header, "kv"))
-    path = getattr(header, "path", None)
-    arch = kv.get("general.architecture")
-    if not isinstance(arch, str):
-        raise ValueError(f"{path}: GGUF key general.architecture missing")
-    n_layer = kv.get(f"{arch}.block_count")
-    if not isinstance(n_layer, int):
-        raise ValueError(f"{path}: GGUF key {arch}.block_count missing")
-    notes: list[str] = []
-    n_embd = int(kv.get(f"{arch}.embedding_length") or 0)
-    n_head = _per_layer(kv.get(f"{arch}.attention.head_count"), n_layer, 0)
-    n_head_kv = _per_layer(kv.get(f"{arch}.attention.head_count_kv"), n_layer, n_head[0] if n_head else 0)
-    head0 = (n_embd // n_head[0]) if n_head and n_head[0] else 0
-    key_len = int(kv.get(f"{arch}.attention.key_length") or head0)
-    val_len = int(kv.get(f"{arch}.attention.value_length") or head0)
+def _kv_widths(kv: dict, hp: HyperParams, notes: list[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per-layer K and V widths of the cache (``n_embd_k_gqa`` / ``n_embd_v_gqa`` = KV heads × head size, 0 for
+    a layer without KV; src/llama-hparams.cpp ``n_embd_k_gqa``); MLA caches the latent + rope part as one
+    head, and hybrid models with ``full_attention_interval`` keep KV only on every n-th layer."""
+    arch, n_layer = hp.arch, hp.n_layer
     mla_kv = kv.get(f"{arch}.attention.kv_lora_rank")
     if mla_kv:
         # DeepSeek-style MLA caches the compressed latent + rope part, one "head"
         rope = int(kv.get(f"{arch}.rope.dimension_count") or 64)
-        k_gqa = tuple(int(mla_kv) + rope if h else 0 for h in n_head_kv)
-        v_gqa = tuple(0 for _ in n_head_kv)
+        k_gqa = tuple(int(mla_kv) + rope if h else 0 for h in hp.n_head_kv)
+        v_gqa = tuple(0 for _ in hp.n_head_kv)
         notes.append("MLA attention: KV estimated as latent + rope dims")
     else:
-        k_gqa = tuple(h * key_len for h in n_head_kv)
-        v_gqa = tuple(h * val_len for h in n_head_kv)
+        k_gqa = tuple(h * hp.key_length for h in hp.n_head_kv)
+        v_gqa = tuple(h * hp.value_length for h in hp.n_head_kv)
     interval = kv.get(f"{arch}.full_attention_interval")
     if isinstance(interval, int) and interval > 1:
         keep = [(i + 1) % interval == 0 for i in range(n_layer)]
         k_gqa = tuple(k if keep[i] else 0 for i, k in enumerate(k_gqa))
         v_gqa = tuple(v if keep[i] else 0 for i, v in enumerate(v_gqa))
         notes.append("hybrid model: KV only on full-attention layers")
-    # recurrent state (src/llama-hparams.cpp n_embd_r / n_embd_s; f32 rows, one per sequence)
+    return k_gqa, v_gqa
+
+
+def _recurrent_state(kv: dict, arch: str, k_gqa: tuple[int, ...], notes: list[str]) -> tuple[int, ...]:
+    """Recurrent state bytes per layer and sequence, f32 rows (src/llama-hparams.cpp ``n_embd_r`` /
+    ``n_embd_s``), on the layers without KV; empty without ``ssm.*`` keys."""
     d_conv = int(kv.get(f"{arch}.ssm.conv_kernel") or 0)
     d_inner = int(kv.get(f"{arch}.ssm.inner_size") or 0)
     d_state = int(kv.get(f"{arch}.ssm.state_size") or 0)
     n_group = int(kv.get(f"{arch}.ssm.group_count") or 0)
-    recurrent: tuple[int, ...] = ()
     if d_inner and d_state:
         per_layer = 4 * (max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner)
-        recurrent = tuple(per_layer if k == 0 else 0 for k in k_gqa)
-    elif any(k == 0 for k in k_gqa):
+        return tuple(per_layer if k == 0 else 0 for k in k_gqa)
+    if any(k == 0 for k in k_gqa):
         notes.append("layers without KV (recurrent?) and no ssm.* keys: their state is not counted")
-    n_ff_vals = _kv_values(kv.get(f"{arch}.feed_forward_length"))
-    n_ff = int(max(n_ff_vals)) if n_ff_vals else None
-    tokens = kv.get("tokenizer.ggml.tokens")
-    n_vocab = int(kv.get(f"{arch}.vocab_size") or (len(tokens) if tokens is not None else 0))
-    mtp = int(kv.get(f"{arch}.nextn_predict_layers") or 0)
-    swa = kv.get(f"{arch}.attention.sliding_window")
-    swa_layers: tuple[int, ...] = ()
-    if isinstance(swa, int) and swa > 0:
-        pattern = _SWA_PATTERN.get(arch)
-        if pattern:
-            swa_layers = tuple(i for i in range(n_layer) if (i + 1) % pattern != 0)
-        else:
-            notes.append(f"{arch}.attention.sliding_window set but the layer pattern is unknown: full KV assumed")
-            swa = None
-    block = [0] * n_layer
-    experts = [0] * n_layer
-    extra: dict[tuple[int, str, int], list[int]] = {}
+    return ()
 
-    def add_extra(layer: int, t: Any, nb: int, moved: int) -> None:
+
+def _swa_layers(hp: HyperParams, notes: list[str]) -> tuple[int | None, tuple[int, ...]]:
+    """``(window, layers)`` of sliding-window attention: the architecture's layer pattern (``_SWA_PATTERN``);
+    ``(None, ())`` without a window, or with one whose pattern is unknown (a note: full KV assumed)."""
+    swa = hp.sliding_window
+    if swa is None or swa <= 0:
+        return None, ()
+    pattern = _SWA_PATTERN.get(hp.arch)
+    if not pattern:
+        notes.append(f"{hp.arch}.attention.sliding_window set but the layer pattern is unknown: full KV assumed")
+        return None, ()
+    layers = tuple(i for i in range(hp.n_layer) if (i + 1) % pattern != 0)
+    return (swa if layers else None), layers
+
+
+@dataclass
+class _TensorBytes:
+    """Where a file's tensor bytes go: per block (and its MoE experts), the input layer, the output layer, the
+    matrix weights ggml's extra CPU buffer types may copy, and the token embeddings a tied output reuses."""
+
+    block: list[int]
+    experts: list[int]
+    inp: int = 0
+    out: int = 0
+    embd_bytes: int = 0
+    tied: bool = True
+    extra: dict[tuple[int, str, int], list[int]] = field(default_factory=dict)
+
+    def add_extra(self, layer: int, t: Any, nb: int, moved: int) -> None:
         shape: Sequence[int] = getattr(t, "shape", ()) or ()
         flag, amx = extra_buffer_class(getattr(t, "ggml_type", None), shape, nb, bool(_EXPS.search(t.name)))
         if flag or amx >= 0:
-            acc = extra.setdefault((layer, flag, 1 if amx >= 0 else 0), [0, 0, 0])
+            acc = self.extra.setdefault((layer, flag, 1 if amx >= 0 else 0), [0, 0, 0])
             acc[0] += max(amx, 0)
             acc[1] += nb
             acc[2] += moved
 
-    inp = out = 0
-    have_output = False
-    embd_bytes = 0
+    @property
+    def extra_buffer_weights(self) -> tuple[tuple[int, str, int, int, int], ...]:
+        """``ModelMemorySpec.extra_buffer_weights``: ``(layer, flag, AMX bytes or -1, bytes, moved bytes)``."""
+        return tuple((layer, flag, v[0] if amx else -1, v[1], v[2])
+                     for (layer, flag, amx), v in sorted(self.extra.items()))
+
+
+def _tensor_bytes(tensors: Sequence[Any], n_layer: int) -> _TensorBytes:
+    """Sum the tensors of a file by place (see :class:`_TensorBytes`)."""
+    acc = _TensorBytes([0] * n_layer, [0] * n_layer)
     embd_tensor = None
-    for t in getattr(header, "tensors"):
+    for t in tensors:
         nb = int(t.n_bytes or 0)
         m = _BLOCK.match(t.name)
         if m and int(m.group(1)) < n_layer:
-            block[int(m.group(1))] += nb
+            acc.block[int(m.group(1))] += nb
             if _EXPS.search(t.name):
-                experts[int(m.group(1))] += nb
+                acc.experts[int(m.group(1))] += nb
             if t.name.endswith(".weight"):
-                add_extra(int(m.group(1)), t, nb, nb)
+                acc.add_extra(int(m.group(1)), t, nb, nb)
         elif t.name.startswith(_INPUT_TENSORS):
-            inp += nb
+            acc.inp += nb
             if t.name.startswith("token_embd."):
-                embd_bytes += nb
+                acc.embd_bytes += nb
                 embd_tensor = t
         else:
-            out += nb
+            acc.out += nb
             if t.name.startswith("output.weight"):
-                have_output = True
-                add_extra(-1, t, nb, nb)
-    tied = not have_output
-    if tied and embd_tensor is not None:
+                acc.tied = False
+                acc.add_extra(-1, t, nb, nb)
+    if acc.tied and embd_tensor is not None:
         # src/llama-model-loader.cpp create_tensor: the TENSOR_DUPLICATED token_embd is loaded as the output
         # (MUL_MAT on the output layer's buffer types); the input layer's copy stays in the CPU buffer
-        add_extra(-1, embd_tensor, embd_bytes, 0)
+        acc.add_extra(-1, embd_tensor, acc.embd_bytes, 0)
+    return acc
+
+
+def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec:
+    """Build a :class:`ModelMemorySpec` from a ``tuner.catalog.header.GGUFHeader``-like object
+    (``kv`` dict, ``tensors`` with ``name``/``n_bytes``, ``path``).
+
+    The attention shape comes from ``tuner.catalog.hparams.read_hparams`` (llama.cpp's rule: per-layer
+    ``head_count`` / ``head_count_kv`` arrays, 0 = a recurrent layer without KV, missing KV heads = each
+    layer's own head count, head size from layer 0; a rule the file breaks is a note). Hybrid models with
+    ``full_attention_interval`` keep KV only on every n-th layer. Raises ``ValueError`` naming the missing
+    key when ``general.architecture`` or ``<arch>.block_count`` is absent.
+    """
+    kv: dict = dict(getattr(header, "kv"))
+    path = getattr(header, "path", None)
+    hp = read_hparams(kv, path)
+    arch, n_layer = hp.arch, hp.n_layer
+    notes = list(hp.notes)
+    k_gqa, v_gqa = _kv_widths(kv, hp, notes)
+    recurrent = _recurrent_state(kv, arch, k_gqa, notes)
+    swa, swa_layers = _swa_layers(hp, notes)
+    tb = _tensor_bytes(getattr(header, "tensors"), n_layer)
+    tokens = kv.get("tokenizer.ggml.tokens")
     return ModelMemorySpec(
         name=name or str(kv.get("general.name") or (Path(path).stem if path else arch)),
         path=str(path) if path else None,
         n_layer=n_layer,
-        block_bytes=tuple(block),
-        input_bytes=inp,
-        output_bytes=out + (embd_bytes if tied else 0),
-        n_embd=n_embd,
-        n_vocab=n_vocab,
+        block_bytes=tuple(tb.block),
+        input_bytes=tb.inp,
+        output_bytes=tb.out + (tb.embd_bytes if tb.tied else 0),
+        n_embd=hp.n_embd,
+        n_vocab=int(kv.get(f"{arch}.vocab_size") or (len(tokens) if tokens is not None else 0)),
         n_embd_k_gqa=k_gqa,
         n_embd_v_gqa=v_gqa,
-        n_ff=n_ff,
-        n_head=n_head[0] if n_head else None,
-        mtp_layers=mtp,
-        swa_window=swa if swa_layers and isinstance(swa, int) else None,
+        n_ff=max(hp.n_ff, default=0) or None,
+        n_head=hp.n_head[0] if hp.n_head else None,
+        mtp_layers=int(kv.get(f"{arch}.nextn_predict_layers") or 0),
+        swa_window=swa,
         swa_layers=swa_layers,
-        context_length=kv.get(f"{arch}.context_length") if isinstance(kv.get(f"{arch}.context_length"), int) else None,
-        tied_output=tied,
+        context_length=hp.context_length,
+        tied_output=tb.tied,
         recurrent_layer_bytes=recurrent,
         architecture=arch,
         notes=tuple(notes),
-        expert_bytes=tuple(experts) if any(experts) else (),
+        expert_bytes=tuple(tb.experts) if any(tb.experts) else (),
         n_expert=int(kv.get(f"{arch}.expert_count") or 0),
         n_expert_used=int(kv.get(f"{arch}.expert_used_count") or 0),
         n_ff_exp=int(kv[f"{arch}.expert_feed_forward_length"]) if kv.get(f"{arch}.expert_feed_forward_length") else None,
-        n_embd_head_k=key_len or None,
-        extra_buffer_weights=tuple((layer, flag, v[0] if amx else -1, v[1], v[2])
-                                   for (layer, flag, amx), v in sorted(extra.items())),
-        tied_embd_bytes=embd_bytes if tied else 0,
+        n_embd_head_k=hp.key_length or None,
+        extra_buffer_weights=tb.extra_buffer_weights,
+        tied_embd_bytes=tb.embd_bytes if tb.tied else 0,
     )
 
 
