@@ -73,7 +73,6 @@ ALLOWED_OVERSIZED = {
     ("tuner/calibration/engine.py", "run_tune"),  # 292
     ("tuner/calibration/decide.py", "decide"),  # 193
     ("tuner/calibration/measure.py", "_run"),  # 161
-    ("tuner/hardware/memory.py", "plan_memory"),  # 157
     ("tuner/cli/hardware.py", "cmd_plan"),  # 146
     ("tuner/cli/serve.py", "cmd_serve"),  # 142
     ("tuner/calibration/candidates.py", "plan_candidates"),  # 138

@@ -838,21 +838,25 @@ def _extra_copies(spec: ModelMemorySpec, ldevs: list[int], types: Sequence[str],
     return out
 
 
-def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> MemoryPlan:
-    """Plan where every byte of ``request`` goes on ``devices`` and whether it fits.
+@dataclass(frozen=True)
+class _Geometry:
+    """The sizes llama.cpp derives from a request before it allocates (src/llama-context.cpp
+    ``llama_context::llama_context`` and ``sched_reserve``): slots, whether they share one KV stream, the padded
+    context and per-slot cells, the reserve graph's tokens, flash attention, and the logits rows of the
+    target's and the draft's reserve graphs."""
 
-    ``devices``: a ``tuner.hardware.devices.Devices`` (or a tuple of ``Device``) in llama.cpp's order.
-    GPUs are checked against ``budget_bytes − margin_bytes``; the host against available RAM.
-    ``devices.cpu_buffers`` (or the guess of :func:`cpu_buffers_of`) adds the copies ggml's extra CPU
-    buffer types (``AMX``, ``CPU_REPACK``) keep of CPU-run weights, unless ``request.no_repack``.
-    Raises ``ValueError`` for a bad request (unknown cache type, n_ctx < 1, n_parallel < 1).
-    """
-    request = _coerce(request)
-    devs = device_list(devices)
-    ram_avail = getattr(devices, "ram_available_bytes", None)
-    t = request.target
-    d = request.draft
-    notes: list[str] = list(t.notes)
+    n_par: int
+    unified: bool
+    n_ctx: int
+    n_ctx_slot: int
+    n_tok: int
+    flash: bool
+    t_outputs: int
+    d_outputs: int
+
+
+def _geometry(request: MemoryRequest, spec_types: set[str]) -> _Geometry:
+    """Raises ``ValueError`` for n_ctx < 1 or n_parallel < 1."""
     if request.n_ctx < 1:
         raise ValueError(f"n_ctx must be >= 1 (-c), got {request.n_ctx}")
     if request.n_parallel is not None and request.n_parallel < 1:
@@ -866,16 +870,6 @@ def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> 
     else:
         n_ctx_slot = pad_to(max(n_ctx // n_par, 1), 256)
         n_ctx = n_ctx_slot * n_par
-    flash = True if request.flash_attn is None else request.flash_attn
-    bk, bv = kv_type_bytes(request.cache_type_k), kv_type_bytes(request.cache_type_v)
-    bkd, bvd = kv_type_bytes(request.cache_type_k_draft), kv_type_bytes(request.cache_type_v_draft)
-    spec_types = {s.strip() for s in request.spec_type.split(",")}
-    uses_draft = d is not None and bool(spec_types & DRAFT_MODEL_TYPES)
-    if d is not None and not uses_draft:
-        notes.append(f"draft {d.name} given but --spec-type {request.spec_type!r} does not use it (not planned)")
-    uses_mtp = "draft-mtp" in spec_types
-    if uses_mtp and t.mtp_layers == 0:
-        notes.append(f"target {t.name} has no MTP layers: draft-mtp fails to start (llama.cpp exits 1)")
     # src/llama-context.cpp llama_context::llama_context: n_batch = min(n_ctx, n_batch) (causal attention),
     # n_ubatch = min(n_batch, n_ubatch); sched_reserve: the reserve graph has min(n_ctx, n_ubatch) tokens
     n_batch = min(n_ctx, request.n_batch)
@@ -885,13 +879,138 @@ def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> 
         max(1, min(n_tok, request.n_outputs_max))
     block_draft = bool(spec_types & {"draft-dflash", "draft-dspark"})
     d_outputs = min(n_tok, n_par * (max(1, n_draft + 1) if block_draft else 1))
+    flash = True if request.flash_attn is None else request.flash_attn
+    return _Geometry(n_par, unified, n_ctx, n_ctx_slot, n_tok, flash, t_outputs, d_outputs)
 
-    n_all_t = t.n_layer + 1
-    ngl = n_all_t if request.ngl is None or request.ngl < 0 else min(request.ngl, n_all_t)
+
+def _swa_cells(spec: ModelMemorySpec, geo: _Geometry) -> int | None:
+    """KV cells one stream attends in sliding-window layers; None without them."""
+    if not (spec.swa_window and spec.swa_layers):
+        return None
+    cells = _kv_cells(spec, spec.swa_layers[0], geo.n_ctx, geo.n_par, geo.unified, geo.n_tok)
+    return cells if geo.unified else cells // geo.n_par
+
+
+def _full_cells(spec: ModelMemorySpec, geo: _Geometry) -> int:
+    """KV cells one stream attends in full-attention layers. The full-context mask exists only when some
+    layer attends the whole cache (a 2-block Gemma 3 draft has sliding-window layers only:
+    src/llama-kv-cache-iswa.cpp builds no base mask for it)."""
+    swa = set(spec.swa_layers) if spec.swa_window else set()
+    return geo.n_ctx_slot if any(i not in swa for i in range(spec.n_layer)) else 0
+
+
+def _add_compute(spec: ModelMemorySpec, ldevs: list[int], n_out: int, geo: _Geometry, places: list[_Acc],
+                 host: _Acc) -> None:
+    """One compute buffer per backend that runs part of ``spec``'s graph (ggml_backend_sched: one gallocr per
+    backend), and the host's input buffers when every layer runs on a GPU."""
+    out_dev = ldevs[spec.n_layer]
+    swa, n_kv = _swa_cells(spec, geo), _full_cells(spec, geo)
+    for i, acc in enumerate(places):
+        layers = sum(1 for x in ldevs[:-1] if x == i)
+        if layers or out_dev == i:
+            acc.compute_bytes += compute_buffer_bytes(spec, geo.n_tok, n_kv, out_dev == i, geo.flash, n_out, swa,
+                                                      layers_here=bool(layers))
+    cpu_layers = any(x < 0 for x in ldevs[:-1])
+    if cpu_layers or out_dev < 0 or not places:
+        host.compute_bytes += compute_buffer_bytes(spec, geo.n_tok, n_kv, out_dev < 0, geo.flash, n_out, swa,
+                                                   layers_here=cpu_layers or not places)
+        if not cpu_layers and places:
+            host.compute_bytes += host_input_bytes(spec, geo.n_tok, n_kv, geo.flash, swa)
+    else:
+        host.compute_bytes += host_input_bytes(spec, geo.n_tok, n_kv, geo.flash, swa)
+
+
+@dataclass
+class _ExtraBuffers:
+    """The copies ggml's extra CPU buffer types in force keep of CPU-run weights, summed per type as
+    ``[copy bytes, bytes moved out of the plain CPU buffer]``."""
+
+    types: tuple[str, ...]
+    flags: set[str]
+    by_type: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, spec: ModelMemorySpec, ldevs: list[int]) -> int:
+        """Book ``spec``'s copies; returns their bytes."""
+        copies = _extra_copies(spec, ldevs, self.types, self.flags)
+        for name, (copy, moved) in copies.items():
+            acc = self.by_type.setdefault(name, [0, 0])
+            acc[0] += copy
+            acc[1] += moved
+        return sum(copy for copy, _ in copies.values())
+
+
+def _splits(request: MemoryRequest, devs: Sequence[Device]) -> list[float]:
+    """Relative layer split over the GPUs: ``-ts``, else by free memory (the budget when free is unknown),
+    else evenly."""
     splits = list(request.tensor_split) if request.tensor_split else [
         float(x.free_bytes if x.free_bytes is not None else (x.budget_bytes or 0)) for x in devs]
     if devs and not any(splits):
         splits = [1.0] * len(devs)
+    return splits
+
+
+def _place_draft(request: MemoryRequest, geo: _Geometry, splits: list[float], places: list[_Acc], host: _Acc,
+                 extra: _ExtraBuffers) -> tuple[int, int]:
+    """Place the draft model next to the target: its weights, KV, compute and output buffers and its CPU
+    weights' extra copies. Returns ``(draft ngl, extra copy bytes)``."""
+    d = request.draft
+    assert d is not None
+    bkd, bvd = kv_type_bytes(request.cache_type_k_draft), kv_type_bytes(request.cache_type_v_draft)
+    n_all_d = d.n_layer + 1
+    dngl = n_all_d if request.draft_ngl is None or request.draft_ngl < 0 else min(request.draft_ngl, n_all_d)
+    for acc in places:
+        acc.output_here = False
+    host.output_here = False
+    ddevs = _place_model(d, dngl if places else 0, splits if places else [], places, host, True, geo.n_ctx,
+                         geo.n_par, geo.unified, geo.n_tok, bkd, bvd, d.n_layer - d.mtp_layers, geo.flash)
+    _add_compute(d, ddevs, geo.d_outputs, geo, places, host)
+    repacked = extra.add(d, ddevs)
+    host.draft_weights_bytes += repacked
+    host.output_bytes += d.n_vocab * COMPUTE_F32 * geo.n_par
+    return dngl, repacked
+
+
+def _device_plans(request: MemoryRequest, devs: Sequence[Device], places: list[_Acc], output_dev: int,
+                  notes: list[str]) -> list[DevicePlan]:
+    dplans = []
+    for i, (dev, acc) in enumerate(zip(devs, places)):
+        need = acc.freeze()
+        budget = dev.budget_bytes
+        headroom = None if budget is None else budget - request.margin_bytes - need.total_bytes
+        fits = None if headroom is None else headroom >= 0
+        if budget is None and need.total_bytes:
+            notes.append(f"{dev.name}: budget unknown, fit not checked")
+        dplans.append(DevicePlan(i, dev.name, need, budget, request.margin_bytes, headroom, fits,
+                                 acc.target_layers, acc.draft_layers, output_dev == i))
+    return dplans
+
+
+def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> MemoryPlan:
+    """Plan where every byte of ``request`` goes on ``devices`` and whether it fits.
+
+    ``devices``: a ``tuner.hardware.devices.Devices`` (or a tuple of ``Device``) in llama.cpp's order.
+    GPUs are checked against ``budget_bytes − margin_bytes``; the host against available RAM.
+    ``devices.cpu_buffers`` (or the guess of :func:`cpu_buffers_of`) adds the copies ggml's extra CPU
+    buffer types (``AMX``, ``CPU_REPACK``) keep of CPU-run weights, unless ``request.no_repack``.
+    Raises ``ValueError`` for a bad request (unknown cache type, n_ctx < 1, n_parallel < 1).
+    """
+    request = _coerce(request)
+    devs = device_list(devices)
+    t, d = request.target, request.draft
+    notes: list[str] = list(t.notes)
+    spec_types = {s.strip() for s in request.spec_type.split(",")}
+    geo = _geometry(request, spec_types)
+    bk, bv = kv_type_bytes(request.cache_type_k), kv_type_bytes(request.cache_type_v)
+    bkd, bvd = kv_type_bytes(request.cache_type_k_draft), kv_type_bytes(request.cache_type_v_draft)
+    uses_draft = d is not None and bool(spec_types & DRAFT_MODEL_TYPES)
+    if d is not None and not uses_draft:
+        notes.append(f"draft {d.name} given but --spec-type {request.spec_type!r} does not use it (not planned)")
+    uses_mtp = "draft-mtp" in spec_types
+    if uses_mtp and t.mtp_layers == 0:
+        notes.append(f"target {t.name} has no MTP layers: draft-mtp fails to start (llama.cpp exits 1)")
+    n_all_t = t.n_layer + 1
+    ngl = n_all_t if request.ngl is None or request.ngl < 0 else min(request.ngl, n_all_t)
+    splits = _splits(request, devs)
     places = [_Acc() for _ in devs]
     host = _Acc()
     trunk = t.n_layer - t.mtp_layers
@@ -900,110 +1019,44 @@ def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> 
     cpu_experts = t.n_layer if request.cpu_moe else request.n_cpu_moe
     if cpu_experts and not t.expert_bytes:
         notes.append(f"target {t.name} has no MoE expert tensors: --n-cpu-moe / --cpu-moe change nothing")
-    tdevs = _place_model(t, ngl if devs else 0, splits if devs else [], places, host, False, n_ctx, n_par,
-                         unified, n_tok, bk, bv, trunk, flash, cpu_experts)
-    # MTP context: KV for the MTP layers at the same n_ctx, cache type from -ctkd/-ctvd (reference S10)
+    tdevs = _place_model(t, ngl if devs else 0, splits if devs else [], places, host, False, geo.n_ctx, geo.n_par,
+                         geo.unified, geo.n_tok, bk, bv, trunk, geo.flash, cpu_experts)
     if uses_mtp and t.mtp_layers:
+        # MTP context: KV for the MTP layers at the same n_ctx, cache type from -ctkd/-ctvd (reference S10)
         for il in range(trunk, t.n_layer):
             acc = host if tdevs[il] < 0 else places[tdevs[il]]
-            acc.mtp_kv_bytes += _kv_layer_bytes(t, il, n_ctx, bkd, bvd)
-
-    def swa_cells(spec: ModelMemorySpec) -> int | None:
-        if not (spec.swa_window and spec.swa_layers):
-            return None
-        cells = _kv_cells(spec, spec.swa_layers[0], n_ctx, n_par, unified, n_tok)
-        return cells if unified else cells // n_par
-
-    def full_cells(spec: ModelMemorySpec) -> int:
-        # the full-context mask exists only when some layer attends the whole cache (a 2-block Gemma 3
-        # draft has sliding-window layers only: src/llama-kv-cache-iswa.cpp builds no base mask for it)
-        swa = set(spec.swa_layers) if spec.swa_window else set()
-        return n_ctx_slot if any(i not in swa for i in range(spec.n_layer)) else 0
-
-    def add_compute(spec: ModelMemorySpec, ldevs: list[int], n_out: int) -> None:
-        # one compute buffer per backend that runs part of the graph (ggml_backend_sched: one gallocr per backend)
-        out_dev = ldevs[spec.n_layer]
-        swa, n_kv = swa_cells(spec), full_cells(spec)
-        for i, acc in enumerate(places):
-            layers = sum(1 for x in ldevs[:-1] if x == i)
-            if layers or out_dev == i:
-                acc.compute_bytes += compute_buffer_bytes(spec, n_tok, n_kv, out_dev == i, flash, n_out, swa,
-                                                          layers_here=bool(layers))
-        cpu_layers = any(x < 0 for x in ldevs[:-1])
-        if cpu_layers or out_dev < 0 or not devs:
-            host.compute_bytes += compute_buffer_bytes(spec, n_tok, n_kv, out_dev < 0, flash, n_out, swa,
-                                                       layers_here=cpu_layers or not devs)
-            if not cpu_layers and devs:
-                host.compute_bytes += host_input_bytes(spec, n_tok, n_kv, flash, swa)
-        else:
-            host.compute_bytes += host_input_bytes(spec, n_tok, n_kv, flash, swa)
-
-    add_compute(t, tdevs, t_outputs)
+            acc.mtp_kv_bytes += _kv_layer_bytes(t, il, geo.n_ctx, bkd, bvd)
+    _add_compute(t, tdevs, geo.t_outputs, geo, places, host)
     cpu = cpu_buffers_of(devices)
-    types = () if request.no_repack or cpu is None else cpu.in_force
-    flags = set(cpu.build_flags) if cpu is not None else set()
-    extra: dict[str, list[int]] = {}
-
-    def repack(spec: ModelMemorySpec, ldevs: list[int]) -> int:
-        copies = _extra_copies(spec, ldevs, types, flags)
-        for name, (copy, moved) in copies.items():
-            acc = extra.setdefault(name, [0, 0])
-            acc[0] += copy
-            acc[1] += moved
-        return sum(copy for copy, _ in copies.values())
-
-    repacked = repack(t, tdevs)
+    extra = _ExtraBuffers(() if request.no_repack or cpu is None else cpu.in_force,
+                          set(cpu.build_flags) if cpu is not None else set())
+    repacked = extra.add(t, tdevs)
     host.target_weights_bytes += repacked
     if host.expert_bytes and devs:
         # experts kept on the CPU: the CPU backend runs their matmuls for the offloaded blocks
-        host.compute_bytes += compute_buffer_bytes(t, n_tok, n_ctx_slot, False, flash, 1, None, True) - \
-            n_tok * n_ctx_slot * (2 if flash else COMPUTE_F32)
+        host.compute_bytes += compute_buffer_bytes(t, geo.n_tok, geo.n_ctx_slot, False, geo.flash, 1, None, True) - \
+            geo.n_tok * geo.n_ctx_slot * (2 if geo.flash else COMPUTE_F32)
     # logits/embeddings output buffer (host): n_vocab f32 per output row; src/llama-context.cpp
     # output_reserve(n_seq_max) at construction: max(n_outputs, n_seq_max) rows = one per slot
-    host.output_bytes += t.n_vocab * COMPUTE_F32 * n_par
-    dngl = None
-    if uses_draft and d is not None:
-        n_all_d = d.n_layer + 1
-        dngl = n_all_d if request.draft_ngl is None or request.draft_ngl < 0 else min(request.draft_ngl, n_all_d)
-        for acc in places:
-            acc.output_here = False
-        host.output_here = False
-        ddevs = _place_model(d, dngl if devs else 0, splits if devs else [], places, host, True, n_ctx, n_par,
-                             unified, n_tok, bkd, bvd, d.n_layer - d.mtp_layers, flash)
-        add_compute(d, ddevs, d_outputs)
-        repacked_d = repack(d, ddevs)
-        host.draft_weights_bytes += repacked_d
+    host.output_bytes += t.n_vocab * COMPUTE_F32 * geo.n_par
+    dngl = request.draft_ngl if d is not None else None
+    if uses_draft:
+        dngl, repacked_d = _place_draft(request, geo, splits, places, host, extra)
         repacked += repacked_d
-        host.output_bytes += d.n_vocab * COMPUTE_F32 * n_par
-    elif d is not None:
-        dngl = request.draft_ngl
-
-    dplans = []
-    for i, (dev, acc) in enumerate(zip(devs, places)):
-        need = acc.freeze()
-        budget = getattr(dev, "budget_bytes", None)
-        headroom = None if budget is None else budget - request.margin_bytes - need.total_bytes
-        fits = None if headroom is None else headroom >= 0
-        if budget is None and need.total_bytes:
-            notes.append(f"{dev.name}: budget unknown, fit not checked")
-        dplans.append(DevicePlan(i, dev.name, need, budget, request.margin_bytes, headroom, fits,
-                                 acc.target_layers, acc.draft_layers, tdevs[t.n_layer] == i))
+    dplans = _device_plans(request, devs, places, tdevs[t.n_layer], notes)
     host.prompt_cache_bytes += max(0, request.prompt_cache_bytes)
     hneed = host.freeze()
+    ram_avail = getattr(devices, "ram_available_bytes", None)
     hhead = None if ram_avail is None else ram_avail - hneed.total_bytes
     hplan = HostPlan(hneed, ram_avail, hhead, None if hhead is None else hhead >= 0)
-    heads = [p.headroom_bytes for p in dplans if p.headroom_bytes is not None]
-    if hhead is not None:
-        heads.append(hhead)
-    margin = min(heads) if heads else None
+    heads = [p.headroom_bytes for p in dplans if p.headroom_bytes is not None] + ([hhead] if hhead is not None else [])
     fits = all(p.fits is not False for p in dplans) and hplan.fits is not False
     if request.ngl is not None and request.ngl > 0 and not devs:
         notes.append("no GPU: every layer runs on the CPU (ngl has no effect)")
-    if not devs and dngl is not None:
-        dngl = 0
-    return MemoryPlan(fits, margin, tuple(dplans), hplan, ngl if devs else 0, dngl, n_ctx, n_ctx_slot, n_par,
-                      unified, tuple(notes), host.expert_bytes, t_outputs, repacked,
-                      tuple((n, v[0], v[1]) for n, v in extra.items()), cpu)
+    return MemoryPlan(fits, min(heads) if heads else None, tuple(dplans), hplan, ngl if devs else 0,
+                      0 if not devs and dngl is not None else dngl, geo.n_ctx, geo.n_ctx_slot, geo.n_par,
+                      geo.unified, tuple(notes), host.expert_bytes, geo.t_outputs, repacked,
+                      tuple((n, v[0], v[1]) for n, v in extra.by_type.items()), cpu)
 
 
 def max_target_ngl(request: MemoryRequest, devices: Devices | Sequence[Device]) -> int:
