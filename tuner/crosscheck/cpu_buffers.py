@@ -42,8 +42,8 @@ log = logging.getLogger(__name__)
 
 
 def workaround_sentence(binary_path: str | os.PathLike[str] | None) -> str | None:
-    """:func:`no_repack_sentence` when the ``--no-repack`` workaround is recorded for ``binary_path`` on
-    this machine, else None (also for None). Never raises."""
+    """``tuner.hardware.repack.no_repack_sentence`` when the ``--no-repack`` workaround is recorded for
+    ``binary_path`` on this machine, else None (also for None). Never raises."""
     if binary_path is None:
         return None
     w = current_cpu_workaround(binary_path)
