@@ -42,8 +42,8 @@ from pathlib import Path
 REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
+from tuner.crosscheck.cpu_buffers import current_cpu_workaround, probe_cpu_buffers  # noqa: E402
 from tuner.hardware.host import foreign_processes  # noqa: E402
-from tuner.hardware.repack import current_cpu_workaround, probe_cpu_buffers  # noqa: E402
 from tuner.server.config import ServerConfig  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
 from tuner.server.supervisor import Supervisor  # noqa: E402

@@ -104,11 +104,11 @@ def gemma3_270m() -> Path:
 
 @pytest.fixture(scope="session")
 def cpu_buffers_seed(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
-    """What the installed llama-server does with quantized weights on this CPU (``tuner.hardware.repack``:
+    """What the installed llama-server does with quantized weights on this CPU (``tuner.crosscheck.cpu_buffers``:
     one real probe launch), probed once per session in a private DRAFTWISE_HOME; the fixtures that give
     every test its own home copy it in (:func:`seed_cpu_buffers`), so each tune does not probe again
     (~2 s). None without a llama-server or when the probe fails (each tune then probes for itself)."""
-    from tuner.hardware.devices import find_server_binary
+    from tuner.crosscheck.build import find_server_binary
 
     binary = find_server_binary()
     if binary is None:
@@ -116,7 +116,7 @@ def cpu_buffers_seed(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
     home = tmp_path_factory.mktemp("cpu-buffers-home")
     with pytest.MonkeyPatch.context() as mp:
         mp.setenv("DRAFTWISE_HOME", str(home))
-        from tuner.hardware.repack import probe_cpu_buffers
+        from tuner.crosscheck.cpu_buffers import probe_cpu_buffers
 
         probe_cpu_buffers(binary)
         seed = home / "cache" / "cpu-buffers.json"

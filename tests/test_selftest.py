@@ -59,8 +59,8 @@ def test_doctor_runs_the_quantized_self_test_and_reads_its_load_log(llama_server
     speculation is active, its load log shows the repacked buffer (CPU_REPACK on an AVX2 build; AMX beside
     it on an AMX build), and no --no-repack is on the argv of a build that does not trap."""
     from tuner import cli
+    from tuner.crosscheck.cpu_buffers import current_cpu_workaround
     from tuner.hardware.buffers import parse_cpu_build
-    from tuner.hardware.repack import current_cpu_workaround
 
     monkeypatch.setenv("DRAFTWISE_HOME", str(tmp_path / "home"))
     rc = cli.main(["doctor", "--json", "--server", str(llama_server_bin)])

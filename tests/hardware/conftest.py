@@ -43,9 +43,9 @@ def _draftwise_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
 
 def cpu_only_devices(binary) -> Devices:
     """CPU-only devices (16 GiB RAM, 8 available, 2 cores) that carry what ``binary`` really does with
-    quantized weights here (``tuner.hardware.repack.probe_cpu_buffers``: one probe launch per
+    quantized weights here (``tuner.crosscheck.cpu_buffers.probe_cpu_buffers``: one probe launch per
     DRAFTWISE_HOME, so a recorded ``--no-repack`` workaround and the server checks see the same mode)."""
-    from tuner.hardware.repack import probe_cpu_buffers
+    from tuner.crosscheck.cpu_buffers import probe_cpu_buffers
 
     fact = probe_cpu_buffers(binary)
     assert fact is not None and fact.source == "load log", "the probe of the build's CPU buffers failed"

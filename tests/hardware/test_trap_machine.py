@@ -11,10 +11,12 @@ import json
 import pytest
 
 from tests.fakes.amx_trap_server import launches, make_trap_server
+from tuner.crosscheck.build import build_probes
+from tuner.crosscheck.cpu_buffers import known_cpu_buffers, workaround_sentence
+from tuner.crosscheck.server_check import server_cross_check
 from tuner.hardware.devices import detect_devices
-from tuner.hardware.fitcheck import server_cross_check
 from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
-from tuner.hardware.repack import known_cpu_buffers, no_repack_sentence, workaround_sentence
+from tuner.hardware.repack import no_repack_sentence
 
 
 def _doctor(binary, capsys, *extra: str) -> tuple[int, str]:
@@ -56,7 +58,7 @@ def test_the_plan_and_the_server_check_agree_in_the_mode_in_force(llama_server_b
     """With the workaround recorded, the plan for Gemma 3 270M has no extra CPU buffer, and the server check
     runs llama-server with --no-repack (it would crash without) and agrees with it."""
     trap = make_trap_server(tmp_path / "trap", llama_server_bin, "sigill")
-    devs = detect_devices(trap)  # the probe crashes here, and the workaround is recorded
+    devs = detect_devices(trap, build_probes())  # the probe crashes here, and the workaround is recorded
     assert devs.cpu_buffers.no_repack and devs.cpu_buffers.in_force == ()
     req = MemoryRequest(target=load_model_spec(gemma3_270m), n_ctx=4096, n_parallel=1)
     plan = plan_memory(req, devs)

@@ -11,14 +11,10 @@ import json
 import sys
 from pathlib import Path
 
-from tuner.hardware.devices import Devices, detect_devices, find_server_binary
-from tuner.hardware.fitcheck import (
-    cached_server_report,
-    cross_check,
-    find_fit_params,
-    server_config_for,
-    server_cross_check,
-)
+from tuner.crosscheck.build import build_probes, find_server_binary
+from tuner.crosscheck.fit_params import cross_check, find_fit_params
+from tuner.crosscheck.server_check import cached_server_report, server_config_for, server_cross_check
+from tuner.hardware.devices import Devices, detect_devices
 from tuner.hardware.memory import (
     ContextTrade,
     MemoryPlan,
@@ -242,7 +238,7 @@ def _detect(server: str | None, rpc_hosts: tuple[str, ...] = ()) -> tuple[Device
           file=sys.stderr)
     if rpc_hosts:
         print(f"asking RPC hosts {', '.join(rpc_hosts)} ...", file=sys.stderr)
-    return (detect_devices(binary, rpc_hosts=rpc_hosts) if rpc_hosts else detect_devices(binary)), binary
+    return detect_devices(binary, build_probes(), rpc_hosts=rpc_hosts or None), binary
 
 
 def devices_json(devs: Devices) -> dict:

@@ -505,10 +505,11 @@ def _print_diagnosis(diag: Any, sup: Supervisor | None, said: list[str] | tuple[
 
 
 def _devices_report(binary: ServerBinary) -> dict:
+    from tuner.crosscheck.build import build_probes
     from tuner.hardware import detect_devices
 
     try:
-        devs = detect_devices(binary.path)
+        devs = detect_devices(binary.path, build_probes())
     except Exception as exc:  # the hardware package promises not to raise; be safe anyway
         return {"available": False, "note": f"device detection failed: {exc}"}
     rows = []

@@ -8,15 +8,11 @@ from dataclasses import replace
 import pytest
 
 from tests.hardware.conftest import cpu_only_devices, dense_spec, gpu_devices
+from tuner.crosscheck.fit_params import fit_params_argv
+from tuner.crosscheck.lines import plan_check_lines
+from tuner.crosscheck.server_check import check_argv, server_config_for, server_cross_check
 from tuner.hardware import memory
 from tuner.hardware.buffers import parse_startup_projection
-from tuner.hardware.fitcheck import (
-    check_argv,
-    fit_params_argv,
-    plan_check_lines,
-    server_config_for,
-    server_cross_check,
-)
 from tuner.hardware.memory import GIB, MIB, MemoryRequest, load_model_spec
 
 # b11434 -lv 4 --fit on, Gemma 3 270M + a 2-block draft (lines as the server printed them)
@@ -129,7 +125,9 @@ def test_real_server_agrees_and_a_patched_formula_is_reported(llama_server_bin, 
     assert wrong.cached and wrong.ok and wrong.agrees is False
     assert any(d.startswith("target compute on Host") for d in wrong.disagreements), wrong.disagreements
     lines = plan_check_lines(req, CPU_ONLY, llama_server_bin)
-    assert any("DISAGREES" in x and "target compute" in x for x in lines), lines
+    (line,) = [x for x in lines if x.disagrees]
+    assert line.kind == "disagrees" and line.text.startswith("llama-server DISAGREES with this plan: ")
+    assert "target compute" in line.text, lines
 
 
 def test_a_cached_disagreement_reaches_the_tune_log(llama_server_bin, gemma3_270m, tmp_path, monkeypatch):

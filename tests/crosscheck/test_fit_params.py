@@ -7,13 +7,13 @@ from dataclasses import replace
 import pytest
 
 from tests.hardware.conftest import cpu_only_devices, gpu_devices
-from tuner.hardware.devices import Devices
-from tuner.hardware.fitcheck import (
+from tuner.crosscheck.fit_params import (
     cross_check,
     find_fit_params,
     parse_fit_args,
     parse_fit_print,
 )
+from tuner.hardware.devices import Devices
 from tuner.hardware.memory import GIB, MIB, MemoryRequest, load_model_spec, plan_memory
 
 
@@ -85,7 +85,7 @@ def test_real_fit_params_on_gemma_with_the_servers_flags(llama_server_bin, gemma
     262,144-token vocabulary ~520 MiB of compute, 20x what the server allocates. The check runs it with
     the server's own flags and compares with our plan under the tool's n_outputs_max, so it agrees; our
     plan of the server itself stays at the server's ~23 MiB."""
-    from tuner.hardware.fitcheck import server_config_for
+    from tuner.crosscheck.server_check import server_config_for
     from tuner.server.argv import build_argv
     from tuner.server.dialect import probe_dialect
 
