@@ -30,12 +30,15 @@ REPO = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(REPO))
 
 from tests.synth import server_load_log  # noqa: E402
+from tuner.crosscheck.build import find_server_binary  # noqa: E402
+from tuner.crosscheck.cpu_buffers import probe_cpu_buffers  # noqa: E402
 from tuner.hardware.buffers import parse_load_buffers  # noqa: E402
-from tuner.hardware.devices import Devices, find_server_binary  # noqa: E402
+from tuner.hardware.devices import Devices  # noqa: E402
 from tuner.hardware.host import cpu_features  # noqa: E402
 from tuner.hardware.memory import MIB, MemoryRequest, load_model_spec, plan_memory  # noqa: E402
 
-# this host's CPU flags: ggml repacks some weight types into a CPU_REPACK buffer (tuner.hardware.memory)
+# which weights the build copies into an extra CPU buffer (AMX / CPU_REPACK) here: main() reads it from the
+# build (tuner.crosscheck.cpu_buffers); until then the guess from this host's CPU flags
 CPU_ONLY = Devices((), None, None, None, cpu_features=cpu_features())
 
 
@@ -119,6 +122,8 @@ def main(argv: list[str] | None = None) -> int:
     if server is None:
         print("no llama-server found (pip install -e '.[server]' or --server)", file=sys.stderr)
         return 2
+    global CPU_ONLY
+    CPU_ONLY = Devices((), None, None, None, cpu_features=cpu_features(), cpu_buffers=probe_cpu_buffers(server))
     from tests.synth import make_family, stories_model_path, write_first_blocks_gguf
 
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="draftwise-memacc-"))

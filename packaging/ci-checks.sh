@@ -57,7 +57,8 @@ got=$(timeout 60 "$EXE" --version)
 echo "$got"
 
 say "bundle carries resources and Qt's SVG support"
-for f in resources/icons/tray-idle.svg resources/icons/png/draftwise-256.png resources/demo/stories260K.gguf; do
+for f in resources/icons/tray-idle.svg resources/icons/png/draftwise-256.png resources/demo/stories260K.gguf \
+         resources/selftest/selftest-q4_0.gguf; do
   [ -f "$BUNDLE/_internal/$f" ] || fail "bundle lacks $f"
 done
 ls "$BUNDLE"/_internal/PySide6/Qt/plugins/iconengines/*qsvgicon* >/dev/null 2>&1 \

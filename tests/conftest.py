@@ -100,3 +100,35 @@ def gemma3_270m() -> Path:
         if os.environ.get("CI"):
             pytest.fail(f"CI must have the Gemma 3 270M test model: {e}")
         pytest.skip(f"Gemma 3 270M test model unavailable: {e}")
+
+
+@pytest.fixture(scope="session")
+def cpu_buffers_seed(tmp_path_factory: pytest.TempPathFactory) -> Path | None:
+    """What the installed llama-server does with quantized weights on this CPU (``tuner.crosscheck.cpu_buffers``:
+    one real probe launch), probed once per session in a private DRAFTWISE_HOME; the fixtures that give
+    every test its own home copy it in (:func:`seed_cpu_buffers`), so each tune does not probe again
+    (~2 s). None without a llama-server or when the probe fails (each tune then probes for itself)."""
+    from tuner.crosscheck.build import find_server_binary
+
+    binary = find_server_binary()
+    if binary is None:
+        return None
+    home = tmp_path_factory.mktemp("cpu-buffers-home")
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("DRAFTWISE_HOME", str(home))
+        from tuner.crosscheck.cpu_buffers import probe_cpu_buffers
+
+        probe_cpu_buffers(binary)
+        seed = home / "cache" / "cpu-buffers.json"
+    return seed if seed.is_file() else None
+
+
+def seed_cpu_buffers(request: pytest.FixtureRequest, home: Path) -> None:
+    """For a ``server`` test, copy the session's probed CPU-buffer fact (:func:`cpu_buffers_seed`) into
+    ``home``'s cache; other tests start no llama-server for it."""
+    if request.node.get_closest_marker("server") is None:
+        return
+    seed = request.getfixturevalue("cpu_buffers_seed")
+    if seed is not None:
+        (home / "cache").mkdir(parents=True, exist_ok=True)
+        shutil.copyfile(seed, home / "cache" / seed.name)

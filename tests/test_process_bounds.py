@@ -16,6 +16,7 @@ import pytest
 
 from tuner import process
 from tuner.hardware.listdevices import run_list_devices
+from tuner.units import format_bytes
 
 REPO = Path(__file__).resolve().parent.parent
 
@@ -103,7 +104,7 @@ def test_endless_output_is_cut_at_the_cap_and_the_group_killed(tmp_path: Path, h
     body = 'echo $$ > "$PIDS"\nsleep 317 &\necho $! >> "$PIDS"\nexec yes AAAAAAAAAAAAAAAAAAAAAAAA\n'
     exe = script(tmp_path, "endless", body.replace("$PIDS", str(pids_file)))
     cap = 256 * 1024
-    with pytest.raises(process.OutputCapExceeded, match=r"output cut at the 0.25 MiB cap") as info:
+    with pytest.raises(process.OutputCapExceeded, match=r"output cut at the 256.0 KiB cap") as info:
         getattr(process, how)([str(exe), "--help"], timeout_s=60.0, cap_bytes=cap)
     assert isinstance(info.value, OSError)  # callers that report "could not run" report it too
     assert info.value.cap_bytes == cap and info.value.argv == [str(exe), "--help"]
@@ -162,5 +163,5 @@ def test_devices_with_an_endless_llama_server_stays_small_and_says_so_in_one_lin
     assert proc.stderr.strip().splitlines() == [f"asking {exe} --list-devices ..."]
     notes = [line for line in proc.stdout.splitlines() if "cap" in line]
     assert len(notes) == 1, proc.stdout
-    assert f"{exe} --list-devices: output cut at the {process.MAX_CAPTURE_BYTES / 2**20:g} MiB cap" in notes[0]
+    assert f"{exe} --list-devices: output cut at the {format_bytes(process.MAX_CAPTURE_BYTES)} cap" in notes[0]
     assert len(proc.stdout) < 2000, "the endless output reached the report"

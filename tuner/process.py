@@ -40,6 +40,7 @@ from pathlib import Path
 import psutil
 
 from tuner.errors import DraftwiseError
+from tuner.units import format_bytes
 
 log = logging.getLogger(__name__)
 
@@ -64,7 +65,7 @@ class OutputCapExceeded(DraftwiseError, OSError):
     def __init__(self, argv: Sequence[str], cap_bytes: int) -> None:
         self.argv = list(argv)
         self.cap_bytes = cap_bytes
-        super().__init__(f"{' '.join(self.argv)}: output cut at the {cap_bytes / 2**20:g} MiB cap and the program "
+        super().__init__(f"{' '.join(self.argv)}: output cut at the {format_bytes(cap_bytes)} cap and the program "
                          "stopped (it printed more)")
 
 

@@ -7,13 +7,17 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import seed_cpu_buffers
 from tests.synth import SynthFamily, make_family
 
 
 @pytest.fixture(autouse=True)
-def _draftwise_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """Profiles, logs and caches of every calibration test go to a private DRAFTWISE_HOME."""
+def _draftwise_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch,
+                    request: pytest.FixtureRequest) -> Path:
+    """Profiles, logs and caches of every calibration test go to a private DRAFTWISE_HOME (a ``server`` test's
+    seeded with the session's probe of the build's CPU buffers)."""
     home = tmp_path_factory.mktemp("dw-home")
+    seed_cpu_buffers(request, home)
     monkeypatch.setenv("DRAFTWISE_HOME", str(home))
     for name in [k for k in os.environ if k.startswith("LLAMA_ARG_")]:
         monkeypatch.delenv(name)

@@ -32,6 +32,33 @@ def gpu_devices(*gpus: tuple[str, int, int], ram_bytes: int = 32 * GIB) -> Devic
 import pytest  # noqa: E402
 
 
+@pytest.fixture(autouse=True)
+def _draftwise_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch):
+    """Caches and machine facts (the build's CPU buffers, a recorded CPU workaround) of every hardware test
+    go to a private DRAFTWISE_HOME, never the user's."""
+    home = tmp_path_factory.mktemp("dw-home")
+    monkeypatch.setenv("DRAFTWISE_HOME", str(home))
+    return home
+
+
+def cpu_only_devices(binary) -> Devices:
+    """CPU-only devices (16 GiB RAM, 8 available, 2 cores) that carry what ``binary`` really does with
+    quantized weights here (``tuner.crosscheck.cpu_buffers.probe_cpu_buffers``: one probe launch per
+    DRAFTWISE_HOME, so a recorded ``--no-repack`` workaround and the server checks see the same mode)."""
+    from tuner.crosscheck.cpu_buffers import probe_cpu_buffers
+
+    fact = probe_cpu_buffers(binary)
+    assert fact is not None and fact.source == "load log", "the probe of the build's CPU buffers failed"
+    return Devices((), 16 * GIB, 8 * GIB, 2, cpu_buffers=fact)
+
+
+def record_workaround(binary, cause: str) -> None:
+    """Record the ``--no-repack`` workaround for ``binary`` in the test's DRAFTWISE_HOME (the real store)."""
+    from tuner.server.workarounds import record_no_repack
+
+    record_no_repack(binary, cause, ["test"])
+
+
 @pytest.fixture(scope="session")
 def synth_family(tmp_path_factory):
     """A small generated family (256 wide, 6 blocks, F16, draft = first 2 blocks): a shape the

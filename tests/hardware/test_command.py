@@ -29,7 +29,7 @@ def _stand_in_binary(tmp_path):
 
 
 def test_devices_json_fields_with_a_gpu(monkeypatch, capsys, tmp_path):
-    monkeypatch.setattr(command, "detect_devices", lambda binary: gpu_devices(("CUDA0", 8192, 7000)))
+    monkeypatch.setattr(command, "detect_devices", lambda binary, *a, **k: gpu_devices(("CUDA0", 8192, 7000)))
     assert cli.main(["devices", "--json", "--server", _stand_in_binary(tmp_path)]) == 0
     (d,) = json.loads(capsys.readouterr().out)["devices"]
     for key in ("name", "backend", "total_bytes", "free_bytes", "budget_bytes", "source", "notes"):
@@ -52,7 +52,7 @@ def test_plan_stories_cpu_only(stories260k_session, capsys):
 
 def test_plan_that_does_not_fit_exits_1(stories260k_session, monkeypatch, capsys, tmp_path):
     tiny = gpu_devices(("CUDA0", 1024, 1000))  # 1000 MiB free < the 1024 MiB margin
-    monkeypatch.setattr(command, "detect_devices", lambda binary: tiny)
+    monkeypatch.setattr(command, "detect_devices", lambda binary, *a, **k: tiny)
     rc = cli.main(["plan", "--target", str(stories260k_session), "--draft", str(stories260k_session),
                    "--ctx-size", "512", "--server", _stand_in_binary(tmp_path)])
     out = capsys.readouterr().out
@@ -140,7 +140,7 @@ def test_plan_json_carries_the_context_vs_layers_trade(gemma3_270m, monkeypatch,
     from tuner.hardware.memory import MemoryRequest, plan_memory
 
     gpu = gpu_devices(("CUDA0", 2048, 1400))
-    monkeypatch.setattr(command, "detect_devices", lambda binary: gpu)
+    monkeypatch.setattr(command, "detect_devices", lambda binary, *a, **k: gpu)
     draft = write_first_blocks_gguf(gemma3_270m, tmp_path / "first2.gguf", 2)
     server = _stand_in_binary(tmp_path)
 

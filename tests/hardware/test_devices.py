@@ -8,6 +8,7 @@ from types import SimpleNamespace
 
 import pytest
 
+from tuner.hardware.buffers import CpuBuffers
 from tuner.hardware.devices import Probes, backend_of, detect_devices
 from tuner.hardware.host import HostInfo, probe_host
 from tuner.hardware.listdevices import (
@@ -143,7 +144,7 @@ def gpu(name, bus, total_mib, used_mib, **kw):
 
 # ---------------------------------------------------------------------------- real probes
 def test_real_probes_give_a_clean_answer_here():
-    devs = detect_devices()
+    devs = detect_devices(None)
     host = probe_host()
     assert host.ram_total_bytes and host.ram_total_bytes > 0 and host.cpu_cores >= 1
     assert devs.ram_total_bytes == host.ram_total_bytes
@@ -154,6 +155,44 @@ def test_real_probes_give_a_clean_answer_here():
     assert probe_nvml().ok is False  # no NVML library here; a value, not an exception
     assert isinstance(probe_pci_gpus(), tuple)
     assert probe_unified().apple_silicon is False
+
+
+def test_the_caller_names_the_binary_and_hands_in_the_build_probe(tmp_path):
+    """Without a binary there is no --list-devices probe (a note says so) and no build probe unless the caller
+    gives one; the build probe gets the binary the caller named."""
+    p = probes()
+    devs = detect_devices(None, probes=Probes(nvml=p.nvml, pci=p.pci, host=p.host, unified=p.unified))
+    assert not devs.listed_by_llama and devs.cpu_buffers is None
+    assert "llama-server not found: device list from llama.cpp unavailable" in devs.notes
+    asked = []
+    fact = CpuBuffers(("CPU_REPACK",), ("avx2",))
+    with_build = Probes(list_devices=p.list_devices, nvml=p.nvml, pci=p.pci, host=p.host, unified=p.unified,
+                        cpu_buffers=lambda b: asked.append(b) or fact)
+    assert detect_devices(tmp_path / "llama-server", probes=with_build).cpu_buffers == fact
+    assert asked == [tmp_path / "llama-server"]
+
+
+def test_notes_about_rpc_hosts_are_kept_apart():
+    """The RPC hosts' notes (a host left out, a malformed entry) are in ``rpc_notes`` as well as in ``notes``;
+    the local probes' notes are not."""
+    from tuner.hardware.listdevices import ListedDevice
+    from tuner.hardware.rpc import RpcDiscovery, RpcEndpoint
+
+    up, down = RpcEndpoint("10.0.0.2", 50052), RpcEndpoint("10.0.0.3", 50052)
+    found = RpcDiscovery((up,), (ListedDevice(0, "RPC0", str(up), 8 * GIB, 7 * GIB),),
+                         (f"RPC host {down} refused the connection",), (down,))
+    p = probes()
+    asked = []
+    rpc = Probes(list_devices=p.list_devices, nvml=p.nvml, pci=p.pci, host=p.host, unified=p.unified,
+                 rpc=lambda b, eps: asked.append((b, eps)) or found)
+    devs = detect_devices(None, probes=rpc, rpc_hosts=[str(up), str(down)])
+    assert asked == [(None, (up, down))]
+    assert devs.rpc_notes == (f"RPC host {down} refused the connection",)
+    assert set(devs.rpc_notes) < set(devs.notes) and "no llama-server (test)" in devs.notes
+    assert [d.name for d in devs.devices] == ["RPC0"] and devs.rpc_endpoints == (str(up),)
+    assert devs.rpc_unreachable == (str(down),)
+    bad = detect_devices(None, probes=rpc, rpc_hosts="10.0.0.2:notaport")
+    assert len(bad.rpc_notes) == 1 and bad.rpc_notes[0].startswith("RPC hosts: ") and bad.devices == ()
 
 
 @pytest.mark.server
@@ -217,7 +256,7 @@ def test_nvml_init_failure_is_a_note_and_cpu_only(code, words):
     res = probe_nvml(lib, wsl_paths=())
     assert not res.ok and words in res.note
     # with an NVIDIA card on the bus but NVML broken, the answer is still a value with the note
-    devs = detect_devices(probes=probes(nvml=lib, pci=[PciGpu("0000:01:00.0", "nvidia", "nvidia", "active")]))
+    devs = detect_devices(None, probes=probes(nvml=lib, pci=[PciGpu("0000:01:00.0", "nvidia", "nvidia", "active")]))
     assert devs.devices == ()
     assert any(words in n for n in devs.notes)
 
@@ -254,42 +293,53 @@ def test_per_process_memory_not_available_is_none_with_a_note():
 def test_mig_budget_is_the_slice_not_the_whole_gpu():
     lib = FakeNvml([gpu("NVIDIA A100-SXM4-40GB", "00000000:07:00.0", 40960, 20000, mig=True,
                         mig_slices=[("MIG 1g.5gb", 4864 * MIB, 4800 * MIB)])])
-    devs = detect_devices(probes=probes(
+    devs = detect_devices(None, probes=probes(
         list_result=listed("  CUDA0: NVIDIA A100-SXM4-40GB MIG 1g.5gb (4864 MiB, 4700 MiB free)"), nvml=lib))
     (d,) = devs.devices
     assert d.budget_bytes == 4700 * MIB and d.total_bytes == 4864 * MIB
     assert any("MIG" in n and "whole GPU" in n for n in d.notes)
     assert d.nvml_index == 0 and d.source == "llama-server+nvml"
     # without llama.cpp's list the single slice from NVML is used, never the 40 GiB
-    (d2,) = detect_devices(probes=probes(nvml=lib)).devices
+    (d2,) = detect_devices(None, probes=probes(nvml=lib)).devices
     assert d2.budget_bytes == 4800 * MIB
     # two slices and no llama.cpp list: the budget is unknown rather than wrong
     lib2 = FakeNvml([gpu("A100", "b", 40960, 0, mig=True,
                          mig_slices=[("a", 4864 * MIB, 4864 * MIB), ("b", 9984 * MIB, 9984 * MIB)])])
-    (d3,) = detect_devices(probes=probes(nvml=lib2)).devices
+    (d3,) = detect_devices(None, probes=probes(nvml=lib2)).devices
     assert d3.budget_bytes is None and any("budget unknown" in n for n in d3.notes)
 
 
 def test_unified_memory_gpu_with_nvml_not_supported():
     lib = FakeNvml([gpu("NVIDIA GB10", "000f:01:00.0", 0, 0, mem_error=NVML_ERROR_NOT_SUPPORTED)])
     host = HostInfo(128 * GIB, 100 * GIB, 20, 20)
-    devs = detect_devices(probes=probes(
+    devs = detect_devices(None, probes=probes(
         list_result=listed("  CUDA0: NVIDIA GB10 (122000 MiB, 110000 MiB free)"), nvml=lib, host=host))
     (d,) = devs.devices
-    assert d.unified_memory
+    assert d.unified_memory and probe_nvml(lib, wsl_paths=()).gpus[0].memory_unsupported
     assert any("NOT_SUPPORTED" in n for n in d.notes)
     assert d.budget_bytes is not None and d.budget_bytes <= host.ram_available_bytes
     assert d.budget_bytes <= host.ram_total_bytes - 4 * GIB
     # NVML only: memory unknown there, budget from host RAM
-    (d2,) = detect_devices(probes=probes(nvml=lib, host=host)).devices
+    (d2,) = detect_devices(None, probes=probes(nvml=lib, host=host)).devices
     assert d2.unified_memory and d2.total_bytes is None and d2.budget_bytes == 100 * GIB
+
+
+def test_only_an_unsupported_memory_query_makes_a_gpu_unified():
+    """Another memory error is a note on a discrete GPU; only NVML's NOT_SUPPORTED (a typed field, not the
+    note's words) marks unified memory."""
+    lib = FakeNvml([gpu("NVIDIA GeForce RTX 4090", "00000000:01:00.0", 24564, 0, mem_error=NVML_ERROR_GPU_IS_LOST)])
+    (g,) = probe_nvml(lib, wsl_paths=()).gpus
+    assert not g.memory_unsupported and g.memory_note
+    (d,) = detect_devices(None, probes=probes(
+        list_result=listed("  CUDA0: NVIDIA GeForce RTX 4090 (24564 MiB, 24000 MiB free)"), nvml=lib)).devices
+    assert not d.unified_memory and d.budget_bytes == 24000 * MIB
 
 
 def test_llama_order_wins_over_nvml_pci_order():
     # NVML: PCI order (3060 first); CUDA (fastest first): 4090 is CUDA0
     lib = FakeNvml([gpu("NVIDIA GeForce RTX 3060", "00000000:01:00.0", 12288, 500),
                     gpu("NVIDIA GeForce RTX 4090", "00000000:02:00.0", 24564, 400)])
-    devs = detect_devices(probes=probes(
+    devs = detect_devices(None, probes=probes(
         list_result=listed("  CUDA0: NVIDIA GeForce RTX 4090 (24080 MiB, 23600 MiB free)",
                            "  CUDA1: NVIDIA GeForce RTX 3060 (11900 MiB, 11300 MiB free)"), nvml=lib))
     assert [d.name for d in devs.devices] == ["CUDA0", "CUDA1"]
@@ -301,7 +351,7 @@ def test_llama_order_wins_over_nvml_pci_order():
 
 def test_identical_gpus_matched_by_free_memory():
     lib = FakeNvml([gpu("NVIDIA RTX A4000", "01", 16376, 8000), gpu("NVIDIA RTX A4000", "02", 16376, 300)])
-    devs = detect_devices(probes=probes(
+    devs = detect_devices(None, probes=probes(
         list_result=listed("  CUDA0: NVIDIA RTX A4000 (16100 MiB, 15800 MiB free)",
                            "  CUDA1: NVIDIA RTX A4000 (16100 MiB, 8100 MiB free)"), nvml=lib))
     assert [d.nvml_index for d in devs.devices] == [1, 0]
@@ -312,7 +362,7 @@ def test_suspended_laptop_dgpu_is_not_woken():
         raise AssertionError("NVML queried a runtime-suspended GPU")
 
     pci = [PciGpu("0000:01:00.0", "nvidia", "nvidia", "suspended"), PciGpu("0000:00:02.0", "intel", "i915", "active")]
-    devs = detect_devices(probes=probes(nvml=nvml_must_not_run, pci=pci))
+    devs = detect_devices(None, probes=probes(nvml=nvml_must_not_run, pci=pci))
     assert any("runtime-suspended" in n and "0000:01:00.0" in n for n in devs.notes)
     (d,) = devs.devices
     assert d.runtime_suspended and d.budget_bytes is None
@@ -340,12 +390,12 @@ def test_amd_sysfs_vram_and_gtt_separately(tmp_path):
     gpus = probe_pci_gpus(tmp_path)
     assert len(gpus) == 1 and gpus[0].vendor == "amd"
     assert gpus[0].vram_total_bytes == 16 * GIB and gpus[0].gtt_total_bytes == 32 * GIB
-    devs = detect_devices(probes=probes(pci=gpus))
+    devs = detect_devices(None, probes=probes(pci=gpus))
     (d,) = devs.devices
     assert d.total_bytes == 16 * GIB and d.budget_bytes == 15 * GIB  # GTT not added
     assert d.gtt_total_bytes == 32 * GIB and any("GTT" in n and "not in the budget" in n for n in d.notes)
     # with llama.cpp's Vulkan list the sysfs card is matched and GTT still kept apart
-    devs = detect_devices(probes=probes(pci=gpus, list_result=listed(
+    devs = detect_devices(None, probes=probes(pci=gpus, list_result=listed(
         "  Vulkan0: AMD Radeon RX 7800 XT (RADV NAVI32) (16368 MiB, 15000 MiB free)")))
     (d,) = devs.devices
     assert d.budget_bytes == 15000 * MIB and d.source == "llama-server+sysfs" and d.gtt_total_bytes == 32 * GIB
@@ -361,7 +411,7 @@ def test_amd_suspended_memory_not_read(tmp_path):
 def test_amd_apu_is_unified(tmp_path):
     _fake_sys(tmp_path, "0000:c1:00.0", mem={"mem_info_vram_total": 512 * MIB, "mem_info_vram_used": 100 * MIB,
                                              "mem_info_gtt_total": 30 * GIB, "mem_info_gtt_used": 0})
-    (d,) = detect_devices(probes=probes(pci=probe_pci_gpus(tmp_path))).devices
+    (d,) = detect_devices(None, probes=probes(pci=probe_pci_gpus(tmp_path))).devices
     assert d.unified_memory and any("APU" in n for n in d.notes)
 
 
@@ -369,13 +419,13 @@ def test_amd_apu_is_unified(tmp_path):
 def test_apple_metal_budget_is_working_set_and_host_ram():
     host = HostInfo(36 * GIB, 20 * GIB, 12, 12)
     apple = UnifiedInfo("Darwin", True, None)
-    devs = detect_devices(probes=probes(
+    devs = detect_devices(None, probes=probes(
         list_result=listed("  Metal: Apple M3 Pro (27648 MiB, 27648 MiB free)"), unified=apple, host=host))
     (d,) = devs.devices
     assert d.unified_memory and d.backend == "Metal"
     assert d.budget_bytes == 20 * GIB  # available RAM is the tighter limit
     # no llama.cpp list: estimated from host RAM and the OS cap (wired limit when set)
-    (d2,) = detect_devices(probes=probes(unified=UnifiedInfo("Darwin", True, 30 * GIB),
+    (d2,) = detect_devices(None, probes=probes(unified=UnifiedInfo("Darwin", True, 30 * GIB),
                                           host=HostInfo(36 * GIB, 34 * GIB, 12, 12))).devices
     assert d2.unified_memory and d2.budget_bytes == 30 * GIB
     assert probe_unified("Darwin", "arm64", sysctl=lambda n: "24576").wired_limit_bytes == 24 * GIB
@@ -388,7 +438,7 @@ def test_a_crashing_probe_becomes_a_note():
 
     p = probes()
     p = Probes(list_devices=p.list_devices, nvml=p.nvml, pci=boom, host=p.host, unified=p.unified)
-    devs = detect_devices(probes=p)
+    devs = detect_devices(None, probes=p)
     assert devs.devices == () and any("sysfs exploded" in n for n in devs.notes)
 
 
@@ -421,13 +471,13 @@ def test_used_bytes_total_for_the_vram_graph():
 
 def test_gpu_present_but_cpu_only_build_says_so(tmp_path):
     lib = FakeNvml([gpu("NVIDIA GeForce RTX 4090", "01", 24564, 400)])
-    devs = detect_devices(probes=probes(list_result=listed(), nvml=lib))
+    devs = detect_devices(None, probes=probes(list_result=listed(), nvml=lib))
     assert devs.devices == () and devs.listed_by_llama
     assert any("RTX 4090" in n and "lists no GPU" in n for n in devs.notes)
 
 
 def test_vulkan_device_on_an_nvidia_card_is_matched_with_nvml():
     lib = FakeNvml([gpu("NVIDIA GeForce RTX 3060", "00000000:01:00.0", 12288, 300)])
-    (d,) = detect_devices(probes=probes(
+    (d,) = detect_devices(None, probes=probes(
         list_result=listed("  Vulkan0: NVIDIA GeForce RTX 3060 (12288 MiB, 11800 MiB free)"), nvml=lib)).devices
     assert d.backend == "Vulkan" and d.nvml_index == 0 and d.source == "llama-server+nvml"

@@ -285,36 +285,47 @@ def test_compute_buffers_follow_the_layers_and_the_output_layer():
     assert nofa.host.need.compute_bytes == 8 * 4096 * 512 * 4 + 512 * 4 * 7 * 8 * 64 + 512 * 4096 * 4
 
 
-def test_cpu_repack_copies_follow_the_cpu_flags_and_the_layer_placement():
-    """ggml-cpu repack.cpp: Q4_0/Q4_K/IQ4_NL/MXFP4 weights with ne[1] % 8 == 0 get a CPU_REPACK copy on
-    an AVX2 CPU (Q2_K needs AVX-512), only for layers the CPU runs."""
+def test_cpu_repack_copies_follow_the_build_and_the_layer_placement():
+    """ggml-cpu repack.cpp: Q4_0/Q4_K/IQ4_NL/MXFP4 weights with ne[1] % 8 == 0 get a CPU_REPACK copy on an
+    AVX2 build (Q2_K needs AVX-512), only for layers the CPU runs; the build's fact decides, the CPU's flags
+    are only the guess without one (and no guess copies anything next to a local GPU)."""
     from types import SimpleNamespace as NS
 
-    from tuner.hardware.host import cpu_features
+    from tuner.hardware.buffers import CpuBuffers
 
     tensors = [NS(name=f"blk.{i}.ffn_up.weight", n_bytes=1000, shape=(64, 256), ggml_type=12) for i in range(4)]
     tensors += [NS(name="blk.0.ffn_down.weight", n_bytes=500, shape=(256, 60), ggml_type=12),  # 60 % 8 != 0
                 NS(name="blk.1.attn_q.weight", n_bytes=700, shape=(64, 64), ggml_type=10),  # Q2_K: AVX-512
-                NS(name="blk.2.attn_k.weight", n_bytes=300, shape=(64, 64), ggml_type=14),  # Q6_K: ARM only
+                NS(name="blk.2.attn_k.weight", n_bytes=300, shape=(64, 64), ggml_type=14),  # Q6_K: AMX only
                 NS(name="token_embd.weight", n_bytes=4000, shape=(64, 512), ggml_type=12),  # get_rows: never
                 NS(name="output.weight", n_bytes=2000, shape=(64, 512), ggml_type=2)]
     kv = {"general.architecture": "llama", "llama.block_count": 4, "llama.embedding_length": 64,
           "llama.attention.head_count": 4, "llama.vocab_size": 512}
     s = spec_from_header(NS(kv=kv, tensors=tensors, path=None))
-    assert s.repack_bytes == (("avx2", -1, 2000), ("avx2", 0, 1000), ("avx2", 1, 1000), ("avx2", 2, 1000),
-                              ("avx2", 3, 1000), ("avx512f", 1, 700))
+    repack = {(layer, flag): nb for layer, flag, _, nb, _ in s.extra_buffer_weights if flag}
+    assert repack == {(-1, "avx2"): 2000, (0, "avx2"): 1000, (1, "avx2"): 1000, (2, "avx2"): 1000,
+                      (3, "avx2"): 1000, (1, "avx512"): 700}
+
+    def build(*flags: str) -> Devices:
+        return replace(CPU_ONLY, cpu_buffers=CpuBuffers(("CPU_REPACK",), flags))
+
     plain = plan_memory(MemoryRequest(target=s, n_ctx=256), CPU_ONLY)
-    avx2 = plan_memory(MemoryRequest(target=s, n_ctx=256), replace(CPU_ONLY, cpu_features=("avx2",)))
-    both = plan_memory(MemoryRequest(target=s, n_ctx=256), replace(CPU_ONLY, cpu_features=("avx2", "avx512f")))
+    avx2 = plan_memory(MemoryRequest(target=s, n_ctx=256), build("avx2"))
+    both = plan_memory(MemoryRequest(target=s, n_ctx=256), build("avx2", "avx512"))
     w = lambda p: p.host.need.target_weights_bytes  # noqa: E731
     assert (w(avx2) - w(plain), w(both) - w(plain)) == (6000, 6700)
     # the plan says how much of "target W" is those copies (plan's "three sizes for one file", stop 12)
     assert (plain.repack_host_bytes, avx2.repack_host_bytes, both.repack_host_bytes) == (0, 6000, 6700)
-    gpu = replace(gpu_devices(("CUDA0", 8192, 8000)), cpu_features=("avx2",))
+    assert both.extra_buffers == (("CPU_REPACK", 6700, 6700),)
+    guessed = plan_memory(MemoryRequest(target=s, n_ctx=256), replace(CPU_ONLY, cpu_features=("avx2", "avx512f")))
+    assert guessed.repack_host_bytes == 6700 and guessed.cpu_buffers.source == "CPU flags"
+    gpu = replace(gpu_devices(("CUDA0", 8192, 8000)), cpu_buffers=CpuBuffers(("CPU_REPACK",), ("avx2",)))
     two = plan_memory(MemoryRequest(target=s, n_ctx=256, ngl=3), gpu)  # output + blocks 2, 3 on the GPU
     assert two.host.need.target_weights_bytes == s.input_bytes + 2 * 1000 + 500 + 700 + 2 * 1000
     assert two.repack_host_bytes == 2 * 1000  # blocks 0, 1 run on the CPU
-    assert set(cpu_features()) <= {"avx2", "avx512f"}
+    # without a fact, a local GPU's host buffer type comes first (src/llama-model.cpp make_cpu_buft_list)
+    guess_gpu = replace(gpu_devices(("CUDA0", 8192, 8000)), cpu_features=("avx2",))
+    assert plan_memory(MemoryRequest(target=s, n_ctx=256, ngl=3), guess_gpu).repack_host_bytes == 0
 
 
 def test_the_prompt_cache_limit_is_counted_on_the_host(stories260k):

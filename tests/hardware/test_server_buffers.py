@@ -4,13 +4,10 @@ from __future__ import annotations
 
 import pytest
 
+from tests.hardware.conftest import cpu_only_devices
 from tests.synth import server_load_log
 from tuner.hardware.buffers import parse_load_buffers
-from tuner.hardware.devices import Devices
-from tuner.hardware.host import cpu_features  # noqa: E402
-from tuner.hardware.memory import GIB, MemoryRequest, load_model_spec, plan_memory
-
-CPU_ONLY = Devices((), 16 * GIB, 8 * GIB, 2, cpu_features=cpu_features())  # this host's CPU_REPACK rule
+from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
 
 
 def test_parse_load_buffers_splits_target_and_draft():
@@ -30,9 +27,9 @@ def test_parse_load_buffers_splits_target_and_draft():
         parse_load_buffers(["I srv  llama_server: model loaded\n"])
 
 
-def _load(server, target, draft, n_ctx, n_parallel):
+def _load(server, target, draft, n_ctx, n_parallel, no_repack=False):
     argv = [str(server), "-m", str(target), "-c", str(n_ctx), "-lv", "4", "--fit", "off", "--host", "127.0.0.1",
-            "--port", "0", "-t", "1", "--no-warmup"]
+            "--port", "0", "-t", "1", "--no-warmup"] + (["--no-repack"] if no_repack else [])
     if n_parallel is not None:
         argv += ["-np", str(n_parallel)]
     if draft is not None:
@@ -44,10 +41,12 @@ def _load(server, target, draft, n_ctx, n_parallel):
 @pytest.mark.server
 @pytest.mark.parametrize("n_ctx, n_parallel", [(1000, 1), (2048, 2), (1024, None)])
 def test_plan_matches_llama_server(llama_server_bin, synth_family, n_ctx, n_parallel):
-    bufs, lines = _load(llama_server_bin, synth_family.target, synth_family.good_draft, n_ctx, n_parallel)
+    devs = cpu_only_devices(llama_server_bin)  # the mode in force: a recorded --no-repack is on the argv too
+    bufs, lines = _load(llama_server_bin, synth_family.target, synth_family.good_draft, n_ctx, n_parallel,
+                        devs.cpu_buffers.no_repack)
     t, d = load_model_spec(synth_family.target), load_model_spec(synth_family.good_draft)
     plan = plan_memory(MemoryRequest(target=t, draft=d, spec_type="draft-simple", n_ctx=n_ctx,
-                                     n_parallel=n_parallel), CPU_ONLY)
+                                     n_parallel=n_parallel), devs)
     # the server agrees on the slot layout
     slots = next(x for x in lines if "n_slots" in x and "n_ctx_slot" in x)
     assert f"n_slots = {plan.n_parallel}" in slots and f"n_ctx_slot = {plan.n_ctx_slot}" in slots

@@ -11,7 +11,8 @@ import sys
 import time
 
 from tests.rpcnet import SilentHost
-from tuner.hardware.devices import detect_devices, find_server_binary
+from tuner.crosscheck.build import find_server_binary
+from tuner.hardware.devices import detect_devices
 from tuner.hardware.rpc import rpc_server_binary
 from tuner.hardware.rpchost import RpcHost, RpcHostConfig
 from tuner.process import free_port

@@ -33,7 +33,7 @@ def main(argv: list[str]) -> int:
         rpc_fallback_config,
     )
     from tuner.calibration.tune import tune
-    from tuner.hardware.devices import find_server_binary
+    from tuner.crosscheck.build import find_server_binary
     from tuner.hardware.rpc import rpc_server_binary
     from tuner.hardware.rpchost import RpcHost, RpcHostConfig
     from tuner.process import free_port

@@ -12,15 +12,18 @@ from pathlib import Path
 
 import pytest
 
+from tests.conftest import seed_cpu_buffers
 from tuner import process
 
 os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 
 
 @pytest.fixture(autouse=True)
-def draftwise_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    """A private DRAFTWISE_HOME for the test (config, data, cache, logs below it)."""
+def draftwise_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pytest.FixtureRequest) -> Path:
+    """A private DRAFTWISE_HOME for the test (config, data, cache, logs below it; a ``server`` test's seeded
+    with the session's probe of the build's CPU buffers)."""
     home = tmp_path / "dwhome"
+    seed_cpu_buffers(request, home)
     monkeypatch.setenv("DRAFTWISE_HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))

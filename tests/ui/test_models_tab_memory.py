@@ -13,14 +13,14 @@ pytestmark = [pytest.mark.gui]
 @pytest.mark.server
 def test_models_tab_shows_the_trade_and_a_cached_disagreement(make_app, qtbot, models_dir, monkeypatch,
                                                               llama_server_bin):
+    from tuner.crosscheck import build, server_check
     from tuner.hardware import devices as devices_mod
-    from tuner.hardware import fitcheck
     from tuner.hardware.memory import MemoryRequest, load_model_spec
     from tuner.ui import flow
 
     gpu = gpu_devices(("CUDA0", 8192, 7800))
     monkeypatch.setattr(devices_mod, "detect_devices", lambda *a, **k: gpu)
-    monkeypatch.setattr(devices_mod, "find_server_binary", lambda: llama_server_bin)
+    monkeypatch.setattr(build, "find_server_binary", lambda: llama_server_bin)
     target = models_dir / "stories260K.gguf"
     started = []
 
@@ -28,7 +28,7 @@ def test_models_tab_shows_the_trade_and_a_cached_disagreement(make_app, qtbot, m
         started.append(argv)
         raise AssertionError("the Models tab started llama-server")
 
-    monkeypatch.setattr(fitcheck, "run_server_log", no_server)
+    monkeypatch.setattr(server_check, "run_server_log", no_server)
     app = make_app(tray_available=True)
     tab = app.window.models_tab
     app.controller.selected_target = target
@@ -42,12 +42,12 @@ def test_models_tab_shows_the_trade_and_a_cached_disagreement(make_app, qtbot, m
     # a server report in the cache (as `draftwise plan --server-check` leaves it) whose compute is far
     # from the plan: the tab says so on the next selection, from the cache
     req = MemoryRequest(target=load_model_spec(target), n_ctx=2048)
-    plan = fitcheck.plan_memory(req, gpu)
+    plan = server_check.plan_memory(req, gpu)
     report = ["I common_params_fit_impl: getting device memory data for initial parameters:",
               "I common_memory_breakdown_print: | memory breakdown [MiB] | total free self model context compute |",
               f"I common_memory_breakdown_print: |   - CUDA0 (Fake) | 8192 = 100 + (999 = "
               f"{plan.devices[0].need.target_weights_bytes // 2**20} + 0 + 900) + 0 |"]
-    r = fitcheck.server_cross_check(req, gpu, llama_server_bin, runner=lambda argv, t: report)
+    r = server_check.server_cross_check(req, gpu, llama_server_bin, runner=lambda argv, t: report)
     assert r.ok and not r.cached and r.agrees is False
     tab.plan_label.setText("")
     tab._plan_for = target

@@ -219,11 +219,11 @@ def _memory_check_factory(target_path: Path, devices: Any, n_ctx: int, notes: li
 
 
 def _memory_cross_check_lines(target_path: Path, devices: Any, n_ctx: int, server_binary: Any) -> list[str]:
-    """The memory plan's cross-check lines for the tune log (:func:`tuner.hardware.fitcheck.plan_check_lines`:
+    """The memory plan's cross-check lines for the tune log (:func:`tuner.crosscheck.lines.plan_check_lines`:
     the context-vs-layers trade and a cached llama-server disagreement, which it lists whenever there is one;
     it reads the cache only and never starts a server). Raises nothing: a failed check is one line."""
     try:
-        from tuner.hardware.fitcheck import plan_check_lines
+        from tuner.crosscheck.lines import plan_check_lines
         from tuner.hardware.memory import MemoryRequest, load_model_spec
 
         lines = plan_check_lines(MemoryRequest(target=load_model_spec(str(target_path)), n_ctx=n_ctx),
@@ -231,7 +231,7 @@ def _memory_cross_check_lines(target_path: Path, devices: Any, n_ctx: int, serve
     except Exception as exc:  # noqa: BLE001 - the sweep stands without the cross-check
         log.debug("memory plan cross-check unavailable", exc_info=True)
         return [f"memory plan cross-check unavailable ({exc})"]
-    return [f"memory plan: {line}" for line in lines if "DISAGREES" in line]
+    return [f"memory plan: {c.text}" for c in lines if c.disagrees]
 
 
 def has_chat_template(path: Path) -> bool:
@@ -394,9 +394,10 @@ def run_tune(
     heads = _head_options(entry, target_path, emit)
 
     try:
+        from tuner.crosscheck.build import build_probes
         from tuner.hardware import detect_devices
 
-        devices = detect_devices(binary.path, rpc_hosts=tuple(rpc_hosts)) if rpc_hosts else detect_devices(binary.path)
+        devices = detect_devices(binary.path, build_probes(), rpc_hosts=tuple(rpc_hosts) or None)
     except Exception as exc:  # noqa: BLE001 - hardware detection never blocks tuning
         log.warning("hardware detection failed", exc_info=True)
         devices = None
@@ -453,7 +454,7 @@ def run_tune(
     )
     rpc_used = bool(devices is not None and getattr(devices, "rpc_endpoints", ()))
     if rpc_hosts and devices is not None:
-        notes += [n for n in devices.notes if n.startswith("RPC host")]
+        notes += list(devices.rpc_notes)
         if not rpc_used:
             notes.append("no RPC host reachable: tuning on this machine only")
     if gpu:
@@ -505,6 +506,7 @@ def run_tune(
             return (base_fn if c.is_baseline else cand_fn)(c, cancel)
     else:
         launch_fn = _with_workload(launch_fn, workload)
+    from tuner.crosscheck.cpu_buffers import workaround_sentence
     from tuner.hardware.host import LoadWatcher, foreign_processes
 
     watcher = LoadWatcher()
@@ -540,6 +542,7 @@ def run_tune(
         placement=RpcPlacement(devices, getattr(target_model, "n_layers", None), plan.baseline)
         if rpc_used and devices is not None else None,
         machine=MachineLoad(load.note(), tuple(p for p, _ in competing)),
+        cpu_workaround=workaround_sentence(binary.path),  # the --no-repack workaround every launch ran with
     )
     decision = finish_decision(decide_outcome(outcome), outcome, facts)
     measurements = outcome.measurements

@@ -77,9 +77,10 @@ class ModelFile:
         context_length: ``<arch>.context_length`` (training context, tokens).
         mtp_layers: ``<arch>.nextn_predict_layers`` or the number of blocks that have
             ``blk.N.nextn.*`` tensors, whichever is larger; 0 when none.
-        n_embd, n_head, n_head_kv, key_length, value_length: attention shape keys of ``<arch>.*``;
-            ``n_head_kv`` defaults to ``n_head`` and key/value length to ``n_embd // n_head``
-            as in llama.cpp (src/llama-model.cpp ``load_hparams``).
+        n_embd, n_head, n_head_kv, key_length, value_length: attention shape keys of ``<arch>.*``, read
+            by ``tuner.catalog.hparams`` as llama.cpp reads them: ``n_head`` / ``n_head_kv`` are the largest
+            per-layer counts (missing KV heads = each layer's head count), key/value length default to
+            ``n_embd // `` layer 0's head count (src/llama-model.cpp ``llama_model_base::load_hparams``).
         tokenizer: tokenizer identity, ``None`` when the file has no tokenizer.
         mtime_ns: modification time of ``path`` (for cache keys and profile staleness).
         detail: extra facts for display (e.g. ``pooling_type``, ``spec_type`` of a draft head).

@@ -29,6 +29,7 @@ from pathlib import Path
 
 from tuner.catalog import gguf_adapter
 from tuner.catalog.header import GGUFError, GGUFHeader, read_header
+from tuner.catalog.hparams import read_hparams
 from tuner.catalog.model import (
     KIND_BROKEN,
     KIND_DRAFT_HEAD,
@@ -45,7 +46,7 @@ from tuner.catalog.tokenizer import tokenizer_info
 from tuner.storage import file_kind
 
 # Bump when classification or the cached fields change: old cache entries are then ignored.
-CACHE_VERSION = 2
+CACHE_VERSION = 3  # 3: one GGUF hyper-parameter reader (tuner.catalog.hparams), llama.cpp's rule
 CACHE_FILE_NAME = "scan-cache.json"
 
 # the split-set naming rule lives in tuner.catalog.split (also used by the server and hardware packages)
@@ -117,6 +118,27 @@ def _mtp_layers(header: GGUFHeader, arch: str | None) -> tuple[int, set[int], se
     return max(declared or 0, len(nextn_blocks)), nextn_blocks, all_blocks
 
 
+@dataclass(frozen=True)
+class _Shape:
+    """The scan table's attention columns: the largest per-layer head counts and layer 0's head sizes
+    (``tuner.catalog.hparams``; 0 = None); all None without ``<arch>.block_count`` (llama.cpp cannot load such a
+    file)."""
+
+    n_head: int | None = None
+    n_head_kv: int | None = None
+    key_length: int | None = None
+    value_length: int | None = None
+    notes: tuple[str, ...] = ()
+
+
+def _attention_shape(header: GGUFHeader) -> _Shape:
+    try:
+        hp = read_hparams(header.kv, header.path)
+    except ValueError:
+        return _Shape()
+    return _Shape(hp.n_head_max, hp.n_head_kv_max, hp.key_length or None, hp.value_length or None, hp.notes)
+
+
 def classify_header(header: GGUFHeader, size_bytes: int | None = None, mtime_ns: int | None = None) -> ModelFile:
     """Classify one parsed header (a single file, or a split shard read alone).
 
@@ -147,21 +169,14 @@ def classify_header(header: GGUFHeader, size_bytes: int | None = None, mtime_ns:
 
     n_params = sum(t.n_elements for t in header.tensors)
     mtp, nextn_blocks, all_blocks = _mtp_layers(header, arch)
-    n_embd = _int(kv.get(f"{arch}.embedding_length"))
-    n_head = _int(kv.get(f"{arch}.attention.head_count"))
-    n_head_kv = _int(kv.get(f"{arch}.attention.head_count_kv"))
-    if n_head_kv is None:
-        n_head_kv = n_head
-    key_length = _int(kv.get(f"{arch}.attention.key_length"))
-    value_length = _int(kv.get(f"{arch}.attention.value_length"))
-    if n_embd and n_head:
-        key_length = key_length if key_length is not None else n_embd // n_head
-        value_length = value_length if value_length is not None else n_embd // n_head
+    shape = _attention_shape(header)
     name = kv.get("general.name")
     pooling = _int(kv.get(f"{arch}.pooling_type"))
     detail: list[tuple[str, str]] = []
     if pooling is not None:
         detail.append(("pooling_type", str(pooling)))
+    if shape.notes:
+        detail.append(("note", "; ".join(shape.notes)))
     full = replace(
         base,
         name=name if isinstance(name, str) else None,
@@ -170,11 +185,11 @@ def classify_header(header: GGUFHeader, size_bytes: int | None = None, mtime_ns:
         quantization=_quantization(header),
         context_length=_int(kv.get(f"{arch}.context_length")),
         mtp_layers=mtp,
-        n_embd=n_embd,
-        n_head=n_head,
-        n_head_kv=n_head_kv,
-        key_length=key_length,
-        value_length=value_length,
+        n_embd=_int(kv.get(f"{arch}.embedding_length")),
+        n_head=shape.n_head,
+        n_head_kv=shape.n_head_kv,
+        key_length=shape.key_length,
+        value_length=shape.value_length,
         tokenizer=tok,
     )
 

@@ -20,14 +20,10 @@ from tuner.cli.options import (
     check_resolvable,
     folder_problem,
 )
-from tuner.hardware.devices import Devices, detect_devices, find_server_binary
-from tuner.hardware.fitcheck import (
-    cached_server_report,
-    cross_check,
-    find_fit_params,
-    server_config_for,
-    server_cross_check,
-)
+from tuner.crosscheck.build import build_probes, find_server_binary
+from tuner.crosscheck.fit_params import cross_check, find_fit_params
+from tuner.crosscheck.server_check import cached_server_report, server_config_for, server_cross_check
+from tuner.hardware.devices import Devices, detect_devices
 from tuner.hardware.memory import (
     ContextTrade,
     MemoryPlan,
@@ -37,6 +33,7 @@ from tuner.hardware.memory import (
     load_model_spec,
     plan_memory,
 )
+from tuner.hardware.repack import no_repack_in
 from tuner.hardware.rpc import (
     NO_AUTH_WARNING,
     RpcHostError,
@@ -46,7 +43,8 @@ from tuner.settings import DEFAULT_CACHE_RAM_MIB
 from tuner.units import MIB, format_bytes
 
 if TYPE_CHECKING:  # annotations only
-    from tuner.hardware.fitcheck import FitCrossCheck, ServerCrossCheck
+    from tuner.crosscheck.fit_params import FitCrossCheck
+    from tuner.crosscheck.server_check import ServerCrossCheck
 
 DEFAULT_PLAN_CTX = 4096
 """The automatic context size when the model does not say its own (:data:`tuner.ctxsize.DEFAULT_CTX_FLOOR`)."""
@@ -252,7 +250,7 @@ def _detect(server: str | None, rpc_hosts: tuple[str, ...] = ()) -> tuple[Device
           file=sys.stderr)
     if rpc_hosts:
         print(f"asking RPC hosts {', '.join(rpc_hosts)} ...", file=sys.stderr)
-    return (detect_devices(binary, rpc_hosts=rpc_hosts) if rpc_hosts else detect_devices(binary)), binary
+    return detect_devices(binary, build_probes(), rpc_hosts=rpc_hosts or None), binary
 
 
 def devices_json(devs: Devices) -> dict:
@@ -345,7 +343,7 @@ def _server_argv(req: MemoryRequest, binary: Path | None, server_args: tuple[str
         from tuner.server.argv import build_argv
         from tuner.server.dialect import probe_dialect
 
-        cfg = server_config_for(req)
+        cfg = server_config_for(req, binary=binary)
         cfg = dataclasses.replace(cfg, extra_args=(*cfg.extra_args, *server_args))
         return build_argv(binary, cfg.with_port(0), probe_dialect(binary))
     except Exception as exc:  # noqa: BLE001 - DialectError, UnsupportedConfigError: say it, plan anyway
@@ -416,6 +414,26 @@ def _files_bytes(given: str, models_dir: str | None, flag: str) -> int | None:
         return None
 
 
+def repack_lines(plan: MemoryPlan) -> list[str]:
+    """The plan's lines about ggml's extra CPU buffer types: how much of the host's weights they copy, in
+    which type (AMX, CPU_REPACK), and the sentence when ``--no-repack`` is in force."""
+    from tuner.hardware.repack import no_repack_sentence
+
+    cpu = plan.cpu_buffers
+    out = []
+    if plan.repack_host_bytes:
+        parts = [(name, copy) for name, copy, _ in plan.extra_buffers if copy]
+        where = (f"ggml's {parts[0][0]} buffer" if len(parts) == 1 else
+                 "ggml's " + " and ".join(f"{n} ({_mib(c)})" for n, c in parts) + " buffers")
+        guess = "; guessed from the CPU's flags" if cpu is not None and cpu.source != "load log" else ""
+        out.append(f"Weights in host RAM include {_mib(plan.repack_host_bytes)} repacked for this CPU "
+                   f"({where}, beside the file's mmapped tensors{guess})")
+    if cpu is not None and cpu.no_repack:
+        out.append(no_repack_sentence(cpu.cause, cpu.types) if cpu.cause else
+                   "Repacked CPU kernels are off (--no-repack): the weights are not copied for this CPU")
+    return out
+
+
 @dataclasses.dataclass(frozen=True)
 class _PlanInputs:
     """What ``plan``'s command line asks for, checked: the models, the request, the user's flags and notes."""
@@ -471,7 +489,7 @@ def _plan_inputs(args: argparse.Namespace) -> _PlanInputs | None:
                         n_ctx=n_ctx, cache_type_k=args.ctk, cache_type_v=args.ctv,
                         n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB,
                         n_max=args.n_max, n_cpu_moe=args.n_cpu_moe, cpu_moe=args.cpu_moe,
-                        prompt_cache_bytes=max(cache_ram, 0) * MIB)
+                        prompt_cache_bytes=max(cache_ram, 0) * MIB, no_repack=no_repack_in(server_args))
     return _PlanInputs(target, draft, spec_type, rpc, server_args, cache_ram, cache_line, ctx_note, ctx_label, req)
 
 
@@ -533,7 +551,7 @@ def _plan_cross_checks(args: argparse.Namespace, req: MemoryRequest, devs: Devic
             print("cross-checking with llama-server itself (one model load, cached) ...", file=sys.stderr)
             scheck = server_cross_check(req, devs, binary, extra_args=server_args)
         else:
-            cfg = server_config_for(req)
+            cfg = server_config_for(req, binary=binary)
             cached = cached_server_report(server_argv, [cfg.model_path, cfg.draft_path])
             if cached is not None:  # from the cache: no server start
                 scheck = server_cross_check(req, devs, binary, extra_args=server_args)
@@ -604,9 +622,8 @@ def _print_plan(args: argparse.Namespace, inputs: _PlanInputs, plan: MemoryPlan,
                 print(f"Largest context with the whole {whole} on the GPU: {trade.max_ctx_all_on_gpu}")
     if plan.expert_host_bytes:
         print(f"MoE experts kept in host RAM: {_mib(plan.expert_host_bytes)}")
-    if plan.repack_host_bytes:
-        print(f"Weights in host RAM include {_mib(plan.repack_host_bytes)} repacked for this CPU "
-              "(ggml's CPU_REPACK buffer, beside the file's mmapped tensors)")
+    for line in repack_lines(plan):
+        print(line)
 
 
 def _print_plan_checks(inputs: _PlanInputs, check: FitCrossCheck | None, scheck: ServerCrossCheck | None,

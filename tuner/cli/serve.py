@@ -15,6 +15,7 @@ speculation really happens on this build (the bundled demo model as both target 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import logging
 import os
@@ -542,10 +543,11 @@ def _print_diagnosis(diag: Any, sup: Supervisor | None, said: list[str] | tuple[
 
 
 def _devices_report(binary: ServerBinary) -> dict:
+    from tuner.crosscheck.build import build_probes
     from tuner.hardware import detect_devices
 
     try:
-        devs = detect_devices(binary.path)
+        devs = detect_devices(binary.path, build_probes())
     except Exception as exc:  # the hardware package promises not to raise; be safe anyway
         return {"available": False, "note": f"device detection failed: {exc}"}
     rows = []
@@ -553,7 +555,33 @@ def _devices_report(binary: ServerBinary) -> dict:
         rows.append({"index": d.index, "name": d.name, "backend": d.backend, "total_bytes": d.total_bytes,
                      "free_bytes": d.free_bytes, "budget_bytes": d.budget_bytes})
     return {"available": True, "devices": rows, "ram_total_bytes": devs.ram_total_bytes,
-            "cpu_cores": devs.cpu_cores, "notes": list(devs.notes)}
+            "cpu_cores": devs.cpu_cores, "notes": list(devs.notes),
+            "cpu_buffers": dataclasses.asdict(devs.cpu_buffers) if devs.cpu_buffers is not None else None}
+
+
+def _cpu_kernels_line(cpu: dict | None) -> str:
+    """Doctor's line on the repacked CPU kernels (``Devices.cpu_buffers`` as a dict, or None)."""
+    from tuner.hardware.repack import no_repack_sentence
+
+    if cpu is None:
+        return "unknown (the build's load log could not be read)"
+    if cpu["no_repack"]:
+        return (no_repack_sentence(cpu["cause"], tuple(cpu["types"])) if cpu["cause"]
+                else "off (--no-repack): quantized weights are not copied for this CPU")
+    if not cpu["types"]:
+        return "none: this build keeps quantized weights as they are in the file on this machine"
+    kinds = " and ".join(cpu["types"]) + (" buffer" if len(cpu["types"]) == 1 else " buffers")
+    return f"on: this build copies quantized weights into ggml's {kinds} for this CPU's instructions"
+
+
+def _selftest_buffers(load_lines: list[str]) -> list[str]:
+    """The extra CPU buffer types the self-test's target weights went to (empty: none, or no load lines)."""
+    from tuner.hardware.buffers import parse_cpu_build
+
+    try:
+        return list(parse_cpu_build(load_lines).extra_types)
+    except ValueError:
+        return []
 
 
 def _gib(v: int | None) -> str:
@@ -642,10 +670,12 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                       f"free {_gib(r['free_bytes'])}")
         for n in dev.get("notes", []):
             print(f"  note: {n}")
+        if dev.get("available"):
+            print(f"cpu kernels:  {_cpu_kernels_line(dev.get('cpu_buffers'))}")
         sys.stdout.flush()
     rc = 0
     if not args.no_self_test:
-        _err("self-test: demo model as target and draft, draft-simple, n_max 4 ...")
+        _err("self-test: a tiny quantized model as target and draft, draft-simple, n_max 4 ...")
         from tuner.hardware.host import LoadWatcher
         from tuner.server.selftest import self_test
 
@@ -655,13 +685,15 @@ def cmd_doctor(args: argparse.Namespace) -> int:
         if load.busy:
             st["note"] = (f"other programs used {100 * (load.other_cpu_mean + load.steal_mean):.0f} % of the CPU "
                           "during the self-test; its tokens/s are lower than on an idle machine")
+        st["buffers"] = _selftest_buffers(st.get("load_lines") or [])
         report["self_test"] = st
         rc = 0 if st["ok"] else 1
         if not args.json:
             if st["ok"]:
                 print(f"self-test:    OK, speculation active: draft_n {st['draft_n']}, accepted "
                       f"{st['draft_n_accepted']} ({100 * (st['acceptance_rate'] or 0):.0f} %), "
-                      f"{st['gen_tokens_per_s'] or 0:.0f} tokens/s, {st['seconds']} s")
+                      f"{st['gen_tokens_per_s'] or 0:.0f} tokens/s, {st['seconds']} s; its quantized weights in "
+                      + (" and ".join(st["buffers"]) if st["buffers"] else "no repacked buffer"))
                 if st.get("note"):
                     print(f"  note: {st['note']}")
             else:

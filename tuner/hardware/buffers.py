@@ -147,3 +147,97 @@ def parse_startup_projection(lines: Iterable[str]) -> StartupProjection:
     if "target" not in tables or not tables["target"]:
         raise ValueError("no 'memory breakdown' table in the llama-server log (needs --fit on and -lv 4)")
     return StartupProjection(tuple(tables["target"]), tuple(tables.get("draft", ())))
+
+
+#: ggml-cpu's extra buffer types, in the order the CPU backend offers them (ggml/src/ggml-cpu/ggml-cpu.cpp
+#: ``ggml_backend_cpu_get_extra_buffer_types``); src/llama-model.cpp ``make_cpu_buft_list`` lists them
+#: before the plain CPU buffer type, and a weight goes to the first one that supports its operation.
+EXTRA_CPU_BUFFER_TYPES = ("AMX", "CPU_KLEIDIAI", "CPU_RISCV64_SPACEMIT", "CPU_REPACK")
+
+_SYSTEM_INFO = re.compile(r"system_info:.*?\|\s*CPU\s*:(.*)$")
+
+
+@dataclass(frozen=True)
+class CpuBuild:
+    """What one load log says about the CPU backend of a llama-server build.
+
+    ``extra_types``: the extra CPU buffer types the target's weights went to (:data:`EXTRA_CPU_BUFFER_TYPES`
+    order; empty = none: a model without such weights, ``--no-repack``, or every layer on a GPU);
+    ``extra_bytes``: ``((type, bytes), ...)`` of those buffers; ``build_flags``: the ``system_info`` features
+    whose value is ``1``, lower-cased (``("avx", "avx2", "avx512", "amx_int8", "repack", ...)``; empty when the
+    line is missing).
+    """
+
+    extra_types: tuple[str, ...]
+    extra_bytes: tuple[tuple[str, int], ...]
+    build_flags: tuple[str, ...]
+
+
+def parse_build_flags(lines: Iterable[str]) -> tuple[str, ...]:
+    """The CPU features of the first ``system_info`` line (``AVX2 = 1`` → ``"avx2"``; ``= 0`` and
+    non-numeric values such as ``SVE_CNT`` are left out), sorted; empty without such a line."""
+    for line in lines:
+        m = _SYSTEM_INFO.search(line)
+        if not m:
+            continue
+        flags = set()
+        for part in m.group(1).split("|"):
+            name, _, value = part.partition("=")
+            if name.strip() and value.strip() == "1":
+                flags.add(name.strip().lower())
+        return tuple(sorted(flags))
+    return ()
+
+
+def parse_cpu_build(lines: Iterable[str]) -> CpuBuild:
+    """The extra CPU buffer types of the target's load lines and the build's CPU features (see the module
+    docs). Raises ``ValueError`` when the log has no ``model buffer size`` line (not started with ``-lv 4``,
+    or it failed before loading), so "no extra buffer" is never read from a log that cannot show one."""
+    lines = list(lines)
+    bufs = parse_load_buffers(lines)
+    if not any(kind == "model" for kind, _, _ in bufs.target.by_backend):
+        raise ValueError("no 'model buffer size' line in the llama-server log (start it with -lv 4)")
+    sizes: dict[str, int] = {}
+    for kind, name, n in bufs.target.by_backend:
+        if kind == "model" and name in EXTRA_CPU_BUFFER_TYPES:
+            sizes[name] = sizes.get(name, 0) + n
+    order = [t for t in EXTRA_CPU_BUFFER_TYPES if t in sizes]
+    return CpuBuild(tuple(order), tuple((t, sizes[t]) for t in order), parse_build_flags(lines))
+
+
+@dataclass(frozen=True)
+class CpuBuffers:
+    """Which extra CPU buffer types hold copies of quantized weights of CPU-run layers, for one llama-server
+    build on one CPU, and whether they are in force (the plan reads it from ``Devices.cpu_buffers``).
+
+    ``types``: the build's extra buffer types with repacking on (:data:`EXTRA_CPU_BUFFER_TYPES` order), as a
+    load log of the build showed them (``source`` ``"load log"``) or as guessed from the CPU's flags when no
+    log was read (``"CPU flags"``); ``build_flags``: the CPU backend's compiled features (:func:`parse_build_flags`
+    names; the guess maps ``avx512f`` to ``avx512``); ``no_repack``: launches run with ``--no-repack``
+    (``params.no_extra_bufts``: src/llama-model.cpp ``make_cpu_buft_list`` then offers no extra buffer type),
+    e.g. the workaround recorded for a CPU that crashes in those kernels; ``cause``: that workaround's crash
+    (``"sigill"``, ``"sigsegv"``, ``"sigbus"``), None without one.
+    """
+
+    types: tuple[str, ...]
+    build_flags: tuple[str, ...] = ()
+    no_repack: bool = False
+    source: str = "load log"
+    cause: str | None = None
+
+    @property
+    def in_force(self) -> tuple[str, ...]:
+        """The extra buffer types launches really get: none with ``no_repack``."""
+        return () if self.no_repack else self.types
+
+
+def guess_cpu_buffers(cpu_flags: Iterable[str], local_gpus: bool) -> CpuBuffers:
+    """The guess when no load log of the build was read: ``CPU_REPACK`` when the CPU reports ``avx2``
+    (assumes a build for this CPU's instruction sets), never AMX (compiled only into a native build for an
+    AMX host: only a load log shows it), and nothing with a local GPU (its backend's host buffer type comes
+    before the extra ones in src/llama-model.cpp ``make_cpu_buft_list``; a weight takes the first type that
+    supports it, and with mmap it is then kept in the plain CPU buffer: llama-server's ``--no-host`` exists
+    to bypass that)."""
+    flags = {"avx512" if f == "avx512f" else f for f in cpu_flags}
+    types = ("CPU_REPACK",) if "avx2" in flags and not local_gpus else ()
+    return CpuBuffers(types, tuple(sorted(flags)), source="CPU flags")

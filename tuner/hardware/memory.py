@@ -28,13 +28,15 @@ import re
 from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 from pathlib import Path
-from typing import TYPE_CHECKING, SupportsInt
+from typing import TYPE_CHECKING, Any, SupportsInt
 
+from tuner.catalog.hparams import HyperParams, read_hparams
 from tuner.spectypes import DRAFT_MODEL_TYPES
 from tuner.units import GIB as GIB  # re-exported: the plan's callers and tests use it
 from tuner.units import MIB, format_bytes
 
 if TYPE_CHECKING:
+    from tuner.hardware.buffers import CpuBuffers
     from tuner.hardware.devices import Device, Devices
 
 # bytes per element of a KV cache type (ggml type traits: block bytes / block size)
@@ -68,6 +70,10 @@ class ModelMemorySpec:
     ``expert_bytes[i]``: bytes of ``blk.i``'s MoE expert tensors (included in ``block_bytes[i]``;
     empty = dense model); ``n_expert`` / ``n_expert_used`` / ``n_ff_exp`` = ``<arch>.expert_count`` /
     ``expert_used_count`` / ``expert_feed_forward_length``.
+    ``extra_buffer_weights``: the matrix weights ggml's extra CPU buffer types may copy (see
+    :func:`extra_buffer_class`), grouped ``(layer, CPU_REPACK build flag or "", AMX copy bytes or -1,
+    bytes, bytes that leave the plain CPU buffer)``; layer -1 = the output layer (a tied output's
+    ``token_embd`` duplicate leaves nothing: the input layer keeps it).
     """
 
     name: str
@@ -95,7 +101,7 @@ class ModelMemorySpec:
     n_expert_used: int = 0
     n_ff_exp: int | None = None
     n_embd_head_k: int | None = None
-    repack_bytes: tuple[tuple[str, int, int], ...] = ()
+    extra_buffer_weights: tuple[tuple[int, str, int, int, int], ...] = ()
     tied_embd_bytes: int = 0
 
     @property
@@ -122,6 +128,7 @@ class MemoryRequest:
     (the target's expert tensors of the first N blocks / of all blocks stay in host memory).
     ``n_outputs_max``: override of the target context's ``n_outputs_max`` (None = llama-server's rule,
     :func:`reserve_outputs`; ``llama-fit-params`` leaves it at n_batch).
+    ``no_repack``: the launch has ``--no-repack``: no extra CPU buffer type (``CpuBuffers``) copies weights.
     ``prompt_cache_bytes``: the limit of llama-server's host-RAM prompt cache while serving
     (``--cache-ram`` MiB × 2^20; tools/server/server-context.cpp keeps finished prompts' KV state there up
     to that limit); counted in the host's need as a ceiling it can grow to. 0 = not counted (the sweep,
@@ -150,6 +157,7 @@ class MemoryRequest:
     cpu_moe: bool = False
     n_outputs_max: int | None = None
     prompt_cache_bytes: int = 0
+    no_repack: bool = False
 
 
 @dataclass(frozen=True)
@@ -223,8 +231,13 @@ class MemoryPlan:
     ``expert_host_bytes``: MoE expert bytes of GPU-placed target blocks kept in host memory
     (``--n-cpu-moe`` / ``--cpu-moe``; included in the host's target weights). ``target_outputs``: logits
     rows of the target's reserve graph (:func:`reserve_outputs`). ``repack_host_bytes``: weights the CPU
-    backend also keeps repacked for this CPU's instructions (ggml/src/ggml-cpu/repack.cpp, the CPU_REPACK
-    buffer), included in the host's target and draft weights: why "target W" can exceed the file's tensors.
+    backend also keeps repacked for this CPU's instructions in ggml's extra CPU buffer types, included in
+    the host's target and draft weights: why "target W" can exceed the file's tensors; per type in
+    ``extra_buffers`` = ``((type, copy bytes, bytes that left the plain CPU buffer), ...)`` (``AMX``:
+    ggml/src/ggml-cpu/amx/amx.cpp; ``CPU_REPACK``: ggml/src/ggml-cpu/repack.cpp). The mapped file still
+    spans those tensors (the ``CPU_Mapped`` buffer), while a no-alloc measurement (``llama-fit-params``, the
+    start-up projection) counts them only in their extra type. ``cpu_buffers``: the build fact the plan
+    used (``tuner.hardware.buffers.CpuBuffers``; its ``source`` says whether it was read or guessed).
     """
 
     fits: bool
@@ -241,6 +254,13 @@ class MemoryPlan:
     expert_host_bytes: int = 0
     target_outputs: int = 1
     repack_host_bytes: int = 0
+    extra_buffers: tuple[tuple[str, int, int], ...] = ()
+    cpu_buffers: CpuBuffers | None = None
+
+    @property
+    def extra_moved_bytes(self) -> int:
+        """Bytes of the file's tensors that sit in an extra CPU buffer type instead of the plain one."""
+        return sum(moved for _, _, moved in self.extra_buffers)
 
     @property
     def total_bytes(self) -> int:
@@ -272,11 +292,43 @@ class MemoryPlan:
 
 _INPUT_TENSORS = ("token_embd.", "pos_embd.", "per_layer_token_embd.", "token_types.")
 _BLOCK = re.compile(r"^blk\.(\d+)\.")
-# ggml/src/ggml-cpu/repack.cpp ggml_repack_get_optimal_repack_type, x86: weight type -> the CPU flag it
-# needs; the tensor's ne[1] must be a multiple of 8 (the 8x8 interleave). Such tensors of CPU-run layers
-# get a second copy in a "CPU_REPACK model buffer" (src/llama-model.cpp picks the extra buffer type for
-# matrix multiplications on the CPU), next to the mmapped file.
-REPACK_TYPES = {2: "avx2", 12: "avx2", 20: "avx2", 39: "avx2", 10: "avx512f"}  # Q4_0, Q4_K, IQ4_NL, MXFP4; Q2_K
+# ggml type ids (ggml/include/ggml.h enum ggml_type) of the weights ggml's extra CPU buffer types take
+_F16, _Q4_0, _Q4_1, _Q8_0, _Q2_K, _Q4_K, _Q5_K, _Q6_K, _IQ4_NL, _IQ4_XS, _MXFP4 = 1, 2, 3, 8, 10, 12, 13, 14, 20, 23, 39
+
+#: CPU_REPACK on x86 (ggml/src/ggml-cpu/repack.cpp ``ggml_repack_get_optimal_repack_type``): weight type ->
+#: the build feature it needs (``system_info`` name: ``ggml_cpu_has_avx2()`` / ``ggml_cpu_has_avx512()``
+#: are compile-time answers). The weight's ne[1] (rows) must be a multiple of 8 (the 8x8 interleave); the
+#: copy has the file's size (the buffer type has no ``get_alloc_size``: ``ggml_nbytes``).
+REPACK_TYPES = {_Q4_0: "avx2", _Q4_K: "avx2", _IQ4_NL: "avx2", _MXFP4: "avx2", _Q2_K: "avx512"}
+
+#: AMX (ggml/src/ggml-cpu/amx/amx.cpp ``extra_buffer_type::supports_op``, MUL_MAT only): weight type ->
+#: (ne[0] alignment = elements per block, bytes per block in the AMX layout or None = the file's size).
+#: ne[1] must be a multiple of 32 (``TILE_N * 2``). Sizes: amx/mmq.cpp ``ggml_backend_amx_get_alloc_size``
+#: / ``get_row_size`` (Q8_0 gains an int32 compensation per block, Q4_K / Q5_K 4 bytes, IQ4_XS 2; F16 is
+#: kept as it is, ``qtype_has_amx_kernels`` is false for it, and runs AVX-512 code, not tiles).
+AMX_TYPES: dict[int, tuple[int, int | None]] = {
+    _Q4_0: (32, None), _Q4_1: (32, None), _Q8_0: (32, 38), _Q4_K: (256, 148), _Q5_K: (256, 180),
+    _Q6_K: (256, None), _IQ4_XS: (256, 138), _F16: (16, None)}
+
+
+def extra_buffer_class(ggml_type: int | None, shape: Sequence[int], n_bytes: int, expert: bool) -> tuple[str, int]:
+    """Which of ggml's extra CPU buffer types could hold a matrix weight used by a matrix multiplication:
+    ``(CPU_REPACK build flag or "", AMX copy bytes or -1)``.
+
+    ``shape`` is ggml's ``(ne0, ne1, ...)`` (columns, rows); ``expert``: a MoE expert tensor (MUL_MAT_ID,
+    which CPU_REPACK takes as a 3-D tensor and AMX does not). Rules: :data:`REPACK_TYPES`,
+    :data:`AMX_TYPES`. x86 only: the Arm / RISC-V repack rules are not modelled."""
+    if not isinstance(ggml_type, int) or len(shape) < 2:
+        return "", -1
+    ne0, ne1 = int(shape[0]), int(shape[1])
+    dims = sum(1 for x in shape if x > 1)
+    flag = REPACK_TYPES.get(ggml_type, "") if ne1 % 8 == 0 and dims <= (3 if expert else 2) else ""
+    amx = -1
+    rule = AMX_TYPES.get(ggml_type)
+    if rule is not None and not expert and dims <= 2 and ne1 % 32 == 0 and ne0 % rule[0] == 0:
+        amx = n_bytes if rule[1] is None else ne1 * (ne0 // rule[0]) * rule[1]
+    return flag, amx
+
 
 # common/common.h LLM_FFN_EXPS_REGEX: the tensors --cpu-moe / --n-cpu-moe keep on the CPU
 _EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
@@ -286,153 +338,166 @@ _EXPS = re.compile(r"\.ffn_(up|down|gate|gate_up)_(ch|)exps")
 _SWA_PATTERN = {"gemma2": 2, "gemma3": 6, "gemma3n": 5, "cohere2": 4, "gemma4": 6}
 
 
-def _kv_values(value: object) -> tuple | None:
-    if value is None:
-        return None
-    if isinstance(value, (int, float)):
-        return (value,)
-    if isinstance(value, (tuple, list)):
-        return tuple(value)
-    values = getattr(value, "values", None)
-    if callable(values):
-        return tuple(values())
-    return None
-
-
-def _per_layer(value: object, n: int, default: int) -> tuple[int, ...]:
-    vals = _kv_values(value)
-    if not vals:
-        return (default,) * n
-    if len(vals) == 1:
-        return (int(vals[0]),) * n
-    vals = tuple(int(v) for v in vals)
-    return (vals + (vals[-1],) * n)[:n]
-
-
-def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec:
-    """Build a :class:`ModelMemorySpec` from a ``tuner.catalog.header.GGUFHeader``-like object
-    (``kv`` dict, ``tensors`` with ``name``/``n_bytes``, ``path``).
-
-    Per-layer ``head_count_kv`` arrays (0 = recurrent layer without KV) are honoured; hybrid models
-    with ``full_attention_interval`` keep KV only on every n-th layer. Raises ``ValueError`` naming
-    the missing key when ``general.architecture`` or ``<arch>.block_count`` is absent.
-    """
-    kv: dict = dict(getattr(header, "kv"))
-    path = getattr(header, "path", None)
-    arch = kv.get("general.architecture")
-    if not isinstance(arch, str):
-        raise ValueError(f"{path}: GGUF key general.architecture missing")
-    n_layer = kv.get(f"{arch}.block_count")
-    if not isinstance(n_layer, int):
-        raise ValueError(f"{path}: GGUF key {arch}.block_count missing")
-    notes: list[str] = []
-    n_embd = int(kv.get(f"{arch}.embedding_length") or 0)
-    n_head = _per_layer(kv.get(f"{arch}.attention.head_count"), n_layer, 0)
-    n_head_kv = _per_layer(kv.get(f"{arch}.attention.head_count_kv"), n_layer, n_head[0] if n_head else 0)
-    head0 = (n_embd // n_head[0]) if n_head and n_head[0] else 0
-    key_len = int(kv.get(f"{arch}.attention.key_length") or head0)
-    val_len = int(kv.get(f"{arch}.attention.value_length") or head0)
+def _kv_widths(kv: dict, hp: HyperParams, notes: list[str]) -> tuple[tuple[int, ...], tuple[int, ...]]:
+    """Per-layer K and V widths of the cache (``n_embd_k_gqa`` / ``n_embd_v_gqa`` = KV heads × head size, 0 for
+    a layer without KV; src/llama-hparams.cpp ``n_embd_k_gqa``); MLA caches the latent + rope part as one
+    head, and hybrid models with ``full_attention_interval`` keep KV only on every n-th layer."""
+    arch, n_layer = hp.arch, hp.n_layer
     mla_kv = kv.get(f"{arch}.attention.kv_lora_rank")
     if mla_kv:
         # DeepSeek-style MLA caches the compressed latent + rope part, one "head"
         rope = int(kv.get(f"{arch}.rope.dimension_count") or 64)
-        k_gqa = tuple(int(mla_kv) + rope if h else 0 for h in n_head_kv)
-        v_gqa = tuple(0 for _ in n_head_kv)
+        k_gqa = tuple(int(mla_kv) + rope if h else 0 for h in hp.n_head_kv)
+        v_gqa = tuple(0 for _ in hp.n_head_kv)
         notes.append("MLA attention: KV estimated as latent + rope dims")
     else:
-        k_gqa = tuple(h * key_len for h in n_head_kv)
-        v_gqa = tuple(h * val_len for h in n_head_kv)
+        k_gqa = tuple(h * hp.key_length for h in hp.n_head_kv)
+        v_gqa = tuple(h * hp.value_length for h in hp.n_head_kv)
     interval = kv.get(f"{arch}.full_attention_interval")
     if isinstance(interval, int) and interval > 1:
         keep = [(i + 1) % interval == 0 for i in range(n_layer)]
         k_gqa = tuple(k if keep[i] else 0 for i, k in enumerate(k_gqa))
         v_gqa = tuple(v if keep[i] else 0 for i, v in enumerate(v_gqa))
         notes.append("hybrid model: KV only on full-attention layers")
-    # recurrent state (src/llama-hparams.cpp n_embd_r / n_embd_s; f32 rows, one per sequence)
+    return k_gqa, v_gqa
+
+
+def _recurrent_state(kv: dict, arch: str, k_gqa: tuple[int, ...], notes: list[str]) -> tuple[int, ...]:
+    """Recurrent state bytes per layer and sequence, f32 rows (src/llama-hparams.cpp ``n_embd_r`` /
+    ``n_embd_s``), on the layers without KV; empty without ``ssm.*`` keys."""
     d_conv = int(kv.get(f"{arch}.ssm.conv_kernel") or 0)
     d_inner = int(kv.get(f"{arch}.ssm.inner_size") or 0)
     d_state = int(kv.get(f"{arch}.ssm.state_size") or 0)
     n_group = int(kv.get(f"{arch}.ssm.group_count") or 0)
-    recurrent: tuple[int, ...] = ()
     if d_inner and d_state:
         per_layer = 4 * (max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state) + d_state * d_inner)
-        recurrent = tuple(per_layer if k == 0 else 0 for k in k_gqa)
-    elif any(k == 0 for k in k_gqa):
+        return tuple(per_layer if k == 0 else 0 for k in k_gqa)
+    if any(k == 0 for k in k_gqa):
         notes.append("layers without KV (recurrent?) and no ssm.* keys: their state is not counted")
-    n_ff_vals = _kv_values(kv.get(f"{arch}.feed_forward_length"))
-    n_ff = int(max(n_ff_vals)) if n_ff_vals else None
-    tokens = kv.get("tokenizer.ggml.tokens")
-    n_vocab = int(kv.get(f"{arch}.vocab_size") or (len(tokens) if tokens is not None else 0))
-    mtp = int(kv.get(f"{arch}.nextn_predict_layers") or 0)
-    swa = kv.get(f"{arch}.attention.sliding_window")
-    swa_layers: tuple[int, ...] = ()
-    if isinstance(swa, int) and swa > 0:
-        pattern = _SWA_PATTERN.get(arch)
-        if pattern:
-            swa_layers = tuple(i for i in range(n_layer) if (i + 1) % pattern != 0)
-        else:
-            notes.append(f"{arch}.attention.sliding_window set but the layer pattern is unknown: full KV assumed")
-            swa = None
-    block = [0] * n_layer
-    experts = [0] * n_layer
-    repack: dict[tuple[str, int], int] = {}
-    inp = out = 0
-    have_output = False
-    embd_bytes = 0
-    for t in getattr(header, "tensors"):
+    return ()
+
+
+def _swa_layers(hp: HyperParams, notes: list[str]) -> tuple[int | None, tuple[int, ...]]:
+    """``(window, layers)`` of sliding-window attention: the architecture's layer pattern (``_SWA_PATTERN``);
+    ``(None, ())`` without a window, or with one whose pattern is unknown (a note: full KV assumed)."""
+    swa = hp.sliding_window
+    if swa is None or swa <= 0:
+        return None, ()
+    pattern = _SWA_PATTERN.get(hp.arch)
+    if not pattern:
+        notes.append(f"{hp.arch}.attention.sliding_window set but the layer pattern is unknown: full KV assumed")
+        return None, ()
+    layers = tuple(i for i in range(hp.n_layer) if (i + 1) % pattern != 0)
+    return (swa if layers else None), layers
+
+
+@dataclass
+class _TensorBytes:
+    """Where a file's tensor bytes go: per block (and its MoE experts), the input layer, the output layer, the
+    matrix weights ggml's extra CPU buffer types may copy, and the token embeddings a tied output reuses."""
+
+    block: list[int]
+    experts: list[int]
+    inp: int = 0
+    out: int = 0
+    embd_bytes: int = 0
+    tied: bool = True
+    extra: dict[tuple[int, str, int], list[int]] = field(default_factory=dict)
+
+    def add_extra(self, layer: int, t: Any, nb: int, moved: int) -> None:
+        shape: Sequence[int] = getattr(t, "shape", ()) or ()
+        flag, amx = extra_buffer_class(getattr(t, "ggml_type", None), shape, nb, bool(_EXPS.search(t.name)))
+        if flag or amx >= 0:
+            acc = self.extra.setdefault((layer, flag, 1 if amx >= 0 else 0), [0, 0, 0])
+            acc[0] += max(amx, 0)
+            acc[1] += nb
+            acc[2] += moved
+
+    @property
+    def extra_buffer_weights(self) -> tuple[tuple[int, str, int, int, int], ...]:
+        """``ModelMemorySpec.extra_buffer_weights``: ``(layer, flag, AMX bytes or -1, bytes, moved bytes)``."""
+        return tuple((layer, flag, v[0] if amx else -1, v[1], v[2])
+                     for (layer, flag, amx), v in sorted(self.extra.items()))
+
+
+def _tensor_bytes(tensors: Sequence[Any], n_layer: int) -> _TensorBytes:
+    """Sum the tensors of a file by place (see :class:`_TensorBytes`)."""
+    acc = _TensorBytes([0] * n_layer, [0] * n_layer)
+    embd_tensor = None
+    for t in tensors:
         nb = int(t.n_bytes or 0)
         m = _BLOCK.match(t.name)
-        ggml_type = getattr(t, "ggml_type", None)
-        flag = REPACK_TYPES.get(ggml_type) if isinstance(ggml_type, int) else None
-        shape: Sequence[int] = getattr(t, "shape", ()) or ()
-        # the CPU_REPACK flag of a repackable weight, else None
-        repack_flag = flag if len(shape) >= 2 and shape[1] % 8 == 0 and t.name.endswith(".weight") else None
         if m and int(m.group(1)) < n_layer:
-            block[int(m.group(1))] += nb
+            acc.block[int(m.group(1))] += nb
             if _EXPS.search(t.name):
-                experts[int(m.group(1))] += nb
-            if repack_flag is not None:
-                key = (repack_flag, int(m.group(1)))
-                repack[key] = repack.get(key, 0) + nb
+                acc.experts[int(m.group(1))] += nb
+            if t.name.endswith(".weight"):
+                acc.add_extra(int(m.group(1)), t, nb, nb)
         elif t.name.startswith(_INPUT_TENSORS):
-            inp += nb
+            acc.inp += nb
             if t.name.startswith("token_embd."):
-                embd_bytes += nb
+                acc.embd_bytes += nb
+                embd_tensor = t
         else:
-            out += nb
+            acc.out += nb
             if t.name.startswith("output.weight"):
-                have_output = True
-                if repack_flag is not None:
-                    repack[(repack_flag, -1)] = repack.get((repack_flag, -1), 0) + nb
-    tied = not have_output
+                acc.tied = False
+                acc.add_extra(-1, t, nb, nb)
+    if acc.tied and embd_tensor is not None:
+        # src/llama-model-loader.cpp create_tensor: the TENSOR_DUPLICATED token_embd is loaded as the output
+        # (MUL_MAT on the output layer's buffer types); the input layer's copy stays in the CPU buffer
+        acc.add_extra(-1, embd_tensor, acc.embd_bytes, 0)
+    return acc
+
+
+def spec_from_header(header: object, name: str | None = None) -> ModelMemorySpec:
+    """Build a :class:`ModelMemorySpec` from a ``tuner.catalog.header.GGUFHeader``-like object
+    (``kv`` dict, ``tensors`` with ``name``/``n_bytes``, ``path``).
+
+    The attention shape comes from ``tuner.catalog.hparams.read_hparams`` (llama.cpp's rule: per-layer
+    ``head_count`` / ``head_count_kv`` arrays, 0 = a recurrent layer without KV, missing KV heads = each
+    layer's own head count, head size from layer 0; a rule the file breaks is a note). Hybrid models with
+    ``full_attention_interval`` keep KV only on every n-th layer. Raises ``ValueError`` naming the missing
+    key when ``general.architecture`` or ``<arch>.block_count`` is absent.
+    """
+    kv: dict = dict(getattr(header, "kv"))
+    path = getattr(header, "path", None)
+    hp = read_hparams(kv, path)
+    arch, n_layer = hp.arch, hp.n_layer
+    notes = list(hp.notes)
+    k_gqa, v_gqa = _kv_widths(kv, hp, notes)
+    recurrent = _recurrent_state(kv, arch, k_gqa, notes)
+    swa, swa_layers = _swa_layers(hp, notes)
+    tb = _tensor_bytes(getattr(header, "tensors"), n_layer)
+    tokens = kv.get("tokenizer.ggml.tokens")
     return ModelMemorySpec(
         name=name or str(kv.get("general.name") or (Path(path).stem if path else arch)),
         path=str(path) if path else None,
         n_layer=n_layer,
-        block_bytes=tuple(block),
-        input_bytes=inp,
-        output_bytes=out + (embd_bytes if tied else 0),
-        n_embd=n_embd,
-        n_vocab=n_vocab,
+        block_bytes=tuple(tb.block),
+        input_bytes=tb.inp,
+        output_bytes=tb.out + (tb.embd_bytes if tb.tied else 0),
+        n_embd=hp.n_embd,
+        n_vocab=int(kv.get(f"{arch}.vocab_size") or (len(tokens) if tokens is not None else 0)),
         n_embd_k_gqa=k_gqa,
         n_embd_v_gqa=v_gqa,
-        n_ff=n_ff,
-        n_head=n_head[0] if n_head else None,
-        mtp_layers=mtp,
-        swa_window=swa if swa_layers and isinstance(swa, int) else None,
+        n_ff=max(hp.n_ff, default=0) or None,
+        n_head=hp.n_head[0] if hp.n_head else None,
+        mtp_layers=int(kv.get(f"{arch}.nextn_predict_layers") or 0),
+        swa_window=swa,
         swa_layers=swa_layers,
-        context_length=kv.get(f"{arch}.context_length") if isinstance(kv.get(f"{arch}.context_length"), int) else None,
-        tied_output=tied,
+        context_length=hp.context_length,
+        tied_output=tb.tied,
         recurrent_layer_bytes=recurrent,
         architecture=arch,
         notes=tuple(notes),
-        expert_bytes=tuple(experts) if any(experts) else (),
+        expert_bytes=tuple(tb.experts) if any(tb.experts) else (),
         n_expert=int(kv.get(f"{arch}.expert_count") or 0),
         n_expert_used=int(kv.get(f"{arch}.expert_used_count") or 0),
         n_ff_exp=int(kv[f"{arch}.expert_feed_forward_length"]) if kv.get(f"{arch}.expert_feed_forward_length") else None,
-        n_embd_head_k=key_len or None,
-        repack_bytes=tuple((f, i, b) for (f, i), b in sorted(repack.items())),
-        tied_embd_bytes=embd_bytes if tied else 0,
+        n_embd_head_k=hp.key_length or None,
+        extra_buffer_weights=tb.extra_buffer_weights,
+        tied_embd_bytes=tb.embd_bytes if tb.tied else 0,
     )
 
 
@@ -736,20 +801,62 @@ def device_list(devices: Devices | Sequence[Device]) -> tuple[Device, ...]:
     return tuple(devices.devices)
 
 
-def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> MemoryPlan:
-    """Plan where every byte of ``request`` goes on ``devices`` and whether it fits.
+def cpu_buffers_of(devices: Devices | Sequence[Device]) -> CpuBuffers | None:
+    """The extra-CPU-buffer fact a plan uses: ``devices.cpu_buffers`` (read from a load log of the build,
+    ``tuner.crosscheck.cpu_buffers``), else a guess from ``devices.cpu_features``
+    (``tuner.hardware.buffers.guess_cpu_buffers``); None for a plain sequence of devices."""
+    if isinstance(devices, Sequence):
+        return None
+    from tuner.hardware.buffers import guess_cpu_buffers
 
-    ``devices``: a ``tuner.hardware.devices.Devices`` (or a tuple of ``Device``) in llama.cpp's order.
-    GPUs are checked against ``budget_bytes − margin_bytes``; the host against available RAM.
-    ``devices.cpu_features`` (when present) adds the ``CPU_REPACK`` copies of CPU-run weights.
-    Raises ``ValueError`` for a bad request (unknown cache type, n_ctx < 1, n_parallel < 1).
-    """
-    request = _coerce(request)
-    devs = device_list(devices)
-    ram_avail = getattr(devices, "ram_available_bytes", None)
-    t = request.target
-    d = request.draft
-    notes: list[str] = list(t.notes)
+    known = getattr(devices, "cpu_buffers", None)
+    if known is not None:
+        return known
+    local = [d for d in devices.devices if getattr(d, "rpc_endpoint", None) is None]
+    return guess_cpu_buffers(getattr(devices, "cpu_features", ()) or (), bool(local))
+
+
+def _extra_copies(spec: ModelMemorySpec, ldevs: list[int], types: Sequence[str], flags: set[str]
+                  ) -> dict[str, tuple[int, int]]:
+    """``{buffer type: (copy bytes, moved bytes)}`` of ``spec``'s CPU-run weights: each goes to the first
+    extra type in force that takes it (src/llama-model-loader.cpp ``select_weight_buft``; AMX before
+    CPU_REPACK)."""
+    out: dict[str, tuple[int, int]] = {}
+    if not types:
+        return out
+    for layer, flag, amx, nb, moved in spec.extra_buffer_weights:
+        if ldevs[spec.n_layer if layer < 0 else layer] >= 0:
+            continue
+        if "AMX" in types and amx >= 0:
+            name, copy = "AMX", amx
+        elif "CPU_REPACK" in types and flag and flag in flags:
+            name, copy = "CPU_REPACK", nb
+        else:
+            continue
+        c, m = out.get(name, (0, 0))
+        out[name] = (c + copy, m + moved)
+    return out
+
+
+@dataclass(frozen=True)
+class _Geometry:
+    """The sizes llama.cpp derives from a request before it allocates (src/llama-context.cpp
+    ``llama_context::llama_context`` and ``sched_reserve``): slots, whether they share one KV stream, the padded
+    context and per-slot cells, the reserve graph's tokens, flash attention, and the logits rows of the
+    target's and the draft's reserve graphs."""
+
+    n_par: int
+    unified: bool
+    n_ctx: int
+    n_ctx_slot: int
+    n_tok: int
+    flash: bool
+    t_outputs: int
+    d_outputs: int
+
+
+def _geometry(request: MemoryRequest, spec_types: set[str]) -> _Geometry:
+    """Raises ``ValueError`` for n_ctx < 1 or n_parallel < 1."""
     if request.n_ctx < 1:
         raise ValueError(f"n_ctx must be >= 1 (-c), got {request.n_ctx}")
     if request.n_parallel is not None and request.n_parallel < 1:
@@ -763,16 +870,6 @@ def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> 
     else:
         n_ctx_slot = pad_to(max(n_ctx // n_par, 1), 256)
         n_ctx = n_ctx_slot * n_par
-    flash = True if request.flash_attn is None else request.flash_attn
-    bk, bv = kv_type_bytes(request.cache_type_k), kv_type_bytes(request.cache_type_v)
-    bkd, bvd = kv_type_bytes(request.cache_type_k_draft), kv_type_bytes(request.cache_type_v_draft)
-    spec_types = {s.strip() for s in request.spec_type.split(",")}
-    uses_draft = d is not None and bool(spec_types & DRAFT_MODEL_TYPES)
-    if d is not None and not uses_draft:
-        notes.append(f"draft {d.name} given but --spec-type {request.spec_type!r} does not use it (not planned)")
-    uses_mtp = "draft-mtp" in spec_types
-    if uses_mtp and t.mtp_layers == 0:
-        notes.append(f"target {t.name} has no MTP layers: draft-mtp fails to start (llama.cpp exits 1)")
     # src/llama-context.cpp llama_context::llama_context: n_batch = min(n_ctx, n_batch) (causal attention),
     # n_ubatch = min(n_batch, n_ubatch); sched_reserve: the reserve graph has min(n_ctx, n_ubatch) tokens
     n_batch = min(n_ctx, request.n_batch)
@@ -782,13 +879,138 @@ def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> 
         max(1, min(n_tok, request.n_outputs_max))
     block_draft = bool(spec_types & {"draft-dflash", "draft-dspark"})
     d_outputs = min(n_tok, n_par * (max(1, n_draft + 1) if block_draft else 1))
+    flash = True if request.flash_attn is None else request.flash_attn
+    return _Geometry(n_par, unified, n_ctx, n_ctx_slot, n_tok, flash, t_outputs, d_outputs)
 
-    n_all_t = t.n_layer + 1
-    ngl = n_all_t if request.ngl is None or request.ngl < 0 else min(request.ngl, n_all_t)
+
+def _swa_cells(spec: ModelMemorySpec, geo: _Geometry) -> int | None:
+    """KV cells one stream attends in sliding-window layers; None without them."""
+    if not (spec.swa_window and spec.swa_layers):
+        return None
+    cells = _kv_cells(spec, spec.swa_layers[0], geo.n_ctx, geo.n_par, geo.unified, geo.n_tok)
+    return cells if geo.unified else cells // geo.n_par
+
+
+def _full_cells(spec: ModelMemorySpec, geo: _Geometry) -> int:
+    """KV cells one stream attends in full-attention layers. The full-context mask exists only when some
+    layer attends the whole cache (a 2-block Gemma 3 draft has sliding-window layers only:
+    src/llama-kv-cache-iswa.cpp builds no base mask for it)."""
+    swa = set(spec.swa_layers) if spec.swa_window else set()
+    return geo.n_ctx_slot if any(i not in swa for i in range(spec.n_layer)) else 0
+
+
+def _add_compute(spec: ModelMemorySpec, ldevs: list[int], n_out: int, geo: _Geometry, places: list[_Acc],
+                 host: _Acc) -> None:
+    """One compute buffer per backend that runs part of ``spec``'s graph (ggml_backend_sched: one gallocr per
+    backend), and the host's input buffers when every layer runs on a GPU."""
+    out_dev = ldevs[spec.n_layer]
+    swa, n_kv = _swa_cells(spec, geo), _full_cells(spec, geo)
+    for i, acc in enumerate(places):
+        layers = sum(1 for x in ldevs[:-1] if x == i)
+        if layers or out_dev == i:
+            acc.compute_bytes += compute_buffer_bytes(spec, geo.n_tok, n_kv, out_dev == i, geo.flash, n_out, swa,
+                                                      layers_here=bool(layers))
+    cpu_layers = any(x < 0 for x in ldevs[:-1])
+    if cpu_layers or out_dev < 0 or not places:
+        host.compute_bytes += compute_buffer_bytes(spec, geo.n_tok, n_kv, out_dev < 0, geo.flash, n_out, swa,
+                                                   layers_here=cpu_layers or not places)
+        if not cpu_layers and places:
+            host.compute_bytes += host_input_bytes(spec, geo.n_tok, n_kv, geo.flash, swa)
+    else:
+        host.compute_bytes += host_input_bytes(spec, geo.n_tok, n_kv, geo.flash, swa)
+
+
+@dataclass
+class _ExtraBuffers:
+    """The copies ggml's extra CPU buffer types in force keep of CPU-run weights, summed per type as
+    ``[copy bytes, bytes moved out of the plain CPU buffer]``."""
+
+    types: tuple[str, ...]
+    flags: set[str]
+    by_type: dict[str, list[int]] = field(default_factory=dict)
+
+    def add(self, spec: ModelMemorySpec, ldevs: list[int]) -> int:
+        """Book ``spec``'s copies; returns their bytes."""
+        copies = _extra_copies(spec, ldevs, self.types, self.flags)
+        for name, (copy, moved) in copies.items():
+            acc = self.by_type.setdefault(name, [0, 0])
+            acc[0] += copy
+            acc[1] += moved
+        return sum(copy for copy, _ in copies.values())
+
+
+def _splits(request: MemoryRequest, devs: Sequence[Device]) -> list[float]:
+    """Relative layer split over the GPUs: ``-ts``, else by free memory (the budget when free is unknown),
+    else evenly."""
     splits = list(request.tensor_split) if request.tensor_split else [
         float(x.free_bytes if x.free_bytes is not None else (x.budget_bytes or 0)) for x in devs]
     if devs and not any(splits):
         splits = [1.0] * len(devs)
+    return splits
+
+
+def _place_draft(request: MemoryRequest, geo: _Geometry, splits: list[float], places: list[_Acc], host: _Acc,
+                 extra: _ExtraBuffers) -> tuple[int, int]:
+    """Place the draft model next to the target: its weights, KV, compute and output buffers and its CPU
+    weights' extra copies. Returns ``(draft ngl, extra copy bytes)``."""
+    d = request.draft
+    assert d is not None
+    bkd, bvd = kv_type_bytes(request.cache_type_k_draft), kv_type_bytes(request.cache_type_v_draft)
+    n_all_d = d.n_layer + 1
+    dngl = n_all_d if request.draft_ngl is None or request.draft_ngl < 0 else min(request.draft_ngl, n_all_d)
+    for acc in places:
+        acc.output_here = False
+    host.output_here = False
+    ddevs = _place_model(d, dngl if places else 0, splits if places else [], places, host, True, geo.n_ctx,
+                         geo.n_par, geo.unified, geo.n_tok, bkd, bvd, d.n_layer - d.mtp_layers, geo.flash)
+    _add_compute(d, ddevs, geo.d_outputs, geo, places, host)
+    repacked = extra.add(d, ddevs)
+    host.draft_weights_bytes += repacked
+    host.output_bytes += d.n_vocab * COMPUTE_F32 * geo.n_par
+    return dngl, repacked
+
+
+def _device_plans(request: MemoryRequest, devs: Sequence[Device], places: list[_Acc], output_dev: int,
+                  notes: list[str]) -> list[DevicePlan]:
+    dplans = []
+    for i, (dev, acc) in enumerate(zip(devs, places)):
+        need = acc.freeze()
+        budget = dev.budget_bytes
+        headroom = None if budget is None else budget - request.margin_bytes - need.total_bytes
+        fits = None if headroom is None else headroom >= 0
+        if budget is None and need.total_bytes:
+            notes.append(f"{dev.name}: budget unknown, fit not checked")
+        dplans.append(DevicePlan(i, dev.name, need, budget, request.margin_bytes, headroom, fits,
+                                 acc.target_layers, acc.draft_layers, output_dev == i))
+    return dplans
+
+
+def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> MemoryPlan:
+    """Plan where every byte of ``request`` goes on ``devices`` and whether it fits.
+
+    ``devices``: a ``tuner.hardware.devices.Devices`` (or a tuple of ``Device``) in llama.cpp's order.
+    GPUs are checked against ``budget_bytes − margin_bytes``; the host against available RAM.
+    ``devices.cpu_buffers`` (or the guess of :func:`cpu_buffers_of`) adds the copies ggml's extra CPU
+    buffer types (``AMX``, ``CPU_REPACK``) keep of CPU-run weights, unless ``request.no_repack``.
+    Raises ``ValueError`` for a bad request (unknown cache type, n_ctx < 1, n_parallel < 1).
+    """
+    request = _coerce(request)
+    devs = device_list(devices)
+    t, d = request.target, request.draft
+    notes: list[str] = list(t.notes)
+    spec_types = {s.strip() for s in request.spec_type.split(",")}
+    geo = _geometry(request, spec_types)
+    bk, bv = kv_type_bytes(request.cache_type_k), kv_type_bytes(request.cache_type_v)
+    bkd, bvd = kv_type_bytes(request.cache_type_k_draft), kv_type_bytes(request.cache_type_v_draft)
+    uses_draft = d is not None and bool(spec_types & DRAFT_MODEL_TYPES)
+    if d is not None and not uses_draft:
+        notes.append(f"draft {d.name} given but --spec-type {request.spec_type!r} does not use it (not planned)")
+    uses_mtp = "draft-mtp" in spec_types
+    if uses_mtp and t.mtp_layers == 0:
+        notes.append(f"target {t.name} has no MTP layers: draft-mtp fails to start (llama.cpp exits 1)")
+    n_all_t = t.n_layer + 1
+    ngl = n_all_t if request.ngl is None or request.ngl < 0 else min(request.ngl, n_all_t)
+    splits = _splits(request, devs)
     places = [_Acc() for _ in devs]
     host = _Acc()
     trunk = t.n_layer - t.mtp_layers
@@ -797,102 +1019,44 @@ def plan_memory(request: MemoryRequest, devices: Devices | Sequence[Device]) -> 
     cpu_experts = t.n_layer if request.cpu_moe else request.n_cpu_moe
     if cpu_experts and not t.expert_bytes:
         notes.append(f"target {t.name} has no MoE expert tensors: --n-cpu-moe / --cpu-moe change nothing")
-    tdevs = _place_model(t, ngl if devs else 0, splits if devs else [], places, host, False, n_ctx, n_par,
-                         unified, n_tok, bk, bv, trunk, flash, cpu_experts)
-    # MTP context: KV for the MTP layers at the same n_ctx, cache type from -ctkd/-ctvd (reference S10)
+    tdevs = _place_model(t, ngl if devs else 0, splits if devs else [], places, host, False, geo.n_ctx, geo.n_par,
+                         geo.unified, geo.n_tok, bk, bv, trunk, geo.flash, cpu_experts)
     if uses_mtp and t.mtp_layers:
+        # MTP context: KV for the MTP layers at the same n_ctx, cache type from -ctkd/-ctvd (reference S10)
         for il in range(trunk, t.n_layer):
             acc = host if tdevs[il] < 0 else places[tdevs[il]]
-            acc.mtp_kv_bytes += _kv_layer_bytes(t, il, n_ctx, bkd, bvd)
-
-    def swa_cells(spec: ModelMemorySpec) -> int | None:
-        if not (spec.swa_window and spec.swa_layers):
-            return None
-        cells = _kv_cells(spec, spec.swa_layers[0], n_ctx, n_par, unified, n_tok)
-        return cells if unified else cells // n_par
-
-    def full_cells(spec: ModelMemorySpec) -> int:
-        # the full-context mask exists only when some layer attends the whole cache (a 2-block Gemma 3
-        # draft has sliding-window layers only: src/llama-kv-cache-iswa.cpp builds no base mask for it)
-        swa = set(spec.swa_layers) if spec.swa_window else set()
-        return n_ctx_slot if any(i not in swa for i in range(spec.n_layer)) else 0
-
-    def add_compute(spec: ModelMemorySpec, ldevs: list[int], n_out: int) -> None:
-        # one compute buffer per backend that runs part of the graph (ggml_backend_sched: one gallocr per backend)
-        out_dev = ldevs[spec.n_layer]
-        swa, n_kv = swa_cells(spec), full_cells(spec)
-        for i, acc in enumerate(places):
-            layers = sum(1 for x in ldevs[:-1] if x == i)
-            if layers or out_dev == i:
-                acc.compute_bytes += compute_buffer_bytes(spec, n_tok, n_kv, out_dev == i, flash, n_out, swa,
-                                                          layers_here=bool(layers))
-        cpu_layers = any(x < 0 for x in ldevs[:-1])
-        if cpu_layers or out_dev < 0 or not devs:
-            host.compute_bytes += compute_buffer_bytes(spec, n_tok, n_kv, out_dev < 0, flash, n_out, swa,
-                                                       layers_here=cpu_layers or not devs)
-            if not cpu_layers and devs:
-                host.compute_bytes += host_input_bytes(spec, n_tok, n_kv, flash, swa)
-        else:
-            host.compute_bytes += host_input_bytes(spec, n_tok, n_kv, flash, swa)
-
-    add_compute(t, tdevs, t_outputs)
-    cpu_flags = set(getattr(devices, "cpu_features", ()) or ())
-
-    def repack(spec: ModelMemorySpec, ldevs: list[int]) -> int:
-        # layer index -1 = the output layer (ldevs[n_layer])
-        return sum(b for f, i, b in spec.repack_bytes if f in cpu_flags and ldevs[spec.n_layer if i < 0 else i] < 0)
-
-    repacked = repack(t, tdevs)
+            acc.mtp_kv_bytes += _kv_layer_bytes(t, il, geo.n_ctx, bkd, bvd)
+    _add_compute(t, tdevs, geo.t_outputs, geo, places, host)
+    cpu = cpu_buffers_of(devices)
+    extra = _ExtraBuffers(() if request.no_repack or cpu is None else cpu.in_force,
+                          set(cpu.build_flags) if cpu is not None else set())
+    repacked = extra.add(t, tdevs)
     host.target_weights_bytes += repacked
     if host.expert_bytes and devs:
         # experts kept on the CPU: the CPU backend runs their matmuls for the offloaded blocks
-        host.compute_bytes += compute_buffer_bytes(t, n_tok, n_ctx_slot, False, flash, 1, None, True) - \
-            n_tok * n_ctx_slot * (2 if flash else COMPUTE_F32)
+        host.compute_bytes += compute_buffer_bytes(t, geo.n_tok, geo.n_ctx_slot, False, geo.flash, 1, None, True) - \
+            geo.n_tok * geo.n_ctx_slot * (2 if geo.flash else COMPUTE_F32)
     # logits/embeddings output buffer (host): n_vocab f32 per output row; src/llama-context.cpp
     # output_reserve(n_seq_max) at construction: max(n_outputs, n_seq_max) rows = one per slot
-    host.output_bytes += t.n_vocab * COMPUTE_F32 * n_par
-    dngl = None
-    if uses_draft and d is not None:
-        n_all_d = d.n_layer + 1
-        dngl = n_all_d if request.draft_ngl is None or request.draft_ngl < 0 else min(request.draft_ngl, n_all_d)
-        for acc in places:
-            acc.output_here = False
-        host.output_here = False
-        ddevs = _place_model(d, dngl if devs else 0, splits if devs else [], places, host, True, n_ctx, n_par,
-                             unified, n_tok, bkd, bvd, d.n_layer - d.mtp_layers, flash)
-        add_compute(d, ddevs, d_outputs)
-        repacked_d = repack(d, ddevs)
-        host.draft_weights_bytes += repacked_d
+    host.output_bytes += t.n_vocab * COMPUTE_F32 * geo.n_par
+    dngl = request.draft_ngl if d is not None else None
+    if uses_draft:
+        dngl, repacked_d = _place_draft(request, geo, splits, places, host, extra)
         repacked += repacked_d
-        host.output_bytes += d.n_vocab * COMPUTE_F32 * n_par
-    elif d is not None:
-        dngl = request.draft_ngl
-
-    dplans = []
-    for i, (dev, acc) in enumerate(zip(devs, places)):
-        need = acc.freeze()
-        budget = getattr(dev, "budget_bytes", None)
-        headroom = None if budget is None else budget - request.margin_bytes - need.total_bytes
-        fits = None if headroom is None else headroom >= 0
-        if budget is None and need.total_bytes:
-            notes.append(f"{dev.name}: budget unknown, fit not checked")
-        dplans.append(DevicePlan(i, dev.name, need, budget, request.margin_bytes, headroom, fits,
-                                 acc.target_layers, acc.draft_layers, tdevs[t.n_layer] == i))
+    dplans = _device_plans(request, devs, places, tdevs[t.n_layer], notes)
     host.prompt_cache_bytes += max(0, request.prompt_cache_bytes)
     hneed = host.freeze()
+    ram_avail = getattr(devices, "ram_available_bytes", None)
     hhead = None if ram_avail is None else ram_avail - hneed.total_bytes
     hplan = HostPlan(hneed, ram_avail, hhead, None if hhead is None else hhead >= 0)
-    heads = [p.headroom_bytes for p in dplans if p.headroom_bytes is not None]
-    if hhead is not None:
-        heads.append(hhead)
-    margin = min(heads) if heads else None
+    heads = [p.headroom_bytes for p in dplans if p.headroom_bytes is not None] + ([hhead] if hhead is not None else [])
     fits = all(p.fits is not False for p in dplans) and hplan.fits is not False
     if request.ngl is not None and request.ngl > 0 and not devs:
         notes.append("no GPU: every layer runs on the CPU (ngl has no effect)")
-    if not devs and dngl is not None:
-        dngl = 0
-    return MemoryPlan(fits, margin, tuple(dplans), hplan, ngl if devs else 0, dngl, n_ctx, n_ctx_slot, n_par,
-                      unified, tuple(notes), host.expert_bytes, t_outputs, repacked)
+    return MemoryPlan(fits, min(heads) if heads else None, tuple(dplans), hplan, ngl if devs else 0,
+                      0 if not devs and dngl is not None else dngl, geo.n_ctx, geo.n_ctx_slot, geo.n_par,
+                      geo.unified, tuple(notes), host.expert_bytes, geo.t_outputs, repacked,
+                      tuple((n, v[0], v[1]) for n, v in extra.by_type.items()), cpu)
 
 
 def max_target_ngl(request: MemoryRequest, devices: Devices | Sequence[Device]) -> int:

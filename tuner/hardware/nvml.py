@@ -49,8 +49,10 @@ class MigSlice:
 class NvmlGpu:
     """One GPU as NVML sees it (NVML index = PCI bus order).
 
-    Memory fields are None when NVML cannot tell (``memory_note`` says why). ``mig_enabled`` None =
-    unknown/not applicable. With MIG on, ``total_bytes``/``free_bytes`` are the whole GPU's.
+    Memory fields are None when NVML cannot tell (``memory_note`` says why). ``memory_unsupported``: the
+    memory query answered ``NVML_ERROR_NOT_SUPPORTED`` (a unified-memory GPU such as Jetson / GB10: its memory
+    is the host's). ``mig_enabled`` None = unknown/not applicable. With MIG on, ``total_bytes``/``free_bytes``
+    are the whole GPU's.
     """
 
     index: int
@@ -63,6 +65,7 @@ class NvmlGpu:
     mig_enabled: bool | None = None
     mig_slices: tuple[MigSlice, ...] = ()
     memory_note: str | None = None
+    memory_unsupported: bool = False
 
 
 @dataclass(frozen=True)
@@ -174,11 +177,13 @@ def _gpu(lib: Any, index: int) -> NvmlGpu:
     pci_bus_id = _text(getattr(pci, "busId", None)) if pci is not None else None
     total = used = free = None
     note = None
+    unsupported = False
     try:
         mem = lib.nvmlDeviceGetMemoryInfo(handle)
         total, used, free = int(mem.total), int(mem.used), int(mem.free)
     except Exception as exc:  # noqa: BLE001
         if _code(exc) == NVML_ERROR_NOT_SUPPORTED:
+            unsupported = True
             note = "NVML memory query NOT_SUPPORTED (unified-memory GPU: memory is shared with the host)"
         else:
             note = f"memory unreadable: {explain_error(exc)}"
@@ -203,7 +208,8 @@ def _gpu(lib: Any, index: int) -> NvmlGpu:
                     free_bytes=int(mmem.free) if mmem is not None else None,
                 )
             )
-    return NvmlGpu(index, name, uuid, pci_bus_id, total, used, free, mig_enabled, tuple(slices), note)
+    return NvmlGpu(index, name, uuid, pci_bus_id, total, used, free, mig_enabled, tuple(slices), note,
+                   unsupported)
 
 
 def probe_nvml(lib: Any = None, wsl_paths: tuple[str, ...] = WSL_LIBRARY_PATHS) -> NvmlResult:

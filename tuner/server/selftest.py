@@ -1,7 +1,12 @@
 """The doctor's speculation self-test: prove that speculative decoding happens on this build, in a few
-seconds, with the bundled demo model as both target and draft (``draft-simple``, ``n_max`` 4).
+seconds, with a tiny *quantized* model as both target and draft (``draft-simple``, ``n_max`` 4).
 
-``draftwise doctor`` (tuner/cli/serve.py) runs it and prints the result; the app may too.
+The model (``resources/selftest/selftest-q4_0.gguf``, made by packaging/make_selftest_model.py) is a
+2-block Llama with the stories tokenizer whose Q4_0 matrices ggml copies into its extra CPU buffer types on
+x86 (``AMX`` on a build with AMX kernels, ``CPU_REPACK`` on an AVX2 build), so the self-test runs the
+repacked kernels a user's quantized model runs: a CPU that crashes in them fails here, and the supervisor's
+``--no-repack`` retry records the workaround before the first tune. (The F32 demo model, stories260K, never
+reaches those kernels.) ``draftwise doctor`` (tuner/cli/serve.py) runs it and prints the result.
 """
 
 from __future__ import annotations
@@ -17,34 +22,47 @@ from tuner.server.discovery import ServerBinary
 from tuner.server.supervisor import ServerStartError, Supervisor
 
 SELFTEST_PROMPT = "Once upon a time, there was a little girl named Lily."
-"""The self-test's prompt: text the demo model (stories260K) continues fluently, so the draft agrees."""
+"""The self-test's prompt (the model drafts for itself, so the draft agrees whatever it continues with)."""
 
 
-def _demo_model() -> Path:
+def selftest_model() -> Path:
+    """The self-test's quantized model, ``resources/selftest/selftest-q4_0.gguf`` (may be missing in a
+    broken install: callers check ``is_file``)."""
     from tuner.resources import resource_path
 
-    return resource_path("demo", "stories260K.gguf")
+    return resource_path("selftest", "selftest-q4_0.gguf")
+
+
+def load_log_args(dialect: Dialect) -> tuple[str, ...]:
+    """``("-lv", "4")`` where the build has ``-lv`` (libllama's load lines, the ``model buffer size`` ones
+    among them, are TRACE = verbosity 4 in llama-server: common/log.cpp), else nothing (ik_llama.cpp has
+    no ``-lv``)."""
+    return ("-lv", "4") if dialect.has("-lv") else ()
 
 
 def self_test(binary: ServerBinary, dialect: Dialect, model: Path | None = None,
               timeout_s: float = 60.0) -> dict[str, Any]:
-    """Prove speculation happens: demo model as target and draft, ``draft-simple``, n_max 4.
+    """Prove speculation happens on the repacked CPU kernels' path: :func:`selftest_model` as target and
+    draft, ``draft-simple``, n_max 4, :func:`load_log_args` (the load lines name the buffers the weights
+    went to).
 
-    Returns a dict: ``ok`` (bool), ``speculative`` (``/slots`` flag), ``draft_n``,
+    Returns a dict: ``ok`` (bool), ``model``, ``speculative`` (``/slots`` flag), ``draft_n``,
     ``draft_n_accepted``, ``acceptance_rate`` (0..1), ``gen_tokens_per_s``, ``seconds``, ``error``
-    (a message when not ok), ``diagnosis_code``, ``evidence`` (log lines of a failed start). Never
-    raises: every failure is ``ok`` False with its ``error``.
+    (a message when not ok), ``diagnosis_code``, ``evidence`` (log lines of a failed start), ``argv``
+    (what ran, after the supervisor's workarounds and retries) and ``load_lines`` (the target's
+    ``system_info`` and ``model buffer size`` lines, for ``tuner.hardware.buffers.parse_cpu_build``).
+    Never raises: every failure is ``ok`` False with its ``error``.
     """
-    model = model or _demo_model()
+    model = model or selftest_model()
     out: dict[str, Any] = {"ok": False, "model": str(model), "speculative": None, "draft_n": None,
                            "draft_n_accepted": None, "acceptance_rate": None, "gen_tokens_per_s": None,
-                           "seconds": None, "error": None, "diagnosis_code": None}
+                           "seconds": None, "error": None, "diagnosis_code": None, "argv": None, "load_lines": []}
     t0 = time.monotonic()
     if not model.is_file():
-        out["error"] = f"demo model missing: {model}"
+        out["error"] = f"self-test model missing: {model}"
         return out
     cfg = ServerConfig(model_path=model, draft_path=model, spec_type="draft-simple", n_max=4, n_ctx=256,
-                       n_parallel=1)
+                       n_parallel=1, extra_args=load_log_args(dialect))
     sup = Supervisor(binary, dialect)
     try:
         sup.start(cfg, startup_timeout_s=timeout_s)
@@ -77,7 +95,23 @@ def self_test(binary: ServerBinary, dialect: Dialect, model: Path | None = None,
     finally:
         sup.stop(grace_s=3.0)
         out["seconds"] = round(time.monotonic() - t0, 2)
+        out["argv"] = list(sup.argv or [])
+        out["load_lines"] = _load_lines(sup.log_path)
     return out
 
 
-__all__ = ["SELFTEST_PROMPT", "self_test"]
+_LOAD_KEYS = ("system_info:", "model buffer size", "loading draft model")
+
+
+def _load_lines(log_path: Path | None) -> list[str]:
+    """The lines of the self-test's log that say where the weights went (empty without a log)."""
+    if log_path is None:
+        return []
+    try:
+        with open(log_path, encoding="utf-8", errors="replace") as fh:
+            return [ln.rstrip("\n") for ln in fh if any(k in ln for k in _LOAD_KEYS)]
+    except OSError:
+        return []
+
+
+__all__ = ["SELFTEST_PROMPT", "load_log_args", "self_test", "selftest_model"]

@@ -42,11 +42,13 @@ from tuner.calibration.tune import tune
 from tuner.catalog.folder import ScanResult, scan_models
 from tuner.catalog.folder import default_target as choose_default_target
 from tuner.catalog.model import ModelFile
+from tuner.crosscheck import build as cc_build
+from tuner.crosscheck.cpu_buffers import workaround_sentence
+from tuner.crosscheck.lines import plan_check_lines
 from tuner.ctxsize import DEFAULT_CTX_CAP, resolve_ctx_size
 from tuner.errors import Cancelled  # re-exported: the one cancellation type
 from tuner.hardware import devices as hw_devices
 from tuner.hardware import nvml
-from tuner.hardware.fitcheck import plan_check_lines
 from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
 from tuner.process import tree_usage
 from tuner.profiles import Profile
@@ -345,6 +347,14 @@ def _argv_has(argv: Sequence[str] | None, flags: tuple[str, ...]) -> bool:
     return any(a in flags for a in (argv or ()))
 
 
+def cpu_kernels_text(argv: Sequence[str] | None) -> str | None:
+    """The Serve tab's sentence when the served llama-server runs with ``--no-repack`` because this CPU
+    crashed in the repacked kernels (``tuner.crosscheck.cpu_buffers.workaround_sentence`` of ``argv[0]``), else None."""
+    if not argv or not _argv_has(argv, ("--no-repack", "-nr")):
+        return None
+    return workaround_sentence(argv[0])
+
+
 def tune_and_serve(
     folder: Path,
     target: Path | None,
@@ -589,7 +599,8 @@ def memory_plan_text(model: ModelFile, ctx_size: int | None = None, cache_ram_mi
     (``cache_ram_mib``, the ``--cache-ram`` limit; None = not mentioned)."""
     try:
         n_ctx, _ = resolve_ctx_size(ctx_size, model.context_length)
-        devices = hw_devices.detect_devices()  # through the module: tests replace its probes
+        binary = cc_build.find_server_binary()  # through the modules: tests replace them
+        devices = hw_devices.detect_devices(binary, cc_build.build_probes(probe=False))
         spec = load_model_spec(model.path)
         cache_bytes = max(cache_ram_mib or 0, 0) * MIB
         plan = plan_memory(MemoryRequest(target=spec, n_ctx=n_ctx, prompt_cache_bytes=cache_bytes), devices)
@@ -599,7 +610,7 @@ def memory_plan_text(model: ModelFile, ctx_size: int | None = None, cache_ram_mi
     text = context_text(model, ctx_size) + ". " + plan.summary
     try:  # the context-vs-layers trade and the cached llama-server cross-check (never runs the server)
         spec_request = MemoryRequest(target=spec, n_ctx=n_ctx)
-        text = " ".join([text, *plan_check_lines(spec_request, devices, hw_devices.find_server_binary())])
+        text = " ".join([text, *(line.text for line in plan_check_lines(spec_request, devices, binary))])
     except Exception:  # noqa: BLE001 - the plan above stands on its own
         log.debug("plan check lines unavailable for %s", model.path, exc_info=True)
     if cache_ram_mib is not None:

@@ -27,6 +27,7 @@ from PySide6.QtWidgets import (
 
 from tuner import settings as settings_mod
 from tuner.options import DEFAULT_CACHE_RAM_WHY, server_defaults_text
+from tuner.ui import flow
 from tuner.ui.controller import AppController
 from tuner.ui.icons import STATE_COLORS
 from tuner.ui.options import spin_box, spin_value
@@ -95,6 +96,9 @@ class ServeTab(QWidget):
         self.web_pages_label = QLabel("—")
         self.web_pages_label.setWordWrap(True)
         form.addRow("Web pages:", self.web_pages_label)
+        self.cpu_kernels_label = QLabel()  # only while the --no-repack workaround is in force
+        self.cpu_kernels_label.setWordWrap(True)
+        form.addRow("CPU kernels:", self.cpu_kernels_label)
         btns = QHBoxLayout()
         self.start_btn = QPushButton("Start server")
         self.start_btn.clicked.connect(controller.start_server)
@@ -111,6 +115,7 @@ class ServeTab(QWidget):
         form.addRow("", self.error_label)
         self._status_form = form
         form.setRowVisible(self.error_label, False)  # no empty row under the buttons until a failure
+        form.setRowVisible(self.cpu_kernels_label, False)
         lay.addWidget(status)
 
         lay.addWidget(self._settings_box())
@@ -382,16 +387,22 @@ class ServeTab(QWidget):
             argv = c.runner.argv or info.argv  # the live command line: a crash restart's own
             self.cmd_edit.setPlainText(shlex.join(argv))
             self.web_pages_label.setText(web_pages_text(argv))
+            self._show_cpu_kernels(flow.cpu_kernels_text(argv))
             self.show_error("")
         else:
             self.model_label.setText("—")
             self.model_id_label.setText("—")
             self.endpoint_edit.setText("")
             self.web_pages_label.setText("—")
+            self._show_cpu_kernels(None)
         self.start_btn.setEnabled(info is None and c.state is not AppState.TUNING)
         self.stop_btn.setEnabled(info is not None)
         self.copy_url_btn.setEnabled(info is not None)
         self.copy_cmd_btn.setEnabled(bool(self.cmd_edit.toPlainText()))
+
+    def _show_cpu_kernels(self, text: str | None) -> None:
+        self.cpu_kernels_label.setText(text or "")
+        self._status_form.setRowVisible(self.cpu_kernels_label, bool(text))
 
     def refresh_log(self) -> None:
         """Append new llama-server log lines (reads the supervisor's in-memory tail)."""

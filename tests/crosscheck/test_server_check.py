@@ -7,21 +7,13 @@ from dataclasses import replace
 
 import pytest
 
-from tests.hardware.conftest import dense_spec, gpu_devices
+from tests.hardware.conftest import cpu_only_devices, dense_spec, gpu_devices
+from tuner.crosscheck.fit_params import fit_params_argv
+from tuner.crosscheck.lines import plan_check_lines
+from tuner.crosscheck.server_check import check_argv, server_config_for, server_cross_check
 from tuner.hardware import memory
 from tuner.hardware.buffers import parse_startup_projection
-from tuner.hardware.devices import Devices
-from tuner.hardware.fitcheck import (
-    check_argv,
-    fit_params_argv,
-    plan_check_lines,
-    server_config_for,
-    server_cross_check,
-)
-from tuner.hardware.host import cpu_features  # noqa: E402
 from tuner.hardware.memory import GIB, MIB, MemoryRequest, load_model_spec
-
-CPU_ONLY = Devices((), 16 * GIB, 8 * GIB, 2, cpu_features=cpu_features())  # this host's CPU_REPACK rule
 
 # b11434 -lv 4 --fit on, Gemma 3 270M + a 2-block draft (lines as the server printed them)
 LOG = [
@@ -106,13 +98,15 @@ def test_real_server_agrees_and_a_patched_formula_is_reported(llama_server_bin, 
     from tuner.server.dialect import probe_dialect
 
     monkeypatch.setenv("DRAFTWISE_HOME", str(tmp_path / "home"))
+    CPU_ONLY = cpu_only_devices(llama_server_bin)
     draft = write_first_blocks_gguf(gemma3_270m, tmp_path / "gemma-first2.gguf", 2)
     req = MemoryRequest(target=load_model_spec(gemma3_270m), draft=load_model_spec(draft),
                         spec_type="draft-simple", n_ctx=4096, n_parallel=1)
     r = server_cross_check(req, CPU_ONLY, llama_server_bin)
     assert r.ok, r.note
     # exactly the server's argv (build_argv of the same request), plus the check's own flags
-    server_argv = build_argv(llama_server_bin, server_config_for(req).with_port(1), probe_dialect(llama_server_bin))
+    server_argv = build_argv(llama_server_bin, server_config_for(req, binary=llama_server_bin).with_port(1),
+                             probe_dialect(llama_server_bin))
     expect = check_argv(server_argv, 2)
     got = list(r.argv)
     port_at = got.index("--port") + 1
@@ -131,7 +125,9 @@ def test_real_server_agrees_and_a_patched_formula_is_reported(llama_server_bin, 
     assert wrong.cached and wrong.ok and wrong.agrees is False
     assert any(d.startswith("target compute on Host") for d in wrong.disagreements), wrong.disagreements
     lines = plan_check_lines(req, CPU_ONLY, llama_server_bin)
-    assert any("DISAGREES" in x and "target compute" in x for x in lines), lines
+    (line,) = [x for x in lines if x.disagrees]
+    assert line.kind == "disagrees" and line.text.startswith("llama-server DISAGREES with this plan: ")
+    assert "target compute" in line.text, lines
 
 
 def test_a_cached_disagreement_reaches_the_tune_log(llama_server_bin, gemma3_270m, tmp_path, monkeypatch):
@@ -140,6 +136,7 @@ def test_a_cached_disagreement_reaches_the_tune_log(llama_server_bin, gemma3_270
     from tuner.calibration.engine import _memory_cross_check_lines
 
     monkeypatch.setenv("DRAFTWISE_HOME", str(tmp_path / "home"))
+    CPU_ONLY = cpu_only_devices(llama_server_bin)
     monkeypatch.setattr(memory, "reserve_outputs", lambda n_tokens, n_batch, n_parallel, n_draft: n_tokens)
     req = MemoryRequest(target=load_model_spec(gemma3_270m), n_ctx=4096)
     assert server_cross_check(req, CPU_ONLY, llama_server_bin).agrees is False

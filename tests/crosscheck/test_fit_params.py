@@ -6,14 +6,14 @@ from dataclasses import replace
 
 import pytest
 
-from tests.hardware.conftest import gpu_devices
-from tuner.hardware.devices import Devices
-from tuner.hardware.fitcheck import (
+from tests.hardware.conftest import cpu_only_devices, gpu_devices
+from tuner.crosscheck.fit_params import (
     cross_check,
     find_fit_params,
     parse_fit_args,
     parse_fit_print,
 )
+from tuner.hardware.devices import Devices
 from tuner.hardware.memory import GIB, MIB, MemoryRequest, load_model_spec, plan_memory
 
 
@@ -85,24 +85,31 @@ def test_real_fit_params_on_gemma_with_the_servers_flags(llama_server_bin, gemma
     262,144-token vocabulary ~520 MiB of compute, 20x what the server allocates. The check runs it with
     the server's own flags and compares with our plan under the tool's n_outputs_max, so it agrees; our
     plan of the server itself stays at the server's ~23 MiB."""
-    from tuner.hardware.fitcheck import server_config_for
+    from tuner.crosscheck.server_check import server_config_for
     from tuner.server.argv import build_argv
     from tuner.server.dialect import probe_dialect
 
+    devs = cpu_only_devices(llama_server_bin)  # this build's extra CPU buffers (CPU_REPACK, AMX), mode in force
     req = MemoryRequest(target=load_model_spec(gemma3_270m), n_ctx=4096, n_parallel=1)
-    argv = build_argv(llama_server_bin, server_config_for(req).with_port(0), probe_dialect(llama_server_bin))
-    r = cross_check(req, Devices((), 16 * GIB, 8 * GIB, 2), find_fit_params(llama_server_bin), server_argv=argv)
+    argv = build_argv(llama_server_bin, server_config_for(req, binary=llama_server_bin).with_port(0),
+                      probe_dialect(llama_server_bin))
+    r = cross_check(req, devs, find_fit_params(llama_server_bin), server_argv=argv)
     assert r.ok, r.note
     host = next(row for row in r.breakdown if row.device == "Host")
     assert host.compute_bytes > 400 * MIB and r.agrees, r.disagreements
-    served = plan_memory(req, Devices((), 16 * GIB, 8 * GIB, 2)).host.need.compute_bytes
+    plan = plan_memory(req, devs)
+    served = plan.host.need.compute_bytes
     assert served < host.compute_bytes / 10
+    # the tool's Host row counts each weight once, in its buffer type: the file's tensors less those an extra
+    # CPU buffer type took (CPU_REPACK here: 235.2 - 12.7 MiB; AMX on an AMX build: 235.2 - 23.4), whole MiB
+    plain_host = plan.host.need.target_weights_bytes - plan.repack_host_bytes - plan.extra_moved_bytes
+    assert plain_host // MIB == host.model_bytes // MIB, (plain_host / MIB, host.model_bytes / MIB)
     # a formula that forgets the logits disagrees with the tool, and says where
     from tuner.hardware import memory
 
     real = memory.compute_buffer_bytes
     monkeypatch.setattr(memory, "compute_buffer_bytes",
                         lambda spec, n_ub, n_kv, with_output, *a, **k: real(spec, n_ub, n_kv, False, *a, **k))
-    wrong = cross_check(req, Devices((), 16 * GIB, 8 * GIB, 2), find_fit_params(llama_server_bin), server_argv=argv)
+    wrong = cross_check(req, devs, find_fit_params(llama_server_bin), server_argv=argv)
     assert wrong.ok and wrong.agrees is False
     assert any(d.startswith("Host compute") for d in wrong.disagreements), wrong.disagreements

@@ -1,27 +1,17 @@
-"""Cross-checks of our memory plan against llama.cpp itself, run with the server's own argv.
+"""Cross-check of our memory plan against llama-server itself, started with exactly the argv it would get.
 
-Two checks, both fed by the argv ``tuner.server.argv.build_argv`` gives the server for the same request
-(:func:`server_config_for`), so neither can "agree" while measuring other settings:
+:func:`server_cross_check` (expensive: one real start of llama-server up to "model loaded", i.e. the weights
+are read once — seconds for small models, up to a minute for big ones): the argv ``tuner.server.argv.build_argv``
+gives the server for the same request (:func:`server_config_for`, so the check cannot "agree" while
+measuring other settings) plus ``--fit on -lv 4 --no-warmup`` and a free port (:func:`check_argv`). It reads
+the server's own start-up projection (common/fit.cpp ``common_memory_breakdown_print``, per model) and the
+buffers it then really allocates (``-lv 4`` "buffer size" lines, parsed by ``tuner.hardware.buffers``), and
+compares both with the plan per part (:func:`compare_with_server`). The answer is cached per (binary, model
+files, argv without the port) under ``tuner.paths.cache_dir()/memcheck``, so the Models tab and the tune log
+can show it without starting anything (:func:`cached_server_report`).
 
-- :func:`server_cross_check` (expensive: one real start of llama-server up to "model loaded", i.e. the
-  weights are read once — seconds for small models, up to a minute for big ones): the argv plus
-  ``--fit on -lv 4 --no-warmup`` and a free port. It reads the server's own start-up projection
-  (common/fit.cpp ``common_memory_breakdown_print``, per model) and the buffers it then really
-  allocates (``-lv 4`` "buffer size" lines), and compares both with the plan per part. The answer is
-  cached per (binary, model files, argv without the port) under ``tuner.paths.cache_dir()/memcheck``.
-- :func:`cross_check` (cheap: a no-alloc measurement, about a second): ``llama-fit-params`` with the
-  subset of the same argv that the tool accepts. The tool ignores drafts and reserves logits for every
-  token of the ubatch (it leaves ``n_outputs_max`` at n_batch), so it is compared with our plan of the
-  target alone evaluated with that ``n_outputs_max``.
-
-A part differing by more than 10 % (and more than the reports' MiB rounding) is a disagreement,
-returned in plain words for ``draftwise plan``, the Models tab and the tune log.
-
-``llama-fit-params`` (tools/fit-params/fit-params.cpp) measures a model with no-alloc loads
-(common/fit.cpp ``common_fit_params`` / ``common_fit_print``) and prints on stdout either the fitted
-arguments (``-c N -ngl N [-ts a,b] [-ot "..."]``) or, with ``--fit-print on``, one line per device
-``<DEV> <model MiB> <context MiB> <compute MiB>`` and a ``Host`` line. It ignores draft/MTP models
-(reference 5.2), so the cross-check compares the target alone. One short run per call (``tuner.process.run_output``).
+A part differing by more than 10 % (and more than the reports' MiB rounding) is a disagreement, returned in
+plain words for ``draftwise plan``, the Models tab and the tune log.
 """
 
 from __future__ import annotations
@@ -30,241 +20,23 @@ import hashlib
 import json
 import logging
 import os
-import re
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import asdict, dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuner.hardware.memory import (
-    DRAFT_MODEL_TYPES,
-    MIB,
-    MemoryPlan,
-    MemoryRequest,
-    PlacementBytes,
-    device_list,
-    max_target_ngl,
-    plan_memory,
-)
+from tuner.crosscheck.fit_params import within, without_flags
+from tuner.hardware.memory import MIB, MemoryPlan, MemoryRequest, PlacementBytes, plan_memory
+from tuner.spectypes import DRAFT_MODEL_TYPES
 from tuner.units import format_bytes
 
 if TYPE_CHECKING:
     from tuner.hardware.devices import Device, Devices
+    from tuner.server.config import ServerConfig
     from tuner.server.dialect import Dialect
 
 log = logging.getLogger(__name__)
-
-
-Runner = Callable[[list[str], float], "tuple[int, str, str]"]
-
-
-@dataclass(frozen=True)
-class FitBreakdown:
-    """One ``--fit-print`` row: llama.cpp's estimate for one place (``device`` = ggml name or ``Host``)."""
-
-    device: str
-    model_bytes: int
-    context_bytes: int
-    compute_bytes: int
-
-
-@dataclass(frozen=True)
-class FitCrossCheck:
-    """Outcome of a cross-check. ``ok`` False = the tool could not answer (``note`` says why).
-
-    ``fitted_ngl``/``fitted_n_ctx``: what ``llama-fit-params`` chose (None = not asked / no answer);
-    ``planned_ngl``: our largest target ngl for the same request without a draft. ``disagreements``:
-    plain-words differences beyond the tolerance (empty = the two agree).
-    """
-
-    ok: bool
-    tool_path: str | None
-    fitted_ngl: int | None
-    fitted_n_ctx: int | None
-    planned_ngl: int | None
-    breakdown: tuple[FitBreakdown, ...]
-    disagreements: tuple[str, ...]
-    note: str | None = None
-
-    @property
-    def agrees(self) -> bool | None:
-        """True when the tool answered and nothing disagrees; None when it could not answer."""
-        return None if not self.ok else not self.disagreements
-
-
-def _default_runner(argv: list[str], timeout_s: float) -> tuple[int, str, str]:
-    from tuner.process import run_output  # the one module that runs child processes
-
-    return run_output(argv, timeout_s)
-
-
-def find_fit_params(server_binary: str | os.PathLike[str] | None) -> Path | None:
-    """``llama-fit-params`` next to ``server_binary`` (same build), or None."""
-    if server_binary is None:
-        return None
-    base = Path(server_binary).parent
-    for name in ("llama-fit-params", "llama-fit-params.exe"):
-        if (base / name).is_file():
-            return base / name
-    return None
-
-
-_ARGS = re.compile(r"-c\s+(\d+)\s+-ngl\s+(-?\d+)")
-
-
-def parse_fit_args(stdout: str) -> tuple[int, int]:
-    """``(n_ctx, ngl)`` from the ``-c N -ngl N ...`` line. Raises ``ValueError`` if absent."""
-    for line in stdout.splitlines():
-        m = _ARGS.search(line)
-        if m:
-            return int(m.group(1)), int(m.group(2))
-    raise ValueError("no '-c N -ngl N' line in llama-fit-params output")
-
-
-def parse_fit_print(stdout: str) -> tuple[FitBreakdown, ...]:
-    """Rows of ``--fit-print on`` output (MiB → bytes). Raises ``ValueError`` without a ``Host`` row."""
-    rows = []
-    for line in stdout.splitlines():
-        parts = line.split()
-        if len(parts) == 4 and all(p.isdigit() for p in parts[1:]):
-            rows.append(FitBreakdown(parts[0], int(parts[1]) * MIB, int(parts[2]) * MIB, int(parts[3]) * MIB))
-    if not any(r.device == "Host" for r in rows):
-        raise ValueError("no 'Host <model> <context> <compute>' row in llama-fit-params --fit-print output")
-    return tuple(rows)
-
-
-def _base_argv(tool: Path, req: MemoryRequest) -> list[str]:
-    if req.target.path is None:
-        raise ValueError("target has no file path: llama-fit-params needs the GGUF")
-    argv = [str(tool), "-m", req.target.path, "-c", str(req.n_ctx), "-ctk", req.cache_type_k,
-            "-ctv", req.cache_type_v, "-np", str(req.n_parallel or 4), "-ub", str(req.n_ubatch), "-b", str(req.n_batch)]
-    if req.flash_attn is not None:
-        argv += ["-fa", "on" if req.flash_attn else "off"]
-    return argv
-
-
-def _without(argv: list[str], flags: Sequence[str]) -> list[str]:
-    """``argv`` without the given value flags (and their values)."""
-    out, i = [], 0
-    while i < len(argv):
-        if argv[i] in flags:
-            i += 2
-            continue
-        out.append(argv[i])
-        i += 1
-    return out
-
-
-def _close(ours: int, theirs: int, rel: float, abs_bytes: int) -> bool:
-    return abs(ours - theirs) <= max(rel * max(ours, theirs), abs_bytes)
-
-
-def fit_params_argv(server_argv: Sequence[str], tool: str | os.PathLike[str]) -> list[str]:
-    """The ``llama-fit-params`` argv for a server argv: the tool path, then every server flag the tool
-    also accepts (model, context, slots, layers, KV types, batch sizes, flash attention, splits,
-    overrides, MoE offload, threads), in the server's order and with the server's values. Server-only
-    flags (``--host``, ``--port``, ``--metrics``, ``--slots``, API key, every ``--spec-*`` / draft flag:
-    common/arg.cpp gives them no FIT_PARAMS example) are dropped; ``--fit X`` too (the tool always fits).
-    """
-    keep_val = {"-m", "--model", "-c", "--ctx-size", "-np", "--parallel", "-ngl", "--gpu-layers",
-                "--n-gpu-layers", "-ctk", "--cache-type-k", "-ctv", "--cache-type-v", "-b", "--batch-size",
-                "-ub", "--ubatch-size", "-fa", "--flash-attn", "-ts", "--tensor-split", "-ot",
-                "--override-tensor", "-ncmoe", "--n-cpu-moe", "-t", "--threads", "-sm", "--split-mode",
-                "-mg", "--main-gpu", "-dev", "--device", "-fitt", "--fit-target", "-fitc", "--fit-ctx"}
-    keep_flag = {"-cmoe", "--cpu-moe", "--kv-unified", "-kvu", "--no-kv-offload", "-nkvo", "--no-mmap", "--mlock"}
-    out = [str(tool)]
-    argv = list(server_argv)[1:]
-    i = 0
-    while i < len(argv):
-        a = argv[i]
-        if a in keep_val and i + 1 < len(argv):
-            out += [a, argv[i + 1]]
-            i += 2
-            continue
-        if a in keep_flag:
-            out.append(a)
-        i += 1  # anything else: a dropped flag, or the value of one
-    return out
-
-
-def cross_check(request: MemoryRequest, devices: Devices | Sequence[Device], tool: str | os.PathLike[str] | None,
-                runner: Runner | None = None, timeout_s: float = 120.0, rel_tol: float = 0.10,
-                ngl_tol: int = 2, server_argv: Sequence[str] | None = None) -> FitCrossCheck:
-    """Compare our plan for ``request``'s target (draft left out, as the tool does) with
-    ``llama-fit-params``: the per-place breakdown at the request's ``ngl`` (``--fit-print on``) and,
-    with GPUs, the fitted ``-ngl``. ``server_argv``: the server's argv for this request (see
-    :func:`fit_params_argv`; None = built from the request alone). Our side is planned with the tool's
-    ``n_outputs_max`` (= n_batch: it reserves logits for every ubatch token). Differences over
-    ``rel_tol`` (and 8 MiB, the tool's MiB rounding) or ``ngl_tol`` layers are reported. Never raises.
-    """
-    request = replace(request, prompt_cache_bytes=0)  # grows while serving; not a start-up buffer
-    if tool is None:
-        return FitCrossCheck(False, None, None, None, None, (), (), "llama-fit-params not shipped with this build")
-    run = runner or _default_runner
-    tool = Path(tool)
-    alone = replace(request, draft=None, spec_type="none", n_outputs_max=request.n_batch)
-    try:
-        if server_argv is not None:
-            base = _without(fit_params_argv(server_argv, tool), ("-ngl", "--gpu-layers", "--n-gpu-layers"))
-        else:
-            base = _base_argv(tool, alone)
-    except ValueError as exc:
-        return FitCrossCheck(False, str(tool), None, None, None, (), (), str(exc))
-    devs = device_list(devices)
-    if not isinstance(devices, Sequence) and devices.cpu_features:
-        # the tool's Host row leaves out the CPU_REPACK copies (not a host buffer type): compare without them
-        devices = replace(devices, cpu_features=())
-    plan: MemoryPlan = plan_memory(alone, devices)
-    disagreements: list[str] = []
-    ngl_arg = ["-ngl", str(request.ngl if request.ngl is not None else 999)]
-    try:
-        rc, out, err = run(base + ngl_arg + ["--fit-print", "on"], timeout_s)
-        if rc != 0:
-            raise ValueError(f"exited {rc}: {' | '.join((err or out).strip().splitlines()[-2:])}")
-        rows = parse_fit_print(out)
-    except (OSError, TimeoutError, ValueError) as exc:
-        return FitCrossCheck(False, str(tool), None, None, None, (), (), f"{tool.name} --fit-print: {exc}")
-    places = [(p.device_name, p.need) for p in plan.devices] + [("Host", plan.host.need)]
-    by_name = {r.device: r for r in rows}
-    slack = 8 * MIB
-    for name, need in places:
-        r = by_name.get(name)
-        if r is None:
-            if need.total_bytes > slack:
-                disagreements.append(f"{name}: planned {format_bytes(need.total_bytes, unit='MiB', decimals=0)}, "
-                                     "llama-fit-params has no row")
-            continue
-        ours_model = need.target_weights_bytes
-        # "context" = the KV cache only (src/llama-context.cpp memory_breakdown: no output buffer)
-        ours_ctx = need.target_kv_bytes + need.mtp_kv_bytes
-        for what, ours, theirs in (("weights", ours_model, r.model_bytes), ("KV/context", ours_ctx, r.context_bytes),
-                                   ("compute", need.compute_bytes, r.compute_bytes)):
-            if not _close(ours, theirs, rel_tol, slack):
-                disagreements.append(f"{name} {what}: ours {format_bytes(ours, unit='MiB', decimals=0)}, "
-                                     f"llama-fit-params {format_bytes(theirs, unit='MiB', decimals=0)}")
-    fitted_ngl = fitted_ctx = planned = None
-    if devs:
-        margins = ",".join(str(request.margin_bytes // MIB) for _ in devs)
-        try:
-            rc, out, err = run(base + ["-fitt", margins], timeout_s)
-            if rc == 0:
-                fitted_ctx, fitted_ngl = parse_fit_args(out)
-            else:
-                disagreements.append(f"llama-fit-params could not fit the target alone (exit {rc})")
-        except (OSError, TimeoutError, ValueError) as exc:
-            disagreements.append(f"llama-fit-params fit run failed: {exc}")
-        planned = max_target_ngl(replace(alone, ngl=None), devices)
-        if fitted_ngl is not None:
-            n_all = request.target.n_layer + 1
-            f = n_all if fitted_ngl < 0 else min(fitted_ngl, n_all)
-            if abs(f - planned) > ngl_tol:
-                disagreements.append(f"target alone: llama-fit-params fits -ngl {f}, our plan {planned}")
-    return FitCrossCheck(True, str(tool), fitted_ngl, fitted_ctx, planned, rows, tuple(disagreements))
-
-
-# --------------------------------------------------------------------------------------------------
-# The server's own start-up projection and real buffers, with exactly the server's argv
 
 #: A disagreement: a part differs by more than this fraction ...
 REL_TOL = 0.10
@@ -296,7 +68,7 @@ class PartCheck:
     @property
     def agrees(self) -> bool:
         """Within :data:`REL_TOL` or :data:`ABS_SLACK_BYTES`."""
-        return _close(self.planned_bytes, self.reported_bytes, REL_TOL, ABS_SLACK_BYTES)
+        return within(self.planned_bytes, self.reported_bytes, REL_TOL, ABS_SLACK_BYTES)
 
     def sentence(self) -> str:
         """The disagreement in plain words."""
@@ -337,12 +109,16 @@ class ServerCrossCheck:
                 "cached": self.cached}
 
 
-def server_config_for(request: MemoryRequest, threads: int | None = None):
+def server_config_for(request: MemoryRequest, threads: int | None = None,
+                      binary: str | os.PathLike[str] | None = None) -> ServerConfig:
     """The ``tuner.server.config.ServerConfig`` that launches what ``request`` plans (port unset).
 
     Settings the config has no field for go to ``extra_args`` in llama-server's spelling:
     ``--n-cpu-moe`` / ``--cpu-moe``, ``-b`` / ``-ub`` when not the defaults (2048 / 512), ``-fa on|off``
-    when set, ``-ctkd`` / ``-ctvd`` when not f16. Raises ``ValueError`` when a model has no path.
+    when set, ``-ctkd`` / ``-ctvd`` when not f16; ``request.no_repack`` is ``no_repack``. With ``binary``,
+    the launch as every launch of that binary runs on this machine: its recorded workarounds applied
+    (``tuner.crosscheck.cpu_buffers.with_cpu_workarounds``: ``--no-repack`` where this CPU crashed in the
+    repacked kernels). Raises ``ValueError`` when a model has no path.
     """
     from tuner.server.config import ServerConfig
 
@@ -371,12 +147,17 @@ def server_config_for(request: MemoryRequest, threads: int | None = None):
         extra += ["-ctkd", request.cache_type_k_draft]
     if uses_draft and request.cache_type_v_draft != "f16":
         extra += ["-ctvd", request.cache_type_v_draft]
-    return ServerConfig(
+    cfg = ServerConfig(
         model_path=Path(t.path), draft_path=draft_path,
         spec_type=request.spec_type, n_max=request.n_max if uses_draft else None,
         ngl=request.ngl, draft_ngl=request.draft_ngl if uses_draft else None, n_ctx=request.n_ctx,
         n_parallel=request.n_parallel, cache_type_k=request.cache_type_k, cache_type_v=request.cache_type_v,
-        threads=threads, extra_args=tuple(extra))
+        threads=threads, extra_args=tuple(extra), no_repack=request.no_repack)
+    if binary is None:
+        return cfg
+    from tuner.crosscheck.cpu_buffers import with_cpu_workarounds
+
+    return with_cpu_workarounds(cfg, binary)
 
 
 _CHECK_FLAGS = ("--fit", "-fit", "-lv", "--verbosity", "--log-verbosity")
@@ -386,7 +167,7 @@ def check_argv(server_argv: Sequence[str], port: int) -> list[str]:
     """The server's argv for the check: its ``--port`` replaced by ``port``, any ``--fit`` / ``-lv``
     replaced by ``--fit on -lv 4`` (the projection is logged only by fit, at TRACE level), plus
     ``--no-warmup`` (the warm-up decode allocates nothing new). Everything else unchanged."""
-    argv = _without(list(server_argv), _CHECK_FLAGS)
+    argv = without_flags(list(server_argv), _CHECK_FLAGS)
     out = []
     i = 0
     while i < len(argv):
@@ -502,6 +283,10 @@ def compare_with_server(request: MemoryRequest, devices: Devices | Sequence[Devi
     by_t = dict(_places(alone))
     by_f = dict(_places(full))
 
+    # the projection (a no-alloc measurement) counts a weight that an extra CPU buffer type took only there,
+    # while the mapped file (the allocated CPU_Mapped buffer) still spans it
+    moved = {"target": alone.extra_moved_bytes, "draft": full.extra_moved_bytes - alone.extra_moved_bytes}
+
     def planned(model: str, place: str | None, what: str) -> int:
         # target: the plan of the target alone; draft: what the full plan adds to it
         total = 0
@@ -539,7 +324,8 @@ def compare_with_server(request: MemoryRequest, devices: Devices | Sequence[Devi
                 acc[2] += r.compute_bytes
             for place, (mb, cb, kb) in merged.items():
                 for what, theirs in (("weights", mb), ("KV", cb), ("compute", kb)):
-                    out.append(PartCheck("start-up projection", model, place, what, planned(model, place, what), theirs))
+                    ours = planned(model, place, what) - (moved[model] if (place, what) == ("Host", "weights") else 0)
+                    out.append(PartCheck("start-up projection", model, place, what, ours, theirs))
     bufs = None
     try:
         bufs = parse_load_buffers(lines)
@@ -580,7 +366,7 @@ def server_cross_check(request: MemoryRequest, devices: Devices | Sequence[Devic
     from tuner.storage import atomic_write_json
 
     try:
-        cfg = server_config_for(request, threads=threads)
+        cfg = server_config_for(request, threads=threads, binary=server_binary)
         cfg = replace(cfg, extra_args=(*cfg.extra_args, *extra_args))
         if dialect is None:
             from tuner.server.dialect import probe_dialect
@@ -620,49 +406,3 @@ def server_cross_check(request: MemoryRequest, devices: Devices | Sequence[Devic
             pass
     bad = tuple(p.sentence() for p in parts if not p.agrees)
     return ServerCrossCheck(True, tuple(argv), key, parts, bad, None, cost, cached)
-
-
-def plan_check_lines(request: MemoryRequest, devices: Devices | Sequence[Device], server_binary: str | os.PathLike[str] | None
-                     ) -> list[str]:
-    """Sentences for the Models tab under a plan: the context-vs-layers trade (with a GPU) and the
-    server cross-check *from the cache only* (it never starts llama-server: a click must stay cheap).
-    A cached disagreement is always listed. Raises nothing."""
-    from tuner.hardware.memory import context_trade
-
-    out: list[str] = []
-    try:
-        trade = context_trade(request, devices)
-    except (ValueError, TypeError):
-        trade = None
-    if trade is not None and trade.max_ngl_at_ctx is not None:
-        out.append(f"At n_ctx {trade.n_ctx}: {trade.max_ngl_at_ctx} of {trade.n_layers_all} target layers fit "
-                   "on the GPU (output layer first).")
-        top = trade.max_ctx_all_on_gpu
-        if top == 0:
-            out.append("The whole model does not fit on the GPU at any context.")
-        elif top is not None and top >= trade.ctx_ceiling:
-            out.append(f"The whole model stays on the GPU up to its training context ({trade.ctx_ceiling}).")
-        elif top is not None:
-            out.append(f"The whole model stays on the GPU up to n_ctx {top}.")
-    if server_binary is None:
-        return out
-    try:
-        from tuner.server.argv import build_argv
-        from tuner.server.dialect import probe_dialect
-
-        cfg = server_config_for(request)
-        argv = build_argv(Path(server_binary), cfg.with_port(0), probe_dialect(Path(server_binary)))
-    except Exception:  # noqa: BLE001 - no argv, no cross-check line
-        log.debug("no server argv for the plan check lines", exc_info=True)
-        return out
-    if cached_server_report(argv, [cfg.model_path, cfg.draft_path]) is None:
-        out.append("Not cross-checked with llama-server yet (draftwise plan --server-check runs it once).")
-        return out
-    r = server_cross_check(request, devices, server_binary)
-    if r.ok and r.agrees:
-        out.append("llama-server's own projection and buffers agree with this plan (within 10 %).")
-    elif r.ok:
-        out.append("llama-server DISAGREES with this plan: " + "; ".join(r.disagreements))
-    else:
-        out.append(f"Cross-check with llama-server gave no answer: {r.note}")
-    return out
