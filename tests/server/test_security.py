@@ -27,7 +27,8 @@ import pytest
 
 from tuner import process
 from tuner.server.config import ServerConfig
-from tuner.server.supervisor import KEY_FILE_PREFIX, ServerState, Supervisor, _Liveness, sweep_stale_key_files
+from tuner.server.keyhandoff import KEY_FILE_PREFIX, sweep_stale_key_files
+from tuner.server.supervisor import ServerState, Supervisor, _Liveness
 from tuner.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -252,7 +253,7 @@ class _FakeSup:
         self.base_url = f"http://127.0.0.1:{process.free_port()}"  # nobody answers: /health fails
         self.notes: list[str] = []
 
-    def _note(self, message: str) -> None:
+    def _announce(self, message: str) -> None:
         self.notes.append(message)
 
 

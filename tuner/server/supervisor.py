@@ -1,13 +1,11 @@
 """Supervised llama-server: start, readiness, stop, crash restart, with diagnosis.
 
-States (one ``_set_state`` changes them; every change is reported to ``on_state`` callbacks,
-called from a non-GUI thread)::
-
-    stopped --start()--> starting --ready checks pass--> ready --stop()--> stopping --> stopped
-                           |                               |
-                           +--fails / timeout--> failed    +--child exits--> starting (auto_restart,
-                                                                              after a backoff)
-                                                                         or failed (no restart)
+States: :mod:`tuner.server.states` (the table of allowed transitions). One ``_set_state`` changes the
+state and checks the table (an illegal change raises :class:`~tuner.server.states.IllegalTransition`);
+a message without a change (a silent but working server, a cure's note) goes out through ``_announce``.
+Every change and announcement is reported to the ``on_state`` callbacks, called from a non-GUI thread.
+The API key reaches the child through :mod:`tuner.server.keyhandoff` (a memfd, never the argv); full
+logs go to one private file per launch (:mod:`tuner.server.serverlogs`).
 
 Ready means, in this order (docs: /work/shared/reference/llama-server.md §4, §6):
 
@@ -52,18 +50,15 @@ kernel's OOM counters (:mod:`tuner.server.oomcount`) read at spawn and after the
 
 from __future__ import annotations
 
-import datetime as _dt
-import enum
 import logging
 import os
-import tempfile
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass, replace
+from dataclasses import replace
 from pathlib import Path
 
-from tuner import paths, process
+from tuner import process
 from tuner.errors import DraftwiseError
 from tuner.logs import redact
 from tuner.process import clean_env
@@ -83,53 +78,23 @@ from tuner.server.diagnosis import (
 )
 from tuner.server.dialect import Dialect, probe_dialect
 from tuner.server.discovery import ServerBinary, find_server
+from tuner.server.keyhandoff import KeyHandoff, remove_key_file, sweep_stale_key_files, write_key_file
 from tuner.server.oomcount import OomCounters, read_oom_counters
+from tuner.server.serverlogs import new_log_path
+from tuner.server.states import LIVE, IllegalTransition, ServerState, StateChange, StateMachine
 
 log = logging.getLogger(__name__)
+
+#: The states :meth:`Supervisor.wait_ready` waits for.
+_SETTLED = frozenset({ServerState.READY, ServerState.FAILED, ServerState.STOPPED})
 
 
 #: Prompt of the readiness completion (any text works; this one suits the demo model).
 READY_PROMPT = "Once upon a time"
-#: Log files kept in the log folder (older ones are deleted at start).
-MAX_LOG_FILES = 100
 #: Seconds one liveness ``/health`` request may take.
 HEALTH_TIMEOUT_S = 3.0
 #: CPU seconds the child's process tree must gain while silent to count as working, not hung.
 LIVENESS_MIN_CPU_S = 0.05
-
-
-class ServerState(str, enum.Enum):
-    """Supervisor states (see the module docstring)."""
-
-    STOPPED = "stopped"
-    STARTING = "starting"
-    READY = "ready"
-    STOPPING = "stopping"
-    FAILED = "failed"
-
-
-@dataclass(frozen=True)
-class StateChange:
-    """One state transition, as passed to ``on_state`` callbacks.
-
-    Fields: ``state`` (new), ``previous``, ``base_url`` (``http://host:port`` or None),
-    ``diagnosis`` (for failed/crash restarts, else None), ``config`` (the configuration being
-    served), ``restart_count`` (crash restarts so far), ``message`` (one line for people),
-    ``time_s`` (``time.time()``).
-    """
-
-    state: ServerState
-    previous: ServerState
-    base_url: str | None
-    diagnosis: Diagnosis | None
-    config: ServerConfig | None
-    restart_count: int
-    message: str
-    time_s: float
-
-    def __str__(self) -> str:
-        """The new state's name (``"ready"``), so ``str(change)`` reads like the state."""
-        return self.state.value
 
 
 class ServerStartError(DraftwiseError, RuntimeError):
@@ -138,106 +103,6 @@ class ServerStartError(DraftwiseError, RuntimeError):
     def __init__(self, diagnosis: Diagnosis) -> None:
         self.diagnosis = diagnosis
         super().__init__(f"{diagnosis.code}: {diagnosis.message}")
-
-
-#: Prefix of the fallback key files (only where no memfd exists: not Linux).
-KEY_FILE_PREFIX = "draftwise-api-key-"
-
-
-@dataclass(eq=False)
-class _KeyHandoff:
-    """How the API key reaches llama-server's ``--api-key-file``: ``path`` is what goes on the
-    argv; ``fd`` the descriptor the child inherits (``/dev/fd/N`` of a memfd: never on disk), or
-    ``file`` a private file (mode 0600) removed as soon as the server has read it, on stop, and
-    by :func:`sweep_stale_key_files` after a kill -9."""
-
-    path: Path
-    fd: int | None = None
-    file: Path | None = None
-
-    def close_parent_side(self) -> None:
-        """After the spawn: our copy of the fd is not needed (the child has its own)."""
-        if self.fd is not None:
-            try:
-                os.close(self.fd)
-            except OSError:
-                pass
-            self.fd = None
-
-    def remove(self) -> None:
-        """Close the fd and delete the file (both idempotent)."""
-        self.close_parent_side()
-        if self.file is not None:
-            self.file.unlink(missing_ok=True)
-            self.file = None
-
-
-def _key_dir() -> Path:
-    return paths.ensure_private_dir(paths.data_dir() / "run")
-
-
-def _write_key_file(key: str) -> _KeyHandoff:
-    """Hand ``key`` to the child for ``--api-key-file``.
-
-    On Linux an anonymous memory file (``os.memfd_create``) passed as ``/dev/fd/N``: llama.cpp
-    opens the path with ``std::ifstream`` (common/arg.cpp, ``--api-key-file``), which reopens the
-    memfd from offset 0; nothing is ever written to disk, so no exit path (kill -9 included) can
-    leave the key behind. Elsewhere a file ``KEY_FILE_PREFIX<pid>-*.txt`` (mode 0600) in the
-    private folder ``data_dir()/run`` (0700).
-
-    Raises:
-        OSError: neither could be created.
-    """
-    data = (key + "\n").encode("utf-8")
-    if hasattr(os, "memfd_create") and Path("/dev/fd").is_dir():
-        try:
-            fd = os.memfd_create("draftwise-api-key", 0)  # not inheritable until passed explicitly
-        except OSError:
-            fd = None
-        if fd is not None:
-            os.write(fd, data)
-            return _KeyHandoff(Path(f"/dev/fd/{fd}"), fd=fd)
-    fd, name = tempfile.mkstemp(prefix=f"{KEY_FILE_PREFIX}{os.getpid()}-", suffix=".txt", dir=_key_dir())
-    try:
-        os.write(fd, data)
-    finally:
-        os.close(fd)
-    return _KeyHandoff(Path(name), file=Path(name))
-
-
-def _remove_key_file(handoff: _KeyHandoff | None) -> None:
-    """Release a key hand-off from :func:`_write_key_file` (None is fine)."""
-    if handoff is not None:
-        handoff.remove()
-
-
-def sweep_stale_key_files(folder: Path | None = None) -> list[Path]:
-    """Delete fallback key files left by a Draftwise process that no longer runs (killed with
-    SIGKILL between writing the file and the server reading it); returns what was deleted. Called
-    when a :class:`Supervisor` is created. Files of running processes are left alone."""
-    gone: list[Path] = []
-    folders = [folder] if folder is not None else [paths.data_dir() / "run", Path(tempfile.gettempdir())]
-    for d in folders:
-        try:
-            candidates = list(d.glob(f"{KEY_FILE_PREFIX}*.txt"))
-        except OSError:
-            continue
-        for f in candidates:
-            pid_text = f.name[len(KEY_FILE_PREFIX):].split("-", 1)[0]
-            if pid_text.isdigit() and process.process_exists(int(pid_text)):
-                continue
-            if not pid_text.isdigit():
-                try:  # the old naming (no pid): only files older than a minute
-                    if time.time() - f.stat().st_mtime < 60:
-                        continue
-                except OSError:
-                    continue
-            try:
-                f.unlink()
-                gone.append(f)
-            except OSError:
-                pass
-    return gone
 
 
 def startup_timeout_for(config: ServerConfig, base_s: float = 30.0, s_per_gib: float = 20.0) -> float:
@@ -282,7 +147,7 @@ class _Liveness:
         self.next_check = now + self.sup.health_interval_s
         if h.ok:
             if self.busy_noted:
-                self.sup._note("llama-server answers /health again")
+                self.sup._announce("llama-server answers /health again")
             self.last_ok, self.cpu_mark, self.busy_noted = now, self._cpu(), False
             return None
         silent = now - self.last_ok
@@ -294,7 +159,7 @@ class _Liveness:
         if not stopped and gained is not None and gained >= LIVENESS_MIN_CPU_S:
             # working (a long prompt on a starved machine): not hung; measure the next window
             if not self.busy_noted:
-                self.sup._note(f"llama-server has not answered /health for {silent:.0f} s but is working "
+                self.sup._announce(f"llama-server has not answered /health for {silent:.0f} s but is working "
                                f"({gained:.1f} CPU s in that time): not restarted")
                 self.busy_noted = True
             self.last_ok, self.cpu_mark = now, cpu
@@ -379,17 +244,14 @@ class Supervisor:
         self.health_interval_s = max(0.1, float(health_interval_s))
 
         self._lock = threading.RLock()
-        self._cond = threading.Condition(self._lock)
-        self._callbacks: list[Callable[[StateChange], None]] = []
+        self._machine = StateMachine(self._lock, lambda: (self.base_url, self._config, self._restart_count))
         if on_state is not None:
-            self._callbacks.append(on_state)
-        self._state = ServerState.STOPPED
+            self._machine.listen(on_state)
         self._gen = 0
         self._child: process.ChildProcess | None = None
         self._config: ServerConfig | None = None
         self._requested: ServerConfig | None = None
         self._port: int | None = None
-        self._diagnosis: Diagnosis | None = None
         self._startup_timeout_s = 30.0
         self._restart_count = 0
         self._history: list[policy.Attempt] = []  # this start()'s ended launches
@@ -403,14 +265,14 @@ class Supervisor:
         self._log_path: Path | None = None
         self._argv: list[str] | None = None
         self._last_lines: list[str] = []
-        self._key_files: set[_KeyHandoff] = set()
+        self._key_files: set[KeyHandoff] = set()
         sweep_stale_key_files()
 
     # ------------------------------------------------------------------ public read-only state
     @property
     def state(self) -> ServerState:
         """The current :class:`ServerState`."""
-        return self._state
+        return self._machine.state
 
     @property
     def base_url(self) -> str | None:
@@ -426,7 +288,7 @@ class Supervisor:
     @property
     def diagnosis(self) -> Diagnosis | None:
         """Why the last start failed / the last crash happened (None if nothing failed)."""
-        return self._diagnosis
+        return self._machine.diagnosis
 
     @property
     def config(self) -> ServerConfig | None:
@@ -477,17 +339,9 @@ class Supervisor:
         Callbacks run on supervisor threads (or the thread calling start/stop), never on purpose
         on the GUI thread, in state order, while the supervisor holds its lock: they must return
         quickly (e.g. emit a Qt signal) and must not wait for another thread that uses this
-        supervisor. Exceptions they raise are swallowed.
+        supervisor. Exceptions they raise are swallowed (and logged).
         """
-        with self._lock:
-            self._callbacks.append(callback)
-
-        def remove() -> None:
-            with self._lock:
-                if callback in self._callbacks:
-                    self._callbacks.remove(callback)
-
-        return remove
+        return self._machine.listen(callback)
 
     # ------------------------------------------------------------------ control
     def start(self, config: ServerConfig, startup_timeout_s: float | None = None) -> None:
@@ -501,7 +355,7 @@ class Supervisor:
         Raises:
             UnsupportedConfigError: the binary lacks a needed flag (nothing is launched).
         """
-        if self._state in (ServerState.STARTING, ServerState.READY, ServerState.STOPPING):
+        if self.state in LIVE:
             self.stop()
         # validate the argv before launching anything (raises UnsupportedConfigError)
         build_argv(self.binary.path, config if config.port is not None else config.with_port(1), self.dialect)
@@ -510,7 +364,7 @@ class Supervisor:
             self._requested = config
             self._restart_count = 0
             self._history, self._epoch, self._retry = [], 0, None
-            self._diagnosis = None
+            self._machine.diagnosis = None
             self._startup_timeout_s = startup_timeout_s if startup_timeout_s is not None else startup_timeout_for(config)
             self._gen += 1
             gen = self._gen
@@ -527,22 +381,14 @@ class Supervisor:
         Raises:
             ServerStartError: failed (with its diagnosis), timed out, cancelled or stopped.
         """
-        t_end = None if timeout_s is None else time.monotonic() + timeout_s
-        with self._cond:
-            while True:
-                if self._state == ServerState.READY:
-                    return self.base_url or ""
-                if self._state == ServerState.FAILED:
-                    raise ServerStartError(self._diagnosis or Diagnosis("exited", "llama-server failed"))
-                if self._state == ServerState.STOPPED:
-                    raise ServerStartError(Diagnosis("cancelled", "llama-server was stopped before it was ready",
-                                                     tuple(self.log_tail(20))))
-                if cancel is not None and cancel.is_set():
-                    break
-                if t_end is not None and time.monotonic() >= t_end:
-                    break
-                self._cond.wait(0.1)
-        # cancelled or timed out: stop the child, report
+        reached = self._machine.wait(_SETTLED, timeout_s, cancel)
+        if reached is ServerState.READY:
+            return self.base_url or ""
+        if reached is ServerState.FAILED:
+            raise ServerStartError(self.diagnosis or Diagnosis("exited", "llama-server failed"))
+        if reached is ServerState.STOPPED:
+            raise ServerStartError(Diagnosis("cancelled", "llama-server was stopped before it was ready",
+                                             tuple(self.log_tail(20))))
         if cancel is not None and cancel.is_set():
             lines = self.log_tail(20)
             self.stop(grace_s=2.0)
@@ -550,9 +396,9 @@ class Supervisor:
         with self._lock:
             gen = self._gen
         self._fail_now(gen, load_hang(timeout_s or 0.0, self.log_tail(50)))
-        if self._state == ServerState.READY:  # became ready in the last instant
+        if self.state == ServerState.READY:  # became ready in the last instant
             return self.base_url or ""
-        raise ServerStartError(self._diagnosis or load_hang(timeout_s or 0.0, []))
+        raise ServerStartError(self.diagnosis or load_hang(timeout_s or 0.0, []))
 
     def start_and_wait(self, config: ServerConfig, timeout_s: float | None = None,
                        cancel: threading.Event | None = None) -> str:
@@ -567,23 +413,26 @@ class Supervisor:
     def stop(self, grace_s: float = 10.0) -> int | None:
         """Stop the child: SIGTERM, wait ``grace_s``, then kill the whole tree. Returns its exit
         status (None if nothing ran). State ends ``stopped``; a ``failed`` state stays failed
-        only if there was no child."""
+        only if there was no child. A second ``stop()`` while one runs stops with it (no second
+        ``stopping``), and a ``start()`` that came in between keeps its new child."""
         with self._lock:
             self._gen += 1
             child = self._child
-            was = self._state
-            if child is None and was in (ServerState.STOPPED, ServerState.FAILED):
+            if child is None and self.state in (ServerState.STOPPED, ServerState.FAILED):
                 return None
-            self._set_state(ServerState.STOPPING, message="stopping")
+            if self.state is not ServerState.STOPPING:
+                self._set_state(ServerState.STOPPING, message="stopping")
         rc = child.stop(grace_s) if child is not None else None
         for handoff in list(self._key_files):  # not left to the monitor thread (a daemon)
-            _remove_key_file(handoff)
+            remove_key_file(handoff)
             self._key_files.discard(handoff)
         with self._lock:
             if child is not None:
                 self._last_lines = child.log_lines()
-            self._child = None
-            self._set_state(ServerState.STOPPED, message="stopped")
+            if self._child is child:
+                self._child = None
+            if self.state is ServerState.STOPPING:
+                self._set_state(ServerState.STOPPED, message="stopped")
         return rc
 
     def restart(self, config: ServerConfig | None = None) -> None:
@@ -611,36 +460,17 @@ class Supervisor:
 
     # ------------------------------------------------------------------ internals
     def _set_state(self, state: ServerState, diagnosis: Diagnosis | None = None, message: str = "") -> None:
-        """The one place that changes the state (caller holds the lock)."""
-        prev = self._state
-        self._state = state
-        if diagnosis is not None:
-            self._diagnosis = diagnosis
-        if state is ServerState.FAILED or (diagnosis is not None and state is ServerState.STARTING):
-            log.warning("llama-server %s -> %s: %s%s", prev.value, state.value, message or state.value,
-                        f" ({diagnosis.code}: {diagnosis.message})" if diagnosis is not None else "")
-        else:
-            log.info("llama-server %s -> %s: %s", prev.value, state.value, message or state.value)
-        change = StateChange(state, prev, self.base_url, diagnosis, self._config, self._restart_count,
-                             message or state.value, time.time())
-        self._cond.notify_all()
-        for cb in list(self._callbacks):
-            try:
-                cb(change)
-            except Exception:  # a listener's bug must not stop the supervisor; it is logged
-                log.exception("a state callback failed on %s", state.value)
+        """The one place that changes the state (:meth:`StateMachine.change`; caller holds the lock).
 
-    def _new_log_path(self, port: int) -> Path:
-        folder = self._log_dir or paths.log_dir()
-        try:
-            paths.ensure_private_dir(folder)
-            logs = sorted(folder.glob("llama-server-*.log"), key=lambda p: p.stat().st_mtime)
-            for old in logs[:-MAX_LOG_FILES]:
-                old.unlink(missing_ok=True)
-        except OSError:
-            log.debug("cannot prune old server logs in %s", folder, exc_info=True)
-        stamp = _dt.datetime.now().strftime("%Y%m%d-%H%M%S-%f")
-        return folder / f"llama-server-{stamp}-{port}.log"
+        Raises:
+            IllegalTransition: the table of :mod:`tuner.server.states` does not allow the change.
+        """
+        self._machine.change(state, diagnosis, message)
+
+    def _announce(self, message: str, diagnosis: Diagnosis | None = None) -> None:
+        """Tell the ``on_state`` callbacks ``message`` without changing the state (a silent but working
+        server, a cure's note): a :class:`StateChange` whose ``state`` equals its ``previous``."""
+        self._machine.announce(message, diagnosis)
 
     def _launch(self, gen: int, config: ServerConfig, message: str, port_attempt: int = 0,
                 prefer_port: int | None = None) -> None:
@@ -651,12 +481,12 @@ class Supervisor:
         port = config.port if config.port is not None else prefer_port or process.free_port(
             config.host if config.host not in ("0.0.0.0", "::") else "127.0.0.1")
         cfg = config.with_port(port)
-        key_file = _write_key_file(cfg.api_key) if cfg.api_key and self.dialect.has("--api-key-file") else None
+        key_file = write_key_file(cfg.api_key) if cfg.api_key and self.dialect.has("--api-key-file") else None
         argv = build_argv(self.binary.path, cfg, self.dialect, api_key_file=key_file.path if key_file else None)
-        log_path = self._new_log_path(port)
+        log_path = new_log_path(port, self._log_dir)
         with self._lock:
             if gen != self._gen:
-                _remove_key_file(key_file)
+                remove_key_file(key_file)
                 return
             self._config = cfg
             self._port = port
@@ -669,7 +499,7 @@ class Supervisor:
                                       tail_lines=self._tail_lines,
                                       pass_fds=(key_file.fd,) if key_file and key_file.fd is not None else ())
             except OSError as exc:
-                _remove_key_file(key_file)
+                remove_key_file(key_file)
                 self._set_state(ServerState.FAILED, Diagnosis(
                     "not_executable", f"cannot execute {self.binary.path}: {exc}", (), None, None, None),
                     message=f"cannot execute {self.binary.path}")
@@ -686,7 +516,7 @@ class Supervisor:
     def _fail_now(self, gen: int, diag: Diagnosis) -> None:
         """Fail the current start (only while ``starting``): kill the child, state failed."""
         with self._lock:
-            if gen != self._gen or self._state != ServerState.STARTING:
+            if gen != self._gen or self.state != ServerState.STARTING:
                 return
             self._gen += 1  # the monitor of this child stands down
             child = self._child
@@ -703,7 +533,15 @@ class Supervisor:
         return gen == self._gen
 
     def _monitor(self, gen: int, child: process.ChildProcess, cfg: ServerConfig, requested: ServerConfig,
-                 port_attempt: int, key_file: _KeyHandoff | None = None) -> None:
+                 port_attempt: int, key_file: KeyHandoff | None = None) -> None:
+        """The launch's thread. A state change the table refuses (a supervisor bug) is logged here."""
+        try:
+            self._follow_launch(gen, child, cfg, requested, port_attempt, key_file)
+        except IllegalTransition:
+            log.exception("llama-server pid %s: the supervisor made a state change its table forbids", child.pid)
+
+    def _follow_launch(self, gen: int, child: process.ChildProcess, cfg: ServerConfig, requested: ServerConfig,
+                       port_attempt: int, key_file: KeyHandoff | None) -> None:
         try:
             outcome = self._bring_up(gen, child, cfg)
         except Exception as exc:  # a bug must not leave the state hanging in "starting"
@@ -711,7 +549,7 @@ class Supervisor:
             outcome = Diagnosis("exited", f"internal error while checking readiness: {exc!r}",
                                 tuple(child.log_lines(20)))
         finally:
-            _remove_key_file(key_file)  # read at start-up; a restart writes a new one
+            remove_key_file(key_file)  # read at start-up; a restart writes a new one
             self._key_files.discard(key_file)
         if not self._alive_gen(gen):
             return
@@ -765,7 +603,7 @@ class Supervisor:
             self._ready_at = time.monotonic()
             self._set_state(ServerState.READY, message=f"serving {cfg.model_path.name} at {self.base_url}")
             if healed is not None:  # the note becomes the diagnosis: the doctor and the app read it
-                self._set_state(ServerState.READY, healed[0], message=healed[0].message)
+                self._announce(healed[0].message, healed[0])
         return True
 
     def _watch(self, gen: int, child: process.ChildProcess, cfg: ServerConfig) -> Diagnosis | None:
@@ -823,12 +661,6 @@ class Supervisor:
         """The local-only configuration to switch to when an RPC host is lost (see the class docs)."""
         with self._lock:
             self._rpc_fallback = config
-
-    def _note(self, message: str) -> None:
-        """Report ``message`` to the ``on_state`` callbacks without changing the state (e.g. a
-        silent but working server)."""
-        with self._lock:
-            self._set_state(self._state, message=message)
 
     def _last_good_other(self) -> ServerConfig | None:
         """The last configuration that reached ready and is not the current one (a workaround such
@@ -993,3 +825,6 @@ class Supervisor:
         if child.listens_on(cfg.port) is False:
             return "the listening socket belongs to another process"
         return None
+
+
+__all__ = ["IllegalTransition", "ServerStartError", "ServerState", "StateChange", "Supervisor", "startup_timeout_for"]
