@@ -80,6 +80,7 @@ from tuner.server.dialect import Dialect, probe_dialect
 from tuner.server.discovery import ServerBinary, find_server
 from tuner.server.keyhandoff import KeyHandoff, remove_key_file, sweep_stale_key_files, write_key_file
 from tuner.server.oomcount import OomCounters, read_oom_counters
+from tuner.server.restarts import CrashBook, Step, lost_rpc_host, record_cure, relaunch_message, served_death
 from tuner.server.serverlogs import new_log_path
 from tuner.server.states import LIVE, IllegalTransition, ServerState, StateChange, StateMachine
 
@@ -244,7 +245,7 @@ class Supervisor:
         self.health_interval_s = max(0.1, float(health_interval_s))
 
         self._lock = threading.RLock()
-        self._machine = StateMachine(self._lock, lambda: (self.base_url, self._config, self._restart_count))
+        self._machine = StateMachine(self._lock, lambda: (self.base_url, self._config, self._book.restart_count))
         if on_state is not None:
             self._machine.listen(on_state)
         self._gen = 0
@@ -253,13 +254,9 @@ class Supervisor:
         self._requested: ServerConfig | None = None
         self._port: int | None = None
         self._startup_timeout_s = 30.0
-        self._restart_count = 0
-        self._history: list[policy.Attempt] = []  # this start()'s ended launches
-        self._epoch = 0  # +1 at each fallback to another configuration
-        self._retry: str | None = None  # the current launch is a healing retry of this kind
+        self._book = CrashBook()  # this start()'s crashes, the configurations that reached ready
         self._ready_at: float | None = None
         self._oom_at_spawn: OomCounters = (None, None)
-        self._good_configs: list[ServerConfig] = []
         self._rpc_fallback = rpc_fallback
         self.rpc_lost: str | None = None
         self._log_path: Path | None = None
@@ -314,7 +311,7 @@ class Supervisor:
     @property
     def restart_count(self) -> int:
         """Crash restarts since the last :meth:`start`."""
-        return self._restart_count
+        return self._book.restart_count
 
     def log_tail(self, n: int = 50) -> list[str]:
         """The last ``n`` log lines of the current (or last) child, oldest first."""
@@ -362,8 +359,7 @@ class Supervisor:
         config = workarounds.apply_workarounds(config, self.binary.path)
         with self._lock:
             self._requested = config
-            self._restart_count = 0
-            self._history, self._epoch, self._retry = [], 0, None
+            self._book.begin()
             self._machine.diagnosis = None
             self._startup_timeout_s = startup_timeout_s if startup_timeout_s is not None else startup_timeout_for(config)
             self._gen += 1
@@ -571,39 +567,28 @@ class Supervisor:
             child.kill()
             self._after_crash(gen, child, hung, ready_s)
             return
-        rc = child.returncode
-        if rc is not None:
-            diag = self._exit_diagnosis(child, "serving")
-            if diag.code == "exited" and rc != 0:
-                diag = replace(diag, code="crashed", message=f"llama-server crashed (exit status {rc})")
-            elif diag.code == "exited":
-                diag = replace(diag, code="crashed", message="llama-server exited unexpectedly")
-            self._after_crash(gen, child, diag, ready_s)
+        if child.returncode is not None:
+            self._after_crash(gen, child, served_death(self._exit_diagnosis(child, "serving"), child.returncode),
+                              ready_s)
 
     def _became_ready(self, gen: int, cfg: ServerConfig, requested: ServerConfig) -> bool:
         """State ``ready`` (False when this launch was superseded). A healing retry that came up ends
         its start's crash story: a ``--no-repack`` cure is recorded as a machine fact first (so a
-        launch right after this one uses it), then reported as a note."""
+        launch right after this one uses it), then announced; the note becomes the diagnosis (the doctor
+        and the app read it)."""
         with self._lock:
-            healed = policy.healed(self._history, self._retry)
-        if healed is not None and healed[1] is not None:
-            try:
-                workarounds.record_no_repack(self.binary.path, healed[1], healed[0].evidence)
-            except (OSError, ValueError):
-                log.warning("cannot record the --no-repack workaround", exc_info=True)
+            healed = self._book.healed()
+        note = record_cure(self.binary.path, healed)
         with self._lock:
             if not self._alive_gen(gen):
                 return False
             if healed is not None and healed[1] is not None and self._requested is not None:
                 self._requested = replace(self._requested, no_repack=True)  # restarts keep it
-            self._retry = None
-            if requested in self._good_configs:
-                self._good_configs.remove(requested)
-            self._good_configs.append(requested)
+            self._book.mark_ready(requested)
             self._ready_at = time.monotonic()
             self._set_state(ServerState.READY, message=f"serving {cfg.model_path.name} at {self.base_url}")
-            if healed is not None:  # the note becomes the diagnosis: the doctor and the app read it
-                self._announce(healed[0].message, healed[0])
+            if note is not None:
+                self._announce(note.message, note)
         return True
 
     def _watch(self, gen: int, child: process.ChildProcess, cfg: ServerConfig) -> Diagnosis | None:
@@ -639,110 +624,64 @@ class Supervisor:
                            oom_before=self._oom_at_spawn, oom_after=self._read_oom())
         return diagnose(child.returncode, lines, ctx)
 
-    def _lost_rpc_host(self, lines: list[str]) -> str | None:
-        """The RPC host(s) a crashed child's log says it lost, probed when the log does not name it
-        (at most 1 s per host, in parallel); None when the crash was not about an RPC host."""
-        current = self._requested
-        if current is None or not current.rpc or self._rpc_fallback is None:
-            return None
-        from concurrent.futures import ThreadPoolExecutor
-
-        from tuner.rpcaddr import log_names_lost_host, parse_rpc_hosts, probe_endpoint
-
-        lost = log_names_lost_host(lines)
-        if lost is None or lost != "?":
-            return lost
-        eps = parse_rpc_hosts(list(current.rpc))
-        with ThreadPoolExecutor(max_workers=min(8, len(eps))) as pool:
-            gone = [str(e) for e, note in zip(eps, pool.map(lambda e: probe_endpoint(e, 1.0), eps)) if note]
-        return ", ".join(gone) if gone else ", ".join(current.rpc)
-
     def set_rpc_fallback(self, config: ServerConfig | None) -> None:
         """The local-only configuration to switch to when an RPC host is lost (see the class docs)."""
         with self._lock:
             self._rpc_fallback = config
 
-    def _last_good_other(self) -> ServerConfig | None:
-        """The last configuration that reached ready and is not the current one (a workaround such
-        as ``no_repack`` does not make a configuration another one)."""
-        if self._requested is None:
-            return None
-        current = replace(self._requested, no_repack=False)
-        return next((c for c in reversed(self._good_configs) if replace(c, no_repack=False) != current), None)
-
-    def _policy_settings(self, rpc_lost: bool) -> policy.PolicySettings:
-        """What :func:`tuner.server.restart_policy.next_step` needs to know about this supervisor."""
-        return policy.PolicySettings(
-            auto_restart=self.auto_restart, can_no_repack=self.dialect.first("--no-repack", "-nr") is not None,
-            has_fallback=self._last_good_other() is not None, rpc_lost=rpc_lost,
-            backoff_s=self.backoff_s, healthy_after_s=self.healthy_after_s, fallback_after=self.max_restarts,
-            cpu_flags=workarounds.cpu_identity().flags)
-
+    # ------------------------------------------------------------------ after a launch ended
     def _after_crash(self, gen: int, child: process.ChildProcess, diag: Diagnosis, ready_s: float | None) -> None:
-        """A launch ended (``ready_s``: how long it had been ready; None = never): record it, ask the
-        restart policy, and fail, retry, restart or fall back as it says."""
+        """A launch ended (``ready_s``: how long it had been ready; None = never): the restart policy
+        decides, the supervisor makes the transition, waits the action's delay and relaunches."""
         child.kill()
         if ready_s is None and diag.returncode is None:
             diag = replace(diag, returncode=child.returncode)
-        lost = self._lost_rpc_host(child.log_lines()) if self.auto_restart else None
+        cfg = self._requested
+        rpc = cfg.rpc if cfg is not None and self.auto_restart and self._rpc_fallback is not None else ()
+        lost = lost_rpc_host(child.log_lines(), rpc) if rpc else None
         with self._lock:
             if not self._alive_gen(gen):
                 return
             self._last_lines = child.log_lines()
-            cfg = self._config
-            no_repack = cfg is not None and (cfg.no_repack or bool({"--no-repack", "-nr"} & set(cfg.extra_args)))
-            self._history.append(policy.Attempt(diag, ready_s, no_repack, self._retry, self._epoch))
-            action = policy.next_step(self._history, self._policy_settings(lost is not None and
-                                                                           self._rpc_fallback is not None))
-            next_cfg = self._follow(action, lost, never_ready=ready_s is None)
-            if next_cfg is None or isinstance(action, policy.GiveUp):
-                return
-        # back off, then relaunch (stop() during the wait bumps the generation)
-        t_end = time.monotonic() + action.delay_s
-        while time.monotonic() < t_end:
-            if not self._alive_gen(gen):
-                return
-            time.sleep(min(0.1, max(0.0, t_end - time.monotonic())))
+            step = self._book.decide(diag, ready_s, self._config, self._requested, self._policy_settings(),
+                                     self._rpc_fallback, lost)  # policy
+            self._transition(step)  # transition
+        if step.config is None or isinstance(step.action, policy.GiveUp) or not self._wait(gen, step.action.delay_s):
+            return  # gave up, or superseded during the back-off
         with self._lock:
             if not self._alive_gen(gen):
                 return
-            self._startup_timeout_s = startup_timeout_for(next_cfg)
-        name = next_cfg.model_path.name
-        if isinstance(action, policy.RetryWithChange):
-            message = f"retrying {name} " + ("with --no-repack" if action.no_repack else "unchanged")
-        else:
-            message = f"restarting {name} (restart {self._restart_count})"
-        self._launch(gen, next_cfg, message=message, prefer_port=self._port)
+            self._startup_timeout_s = startup_timeout_for(step.config)
+        self._launch(gen, step.config, relaunch_message(step.action, step.config, self._book.restart_count),
+                     prefer_port=self._port)  # relaunch
 
-    def _follow(self, action: policy.Action, lost: str | None, never_ready: bool) -> ServerConfig | None:
-        """Apply ``action`` to the state (caller holds the lock); the configuration to launch next, or
-        None when the supervisor gave up (state ``failed``)."""
-        current = self._requested
-        if isinstance(action, policy.GiveUp) or current is None:
+    def _policy_settings(self) -> policy.PolicySettings:
+        """This supervisor's side of :func:`restart_policy.next_step` (the crash book adds the rest)."""
+        return policy.PolicySettings(
+            auto_restart=self.auto_restart, can_no_repack=self.dialect.first("--no-repack", "-nr") is not None,
+            backoff_s=self.backoff_s, healthy_after_s=self.healthy_after_s, fallback_after=self.max_restarts,
+            cpu_flags=workarounds.cpu_identity().flags)
+
+    def _transition(self, step: Step) -> None:
+        """The state change ``step`` calls for (caller holds the lock): failed, or starting again."""
+        if step.config is None:
             self._child = None
-            self._set_state(ServerState.FAILED, action.diagnosis, message=policy.describe(action, 0, never_ready))
-            return None
-        diag = action.diagnosis
-        if isinstance(action, policy.RetryWithChange):
-            self._retry = action.retry
-            self._set_state(ServerState.STARTING, diag, message=policy.describe(action, 0))
-            return replace(current, no_repack=True) if action.no_repack else current
-        self._retry = None
-        self._restart_count += 1
-        message = policy.describe(action, self._restart_count, never_ready)
-        next_cfg = current
-        if isinstance(action, policy.Fallback) and action.kind == "rpc" and self._rpc_fallback is not None:
-            next_cfg, self.rpc_lost = self._rpc_fallback, lost
-            diag = replace(diag, code="rpc_host_lost", message=f"RPC host {lost} lost while serving")
-            message = (f"RPC host {lost} lost while serving: falling back to this machine only "
-                       f"({'draft ' + next_cfg.draft_path.name + ', ' if next_cfg.draft_path else ''}"
-                       f"{next_cfg.spec_type or 'none'}, ngl {next_cfg.ngl if next_cfg.ngl is not None else 'auto'})")
-        elif isinstance(action, policy.Fallback):
-            next_cfg = self._last_good_other() or current
-        if next_cfg is not current:
-            self._requested, self._epoch = next_cfg, self._epoch + 1
-        self._set_state(ServerState.STARTING, diag, message=message)
-        return next_cfg
+            self._set_state(ServerState.FAILED, step.diagnosis, message=step.message)
+            return
+        if step.switched:
+            self._requested = step.config
+        if step.rpc_lost is not None:
+            self.rpc_lost = step.rpc_lost
+        self._set_state(ServerState.STARTING, step.diagnosis, message=step.message)
+
+    def _wait(self, gen: int, delay_s: float) -> bool:
+        """Sleep ``delay_s`` seconds; False as soon as this launch was superseded (a stop or a start)."""
+        t_end = time.monotonic() + delay_s
+        while time.monotonic() < t_end:
+            if not self._alive_gen(gen):
+                return False
+            time.sleep(min(0.1, max(0.0, t_end - time.monotonic())))
+        return self._alive_gen(gen)
 
     def _bring_up(self, gen: int, child: process.ChildProcess, cfg: ServerConfig) -> Diagnosis | None:
         """Run the readiness checks; None when ready, else the failure's :class:`Diagnosis`."""
