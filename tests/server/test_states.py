@@ -5,6 +5,7 @@ change, and a supervisor's own changes through start, stop, crashes and restarts
 from __future__ import annotations
 
 import itertools
+import logging
 import threading
 import time
 from pathlib import Path
@@ -148,3 +149,28 @@ def test_crash_restarts_stay_in_the_table(fake_server_bin: Path, model: Path) ->
     assert sup.state is ServerState.STOPPED
     assert _illegal(changes) == []
     assert (S.READY, S.STARTING) in {(c.previous, c.state) for c in changes}
+
+
+def test_an_illegal_change_in_a_monitor_thread_is_logged(fake_server_bin: Path, model: Path,
+                                                         caplog: pytest.LogCaptureFixture) -> None:
+    """A supervisor bug that tries a forbidden change on its monitor thread is logged with the table's
+    words (the thread has no caller to raise to) and the state stays what it was."""
+    sup = Supervisor(fake_server_bin)
+
+    def buggy_ready(gen: int, cfg: ServerConfig, requested: ServerConfig) -> bool:
+        with sup._lock:
+            sup._set_state(ServerState.STOPPED, message="a bug")  # starting -> stopped skips stopping
+        return True
+
+    sup._became_ready = buggy_ready  # type: ignore[method-assign]
+    with caplog.at_level(logging.ERROR, logger="tuner.server.supervisor"):
+        sup.start(ServerConfig(model_path=model))
+        t_end = time.monotonic() + 20
+        while not caplog.records and time.monotonic() < t_end:
+            time.sleep(0.05)
+        try:
+            assert sup.state is ServerState.STARTING
+        finally:
+            sup.stop()
+    [record] = [r for r in caplog.records if "forbids" in r.getMessage()]
+    assert record.exc_info is not None and "from starting to stopped" in str(record.exc_info[1])

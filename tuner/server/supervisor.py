@@ -31,6 +31,7 @@ whole tree (:mod:`tuner.process`).
 
 from __future__ import annotations
 
+import functools
 import logging
 import threading
 import time
@@ -412,7 +413,9 @@ class Supervisor:
             self._launches.discard(launch)
 
     def _follow_launch(self, gen: int, launch: Launch, child: process.ChildProcess) -> None:
-        alive = lambda: self._alive_gen(gen)  # noqa: E731 - the launch's threads stand down once it moved on
+        """Readiness (a taken port retried), ready, the watch, then :meth:`_after_crash`; each step stands
+        down once the launch was superseded (``alive``)."""
+        alive = functools.partial(self._alive_gen, gen)
         outcome = launch.check_ready(child, self.base_url or "", self._startup_timeout_s, self.ready_n_predict, alive)
         if not alive():
             return
