@@ -373,15 +373,15 @@ class Supervisor:
             self._current = launch
             self._set_state(ServerState.STARTING, message=message)
             try:
-                self._child = launch.spawn(self._tail_lines)
+                child = self._child = launch.spawn(self._tail_lines)
             except OSError as exc:
                 self._set_state(ServerState.FAILED, Diagnosis(
                     "not_executable", f"cannot execute {self.binary.path}: {exc}", (), None, None, None),
                     message=f"cannot execute {self.binary.path}")
                 return
             self._launches.add(launch)
-        threading.Thread(target=self._monitor, args=(gen, launch, self._child),
-                         name=f"llama-server-monitor-{self._child.pid}", daemon=True).start()
+        threading.Thread(target=self._monitor, args=(gen, launch, child), name=f"llama-server-monitor-{child.pid}",
+                         daemon=True).start()
 
     def _fail_now(self, gen: int, diag: Diagnosis) -> None:
         """Fail the current start (only while ``starting``): kill the child, state failed."""
