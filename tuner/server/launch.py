@@ -115,8 +115,8 @@ class Launch:
     def check_ready(self, child: process.ChildProcess, base_url: str, timeout_s: float, n_predict: int,
                     alive: Callable[[], bool]) -> Diagnosis | None:
         """:func:`tuner.server.readiness.bring_up` with a deadline ``timeout_s`` seconds after the spawn;
-        None when ready (or superseded: ``alive`` says). The key hand-off ends either way; an internal
-        error is logged and reported as the diagnosis, never left to hang the start."""
+        None when ready, else why not (``cancelled`` once ``alive`` turned False). The key hand-off ends
+        either way; an internal error is logged and reported as the diagnosis, never left to hang the start."""
         try:
             with ServerClient(base_url, api_key=self.cfg.api_key, timeout_s=5.0) as client:
                 return bring_up(child, self.cfg, client, self.dialect, deadline=child.started_at_s + timeout_s,

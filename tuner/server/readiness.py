@@ -37,10 +37,6 @@ POLL_S = 0.15
 DiedFn = Callable[[bool], Diagnosis]
 
 
-class _Superseded(Exception):
-    """This launch was superseded (stopped, or another start) while its checks ran."""
-
-
 def _same_path(a: str | Path, b: str | Path) -> bool:
     try:
         return os.path.samefile(a, b)
@@ -68,11 +64,12 @@ def identity_problem(client: ServerClient, child: process.ChildProcess, cfg: Ser
 def _wait_healthy(child: process.ChildProcess, cfg: ServerConfig, client: ServerClient, deadline: float,
                   timeout_s: float, alive: Callable[[], bool], died: DiedFn) -> Diagnosis | None:
     """Checks 1 and 2: None once our child answers ``/health``; a diagnosis when it exited, did not
-    answer by ``deadline`` (``load_hang``) or another server kept answering (``not_ours``)."""
+    answer by ``deadline`` (``load_hang``), another server kept answering (``not_ours``) or the launch was
+    superseded (``cancelled``)."""
     foreign_seen: str | None = None
     while True:
         if not alive():
-            raise _Superseded
+            return Diagnosis("cancelled", "the start was superseded (stopped, or started again)")
         if child.poll() is not None:
             return died(False)
         if time.monotonic() > deadline:
@@ -145,13 +142,11 @@ def bring_up(child: process.ChildProcess, cfg: ServerConfig, client: ServerClien
         n_predict: tokens of the readiness completion.
 
     Returns:
-        None when ready, or when superseded (the caller asks ``alive`` again); else why not
-        (``load_hang``, ``not_ours``, ``request_failed``, ``speculation_inactive``, or the death's diagnosis).
+        None when ready; else why not (``load_hang``, ``not_ours``, ``request_failed``,
+        ``speculation_inactive``, the death's diagnosis, or ``cancelled`` when ``alive`` turned False while
+        it waited for ``/health``).
     """
-    try:
-        problem = _wait_healthy(child, cfg, client, deadline, timeout_s, alive, died)
-    except _Superseded:
-        return None
+    problem = _wait_healthy(child, cfg, client, deadline, timeout_s, alive, died)
     if problem is None:
         problem = _first_completion(child, client, deadline, n_predict, died)
     if problem is None and cfg.is_speculative:
