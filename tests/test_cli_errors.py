@@ -173,6 +173,7 @@ def test_a_json_command_that_succeeds_prints_only_its_own_object(tmp_path: Path,
 # ------------------------------------------------------------------ 6: a busy port is said once
 
 
+@pytest.mark.server
 def test_a_busy_port_is_reported_once(tmp_path: Path, stories260k: Path, llama_server_bin: Path) -> None:
     """The real llama-server cannot bind a port another process listens on; the cause was printed twice
     (the state line, then again with ``[port_busy]``)."""
@@ -200,6 +201,7 @@ def test_a_busy_port_is_reported_once(tmp_path: Path, stories260k: Path, llama_s
 # ------------------------------------------------------------------ 8: serve --target reads rpc_hosts
 
 
+@pytest.mark.server
 def test_serve_target_reads_the_rpc_hosts_setting_and_reports_an_unreachable_host(
         tmp_path: Path, _home: Path, stories260k: Path, llama_server_bin: Path) -> None:
     """``serve --target FILE`` without ``--rpc`` ignored the ``rpc_hosts`` setting (``serve --models`` reads
