@@ -55,6 +55,7 @@ def test_an_ambiguous_target_name_is_an_error_listing_both_paths(command: list[s
     assert str(twins / "a" / "model.gguf") in err and str(twins / "b" / "model.gguf") in err
 
 
+@pytest.mark.server
 def test_a_path_in_the_same_folder_is_not_ambiguous(twins: Path, capsys) -> None:
     rc, out, err = run(capsys, ["plan", "--models", str(twins), "--target", str(twins / "b" / "model.gguf"),
                                 "--no-cross-check", "--json"])
@@ -62,6 +63,7 @@ def test_a_path_in_the_same_folder_is_not_ambiguous(twins: Path, capsys) -> None
     assert json.loads(out)["fits"] is True
 
 
+@pytest.mark.server
 def test_links_to_one_file_are_one_model(tmp_path: Path, capsys) -> None:
     root = tmp_path / "models"
     real = write_llama_gguf(root / "blobs" / "model.gguf", n_embd=64, n_layers=2)
