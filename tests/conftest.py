@@ -1,9 +1,30 @@
-"""Shared test fixtures: the real model, the real llama-server, temp model folders."""
+"""Shared test fixtures (the real model, the real llama-server, temp model folders) and the server rule.
+
+The server rule: a test that starts a real llama-server carries ``@pytest.mark.server``, so that
+``pytest -m "not server"`` starts none. For every test without the marker,
+
+- asking for ``llama_server_bin`` / ``ik_llama_server_bin`` (directly or through another fixture) fails
+  the test at set-up, before any function-scoped fixture could start a server;
+- a real llama-server started by this process (an audit hook on ``subprocess.Popen``, ``os.posix_spawn``,
+  ``os.spawn*``, ``os.system``) or by any of its descendants (a ``python -m tuner ...`` subprocess: a poll
+  of the process tree every 50 ms) fails the set-up, call or tear-down phase it started in, naming its argv.
+
+"Real" means an executable named ``llama-server*`` whose file starts with a native header (ELF, Mach-O,
+PE); the fake in tests/fakes (a ``#!/bin/sh`` script running Python) is allowed everywhere. A server
+that was already running when the test began (a session fixture of a marked test) is not the test's.
+Blind spot: a ``--help`` probe inside a subprocess can start and end between two polls; such tests
+get the binary through ``llama_server_bin``, which the first rule catches.
+"""
 
 from __future__ import annotations
 
 import os
+import shlex
 import shutil
+import sys
+import threading
+import time
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -132,3 +153,229 @@ def seed_cpu_buffers(request: pytest.FixtureRequest, home: Path) -> None:
     if seed is not None:
         (home / "cache").mkdir(parents=True, exist_ok=True)
         shutil.copyfile(seed, home / "cache" / seed.name)
+
+
+# --- the server rule (see the module docstring) ---
+
+SERVER_FIXTURES = ("llama_server_bin", "ik_llama_server_bin")
+"""Fixtures that hand a test the real llama-server binary: only tests marked ``server`` may ask for them."""
+
+POLL_S = 0.05
+"""Seconds between two looks at the process tree while an unmarked test runs."""
+
+_NATIVE_MAGIC = (b"\x7fELF", b"\xfe\xed\xfa\xce", b"\xfe\xed\xfa\xcf", b"\xce\xfa\xed\xfe", b"\xcf\xfa\xed\xfe",
+                 b"\xca\xfe\xba\xbe", b"MZ")
+_SPAWN_EVENTS = frozenset({"subprocess.Popen", "os.posix_spawn", "os.spawn", "os.system"})
+"""Audit events (PEP 578) that start a program."""
+
+
+def is_real_server(path: str | os.PathLike[str]) -> bool:
+    """Whether ``path`` is a real llama-server build: named ``llama-server*`` with a native executable
+    header (ELF, Mach-O, PE). A script of that name (the fake in tests/fakes) is not one."""
+    p = Path(path)
+    if not p.name.startswith("llama-server"):
+        return False
+    try:
+        with open(p, "rb") as fh:
+            head = fh.read(4)
+    except OSError:
+        return False
+    return head.startswith(_NATIVE_MAGIC)
+
+
+def _program(event: str, args: tuple) -> tuple[str, list[str]]:
+    """``(program path, argv)`` of a spawn audit event; a shell command line (``sh -c CMD``,
+    ``os.system``) is judged by its first word; a bare name is looked up on PATH."""
+    if event == "os.system":
+        argv = ["/bin/sh", "-c", os.fsdecode(args[0])]
+        executable = argv[0]
+    else:  # subprocess.Popen (executable, args, cwd, env), os.posix_spawn (path, argv, env), os.spawn (mode, ...)
+        executable, raw = (args[1], args[2]) if event == "os.spawn" else (args[0], args[1])
+        argv = [os.fsdecode(a) for a in ([raw] if isinstance(raw, (str, bytes, os.PathLike)) else raw)]
+        executable = os.fsdecode(executable) if executable is not None else argv[0]
+    if len(argv) >= 3 and argv[1] == "-c" and Path(executable).name in ("sh", "bash", "dash", "zsh"):
+        words = shlex.split(argv[2])
+        executable, argv = (words[0], words) if words else (executable, argv)
+    if os.sep not in executable and executable.startswith("llama-server"):
+        executable = shutil.which(executable) or executable
+    return executable, argv
+
+
+def _child_pids(pid: int) -> list[int]:
+    """Direct children of ``pid`` (Linux ``/proc/PID/task/TID/children``); ``[]`` once it is gone."""
+    try:
+        tasks = os.listdir(f"/proc/{pid}/task")
+    except OSError:
+        return []
+    out: list[int] = []
+    for tid in tasks:
+        try:
+            with open(f"/proc/{pid}/task/{tid}/children", encoding="ascii") as fh:
+                out.extend(int(x) for x in fh.read().split())
+        except (OSError, ValueError):
+            continue
+    return out
+
+
+_PROC_CHILDREN = os.path.exists(f"/proc/self/task/{threading.get_native_id()}/children")
+"""Whether this kernel lists a thread's children in /proc (Linux with CONFIG_PROC_CHILDREN)."""
+
+
+def _servers_below(root: int) -> Iterator[tuple[int, list[str]]]:
+    """``(pid, argv)`` of every real llama-server among ``root``'s descendants. Reads /proc on Linux
+    (about 30 µs for a handful of children); elsewhere psutil (milliseconds: it reads every process)."""
+    if not _PROC_CHILDREN:
+        import psutil
+
+        for child in psutil.Process(root).children(recursive=True):
+            try:
+                if child.name().startswith("llama-server") and is_real_server(child.exe()):
+                    yield child.pid, child.cmdline()
+            except psutil.Error:
+                continue
+        return
+    todo = _child_pids(root)
+    while todo:
+        pid = todo.pop()
+        todo.extend(_child_pids(pid))
+        try:
+            exe = os.readlink(f"/proc/{pid}/exe")
+            if not is_real_server(exe):
+                continue
+            with open(f"/proc/{pid}/cmdline", "rb") as fh:
+                argv = [os.fsdecode(a) for a in fh.read().split(b"\0") if a]
+        except OSError:  # gone, or a zombie
+            continue
+        yield pid, argv
+
+
+class ServerWatch:
+    """Records the real llama-servers started while armed (one unmarked test at a time).
+
+    The audit hook sees this process's own spawns (even a ``--version`` probe that ends at once); a daemon
+    thread polls the process tree every :data:`POLL_S` seconds for servers started by descendants.
+    """
+
+    def __init__(self) -> None:
+        self._armed = threading.Event()
+        self._lock = threading.Lock()
+        self._found: list[str] = []
+        self._seen: set[int] = set()
+        self._thread: threading.Thread | None = None
+
+    def audit(self, event: str, args: tuple) -> None:
+        """``sys.addaudithook`` callback: records a spawn of a real llama-server while armed."""
+        if event not in _SPAWN_EVENTS or not self._armed.is_set():
+            return
+        try:
+            program, argv = _program(event, args)
+            if is_real_server(program):
+                self._record(shlex.join(argv))
+        except Exception:  # noqa: BLE001 - an audit hook must never break the spawn it watches
+            pass
+
+    def arm(self) -> None:
+        """Start watching; servers already running (a marked test's) are not this test's."""
+        with self._lock:
+            self._found.clear()
+            self._seen = {pid for pid, _argv in _servers_below(os.getpid())}
+        self._armed.set()
+        if self._thread is None:
+            self._thread = threading.Thread(target=self._run, name="server-rule-watch", daemon=True)
+            self._thread.start()
+
+    def take(self) -> list[str]:
+        """The argvs recorded since the last take (after one last look at the process tree)."""
+        if self._armed.is_set():
+            self._poll()
+        with self._lock:
+            found, self._found = self._found, []
+        return found
+
+    def disarm(self) -> None:
+        self._armed.clear()
+
+    def _record(self, argv: str) -> None:
+        with self._lock:
+            if argv not in self._found:
+                self._found.append(argv)
+
+    def _poll(self) -> None:
+        for pid, argv in _servers_below(os.getpid()):
+            with self._lock:
+                if pid in self._seen:
+                    continue
+                self._seen.add(pid)
+            self._record(shlex.join(argv))
+
+    def _run(self) -> None:
+        while True:
+            self._armed.wait()
+            try:
+                self._poll()
+            except Exception:  # noqa: BLE001 - the watcher never dies; a missed look is retried
+                pass
+            time.sleep(POLL_S)
+
+
+_WATCH = ServerWatch()
+sys.addaudithook(_WATCH.audit)
+
+
+def _unmarked(item: pytest.Item) -> bool:
+    return item.get_closest_marker("server") is None
+
+
+def _fail_if_started(item: pytest.Item, phase: str) -> None:
+    found = _WATCH.take()
+    if found:
+        pytest.fail(f"{item.nodeid} started llama-server during {phase} without @pytest.mark.server (mark it server;"
+                    f" pytest -m 'not server' must start none): " + "; ".join(a[:400] for a in found), pytrace=False)
+
+
+@pytest.fixture(autouse=True)
+def _server_fixtures_need_the_marker(request: pytest.FixtureRequest) -> None:
+    """A test without the ``server`` marker that asks for the real binary (directly or through another
+    fixture) fails here: the first function-scoped fixture set up, before any that could start a server."""
+    item = request.node
+    used = [name for name in SERVER_FIXTURES if name in getattr(item, "fixturenames", ())]
+    if used and _unmarked(item):
+        pytest.fail(f"{item.nodeid} uses the fixture {used[0]}: this test starts llama-server: mark it server "
+                    "(@pytest.mark.server)", pytrace=False)
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_setup(item: pytest.Item) -> Iterator[None]:
+    """Set-up of a test without the ``server`` marker runs watched."""
+    if not _unmarked(item):
+        return (yield)
+    _WATCH.arm()
+    try:
+        return (yield)
+    finally:
+        _fail_if_started(item, "set-up")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_call(item: pytest.Item) -> Iterator[None]:
+    """The test itself, without the ``server`` marker: fails when it started a real llama-server."""
+    if not _unmarked(item):
+        return (yield)
+    try:
+        return (yield)
+    finally:
+        _fail_if_started(item, "the test")
+
+
+@pytest.hookimpl(wrapper=True, tryfirst=True)
+def pytest_runtest_teardown(item: pytest.Item, nextitem: pytest.Item | None) -> Iterator[None]:
+    """Tear-down of a test without the ``server`` marker: the last look, then the watch stops."""
+    if not _unmarked(item):
+        return (yield)
+    try:
+        return (yield)
+    finally:
+        try:
+            _fail_if_started(item, "tear-down")
+        finally:
+            _WATCH.disarm()
