@@ -26,6 +26,7 @@ from typing import Any
 
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.measure import Launch
+from tuner.calibration.workload import Workload
 from tuner.server.client import ServerUnreachableError
 
 TpsOf = Callable[[Candidate], float]
@@ -165,6 +166,8 @@ class ScriptedLaunch:
         clock: a simulated clock, advanced by ``load_s`` at each launch and by each request.
         load_s: seconds a model load takes (reported as ``Launch.load_s``).
         per_launch: keyword overrides of the ``launch``-th client (see :data:`PerLaunch`).
+        workload: ``Launch.workload`` of every launch (chat or sampled requests; ``None`` = greedy
+            ``/completion``).
         **client: keywords of every :class:`ScriptedClient` (``sleep_s``, ``overhead_s``, ``drafts``, ...).
 
     Attributes:
@@ -174,11 +177,12 @@ class ScriptedLaunch:
     """
 
     def __init__(self, tps_of: TpsOf, *, clock: SimClock | None = None, load_s: float = 0.01,
-                 per_launch: PerLaunch | None = None, **client: Any) -> None:
+                 per_launch: PerLaunch | None = None, workload: Workload | None = None, **client: Any) -> None:
         self.tps_of = tps_of
         self.clock = clock
         self.load_s = load_s
         self.per_launch = per_launch
+        self.workload = workload
         self.client = client
         self.launched: list[Candidate] = []
         self.live: list[Candidate] = []
@@ -201,4 +205,4 @@ class ScriptedLaunch:
                 stopped.set()
                 self.live.remove(candidate)
 
-        return Launch(client=client, stop=stop, log_tail=lambda n: [], load_s=self.load_s)
+        return Launch(client=client, stop=stop, log_tail=lambda n: [], load_s=self.load_s, workload=self.workload)
