@@ -162,6 +162,9 @@ def _outcome(text: str, test: str) -> set[str]:
 @pytest.mark.server
 def test_unmarked_tests_that_start_llama_server_fail_naming_the_argv(inner: pytest.Pytester,
                                                                       llama_server_bin: Path) -> None:
+    """Unmarked: a start in the pytest process and one below ``python -m tuner serve`` fail with the
+    server's argv, asking for llama_server_bin errors at set-up; marked, the same starts pass; the fake
+    passes unmarked."""
     result = inner.runpytest_subprocess("-p", "tests.conftest", "-p", "no:cacheprovider", "-rA", "test_bad.py",
                                         "test_good.py", timeout=300)
     text = result.stdout.str()
