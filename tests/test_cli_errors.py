@@ -55,6 +55,7 @@ def test_an_ambiguous_target_name_is_an_error_listing_both_paths(command: list[s
     assert str(twins / "a" / "model.gguf") in err and str(twins / "b" / "model.gguf") in err
 
 
+@pytest.mark.server
 def test_a_path_in_the_same_folder_is_not_ambiguous(twins: Path, capsys) -> None:
     rc, out, err = run(capsys, ["plan", "--models", str(twins), "--target", str(twins / "b" / "model.gguf"),
                                 "--no-cross-check", "--json"])
@@ -62,6 +63,7 @@ def test_a_path_in_the_same_folder_is_not_ambiguous(twins: Path, capsys) -> None
     assert json.loads(out)["fits"] is True
 
 
+@pytest.mark.server
 def test_links_to_one_file_are_one_model(tmp_path: Path, capsys) -> None:
     root = tmp_path / "models"
     real = write_llama_gguf(root / "blobs" / "model.gguf", n_embd=64, n_layers=2)
@@ -173,6 +175,7 @@ def test_a_json_command_that_succeeds_prints_only_its_own_object(tmp_path: Path,
 # ------------------------------------------------------------------ 6: a busy port is said once
 
 
+@pytest.mark.server
 def test_a_busy_port_is_reported_once(tmp_path: Path, stories260k: Path, llama_server_bin: Path) -> None:
     """The real llama-server cannot bind a port another process listens on; the cause was printed twice
     (the state line, then again with ``[port_busy]``)."""
@@ -200,6 +203,7 @@ def test_a_busy_port_is_reported_once(tmp_path: Path, stories260k: Path, llama_s
 # ------------------------------------------------------------------ 8: serve --target reads rpc_hosts
 
 
+@pytest.mark.server
 def test_serve_target_reads_the_rpc_hosts_setting_and_reports_an_unreachable_host(
         tmp_path: Path, _home: Path, stories260k: Path, llama_server_bin: Path) -> None:
     """``serve --target FILE`` without ``--rpc`` ignored the ``rpc_hosts`` setting (``serve --models`` reads

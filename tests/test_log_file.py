@@ -68,6 +68,7 @@ def test_rotated_files_and_an_old_0644_log_are_owner_only(tmp_path: Path, monkey
         assert _mode(f) == 0o600, (f, oct(_mode(f)))
 
 
+@pytest.mark.server
 def test_verbose_without_an_nvidia_driver_is_one_line_and_the_traceback_is_in_the_file(tmp_path: Path) -> None:
     """A new user's --verbose printed a 25-line NVML traceback on a machine without an NVIDIA driver."""
     import ctypes.util

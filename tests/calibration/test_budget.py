@@ -13,9 +13,9 @@ from itertools import pairwise
 
 import pytest
 
+from tests.fakes.scripted_server import ScriptedLaunch, SimClock
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
-from tuner.calibration.measure import Launch
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.search import Search, SearchSettings
 
@@ -23,16 +23,9 @@ DRAFT = "/m/good.gguf"
 PROMPTS = [(i, Prompt(f"prompt {i}", c)) for i, c in enumerate(["code", "creative", "math", "chat", "summary"])]
 
 
-class SimClock:
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-def slow_launch_fn(clock: SimClock, load_s: float = 8.0, base_tps: float = 3.0):
-    """A launch whose requests take n_predict / tokens/s of simulated time."""
+def slow_launch_fn(clock: SimClock, load_s: float = 8.0, base_tps: float = 3.0) -> ScriptedLaunch:
+    """A launch whose requests take n_predict / tokens/s (+ 0.05 s) of simulated time; a load takes
+    ``load_s``. The draft is 1.3-1.5x the baseline's ``base_tps`` (best at n_max 8), n-gram types 0.9x."""
 
     def tps_of(c: Candidate) -> float:
         if c.is_baseline:
@@ -41,29 +34,7 @@ def slow_launch_fn(clock: SimClock, load_s: float = 8.0, base_tps: float = 3.0):
             return base_tps * 0.9
         return base_tps * {16: 1.3, 8: 1.5, 4: 1.45}.get(c.n_max or 16, 1.4)
 
-    class Client:
-        def __init__(self, c: Candidate) -> None:
-            self.c = c
-
-        def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
-            tps = tps_of(self.c)
-            clock.t += n_predict / tps + 0.05
-            t = {"predicted_per_second": tps, "predicted_n": n_predict, "predicted_ms": (n_predict - 1) / tps * 1000}
-            if not self.c.is_baseline:
-                t.update(draft_n=n_predict, draft_n_accepted=n_predict // 2)
-            return {"content": "same", "timings": t}
-
-        def slots(self) -> list[dict]:
-            return [{"speculative": not self.c.is_baseline}]
-
-        def metrics_text(self) -> str:
-            return ""
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        clock.t += load_s
-        return Launch(client=Client(c), stop=lambda: None, log_tail=lambda n: [], load_s=load_s)
-
-    return launch
+    return ScriptedLaunch(tps_of, clock=clock, load_s=load_s)
 
 
 def run_slow_sweep(budget_s: float, base_tps: float = 3.0, side_by_side: bool = True):

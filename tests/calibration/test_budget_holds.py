@@ -14,51 +14,18 @@ import time
 
 import pytest
 
+from tests.fakes.scripted_server import ScriptedLaunch, SimClock, never_drafts
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
-from tuner.calibration.measure import Launch
 from tuner.calibration.search import HARD_LIMIT, Search, SearchSettings
 
-from .test_budget import DRAFT, PROMPTS, SimClock, slow_launch_fn
+from .test_budget import DRAFT, PROMPTS, slow_launch_fn
 
 
-class _Timeout(Exception):
-    pass
-
-
-def collapsing_launch_fn(collapse_after: int, fast_s: float = 0.02, slow_s: float = 4.0):
+def collapsing_launch_fn(collapse_after: int, fast_s: float = 0.02, slow_s: float = 4.0) -> ScriptedLaunch:
     """Real time: the first ``collapse_after`` launches answer each request in ``fast_s`` seconds, every
     later one in ``slow_s`` (honouring the request's timeout like an HTTP client: it gives up at it)."""
-    launches = [0]
-
-    class Client:
-        def __init__(self, c: Candidate, slow: bool) -> None:
-            self.c, self.slow = c, slow
-
-        def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
-            took = slow_s if self.slow else fast_s
-            if took > timeout_s:
-                time.sleep(timeout_s)
-                raise _Timeout(f"timed out after {timeout_s:.1f} s")
-            time.sleep(took)
-            tps = n_predict / took
-            t = {"predicted_per_second": tps, "predicted_n": n_predict, "predicted_ms": took * 1000}
-            if not self.c.is_baseline:
-                t.update(draft_n=n_predict, draft_n_accepted=n_predict // 2)
-            return {"content": "same", "timings": t}
-
-        def slots(self) -> list[dict]:
-            return [{"speculative": not self.c.is_baseline}]
-
-        def metrics_text(self) -> str:
-            return ""
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        launches[0] += 1
-        return Launch(client=Client(c, launches[0] > collapse_after), stop=lambda: None, log_tail=lambda n: [],
-                      load_s=0.01)
-
-    return launch
+    return ScriptedLaunch(lambda c: 0.0, per_launch=lambda c, n: {"sleep_s": slow_s if n > collapse_after else fast_s})
 
 
 def test_the_sweep_ends_at_its_time_limit_when_the_model_slows_down_after_the_baseline():
@@ -134,34 +101,15 @@ def test_the_first_eta_is_the_planned_protocols_not_the_default_guess():
         assert 0.5 * (e["took"] - e["elapsed_s"]) <= e["eta_s"] <= 2.0 * (e["took"] - e["elapsed_s"]) + 5, e
 
 
-def disturbed_baseline_launch_fn(clock: SimClock, fast: float = 700.0, slow: float = 22.8):
+def disturbed_baseline_launch_fn(clock: SimClock, fast: float = 700.0, slow: float = 22.8) -> ScriptedLaunch:
     """Simulated: the model alone runs at ``fast`` tokens/s, except its first launch, at ``slow``; n-gram
     types never draft on these prompts (they run as the model alone)."""
-    n_base = [0]
+    def per_launch(c: Candidate, n: int) -> dict:
+        first_baseline = c.is_baseline and not any(b.is_baseline for b in launch.launched[:n - 1])
+        return {"tps_of": lambda _c: slow} if first_baseline else {}
 
-    class Client:
-        def __init__(self, c: Candidate, tps: float) -> None:
-            self.c, self.tps = c, tps
-
-        def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
-            clock.t += n_predict / self.tps + 0.01
-            t = {"predicted_per_second": self.tps, "predicted_n": n_predict,
-                 "predicted_ms": (n_predict - 1) / self.tps * 1000}
-            return {"content": "same", "timings": t}
-
-        def slots(self) -> list[dict]:
-            return [{"speculative": not self.c.is_baseline}]
-
-        def metrics_text(self) -> str:
-            return ""
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        clock.t += 1.0
-        if c.is_baseline:
-            n_base[0] += 1
-        tps = slow if (c.is_baseline and n_base[0] == 1) else fast
-        return Launch(client=Client(c, tps), stop=lambda: None, log_tail=lambda n: [], load_s=1.0)
-
+    launch = ScriptedLaunch(lambda c: fast, clock=clock, load_s=1.0, overhead_s=0.01, drafts=never_drafts,
+                            per_launch=per_launch)
     return launch
 
 
@@ -230,30 +178,10 @@ def test_a_chain_whose_ngram_member_never_drafted_is_not_measured():
     alone plus a lookup that finds nothing: it is not launched, and the plain draft is what gets confirmed
     (bench/slow_target.py served such a chain, "with n-gram lookup (ngram-mod)", over 3 pairs)."""
     clock = SimClock()
-
-    class Client:
-        def __init__(self, c: Candidate) -> None:
-            self.c = c
-
-        def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
-            drafts = self.c.draft_path is not None
-            tps = 30.0 if drafts else 20.0
-            clock.t += n_predict / tps
-            t = {"predicted_per_second": tps, "predicted_n": n_predict, "predicted_ms": (n_predict - 1) / tps * 1000}
-            if drafts:
-                t.update(draft_n=n_predict, draft_n_accepted=int(0.8 * n_predict))
-            return {"content": "same", "timings": t}
-
-        def slots(self) -> list[dict]:
-            return [{"speculative": not self.c.is_baseline}]
-
-        def metrics_text(self) -> str:
-            return ""
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        clock.t += 1.0
-        return Launch(client=Client(c), stop=lambda: None, log_tail=lambda n: [], load_s=1.0)
-
+    # only a draft model drafts (1.5x, 80 % accepted); ngram-mod alone finds nothing to look up
+    launch = ScriptedLaunch(lambda c: 30.0 if c.draft_path is not None else 20.0, clock=clock, load_s=1.0,
+                            overhead_s=0.0,
+                            drafts=lambda c, n: (n, int(0.8 * n)) if c.draft_path is not None else None)
     draft = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=4, p_min=0.0)
     chain = Candidate(spec_type="ngram-mod,draft-simple", draft_path=DRAFT, n_max=4, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(draft,), ngram=(Candidate(spec_type="ngram-mod"), chain),

@@ -29,6 +29,8 @@ from typing import Any
 
 import pytest
 
+from tests.calibration import test_search
+from tests.fakes.scripted_server import DraftsOf, ScriptedLaunch, SimClock, TpsOf, half_accepted
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import Decision, decide
 from tuner.calibration.measure import Launch
@@ -374,43 +376,6 @@ def test_decision_words(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---- search event streams --------------------------------------------------------------------------------
-class _SimClock:
-    """A clock that only moves when a scripted server says time passed."""
-
-    def __init__(self) -> None:
-        self.t = 1000.0
-
-    def __call__(self) -> float:
-        return self.t
-
-
-class _Timed:
-    """A scripted client whose every request advances ``clock`` by its generation time (+ 50 ms)."""
-
-    def __init__(self, client: Any, clock: _SimClock) -> None:
-        self._client = client
-        self._clock = clock
-
-    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
-        out = self._client.completion(prompt, n_predict, timeout_s, **params)
-        self._clock.t += out["timings"]["predicted_ms"] / 1000.0 + 0.05
-        return out
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._client, name)
-
-
-def _timed_launch(client_cls: type, clock: _SimClock, launched: list[Candidate] | None = None,
-                  load_s: float = 0.5) -> Callable[[Candidate, threading.Event], Launch]:
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        clock.t += load_s
-        if launched is not None:
-            launched.append(c)
-        return Launch(client=_Timed(client_cls(c), clock), stop=lambda: None, log_tail=lambda n: [], load_s=load_s)
-
-    return launch
-
-
 def _stream(search: Search, events: list[str], ms: list[Measurement]) -> dict[str, Any]:
     """What the engine reads off a finished search, with its events and measurement stages."""
     return {
@@ -443,7 +408,7 @@ def _recorder(events: list[str]) -> Callable[..., None]:
 
 
 def _sweep(launch: Callable[[Candidate, threading.Event], Launch], plan: CandidatePlan, prompts: list,
-           settings: SearchSettings, clock: _SimClock, busy: bool = False) -> dict[str, Any]:
+           settings: SearchSettings, clock: SimClock, busy: bool = False) -> dict[str, Any]:
     events: list[str] = []
     search = Search(launch, plan, prompts, settings, threading.Event(), _recorder(events), clock=clock,
                     busy=(lambda: True) if busy else None)
@@ -456,7 +421,7 @@ def _sweep(launch: Callable[[Candidate, threading.Event], Launch], plan: Candida
 def _budget_case(budget_s: float, *, side_by_side: bool = True, base_tps: float = 3.0, load_s: float = 8.0,
                  ngram: tuple[str, ...] = ("ngram-mod", "ngram-simple"), drafts: bool = True, n_predict: int = 128,
                  prompts: int = 5, busy: bool = False) -> dict[str, Any]:
-    from tests.calibration.test_budget import DRAFT, PROMPTS, SimClock, slow_launch_fn
+    from tests.calibration.test_budget import DRAFT, PROMPTS, slow_launch_fn
 
     clock = SimClock()
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
@@ -467,17 +432,19 @@ def _budget_case(budget_s: float, *, side_by_side: bool = True, base_tps: float 
                   clock, busy=busy)  # type: ignore[arg-type]
 
 
-def _search_case(client: str, *, prompts: int = 1, ngram: tuple[Candidate, ...] = (),
-                 draft: str | None = "/m/good.gguf", spec_type: str = "draft-simple", **settings: Any) -> dict[str, Any]:
-    from tests.calibration import test_search
-
-    test_search._DriftClient.clock[0] = 0  # its drift is a class-wide counter
-    clock = _SimClock()
+def _search_case(tps_of: TpsOf, *, drafts_of: DraftsOf = half_accepted, prompts: int = 1,
+                 ngram: tuple[Candidate, ...] = (), draft: str | None = "/m/good.gguf", spec_type: str = "draft-simple",
+                 **settings: Any) -> dict[str, Any]:
+    """A scripted sweep of test_search.py at its speeds ``tps_of``; each request advances the simulated clock
+    by its ``predicted_ms`` + 50 ms, each launch by 10 ms."""
+    clock = SimClock()
+    launch = ScriptedLaunch(tps_of, clock=clock, load_s=0.01, content="same text", drafts=drafts_of,
+                            request_s=lambda t: t["predicted_ms"] / 1000.0 + 0.05)
     drafts = (Candidate(spec_type=spec_type, draft_path=draft, n_max=16, p_min=0.0),) if draft else ()
     plan = CandidatePlan(baseline=Candidate(), drafts=drafts, ngram=ngram, mtp=None, dropped=())
     all_prompts = [(0, Prompt("p", "code")), (1, Prompt("q", "creative"))]
-    return _sweep(_timed_launch(getattr(test_search, client), clock, load_s=0.01), plan, all_prompts[:prompts],
-                  SearchSettings(**{"n_predict": 16, "budget_s": 600, **settings}), clock)
+    return _sweep(launch, plan, all_prompts[:prompts], SearchSettings(**{"n_predict": 16, "budget_s": 600, **settings}),
+                  clock)
 
 
 SWEEPS: dict[str, Callable[[], dict[str, Any]]] = {
@@ -488,17 +455,17 @@ SWEEPS: dict[str, Callable[[], dict[str, Any]]] = {
                                             ngram=("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v")),
     "budget_180s_losers_only": lambda: _budget_case(180.0, drafts=False,
                                                     ngram=("ngram-mod", "ngram-simple", "ngram-map-k")),
-    "search_p_min_variant": lambda: _search_case("_Client"),
-    "search_dspark_head": lambda: _search_case("_Client", draft="/m/dspark.gguf", spec_type="draft-dspark"),
-    "search_abba_confirm": lambda: _search_case("_Client", probe_repetitions=3, p_min_variant=None),
-    "search_explore_dip": lambda: _search_case("_DipClient", p_min_variant=None),
-    "search_slow_draft": lambda: _search_case("_SlowDraftClient", p_min_variant=None),
-    "search_drift_side_by_side": lambda: _search_case("_DriftClient", prompts=2, p_min_variant=None,
+    "search_p_min_variant": lambda: _search_case(test_search._tps),
+    "search_dspark_head": lambda: _search_case(test_search._tps, draft="/m/dspark.gguf", spec_type="draft-dspark"),
+    "search_abba_confirm": lambda: _search_case(test_search._tps, probe_repetitions=3, p_min_variant=None),
+    "search_explore_dip": lambda: _search_case(test_search._dip_tps, p_min_variant=None),
+    "search_slow_draft": lambda: _search_case(test_search._slow_draft_tps, p_min_variant=None),
+    "search_drift_side_by_side": lambda: _search_case(test_search._drift_tps_of(), prompts=2, p_min_variant=None,
                                                       side_by_side=True),
-    "search_ngram_side_by_side": lambda: _search_case("_NgramClient", prompts=2, draft=None,
+    "search_ngram_side_by_side": lambda: _search_case(test_search._ngram_tps, prompts=2, draft=None,
                                                       ngram=(NGRAM,), side_by_side=True),
     "search_ngram_never_drafted": lambda: _search_case(
-        "_NoNgramDrafts", p_min_variant=None,
+        test_search._tps, drafts_of=test_search._no_ngram_drafts, p_min_variant=None,
         ngram=(SIMPLE, Candidate(spec_type="ngram-simple", ngram_n_max=16), NGRAM,
                Candidate(spec_type="ngram-mod", ngram_n_max=16, ngram_n_min=12))),
 }

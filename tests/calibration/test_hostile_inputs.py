@@ -37,6 +37,7 @@ def _run(args: list[str], home: Path, timeout_s: float = 60) -> tuple[int, str, 
 # ------------------------------------------------------------------------- special files
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("case", ["compat", "plan", "tune-prompts", "serve-api-key-file"])
 def test_a_fifo_argument_is_refused_within_seconds(case: str, tmp_path: Path, stories260k: Path,
                                                    llama_server_bin: Path) -> None:
@@ -73,6 +74,7 @@ def test_a_fifo_as_settings_file_does_not_block(tmp_path: Path, monkeypatch: pyt
 # ------------------------------------------------------------------------ tune and Ctrl-C
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("sig", [signal.SIGINT, signal.SIGTERM])
 def test_tune_interrupted_exits_within_the_stop_grace_and_leaves_no_child(
         sig: int, tmp_path: Path, stories260k: Path, llama_server_bin: Path) -> None:
@@ -291,6 +293,7 @@ def test_the_sweep_measures_a_bounded_number_of_prompts(tmp_path: Path) -> None:
 # ------------------------------------------------------------------------------ minor items
 
 
+@pytest.mark.server
 def test_minor_command_line_items(tmp_path: Path, stories260k: Path, llama_server_bin: Path) -> None:
     """One-line errors, no tracebacks: tune --server /bin/false, serve --target on a vocab-only
     file (refused before any launch), plan --ngl -5, doctor --timeout -1, and a scan table with a

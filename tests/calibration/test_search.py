@@ -8,9 +8,9 @@ from __future__ import annotations
 
 import threading
 
+from tests.fakes.scripted_server import ScriptedLaunch, TpsOf, half_accepted
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
-from tuner.calibration.measure import Launch
 from tuner.calibration.pairing import MIN_PAIRS, adjacent_pairs
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.search import Search, SearchSettings
@@ -18,42 +18,19 @@ from tuner.calibration.search import Search, SearchSettings
 DRAFT = "/m/good.gguf"
 
 
-class _Client:
-    """Answers like llama-server for a candidate whose speed depends on n_max and p_min."""
-
-    def __init__(self, c: Candidate) -> None:
-        self.c = c
-
-    def _tps(self) -> float:
-        if self.c.is_baseline:
-            return 100.0
-        n = self.c.n_max or 16
-        gain = {4: 1.30, 8: 1.45, 16: 1.20}.get(n, 1.25)
-        return 100.0 * gain * (1.05 if self.c.p_min else 1.0)
-
-    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
-        tps = self._tps()
-        t = {"predicted_per_second": tps, "predicted_n": n_predict, "predicted_ms": (n_predict - 1) / tps * 1000}
-        if not self.c.is_baseline:
-            t.update(draft_n=n_predict, draft_n_accepted=n_predict // 2)
-        return {"content": "same text", "timings": t}
-
-    def slots(self) -> list[dict]:
-        return [{"speculative": not self.c.is_baseline}]
-
-    def metrics_text(self) -> str:
-        return ""  # no per-position counters: the search falls back to fixed lengths (4, 8)
-
-    def close(self) -> None:
-        pass
+def _tps(c: Candidate) -> float:
+    """A candidate whose speed depends on n_max and p_min (no /metrics per-position counters: the
+    search falls back to fixed lengths, 4 and 8)."""
+    if c.is_baseline:
+        return 100.0
+    n = c.n_max or 16
+    gain = {4: 1.30, 8: 1.45, 16: 1.20}.get(n, 1.25)
+    return 100.0 * gain * (1.05 if c.p_min else 1.0)
 
 
 def test_refine_measures_a_p_min_variant_of_the_best_length():
-    launched: list[Candidate] = []
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        launched.append(c)
-        return Launch(client=_Client(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
+    launch = ScriptedLaunch(_tps, content="same text")
+    launched = launch.launched
 
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
@@ -80,12 +57,8 @@ def test_refine_measures_a_p_min_variant_of_the_best_length():
 def test_no_p_min_variant_for_a_dspark_head():
     """DSpark's p_min is a threshold on its confidence head (common/speculative.cpp), not on the draft
     token's probability: the search does not spend a launch on a p_min variant of such a head."""
-    launched: list[Candidate] = []
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        launched.append(c)
-        return Launch(client=_Client(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
-
+    launch = ScriptedLaunch(_tps, content="same text")
+    launched = launch.launched
     probe = Candidate(spec_type="draft-dspark", draft_path="/m/dspark.gguf", n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
     Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600),
@@ -94,29 +67,24 @@ def test_no_p_min_variant_for_a_dspark_head():
     assert not any(c.p_min for c in launched), [c.label for c in launched]
 
 
-def _scripted_search(client_cls: type, **settings) -> tuple[list[Candidate], list]:
-    """One search over the baseline and one draft (probe at n_max 16) on a scripted ``client_cls``;
+def _scripted_search(tps_of: TpsOf, **settings) -> tuple[list[Candidate], list]:
+    """One search over the baseline and one draft (probe at n_max 16) at the speeds of ``tps_of``;
     ``SearchSettings`` overrides in ``settings`` (no p_min variant unless asked). Returns
     ``(launched candidates in order, measurements)``."""
-    launched: list[Candidate] = []
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        launched.append(c)
-        return Launch(client=client_cls(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
-
+    launch = ScriptedLaunch(tps_of, content="same text")
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
     ms = Search(launch, plan, [(0, Prompt("p", "code"))],
                 SearchSettings(**{"n_predict": 16, "budget_s": 600, "p_min_variant": None, **settings}),
                 threading.Event(), lambda *a, **k: None).run()
-    return launched, ms
+    return launch.launched, ms
 
 
 def test_confirm_rounds_alternate_abba_and_stop_when_the_test_is_conclusive():
     """The paired rounds run A B B A A B B A …: each finalist repetition is measured right next to the
     baseline repetition with the same id; fresh ids after the screening ones; the rounds stop as soon
     as the sequential test is conclusive (a steady 1.45x: at MIN_PAIRS pairs)."""
-    _launched, ms = _scripted_search(_Client, probe_repetitions=3)
+    _launched, ms = _scripted_search(_tps, probe_repetitions=3)
     confirm = [(i, m) for i, m in enumerate(ms) if m.stage == "confirm"]
     assert confirm, [m.stage for m in ms]
     kinds = ["A" if m.candidate.is_baseline else "B" for _i, m in confirm]
@@ -135,17 +103,15 @@ def test_confirm_rounds_alternate_abba_and_stop_when_the_test_is_conclusive():
     assert d.winner == finalist and d.pairs == len(pairs) and f"{len(pairs)} adjacent pairs" in d.reason
 
 
-class _DipClient(_Client):
+def _dip_tps(c: Candidate) -> float:
     """A speed curve with its peak at n_max 5, between the fallback lengths 4 and 8."""
-
-    def _tps(self) -> float:
-        if self.c.is_baseline:
-            return 100.0
-        return 100.0 * {16: 1.10, 4: 1.30, 5: 1.40, 8: 1.20, 3: 1.05}.get(self.c.n_max or 16, 1.25)
+    if c.is_baseline:
+        return 100.0
+    return 100.0 * {16: 1.10, 4: 1.30, 5: 1.40, 8: 1.20, 3: 1.05}.get(c.n_max or 16, 1.25)
 
 
 def _dip_search(**settings):
-    launched, ms = _scripted_search(_DipClient, **settings)
+    launched, ms = _scripted_search(_dip_tps, **settings)
     return launched, decide(ms)
 
 
@@ -169,15 +135,13 @@ def test_no_exploration_without_spare_budget():
     assert 5 not in [c.n_max for c in launched] and d.winner.n_max == 4
 
 
-class _SlowDraftClient(_Client):
+def _slow_draft_tps(c: Candidate) -> float:
     """A draft that never beats the baseline (an unrelated draft: every length is slower)."""
-
-    def _tps(self) -> float:
-        return 100.0 if self.c.is_baseline else 60.0
+    return 100.0 if c.is_baseline else 60.0
 
 
 def test_a_draft_that_never_beats_the_baseline_is_not_explored():
-    launched, _ms = _scripted_search(_SlowDraftClient)
+    launched, _ms = _scripted_search(_slow_draft_tps)
     lengths = sorted(c.n_max for c in launched if not c.is_baseline)
     assert lengths == [4, 8, 16], lengths  # the probe and the refine stage's fallback lengths, nothing more
 
@@ -207,30 +171,23 @@ def test_explore_follows_the_curve_past_an_unlucky_neighbour():
     assert search._explore_next(probe) == (5, 0.0)
 
 
-class _DriftClient(_Client):
+def _drift_tps_of() -> TpsOf:
     """The machine's speed drifts between 1x and 3x slower over every 20 requests (another program
     comes and goes): both servers slow down together. The draft is 1.2–1.45x of the baseline at any
     one moment (n_max dependent)."""
+    requests = [0]
 
-    clock = [0]
+    def tps_of(c: Candidate) -> float:
+        requests[0] += 1
+        slow = 1.0 + 2.0 * abs((requests[0] / 10.0) % 2.0 - 1.0)  # a triangle wave, 1x..3x
+        return _tps(c) / slow
 
-    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
-        _DriftClient.clock[0] += 1
-        slow = 1.0 + 2.0 * abs((_DriftClient.clock[0] / 10.0) % 2.0 - 1.0)  # a triangle wave, 1x..3x
-        out = super().completion(prompt, n_predict, timeout_s, **params)
-        t = out["timings"]
-        t["predicted_per_second"] /= slow
-        t["predicted_ms"] *= slow
-        return out
+    return tps_of
 
 
 def test_side_by_side_rounds_pair_each_request_with_the_baseline_right_after_it():
-    live: list[Candidate] = []
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        live.append(c)
-        return Launch(client=_DriftClient(c), stop=lambda: live.remove(c), log_tail=lambda n: [], load_s=0.01)
-
+    launch = ScriptedLaunch(_drift_tps_of(), content="same text")
+    live = launch.live
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
     prompts = [(0, Prompt("p", "code")), (1, Prompt("q", "creative"))]
@@ -251,22 +208,14 @@ def test_side_by_side_rounds_pair_each_request_with_the_baseline_right_after_it(
     assert "confirmed" in events
 
 
-class _NgramClient(_Client):
+def _ngram_tps(c: Candidate) -> float:
     """No draft model; ngram-mod is a steady 1.3x."""
-
-    def _tps(self) -> float:
-        return 100.0 if self.c.is_baseline else 130.0
+    return 100.0 if c.is_baseline else 130.0
 
 
 def test_side_by_side_ngram_pairs_get_a_fresh_launch_each_while_the_baseline_stays_up():
-    launches: list[Candidate] = []
-    live: list[Candidate] = []
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        launches.append(c)
-        live.append(c)
-        return Launch(client=_NgramClient(c), stop=lambda: live.remove(c), log_tail=lambda n: [], load_s=0.01)
-
+    launch = ScriptedLaunch(_ngram_tps, content="same text")
+    launches, live = launch.launched, launch.live
     ngram = Candidate(spec_type="ngram-mod")
     plan = CandidatePlan(baseline=Candidate(), drafts=(), ngram=(ngram,), mtp=None, dropped=())
     ms = Search(launch, plan, [(0, Prompt("p", "code")), (1, Prompt("q", "math"))],
@@ -283,26 +232,20 @@ def test_side_by_side_ngram_pairs_get_a_fresh_launch_each_while_the_baseline_sta
     assert d.winner == ngram and abs(d.speedup - 1.3) < 0.01 and d.pairs == len(cand_runs)
 
 
-class _NoNgramDrafts(_Client):
+def _no_ngram_drafts(c: Candidate, n_predict: int) -> tuple[int, int] | None:
     """n-gram types run but never draft (prompts that repeat no n-gram); the draft model does."""
-
-    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
-        out = super().completion(prompt, n_predict, timeout_s, **params)
-        if self.c.spec_type.startswith("ngram"):
-            out["timings"].update(draft_n=0, draft_n_accepted=0)
-        return out
+    if c.spec_type.startswith("ngram"):
+        return (0, 0)
+    return half_accepted(c, n_predict)
 
 
 def test_another_length_of_an_ngram_type_that_never_drafted_is_not_launched():
     """ngram-simple drafts after a found lookup whatever its draft length: once it drafted nothing, its
     other length is skipped (a launch saved); ngram-mod's shorter variant has a smaller n_min (it drops
     drafts shorter than n_min), so it can draft where the default did not and is still measured."""
-    launched: list[Candidate] = []
+    launch = ScriptedLaunch(_tps, content="same text", drafts=_no_ngram_drafts)
+    launched = launch.launched
     events: list[str] = []
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        launched.append(c)
-        return Launch(client=_NoNgramDrafts(c), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
 
     simple, simple16 = Candidate(spec_type="ngram-simple"), Candidate(spec_type="ngram-simple", ngram_n_max=16)
     mod, mod16 = Candidate(spec_type="ngram-mod"), Candidate(spec_type="ngram-mod", ngram_n_max=16, ngram_n_min=12)

@@ -57,6 +57,7 @@ def test_bad_history_shape_names_the_file():
     assert [c["started_unix"] for c in chat_history.load_history()] == [5.0]
 
 
+@pytest.mark.server
 def test_memory_plan_text_counts_the_prompt_cache(stories260k_session):
     from tuner.catalog.scan import scan_folder
     from tuner.ui import flow

@@ -130,6 +130,7 @@ def test_real_server_agrees_and_a_patched_formula_is_reported(llama_server_bin, 
     assert "target compute" in line.text, lines
 
 
+@pytest.mark.server
 def test_a_cached_disagreement_reaches_the_tune_log(llama_server_bin, gemma3_270m, tmp_path, monkeypatch):
     """With the old compute formula patched back in, the server check of the target alone disagrees, and
     the sweep's plan notes (the tune log) carry that disagreement, read from the cache."""

@@ -4,12 +4,15 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from tests.hardware.conftest import gpu_devices
 from tuner import cli
 from tuner.cli import hardware as command
 from tuner.hardware.memory import load_model_spec
 
 
+@pytest.mark.server
 def test_devices_human_and_json_here(capsys):
     assert cli.main(["devices"]) == 0
     out = capsys.readouterr().out
@@ -37,6 +40,7 @@ def test_devices_json_fields_with_a_gpu(monkeypatch, capsys, tmp_path):
     assert d["budget_bytes"] == 7000 * 1024 * 1024
 
 
+@pytest.mark.server
 def test_plan_stories_cpu_only(stories260k_session, capsys):
     rc = cli.main(["plan", "--target", str(stories260k_session), "--ctx-size", "512"])
     out = capsys.readouterr().out
@@ -80,6 +84,7 @@ def test_plan_counts_every_shard_of_a_split_set(tmp_path, capsys):
     assert "tiny-00002-of-00003.gguf" in err and "missing shard" in err
 
 
+@pytest.mark.server
 def test_plan_rejects_inconsistent_flags(stories260k_session, capsys):
     t = str(stories260k_session)
     cases = [
@@ -104,6 +109,7 @@ def test_a_named_server_that_is_missing_is_an_error(stories260k_session, tmp_pat
     assert f"--server {gone}" in capsys.readouterr().err
 
 
+@pytest.mark.server
 def test_plan_default_ctx_is_capped_at_the_training_context(stories260k_session, capsys):
     """stories260K was trained with context_length 2048: the default n_ctx is 2048, not 4096, and says so."""
     spec = load_model_spec(stories260k_session)
@@ -117,6 +123,7 @@ def test_plan_default_ctx_is_capped_at_the_training_context(stories260k_session,
     assert "n_ctx 2048" in out and "note: n_ctx 2048: the model's training context" in out
 
 
+@pytest.mark.server
 def test_plan_warns_when_ctx_exceeds_the_training_context(stories260k_session, capsys):
     assert cli.main(["plan", "--target", str(stories260k_session), "--ctx-size", "8192"]) == 0
     out = capsys.readouterr().out
@@ -167,6 +174,7 @@ def test_plan_json_carries_the_context_vs_layers_trade(gemma3_270m, monkeypatch,
     assert f"Largest context with the whole target on the GPU: {top}" in out
 
 
+@pytest.mark.server
 def test_plan_takes_a_model_name_in_the_models_folder(stories260k_session, capsys):
     """`plan --models DIR --target NAME` finds the file as `tune` does (name or stem); a wrong name lists the
     folder's files."""

@@ -143,6 +143,7 @@ def gpu(name, bus, total_mib, used_mib, **kw):
 
 
 # ---------------------------------------------------------------------------- real probes
+@pytest.mark.server
 def test_real_probes_give_a_clean_answer_here():
     devs = detect_devices(None)
     host = probe_host()

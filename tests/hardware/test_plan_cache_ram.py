@@ -33,6 +33,7 @@ def _served_cache_ram(target: Path) -> int | None:
     return config_from_args(ns).cache_ram_mib
 
 
+@pytest.mark.server
 def test_plan_counts_the_cache_serve_passes_by_default(capsys, stories260k: Path) -> None:
     rc, out = _plan(capsys, stories260k, "--json")
     data = json.loads(out)
@@ -48,6 +49,7 @@ def test_plan_counts_the_cache_serve_passes_by_default(capsys, stories260k: Path
     assert "1.0 GiB" in host  # the cache-ram column of the host row
 
 
+@pytest.mark.server
 def test_plan_follows_the_setting_like_serve_and_the_flag_wins(capsys, stories260k: Path) -> None:
     settings.save_settings(settings.Settings(cache_ram_mib=256))
     rc, out = _plan(capsys, stories260k, "--json")

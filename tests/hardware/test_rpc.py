@@ -63,6 +63,7 @@ def test_install_check_sees_a_missing_rpc_server_and_names_the_rebuild(tmp_path:
     assert not rpc_build_status(_fake_bin(tmp_path / "noexec", "llama-server"), True).ok
 
 
+@pytest.mark.server
 def test_check_build_command_on_the_installed_binary_and_on_a_non_rpc_build(tmp_path: Path, llama_server_bin) -> None:
     env = {**os.environ, "PYTHONPATH": str(ROOT)}
     ok = subprocess.run([sys.executable, "-m", "tuner", "rpc-host", "--check-build"], capture_output=True,
@@ -102,6 +103,7 @@ def test_settings_rpc_hosts_round_trip_and_a_bad_entry_is_named() -> None:
         from_json({"rpc_hosts": "192.168.1.20:50052"})  # a string, not a list
 
 
+@pytest.mark.server
 def test_argv_puts_rpc_before_every_device_flag(llama_server_bin) -> None:
     d = probe_dialect(llama_server_bin)
     argv = build_argv(llama_server_bin, ServerConfig(model_path=Path("/m.gguf"), port=8080, ngl=99,

@@ -57,6 +57,7 @@ def _get(url: str, origin: str | None, method: str = "GET", key: str | None = No
         return exc.code, {k.lower(): v for k, v in exc.headers.items()}
 
 
+@pytest.mark.server
 def test_cors_refuses_other_sites_and_admits_localhost_and_the_settings_origin(
         llama_server_bin: Path, stories260k_session: Path) -> None:
     port = process.free_port()
@@ -110,6 +111,7 @@ def _key_files() -> list[Path]:
     return out
 
 
+@pytest.mark.server
 def test_key_fallback_file_is_private_removed_on_stop_and_swept_after_kill(
         llama_server_bin: Path, stories260k_session: Path, monkeypatch: pytest.MonkeyPatch) -> None:
     """Where no memfd exists, the key goes through a 0600 file in a 0700 folder: removed once the
@@ -162,6 +164,7 @@ def _serve(model: Path, key_file: Path, extra: list[str] = ()) -> subprocess.Pop
                             start_new_session=True)
 
 
+@pytest.mark.server
 @pytest.mark.parametrize("sig", [signal.SIGTERM, signal.SIGINT])
 def test_serve_stopped_during_start_up_leaves_no_key_file_and_no_child(
         sig: int, llama_server_bin: Path, stories260k_session: Path, tmp_path: Path) -> None:
@@ -204,6 +207,7 @@ def test_key_file_given_by_the_user_must_be_private(tmp_path: Path, stories260k_
     assert res.returncode == 2 and "mode 644" in res.stderr and "Traceback" not in res.stderr
 
 
+@pytest.mark.server
 def test_logs_are_private(llama_server_bin: Path, stories260k_session: Path) -> None:
     sup = Supervisor(llama_server_bin, liveness_timeout_s=None)
     try:
@@ -219,6 +223,7 @@ def test_logs_are_private(llama_server_bin: Path, stories260k_session: Path) -> 
 # ---------------------------------------------------------------------------------- liveness
 
 
+@pytest.mark.server
 def test_sigstopped_server_is_killed_and_restarted(llama_server_bin: Path, stories260k_session: Path) -> None:
     """Issue 16 item 6: a SIGSTOPped llama-server stayed 'ready' for 60 s. With a 3 s liveness
     timeout it is killed and restarted, and the change is reported through on_state."""
@@ -272,6 +277,7 @@ def test_liveness_rule_tells_a_working_process_from_a_stopped_one() -> None:
         busy.kill()
 
 
+@pytest.mark.server
 def test_long_prompt_processing_survives_the_liveness_check(llama_server_bin: Path, gemma3_270m: Path) -> None:
     """A real long prompt (Gemma 3 270M, ~1,400 tokens of prompt processing: ~6 s on this CPU when
     it is quiet, ~1.2 s was all that 280 tokens took) with a 1 s liveness timeout: /health is served by the HTTP pool during the work, and the CPU-time

@@ -35,6 +35,7 @@ def rows(tree):
     return out
 
 
+@pytest.mark.server
 def test_drafts_listed_once_with_their_role(make_app, qtbot, family_dir):
     app = make_app(tray_available=True)
     result = flow.scan(family_dir)

@@ -74,6 +74,7 @@ def test_low_acceptance_notifies_once(serving_controller):
     assert "slowing you down" in got[0][0] and "30%" in got[0][1] and "60%" in got[0][1]
 
 
+@pytest.mark.server
 def test_failure_goes_to_error_state_with_evidence(make_app, qtbot, tmp_path):
     from tuner.settings import Settings
 

@@ -5,6 +5,8 @@ from __future__ import annotations
 
 from types import SimpleNamespace
 
+import pytest
+
 from tuner import settings as S
 from tuner.ui import flow
 
@@ -36,6 +38,7 @@ def test_context_and_temperature_rows_save_the_settings(make_app):
     assert S.load_settings().long_share is None
 
 
+@pytest.mark.server
 def test_models_tab_context_text(stories260k_session):
     from tuner.catalog.scan import scan_folder
 

@@ -1,0 +1,208 @@
+"""An in-process scripted llama-server for the search's tests: no process, no HTTP, a speed per candidate.
+
+The calibration search only sees a server through its :class:`~tuner.calibration.measure.CompletionClient`
+and the :data:`~tuner.calibration.measure.LaunchFn` that starts one. Tests that pin the search's *plan*
+(which candidates it launches, in what order, when the budget stops it) script both here: each
+candidate's generation speed comes from a function the test gives, and every request and model load
+either advances a simulated clock (:class:`SimClock`, a sweep of simulated minutes runs in milliseconds),
+sleeps in real time, or takes no time at all. The measurement protocol itself is tested against the real
+llama-server (tests/calibration/test_measure.py, test_tune_e2e.py).
+
+The answers have llama-server's shapes (tools/server/server-context.cpp: ``/completion``'s ``timings``
+with ``predicted_per_second``, ``predicted_n``, ``predicted_ms``, ``draft_n``, ``draft_n_accepted``;
+``/slots``' ``speculative``; ``/props``' ``default_generation_settings.params``).
+
+    launch = ScriptedLaunch(lambda c: 100.0 if c.is_baseline else 130.0)
+    Search(launch, plan, prompts, settings, cancel, emit).run()
+    launch.launched  # the candidates, in launch order
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable, Mapping
+from typing import Any
+
+from tuner.calibration.candidates import Candidate
+from tuner.calibration.measure import Launch
+from tuner.calibration.workload import Workload
+from tuner.server.client import ServerUnreachableError
+
+TpsOf = Callable[[Candidate], float]
+"""``tps_of(candidate) -> tokens/s`` of its generation; called once per request, so a script may vary it
+over time (a drifting machine)."""
+
+DraftsOf = Callable[[Candidate, int], "tuple[int, int] | None"]
+"""``drafts(candidate, n_predict) -> (draft_n, draft_n_accepted)`` of one answer, ``None`` = the answer
+has no draft fields (a server that does not speculate)."""
+
+PerLaunch = Callable[[Candidate, int], Mapping[str, Any]]
+"""``per_launch(candidate, launch) -> ScriptedClient keyword overrides`` for the ``launch``-th server
+(1-based, counted over all candidates): a machine that slows down after some launch, or one disturbed
+launch."""
+
+
+def half_accepted(candidate: Candidate, n_predict: int) -> tuple[int, int] | None:
+    """The default drafts: a speculative candidate drafts ``n_predict`` tokens and half are accepted."""
+    return None if candidate.is_baseline else (n_predict, n_predict // 2)
+
+
+def never_drafts(candidate: Candidate, n_predict: int) -> tuple[int, int] | None:
+    """No answer carries draft fields (n-gram types that find nothing to look up, run as the model alone)."""
+    return None
+
+
+class SimClock:
+    """A simulated ``time.monotonic``: starts at 1000 s and moves only when the script advances it."""
+
+    def __init__(self, t: float = 1000.0) -> None:
+        self.t = t
+
+    def __call__(self) -> float:
+        return self.t
+
+    def advance(self, seconds: float) -> None:
+        self.t += seconds
+
+
+class ScriptedClient:
+    """Answers like llama-server's client (the whole ``CompletionClient`` protocol) for one candidate.
+
+    Args:
+        candidate: the candidate this server runs.
+        tps_of: its generation speed in tokens/s (see :data:`TpsOf`); unused when ``sleep_s`` is set.
+        clock: a simulated clock advanced by each request's :attr:`request_s`.
+        sleep_s: real seconds each request takes whatever ``n_predict`` (its speed is then
+            ``n_predict / sleep_s``); a request longer than its ``timeout_s`` waits ``timeout_s`` and
+            raises ``ServerUnreachableError`` as the HTTP client does. ``None`` = no real time.
+        overhead_s: simulated seconds per request beyond generation (prompt, HTTP).
+        request_s: simulated seconds of one request from its ``timings``; default
+            ``predicted_n / predicted_per_second + overhead_s``.
+        drafts: the draft counts of each answer (see :data:`DraftsOf`).
+        content: the generated text of every answer (the same for every candidate: lossless).
+        metrics: the ``/metrics`` text (empty: no per-position counters, the search falls back to fixed
+            draft lengths).
+        server_sampling: ``/props``' ``default_generation_settings.params`` (empty: unreadable).
+    """
+
+    def __init__(self, candidate: Candidate, tps_of: TpsOf, *, clock: SimClock | None = None,
+                 sleep_s: float | None = None, overhead_s: float = 0.05,
+                 request_s: Callable[[Mapping[str, float]], float] | None = None, drafts: DraftsOf = half_accepted,
+                 content: str = "same", metrics: str = "", server_sampling: Mapping[str, float] | None = None
+                 ) -> None:
+        self.candidate = candidate
+        self.tps_of = tps_of
+        self.clock = clock
+        self.sleep_s = sleep_s
+        self.overhead_s = overhead_s
+        self.request_s = request_s or (lambda t: t["predicted_n"] / t["predicted_per_second"] + overhead_s)
+        self.drafts = drafts
+        self.content = content
+        self.metrics = metrics
+        self.server_sampling = dict(server_sampling or {})
+        self.requests = 0
+
+    def _timings(self, n_predict: int, timeout_s: float) -> dict:
+        """One generation of ``n_predict`` tokens: waits or advances the clock, returns llama-server's
+        ``timings``."""
+        self.requests += 1
+        if self.sleep_s is not None:
+            if self.sleep_s > timeout_s:
+                time.sleep(timeout_s)
+                raise ServerUnreachableError("scripted", f"timed out after {timeout_s:.1f} s")
+            time.sleep(self.sleep_s)
+            tps, ms = n_predict / self.sleep_s, self.sleep_s * 1000
+        else:
+            tps = self.tps_of(self.candidate)
+            ms = (n_predict - 1) / tps * 1000
+        t: dict[str, float] = {"predicted_per_second": tps, "predicted_n": n_predict, "predicted_ms": ms}
+        if self.clock is not None and self.sleep_s is None:
+            self.clock.advance(self.request_s(t))
+        drafted = self.drafts(self.candidate, n_predict)
+        if drafted is not None:
+            t.update(draft_n=drafted[0], draft_n_accepted=drafted[1])
+        return t
+
+    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
+        """``POST /completion``: ``{"content", "timings"}``."""
+        return {"content": self.content, "timings": self._timings(n_predict, timeout_s)}
+
+    def oai_completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
+        """``POST /v1/completions``: ``choices[0].text`` (also as ``content``, as the real client adds it)."""
+        return {"choices": [{"text": self.content}], "content": self.content,
+                "timings": self._timings(n_predict, timeout_s)}
+
+    def chat(self, messages: list[dict], max_tokens: int, timeout_s: float = 120.0, **params: Any) -> dict:
+        """``POST /v1/chat/completions``: ``choices[0].message.content`` and llama.cpp's ``timings``."""
+        return {"choices": [{"message": {"role": "assistant", "content": self.content}}],
+                "timings": self._timings(max_tokens, timeout_s)}
+
+    def tokenize(self, text: str, timeout_s: float = 60.0) -> list[int]:
+        """``POST /tokenize``: one token per whitespace-separated word (enough to size long prompts)."""
+        return list(range(len(text.split())))
+
+    def slots(self) -> list[dict]:
+        """``GET /slots``: one slot, speculative unless the baseline runs."""
+        return [{"speculative": not self.candidate.is_baseline}]
+
+    def metrics_text(self) -> str:
+        """``GET /metrics`` (Prometheus text)."""
+        return self.metrics
+
+    def props(self) -> dict:
+        """``GET /props``: the server's sampling defaults."""
+        return {"default_generation_settings": {"params": dict(self.server_sampling)}}
+
+    def close(self) -> None:
+        pass
+
+
+class ScriptedLaunch:
+    """A :data:`~tuner.calibration.measure.LaunchFn` starting a :class:`ScriptedClient` per candidate.
+
+    Args:
+        tps_of: each candidate's speed (see :data:`TpsOf`).
+        clock: a simulated clock, advanced by ``load_s`` at each launch and by each request.
+        load_s: seconds a model load takes (reported as ``Launch.load_s``).
+        per_launch: keyword overrides of the ``launch``-th client (see :data:`PerLaunch`).
+        workload: ``Launch.workload`` of every launch (chat or sampled requests; ``None`` = greedy
+            ``/completion``).
+        **client: keywords of every :class:`ScriptedClient` (``sleep_s``, ``overhead_s``, ``drafts``, ...).
+
+    Attributes:
+        launched: every candidate launched, in order.
+        live: candidates whose server was started and not yet stopped.
+        clients: every client handed out, in launch order.
+    """
+
+    def __init__(self, tps_of: TpsOf, *, clock: SimClock | None = None, load_s: float = 0.01,
+                 per_launch: PerLaunch | None = None, workload: Workload | None = None, **client: Any) -> None:
+        self.tps_of = tps_of
+        self.clock = clock
+        self.load_s = load_s
+        self.per_launch = per_launch
+        self.workload = workload
+        self.client = client
+        self.launched: list[Candidate] = []
+        self.live: list[Candidate] = []
+        self.clients: list[ScriptedClient] = []
+
+    def __call__(self, candidate: Candidate, cancel: threading.Event) -> Launch:
+        self.launched.append(candidate)
+        self.live.append(candidate)
+        if self.clock is not None:
+            self.clock.advance(self.load_s)
+        kw = {"clock": self.clock, **self.client}
+        if self.per_launch is not None:
+            kw.update(self.per_launch(candidate, len(self.launched)))
+        client = ScriptedClient(candidate, kw.pop("tps_of", self.tps_of), **kw)
+        self.clients.append(client)
+        stopped = threading.Event()
+
+        def stop() -> None:
+            if not stopped.is_set():
+                stopped.set()
+                self.live.remove(candidate)
+
+        return Launch(client=client, stop=stop, log_tail=lambda n: [], load_s=self.load_s, workload=self.workload)
