@@ -232,7 +232,7 @@ OWN_PROSE_READS = Counter({
     ("tuner/calibration/engine.py", "note not in reason"): 1,
     ("tuner/calibration/engine.py", "reason.replace(note, '')"): 1,
     ("tuner/calibration/engine.py", "reason.replace(note, dated)"): 1,
-    ("tuner/cli/tune.py", "reason.lower().startswith((label.lower(), 'no speculation', 'serving '))"): 1,
+    ("tuner/cli/tune_report.py", "reason.lower().startswith((label.lower(), 'no speculation', 'serving '))"): 1,
     # the same pattern outside the decision
     ("tuner/settings.py", "'readable' in str(exc)"): 1,
     ("tuner/ui/graphs.py", "' n_max ' in label"): 1,

@@ -199,7 +199,7 @@ def test_per_category_compares_the_same_prompts_and_repetitions():
 
 
 def test_decision_line_does_not_repeat_the_words():
-    from tuner.cli.tune import decision_line
+    from tuner.cli.tune_report import decision_line
 
     base = m(BASE, [240.0, 238.0, 243.0])
     slow = m(GOOD, [205.0, 210.0, 199.0], acceptance=0.41)

@@ -132,7 +132,7 @@ def test_chart_decision_and_per_category_lines_agree() -> None:
     # the CLI's comparison table quotes the same figures, with what they rest on
     import io
 
-    from tuner.cli.tune import print_table
+    from tuner.cli.tune_report import print_table
 
     out = io.StringIO()
     print_table(result, out)
@@ -148,7 +148,7 @@ def test_a_reused_profile_prints_the_comparisons_it_saved() -> None:
     import io
 
     from tuner.calibration.engine import _decision_from_profile
-    from tuner.cli.tune import print_table
+    from tuner.cli.tune_report import print_table
     from tuner.profiles.profile import Profile, StalenessKeys
 
     ms = _sweep()
@@ -203,7 +203,7 @@ def test_table_without_comparisons_does_not_point_to_a_missing_table() -> None:
     from tuner.calibration.decide import decide
     from tuner.calibration.results import Measurement, Sample
     from tuner.calibration.tune import TuneResult
-    from tuner.cli.tune import print_table
+    from tuner.cli.tune_report import print_table
 
     base = Measurement(Candidate(), samples=(Sample(0, "code", 0, 60.0),), stage="baseline")
     mod = Measurement(Candidate(spec_type="ngram-mod"), samples=(Sample(0, "code", 0, 150.0),), stage="probe",

@@ -259,7 +259,7 @@ def _gui_text(result: TuneResult) -> str:
 
 def _words(d: Decision, *, reused: bool = False, profile: Any = None) -> dict[str, Any]:
     """What a user reads of ``d``: the reason, the CLI's last line and table, the GUI's text, and the JSON."""
-    from tuner.cli.tune import decision_line, print_table
+    from tuner.cli.tune_report import decision_line, print_table
 
     result = TuneResult(target_path=Path("/m/t.gguf"), decision=d, reused=reused, profile=profile)
     table = io.StringIO()
