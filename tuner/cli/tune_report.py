@@ -9,7 +9,9 @@ from __future__ import annotations
 import time
 from typing import Any, TextIO
 
+from tuner.calibration.decide import Decision
 from tuner.calibration.request import TuneResult
+from tuner.calibration.wording import break_even_words
 
 
 def result_to_json(result: TuneResult) -> dict[str, Any]:
@@ -75,17 +77,13 @@ def _fmt(v: float | None, spec: str) -> str:
     return "-" if v is None else format(v, spec)
 
 
-def decision_line(d: Any) -> str:
-    """The final line: ``Decision: <reason>``. The reason already names the winner ("Serving n-gram lookup
-    (ngram-mod) …: about 1.3× as fast …") or starts with "No speculation:", so the label is not repeated
-    in front of it."""
-    reason = (d.reason or "").strip()
-    label = d.winner.label
-    if not reason:
-        return f"Decision: {label}."
-    if reason.lower().startswith((label.lower(), "no speculation", "serving ")):
-        return f"Decision: {reason}"
-    return f"Decision: {label}. {reason}"
+def decision_line(d: Decision) -> str:
+    """The final line: ``Decision: <the decision's words>``. Every decision's first sentence says what is
+    served ("Serving n-gram lookup (ngram-mod) …: about 1.3× as fast …", "No speculation: …"; a profile saved
+    before the sentences were kept shows its own words), so the label is not repeated in front of it; only a
+    decision without words gets its label."""
+    text = d.reason.strip()
+    return f"Decision: {text}" if text else f"Decision: {d.winner.label}."
 
 
 def print_table(result: TuneResult, out: TextIO) -> None:
@@ -139,7 +137,8 @@ def print_table(result: TuneResult, out: TextIO) -> None:
     if d is not None:
         out.write("\n")
         for b in d.break_even:
-            out.write(f"break-even {b.candidate.label}: {b.describe()}\n")
+            out.write(f"break-even {b.candidate.label}: "
+                      f"{break_even_words(b.acceptance, b.break_even_acceptance, b.never_pays)}\n")
         if d.per_category:
             label = d.per_category[0].candidate_label or "best speculative configuration"
             out.write(f"per category, {label} vs no speculation on the same prompts and repetitions:\n")
