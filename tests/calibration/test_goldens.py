@@ -285,7 +285,9 @@ def _words(d: Decision, *, reused: bool = False, profile: Any = None) -> dict[st
 
 
 def _profile_cases() -> dict[str, Any]:
-    """A saved decision shown again: its busy note dated, or dropped without a time (``_decision_from_profile``)."""
+    """A saved decision shown again (``_decision_from_profile``): its sentence about other programs dated, or
+    left out without a time; a profile saved before the decision's sentences were kept ("older profile"):
+    its reason verbatim, then when it was measured."""
     from tuner.calibration.engine import _decision_from_profile
     from tuner.profiles.profile import Profile, StalenessKeys
 
@@ -299,6 +301,9 @@ def _profile_cases() -> dict[str, Any]:
         prof = Profile(target_path="/m/t.gguf", keys=keys, winner=d.winner.to_json(), server_config={}, argv=(),
                        decision=d.to_json(), evidence=tuple(m.to_json() for m in ms), created_unix_s=created)
         out[name] = _words(_decision_from_profile(prof), reused=True, profile=prof)
+        older = {k: v for k, v in d.to_json().items() if k not in ("kind", "named", "sentences")}
+        prof = replace(prof, decision=older)
+        out[f"older {name}"] = _words(_decision_from_profile(prof), reused=True, profile=prof)
     return out
 
 
