@@ -46,30 +46,31 @@ def result_to_json(result: TuneResult) -> dict[str, Any]:
         ms = list(prof.evidence)
     else:
         ms = []
-    measurements = [
-        {
-            "candidate": m.get("candidate"),
-            "label": m.get("label"),
-            "stage": m.get("stage"),
-            "gen_tokens_per_s": m.get("gen_tokens_per_s"),
-            "acceptance": m.get("acceptance"),
-            "speculative_active": m.get("speculative_active"),
-            "lossless": m.get("lossless"),
-            "divergences": m.get("divergences") or [],
-            "error": m.get("error"),
-            "no_drafts_at": m.get("no_drafts_at"),
-            "cut_short": bool(m.get("cut_short")),
-            "superseded": m.get("superseded"),
-        }
-        for m in ms
-    ]
     return {
         "decision": decision,
-        "measurements": measurements,
+        "measurements": [_measurement_json(m) for m in ms],
         "profile_path": str(result.profile_path) if result.profile_path else None,
         "reused": result.reused,
         "cancelled": result.cancelled,
         "dropped": [{"label": x.candidate.label, "reason": x.reason} for x in result.dropped],
+    }
+
+
+def _measurement_json(m: dict[str, Any]) -> dict[str, Any]:
+    """One measurement's ``--json`` fields (from ``Measurement.to_json`` or a profile's evidence)."""
+    return {
+        "candidate": m.get("candidate"),
+        "label": m.get("label"),
+        "stage": m.get("stage"),
+        "gen_tokens_per_s": m.get("gen_tokens_per_s"),
+        "acceptance": m.get("acceptance"),
+        "speculative_active": m.get("speculative_active"),
+        "lossless": m.get("lossless"),
+        "divergences": m.get("divergences") or [],
+        "error": m.get("error"),
+        "no_drafts_at": m.get("no_drafts_at"),
+        "cut_short": bool(m.get("cut_short")),
+        "superseded": m.get("superseded"),
     }
 
 
@@ -87,72 +88,88 @@ def decision_line(d: Decision) -> str:
 
 
 def print_table(result: TuneResult, out: TextIO) -> None:
-    """Human-readable summary: one row per measurement, then the decision."""
-    data = result_to_json(result)
-    rows = data["measurements"]
-    d = result.decision
+    """Human-readable summary: one row per launch, one per configuration compared with no speculation,
+    the break-even and per-category lines, then the decision's line and the profile's path."""
     comparisons = result.comparison_figures()
-    if result.reused and result.profile is not None:
-        when = result.profile.created_unix_s
-        out.write("The saved profile's launches" + (f", measured {time.strftime('%Y-%m-%d %H:%M', time.localtime(when))}"
-                                                    if when else "")
-                  + " (reused: still fresh; --force measures again), each on its own requests"
-                  + (" (compare configurations in the table below, not here):\n" if comparisons else ":\n"))
-    elif comparisons:
-        out.write("Every launch, each on its own requests (compare configurations in the table below, not here):\n")
-    else:
-        out.write("Every launch, each on its own requests at its own time (not a comparison: no configuration was "
-                  "compared with no speculation on the same requests):\n")
+    out.write(_launches_heading(result, bool(comparisons)))
     out.write(f"{'configuration':<46} {'stage':<8} {'tokens/s':>9} {'accept':>7} {'lossless':>8}  note\n")
-    for m in rows:
-        # a run that drafted nothing cannot differ from the target alone: "yes" there would say nothing
-        lossless = ("-" if m["lossless"] is None or m.get("no_drafts_at")
-                    else ("yes" if m["lossless"] else "differs"))
-        note = m["error"] or ""
-        if m.get("superseded"):
-            note = f"not used ({m['superseded']})"
-        elif m.get("cut_short") and not note:
-            note = "cut short by the time limit"
-        if not note and m["divergences"]:
-            first = m["divergences"][0]
-            note = (f"first differs at prompt {first['prompt_index'] + 1}, repetition {first['repetition'] + 1}, "
-                    f"character {first['char_offset']}")
-        acc = "-" if m["acceptance"] is None else f"{100 * m['acceptance']:.0f} %"
-        out.write(f"{(m['label'] or '')[:46]:<46} {(m['stage'] or ''):<8} {_fmt(m['gen_tokens_per_s'], '9.1f')} "
-                  f"{acc:>7} {lossless:>8}  {note}\n")
+    for m in result_to_json(result)["measurements"]:
+        out.write(_launch_row(m))
     if comparisons:
         out.write("\nEach configuration against no speculation on the same requests (the decision's figures):\n")
         out.write(f"{'configuration':<46} {'speedup':>8} {'tokens/s':>9} {'baseline':>9} {'accept':>7}  compared on\n")
         for c in comparisons:
-            acc = "-" if c.get("acceptance") is None else f"{100 * c['acceptance']:.0f} %"
-            n_pairs, n_req = int(c.get("pairs") or 0), int(c.get("requests") or 0)
-            how = (f"{n_pairs} adjacent pair{'s' if n_pairs != 1 else ''}, " if c.get("paired")
-                   else "screening runs (not adjacent), ")
-            how += f"{n_req} request{'s' if n_req != 1 else ''}"
-            if c.get("stopped_early"):
-                how += ", stopped early as a loser"
-            sp = "-" if c.get("speedup") is None else f"{c['speedup']:.2f}x"
-            out.write(f"{str(c.get('label') or '')[:46]:<46} {sp:>8} {_fmt(c.get('gen_tokens_per_s'), '.1f'):>9} "
-                      f"{_fmt(c.get('baseline_gen_tokens_per_s'), '.1f'):>9} {acc:>7}  {how}\n")
+            out.write(_comparison_row(c))
+    d = result.decision
     if d is not None:
         out.write("\n")
-        for b in d.break_even:
-            out.write(f"break-even {b.candidate.label}: "
-                      f"{break_even_words(b.acceptance, b.break_even_acceptance, b.never_pays)}\n")
-        if d.per_category:
-            label = d.per_category[0].candidate_label or "best speculative configuration"
-            out.write(f"per category, {label} vs no speculation on the same prompts and repetitions:\n")
-        for cat in d.per_category:
-            if cat.speedup is None:
-                out.write(f"  {cat.category}: not measured (the run stopped before these prompts)\n")
-                continue
-            out.write(f"  {cat.category}: {cat.speedup:.2f}x ({cat.gen_tokens_per_s:.1f} vs "
-                      f"{cat.baseline_gen_tokens_per_s:.1f} tokens/s, {cat.paired_requests} "
-                      f"request{'s' if cat.paired_requests != 1 else ''})"
-                      + (f", acceptance {100 * cat.acceptance:.0f} %" if cat.acceptance is not None else "") + "\n")
+        _write_details(d, out)
         out.write(f"\n{decision_line(d)}\n")
     if result.profile_path:
         out.write(f"Profile: {result.profile_path}" + (" (reused)" if result.reused else "") + "\n")
+
+
+def _launches_heading(result: TuneResult, compared: bool) -> str:
+    if result.reused and result.profile is not None:
+        when = result.profile.created_unix_s
+        return ("The saved profile's launches"
+                + (f", measured {time.strftime('%Y-%m-%d %H:%M', time.localtime(when))}" if when else "")
+                + " (reused: still fresh; --force measures again), each on its own requests"
+                + (" (compare configurations in the table below, not here):\n" if compared else ":\n"))
+    if compared:
+        return "Every launch, each on its own requests (compare configurations in the table below, not here):\n"
+    return ("Every launch, each on its own requests at its own time (not a comparison: no configuration was "
+            "compared with no speculation on the same requests):\n")
+
+
+def _launch_row(m: dict[str, Any]) -> str:
+    """One launch (a measurement's ``--json`` object) as a row of the first table."""
+    # a run that drafted nothing cannot differ from the target alone: "yes" there would say nothing
+    lossless = "-" if m["lossless"] is None or m.get("no_drafts_at") else ("yes" if m["lossless"] else "differs")
+    note = m["error"] or ""
+    if m.get("superseded"):
+        note = f"not used ({m['superseded']})"
+    elif m.get("cut_short") and not note:
+        note = "cut short by the time limit"
+    if not note and m["divergences"]:
+        first = m["divergences"][0]
+        note = (f"first differs at prompt {first['prompt_index'] + 1}, repetition {first['repetition'] + 1}, "
+                f"character {first['char_offset']}")
+    acc = "-" if m["acceptance"] is None else f"{100 * m['acceptance']:.0f} %"
+    return (f"{(m['label'] or '')[:46]:<46} {(m['stage'] or ''):<8} {_fmt(m['gen_tokens_per_s'], '9.1f')} "
+            f"{acc:>7} {lossless:>8}  {note}\n")
+
+
+def _comparison_row(c: dict[str, Any]) -> str:
+    """One configuration against no speculation (``TuneResult.comparison_figures``) as a row."""
+    acc = "-" if c.get("acceptance") is None else f"{100 * c['acceptance']:.0f} %"
+    n_pairs, n_req = int(c.get("pairs") or 0), int(c.get("requests") or 0)
+    how = (f"{n_pairs} adjacent pair{'s' if n_pairs != 1 else ''}, " if c.get("paired")
+           else "screening runs (not adjacent), ")
+    how += f"{n_req} request{'s' if n_req != 1 else ''}"
+    if c.get("stopped_early"):
+        how += ", stopped early as a loser"
+    sp = "-" if c.get("speedup") is None else f"{c['speedup']:.2f}x"
+    return (f"{str(c.get('label') or '')[:46]:<46} {sp:>8} {_fmt(c.get('gen_tokens_per_s'), '.1f'):>9} "
+            f"{_fmt(c.get('baseline_gen_tokens_per_s'), '.1f'):>9} {acc:>7}  {how}\n")
+
+
+def _write_details(d: Decision, out: TextIO) -> None:
+    """The break-even line of each draft model / type, then the per-category lines."""
+    for b in d.break_even:
+        out.write(f"break-even {b.candidate.label}: "
+                  f"{break_even_words(b.acceptance, b.break_even_acceptance, b.never_pays)}\n")
+    if d.per_category:
+        label = d.per_category[0].candidate_label or "best speculative configuration"
+        out.write(f"per category, {label} vs no speculation on the same prompts and repetitions:\n")
+    for cat in d.per_category:
+        if cat.speedup is None:
+            out.write(f"  {cat.category}: not measured (the run stopped before these prompts)\n")
+            continue
+        out.write(f"  {cat.category}: {cat.speedup:.2f}x ({cat.gen_tokens_per_s:.1f} vs "
+                  f"{cat.baseline_gen_tokens_per_s:.1f} tokens/s, {cat.paired_requests} "
+                  f"request{'s' if cat.paired_requests != 1 else ''})"
+                  + (f", acceptance {100 * cat.acceptance:.0f} %" if cat.acceptance is not None else "") + "\n")
 
 
 __all__ = ["decision_line", "print_table", "result_to_json"]
