@@ -377,3 +377,33 @@ def test_never_drafted_words_from_the_structured_field_and_from_an_older_errors_
     assert Measurement.from_json(measured("ngram-mod", NoDrafts(at, True, 12)).to_json()).no_drafts == \
         NoDrafts(at, True, 12)
     assert "no_drafts" not in measured("ngram-mod", None).to_json()  # a profile's evidence as before
+
+KIND_OF_GOLDEN_CASE = {
+    "winner": "speculate", "ngram winner": "speculate", "chain faster beyond noise": "speculate",
+    "chain within noise of the single": "speculate",
+    "chain within noise of the baseline": "alone_not_enough_evidence",
+    "not enough evidence, pairs needed": "alone_not_enough_evidence",
+    "unsteady baseline": "alone_unsteady",
+    "slower, break-even": "alone_slower", "slower, never pays": "alone_slower", "slower, stopped early": "alone_slower",
+    "screening only": "alone_screening_only", "within noise, drafted nothing": "alone_screening_only",
+    "within noise": "alone_within_noise",
+    "never drafted, one shared reason": "alone_never_drafted", "never drafted and unmeasured": "alone_never_drafted",
+    "all failed": "alone_failed",
+    "unmeasured only": "alone_unmeasured", "unmeasured, many": "alone_unmeasured",
+    "nothing available": "alone_nothing",
+}
+
+
+@pytest.mark.parametrize("case", sorted(KIND_OF_GOLDEN_CASE))
+def test_each_reason_has_its_kind(case: str) -> None:
+    """``Decision.kind`` says why, for every branch the goldens pin; the first sentence is the headline of
+    that kind and the labels it names are in ``named``."""
+    from tests.calibration.test_goldens import DECISIONS
+
+    d = DECISIONS[case]()
+    assert d.kind == KIND_OF_GOLDEN_CASE[case]
+    head = d.sentences[0]
+    assert head.kind == ("headline.serving" if d.kind == "speculate" else "alone." + d.kind.removeprefix("alone_"))
+    assert d.no_speculation == (d.kind != "speculate")
+    for label in d.named:
+        assert label in d.reason
