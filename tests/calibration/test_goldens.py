@@ -329,7 +329,7 @@ def _rpc_devices() -> Any:
 
 
 def _reported(ms: list[Measurement], facts: dict[str, Any], **outcome: Any) -> Decision:
-    """``ms`` decided and reported as the tune does (``decide_outcome``, then ``finish_decision``)."""
+    """``ms`` decided and reported as the tune does (``decide``, then ``finish_decision``)."""
     from tuner.calibration.report import MachineLoad, ReportFacts, RpcPlacement, finish_decision
     from tuner.calibration.sentences import Sentence, Slot
     from tuner.hardware.host import LoadSummary
