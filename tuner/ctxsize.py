@@ -11,19 +11,21 @@ for a 32k–128k model sizes a KV cache that may push target layers off the GPU;
 least 4096 (LM Studio, Ollama). Above the training context quality degrades: llama.cpp warns
 (src/llama-context.cpp ``llama_context::llama_context``, "n_ctx_seq > n_ctx_train").
 
+The sizes a user may choose (256 … 2^24 tokens: smaller leaves no room for a prompt and an answer) are
+declared with the other options, :data:`tuner.options.OPTIONS` ``"n_ctx"``.
+
 Core module (no Qt, no I/O).
 """
 
 from __future__ import annotations
+
+from tuner.options import check
 
 DEFAULT_CTX_CAP = 8192
 """The automatic context size is at most this many tokens."""
 
 DEFAULT_CTX_FLOOR = 4096
 """The automatic context size is at least this many tokens, unless the model's own context is smaller."""
-
-MIN_CTX_SIZE = 256
-"""Smallest context size accepted from a user (tokens); smaller leaves no room for a prompt and an answer."""
 
 
 def default_ctx_size(context_length: int | None) -> int:
@@ -50,7 +52,8 @@ def resolve_ctx_size(requested: int | None, context_length: int | None, flag: st
         the note warns that quality degrades beyond it.
 
     Raises:
-        ValueError: ``requested`` is below :data:`MIN_CTX_SIZE` (the message names ``flag``).
+        tuner.options.OptionError: (a ValueError) ``requested`` is outside the declared range (the message
+            names ``flag``).
     """
     if requested is None:
         n = default_ctx_size(context_length)
@@ -58,12 +61,11 @@ def resolve_ctx_size(requested: int | None, context_length: int | None, flag: st
             return n, (f"context size {n}: the model's own training context (below the usual "
                        f"{DEFAULT_CTX_FLOOR}); {flag} changes it")
         return n, None
-    if isinstance(requested, bool) or not isinstance(requested, int) or requested < MIN_CTX_SIZE:
-        raise ValueError(f"{flag} {requested}: must be a whole number of tokens, at least {MIN_CTX_SIZE}")
+    check("n_ctx", requested, where=flag)
     if context_length and requested > context_length:
         return requested, (f"{flag} {requested} exceeds the model's training context {context_length} "
                            "(context_length): quality degrades beyond it")
     return requested, None
 
 
-__all__ = ["DEFAULT_CTX_CAP", "DEFAULT_CTX_FLOOR", "MIN_CTX_SIZE", "default_ctx_size", "resolve_ctx_size"]
+__all__ = ["DEFAULT_CTX_CAP", "DEFAULT_CTX_FLOOR", "default_ctx_size", "resolve_ctx_size"]

@@ -12,7 +12,6 @@ tools/server/server-http.cpp checks it on every route except ``/health``).
 from __future__ import annotations
 
 import dataclasses
-import math
 import os
 import re
 import secrets
@@ -22,32 +21,30 @@ from typing import Any
 
 from tuner import paths, storage
 from tuner.errors import DraftwiseError
+from tuner.options import OptionError, by_setting, check, machine_limits, option
 
 SETTINGS_FILE = "settings.json"
 API_KEY_FILE = "api_key"
 SCHEMA_VERSION = 1
 
-#: Bounds for the tuning budget (seconds) and the port.
-DEFAULT_TUNE_BUDGET_S = 300
-"""The one default time budget of a sweep, whole seconds (the app's Settings, ``draftwise tune --budget``,
-``tuner.calibration.request.DEFAULT_BUDGET_S``): see that constant for why 300 s."""
-TUNE_BUDGET_MIN_S = 30
-TUNE_BUDGET_MAX_S = 24 * 3600
-DEFAULT_PORT = 8088
-#: Desktop default of llama-server's host-RAM prompt cache (``--cache-ram``, MiB). b11434's own
-#: default is 8192 MiB, sized for a server box: on a 16 GiB desktop that is half the RAM, taken
-#: bit by bit as conversations accumulate. 1024 MiB still keeps the prompt of a few recent
-#: conversations for reuse (a Llama-3-8B-shaped KV cache in f16 is 128 KiB per token, so about two
-#: full 4096-token contexts; a small model many more); 0 turns the cache off, -1 removes the limit.
-DEFAULT_CACHE_RAM_MIB = 1024
+DEFAULT_TUNE_BUDGET_S = int(option("budget_s").default or 0)
+"""The one default time budget of a sweep, whole seconds (``tuner.options``: the app's Settings, ``draftwise
+tune --budget``, ``tuner.calibration.request.DEFAULT_BUDGET_S``): see ``DEFAULT_BUDGET_S`` for why 300 s."""
+DEFAULT_PORT = int(option("port").default or 0)
+DEFAULT_CACHE_RAM_MIB = int(option("cache_ram_mib").default or 0)
+"""Desktop default of llama-server's host-RAM prompt cache (``--cache-ram``, MiB; declared in
+:mod:`tuner.options`, which says why: :data:`tuner.options.DEFAULT_CACHE_RAM_WHY`); 0 turns the cache off,
+-1 removes the limit."""
 
 
 class SettingsError(DraftwiseError, ValueError):
-    """A setting has a bad value. ``key`` names the setting, ``path`` the file it came from (or None)."""
+    """A setting has a bad value. ``key`` names the setting, ``path`` the file it came from (or None);
+    ``names_value``: the reason already ends with the value (``…, got 5``)."""
 
-    def __init__(self, key: str, reason: str, path: Path | None = None) -> None:
+    def __init__(self, key: str, reason: str, path: Path | None = None, names_value: bool = False) -> None:
         self.key = key
         self.reason = reason
+        self.names_value = names_value
         self.path = Path(path) if path is not None else None
         where = f"{path}: " if path is not None else ""
         super().__init__(f"{where}setting {key!r}: {reason}")
@@ -60,8 +57,8 @@ class Settings:
     Attributes:
         models_dir: folder of GGUF files to scan; None until the first run asks for it.
         server_binary: llama-server to use; None = discover (``tuner.server.discovery.find_server``).
-        tune_budget_s: wall-clock budget of one calibration sweep, seconds (30 .. 86400).
-        port: TCP port of the served llama-server (1 .. 65535).
+        tune_budget_s: wall-clock budget of one calibration sweep, whole seconds.
+        port: TCP port of the served llama-server.
         expose_on_lan: listen on 0.0.0.0 instead of 127.0.0.1; requires an API key.
         start_at_login: install the desktop autostart entry (``tuner.desktop.set_autostart``).
         prompts_path: the user's prompt set (JSONL); None = the built-in set.
@@ -71,7 +68,7 @@ class Settings:
             ``localhost`` verbatim as ``Access-Control-Allow-Origin``, so one origin is the most
             it can admit besides the default (tools/server/server-http.cpp, pre-routing handler).
         cache_ram_mib: limit of llama-server's host prompt cache, MiB (``--cache-ram``; -1 = no
-            limit, 0 = off); default :data:`DEFAULT_CACHE_RAM_MIB` (see there for why).
+            limit, 0 = off, at most the physical RAM); default :data:`DEFAULT_CACHE_RAM_MIB` (see there for why).
         keep_chat_history: the Chat tab saves conversations to ``data_dir()/chat_history.json``
             (mode 0600); off by default, so chats are not stored.
         ctx_size: context size in tokens for tuning and serving (``-c``); None = automatic: the model's
@@ -79,9 +76,9 @@ class Settings:
             (:func:`tuner.ctxsize.default_ctx_size`).
         temperature, top_p, top_k, min_p: the sampling settings the user's chat client sends; the sweep
             measures at them. None = the client sends none, so llama-server's own defaults apply
-            (b11434, common/common.h ``common_params_sampling``: temperature 0.8, top_k 40, top_p 0.95,
-            min_p 0.05; the sweep reads the binary's actual values from ``/props``).
-        long_share: fraction (0..1) of the served requests that are long-context ones (long chats, a
+            (b11434, common/common.h ``common_params_sampling``, declared in :mod:`tuner.options`; the sweep
+            reads the binary's actual values from ``/props``).
+        long_share: fraction of the served requests that are long-context ones (long chats, a
             code file with a question); the sweep picks the configuration fastest over that mix
             (``tune --long-share``, ``tuner.calibration.pairing.Mix``). None = the prompt set's own
             share (every measured request weighs the same: 2 of the built-in set's 7 requests are long).
@@ -151,27 +148,13 @@ def validate(settings: Settings, path: Path | None = None) -> None:
         v = getattr(s, key)
         if v is not None and not isinstance(v, Path):
             raise SettingsError(key, f"expected a path or null, got {type(v).__name__}", path)
-    if isinstance(s.tune_budget_s, bool) or not isinstance(s.tune_budget_s, int):
-        raise SettingsError("tune_budget_s", f"expected whole seconds, got {s.tune_budget_s!r}", path)
-    if not TUNE_BUDGET_MIN_S <= s.tune_budget_s <= TUNE_BUDGET_MAX_S:
-        raise SettingsError(
-            "tune_budget_s",
-            f"{s.tune_budget_s} s is outside {TUNE_BUDGET_MIN_S}..{TUNE_BUDGET_MAX_S} s",
-            path,
-        )
-    if isinstance(s.port, bool) or not isinstance(s.port, int) or not 1 <= s.port <= 65535:
-        raise SettingsError("port", f"expected a TCP port 1..65535, got {s.port!r}", path)
-    if isinstance(s.cache_ram_mib, bool) or not isinstance(s.cache_ram_mib, int) or s.cache_ram_mib < -1:
-        raise SettingsError(
-            "cache_ram_mib", f"expected MiB >= 0, or -1 for no limit, got {s.cache_ram_mib!r}", path
-        )
+    _validate_numbers(s, path)
     for key in ("expose_on_lan", "start_at_login", "keep_chat_history"):
         if not isinstance(getattr(s, key), bool):
             raise SettingsError(key, f"expected true or false, got {getattr(s, key)!r}", path)
     if s.cors_origin is not None and (not isinstance(s.cors_origin, str) or not _ORIGIN.match(s.cors_origin)):
         raise SettingsError("cors_origin", f"expected one web origin such as http://localhost:3000 (scheme, "
                             f"host, optional port; no path, no list), got {s.cors_origin!r}", path)
-    _validate_workload(s, path)
     _validate_rpc_hosts(s, path)
     _validate_server_args(s, path)
 
@@ -202,25 +185,19 @@ def _validate_rpc_hosts(s: Settings, path: Path | None) -> None:
         raise SettingsError("rpc_hosts", str(exc).removeprefix("rpc_hosts: "), path) from None
 
 
-def _validate_workload(s: Settings, path: Path | None) -> None:
-    """``ctx_size`` and the sampling keys (None or a number in range). Raises SettingsError naming the key."""
-    from tuner.ctxsize import MIN_CTX_SIZE
-
-    if s.ctx_size is not None and (isinstance(s.ctx_size, bool) or not isinstance(s.ctx_size, int)
-                                   or s.ctx_size < MIN_CTX_SIZE):
-        raise SettingsError("ctx_size", f"expected null (automatic) or whole tokens >= {MIN_CTX_SIZE}, "
-                            f"got {s.ctx_size!r}", path)
-    for key, lo, hi in (("temperature", 0.0, 10.0), ("top_p", 0.0, 1.0), ("min_p", 0.0, 1.0)):
-        v = getattr(s, key)
-        if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not lo <= v <= hi):
-            raise SettingsError(key, f"expected null (server default) or a number {lo:g}..{hi:g}, got {v!r}", path)
-    if s.top_k is not None and (isinstance(s.top_k, bool) or not isinstance(s.top_k, int) or s.top_k < 0):
-        raise SettingsError("top_k", f"expected null (server default) or a whole number >= 0, got {s.top_k!r}", path)
-    v = s.long_share
-    if v is not None and (isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v)
-                          or not 0.0 <= v <= 1.0):
-        raise SettingsError("long_share", f"expected null (the prompt set's own share) or a fraction 0..1, "
-                            f"got {v!r}", path)
+def _validate_numbers(s: Settings, path: Path | None) -> None:
+    """Every numeric key against its declaration in :mod:`tuner.options` (bounds, this machine's RAM for
+    ``cache_ram_mib``; NaN and the infinities refused; null where the option may be unset). Raises
+    SettingsError naming the key: ``must be <the declared range>, got <value>``."""
+    for opt in by_setting():
+        key = opt.setting
+        assert key is not None
+        value = getattr(s, key)
+        try:
+            check(opt.name, value, where=key, limits=machine_limits(), kind=int if key == "tune_budget_s" else None,
+                  say_unset=True)
+        except OptionError as exc:
+            raise SettingsError(key, f"{exc.reason}, got {value!r}", path, names_value=True) from None
 
 
 def settings_path() -> Path:
@@ -263,7 +240,7 @@ def from_json(obj: Any, path: Path | None = None) -> Settings:
     try:
         return Settings(**kwargs)
     except SettingsError as exc:
-        raise SettingsError(exc.key, exc.reason, path) from None
+        raise SettingsError(exc.key, exc.reason, path, exc.names_value) from None
 
 
 def load_settings() -> Settings:
@@ -339,7 +316,8 @@ def load_settings_keeping_valid(repair: bool = True) -> LoadedSettings:
         try:
             one = from_json({f.name: obj[f.name]}, p)
         except SettingsError as exc:
-            problems.append(SettingsError(exc.key, f"{exc.reason} (value {obj[f.name]!r})", p))
+            said = "" if exc.names_value else f" (value {obj[f.name]!r})"
+            problems.append(SettingsError(exc.key, exc.reason + said, p, names_value=True))
             continue
         good[f.name] = getattr(one, f.name)
     settings = Settings(**good)
@@ -423,7 +401,7 @@ def read_api_key() -> str | None:
     except FileNotFoundError:
         return None
     except (OSError, ValueError) as exc:
-        raise SettingsError("api_key", str(exc) + ("; run chmod 600" if "readable" in str(exc) else "")) from None
+        raise SettingsError("api_key", str(exc)) from None  # a readable file's message says "chmod 600 it"
     if not key:
         raise SettingsError("api_key", f"{p} is empty")
     return key

@@ -308,6 +308,7 @@ def test_a_profile_whose_budget_ran_out_is_not_reused_by_a_larger_budget(tmp_pat
     """A new user's `tune --budget 5` ended "the time budget was spent before … were measured (a larger budget
     measures them)"; the next `tune` with the default budget then reused that profile. Now the larger budget
     finds it stale and measures (cancelled here right after the staleness event, to keep the test short)."""
+    from tuner.calibration.request import TuneRequest
     from tuner.calibration.tune import tune
     from tuner.profiles import ProfileStore
 
@@ -315,10 +316,13 @@ def test_a_profile_whose_budget_ran_out_is_not_reused_by_a_larger_budget(tmp_pat
     models.mkdir()
     (models / stories260k.name).symlink_to(stories260k)
     store = ProfileStore(tmp_path / "profiles")
-    first = tune(models, budget_s=1, server=llama_server_bin, store=store, threads=1)
+    # a 1 s budget, below the 10 s a user may give (tuner/options.py), so built without TuneRequest.create: on the
+    # tiny model it stands for a budget that a slow machine runs out of
+    short = TuneRequest(models_dir=models, budget_s=1, server=llama_server_bin, threads=1)
+    first = tune(short, store=store)
     assert first.decision is not None and first.profile is not None
     assert first.profile.decision.get("budget_spent_before"), first.decision.reason
-    again = tune(models, budget_s=1, server=llama_server_bin, store=store, threads=1)
+    again = tune(short, store=store)
     assert again.reused  # the same budget: the same answer
     cancel = threading.Event()
     kinds: list[tuple[str, str]] = []

@@ -138,8 +138,8 @@ def test_cli_reports_a_missing_target(tmp_path: Path, stories260k: Path):
 
 
 @pytest.mark.parametrize("extra, words", [
-    (["--budget", "0"], "--budget 0: must be a positive"),
-    (["--budget", "-5"], "--budget -5: must be a positive"),
+    (["--budget", "0"], "--budget 0: must be between 10 and 86400 seconds"),
+    (["--budget", "-5"], "--budget -5: must be between 10 and 86400 seconds"),
     (["--n-predict", "0"], "--n-predict 0"),
     (["--max-prompts", "0"], "--max-prompts 0"),
     (["--server", "/nonexistent/llama-server"], "--server /nonexistent/llama-server"),

@@ -102,7 +102,8 @@ def test_clear_winner_beats_baseline_with_interval_above_one():
 
 def test_noisy_gain_is_not_enough():
     # Paired ratios that scatter around 1 (1.25, 0.94, 0.97, 1.02): no speculation.
-    d = decide(SearchOutcome.of(rounds(GOOD, [(240.0, 300.0), (180.0, 170.0), (300.0, 290.0), (250.0, 255.0)], acceptance=0.8)))
+    d = decide(SearchOutcome.of(rounds(GOOD, [(240.0, 300.0), (180.0, 170.0), (300.0, 290.0), (250.0, 255.0)],
+                                       acceptance=0.8)))
     assert d.no_speculation
     look = d.comparisons[0].look
     assert look is not None and look.low < 1.03 <= look.high
@@ -114,7 +115,8 @@ def test_noisy_gain_is_not_enough():
 def test_paired_repetitions_see_through_drift_of_the_machine():
     # The machine slows down by a quarter between pairs 1-2 and 3-4; each candidate repetition ran next
     # to the baseline repetition with the same id, so the 1.17x gain is steady per pair.
-    d = decide(SearchOutcome.of(rounds(GOOD, [(240.0, 280.0), (240.0, 282.0), (180.0, 210.0), (180.0, 209.0)], acceptance=0.75)))
+    d = decide(SearchOutcome.of(rounds(GOOD, [(240.0, 280.0), (240.0, 282.0), (180.0, 210.0), (180.0, 209.0)],
+                                       acceptance=0.75)))
     assert d.winner == GOOD
     assert 1.15 < d.speedup_ci_low <= d.speedup <= d.speedup_ci_high < 1.19
 
@@ -131,9 +133,11 @@ def test_failed_speculative_candidate_never_wins_however_fast():
 
 
 def test_ngram_wins_only_beyond_noise():
-    d = decide(SearchOutcome.of(rounds(NGRAM, [(240.0, 244.0), (242.0, 243.0), (238.0, 241.0), (239.0, 240.0)], acceptance=0.3)))
+    d = decide(SearchOutcome.of(rounds(NGRAM, [(240.0, 244.0), (242.0, 243.0), (238.0, 241.0), (239.0, 240.0)],
+                                       acceptance=0.3)))
     assert d.no_speculation  # ~1.01x: within noise
-    d2 = decide(SearchOutcome.of(rounds(NGRAM, [(240.0, 300.0), (242.0, 305.0), (238.0, 298.0), (239.0, 301.0)], acceptance=0.6)))
+    d2 = decide(SearchOutcome.of(rounds(NGRAM, [(240.0, 300.0), (242.0, 305.0), (238.0, 298.0), (239.0, 301.0)],
+                                        acceptance=0.6)))
     assert d2.winner == NGRAM
 
 
@@ -177,7 +181,8 @@ def test_measurement_json_round_trip():
     assert back.acceptance == pytest.approx(meas.acceptance)
     ms = rounds(GOOD, [(240.0, 300.0), (241.0, 310.0), (239.0, 305.0), (240.0, 306.0)], acceptance=0.7)
     back_ms = [Measurement.from_json(json.loads(json.dumps(x.to_json()))) for x in ms]
-    assert decide(SearchOutcome.of(back_ms)).winner == GOOD and decide(SearchOutcome.of(back_ms)).reason == decide(SearchOutcome.of(ms)).reason
+    back = decide(SearchOutcome.of(back_ms))
+    assert back.winner == GOOD and back.reason == decide(SearchOutcome.of(ms)).reason
 
 
 def test_per_category_compares_the_same_prompts_and_repetitions():
@@ -285,7 +290,8 @@ def test_no_speculation_names_the_configurations_the_budget_left_unmeasured() ->
     assert "the time budget was spent before ngram-simple, ngram-simple ngram n_max 16 were measured" in d.reason
     assert "a larger budget measures them" in d.reason
     # nothing unmeasured: the plain finding, as before
-    assert "No speculation: no speculative configuration drafted any token" in decide(SearchOutcome.of([base, mod])).reason
+    assert "No speculation: no speculative configuration drafted any token" in \
+        decide(SearchOutcome.of([base, mod])).reason
 
 
 def test_an_earlier_faster_look_stands_and_the_error_stays_bounded():

@@ -132,7 +132,7 @@ def test_long_share_is_a_setting_kept_valid():
     for bad in (1.5, -0.1, "half", True, float("nan")):
         with pytest.raises(SettingsError) as e:
             from_json({"long_share": bad}, Path("/x/settings.json"))
-        assert e.value.key == "long_share" and "fraction 0..1" in str(e.value)
+        assert e.value.key == "long_share" and "between 0 and 1" in str(e.value)
 
 
 def test_a_bad_long_share_in_the_file_costs_only_its_own_key():
@@ -190,7 +190,7 @@ def test_the_share_is_checked_against_the_sweeps_long_context_requests():
     with pytest.raises(TuneError, match="--long-share 0.2: the sweep has no long-context") as e:
         _check_long_share(0.2, False)
     assert e.value.bad_input
-    with pytest.raises(TuneError, match="must be a fraction between 0 and 1"):
+    with pytest.raises(TuneError, match="--long-share -1: must be between 0 and 1"):
         _check_long_share(-1.0, True)
 
 

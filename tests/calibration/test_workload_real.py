@@ -179,7 +179,7 @@ def test_gemma_tune_and_serve_models_serve_at_the_context_setting(tmp_path: Path
     """Done when: tune --models + serve --models on the real Gemma 3 270M serve with /props n_ctx equal to
     the setting (default 8192, the model's 32768 capped) and the profile's argv carries the same -c;
     another --ctx-size is refused as stale with the re-tune command. The sweeps are kept short (greedy, one
-    prompt, a 5 s budget): this test is about the context size, not the decision."""
+    prompt, the smallest budget, 10 s): this test is about the context size, not the decision."""
     models = tmp_path / "models"
     models.mkdir()
     (models / gemma3_270m.name).symlink_to(gemma3_270m)
@@ -189,7 +189,7 @@ def test_gemma_tune_and_serve_models_serve_at_the_context_setting(tmp_path: Path
     prompts.write_text(json.dumps({"prompt": "The capital of France is", "category": "chat"}) + "\n")
     tune = subprocess.run(
         [sys.executable, "-m", "tuner.cli", "tune", "--models", str(models), "--server", str(llama_server_bin),
-         "--prompts", str(prompts), "--budget", "5", "--n-predict", "16", "--repetitions", "1",
+         "--prompts", str(prompts), "--budget", "10", "--n-predict", "16", "--repetitions", "1",
          "--no-long-context", "--temperature", "0", "--threads", "2", "--json"],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert tune.returncode == 0, tune.stderr[-3000:]
@@ -225,7 +225,7 @@ def test_gemma_tune_and_serve_models_serve_at_the_context_setting(tmp_path: Path
     # changing the setting marks the profile stale: a tune at another size re-measures
     again = subprocess.run(
         [sys.executable, "-m", "tuner.cli", "tune", "--models", str(models), "--server", str(llama_server_bin),
-         "--prompts", str(prompts), "--budget", "1", "--n-predict", "8", "--repetitions", "1",
+         "--prompts", str(prompts), "--budget", "10", "--n-predict", "8", "--repetitions", "1",
          "--no-long-context", "--temperature", "0", "--threads", "2", "--ctx-size", "4096", "--json"],
         capture_output=True, text=True, env=env, cwd=REPO, timeout=600)
     assert again.returncode == 0, again.stderr[-2000:]

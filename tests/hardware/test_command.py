@@ -88,7 +88,7 @@ def test_plan_rejects_inconsistent_flags(stories260k_session, capsys):
         (["--draft-ngl", "3"], "--draft-ngl"),
         (["--draft", t, "--spec-type", "ngram-mod"], "--draft"),
         (["--margin-mib", "-1"], "--margin-mib"),
-        (["--ctx-size", "0"], "n_ctx"),
+        (["--ctx-size", "0"], "--ctx-size 0: must be between 256"),
     ]
     for extra, needle in cases:
         assert cli.main(["plan", "--target", t, "--no-cross-check", *extra]) == 2, extra

@@ -19,7 +19,7 @@ REPO = Path(__file__).resolve().parents[2]
 
 def test_serve_models_checks_the_port_too(tmp_path: Path, capsys, fake_server_bin: Path) -> None:
     rc = cli_main(["serve", "--models", str(tmp_path), "--port", "70000", "--server", str(fake_server_bin)])
-    assert rc == 2 and "--port must be 1..65535" in capsys.readouterr().err
+    assert rc == 2 and "--port 70000: must be between 1 and 65535" in capsys.readouterr().err
 
 
 def test_serve_models_without_profile_exits_2(tmp_path: Path, capsys, fake_server_bin: Path) -> None:

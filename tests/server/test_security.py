@@ -27,7 +27,9 @@ import pytest
 
 from tuner import process
 from tuner.server.config import ServerConfig
-from tuner.server.supervisor import KEY_FILE_PREFIX, ServerState, Supervisor, _Liveness, sweep_stale_key_files
+from tuner.server.keyhandoff import KEY_FILE_PREFIX, sweep_stale_key_files
+from tuner.server.liveness import Liveness
+from tuner.server.supervisor import ServerState, Supervisor
 from tuner.settings import Settings
 
 REPO = Path(__file__).resolve().parents[2]
@@ -243,32 +245,20 @@ def test_sigstopped_server_is_killed_and_restarted(llama_server_bin: Path, stori
         sup.stop()
 
 
-class _FakeSup:
-    """What _Liveness reads from its supervisor (the rule is tested on real processes)."""
-
-    def __init__(self, timeout_s: float) -> None:
-        self.liveness_timeout_s = timeout_s
-        self.health_interval_s = 0.2
-        self.base_url = f"http://127.0.0.1:{process.free_port()}"  # nobody answers: /health fails
-        self.notes: list[str] = []
-
-    def _note(self, message: str) -> None:
-        self.notes.append(message)
-
-
 def test_liveness_rule_tells_a_working_process_from_a_stopped_one() -> None:
     """A silent child whose CPU time grows (a long prompt on a starved machine) is not hung; the
     same child stopped with SIGSTOP is. Real processes; the never-answering port is the fault a
     real server does not produce on demand."""
     busy = process.spawn([sys.executable, "-c", "while True: pass"])
     try:
-        sup = _FakeSup(1.0)
-        watch = _Liveness(sup, busy, _cfg(Path("x.gguf")))
+        notes: list[str] = []
+        watch = Liveness(busy, f"http://127.0.0.1:{process.free_port()}",  # nobody answers: /health fails
+                         api_key=None, timeout_s=1.0, interval_s=0.2, announce=notes.append)
         t_end = time.monotonic() + 3.0
         while time.monotonic() < t_end:
             assert watch.check() is None
             time.sleep(0.1)
-        assert sup.notes and "is working" in sup.notes[0]
+        assert notes and "is working" in notes[0]
         busy.signal(signal.SIGSTOP)
         verdict = None
         t_end = time.monotonic() + 5.0

@@ -410,8 +410,9 @@ def _winner(ev: _Evidence, winners: Sequence[Comparison], outcome: SearchOutcome
     w, chain = _chain_rule(fastest, winners, outcome.min_gain, outcome.alpha)
     wm = _merged(outcome.measurements, w.candidate)
     sentences = [
-        Sentence(Slot.HEADLINE, "headline.serving", {"candidate": w.candidate.to_json(), "speedup": w.speedup,
-                                                     "tps": w.gen_tokens_per_s, "base_tps": w.baseline_gen_tokens_per_s}),
+        Sentence(Slot.HEADLINE, "headline.serving", {
+            "candidate": w.candidate.to_json(), "speedup": w.speedup, "tps": w.gen_tokens_per_s,
+            "base_tps": w.baseline_gen_tokens_per_s}),
         Sentence(Slot.EVIDENCE, "evidence.paired", {"label": w.candidate.label, "figures": figures(w),
                                                     "acceptance": w.acceptance}),
     ]

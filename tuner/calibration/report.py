@@ -127,9 +127,8 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
     configuration) ran over RPC. Their order is their slots' (``tuner.calibration.sentences``)."""
     added = [s for s in (machine_sentence(facts.machine),) if s is not None]
     added += [*outcome.notes, _measured_with(facts.workload, outcome.server_sampling)]
-    for s in (outcome.long_context, depth_sentence(decision, facts.depth_categories), _never_drafted(decision, outcome)):
-        if s is not None:
-            added.append(s)
+    later = (outcome.long_context, depth_sentence(decision, facts.depth_categories), _never_drafted(decision, outcome))
+    added += [s for s in later if s is not None]
     if facts.cpu_workaround is not None:
         added.append(Sentence(Slot.CPU_WORKAROUND, "cpu.no_repack", {
             "cause": facts.cpu_workaround.cause, "build_types": list(facts.cpu_workaround.build_types)}))
@@ -148,7 +147,8 @@ def _never_drafted(decision: Decision, outcome: SearchOutcome) -> Sentence | Non
     """The types that ran but never drafted, unless the decision's own sentences named them."""
     if decision.kind == "alone_never_drafted":  # its first sentence is about exactly these
         return None
-    labels: list[Any] = sorted({m.candidate.label for m in outcome.measurements if m.no_drafts_at} - set(decision.named))
+    never = {m.candidate.label for m in outcome.measurements if m.no_drafts_at}
+    labels: list[Any] = sorted(never - set(decision.named))
     return Sentence(Slot.SWEEP, "sweep.never_drafted", {"labels": labels}) if labels else None
 
 

@@ -4,43 +4,43 @@
 A request is built once, by the command line (``tuner.cli.tune.request_from_args``) or by the app
 (:func:`request_from_settings`), and passed down unchanged to :func:`tuner.calibration.tune.tune`; both
 front ends go through :meth:`TuneRequest.create`, so the same settings give the same request (a test
-checks it). The defaults below are the only ones: the CLI's ``--help``, the app's Settings and the core
-all read them from here.
+checks it). Every number's bounds and default are declared once, in :mod:`tuner.options`: the CLI's
+``--help``, the app's Settings, the window and :meth:`TuneRequest.check` all read them from there.
 """
 
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from tuner.errors import DraftwiseError
-from tuner.settings import DEFAULT_TUNE_BUDGET_S
+from tuner.options import OPTIONS, OptionError, check, machine_limits, option
 
 from .prompts import PromptSet
-from .sampling import Sampling
+from .sampling import SAMPLING_KEYS, Sampling
 
 if TYPE_CHECKING:  # annotations only: these modules import nothing from here
     from tuner.profiles import Profile
+    from tuner.settings import Settings
 
     from .candidates import Candidate, DroppedCandidate
     from .decide import Decision
     from .results import Measurement
 
-DEFAULT_BUDGET_S = float(DEFAULT_TUNE_BUDGET_S)
+DEFAULT_BUDGET_S = float(option("budget_s").default or 0)
 """The one default time budget of a sweep, seconds, first launch to decision (CLI ``--budget``, the app's
 ``tune_budget_s``). 300 s, not the CLI's former 180 s: on a real model (Gemma 3 270M, ~30 tokens/s here) and
 on a busy desktop, 180 s ran out before the paired rounds' sequential test could conclude on a 1.5× n-gram
 effect, so the honest answer was "not enough evidence"; 300 s is what the app already used."""
 
-DEFAULT_N_PREDICT = 256
+DEFAULT_N_PREDICT = int(option("n_predict").default or 0)
 """Default generated tokens per measured request: closer to real answers than a few dozen tokens (the
 budget planning shortens it for slow models)."""
 
-DEFAULT_REPETITIONS = 3
+DEFAULT_REPETITIONS = int(option("repetitions").default or 0)
 """Default repetitions: a finalist gets at most ``2 × repetitions`` adjacent pairs (at least
 ``tuner.calibration.pairing.MIN_PAIRS``); probes use one repetition."""
 
@@ -60,17 +60,17 @@ class TuneError(DraftwiseError, RuntimeError):
 
 
 def _check_long_share(long_share: float | None, long_context: bool) -> None:
-    """``long_share`` must be 0..1, and above 0 only with the long-context requests in the sweep.
+    """``long_share`` within its declaration (:mod:`tuner.options`), and above 0 only with the long-context
+    requests in the sweep.
 
     Raises:
         TuneError: (``bad_input``) naming ``--long-share``.
     """
-    if long_share is None:
-        return
-    if isinstance(long_share, bool) or not isinstance(long_share, (int, float)) \
-            or not (math.isfinite(long_share) and 0.0 <= long_share <= 1.0):
-        raise TuneError(f"--long-share {long_share!r}: must be a fraction between 0 and 1", bad_input=True)
-    if long_share > 0 and not long_context:
+    try:
+        check("long_share", long_share, where="--long-share")
+    except OptionError as exc:
+        raise TuneError(str(exc), bad_input=True) from None
+    if long_share is not None and long_share > 0 and not long_context:
         raise TuneError(f"--long-share {long_share:g}: the sweep has no long-context requests to weigh "
                         "(--no-long-context); drop one of the two", bad_input=True)
 
@@ -174,20 +174,23 @@ class TuneRequest:
         for name in ("rpc_hosts", "server_args"):
             if values.get(name) is not None:
                 values[name] = tuple(str(h) for h in values[name])
-        if "budget_s" in values:
-            values["budget_s"] = float(values["budget_s"])
+        budget = values.get("budget_s")
+        if isinstance(budget, int) and not isinstance(budget, bool):
+            values["budget_s"] = float(budget)
         request = dataclasses.replace(defaults, **values)
         request.check()
         return request
 
     def check(self) -> None:
-        """Raise :class:`TuneError` (``bad_input``) naming the first field whose value cannot be used."""
-        if not (math.isfinite(self.budget_s) and self.budget_s > 0):
-            raise TuneError(f"budget_s {self.budget_s:g}: must be a positive number of seconds", bad_input=True)
-        for name in ("n_predict", "repetitions", "max_prompts", "threads"):
-            value = getattr(self, name)
-            if value is not None and (isinstance(value, bool) or not isinstance(value, int) or value < 1):
-                raise TuneError(f"{name} {value!r}: must be a whole number of at least 1", bad_input=True)
+        """Raise :class:`TuneError` (``bad_input``) naming the first field whose value cannot be used: each
+        number against its declaration in :mod:`tuner.options` (``threads`` against this machine's logical
+        CPUs), e.g. ``"budget_s 5: must be between 10 and 86400 seconds"``."""
+        for opt in [o for o in OPTIONS.values() if o.in_request]:
+            value = getattr(self.sampling if opt.name in SAMPLING_KEYS else self, opt.name)
+            try:
+                check(opt.name, value, where=opt.name, limits=machine_limits())
+            except OptionError as exc:
+                raise TuneError(str(exc), bad_input=True) from None
         _check_long_share(self.long_share, self.long_context)
         from tuner.serverargs import ServerArgError, check_server_argv
 
@@ -204,14 +207,14 @@ class TuneRequest:
             if isinstance(value, Path):
                 value = str(value)
             elif isinstance(value, PromptSet):
-                value = str(getattr(value, "source", None) or "<prompt set>")
+                value = str(value.source or "<prompt set>")
             elif isinstance(value, Sampling):
                 value = value.body()
             out[f.name] = value
         return out
 
 
-def request_from_settings(settings: Any, models_dir: str | Path, target: str | Path | None = None,
+def request_from_settings(settings: Settings, models_dir: str | Path, target: str | Path | None = None,
                           force: bool = False, server: str | Path | None = None,
                           options: Mapping[str, Any] | None = None) -> TuneRequest:
     """The app's request: the Settings' budget (``tune_budget_s``), context size (``ctx_size``), sampling
@@ -233,21 +236,21 @@ def request_from_settings(settings: Any, models_dir: str | Path, target: str | P
     """
     fields: dict[str, Any] = {
         "target": target,
-        "prompts": getattr(settings, "prompts_path", None),
+        "prompts": settings.prompts_path,
         "budget_s": settings.tune_budget_s,
         "force": force,
         "server": server,
         "n_ctx": settings.ctx_size,
         "sampling": Sampling.from_settings(settings),
-        "long_share": getattr(settings, "long_share", None),
-        "rpc_hosts": tuple(getattr(settings, "rpc_hosts", ()) or ()),
+        "long_share": settings.long_share,
+        "rpc_hosts": tuple(settings.rpc_hosts),
         "server_args": _setting_words(settings),
     }
     fields.update(options or {})
     return TuneRequest.create(models_dir, **fields)
 
 
-def _setting_words(settings: Any) -> tuple[str, ...]:
+def _setting_words(settings: Settings) -> tuple[str, ...]:
     """The ``server_args`` setting (``FLAG`` / ``FLAG=VALUE`` strings) as argv words.
 
     Raises:
@@ -256,7 +259,7 @@ def _setting_words(settings: Any) -> tuple[str, ...]:
     from tuner.serverargs import ServerArgError, parse_server_args
 
     try:
-        return parse_server_args(getattr(settings, "server_args", ()) or (), where="server_args")
+        return parse_server_args(settings.server_args, where="server_args")
     except ServerArgError as exc:
         raise TuneError(str(exc), bad_input=True) from None
 

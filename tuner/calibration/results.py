@@ -73,8 +73,8 @@ class NoDrafts:
     ``tuner.calibration.wording.no_drafts_error``'s).
 
     Attributes:
-        sampling: the served sampling in words (``Sampling.describe``), e.g. ``"temperature 0.8, top_k 40,
-            top_p 0.95, min_p 0.05 (llama-server's defaults)"``.
+        sampling: the served sampling in words (``Sampling.describe``'s, e.g. llama-server's defaults
+            spelled out with "(llama-server's defaults)" after them).
         sampled: the served sampling is not greedy (so the lossless check ran at greedy settings).
         greedy_draft_n: tokens the same type drafted in that greedy check; ``None`` when it did not run.
     """

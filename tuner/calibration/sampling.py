@@ -1,7 +1,7 @@
 """The sampling settings the served requests carry (the user's client settings; none set = the server's own).
 
 By default the requests carry no sampling fields, so llama-server's own defaults apply (b11434
-common/common.h ``common_params_sampling``: temperature 0.80, top_k 40, top_p 0.95, min_p 0.05; the values
+common/common.h ``common_params_sampling``, declared once in :mod:`tuner.options` with the bounds; the values
 of the binary actually used are read from ``GET /props`` ``default_generation_settings.params``). The
 user's client settings (temperature, top_p, top_k, min_p) replace them. Pure data, no I/O.
 """
@@ -12,10 +12,11 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
-SERVER_DEFAULT_SAMPLING: Mapping[str, float | int] = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
-"""llama-server b11434's sampling defaults (common/common.h ``common_params_sampling``; ``--help`` says the
-same). Used for wording only when ``/props`` cannot be read; the measurement itself sends nothing, so the
-server applies whatever its build defaults to."""
+from tuner.options import SERVER_DEFAULT_SAMPLING
+
+# SERVER_DEFAULT_SAMPLING: llama-server b11434's sampling defaults, a view of tuner.options. Used for wording
+# only when /props cannot be read; the measurement itself sends nothing, so the server applies whatever its
+# build defaults to.
 
 SAMPLING_KEYS = ("temperature", "top_k", "top_p", "min_p")
 
@@ -62,7 +63,8 @@ class Sampling:
         return not self.body()
 
     def describe(self, server_defaults: Mapping[str, Any] | None = None) -> str:
-        """E.g. ``"temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's defaults)"``."""
+        """Every value in words, e.g. ``"temperature T, top_k K, top_p P, min_p M (llama-server's defaults)"``
+        with the numbers of :meth:`effective`."""
         if self.is_greedy:
             return "greedy (temperature 0)"
         eff = self.effective(server_defaults)

@@ -151,7 +151,7 @@ def _no_drafts_why(nd: NoDrafts) -> str:
 
 def no_drafts_error(spec_type: str, nd: NoDrafts) -> str:
     """The measurement's ``error`` for an n-gram type that ran but never drafted, e.g. ``"ngram-mod never
-    drafted at the served sampling (temperature 0.8, …), although it drafted 12 tokens at greedy settings
+    drafted at the served sampling (<Sampling.describe's words>), although it drafted 12 tokens at greedy settings
     (the lossless check); no speedup is possible for these requests"``."""
     return (f"{spec_type} never drafted at the served sampling ({nd.sampling}){_no_drafts_why(nd)}; "
             "no speedup is possible for these requests")
@@ -370,7 +370,7 @@ def _saved_measured_on(p: Params, measured_unix_s: float | None) -> str:
 
 # ---- SWEEP ----------------------------------------------------------------------------------------------
 def describe_workload(chat: bool, raw_endpoint: str, sampling: str, n_ctx: int | None) -> str:
-    """The measured requests in words, e.g. ``"chat requests (/v1/chat/completions) at temperature 0.8, …,
+    """The measured requests in words, e.g. ``"chat requests (/v1/chat/completions) at greedy (temperature 0),
     context 8192"`` (``sampling``: ``Sampling.describe``'s words)."""
     shape = "chat requests (/v1/chat/completions)" if chat else f"raw completions ({raw_endpoint})"
     return f"{shape} at {sampling}" + (f", context {n_ctx}" if n_ctx else "")

@@ -11,7 +11,7 @@ A tuned profile only predicts what the server later gets when the sweep sends th
   ``server_task_result_cmpl_final::to_json_oaicompat_chat`` adds ``timings`` when set). A base model (no template) keeps
   ``/completion``.
 * **Sampling.** By default the requests carry no sampling fields, so llama-server's own defaults apply
-  (b11434 common/common.h ``common_params_sampling``: temperature 0.80, top_k 40, top_p 0.95, min_p 0.05;
+  (b11434 common/common.h ``common_params_sampling``, declared in :mod:`tuner.options`;
   the values of the binary actually used are read from ``GET /props``
   ``default_generation_settings.params``). The user's client settings (temperature, top_p, top_k, min_p)
   replace them (:class:`tuner.calibration.sampling.Sampling`). Every request carries a seed fixed per
@@ -143,8 +143,8 @@ class Workload:
         return "/v1/chat/completions" if self.chat else self.raw_endpoint
 
     def describe(self) -> str:
-        """One line for the decision, e.g. ``"chat requests (/v1/chat/completions) at temperature 0.8, ...,
-        context 8192"``."""
+        """One line for the decision, e.g. ``"chat requests (/v1/chat/completions) at temperature T, ...,
+        context 8192"`` (:meth:`tuner.calibration.sampling.Sampling.describe`)."""
         shape = "chat requests (/v1/chat/completions)" if self.chat else f"raw completions ({self.raw_endpoint})"
         ctx = f", context {self.n_ctx}" if self.n_ctx else ""
         return f"{shape} at {self.sampling.describe(self.server_sampling or None)}{ctx}"

@@ -10,7 +10,16 @@ import dataclasses
 import json
 import sys
 from pathlib import Path
+from typing import TYPE_CHECKING
 
+from tuner.cli.options import (
+    add_option,
+    bind_host,
+    check_limits,
+    check_options,
+    check_resolvable,
+    folder_problem,
+)
 from tuner.crosscheck.build import build_probes, find_server_binary
 from tuner.crosscheck.fit_params import cross_check, find_fit_params
 from tuner.crosscheck.server_check import cached_server_report, server_config_for, server_cross_check
@@ -26,13 +35,16 @@ from tuner.hardware.memory import (
 )
 from tuner.hardware.repack import no_repack_in
 from tuner.hardware.rpc import (
-    DEFAULT_RPC_PORT,
     NO_AUTH_WARNING,
     RpcHostError,
     parse_rpc_hosts,
 )
 from tuner.settings import DEFAULT_CACHE_RAM_MIB
 from tuner.units import MIB, format_bytes
+
+if TYPE_CHECKING:  # annotations only
+    from tuner.crosscheck.fit_params import FitCrossCheck
+    from tuner.crosscheck.server_check import ServerCrossCheck
 
 DEFAULT_PLAN_CTX = 4096
 """The automatic context size when the model does not say its own (:data:`tuner.ctxsize.DEFAULT_CTX_FLOOR`)."""
@@ -94,24 +106,23 @@ def register(subparsers: argparse._SubParsersAction) -> None:
                    help="draft model GGUF, path or name in --models DIR (implies --spec-type draft-simple)")
     p.add_argument("--models", metavar="DIR", help="models folder where --target / --draft names are looked up")
     p.add_argument("--spec-type", help="--spec-type value (default: draft-simple with --draft, else none)")
-    p.add_argument("--ctx-size", "--ctx", type=int, default=None, dest="ctx", metavar="N",
-                   help="context size n_ctx (-c); default: the model's training context (GGUF "
-                   "<arch>.context_length) capped at 8192, at least 4096 unless the model's is smaller")
-    p.add_argument("--ngl", type=int, help="target GPU layers (default: all)")
-    p.add_argument("--draft-ngl", type=int, help="draft GPU layers (default: all)")
-    p.add_argument("--n-max", type=int, default=None,
-                   help="draft length (--spec-draft-n-max); default: the server's default for the type (3 for draft-*)")
-    p.add_argument("--n-cpu-moe", type=int, default=0,
-                   help="keep the MoE expert tensors of the first N target blocks on the CPU (--n-cpu-moe)")
+    add_option(p, "n_ctx", "--ctx-size", "--ctx", dest="ctx", help="context size n_ctx (-c)",
+               default_help="default: the model's training context (GGUF <arch>.context_length) capped at 8192, "
+               "at least 4096 unless the model's is smaller")
+    add_option(p, "ngl", "--ngl", dest="ngl")
+    add_option(p, "draft_ngl", "--draft-ngl", dest="draft_ngl")
+    add_option(p, "n_max", "--n-max", dest="n_max", help="draft length (--spec-draft-n-max)",
+               default_help="default: the server's default for the type (3 for draft-*)")
+    add_option(p, "n_cpu_moe", "--n-cpu-moe", dest="n_cpu_moe")
     p.add_argument("--cpu-moe", action="store_true", help="keep all target MoE expert tensors on the CPU (--cpu-moe)")
-    p.add_argument("--cache-ram", type=int, default=None, metavar="MIB",
-                   help="llama-server's host-RAM prompt cache limit (--cache-ram MiB), counted in the host's need; "
-                   "default: what draftwise serve passes, the cache_ram_mib setting "
-                   f"({DEFAULT_CACHE_RAM_MIB} unless changed); 0 = not counted")
-    p.add_argument("--np", type=int, default=1, help="parallel slots (-np), default 1; 0 = server auto (4, unified KV)")
+    add_option(p, "cache_ram_mib", "--cache-ram", dest="cache_ram", default=None,
+               help="llama-server's host-RAM prompt cache limit (--cache-ram MiB), counted in the host's need",
+               default_help="default: what draftwise serve passes, the cache_ram_mib setting "
+               f"({DEFAULT_CACHE_RAM_MIB} unless changed); 0 = off, -1 = no limit, neither counted")
+    add_option(p, "n_parallel", "--np", dest="np")
     p.add_argument("--ctk", default="f16", help="KV cache type K (-ctk)")
     p.add_argument("--ctv", default="f16", help="KV cache type V (-ctv)")
-    p.add_argument("--margin-mib", type=int, default=1024, help="free memory kept on every GPU (--fit-target), MiB")
+    add_option(p, "margin_mib", "--margin-mib", dest="margin_mib")
     p.add_argument("--server", help="llama-server binary (for --list-devices); default: found automatically")
     p.add_argument("--no-cross-check", action="store_true",
                    help="skip the cross-check with llama-fit-params (run when the build ships it)")
@@ -129,12 +140,13 @@ def register(subparsers: argparse._SubParsersAction) -> None:
         description="Run a supervised ggml-rpc-server (the one installed next to llama-server) until Ctrl-C, "
         "so that `draftwise tune/serve --rpc HOST:PORT` on another machine can place layers here. "
         "Binds 127.0.0.1 unless --host says otherwise. " + NO_AUTH_WARNING.capitalize() + ".")
-    p.add_argument("--port", type=int, default=DEFAULT_RPC_PORT, help=f"TCP port (default {DEFAULT_RPC_PORT})")
+    add_option(p, "rpc_port", "--port", dest="port")
     p.add_argument("--host", default="127.0.0.1",
                    help="address to bind (default 127.0.0.1: this machine only); a LAN address (e.g. 0.0.0.0) "
                    "exposes the devices without any authentication")
     p.add_argument("--device", help="ggml device names to offer, comma-separated (e.g. CUDA0); default: all")
-    p.add_argument("--threads", type=int, help="CPU threads of its CPU device (default: ggml-rpc-server's, 1)")
+    add_option(p, "threads", "--threads", dest="threads", help="CPU threads of its CPU device",
+               default_help="default: ggml-rpc-server's, 1")
     p.add_argument("--server", help="llama-server binary whose ggml-rpc-server to run; default: found automatically")
     p.add_argument("--check-build", action="store_true",
                    help="only check that the found llama-server has --rpc and a ggml-rpc-server next to it "
@@ -303,7 +315,8 @@ _COLS = (("target_weights_bytes", "target W"), ("target_kv_bytes", "target KV"),
 
 
 def _plan_args_problem(args: argparse.Namespace, spec_type: str) -> str | None:
-    """One line naming the flag when the plan's command line is inconsistent, else None."""
+    """One line naming the flag when the plan's command line is inconsistent (the numbers are checked
+    against their declarations by :func:`tuner.cli.options.check_options` before), else None."""
     from tuner.spectypes import DRAFT_MODEL_TYPES, NGRAM_TYPES
 
     known = {"none", "draft-mtp"} | DRAFT_MODEL_TYPES | NGRAM_TYPES
@@ -317,12 +330,6 @@ def _plan_args_problem(args: argparse.Namespace, spec_type: str) -> str | None:
         return f"--spec-type {spec_type} needs a draft model: add --draft D"
     if args.draft_ngl is not None and not args.draft:
         return "--draft-ngl needs --draft"
-    if args.margin_mib < 0:
-        return f"--margin-mib must be >= 0, got {args.margin_mib}"
-    for flag, value in (("--ngl", args.ngl), ("--draft-ngl", args.draft_ngl), ("--np", args.np),
-                        ("--ctx-size", args.ctx), ("--cache-ram", args.cache_ram)):
-        if value is not None and value < 0:
-            return f"{flag} must be >= 0, got {value}"
     return None
 
 
@@ -427,25 +434,52 @@ def repack_lines(plan: MemoryPlan) -> list[str]:
     return out
 
 
-def cmd_plan(args: argparse.Namespace) -> int:
-    """``draftwise plan``: exit 0 when the plan fits, 1 when it does not, 2 on a bad model file."""
+@dataclasses.dataclass(frozen=True)
+class _PlanInputs:
+    """What ``plan``'s command line asks for, checked: the models, the request, the user's flags and notes."""
+
+    target: ModelMemorySpec
+    draft: ModelMemorySpec | None
+    spec_type: str
+    rpc: tuple[str, ...]
+    server_args: tuple[str, ...]
+    cache_ram: int
+    cache_line: str
+    ctx_note: str | None
+    ctx_label: str
+    req: MemoryRequest
+
+
+def _plan_inputs(args: argparse.Namespace) -> _PlanInputs | None:
+    """``plan``'s inputs from ``args``: numbers within their declarations (:mod:`tuner.options`; GPU layers
+    and MoE blocks within the model's blocks), models read, flags consistent. None after printing the one
+    line naming the bad flag or file."""
+    from tuner.options import Limits
+
+    problem = folder_problem(args.models) or check_options(args)
+    if problem:
+        print(f"draftwise plan: {problem}", file=sys.stderr)
+        return None
     try:
         target = _load_spec(args.target, args.models, "--target")
         draft = _load_spec(args.draft, args.models, "--draft") if args.draft else None
     except Exception as exc:  # noqa: BLE001 - GGUFError / ValueError name the flag and file
         print(f"draftwise plan: {exc}", file=sys.stderr)
-        return 2
+        return None
     spec_type = args.spec_type or ("draft-simple" if draft else "none")
-    problem = _plan_args_problem(args, spec_type)
+    problem = (_plan_args_problem(args, spec_type)
+               or check_limits(args, Limits(blocks=target.n_layer, model=Path(args.target).name), ["ngl", "n_cpu_moe"])
+               or (check_limits(args, Limits(blocks=draft.n_layer, model=Path(args.draft).name), ["draft_ngl"])
+                   if draft else None))
     if problem:
         print(f"draftwise plan: {problem}", file=sys.stderr)
-        return 2
+        return None
     if _bad_server_flag(args.server, "plan"):
-        return 2
+        return None
     rpc = rpc_hosts_arg(args, "plan")
     server_args = server_args_arg(args, "plan")
     if rpc is None or server_args is None:
-        return 2
+        return None
     cache_ram, cache_line = plan_cache_ram(args.cache_ram)
     n_ctx, ctx_note = plan_n_ctx(args.ctx, target.context_length)
     ctx_label = "warning" if args.ctx is not None else "note"
@@ -456,10 +490,28 @@ def cmd_plan(args: argparse.Namespace) -> int:
                         n_parallel=None if args.np == 0 else args.np, margin_bytes=args.margin_mib * MIB,
                         n_max=args.n_max, n_cpu_moe=args.n_cpu_moe, cpu_moe=args.cpu_moe,
                         prompt_cache_bytes=max(cache_ram, 0) * MIB, no_repack=no_repack_in(server_args))
-    devs, binary = _detect(args.server, rpc)
-    unknown = _unknown_server_arg(server_args, binary)
-    if unknown:
-        print(f"draftwise plan: {unknown}", file=sys.stderr)
+    return _PlanInputs(target, draft, spec_type, rpc, server_args, cache_ram, cache_line, ctx_note, ctx_label, req)
+
+
+def _margin_problem(args: argparse.Namespace, devs: Devices) -> str | None:
+    """``--margin-mib`` above the largest device's memory (host RAM on a CPU-only machine): one line, else None."""
+    from tuner.options import Limits
+
+    sizes = [d.total_bytes for d in devs.devices if d.total_bytes]
+    largest = max(sizes) if sizes else devs.ram_total_bytes
+    return check_limits(args, Limits(device_bytes=largest), ["margin_mib"]) if largest else None
+
+
+def cmd_plan(args: argparse.Namespace) -> int:
+    """``draftwise plan``: exit 0 when the plan fits, 1 when it does not, 2 on a bad flag or model file."""
+    inputs = _plan_inputs(args)
+    if inputs is None:
+        return 2
+    req = inputs.req
+    devs, binary = _detect(args.server, inputs.rpc)
+    problem = _unknown_server_arg(inputs.server_args, binary) or _margin_problem(args, devs)
+    if problem:
+        print(f"draftwise plan: {problem}", file=sys.stderr)
         return 2
     try:
         plan = plan_memory(req, devs)
@@ -467,7 +519,21 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"draftwise plan: {exc}", file=sys.stderr)
         return 2
     trade = context_trade(req, devs)
-    max_ngl = trade.max_ngl_at_ctx
+    check, scheck, server_argv = _plan_cross_checks(args, req, devs, binary, inputs.server_args)
+    if args.json:
+        return _print_plan_json(args, inputs, plan, trade, check, scheck)
+    _print_plan(args, inputs, plan, trade, devs)
+    _print_plan_checks(inputs, check, scheck, binary is not None and server_argv is not None)
+    for n in plan.notes + devs.notes:
+        print(f"note: {n}")
+    return 0 if plan.fits else 1
+
+
+def _plan_cross_checks(args: argparse.Namespace, req: MemoryRequest, devs: Devices, binary: Path | None,
+                       server_args: tuple[str, ...]) -> tuple[FitCrossCheck | None, ServerCrossCheck | None,
+                                                              list[str] | None]:
+    """llama-fit-params' answer (unless ``--no-cross-check``), the server check (``--server-check``, or its
+    cached report) and the argv they ran with; None for each that did not run."""
     check = None
     # the cross-checks start llama-fit-params / llama-server on this machine's devices only
     server_argv = None if devs.rpc_endpoints else _server_argv(req, binary, server_args)
@@ -489,17 +555,30 @@ def cmd_plan(args: argparse.Namespace) -> int:
             cached = cached_server_report(server_argv, [cfg.model_path, cfg.draft_path])
             if cached is not None:  # from the cache: no server start
                 scheck = server_cross_check(req, devs, binary, extra_args=server_args)
-    if args.json:
-        data = plan_json(plan, trade)
-        data["cross_check"] = dataclasses.asdict(check) if check is not None else None
-        data["server_check"] = scheck.to_json() if scheck is not None else None
-        data["n_ctx_note"] = ctx_note
-        data["cache_ram_mib"] = cache_ram
-        data["cache_ram_from"] = "--cache-ram" if args.cache_ram is not None else "setting cache_ram_mib"
-        data["server_args"] = list(server_args)
-        json.dump(data, sys.stdout, indent=2)
-        print()
-        return 0 if plan.fits else 1
+    return check, scheck, server_argv
+
+
+def _print_plan_json(args: argparse.Namespace, inputs: _PlanInputs, plan: MemoryPlan, trade: ContextTrade,
+                     check: FitCrossCheck | None, scheck: ServerCrossCheck | None) -> int:
+    """``plan --json``: the plan and its checks as one object on stdout; the exit status."""
+    server_args, cache_ram, ctx_note = inputs.server_args, inputs.cache_ram, inputs.ctx_note
+    data = plan_json(plan, trade)
+    data["cross_check"] = dataclasses.asdict(check) if check is not None else None
+    data["server_check"] = scheck.to_json() if scheck is not None else None
+    data["n_ctx_note"] = ctx_note
+    data["cache_ram_mib"] = cache_ram
+    data["cache_ram_from"] = "--cache-ram" if args.cache_ram is not None else "setting cache_ram_mib"
+    data["server_args"] = list(server_args)
+    json.dump(data, sys.stdout, indent=2)
+    print()
+    return 0 if plan.fits else 1
+
+
+def _print_plan(args: argparse.Namespace, inputs: _PlanInputs, plan: MemoryPlan, trade: ContextTrade,
+                devs: Devices) -> None:
+    """The plan's table and verdict for people."""
+    target, draft, spec_type, server_args = inputs.target, inputs.draft, inputs.spec_type, inputs.server_args
+    cache_line, max_ngl = inputs.cache_line, trade.max_ngl_at_ctx
     dtext = f", draft {Path(args.draft).name} ({draft.n_layer} blocks, {_mib(draft.weights_bytes)})" if draft else ""
     size = _files_bytes(args.target, args.models, "--target")
     print(f"Plan: target {Path(args.target).name} ({target.n_layer} blocks, {_mib(target.weights_bytes)} of tensors"
@@ -545,6 +624,12 @@ def cmd_plan(args: argparse.Namespace) -> int:
         print(f"MoE experts kept in host RAM: {_mib(plan.expert_host_bytes)}")
     for line in repack_lines(plan):
         print(line)
+
+
+def _print_plan_checks(inputs: _PlanInputs, check: FitCrossCheck | None, scheck: ServerCrossCheck | None,
+                       server_check_possible: bool) -> None:
+    """The cross-checks' lines and the context note, for people."""
+    draft, ctx_note, ctx_label = inputs.draft, inputs.ctx_note, inputs.ctx_label
     if check is not None:
         what = "target alone (llama-fit-params ignores drafts)" if draft else "target"
         if not check.ok:
@@ -565,13 +650,10 @@ def cmd_plan(args: argparse.Namespace) -> int:
             print(f"Server cross-check ({when}): llama-server DISAGREES with this plan:")
             for d in scheck.disagreements:
                 print(f"  - {d}")
-    elif binary is not None and server_argv is not None:
+    elif server_check_possible:
         print("Server cross-check: not run (--server-check starts llama-server once with this argv; cached)")
     if ctx_note is not None:
         print(f"{ctx_label}: {ctx_note}")
-    for n in plan.notes + devs.notes:
-        print(f"note: {n}")
-    return 0 if plan.fits else 1
 
 
 def cmd_rpc_host(args: argparse.Namespace) -> int:
@@ -588,11 +670,14 @@ def cmd_rpc_host(args: argparse.Namespace) -> int:
 
     if _bad_server_flag(args.server, "rpc-host"):
         return 2
-    if not 1 <= args.port <= 65535:
-        print(f"draftwise rpc-host: --port {args.port} is outside 1..65535", file=sys.stderr)
-        return 2
-    if args.threads is not None and args.threads < 1:
-        print(f"draftwise rpc-host: --threads must be >= 1, got {args.threads}", file=sys.stderr)
+    try:
+        problem = check_options(args)
+        args.host = bind_host(args.host)
+        check_resolvable(args.host)
+    except ValueError as exc:
+        problem = str(exc)
+    if problem:
+        print(f"draftwise rpc-host: {problem}", file=sys.stderr)
         return 2
     binary = Path(args.server) if args.server else find_server_binary()
     if binary is None:

@@ -26,6 +26,14 @@ import time
 from pathlib import Path
 from typing import Any
 
+from tuner.cli.options import (
+    add_option,
+    bind_host,
+    check_limits,
+    check_options,
+    check_resolvable,
+    folder_problem,
+)
 from tuner.server.argv import UnsupportedConfigError, cors_locked
 from tuner.server.config import ServerConfig, default_alias
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
@@ -51,9 +59,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.add_argument("--target", help="target GGUF (with --models: its file name, stem or path)")
     p.add_argument("--draft", help="draft GGUF (implies --spec-type draft-simple)")
     p.add_argument("--spec-type", help="speculation type, e.g. none, draft-simple, draft-mtp, ngram-mod")
-    p.add_argument("--n-max", type=int, help="draft length n_max")
+    add_option(p, "n_max", "--n-max", dest="n_max")
     p.add_argument("--models", help="models folder that was tuned: serve its saved profile")
-    p.add_argument("--port", type=int, help="TCP port (default: a free one)")
+    add_option(p, "port", "--port", dest="port", default=None, default_help="default: a free one")
     p.add_argument("--host", default=None, help="address to bind (default 127.0.0.1); any other address "
                    "exposes the server on the network and needs an API key")
     keys = p.add_mutually_exclusive_group()
@@ -62,23 +70,21 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     keys.add_argument("--api-key-file", default=None, metavar="FILE",
                       help="read the API key from FILE (first non-empty line), so it is not on this "
                       "command line where other local users can see it in ps")
-    p.add_argument("--ctx-size", type=int, dest="n_ctx", metavar="N",
-                   help="context size in tokens (-c); default: with --models the tuned profile's, else the "
-                   "model's training context capped at 8192, at least 4096 unless the model's is smaller. "
-                   "With --models, another size than the profile's is refused (the profile is stale for it)")
-    p.add_argument("--ngl", help="target GPU layers (number, auto or all)")
-    p.add_argument("--draft-ngl", help="draft GPU layers (number, auto or all)")
+    add_option(p, "n_ctx", "--ctx-size", dest="n_ctx", help="context size in tokens (-c)",
+               default_help="default: with --models the tuned profile's, else the model's training context "
+               "capped at 8192, at least 4096 unless the model's is smaller. With --models, another size than "
+               "the profile's is refused (the profile is stale for it)")
+    add_option(p, "ngl", "--ngl", dest="ngl", keywords=True, default_help="default: llama-server's")
+    add_option(p, "draft_ngl", "--draft-ngl", dest="draft_ngl", keywords=True, default_help="default: llama-server's")
     p.add_argument("--server", help="llama-server binary (default: discovered)")
-    p.add_argument("--ready-timeout", type=float, default=None, help="seconds to wait for readiness")
+    add_option(p, "ready_timeout_s", "--ready-timeout", dest="ready_timeout")
     from tuner.cli.hardware import add_rpc_argument
 
     add_rpc_argument(p)
     from tuner.cli.hardware import add_server_arg_argument
 
     add_server_arg_argument(p, serve_models=True)
-    p.add_argument("--liveness-timeout", type=float, default=30.0, metavar="S",
-                   help="while serving, restart llama-server when it has not answered /health for S seconds "
-                   "and makes no progress (default 30; a server busy with a long prompt is not restarted)")
+    add_option(p, "liveness_timeout_s", "--liveness-timeout", dest="liveness_timeout")
     p.set_defaults(func=cmd_serve)
 
     d = subparsers.add_parser(
@@ -88,48 +94,30 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     d.add_argument("--server", help="llama-server binary (default: discovered)")
     d.add_argument("--json", action="store_true", help="print the report as JSON")
     d.add_argument("--no-self-test", action="store_true", help="skip the speculation self-test")
-    d.add_argument("--timeout", type=float, default=60.0, help="self-test time limit in seconds")
+    add_option(d, "doctor_timeout_s", "--timeout", dest="timeout")
     d.set_defaults(func=cmd_doctor)
 
 
-def _layers(v: str | None, flag: str = "--ngl") -> int | str | None:
-    """``--ngl`` / ``--draft-ngl`` value: an int, ``auto`` or ``all`` (common/arg.cpp ``-ngl``).
-    Raises ValueError naming ``flag`` for anything else."""
-    if v is None:
-        return None
-    text = v.strip()
-    if text.lstrip("-").isdigit():
-        return int(text)
-    if text.lower() in ("auto", "all"):
-        return text.lower()
-    raise ValueError(f"{flag} must be a number of layers, 'auto' or 'all', got {v!r}")
-
-
 def _check_serve_args(args: argparse.Namespace) -> None:
-    """Reject out-of-range numbers before anything is launched. Raises ValueError naming the flag."""
-    if args.port is not None and not 1 <= args.port <= 65535:
-        raise ValueError(f"--port must be 1..65535, got {args.port}")
-    if args.n_max is not None and args.n_max < 1:
-        raise ValueError(f"--n-max (draft length n_max) must be >= 1, got {args.n_max}")
-    from tuner.ctxsize import MIN_CTX_SIZE
-
-    if args.n_ctx is not None and args.n_ctx < MIN_CTX_SIZE:
-        raise ValueError(f"--ctx-size must be at least {MIN_CTX_SIZE} tokens, got {args.n_ctx}")
+    """Reject bad flags before anything is launched: every declared number (:mod:`tuner.options`; ``--ngl``
+    and ``--draft-ngl`` become a number, ``auto`` or ``all``), ``--models ''`` or a missing folder, and a
+    ``--host`` with white space inside (stripped around, so the loopback check and the bind agree).
+    Raises ValueError naming the flag."""
+    problem = folder_problem(getattr(args, "models", None)) or check_options(args)
+    if problem:
+        raise ValueError(problem)
     models = getattr(args, "models", None)
     if models and not Path(models).is_dir():  # as tune says it: "run tune --models DIR first" would not help
         raise ValueError(f"--models {models}: no such folder")
-    ready_timeout = getattr(args, "ready_timeout", None)
-    if ready_timeout is not None and ready_timeout <= 0:
-        raise ValueError(f"--ready-timeout must be > 0 seconds, got {ready_timeout}")
-    liveness = getattr(args, "liveness_timeout", None)
-    if liveness is not None and not liveness > 0:
-        raise ValueError(f"--liveness-timeout must be > 0 seconds, got {liveness}")
+    if args.host is not None:
+        args.host = bind_host(args.host)
 
 
-def _check_model_file(path: Path, role: str, given: str | None = None) -> None:
+def _check_model_file(path: Path, role: str, given: str | None = None) -> int | None:
     """Pre-flight read of a GGUF header and its split shards (tuner.catalog), so a missing or
     broken file is one clear line instead of a failed launch. ``given``: the value of ``--target`` /
     ``--draft`` (``role``) the path came from, named in the message; ``None`` for a profile's file.
+    Returns the model's blocks (GGUF ``<arch>.block_count``; None when it does not say).
     Raises ValueError naming the flag and value (or the file)."""
     from tuner.catalog.header import GGUFError, read_header
     from tuner.catalog.split import missing_shards, short_name_list
@@ -151,6 +139,9 @@ def _check_model_file(path: Path, role: str, given: str | None = None) -> None:
     if not header.tensors and header.get("split.count") in (None, 0, 1):
         raise ValueError(f"{what}: has no tensors (a vocab-only file holds a tokenizer and no "
                          "weights); llama-server cannot serve it")
+    arch = header.get("general.architecture")
+    blocks = header.get(f"{arch}.block_count") if isinstance(arch, str) else None
+    return blocks if isinstance(blocks, int) and not isinstance(blocks, bool) else None
 
 
 def is_loopback_host(host: str) -> bool:
@@ -299,8 +290,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         draft_path=Path(os.path.abspath(args.draft)) if args.draft else None,
         spec_type=spec,
         n_max=args.n_max,
-        ngl=_layers(args.ngl),
-        draft_ngl=_layers(args.draft_ngl, "--draft-ngl") if args.draft else None,
+        ngl=args.ngl,
+        draft_ngl=args.draft_ngl if args.draft else None,
         n_ctx=_serve_ctx_size(args.n_ctx, target),
         n_parallel=1 if speculative else None,
         host=args.host or "127.0.0.1",
@@ -339,100 +330,140 @@ def _serve_ctx_size(requested: int | None, target: Path) -> int | None:
     return default_ctx_size(ctx if isinstance(ctx, int) else None)
 
 
+def _served_lists(args: argparse.Namespace, from_profile: bool) -> bool:
+    """``args.rpc_hosts`` and ``args.server_words`` from ``--rpc`` / ``--server-arg`` or (serving from flags)
+    the settings; a profile carries its own. False after printing the line naming a bad one."""
+    from tuner.cli.hardware import rpc_hosts_arg, server_args_arg
+
+    if getattr(args, "rpc", None) is not None or not from_profile:
+        hosts = rpc_hosts_arg(args, "serve")
+        if hosts is None:
+            return False
+        args.rpc_hosts = hosts
+    if not from_profile or getattr(args, "server_args", None) is not None:
+        words = server_args_arg(args, "serve")
+        if words is None:
+            return False
+        args.server_words = words
+    return True
+
+
+def _with_rpc_fallback(cfg: ServerConfig, args: argparse.Namespace,
+                       from_profile: bool) -> tuple[ServerConfig, ServerConfig | None]:
+    """``cfg`` without the RPC hosts that do not answer (a note says so), and the configuration to fall back
+    to when one is lost while serving (None without RPC)."""
+    if not cfg.rpc:
+        return cfg, None
+    from tuner.calibration.serving import find_profile, reachable_config, rpc_fallback_config
+
+    prof = find_profile(Path(args.models), args.target) if from_profile else None
+    fallback = rpc_fallback_config(cfg, prof)
+    cfg, note = reachable_config(cfg, fallback)
+    if note:
+        _err(f"draftwise serve: {note}")
+    return cfg, fallback if cfg.rpc else None
+
+
+def _preflight(cfg: ServerConfig, args: argparse.Namespace, from_profile: bool) -> None:
+    """The address to bind resolvable, the model files readable, and ``--ngl`` / ``--draft-ngl`` within each
+    model's blocks + 1. Raises ValueError naming the flag or file."""
+    from tuner.options import Limits
+
+    if args.host is not None:
+        check_resolvable(cfg.host)
+    blocks = _check_model_file(cfg.model_path, "target", None if from_profile else args.target)
+    problem = check_limits(args, Limits(blocks=blocks, model=cfg.model_path.name), ["ngl"])
+    if cfg.draft_path is not None:
+        blocks = _check_model_file(cfg.draft_path, "draft", None if from_profile else args.draft)
+        problem = problem or check_limits(args, Limits(blocks=blocks, model=cfg.draft_path.name), ["draft_ngl"])
+    if problem:
+        raise ValueError(problem)
+
+
+def _supervisor(args: argparse.Namespace, fallback: ServerConfig | None) -> tuple[ServerBinary, Supervisor]:
+    """The llama-server binary (``--server`` or discovered) and its supervisor, checked against the user's
+    flags. Raises ValueError with the line to print."""
+    from tuner.serverargs import ServerArgError, check_known
+
+    try:
+        binary = find_named_server(args.server) if args.server else find_server()
+        sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout or None,
+                         rpc_fallback=fallback)  # --liveness-timeout 0: off
+    except (ServerNotFoundError, DialectError) as exc:
+        raise ValueError(_server_error(exc, args.server)) from None
+    try:  # a flag this build does not list would make it exit 1 ("invalid argument")
+        check_known(getattr(args, "server_words", None) or (), sup.dialect.has, binary.path)
+    except ServerArgError as exc:
+        raise ValueError(str(exc)) from None
+    return binary, sup
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     """Run the server until Ctrl-C/SIGTERM. Exit 0 after a clean stop, 1 if it failed, 2 for a
     bad command line / missing profile / missing binary."""
     from_profile = bool(args.models and not args.draft and not args.spec_type)
-    if getattr(args, "rpc", None) is not None or not from_profile:
-        # --rpc, else (serving from flags) the rpc_hosts setting, as tune, plan and devices read it; a
-        # profile carries the hosts it was tuned with
-        from tuner.cli.hardware import rpc_hosts_arg
-
-        hosts = rpc_hosts_arg(args, "serve")
-        if hosts is None:
-            return 2
-        args.rpc_hosts = hosts
-    if not from_profile or getattr(args, "server_args", None) is not None:
-        # --server-arg, else (serving from flags) the server_args setting; a profile carries its own
-        from tuner.cli.hardware import server_args_arg
-
-        words = server_args_arg(args, "serve")
-        if words is None:
-            return 2
-        args.server_words = words
+    if not _served_lists(args, from_profile):
+        return 2
     try:
         cfg = config_from_args(args)
     except Exception as exc:  # ValueError, NoProfileError, ProfileError, ImportError
         _err(f"draftwise serve: {exc}")
         return 2
-    fallback = None
-    if cfg.rpc:
-        from tuner.calibration.serving import (
-            find_profile,
-            reachable_config,
-            rpc_fallback_config,
-        )
-
-        prof = None
-        if from_profile:
-            prof = find_profile(Path(args.models), args.target)
-        fallback = rpc_fallback_config(cfg, prof)
-        cfg, note = reachable_config(cfg, fallback)
-        if note:
-            _err(f"draftwise serve: {note}")
-        if not cfg.rpc:
-            fallback = None
+    cfg, fallback = _with_rpc_fallback(cfg, args, from_profile)
     try:
-        _check_model_file(cfg.model_path, "target", None if from_profile else args.target)
-        if cfg.draft_path is not None:
-            _check_model_file(cfg.draft_path, "draft", None if from_profile else args.draft)
+        _preflight(cfg, args, from_profile)
+        binary, sup = _supervisor(args, fallback)
     except ValueError as exc:
         _err(f"draftwise serve: {exc}")
         return 2
-    try:
-        binary = find_named_server(args.server) if args.server else find_server()
-        sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout, rpc_fallback=fallback)
-    except (ServerNotFoundError, DialectError) as exc:
-        _err(f"draftwise serve: {_server_error(exc, args.server)}")
-        return 2
-    from tuner.serverargs import ServerArgError, check_known
+    return _serve(args, cfg, binary, sup)
 
-    try:  # a flag this build does not list would make it exit 1 ("invalid argument")
-        check_known(getattr(args, "server_words", None) or (), sup.dialect.has, binary.path)
-    except ServerArgError as exc:
-        _err(f"draftwise serve: {exc}")
-        return 2
 
-    done = threading.Event()
-    said: list[str] = []  # the failure messages already printed as state lines
-    from tuner.calibration.engine import has_chat_template
+class _StateLines:
+    """``serve``'s state lines on stderr and the endpoint on stdout (``Supervisor.on_state`` callback);
+    ``done`` is set when serving ended, ``said`` keeps the failure messages already printed."""
 
-    base_model = not has_chat_template(cfg.model_path)
+    def __init__(self, cfg: ServerConfig, sup: Supervisor) -> None:
+        from tuner.calibration.engine import has_chat_template
 
-    def on_state(ch: StateChange) -> None:
+        self.cfg, self.sup = cfg, sup
+        self.done = threading.Event()
+        self.said: list[str] = []
+        self.base_model = not has_chat_template(cfg.model_path)
+
+    def __call__(self, ch: StateChange) -> None:
         # a crash, a retry or a restart is its own sentence ("llama-server crashed (…); restarting in 2 s
         # (restart 3)", tuner/server/restart_policy.py describe); other changes are "state: message"
         said_why = ch.state == ServerState.STARTING and ch.diagnosis is not None
         _err(f"[{time.strftime('%H:%M:%S')}] " + (ch.message if said_why else f"{ch.state.value}: {ch.message}"))
         if ch.state == ServerState.FAILED:
-            said.append(ch.message)
+            self.said.append(ch.message)
         if ch.state == ServerState.FAILED and ch.previous != ServerState.STARTING:
-            done.set()
+            self.done.set()
         if ch.state == ServerState.READY and ch.previous != ServerState.READY:
-            url = bound_url(cfg.host, ch.base_url)
-            print(f"{url}/v1", flush=True)
-            if base_model:
-                # common/chat.cpp common_chat_templates_init: no template in the GGUF = ChatML
-                _err(f"note: {cfg.model_path.name} has no chat template (a base model): /v1/chat/completions "
-                     "wraps messages in llama-server's ChatML fallback, which a base model does not know, and "
-                     "its answers may carry those tokens; send plain text to /v1/completions instead")
-            if cfg.alias and any(a in ("-a", "--alias") for a in (sup.argv or ())):
-                _err(f"model id (--alias): {cfg.alias}")
-            if not is_loopback_host(cfg.host):
-                _err(f"listening on {url} (reachable from the network; clients must send the API key); "
-                     f"from this machine: {ch.base_url}/v1")
+            self._ready(ch)
 
-    sup.on_state(on_state)
+    def _ready(self, ch: StateChange) -> None:
+        cfg = self.cfg
+        url = bound_url(cfg.host, ch.base_url)
+        print(f"{url}/v1", flush=True)
+        if self.base_model:
+            # common/chat.cpp common_chat_templates_init: no template in the GGUF = ChatML
+            _err(f"note: {cfg.model_path.name} has no chat template (a base model): /v1/chat/completions "
+                 "wraps messages in llama-server's ChatML fallback, which a base model does not know, and "
+                 "its answers may carry those tokens; send plain text to /v1/completions instead")
+        if cfg.alias and any(a in ("-a", "--alias") for a in (self.sup.argv or ())):
+            _err(f"model id (--alias): {cfg.alias}")
+        if not is_loopback_host(cfg.host):
+            _err(f"listening on {url} (reachable from the network; clients must send the API key); "
+                 f"from this machine: {ch.base_url}/v1")
+
+
+def _serve(args: argparse.Namespace, cfg: ServerConfig, binary: ServerBinary, sup: Supervisor) -> int:
+    """Start ``sup`` with ``cfg`` and serve until a signal or a failure; the exit status of :func:`cmd_serve`."""
+    lines = _StateLines(cfg, sup)
+    sup.on_state(lines)
+    done = lines.done
     prev = {}
     stop_reason: list[str] = []
 
@@ -451,11 +482,21 @@ def cmd_serve(args: argparse.Namespace) -> int:
             prev[sig] = signal.signal(sig, on_signal)
     _err(f"llama-server: {binary.path} (build {binary.build or 'unknown'}, {sup.dialect.spec_style} flags)")
     try:
+        return _serve_until_done(args, cfg, sup, lines, stop_reason)
+    finally:
+        for sig, handler in prev.items():
+            signal.signal(sig, handler)
+
+
+def _serve_until_done(args: argparse.Namespace, cfg: ServerConfig, sup: Supervisor, lines: _StateLines,
+                      stop_reason: list[str]) -> int:
+    """Start, wait for ready, then wait for ``lines.done``; stop the server and return the exit status."""
+    try:
         sup.start(cfg, startup_timeout_s=args.ready_timeout)
         shown = ["<api key>" if cfg.api_key and a == cfg.api_key else a for a in (sup.argv or [])]
         _err("argv: " + " ".join(shown))
-        sup.wait_ready(cancel=done)
-        while not done.wait(0.5):
+        sup.wait_ready(cancel=lines.done)
+        while not lines.done.wait(0.5):
             if sup.state == ServerState.FAILED:
                 break
         if stop_reason:
@@ -468,17 +509,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
             _err(f"stopping ({stop_reason[0]}) before the server was ready")
             sup.stop()
             return 0
-        _print_diagnosis(exc.diagnosis, sup, said)
+        _print_diagnosis(exc.diagnosis, sup, lines.said)
         sup.stop()
         return 1
     except KeyboardInterrupt:
         _err("stopping (Ctrl-C)")
-    finally:
-        for sig, handler in prev.items():
-            signal.signal(sig, handler)
     failed = sup.state == ServerState.FAILED
     if failed and sup.diagnosis is not None:
-        _print_diagnosis(sup.diagnosis, sup, said)
+        _print_diagnosis(sup.diagnosis, sup, lines.said)
     sup.stop()
     return 1 if failed else 0
 
@@ -570,8 +608,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
     """Print the doctor report. Exit 0 when the self-test passed (or was skipped), 1 when it
     failed, 2 when no binary / no readable ``--help``."""
     report: dict[str, Any] = {}
-    if not args.timeout > 0:
-        _err(f"draftwise doctor: --timeout must be > 0 seconds, got {args.timeout:g}")
+    problem = check_options(args)
+    if problem:
+        _err(f"draftwise doctor: {problem}")
         return 2
     try:
         binary = find_named_server(args.server) if args.server else find_server()

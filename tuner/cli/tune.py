@@ -32,9 +32,6 @@ from typing import Any, TextIO
 
 from tuner.calibration.prompts import PromptFileError
 from tuner.calibration.request import (
-    DEFAULT_BUDGET_S,
-    DEFAULT_N_PREDICT,
-    DEFAULT_REPETITIONS,
     TuneError,
     TuneEvent,
     TuneRequest,
@@ -42,6 +39,7 @@ from tuner.calibration.request import (
 )
 from tuner.calibration.sampling import Sampling
 from tuner.calibration.tune import tune
+from tuner.cli.options import add_option, check_options, folder_problem
 from tuner.cli.tune_report import print_table, result_to_json
 
 
@@ -59,27 +57,22 @@ def register(subparsers: Any) -> None:
                    "default: the largest model that has a compatible draft")
     p.add_argument("--prompts", metavar="FILE", help="prompt file: JSONL with 'prompt' (+ 'category') or text "
                    "with prompts separated by lines holding only '---' (default: built-in set)")
-    p.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S, metavar="SECONDS",
-                   help=f"time budget in seconds (default {DEFAULT_BUDGET_S:.0f})")
+    add_option(p, "budget_s", "--budget", dest="budget")
     p.add_argument("--force", action="store_true", help="re-tune even when a fresh profile exists")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--server", metavar="PATH", help="llama-server binary (default: discovered)")
-    p.add_argument("--n-predict", type=int, default=DEFAULT_N_PREDICT, metavar="N",
-                   help=f"tokens per request (default {DEFAULT_N_PREDICT})")
-    p.add_argument("--repetitions", type=int, default=DEFAULT_REPETITIONS, metavar="N",
-                   help=f"repetitions of finalists (default {DEFAULT_REPETITIONS})")
-    p.add_argument("--max-prompts", type=int, default=None, metavar="N",
-                   help="use at most N prompts of the set (default: all of a file, 5 of the built-in set)")
+    add_option(p, "n_predict", "--n-predict", dest="n_predict")
+    add_option(p, "repetitions", "--repetitions", dest="repetitions")
+    add_option(p, "max_prompts", "--max-prompts", dest="max_prompts")
     add_ctx_size_flag(p, "context size of every launch and of the saved profile")
     add_sampling_flags(p)
     p.add_argument("--no-long-context", dest="long_context", action="store_false",
                    help="leave out the built-in long-context requests (a long document and a long code file, "
                    "each filling half the context)")
-    p.add_argument("--long-share", type=float, default=None, metavar="FRACTION",
-                   help="share (0..1) of your requests that are long-context ones; the pick is the fastest "
-                   "configuration over that mix (default: the prompt set's own share, 2 of 7 requests in the "
-                   "built-in set)")
-    p.add_argument("--threads", type=int, default=None, metavar="N", help="CPU threads per launch (default: server's)")
+    add_option(p, "long_share", "--long-share", dest="long_share",
+               help="share of your requests that are long-context ones; the pick is the fastest configuration "
+               "over that mix")
+    add_option(p, "threads", "--threads", dest="threads")
     from tuner.cli.hardware import add_server_arg_argument
 
     add_server_arg_argument(p)
@@ -90,21 +83,22 @@ def add_ctx_size_flag(p: argparse.ArgumentParser, what: str) -> None:
     """The one ``--ctx-size N`` flag of tune / serve (dest ``n_ctx``; ``None`` = automatic)."""
     from tuner.ctxsize import DEFAULT_CTX_CAP, DEFAULT_CTX_FLOOR
 
-    p.add_argument("--ctx-size", type=int, default=None, dest="n_ctx", metavar="N",
-                   help=f"{what} in tokens (-c); default: the model's training context capped at "
-                   f"{DEFAULT_CTX_CAP}, at least {DEFAULT_CTX_FLOOR} unless the model's is smaller")
+    add_option(p, "n_ctx", "--ctx-size", dest="n_ctx", help=f"{what} in tokens (-c)",
+               default_help=f"default: the model's training context capped at {DEFAULT_CTX_CAP}, at least "
+               f"{DEFAULT_CTX_FLOOR} unless the model's is smaller")
 
 
 def add_sampling_flags(p: argparse.ArgumentParser) -> None:
     """``--temperature``, ``--top-p``, ``--top-k``, ``--min-p``: the client's sampling settings the sweep
-    measures at (default: none sent, so llama-server's defaults apply: temperature 0.8, top_k 40,
-    top_p 0.95, min_p 0.05 in b11434)."""
-    g = p.add_argument_group("served sampling (what your chat client sends; default: llama-server's defaults "
-                             "temperature 0.8, top_k 40, top_p 0.95, min_p 0.05)")
-    g.add_argument("--temperature", type=float, default=None, metavar="T", help="temperature (0 = greedy)")
-    g.add_argument("--top-p", type=float, default=None, metavar="P", help="top_p (1 = off)")
-    g.add_argument("--top-k", type=int, default=None, metavar="K", help="top_k (0 = off)")
-    g.add_argument("--min-p", type=float, default=None, metavar="P", help="min_p (0 = off)")
+    measures at (default: none sent, so llama-server's defaults apply: ``tuner.options.SERVER_DEFAULT_SAMPLING``),
+    and the shared ``--rpc``."""
+    from tuner.options import server_defaults_text
+
+    g = p.add_argument_group(f"served sampling (what your chat client sends; default: llama-server's defaults "
+                             f"{server_defaults_text()})")
+    for name, flag in (("temperature", "--temperature"), ("top_p", "--top-p"), ("top_k", "--top-k"),
+                       ("min_p", "--min-p")):
+        add_option(g, name, flag, dest=name, owner=p)
     from tuner.cli.hardware import add_rpc_argument
 
     add_rpc_argument(p)
@@ -149,23 +143,9 @@ class _Progress:
 
 
 def check_args(args: argparse.Namespace) -> str | None:
-    """The first bad numeric option as a one-line message naming the flag, ``None`` when all are usable."""
-    import math
-
-    from tuner.ctxsize import MIN_CTX_SIZE
-
-    if not (math.isfinite(args.budget) and args.budget > 0):
-        return f"--budget {args.budget:g}: must be a positive number of seconds"
-    for flag, value, least in (("--n-predict", args.n_predict, 1), ("--repetitions", args.repetitions, 1),
-                               ("--max-prompts", args.max_prompts, 1), ("--ctx-size", args.n_ctx, MIN_CTX_SIZE),
-                               ("--threads", args.threads, 1), ("--top-k", args.top_k, 0)):
-        if value is not None and value < least:
-            return f"{flag} {value}: must be at least {least}"
-    for flag, value, hi in (("--temperature", args.temperature, 10.0), ("--top-p", args.top_p, 1.0),
-                            ("--min-p", args.min_p, 1.0), ("--long-share", args.long_share, 1.0)):
-        if value is not None and not (math.isfinite(value) and 0.0 <= value <= hi):
-            return f"{flag} {value:g}: must be between 0 and {hi:g}"
-    return None
+    """The first bad option as a one-line message naming the flag (``--models ''``, a number outside its
+    declaration in :mod:`tuner.options`), ``None`` when all are usable."""
+    return folder_problem(args.models) or check_options(args)
 
 
 #: Seconds a cancelled sweep gets to stop its llama-server (SIGTERM, then the tree is killed)

@@ -14,17 +14,12 @@ from tuner.server.config import ServerConfig
 from tuner.server.diagnosis import Diagnosis, diagnose
 from tuner.server.dialect import Dialect, DialectError, parse_help, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_server
-from tuner.server.supervisor import (
-    ServerStartError,
-    ServerState,
-    StateChange,
-    Supervisor,
-    startup_timeout_for,
-)
+from tuner.server.states import IllegalTransition, ServerState, StateChange
+from tuner.server.supervisor import ServerStartError, Supervisor, startup_timeout_for
 
 __all__ = [
-    "Diagnosis", "Dialect", "DialectError", "Health", "ServerBinary", "ServerClient", "ServerClientError",
-    "ServerConfig", "ServerHTTPError", "ServerNotFoundError", "ServerStartError", "ServerState",
+    "Diagnosis", "Dialect", "DialectError", "Health", "IllegalTransition", "ServerBinary", "ServerClient",
+    "ServerClientError", "ServerConfig", "ServerHTTPError", "ServerNotFoundError", "ServerStartError", "ServerState",
     "ServerUnreachableError", "StateChange", "Supervisor", "UnsupportedConfigError", "build_argv",
     "clean_env", "diagnose", "find_server", "parse_help", "probe_dialect", "startup_timeout_for",
 ]

@@ -1,6 +1,6 @@
 """Pure argv building for llama-server, per flag dialect, and the child's clean environment.
 
-Rules (docs in /work/shared/reference/llama-server.md §1, §8):
+Rules (llama.cpp sources named with each):
 - the speculation type is always passed explicitly where the binary has ``--spec-type``
   (``-md`` alone loads the draft and never uses it: common/arg.cpp, server-context.cpp
   ``load_model``), and as ``-md`` + ``--draft-max`` on legacy builds (where ``-md`` is the switch);

@@ -1,10 +1,10 @@
 """HTTP client for llama-server (the one adapter over ``httpx``).
 
-Endpoints (tools/server/server.cpp routes; /work/shared/reference/llama-server.md §4): ``/health``
-(503 while loading, 200 when ready), ``/props`` (``model_path``, ``build_info``, …), ``/slots``
-(``speculative`` per slot; 501 when disabled), ``/metrics`` (Prometheus text; 501 without
-``--metrics``), ``/completion``, ``/v1/completions`` and ``/v1/chat/completions`` (final answer carries
-``timings``).
+Endpoints (registered in tools/server/server.cpp, handled by ``server_routes`` in
+tools/server/server-context.cpp): ``/health`` (503 while loading, 200 when ready), ``/props``
+(``model_path``, ``build_info``, …), ``/slots`` (``speculative`` per slot; 501 when disabled),
+``/metrics`` (Prometheus text; 501 without ``--metrics``), ``/completion``, ``/v1/completions`` and
+``/v1/chat/completions`` (final answer carries ``timings``).
 Proxy variables are ignored (``trust_env=False``): the server is local.
 """
 

@@ -1,7 +1,7 @@
 """Classify why a llama-server failed, from its exit code and log lines (pure).
 
-Every rule quotes the log text llama.cpp prints (file/function in the rule's comment); see
-/work/shared/reference/llama-server.md §6. :func:`diagnose` returns the first matching rule in
+Every rule quotes the log text llama.cpp prints (file/function in the rule's comment; the start-up
+order is tools/server/server.cpp's). :func:`diagnose` returns the first matching rule in
 priority order, so the most specific cause wins (e.g. "draft failed to load" before "model load
 failed", an out-of-memory line before the generic load failure).
 """

@@ -7,8 +7,8 @@ drafted in that reply — the figures of one reply, not a speedup measurement (t
 measures speedups, side by side with the baseline).
 
 Sampling: ``temperature``, ``top_p``, ``top_k``, ``min_p`` come from the settings when the settings
-have those keys (the served-workload settings), else llama-server's own defaults (b11434
-``--help``: 0.80, 0.95, 40, 0.05); the controls here change them for this chat only.
+have those keys (the served-workload settings), else llama-server's own defaults (b11434 ``--help``,
+declared in :mod:`tuner.options`); the controls here change them for this chat only.
 
 The API key (LAN mode) is the served one (``ServingInfo.api_key``), sent as a Bearer header.
 Chats are stored only with "Keep chat history" (:mod:`tuner.chat_history`, a 0600 file).
@@ -25,27 +25,28 @@ from PySide6.QtCore import Qt, QTimer, Signal
 from PySide6.QtGui import QKeySequence, QShortcut, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
-    QDoubleSpinBox,
     QHBoxLayout,
     QLabel,
     QPlainTextEdit,
     QPushButton,
-    QSpinBox,
     QTextBrowser,
     QVBoxLayout,
     QWidget,
 )
 
 from tuner import chat_history
+from tuner.options import SERVER_DEFAULT_SAMPLING, option
 from tuner.ui.controller import AppController
+from tuner.ui.options import spin_box
 from tuner.ui.workers import CallWorker
 
 log = logging.getLogger(__name__)
 
 
-#: llama-server b11434's sampling defaults (``--help``), used when the settings have no such key.
-SAMPLING_DEFAULTS: dict[str, float] = {"temperature": 0.8, "top_p": 0.95, "top_k": 40, "min_p": 0.05}
-DEFAULT_MAX_TOKENS = 512
+#: llama-server b11434's sampling defaults (``--help``), used when the settings have no such key: a view of
+#: :data:`tuner.options.SERVER_DEFAULT_SAMPLING`.
+SAMPLING_DEFAULTS = SERVER_DEFAULT_SAMPLING
+DEFAULT_MAX_TOKENS = int(option("chat_max_tokens").default or 0)
 #: Coalesce streamed text into one repaint per this many ms (a repaint per token would stall the GUI).
 RENDER_MS = 60
 
@@ -127,15 +128,11 @@ class ChatTab(QWidget):
 
         samp = QHBoxLayout()
         s = sampling_from_settings(controller.settings)
-        self.temp_spin = self._dspin(0.0, 2.0, 0.05, s["temperature"])
-        self.top_p_spin = self._dspin(0.0, 1.0, 0.01, s["top_p"])
-        self.min_p_spin = self._dspin(0.0, 1.0, 0.01, s["min_p"])
-        self.top_k_spin = QSpinBox()
-        self.top_k_spin.setRange(0, 1000)
-        self.top_k_spin.setValue(int(s["top_k"]))
-        self.max_tokens_spin = QSpinBox()
-        self.max_tokens_spin.setRange(1, 32768)
-        self.max_tokens_spin.setValue(DEFAULT_MAX_TOKENS)
+        self.temp_spin = spin_box("temperature", s["temperature"], unset=False)
+        self.top_p_spin = spin_box("top_p", s["top_p"], unset=False)
+        self.min_p_spin = spin_box("min_p", s["min_p"], unset=False)
+        self.top_k_spin = spin_box("top_k", s["top_k"], unset=False)
+        self.max_tokens_spin = spin_box("chat_max_tokens", DEFAULT_MAX_TOKENS, unset=False)
         for label, w in (("Temperature", self.temp_spin), ("top-p", self.top_p_spin), ("top-k", self.top_k_spin),
                          ("min-p", self.min_p_spin), ("Max tokens", self.max_tokens_spin)):
             samp.addWidget(QLabel(label + ":"))
@@ -186,15 +183,6 @@ class ChatTab(QWidget):
         self._render_timer.timeout.connect(self._render_if_dirty)
         controller.server_changed.connect(lambda _i: self.refresh())
         self.refresh()
-
-    @staticmethod
-    def _dspin(lo: float, hi: float, step: float, value: float) -> QDoubleSpinBox:
-        w = QDoubleSpinBox()
-        w.setRange(lo, hi)
-        w.setSingleStep(step)
-        w.setDecimals(2)
-        w.setValue(float(value))
-        return w
 
     # ------------------------------------------------------------ state
     @property

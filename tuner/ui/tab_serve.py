@@ -12,7 +12,6 @@ from PySide6.QtCore import Qt, QTimer
 from PySide6.QtGui import QFontDatabase, QFontMetrics, QGuiApplication, QTextOption
 from PySide6.QtWidgets import (
     QCheckBox,
-    QDoubleSpinBox,
     QFileDialog,
     QFormLayout,
     QGroupBox,
@@ -22,15 +21,16 @@ from PySide6.QtWidgets import (
     QPlainTextEdit,
     QPushButton,
     QSizePolicy,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
 
 from tuner import settings as settings_mod
+from tuner.options import DEFAULT_CACHE_RAM_WHY, server_defaults_text
 from tuner.ui import flow
 from tuner.ui.controller import AppController
 from tuner.ui.icons import STATE_COLORS
+from tuner.ui.options import spin_box, spin_value
 from tuner.ui.state import AppState
 
 log = logging.getLogger(__name__)
@@ -149,9 +149,7 @@ class ServeTab(QWidget):
         st = self.controller.settings
         box = QGroupBox("Serving settings")
         form = QFormLayout(box)
-        self.port_spin = QSpinBox()
-        self.port_spin.setRange(1, 65535)
-        self.port_spin.setValue(st.port)
+        self.port_spin = spin_box("port", st.port)
         self.port_spin.setMinimumWidth(self.port_spin.fontMetrics().horizontalAdvance("655350") + 40)
         self.port_spin.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.port_spin.editingFinished.connect(self._save_port)
@@ -190,12 +188,7 @@ class ServeTab(QWidget):
         self.rpc_edit.editingFinished.connect(self._save_rpc_hosts)
         form.addRow("RPC hosts:", self.rpc_edit)
         cram_row = QHBoxLayout()
-        self.cache_ram_spin = QSpinBox()
-        self.cache_ram_spin.setRange(-1, 1024 * 1024)
-        self.cache_ram_spin.setSingleStep(256)
-        self.cache_ram_spin.setSuffix(" MiB")
-        self.cache_ram_spin.setSpecialValueText("no limit")  # shown for -1, the minimum
-        self.cache_ram_spin.setValue(st.cache_ram_mib)
+        self.cache_ram_spin = spin_box("cache_ram_mib", st.cache_ram_mib)  # -1 (its minimum) shows "no limit"
         self.cache_ram_spin.setMinimumWidth(self.cache_ram_spin.fontMetrics().horizontalAdvance("1048576 MiB") + 40)
         self.cache_ram_spin.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
         self.cache_ram_spin.editingFinished.connect(self._save_cache_ram)
@@ -203,8 +196,7 @@ class ServeTab(QWidget):
         cram_help = QLabel(f"host RAM for reusing recent prompts (--cache-ram; 0 = off; default "
                            f"{settings_mod.DEFAULT_CACHE_RAM_MIB} MiB)")
         cram_help.setToolTip(
-            f"llama-server keeps recent prompts in RAM to reuse them (--cache-ram). Its own default, 8192 MiB, "
-            f"suits a server; Draftwise uses {settings_mod.DEFAULT_CACHE_RAM_MIB} MiB so a desktop keeps its RAM.")
+            f"llama-server keeps recent prompts in RAM to reuse them (--cache-ram). {DEFAULT_CACHE_RAM_WHY}")
         cram_help.setStyleSheet("color:#6b7280")
         cram_row.addWidget(cram_help, 1)
         form.addRow("Prompt cache:", cram_row)
@@ -250,32 +242,21 @@ class ServeTab(QWidget):
 
     def _workload_rows(self, form: QFormLayout, st) -> None:
         """Context size and served sampling (both measured by the sweep; a change makes the profile stale)."""
-        from tuner.ctxsize import DEFAULT_CTX_CAP, DEFAULT_CTX_FLOOR, MIN_CTX_SIZE
+        from tuner.ctxsize import DEFAULT_CTX_CAP, DEFAULT_CTX_FLOOR
 
-        self.ctx_spin = QSpinBox()
-        self.ctx_spin.setRange(MIN_CTX_SIZE - 1, 1 << 20)
-        self.ctx_spin.setSingleStep(1024)
-        self.ctx_spin.setSpecialValueText("automatic")
-        self.ctx_spin.setValue(st.ctx_size if st.ctx_size is not None else MIN_CTX_SIZE - 1)
+        self.ctx_spin = spin_box("n_ctx", st.ctx_size)  # its minimum shows "automatic"
         self.ctx_spin.setToolTip(f"automatic: the model's training context capped at {DEFAULT_CTX_CAP}, at least "
-                                 f"{DEFAULT_CTX_FLOOR} unless the model's is smaller. Changing it re-tunes.")
+                                 f"{DEFAULT_CTX_FLOOR} unless the model's is smaller. Changing it re-tunes. "
+                                 + self.ctx_spin.toolTip())
         self.ctx_spin.editingFinished.connect(self._save_ctx)
         form.addRow("Context size:", self.ctx_spin)
-        self.temp_spin = QDoubleSpinBox()
-        self.temp_spin.setRange(-0.05, 2.0)
-        self.temp_spin.setSingleStep(0.05)
-        self.temp_spin.setDecimals(2)
-        self.temp_spin.setSpecialValueText("server default (0.8)")
-        self.temp_spin.setValue(st.temperature if st.temperature is not None else -0.05)
+        self.temp_spin = spin_box("temperature", st.temperature)  # its minimum shows "server default (…)"
         self.temp_spin.setToolTip("the temperature your chat client sends; the sweep measures at it "
-                                  "(llama-server's defaults: temperature 0.8, top_k 40, top_p 0.95, min_p 0.05)")
+                                  f"(llama-server's defaults: {server_defaults_text()}). "
+                                  + self.temp_spin.toolTip())
         self.temp_spin.editingFinished.connect(self._save_temperature)
         form.addRow("Temperature:", self.temp_spin)
-        self.share_spin = QSpinBox()
-        self.share_spin.setRange(-1, 100)
-        self.share_spin.setSuffix(" %")
-        self.share_spin.setSpecialValueText("the prompt set's own")
-        self.share_spin.setValue(-1 if st.long_share is None else int(round(100 * st.long_share)))
+        self.share_spin = spin_box("long_share", st.long_share)  # its minimum shows "the prompt set's own"
         self.share_spin.setToolTip("the share of your requests that are long-context ones (long chats, a code file "
                                    "with a question); the sweep picks the configuration fastest over that mix. "
                                    "The prompt set's own: every measured request weighs the same (2 of 7 in the "
@@ -284,20 +265,17 @@ class ServeTab(QWidget):
         form.addRow("Long-context share:", self.share_spin)
 
     def _save_ctx(self) -> None:
-        v = int(self.ctx_spin.value())
-        new = None if v < self.ctx_spin.minimum() + 1 else v
+        new = spin_value(self.ctx_spin)
         if new != self.controller.settings.ctx_size:
             self._save(ctx_size=new)
 
     def _save_temperature(self) -> None:
-        v = float(self.temp_spin.value())
-        new = None if v < 0 else round(v, 2)
+        new = spin_value(self.temp_spin)
         if new != self.controller.settings.temperature:
             self._save(temperature=new)
 
     def _save_long_share(self) -> None:
-        v = int(self.share_spin.value())
-        new = None if v < 0 else v / 100
+        new = spin_value(self.share_spin)
         if new != self.controller.settings.long_share:
             self._save(long_share=new)
 
@@ -319,8 +297,8 @@ class ServeTab(QWidget):
         return True
 
     def _save_port(self) -> None:
-        if self.port_spin.value() != self.controller.settings.port:
-            self._save(port=int(self.port_spin.value()))
+        if spin_value(self.port_spin) != self.controller.settings.port:
+            self._save(port=spin_value(self.port_spin))
 
     def _save_origin(self) -> None:
         text = self.origin_edit.text().strip().rstrip("/") or None
@@ -332,8 +310,8 @@ class ServeTab(QWidget):
             self._save(rpc_hosts=hosts)
 
     def _save_cache_ram(self) -> None:
-        if self.cache_ram_spin.value() != self.controller.settings.cache_ram_mib:
-            self._save(cache_ram_mib=int(self.cache_ram_spin.value()))
+        if spin_value(self.cache_ram_spin) != self.controller.settings.cache_ram_mib:
+            self._save(cache_ram_mib=spin_value(self.cache_ram_spin))
 
     def _save_binary(self) -> None:
         text = self.bin_edit.text().strip()

@@ -12,7 +12,6 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
-    QSpinBox,
     QVBoxLayout,
     QWidget,
 )
@@ -20,6 +19,7 @@ from PySide6.QtWidgets import (
 from tuner.ui import flow
 from tuner.ui.controller import AppController
 from tuner.ui.graphs import CandidateChart
+from tuner.ui.options import spin_box, spin_value
 from tuner.ui.state import AppState
 
 log = logging.getLogger(__name__)
@@ -49,11 +49,9 @@ class TuneTab(QWidget):
         lay = QVBoxLayout(self)
         row = QHBoxLayout()
         row.addWidget(QLabel("Time budget:"))
-        self.budget = QSpinBox()
-        self.budget.setRange(1, 24 * 60)
-        self.budget.setSuffix(" min")
-        self.budget.setValue(max(1, round(controller.settings.tune_budget_s / 60)))
-        self.budget.setToolTip("How long the calibration sweep may take (model loads dominate)")
+        self.budget = spin_box("budget_s", controller.settings.tune_budget_s)  # shown in minutes
+        self.budget.setToolTip("How long the calibration sweep may take (model loads dominate): "
+                               + self.budget.toolTip())
         row.addWidget(self.budget)
         row.addSpacing(16)
         self.start_btn = QPushButton("Tune && serve")
@@ -101,7 +99,7 @@ class TuneTab(QWidget):
         self.on_state(controller.state)
 
     def _budget_s(self) -> int:
-        return int(self.budget.value()) * 60
+        return int(spin_value(self.budget) or 0)
 
     def _apply_budget(self) -> None:
         st = self.controller.settings
