@@ -32,6 +32,7 @@ from tuner.calibration.candidates import Candidate  # noqa: E402
 from tuner.calibration.decide import MIN_GAIN, decide  # noqa: E402
 from tuner.calibration.engine import _supervisor_launch_fn  # noqa: E402
 from tuner.calibration.measure import measure_candidate  # noqa: E402
+from tuner.calibration.outcome import SearchOutcome  # noqa: E402
 from tuner.calibration.pairing import contrast_test  # noqa: E402
 from tuner.calibration.prompts import Prompt  # noqa: E402
 from tuner.calibration.workload import Workload  # noqa: E402
@@ -82,7 +83,7 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         sup.stop()
     took = time.monotonic() - t0
-    d = decide(ms)
+    d = decide(SearchOutcome.of(ms))
     by = {c.candidate.key: c for c in d.comparisons}
     cs, cc = by.get(single.key), by.get(chain.key)
     print(f"\n{binary.path} ({dialect.spec_style}), {args.pairs} pairs each, {took:.0f} s")

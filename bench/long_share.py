@@ -28,6 +28,7 @@ from tuner.calibration.candidates import Candidate  # noqa: E402
 from tuner.calibration.decide import decide  # noqa: E402
 from tuner.calibration.engine import _supervisor_launch_fn  # noqa: E402
 from tuner.calibration.measure import measure_candidate  # noqa: E402
+from tuner.calibration.outcome import SearchOutcome  # noqa: E402
 from tuner.calibration.pairing import Mix, compare  # noqa: E402
 from tuner.calibration.prompts import Prompt  # noqa: E402
 from tuner.calibration.results import Measurement  # noqa: E402
@@ -93,7 +94,7 @@ def main() -> int:
                 best = max(best, (cmp_.speedup or 0.0, c.label))
                 row.append(f"{cmp_.short_speedup or 0:.2f}× / {cmp_.long_speedup or 0:.2f}× / {cmp_.speedup or 0:.2f}×"
                            f" ({len(cmp_.pairs)} pairs)")
-            d = decide(ms, mix=mix)
+            d = decide(SearchOutcome.of(ms, mix=mix))
             label = "the set's own" if share is None else f"{100 * share:.0f} %"
             print(f"{label} | " + " | ".join(row) + f" | {best[1]} | {d.winner.label}")
     return 0

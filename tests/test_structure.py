@@ -70,7 +70,6 @@ def oversized(root: Path, base: Path = REPO) -> set[tuple[str, str]]:
 ALLOWED_OVERSIZED = {
     ("tuner/calibration/search.py", "Search"),  # 1125 lines
     ("tuner/calibration/engine.py", "run_tune"),  # 292
-    ("tuner/calibration/decide.py", "decide"),  # 193
     ("tuner/calibration/measure.py", "_run"),  # 161
     ("tuner/calibration/candidates.py", "plan_candidates"),  # 138
 }
@@ -126,8 +125,7 @@ ALLOWED_GETATTR_DEFAULTS = Counter({
     ("tuner/calibration/engine.py", "target_model.mtp_layers"): 1,
     ("tuner/calibration/engine.py", "target_model.n_layers"): 1,
     ("tuner/calibration/measure.py", "client.props"): 1,
-    ("tuner/calibration/remote.py", "d.remote"): 2,
-    ("tuner/calibration/remote.py", "devices.devices"): 3,
+    ("tuner/calibration/remote.py", "devices.devices"): 1,
     ("tuner/calibration/remote.py", "devices.rpc_endpoints"): 1,
     ("tuner/calibration/serving.py", "prof.path"): 1,
     ("tuner/calibration/tune.py", "exc.evidence"): 1,
@@ -215,16 +213,10 @@ def prose_reads(root: Path, base: Path = REPO) -> Counter[tuple[str, str]]:
 
 
 OWN_PROSE_READS = Counter({
-    # the decision read back from its own words (issue 24: sentences as data, rendered once)
-    ("tuner/calibration/decide.py", "(m.error or '').partition(' never drafted ')"): 1,
-    ("tuner/calibration/decide.py", "rest.replace(f'at the served sampling ({m.no_drafts_at})', "
-                                    "'at these sampling settings', 1)"): 1,
-    ("tuner/calibration/report.py", "f'{m.candidate.label}: ' not in reason"): 1,
-    ("tuner/calibration/report.py", "'drafted any token on these prompts' not in reason"): 1,
-    ("tuner/calibration/engine.py", "note not in reason"): 1,
-    ("tuner/calibration/engine.py", "reason.replace(note, '')"): 1,
-    ("tuner/calibration/engine.py", "reason.replace(note, dated)"): 1,
-    ("tuner/cli/tune.py", "reason.lower().startswith((label.lower(), 'no speculation', 'serving '))"): 1,
+    # a never-drafted measurement recorded without ``Measurement.no_drafts`` (the search does not fill it yet):
+    # its error's words, read once to name the types (goes when measure.py records the field)
+    ("tuner/calibration/wording.py", "error.partition(' never drafted ')"): 1,
+    ("tuner/calibration/wording.py", "rest.replace(f'at the served sampling ({at})', 'at these sampling settings', 1)"): 1,
     # the same pattern outside the decision
     ("tuner/ui/graphs.py", "' n_max ' in label"): 1,
     ("tuner/ui/graphs.py", "label.split(' ')"): 1,
@@ -310,7 +302,6 @@ def text_sentences(root: Path, base: Path = REPO) -> Counter[tuple[str, str]]:
 
 ALLOWED_TEXT_SENTENCES = Counter({
     ("tuner/calibration/search.py", "Sentence.text"): 2,  # the sweep's notes, the long-context verdict
-    ("tuner/calibration/report.py", "words()"): 2,
 })
 """Sentences of kind ``text`` (words built before the sentence): each becomes a kind of its own with a
 renderer (issue 24)."""

@@ -16,6 +16,7 @@ import pytest
 from tests.fakes.scripted_server import ScriptedLaunch, SimClock
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
+from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.search import Search, SearchSettings
 
@@ -62,7 +63,7 @@ def test_a_3_tokens_per_s_target_fits_a_240_s_budget():
     # the protocol was planned from the warm-up: fewer and shorter requests than 5 x 128
     budget = [e for e in events if e["kind"] == "budget"]
     assert budget and budget[0]["detail"]["n_predict"] * budget[0]["detail"]["prompts"] < 5 * 128
-    d = decide(ms, max_pairs=search.s.max_pairs)
+    d = decide(SearchOutcome.of(ms, max_pairs=search.s.max_pairs))
     assert d.winner.draft_path == DRAFT and d.pairs >= 3, d.reason
     assert d.speedup > 1.25 and f"{d.pairs} adjacent pairs" in d.reason
 
@@ -94,7 +95,7 @@ def test_a_budget_too_small_for_one_comparison_says_so_up_front(budget_s, side_b
     # that budget is indeed enough
     search, ms, _events, took = run_slow_sweep(float(suggested), side_by_side=side_by_side)
     assert took <= 1.15 * suggested
-    d = decide(ms)
+    d = decide(SearchOutcome.of(ms))
     assert d.pairs >= 3 and d.winner.draft_path == DRAFT, d.reason
 
 
@@ -129,7 +130,7 @@ def test_busy_machine_still_measures_the_predicted_lengths():
     ms = search.run()
     refined = {m.candidate.n_max for m in ms if m.stage == "refine" and m.candidate.draft_path == DRAFT}
     assert 8 in refined or 4 in refined, refined  # at least the first length the probe points to
-    d = decide(ms, max_pairs=search.max_pairs)
+    d = decide(SearchOutcome.of(ms, max_pairs=search.max_pairs))
     # a refined length (1.45-1.5x here), not the n_max 16 probe (1.3x) the old rule served
     assert d.winner.draft_path == DRAFT and d.winner.n_max in refined, d.reason
     assert clock.t - 1000.0 <= 1.15 * 90.0
@@ -172,4 +173,4 @@ def test_no_reserve_is_kept_for_paired_rounds_nobody_needs():
     ms = search.run()
     assert {m.candidate for m in ms} >= set(losers) and not search.unmeasured
     assert clock.t - 1000.0 <= 1.15 * 180
-    assert decide(ms).no_speculation
+    assert decide(SearchOutcome.of(ms)).no_speculation

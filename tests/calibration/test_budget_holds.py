@@ -17,6 +17,7 @@ import pytest
 from tests.fakes.scripted_server import ScriptedLaunch, SimClock, never_drafts
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
+from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.search import HARD_LIMIT, Search, SearchSettings
 
 from .test_budget import DRAFT, PROMPTS, slow_launch_fn
@@ -47,7 +48,7 @@ def test_the_sweep_ends_at_its_time_limit_when_the_model_slows_down_after_the_ba
     assert search.cut_by_budget, events
     cut = [m for m in ms if m.cut_short]
     assert all(m.error is None for m in cut)  # cut by the clock: not a failure of the candidate
-    d = decide(ms, unmeasured=search.unmeasured)
+    d = decide(SearchOutcome.of(ms, unmeasured=search.unmeasured))
     assert d.no_speculation, d.reason  # nothing was confirmed in pairs
     notes = " ".join(search.sweep_notes())
     assert "time limit" in notes and "6 s budget" in notes, notes
@@ -127,7 +128,7 @@ def test_a_disturbed_baseline_launch_is_measured_again_and_never_quoted():
     bases = [m for m in ms if m.candidate.is_baseline and m.stage == "baseline"]
     assert len(bases) == 2 and bases[0].superseded and bases[1].superseded is None, bases
     assert "disturbed" in bases[0].superseded and "22.8" in bases[0].superseded
-    d = decide(ms, unmeasured=search.unmeasured)
+    d = decide(SearchOutcome.of(ms, unmeasured=search.unmeasured))
     assert d.no_speculation
     assert abs(d.baseline_gen_tokens_per_s - 700.0) < 1.0, d.baseline_gen_tokens_per_s
     assert "22.8" not in d.reason  # the disturbed figure is never the model's speed
@@ -170,7 +171,7 @@ def test_the_budget_for_a_slow_target_still_holds_with_the_new_limit():
                     lambda *a, **k: None, clock=clock)
     ms = search.run()
     assert not search.cut_by_budget
-    assert decide(ms, max_pairs=search.max_pairs).winner.draft_path == DRAFT
+    assert decide(SearchOutcome.of(ms, max_pairs=search.max_pairs)).winner.draft_path == DRAFT
 
 
 def test_a_chain_whose_ngram_member_never_drafted_is_not_measured():
@@ -192,7 +193,7 @@ def test_a_chain_whose_ngram_member_never_drafted_is_not_measured():
     ms = search.run()
     assert not any(m.candidate == chain for m in ms), [m.candidate.label for m in ms]
     assert any("ngram-mod never drafted on these prompts, so the chain would be" in e for e in events), events
-    d = decide(ms, max_pairs=search.max_pairs)
+    d = decide(SearchOutcome.of(ms, max_pairs=search.max_pairs))
     assert d.winner.spec_type == "draft-simple" and d.winner.draft_path == DRAFT, d.reason
 
 

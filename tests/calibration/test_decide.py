@@ -9,13 +9,16 @@ import pytest
 
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.decide import break_even_acceptance, decide
+from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.pairing import sequential_test
 from tuner.calibration.results import (
     Measurement,
+    NoDrafts,
     Sample,
     synthetic_rounds,
     synthetic_samples,
 )
+from tuner.calibration.wording import break_even_words, never_entry, never_text, no_drafts_error
 
 BASE = Candidate()
 GOOD = Candidate(spec_type="draft-simple", draft_path="/m/good.gguf", n_max=8, p_min=0.0)
@@ -38,7 +41,7 @@ def rounds(c: Candidate, pairs, acceptance=None, **kw) -> list[Measurement]:
 def test_41_percent_acceptance_slower_than_baseline_is_no_speculation():
     base = m(BASE, [240.0, 238.0, 243.0])
     spec = m(GOOD, [205.0, 210.0, 199.0], acceptance=0.41)
-    d = decide([base, spec])
+    d = decide(SearchOutcome.of([base, spec]))
     assert d.no_speculation
     assert d.winner == BASE
     assert d.speedup == 1.0
@@ -55,7 +58,7 @@ def test_41_percent_acceptance_slower_than_baseline_is_no_speculation():
 def test_one_draft_slow_at_7_percent_and_one_flat_at_90_percent_is_no_speculation():
     flat = rounds(GOOD, [(240.0, 247.0), (252.0, 229.0), (231.0, 251.0), (246.0, 240.0)], acceptance=0.90)
     slow = m(BAD, [80.0], acceptance=0.07)
-    d = decide([*flat, slow])
+    d = decide(SearchOutcome.of([*flat, slow]))
     assert d.no_speculation
     assert d.best_speculative == GOOD
     assert 0.95 < d.best_speculative_speedup < 1.05
@@ -70,24 +73,26 @@ def test_break_even_above_100_percent_reads_as_never_pays():
     # token were accepted, a step would yield at most ~1.5 tokens at 3x the baseline's step cost.
     base = m(BASE, [240.0, 238.0, 243.0])
     slow = m(BAD, [80.0, 78.0, 81.0], acceptance=0.07, drafted_per_token=0.5)
-    d = decide([base, slow])
+    d = decide(SearchOutcome.of([base, slow]))
     (be,) = d.break_even
     assert break_even_acceptance(slow, 240.0) > 1.0  # the raw solution of the break-even equation
     assert be.never_pays and be.break_even_acceptance is None
-    assert "would not pay even at 100 % acceptance" in be.describe()
+    assert "would not pay even at 100 % acceptance" in break_even_words(be.acceptance, be.break_even_acceptance,
+                                                                        be.never_pays)
     assert "even 100 % acceptance would not pay" in d.reason
     assert be.to_json()["never_pays"] is True
     # A draft that is slower but could pay at a reachable acceptance keeps its number (0..1).
     near = m(GOOD, [220.0, 225.0, 222.0], acceptance=0.41)
-    be2 = decide([base, near]).break_even[0]
+    be2 = decide(SearchOutcome.of([base, near])).break_even[0]
     assert not be2.never_pays and 0.41 < be2.break_even_acceptance <= 1.0
-    assert f"break-even {100 * be2.break_even_acceptance:.0f} %" in be2.describe()
+    assert f"break-even {100 * be2.break_even_acceptance:.0f} %" in break_even_words(
+        be2.acceptance, be2.break_even_acceptance, be2.never_pays)
 
 
 def test_clear_winner_beats_baseline_with_interval_above_one():
     ms = rounds(GOOD, [(240.0, 330.0), (236.0, 338.0), (244.0, 325.0), (240.0, 331.0)], acceptance=0.64)
     ms.append(m(BAD, [78.0], acceptance=0.05))
-    d = decide(ms)
+    d = decide(SearchOutcome.of(ms))
     assert not d.no_speculation
     assert d.winner == GOOD
     assert d.speedup == pytest.approx(331.0 / 240.0, rel=0.03)
@@ -97,19 +102,21 @@ def test_clear_winner_beats_baseline_with_interval_above_one():
 
 def test_noisy_gain_is_not_enough():
     # Paired ratios that scatter around 1 (1.25, 0.94, 0.97, 1.02): no speculation.
-    d = decide(rounds(GOOD, [(240.0, 300.0), (180.0, 170.0), (300.0, 290.0), (250.0, 255.0)], acceptance=0.8))
+    d = decide(SearchOutcome.of(rounds(GOOD, [(240.0, 300.0), (180.0, 170.0), (300.0, 290.0), (250.0, 255.0)],
+                                       acceptance=0.8)))
     assert d.no_speculation
     look = d.comparisons[0].look
     assert look is not None and look.low < 1.03 <= look.high
     # A steady but tiny gain (1 %) is not enough either.
     tiny = rounds(GOOD, [(240.0, 242.4), (180.0, 181.8), (300.0, 303.0), (250.0, 252.5)], acceptance=0.8)
-    assert decide(tiny).no_speculation
+    assert decide(SearchOutcome.of(tiny)).no_speculation
 
 
 def test_paired_repetitions_see_through_drift_of_the_machine():
     # The machine slows down by a quarter between pairs 1-2 and 3-4; each candidate repetition ran next
     # to the baseline repetition with the same id, so the 1.17x gain is steady per pair.
-    d = decide(rounds(GOOD, [(240.0, 280.0), (240.0, 282.0), (180.0, 210.0), (180.0, 209.0)], acceptance=0.75))
+    d = decide(SearchOutcome.of(rounds(GOOD, [(240.0, 280.0), (240.0, 282.0), (180.0, 210.0), (180.0, 209.0)],
+                                       acceptance=0.75)))
     assert d.winner == GOOD
     assert 1.15 < d.speedup_ci_low <= d.speedup <= d.speedup_ci_high < 1.19
 
@@ -120,15 +127,17 @@ def test_failed_speculative_candidate_never_wins_however_fast():
         GOOD, samples=synthetic_samples([900.0, 910.0]), speculative_active=False,
         error="the server started without speculation (/slots speculative: false)",
     )
-    d = decide([base, fast_but_inactive])
+    d = decide(SearchOutcome.of([base, fast_but_inactive]))
     assert d.no_speculation
     assert "speculative: false" in d.reason
 
 
 def test_ngram_wins_only_beyond_noise():
-    d = decide(rounds(NGRAM, [(240.0, 244.0), (242.0, 243.0), (238.0, 241.0), (239.0, 240.0)], acceptance=0.3))
+    d = decide(SearchOutcome.of(rounds(NGRAM, [(240.0, 244.0), (242.0, 243.0), (238.0, 241.0), (239.0, 240.0)],
+                                       acceptance=0.3)))
     assert d.no_speculation  # ~1.01x: within noise
-    d2 = decide(rounds(NGRAM, [(240.0, 300.0), (242.0, 305.0), (238.0, 298.0), (239.0, 301.0)], acceptance=0.6))
+    d2 = decide(SearchOutcome.of(rounds(NGRAM, [(240.0, 300.0), (242.0, 305.0), (238.0, 298.0), (239.0, 301.0)],
+                                        acceptance=0.6)))
     assert d2.winner == NGRAM
 
 
@@ -139,7 +148,7 @@ def test_per_category_results():
         Sample(p, cats[p], r, tps, None, 128, 127 / tps * 1000, 100, acc)
         for r in range(2) for p, (tps, acc) in enumerate([(400.0, 90), (200.0, 30)])
     ), speculative_active=True)
-    d = decide([base, spec])
+    d = decide(SearchOutcome.of([base, spec]))
     assert d.no_speculation and "screening" in d.reason  # never confirmed in paired rounds: not served
     by_cat = {c.category: c for c in d.per_category}
     assert by_cat["code"].speedup > 1.5
@@ -161,7 +170,7 @@ def test_break_even_matches_measured_step_cost():
 
 def test_decision_requires_baseline():
     with pytest.raises(ValueError, match="baseline"):
-        decide([m(GOOD, [300.0], acceptance=0.8)])
+        decide(SearchOutcome.of([m(GOOD, [300.0], acceptance=0.8)]))
 
 
 def test_measurement_json_round_trip():
@@ -172,7 +181,8 @@ def test_measurement_json_round_trip():
     assert back.acceptance == pytest.approx(meas.acceptance)
     ms = rounds(GOOD, [(240.0, 300.0), (241.0, 310.0), (239.0, 305.0), (240.0, 306.0)], acceptance=0.7)
     back_ms = [Measurement.from_json(json.loads(json.dumps(x.to_json()))) for x in ms]
-    assert decide(back_ms).winner == GOOD and decide(back_ms).reason == decide(ms).reason
+    back = decide(SearchOutcome.of(back_ms))
+    assert back.winner == GOOD and back.reason == decide(SearchOutcome.of(ms)).reason
 
 
 def test_per_category_compares_the_same_prompts_and_repetitions():
@@ -185,7 +195,7 @@ def test_per_category_compares_the_same_prompts_and_repetitions():
         Sample(0, "code", 2, 150.0, None, 128, 127 / 150.0 * 1000, 100, 80),
         Sample(1, "creative", 2, 132.0, None, 128, 127 / 132.0 * 1000, 100, 40),
     ), speculative_active=True)
-    by_cat = {c.category: c for c in decide([base, spec]).per_category}
+    by_cat = {c.category: c for c in decide(SearchOutcome.of([base, spec])).per_category}
     # Like with like: 300 vs 240 at rep 0 and 150 vs 120 at rep 2 → 1.25x (not 450/600-ish mixes).
     assert by_cat["code"].speedup == pytest.approx(1.25, rel=1e-3)
     assert by_cat["code"].paired_requests == 2
@@ -194,19 +204,19 @@ def test_per_category_compares_the_same_prompts_and_repetitions():
     assert {c.candidate_label for c in by_cat.values()} == {GOOD.label}
     # A category the candidate never reached has no speedup rather than a made-up one.
     early = Measurement(GOOD, samples=spec.samples[:1], speculative_active=True)
-    by_cat2 = {c.category: c for c in decide([base, early]).per_category}
+    by_cat2 = {c.category: c for c in decide(SearchOutcome.of([base, early])).per_category}
     assert by_cat2["creative"].speedup is None and by_cat2["creative"].paired_requests == 0
 
 
 def test_decision_line_does_not_repeat_the_words():
-    from tuner.cli.tune import decision_line
+    from tuner.cli.tune_report import decision_line
 
     base = m(BASE, [240.0, 238.0, 243.0])
     slow = m(GOOD, [205.0, 210.0, 199.0], acceptance=0.41)
-    line = decision_line(decide([base, slow]))
+    line = decision_line(decide(SearchOutcome.of([base, slow])))
     assert line.startswith("Decision: No speculation: ") and line.lower().count("no speculation") == 1
     fast = rounds(GOOD, [(240.0, 330.0), (236.0, 338.0), (244.0, 325.0), (240.0, 331.0)], acceptance=0.64)
-    line2 = decision_line(decide(fast))
+    line2 = decision_line(decide(SearchOutcome.of(fast)))
     # a winner: the plain sentence first (what is served, how much faster), the label once, in the evidence
     assert line2.startswith("Decision: Serving the draft model ") and line2.count(GOOD.label) == 1, line2
     first = line2.split("The evidence:")[0]
@@ -215,9 +225,9 @@ def test_decision_line_does_not_repeat_the_words():
 
 def test_nothing_measured_for_lack_of_time_says_so():
     base = m(BASE, [240.0, 238.0])
-    d = decide([base], unmeasured=[NGRAM])
+    d = decide(SearchOutcome.of([base], unmeasured=[NGRAM]))
     assert d.no_speculation and "time budget" in d.reason and NGRAM.label in d.reason
-    assert "no compatible draft" in decide([base]).reason
+    assert "no compatible draft" in decide(SearchOutcome.of([base])).reason
 
 
 def test_a_winner_whose_output_differs_says_where():
@@ -226,7 +236,7 @@ def test_a_winner_whose_output_differs_says_where():
     ms = rounds(GOOD, [(240.0, 330.0), (236.0, 338.0), (244.0, 325.0), (240.0, 331.0)], acceptance=0.64)
     ms[1] = Measurement(GOOD, samples=ms[1].samples, speculative_active=True, lossless=False,
                         divergences=(Divergence(8, 2, 238), Divergence(3, 2, 40)))
-    d = decide(ms)
+    d = decide(SearchOutcome.of(ms))
     assert d.winner == GOOD and d.lossless is False
     assert "prompt 9, repetition 3, character 238" in d.reason and "1 more request differed" in d.reason
 
@@ -236,7 +246,7 @@ def test_a_single_fast_repetition_does_not_beat_a_confirmed_winner():
     # confirmed in adjacent pairs at ~1.3x: only the confirmed one can be served.
     ms = rounds(GOOD, [(1088.0, 1400.0), (840.0, 1100.0), (577.0, 760.0), (963.0, 1250.0)], acceptance=0.6)
     ms.insert(2, m(NGRAM, [1336.7], acceptance=1.0))
-    d = decide(ms)
+    d = decide(SearchOutcome.of(ms))
     assert d.winner == GOOD, d.reason
 
 
@@ -274,13 +284,14 @@ def test_no_speculation_names_the_configurations_the_budget_left_unmeasured() ->
                       error="ngram-mod never drafted at the served sampling (greedy); no speedup is possible",
                       no_drafts_at="greedy")
     skipped = [Candidate(spec_type="ngram-simple"), Candidate(spec_type="ngram-simple", ngram_n_max=16)]
-    d = decide([base, mod], unmeasured=skipped)
+    d = decide(SearchOutcome.of([base, mod], unmeasured=skipped))
     assert d.no_speculation
     assert "no measured speculative configuration drafted any token" in d.reason, d.reason
     assert "the time budget was spent before ngram-simple, ngram-simple ngram n_max 16 were measured" in d.reason
     assert "a larger budget measures them" in d.reason
     # nothing unmeasured: the plain finding, as before
-    assert "No speculation: no speculative configuration drafted any token" in decide([base, mod]).reason
+    assert "No speculation: no speculative configuration drafted any token" in \
+        decide(SearchOutcome.of([base, mod])).reason
 
 
 def test_an_earlier_faster_look_stands_and_the_error_stays_bounded():
@@ -317,9 +328,9 @@ def test_an_unsteady_baseline_makes_screening_figures_no_evidence_either_way():
     a break-even verdict."""
     base = m(BASE, [20.2, 20.0, 20.4], categories=["code"])
     slow = m(GOOD, [1.8, 1.9, 1.7], acceptance=1.0, categories=["code"])
-    plain = decide([base, slow])
+    plain = decide(SearchOutcome.of([base, slow]))
     assert "slower than the target alone" in plain.reason
-    d = decide([base, slow], baseline_unsteady=True)
+    d = decide(SearchOutcome.of([base, slow], baseline_unsteady=True))
     assert d.no_speculation
     assert "not evidence either way" in d.reason and "slower" not in d.reason and "would not pay" not in d.reason
     # and no per-category line quotes those figures as speedups ("code: 0.09×" under "not evidence")
@@ -332,21 +343,73 @@ def test_a_run_that_drafted_nothing_gets_no_per_category_speedups():
     base = m(BASE, [20.2, 20.0, 20.4], categories=["code"])
     alone = m(Candidate(spec_type="ngram-mod"), [30.1, 29.8, 30.3], categories=["code"])
     drafting = m(Candidate(spec_type="ngram-mod"), [30.1, 29.8, 30.3], acceptance=0.5, categories=["code"])
-    assert decide([base, drafting]).per_category  # the same figures with drafts do get their lines
-    d = decide([base, alone])
+    assert decide(SearchOutcome.of([base, drafting])).per_category  # the same figures with drafts do get their lines
+    d = decide(SearchOutcome.of([base, alone]))
     assert d.no_speculation and not d.per_category
 
 
 def test_never_drafted_types_with_different_reasons_are_not_merged():
-    from tuner.calibration.decide import _never_text
+    def never(t: str, greedy_draft_n: int | None) -> dict:
+        nd = NoDrafts("temperature 0.8", sampled=True, greedy_draft_n=greedy_draft_n)
+        return never_entry(t, t, no_drafts_error(t, nd), "temperature 0.8", nd)
 
-    def never(t: str, why: str) -> Measurement:
-        return Measurement(Candidate(spec_type=t), samples=synthetic_samples([10.0]), no_drafts_at="temperature 0.8",
-                           error=f"{t} never drafted at the served sampling (temperature 0.8){why}; no speedup")
-
-    same = _never_text([never("ngram-mod", ""), never("ngram-simple", "")])
-    assert same == "ngram-mod, ngram-simple never drafted at these sampling settings; no speedup"
-    differ = _never_text([never("ngram-mod", ", although it drafted 3 tokens at greedy settings"),
-                          never("ngram-simple", ", although it drafted 30 tokens at greedy settings")])
+    same = never_text([never("ngram-mod", None), never("ngram-simple", None)])
+    assert same == "ngram-mod, ngram-simple never drafted at these sampling settings; no speedup is possible for " \
+                   "these requests"
+    differ = never_text([never("ngram-mod", 3), never("ngram-simple", 30)])
     assert "ngram-mod never drafted at these sampling settings, although it drafted 3 tokens" in differ
     assert "ngram-simple never drafted at these sampling settings, although it drafted 30 tokens" in differ
+
+
+def test_never_drafted_words_from_the_structured_field_and_from_an_older_errors_words_agree():
+    """The decision names the types that never drafted from ``Measurement.no_drafts``; a measurement
+    recorded before that field (its ``error`` words only) reads the same."""
+    def measured(t: str, nd: NoDrafts | None) -> Measurement:
+        at = "temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's defaults)"
+        full = NoDrafts(at, sampled=True, greedy_draft_n=12)
+        return Measurement(Candidate(spec_type=t), samples=synthetic_samples([10.0]), no_drafts_at=at,
+                           speculative_active=True, error=no_drafts_error(t, full), no_drafts=nd)
+
+    base = m(BASE, [10.0, 10.1])
+    at = "temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's defaults)"
+    typed = decide(SearchOutcome.of([base, measured("ngram-mod", NoDrafts(at, True, 12)),
+                                     measured("ngram-simple", NoDrafts(at, True, 12))]))
+    text_only = decide(SearchOutcome.of([base, measured("ngram-mod", None), measured("ngram-simple", None)]))
+    assert typed.reason == text_only.reason == (
+        "No speculation: no speculative configuration drafted any token on these prompts: ngram-mod, ngram-simple "
+        "never drafted at these sampling settings, although it drafted 12 tokens at greedy settings (the lossless "
+        "check); no speedup is possible for these requests.")
+    assert typed.kind == "alone_never_drafted" and typed.named == ("ngram-mod", "ngram-simple")
+    assert Measurement.from_json(measured("ngram-mod", NoDrafts(at, True, 12)).to_json()).no_drafts == \
+        NoDrafts(at, True, 12)
+    assert "no_drafts" not in measured("ngram-mod", None).to_json()  # a profile's evidence as before
+
+KIND_OF_GOLDEN_CASE = {
+    "winner": "speculate", "ngram winner": "speculate", "chain faster beyond noise": "speculate",
+    "chain within noise of the single": "speculate",
+    "chain within noise of the baseline": "alone_not_enough_evidence",
+    "not enough evidence, pairs needed": "alone_not_enough_evidence",
+    "unsteady baseline": "alone_unsteady",
+    "slower, break-even": "alone_slower", "slower, never pays": "alone_slower", "slower, stopped early": "alone_slower",
+    "screening only": "alone_screening_only", "within noise, drafted nothing": "alone_screening_only",
+    "within noise": "alone_within_noise",
+    "never drafted, one shared reason": "alone_never_drafted", "never drafted and unmeasured": "alone_never_drafted",
+    "all failed": "alone_failed",
+    "unmeasured only": "alone_unmeasured", "unmeasured, many": "alone_unmeasured",
+    "nothing available": "alone_nothing",
+}
+
+
+@pytest.mark.parametrize("case", sorted(KIND_OF_GOLDEN_CASE))
+def test_each_reason_has_its_kind(case: str) -> None:
+    """``Decision.kind`` says why, for every branch the goldens pin; the first sentence is the headline of
+    that kind and the labels it names are in ``named``."""
+    from tests.calibration.test_goldens import DECISIONS
+
+    d = DECISIONS[case]()
+    assert d.kind == KIND_OF_GOLDEN_CASE[case]
+    head = d.sentences[0]
+    assert head.kind == ("headline.serving" if d.kind == "speculate" else "alone." + d.kind.removeprefix("alone_"))
+    assert d.no_speculation == (d.kind != "speculate")
+    for label in d.named:
+        assert label in d.reason

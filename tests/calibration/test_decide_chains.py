@@ -11,6 +11,7 @@ import pytest
 
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.decide import decide
+from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.pairing import contrast_test
 from tuner.calibration.results import Measurement, synthetic_rounds, synthetic_samples
 
@@ -42,7 +43,7 @@ def _sweep(single_ratios: list[float], chain_ratios: list[float], base_tps: floa
 def test_a_chain_faster_than_the_best_single_beyond_noise_wins() -> None:
     single = [1.40, 1.37, 1.42, 1.39]
     chain = [1.81, 1.76, 1.84, 1.79]
-    d = decide(_sweep(single, chain))
+    d = decide(SearchOutcome.of(_sweep(single, chain)))
     assert d.winner == CHAIN, d.reason
     assert d.speedup == pytest.approx(1.80, abs=0.03)
     assert "faster than the best single type, draft-simple" in d.reason and "beyond noise" in d.reason, d.reason
@@ -56,7 +57,7 @@ def test_a_chain_faster_on_medians_but_within_noise_of_the_single_is_not_served(
     single = [1.40, 1.42, 1.38, 1.41, 1.39, 1.40]
     chain = [1.44, 1.40, 1.47, 1.43, 1.45, 1.42]
     assert sorted(chain)[3] > sorted(single)[3]
-    d = decide(_sweep(single, chain))
+    d = decide(SearchOutcome.of(_sweep(single, chain)))
     assert d.winner == SINGLE, d.reason
     assert d.speedup == pytest.approx(1.40, abs=0.02)
     assert "was not faster than draft-simple" in d.reason and "beyond noise" in d.reason, d.reason
@@ -72,7 +73,7 @@ def test_a_chain_within_noise_of_the_baseline_is_not_served_either() -> None:
     # noisy: the target alone is served, and the sentence says it was within the noise
     single = [0.95, 0.97, 0.96, 0.94]
     chain = [1.08, 0.92, 1.25, 1.03]
-    d = decide(_sweep(single, chain))
+    d = decide(SearchOutcome.of(_sweep(single, chain)))
     assert d.no_speculation, d.reason
     assert "ngram-mod,draft-simple" in d.reason
     assert "noise" in d.reason or "evidence was not enough" in d.reason, d.reason

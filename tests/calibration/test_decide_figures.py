@@ -13,6 +13,7 @@ import pytest
 
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.decide import decide
+from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.results import (
     Measurement,
     Sample,
@@ -47,19 +48,19 @@ def test_a_candidate_stopped_after_1_of_5_requests_never_wins() -> None:
     base = _screen(BASE, [[757.0, 65.1, 70.0, 900.0, 880.0], [760.0, 70.0, 880.0, 60.0, 890.0]], stage="baseline")
     ngram = Measurement(NGRAM, samples=(Sample(0, "code", 0, 233.0, None, 128, 127 / 233.0 * 1000, 100, 30),),
                         speculative_active=True, stopped_early=True)
-    d = decide([base, ngram])
+    d = decide(SearchOutcome.of([base, ngram]))
     assert d.no_speculation, d.reason
     assert d.best_speculative_speedup == pytest.approx(233.0 / 757.0, rel=1e-3)  # like with like, one request
     assert "1 request run by both sides" in d.reason and "slower" in d.reason
     assert "adjacent pair" not in d.reason  # not paired, and not said to be
     # Even a stopped-early run that was fast on its one request is never served.
     lucky = replace(ngram, samples=(Sample(0, "code", 0, 2300.0, None, 128, 127 / 2300.0 * 1000, 100, 90),))
-    d2 = decide([base, lucky])
+    d2 = decide(SearchOutcome.of([base, lucky]))
     assert d2.no_speculation and d2.comparisons[0].stopped_early and not d2.comparisons[0].paired
     # ... and its stopped-early run never enters a pair, even next to a baseline confirm launch.
     confirm_base = _screen(BASE, [[700.0] * 5], stage="confirm")
     early_confirm = replace(lucky, stage="confirm")
-    assert decide([confirm_base, early_confirm, base]).no_speculation
+    assert decide(SearchOutcome.of([confirm_base, early_confirm, base])).no_speculation
 
 
 def test_a_baseline_that_ran_3x_slower_at_first_is_not_a_speedup() -> None:
@@ -69,13 +70,13 @@ def test_a_baseline_that_ran_3x_slower_at_first_is_not_a_speedup() -> None:
     probe = _screen(GOOD, [[12.0] * 5], acceptance=0.8)
     flat = synthetic_rounds(GOOD, [([8.5] * 5, [8.6] * 5), ([12.0] * 5, [11.9] * 5), ([9.0] * 5, [9.1] * 5),
                                    ([12.5] * 5, [12.4] * 5)], acceptance=0.8, categories=CATS, first_repetition=1)
-    d = decide([base, probe, *flat])
+    d = decide(SearchOutcome.of([base, probe, *flat]))
     assert d.no_speculation, d.reason
     assert 0.95 < d.best_speculative_speedup < 1.05 and d.pairs == 4
     # With a real 1.49x in the pairs (8.5 vs 12.7 in the report), that is the figure, not 4.1x or 2.49x.
     real = synthetic_rounds(GOOD, [([8.5] * 5, [12.7] * 5), ([12.0] * 5, [17.9] * 5), ([9.0] * 5, [13.4] * 5),
                                    ([6.0] * 5, [8.9] * 5)], acceptance=0.8, categories=CATS, first_repetition=1)
-    d2 = decide([base, probe, *real])
+    d2 = decide(SearchOutcome.of([base, probe, *real]))
     assert d2.winner == GOOD and d2.speedup == pytest.approx(1.49, abs=0.01), d2.reason
     c_tps, b_tps = _quoted(d2.reason)
     assert c_tps / b_tps == pytest.approx(d2.speedup, rel=0.02)  # 12.4 vs 8.4: one decimal each
@@ -98,11 +99,11 @@ def _sweep() -> list[Measurement]:
 
 
 def test_chart_decision_and_per_category_lines_agree() -> None:
-    from tuner.calibration.decide import plain_tps
+    from tuner.calibration.wording import plain_tps
     from tuner.ui.flow import result_rows
 
     ms = _sweep()
-    d = decide(ms)
+    d = decide(SearchOutcome.of(ms))
     assert d.winner == GOOD, d.reason
     result = TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=tuple(ms))
     rows = {r[0]: r for r in result_rows(result)}
@@ -132,7 +133,7 @@ def test_chart_decision_and_per_category_lines_agree() -> None:
     # the CLI's comparison table quotes the same figures, with what they rest on
     import io
 
-    from tuner.cli.tune import print_table
+    from tuner.cli.tune_report import print_table
 
     out = io.StringIO()
     print_table(result, out)
@@ -148,11 +149,11 @@ def test_a_reused_profile_prints_the_comparisons_it_saved() -> None:
     import io
 
     from tuner.calibration.engine import _decision_from_profile
-    from tuner.cli.tune import print_table
+    from tuner.cli.tune_report import print_table
     from tuner.profiles.profile import Profile, StalenessKeys
 
     ms = _sweep()
-    d = decide(ms)
+    d = decide(SearchOutcome.of(ms))
     keys = StalenessKeys(hardware_fingerprint="h", server_binary="s", server_build="b", dialect_fingerprint="d",
                          model_files=(), prompt_set_sha256="p")
     prof = Profile(target_path="/m/t.gguf", keys=keys, winner=d.winner.to_json(), server_config={}, argv=(),
@@ -183,13 +184,13 @@ def test_a_type_that_never_drafted_is_a_finding_not_a_failed_run() -> None:
     never = Measurement(Candidate(spec_type="ngram-mod"), samples=(), speculative_active=True,
                         error="ngram-mod never drafted at greedy settings: these prompts repeat no n-gram",
                         no_drafts_at="greedy settings")
-    d = decide([base, never])
+    d = decide(SearchOutcome.of([base, never]))
     assert d.no_speculation
     assert "drafted any token on these prompts: ngram-mod never drafted at greedy settings" in d.reason, d.reason
     assert "ran correctly" not in d.reason
     broken = Measurement(Candidate(spec_type="ngram-simple"), samples=(), speculative_active=True,
                          error="request failed (prompt 1, repetition 1): HTTP 500")
-    d2 = decide([base, never, broken])
+    d2 = decide(SearchOutcome.of([base, never, broken]))
     assert "no speculative configuration ran correctly: ngram-simple: request failed" in d2.reason, d2.reason
 
 
@@ -203,13 +204,13 @@ def test_table_without_comparisons_does_not_point_to_a_missing_table() -> None:
     from tuner.calibration.decide import decide
     from tuner.calibration.results import Measurement, Sample
     from tuner.calibration.tune import TuneResult
-    from tuner.cli.tune import print_table
+    from tuner.cli.tune_report import print_table
 
     base = Measurement(Candidate(), samples=(Sample(0, "code", 0, 60.0),), stage="baseline")
     mod = Measurement(Candidate(spec_type="ngram-mod"), samples=(Sample(0, "code", 0, 150.0),), stage="probe",
                       error="ngram-mod never drafted at the served sampling (greedy); no speedup is possible",
                       no_drafts_at="greedy", lossless=True, speculative_active=True)
-    d = decide([base, mod])
+    d = decide(SearchOutcome.of([base, mod]))
     assert not d.comparisons
     out = io.StringIO()
     print_table(TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=(base, mod)), out)

@@ -34,11 +34,14 @@ from tests.fakes.scripted_server import DraftsOf, ScriptedLaunch, SimClock, TpsO
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import Decision, decide
 from tuner.calibration.measure import Launch
+from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.pairing import Mix
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.request import TuneResult
 from tuner.calibration.results import Divergence, Measurement, Sample, synthetic_rounds, synthetic_samples
+from tuner.calibration.sampling import Sampling
 from tuner.calibration.search import Search, SearchSettings, run_search
+from tuner.calibration.workload import Workload
 
 GOLDENS = Path(__file__).resolve().parent.parent / "data" / "goldens"
 UPDATE = os.environ.get("DRAFTWISE_UPDATE_GOLDENS") == "1"
@@ -140,9 +143,19 @@ def _winner_with_divergence() -> list[Measurement]:
     return ms
 
 
+def _decide(ms: list[Measurement], **kw: Any) -> Decision:
+    return decide(SearchOutcome.of(ms, **kw))
+
+
 def _busy(ms: list[Measurement], **kw: Any) -> Decision:
-    return decide(ms, busy_note="Other programs used 83 % of the CPU during the sweep (up to 100 %); figures "
-                                "are less certain.", **kw)
+    """Decided on a machine where other programs used 83 % of the CPU (up to 100 %)."""
+    from tuner.calibration.report import MachineLoad, machine_sentence
+    from tuner.hardware.host import LoadSummary
+
+    d = _decide(ms, **kw)
+    busy = machine_sentence(MachineLoad(LoadSummary(10, 0.83, 1.0, 0.0, 0.9)))
+    assert busy is not None
+    return d.with_sentences([*d.sentences, busy])
 
 
 def _categories_screening() -> list[Measurement]:
@@ -177,71 +190,71 @@ def _inconclusive(pairs_ratios: list[float]) -> list[Measurement]:
 
 
 DECISIONS: dict[str, Callable[[], Decision]] = {
-    "winner": lambda: decide(_rounds(GOOD, [(240.0, 330.0), (236.0, 338.0), (244.0, 325.0), (240.0, 331.0)],
+    "winner": lambda: _decide(_rounds(GOOD, [(240.0, 330.0), (236.0, 338.0), (244.0, 325.0), (240.0, 331.0)],
                                      acceptance=0.64) + [_m(BAD, [78.0], acceptance=0.05)]),
-    "winner, per category and a stopped-early loser": lambda: decide(_figures_sweep()),
-    "winner whose output differs": lambda: decide(_winner_with_divergence()),
+    "winner, per category and a stopped-early loser": lambda: _decide(_figures_sweep()),
+    "winner whose output differs": lambda: _decide(_winner_with_divergence()),
     "winner on a busy machine": lambda: _busy(_rounds(GOOD, [(240.0, 330.0), (236.0, 338.0), (244.0, 325.0),
                                                              (240.0, 331.0)], acceptance=0.64)),
-    "ngram winner": lambda: decide(_rounds(NGRAM, [(240.0, 300.0), (242.0, 305.0), (238.0, 298.0), (239.0, 301.0)],
+    "ngram winner": lambda: _decide(_rounds(NGRAM, [(240.0, 300.0), (242.0, 305.0), (238.0, 298.0), (239.0, 301.0)],
                                            acceptance=0.6)),
-    "chain faster beyond noise": lambda: decide(_chain_sweep([1.40, 1.37, 1.42, 1.39], [1.81, 1.76, 1.84, 1.79])),
-    "chain within noise of the single": lambda: decide(_chain_sweep([1.40, 1.42, 1.38, 1.41, 1.39, 1.40],
+    "chain faster beyond noise": lambda: _decide(_chain_sweep([1.40, 1.37, 1.42, 1.39], [1.81, 1.76, 1.84, 1.79])),
+    "chain within noise of the single": lambda: _decide(_chain_sweep([1.40, 1.42, 1.38, 1.41, 1.39, 1.40],
                                                                     [1.44, 1.40, 1.47, 1.43, 1.45, 1.42])),
-    "chain within noise of the baseline": lambda: decide(_chain_sweep([0.95, 0.97, 0.96, 0.94],
+    "chain within noise of the baseline": lambda: _decide(_chain_sweep([0.95, 0.97, 0.96, 0.94],
                                                                       [1.08, 0.92, 1.25, 1.03])),
-    "mix with a share set, short heavy": lambda: decide(_mix_sweep(), mix=Mix.of(LONG_PROMPTS, 0.1)),
-    "mix with a share set, long heavy": lambda: decide(_mix_sweep(), mix=Mix.of(LONG_PROMPTS, 0.5)),
-    "mix without a share": lambda: decide(_mix_sweep(), mix=Mix.of(LONG_PROMPTS)),
-    "mix share that cannot be applied": lambda: decide(
+    "mix with a share set, short heavy": lambda: _decide(_mix_sweep(), mix=Mix.of(LONG_PROMPTS, 0.1)),
+    "mix with a share set, long heavy": lambda: _decide(_mix_sweep(), mix=Mix.of(LONG_PROMPTS, 0.5)),
+    "mix without a share": lambda: _decide(_mix_sweep(), mix=Mix.of(LONG_PROMPTS)),
+    "mix share that cannot be applied": lambda: _decide(
         [_m(BASE, [[100.0, 100.0]]),
          *synthetic_rounds(GOOD, [([100.0, 100.0], [130.0, 131.0])] * 4, acceptance=0.7, first_repetition=1)],
         mix=Mix.of([(0, Prompt("a", "code")), (1, Prompt("b", "chat"))], 0.4)),
-    "not enough evidence, pairs needed": lambda: decide(_inconclusive([1.6, 1.05, 1.5])),
-    "not enough evidence after six pairs": lambda: decide(_inconclusive([1.6, 1.05, 1.5, 0.98, 1.45, 1.02]),
+    "not enough evidence, pairs needed": lambda: _decide(_inconclusive([1.6, 1.05, 1.5])),
+    "not enough evidence after six pairs": lambda: _decide(_inconclusive([1.6, 1.05, 1.5, 0.98, 1.45, 1.02]),
                                                        max_pairs=6),
-    "unsteady baseline": lambda: decide([_m(BASE, [20.2, 20.0, 20.4], categories=["code"]),
+    "unsteady baseline": lambda: _decide([_m(BASE, [20.2, 20.0, 20.4], categories=["code"]),
                                          _m(GOOD, [1.8, 1.9, 1.7], acceptance=1.0, categories=["code"])],
                                         baseline_unsteady=True),
-    "slower, break-even": lambda: decide([_m(BASE, [240.0, 238.0, 243.0]),
+    "slower, break-even": lambda: _decide([_m(BASE, [240.0, 238.0, 243.0]),
                                           _m(GOOD, [205.0, 210.0, 199.0], acceptance=0.41)]),
-    "slower, never pays": lambda: decide([_m(BASE, [240.0, 238.0, 243.0]),
+    "slower, never pays": lambda: _decide([_m(BASE, [240.0, 238.0, 243.0]),
                                           _m(BAD, [80.0, 78.0, 81.0], acceptance=0.07, drafted_per_token=0.5)]),
-    "slower, stopped early": lambda: decide([
+    "slower, stopped early": lambda: _decide([
         Measurement(BASE, samples=synthetic_samples([[757.0, 65.1, 70.0, 900.0, 880.0],
                                                      [760.0, 70.0, 880.0, 60.0, 890.0]], categories=CATS),
                     stage="baseline", speculative_active=True),
         Measurement(SIMPLE, samples=(Sample(0, "code", 0, 233.0, None, 128, 127 / 233.0 * 1000, 100, 30),),
                     speculative_active=True, stopped_early=True)]),
-    "screening only": lambda: decide(_categories_screening()),
-    "within noise": lambda: decide(_rounds(GOOD, [(240.0, 247.0), (252.0, 229.0), (231.0, 251.0), (246.0, 240.0)],
+    "screening only": lambda: _decide(_categories_screening()),
+    "within noise": lambda: _decide(_rounds(GOOD, [(240.0, 247.0), (252.0, 229.0), (231.0, 251.0), (246.0, 240.0)],
                                            acceptance=0.90) + [_m(BAD, [80.0], acceptance=0.07)]),
-    "within noise, drafted nothing": lambda: decide([_m(BASE, [20.2, 20.0, 20.4], categories=["code"]),
+    "within noise, drafted nothing": lambda: _decide([_m(BASE, [20.2, 20.0, 20.4], categories=["code"]),
                                                      _m(NGRAM, [30.1, 29.8, 30.3], categories=["code"])]),
-    "never drafted, one shared reason": lambda: decide([_m(BASE, [10.0, 10.1]), _never(NGRAM), _never(SIMPLE)]),
-    "never drafted, different reasons": lambda: decide([
+    "never drafted, one shared reason": lambda: _decide([_m(BASE, [10.0, 10.1]), _never(NGRAM), _never(SIMPLE)]),
+    "never drafted, different reasons": lambda: _decide([
         _m(BASE, [10.0, 10.1]), _never(NGRAM, ", although it drafted 3 tokens at greedy settings"),
         _never(SIMPLE, ", although it drafted 30 tokens at greedy settings")]),
-    "never drafted, other wording": lambda: decide([
+    "never drafted, other wording": lambda: _decide([
         Measurement(BASE, samples=synthetic_samples([[100.0] * 5], categories=CATS), stage="baseline"),
         Measurement(NGRAM, samples=(), speculative_active=True, no_drafts_at="greedy settings",
                     error="ngram-mod never drafted at greedy settings: these prompts repeat no n-gram")]),
-    "never drafted and unmeasured": lambda: decide(
+    "never drafted and unmeasured": lambda: _decide(
         [Measurement(BASE, samples=(Sample(0, "code", 0, 60.0),), stage="baseline"),
          Measurement(NGRAM, samples=(Sample(0, "code", 0, 59.0),), stage="probe", no_drafts_at="greedy",
                      error="ngram-mod never drafted at the served sampling (greedy); no speedup is possible")],
         unmeasured=[SIMPLE, Candidate(spec_type="ngram-simple", ngram_n_max=16)]),
-    "all failed": lambda: decide([
+    "all failed": lambda: _decide([
         _m(BASE, [240.0, 241.0]),
         Measurement(GOOD, samples=synthetic_samples([900.0, 910.0]), speculative_active=False,
                     error="the server started without speculation (/slots speculative: false)"),
         _never(NGRAM),
         Measurement(SIMPLE, samples=(), speculative_active=True,
                     error="request failed (prompt 1, repetition 1): HTTP 500")]),
-    "unmeasured only": lambda: decide([_m(BASE, [240.0, 238.0])], unmeasured=[NGRAM]),
-    "unmeasured, many": lambda: decide([_m(BASE, [240.0, 238.0])], unmeasured=[
+    "unmeasured only": lambda: _decide([_m(BASE, [240.0, 238.0])], unmeasured=[NGRAM]),
+    "unmeasured, many": lambda: _decide([_m(BASE, [240.0, 238.0])], unmeasured=[
         NGRAM, SIMPLE, Candidate(spec_type="ngram-map-k"), Candidate(spec_type="ngram-map-k4v"), GOOD]),
-    "nothing available": lambda: decide([_m(BASE, [240.0, 238.0])]),
+    "nothing available": lambda: _decide([_m(BASE, [240.0, 238.0])]),
     "nothing available on a busy machine": lambda: _busy([_m(BASE, [240.0, 238.0])]),
 }
 
@@ -261,7 +274,7 @@ def _gui_text(result: TuneResult) -> str:
 
 def _words(d: Decision, *, reused: bool = False, profile: Any = None) -> dict[str, Any]:
     """What a user reads of ``d``: the reason, the CLI's last line and table, the GUI's text, and the JSON."""
-    from tuner.cli.tune import decision_line, print_table
+    from tuner.cli.tune_report import decision_line, print_table
 
     result = TuneResult(target_path=Path("/m/t.gguf"), decision=d, reused=reused, profile=profile)
     table = io.StringIO()
@@ -274,7 +287,9 @@ def _words(d: Decision, *, reused: bool = False, profile: Any = None) -> dict[st
 
 
 def _profile_cases() -> dict[str, Any]:
-    """A saved decision shown again: its busy note dated, or dropped without a time (``_decision_from_profile``)."""
+    """A saved decision shown again (``_decision_from_profile``): its sentence about other programs dated, or
+    left out without a time; a profile saved before the decision's sentences were kept ("older profile"):
+    its reason verbatim, then when it was measured."""
     from tuner.calibration.engine import _decision_from_profile
     from tuner.profiles.profile import Profile, StalenessKeys
 
@@ -288,6 +303,9 @@ def _profile_cases() -> dict[str, Any]:
         prof = Profile(target_path="/m/t.gguf", keys=keys, winner=d.winner.to_json(), server_config={}, argv=(),
                        decision=d.to_json(), evidence=tuple(m.to_json() for m in ms), created_unix_s=created)
         out[name] = _words(_decision_from_profile(prof), reused=True, profile=prof)
+        older = {k: v for k, v in d.to_json().items() if k not in ("kind", "named", "sentences")}
+        prof = replace(prof, decision=older)
+        out[f"older {name}"] = _words(_decision_from_profile(prof), reused=True, profile=prof)
     return out
 
 
@@ -299,8 +317,8 @@ REMEASURED = ("The first launch of the model alone was disturbed (12.1 tokens/s;
 LONG_LEFT_OUT = ("The long-context requests were left out: one would take about 95 s here (4112 prompt tokens at "
                  "52 tokens/s, then 128 generated at 8 tokens/s), more than a 300 s budget affords; the decision "
                  "holds for short requests only.")
-WORKLOAD = "raw completions (/completion) at temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's " \
-           "defaults), context 4096"
+WORKLOAD = Workload(sampling=Sampling(), n_ctx=4096)
+"""Raw completions (/completion) at llama-server's default sampling, context 4096."""
 
 
 def _rpc_devices() -> Any:
@@ -313,11 +331,10 @@ def _rpc_devices() -> Any:
 
 
 def _reported(ms: list[Measurement], facts: dict[str, Any], **outcome: Any) -> Decision:
-    """``ms`` decided and reported as the tune does (``decide_outcome``, then ``finish_decision``)."""
-    from tuner.calibration.decide import decide_outcome
-    from tuner.calibration.outcome import SearchOutcome
+    """``ms`` decided and reported as the tune does (``decide``, then ``finish_decision``)."""
     from tuner.calibration.report import MachineLoad, ReportFacts, RpcPlacement, finish_decision
     from tuner.calibration.sentences import Sentence, Slot
+    from tuner.hardware.host import LoadSummary
 
     notes = [Sentence.text(Slot.SWEEP, n) for n in outcome.pop("notes", ())]
     long_context = outcome.pop("long_context", None)
@@ -325,10 +342,11 @@ def _reported(ms: list[Measurement], facts: dict[str, Any], **outcome: Any) -> D
                             else Sentence.text(Slot.SWEEP, long_context), **outcome)
     placement = facts.pop("placement", None)
     machine = facts.pop("machine", None)
-    return finish_decision(decide_outcome(done), done, ReportFacts(
-        workload_text=WORKLOAD, **facts,
+    load = None if machine is None or machine[0] is None else LoadSummary(10, *machine[0], 0.0, 0.5)
+    return finish_decision(decide(done), done, ReportFacts(
+        workload=WORKLOAD, **facts,
         placement=None if placement is None else RpcPlacement(_rpc_devices(), 5, BASE_RPC),
-        machine=None if machine is None else MachineLoad(*machine)))
+        machine=None if machine is None else MachineLoad(load, machine[1])))
 
 
 GOOD_RPC = replace(GOOD, rpc=(RPC_HOST,), ngl=99, draft_ngl=0, placement="rpc-split")
@@ -337,9 +355,8 @@ WINNER_PAIRS = [(240.0, 330.0), (236.0, 338.0), (244.0, 325.0), (240.0, 331.0)]
 
 REPORTS: dict[str, Callable[[], Decision]] = {
     "report: time limit, re-measured baseline, busy with competing servers": lambda: _reported(
-        _rounds(GOOD, WINNER_PAIRS, acceptance=0.64), {"machine": (
-            "Other programs used 40 % of the CPU during the sweep (up to 55 %); figures are less certain.",
-            (4242, 4343))}, notes=[REMEASURED, TIME_LIMIT]),
+        _rounds(GOOD, WINNER_PAIRS, acceptance=0.64), {"machine": ((0.40, 0.55), (4242, 4343))},
+        notes=[REMEASURED, TIME_LIMIT]),
     "report: one competing server, no load": lambda: _reported(
         [_m(BASE, [240.0, 238.0])], {"machine": (None, (4242,))}, unmeasured=[NGRAM]),
     "report: a quiet machine": lambda: _reported([_m(BASE, [240.0, 238.0])], {"machine": (None, ())}),
@@ -390,9 +407,9 @@ def _stream(search: Search, events: list[str], ms: list[Measurement]) -> dict[st
         "baseline_unsteady": search.baseline_unsteady,
         "planned": dict(search.planned),
         "sweep_notes": search.sweep_notes(),
-        "decision": decide(ms, max_pairs=search.max_pairs, finalists=search.finalists_selected,
-                           mix=search.mix, baseline_unsteady=search.baseline_unsteady,
-                           unmeasured=search.unmeasured).reason,
+        "decision": decide(SearchOutcome.of(ms, max_pairs=search.max_pairs, finalists=search.finalists_selected,
+                                            mix=search.mix, baseline_unsteady=search.baseline_unsteady,
+                                            unmeasured=search.unmeasured)).reason,
     }
 
 

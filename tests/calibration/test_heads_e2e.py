@@ -15,6 +15,7 @@ from tuner.calibration.candidates import Candidate, plan_candidates
 from tuner.calibration.decide import MIN_GAIN, decide
 from tuner.calibration.engine import _head_options, _supervisor_launch_fn
 from tuner.calibration.measure import measure_candidate
+from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.prompts import Prompt
 from tuner.catalog.families import group_families
 from tuner.catalog.scan import scan_folder
@@ -82,7 +83,7 @@ def test_eagle3_head_matched_launched_and_drafting(head_folder: Path, llama_serv
           f"{mr.acceptance:.3f}, chain ngram-mod,draft-eagle3 {mc.acceptance:.3f}; tok/s base "
           f"{base.gen_tokens_per_s:.1f} good {mg.gen_tokens_per_s:.1f} chain {mc.gen_tokens_per_s:.1f}")
     # the chain is compared like any other candidate: it wins only with a speedup interval above the bar
-    d = decide([base, mg, mr, mc])
+    d = decide(SearchOutcome.of([base, mg, mr, mc]))
     if d.winner.key == chain.key:
         assert d.speedup_ci_low is not None and d.speedup_ci_low > 1.0 + MIN_GAIN
     assert d.winner.key != rand.key

@@ -12,11 +12,13 @@ from typing import Any
 import pytest
 
 from tuner.calibration.candidates import Candidate, CandidatePlan
-from tuner.calibration.decide import decide, mix_text
+from tuner.calibration.decide import decide, mix_sentence
+from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.pairing import Mix, adjacent_pairs, compare, pooled_tokens_per_s
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.results import Measurement, synthetic_rounds, synthetic_samples
 from tuner.calibration.search import Search, SearchSettings
+from tuner.calibration.wording import words
 from tuner.profiles import ModelFileKey, StalenessKeys, stale_reasons
 from tuner.settings import Settings, SettingsError, from_json
 
@@ -47,14 +49,14 @@ def _sweep() -> list[Measurement]:
 
 def test_the_pick_flips_with_the_long_context_share():
     ms = _sweep()
-    short_heavy = decide(ms, mix=Mix.of(PROMPTS, 0.1))
+    short_heavy = decide(SearchOutcome.of(ms, mix=Mix.of(PROMPTS, 0.1)))
     assert short_heavy.winner == SHORT_WINNER
     # over 90 % short / 10 % long requests (equal tokens per request): time 0.9/160 + 0.1/40 vs 0.9/100 + 0.1/50
     assert short_heavy.speedup == pytest.approx((0.9 / 100 + 0.1 / 50) / (0.9 / 160 + 0.1 / 40), rel=0.02)
     assert ("Over a served mix of 10 % long-context requests (the long-context share setting): short requests "
             "1.60×, long-context requests 0.80×.") in short_heavy.reason
 
-    long_heavy = decide(ms, mix=Mix.of(PROMPTS, 0.5))
+    long_heavy = decide(SearchOutcome.of(ms, mix=Mix.of(PROMPTS, 0.5)))
     assert long_heavy.winner == LONG_WINNER
     assert long_heavy.speedup == pytest.approx((0.5 / 100 + 0.5 / 50) / (0.5 / 110 + 0.5 / 80), rel=0.02)
     assert "Over a served mix of 50 % long-context requests (the long-context share setting): short requests " \
@@ -63,10 +65,10 @@ def test_the_pick_flips_with_the_long_context_share():
     assert (rows[SHORT_WINNER].speedup or 0.0) < 1.0 < (rows[LONG_WINNER].speedup or 0.0)  # A loses over it
     assert rows[SHORT_WINNER].to_json()["long_share"] == 0.5
 
-    short_only = decide(ms, mix=Mix.of(PROMPTS, 0.0))
+    short_only = decide(SearchOutcome.of(ms, mix=Mix.of(PROMPTS, 0.0)))
     assert short_only.winner == SHORT_WINNER and short_only.speedup == pytest.approx(1.6, rel=0.01)
     # no share set: every request weighs the same (the prompt set's own share, 2 of 4 here)
-    own = decide(ms, mix=Mix.of(PROMPTS))
+    own = decide(SearchOutcome.of(ms, mix=Mix.of(PROMPTS)))
     assert own.winner == LONG_WINNER
     n = own.comparisons[0].requests
     assert f"Over the compared requests, {n // 2} of {n} long-context (50 %, every request weighing the same)" \
@@ -107,17 +109,20 @@ def test_a_share_that_cannot_be_applied_is_said_and_close_speedups_are_not_split
     short_only = [(0, Prompt("a", "code")), (1, Prompt("b", "chat"))]
     ms = [Measurement(BASE, samples=synthetic_samples([[100.0, 100.0]]), speculative_active=True),
           *synthetic_rounds(LONG_WINNER, [([100.0, 100.0], [130.0, 131.0])] * 4, acceptance=0.7, first_repetition=1)]
-    d = decide(ms, mix=Mix.of(short_only, 0.4))
+    d = decide(SearchOutcome.of(ms, mix=Mix.of(short_only, 0.4)))
     assert d.winner == LONG_WINNER and d.speedup == pytest.approx(1.305, rel=0.01)
     assert "No long-context request was compared, so the long-context share of 40 % could not be applied" in d.reason
-    assert "served mix" not in decide(ms, mix=Mix.of(short_only)).reason  # nothing to say without long requests
+    # nothing to say without long requests
+    assert "served mix" not in decide(SearchOutcome.of(ms, mix=Mix.of(short_only))).reason
     # short and long within 5 % of each other: the share is stated, the speedups are not split
     close = [*ms[:1], *synthetic_rounds(LONG_WINNER, [([100.0, 50.0], [130.0, 66.0])] * 4, acceptance=0.7,
                                         first_repetition=1)]
     mixed = [(0, Prompt("a", "code")), (1, Prompt("long", "long code", fill=0.5))]
     cmp_ = compare(close, LONG_WINNER, 0.03, mix=Mix.of(mixed, 0.3))
     assert cmp_ is not None
-    assert mix_text(cmp_) == " Over a served mix of 30 % long-context requests (the long-context share setting)."
+    sentence = mix_sentence(cmp_)
+    assert sentence is not None
+    assert words(sentence) == "Over a served mix of 30 % long-context requests (the long-context share setting)."
 
 
 def test_long_share_is_a_setting_kept_valid():

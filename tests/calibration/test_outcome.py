@@ -8,7 +8,7 @@ import threading
 import pytest
 
 from tuner.calibration.candidates import Candidate, CandidatePlan
-from tuner.calibration.decide import decide, decide_outcome
+from tuner.calibration.decide import decide
 from tuner.calibration.measure import Launch
 from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.prompts import Prompt
@@ -36,17 +36,17 @@ def test_sentences_read_in_slot_order_and_survive_json() -> None:
         Sentence.from_json({"slot": "NO_SUCH_SLOT", "kind": "x"})
 
 
-def test_decide_outcome_is_decide_with_the_sweeps_settings() -> None:
+def test_decide_reads_the_sweeps_own_settings_from_the_outcome() -> None:
     ms = [Measurement(Candidate(), samples=synthetic_samples([240.0]), speculative_active=True),
           *synthetic_rounds(GOOD, [(240.0, 300.0), (241.0, 298.0), (239.0, 302.0)], acceptance=0.6,
                             first_repetition=1)]
     outcome = SearchOutcome.of(ms, max_pairs=3, finalists=1, unmeasured=[Candidate(spec_type="ngram-mod")])
     assert isinstance(outcome.unmeasured, tuple) and isinstance(outcome.measurements, tuple)
-    d = decide_outcome(outcome)
-    assert d == decide(ms, max_pairs=3, finalists=1, unmeasured=outcome.unmeasured)
-    assert d.winner == GOOD
+    d = decide(outcome)
+    assert d.winner == GOOD and d.kind == "speculate" and d.named == (GOOD.label,)
     # a stricter bar is the outcome's, not a default
-    assert decide_outcome(SearchOutcome.of(ms, max_pairs=3, finalists=1, min_gain=0.5)).no_speculation
+    strict = decide(SearchOutcome.of(ms, max_pairs=3, finalists=1, min_gain=0.5))
+    assert strict.no_speculation and strict.kind == "alone_within_noise"
 
 
 def test_a_cancelled_search_hands_back_what_ran() -> None:
@@ -69,9 +69,12 @@ def test_a_cancelled_search_hands_back_what_ran() -> None:
 
 
 def test_the_report_appends_its_sentences_after_the_decisions_words() -> None:
-    """The machine's load first (also kept as ``busy_note``), then the sweep's notes, what was measured,
-    the types that never drafted and the CPU workaround in force, in that order."""
-    from tuner.calibration.report import MachineLoad, ReportFacts, finish_decision
+    """The CPU workaround in its own slot after the evidence, then the machine's load (also kept as
+    ``busy_note``), then the sweep's notes, what was measured and the types that never drafted, in that
+    order (issue 24 item 3)."""
+    from tuner.calibration.report import MachineLoad, NoRepack, ReportFacts, finish_decision
+    from tuner.hardware.host import LoadSummary
+    from tuner.hardware.repack import no_repack_sentence
 
     never = Measurement(Candidate(spec_type="ngram-mod"), samples=synthetic_samples([10.0]), no_drafts_at="greedy",
                         error="ngram-mod never drafted at the served sampling (greedy); no speedup is possible")
@@ -79,12 +82,14 @@ def test_the_report_appends_its_sentences_after_the_decisions_words() -> None:
           *synthetic_rounds(GOOD, [(240.0, 300.0), (241.0, 298.0), (239.0, 302.0)], acceptance=0.6,
                             first_repetition=1), never]
     outcome = SearchOutcome.of(ms, notes=[Sentence.text(Slot.SWEEP, "A note on the sweep.")])
-    plain = decide_outcome(outcome)
+    plain = decide(outcome)
     d = finish_decision(plain, outcome, ReportFacts(
-        workload_text="raw completions", machine=MachineLoad("Other programs used 40 % of the CPU.", (7, 8)),
-        cpu_workaround="Repacked CPU kernels are off."))
-    assert d.reason.startswith(plain.reason + " Other programs used 40 % of the CPU. 2 other llama-server "
-                                              "processes ran on this machine during the sweep")
-    assert d.reason.endswith("A note on the sweep. Measured with raw completions. ngram-mod never drafted at these "
-                             "sampling settings. Repacked CPU kernels are off.")
-    assert d.busy_note is not None and d.busy_note in d.reason and plain.busy_note is None
+        workload=Workload(), machine=MachineLoad(LoadSummary(10, 0.4, 0.45, 0.0, 0.5), (7, 8)),
+        cpu_workaround=NoRepack("sigsegv")))
+    load = ("Other programs used 40 % of the CPU during the sweep; figures are less certain. 2 other llama-server "
+            "processes ran on this machine during the sweep and competed with it.")
+    assert d.reason == (f"{plain.reason} {no_repack_sentence('sigsegv')} {load} A note on the sweep. Measured with "
+                        "raw completions (/completion) at greedy (temperature 0). ngram-mod never drafted at these "
+                        "sampling settings.")
+    assert d.busy_note == load and plain.busy_note is None
+    assert [s.slot for s in d.sentences] == sorted(s.slot for s in d.sentences)

@@ -11,6 +11,7 @@ import threading
 from tests.fakes.scripted_server import ScriptedLaunch, TpsOf, half_accepted
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
+from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.pairing import MIN_PAIRS, adjacent_pairs
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.search import Search, SearchSettings
@@ -44,7 +45,7 @@ def test_refine_measures_a_p_min_variant_of_the_best_length():
     # Measured after the plain lengths, and only once before confirmation.
     assert launched.index(variant) > launched.index(probe.with_n_max(8))
     assert [m.stage for m in ms if m.candidate == variant][0] == "refine"
-    d = decide(ms)
+    d = decide(SearchOutcome.of(ms))
     assert d.winner == variant and "p_min 0.75" in d.reason
 
     # Off switch: no p_min variant at all.
@@ -99,7 +100,7 @@ def test_confirm_rounds_alternate_abba_and_stop_when_the_test_is_conclusive():
     for p in pairs:
         assert abs(p.candidate_launch - p.baseline_launch) == 1
         assert [s.prompt_index for s in p.candidate_samples] == [s.prompt_index for s in p.baseline_samples]
-    d = decide(ms)
+    d = decide(SearchOutcome.of(ms))
     assert d.winner == finalist and d.pairs == len(pairs) and f"{len(pairs)} adjacent pairs" in d.reason
 
 
@@ -112,7 +113,7 @@ def _dip_tps(c: Candidate) -> float:
 
 def _dip_search(**settings):
     launched, ms = _scripted_search(_dip_tps, **settings)
-    return launched, decide(ms)
+    return launched, decide(SearchOutcome.of(ms))
 
 
 def test_spare_budget_explores_the_neighbours_of_the_best_length():
@@ -198,7 +199,7 @@ def test_side_by_side_rounds_pair_each_request_with_the_baseline_right_after_it(
     assert not live  # every server stopped, the baseline's kept-running one included
     confirm = [m for m in ms if m.stage == "confirm"]
     assert confirm and [m.candidate.is_baseline for m in confirm[:2]] == [True, False]
-    d = decide(ms)
+    d = decide(SearchOutcome.of(ms))
     pairs = adjacent_pairs(ms, d.winner)
     assert len(pairs) >= MIN_PAIRS and d.pairs == len(pairs)
     # 3x drift over the sweep, yet each pair sees the gain (its two sides are one request apart)
@@ -228,7 +229,7 @@ def test_side_by_side_ngram_pairs_get_a_fresh_launch_each_while_the_baseline_sta
     assert all(m.repetitions == 1 for m in cand_runs) and len(cand_runs) >= MIN_PAIRS
     first_confirm = len(launches) - len(cand_runs) - 1
     assert [c.is_baseline for c in launches[first_confirm:]] == [True] + [False] * len(cand_runs)
-    d = decide(ms)
+    d = decide(SearchOutcome.of(ms))
     assert d.winner == ngram and abs(d.speedup - 1.3) < 0.01 and d.pairs == len(cand_runs)
 
 

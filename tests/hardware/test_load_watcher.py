@@ -8,6 +8,7 @@ import sys
 import time
 
 import psutil
+import pytest
 
 from tests.burner import Burner
 from tuner.hardware.host import BUSY_FRACTION, LoadSample, LoadWatcher, summarize_load
@@ -56,14 +57,15 @@ def test_our_own_children_that_ran_and_exited_are_not_another_program():
     assert s.other_cpu_mean < 0.5 / n_cpu and not s.busy, s
 
 
-def test_summary_and_note():
+def test_summary():
+    """The summary's figures and its busy verdict (the decision's sentence about them:
+    tests/calibration/test_wording.py)."""
     quiet = summarize_load([LoadSample(i, 0.02, 0.0) for i in range(10)])
-    assert not quiet.busy and quiet.note() is None
+    assert not quiet.busy
     busy = summarize_load([LoadSample(i, 0.4, 0.0) for i in range(10)])
-    assert busy.busy and busy.other_cpu_mean >= BUSY_FRACTION
-    assert busy.note().startswith("Other programs used 40 % of the CPU during the sweep")
+    assert busy.busy and busy.other_cpu_mean >= BUSY_FRACTION and busy.other_cpu_mean == pytest.approx(0.4)
     stolen = summarize_load([LoadSample(i, 0.3, 0.05) for i in range(4)])
-    assert "steal time" in stolen.note()
+    assert stolen.busy and stolen.steal_mean == pytest.approx(0.05)
     assert summarize_load([]).samples == 0 and not summarize_load([]).busy
     assert os.getpid() > 0
 

@@ -145,6 +145,7 @@ def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
 
     from tuner.calibration.candidates import Candidate
     from tuner.calibration.decide import decide
+    from tuner.calibration.outcome import SearchOutcome
     from tuner.calibration.results import Measurement, Sample
     from tuner.calibration.tune import TuneEvent, TuneResult
     from tuner.ui.state import AppState
@@ -160,7 +161,7 @@ def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
     tab.on_event(TuneEvent("measured", NEVER, measurement=never, progress=0.4, elapsed_s=10.0, eta_s=15.0))
     assert tab.chart.never == ["ngram-simple"]
     assert [r[0] for r in tab.chart.rows] == ["no speculation"]
-    d = decide([base, never])
+    d = decide(SearchOutcome.of([base, never]))
     assert "ngram-simple never drafted" in d.reason  # the chart's words are the decision's
     tab.on_done(TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=(base, never), elapsed_s=12.0))
     assert tab.chart.never == ["ngram-simple"]

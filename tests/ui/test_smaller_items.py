@@ -71,12 +71,13 @@ def test_decision_text_has_no_jargon():
     """The decision's figures say what was compared in words ("screening runs, not adjacent in time", "N
     requests run by both sides"), never "no interval"."""
     from tuner.calibration.candidates import Candidate
-    from tuner.calibration.decide import _figures_text
+    from tuner.calibration.decide import figures
     from tuner.calibration.pairing import Comparison
+    from tuner.calibration.wording import figures_text
 
     c = Comparison(candidate=Candidate(spec_type="ngram-simple"), paired=False, pairs=(), candidate_samples=(),
                    baseline_samples=(), gen_tokens_per_s=110.0, baseline_gen_tokens_per_s=100.0, speedup=1.1,
                    look=None, acceptance=0.5)
-    text = _figures_text(c)
+    text = figures_text(figures(c))
     assert "no interval" not in text and "interval" not in text
     assert text.startswith("1.10× on the same requests in screening runs, not adjacent in time")

@@ -5,10 +5,13 @@ Entry points: :func:`tuner.calibration.tune.tune` (one call for the CLI and the 
 :func:`tuner.calibration.serving.config_from_profile` (what ``draftwise serve --models DIR`` serves).
 Modules: ``prompts`` (prompt sets), ``candidates`` (the plan), ``measure`` (the protocol), ``predict``
 (per-position acceptance → shorter drafts, cost model), ``search`` (probe / refine / confirm),
-``decide`` (statistics, break-even, "no speculation"), ``results`` (measurement records),
+``decide`` (statistics, break-even, "no speculation"), ``report`` (the sentences about the machine and
+the sweep), ``sentences`` and ``wording`` (the decision's sentences as data, and their words: :func:`render`),
+``results`` (measurement records),
 ``engine`` (composition behind ``tune``), ``command`` (``draftwise tune``).
 """
 
 from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
+from .wording import Rendered, render
 
-__all__ = ["DEFAULT_BUDGET_S", "TuneError", "TuneEvent", "TuneResult", "tune"]
+__all__ = ["DEFAULT_BUDGET_S", "Rendered", "TuneError", "TuneEvent", "TuneResult", "render", "tune"]

@@ -1,26 +1,25 @@
-"""The decision: which candidate to serve, with statistics, or "no speculation" with the reason.
+"""The decision: which candidate to serve, with statistics, or "no speculation" and why.
 
 DESIGN.md "Calibration method" step 6. A speculative candidate wins only when its paired rounds
 against the baseline (launches adjacent in time, the same requests on both sides:
 ``tuner.calibration.pairing``) pass the sequential test: the lower bound of the ratio, at the test's
 error level (5 % in all, spent over every look), must exceed ``1 + min_gain``. Otherwise the answer is
-"no speculation", with the reason in plain words — including "the evidence was not enough" when the
-budget ran out while the test was still inconclusive.
+"no speculation", with the reason — including "the evidence was not enough" when the budget ran out
+while the test was still inconclusive.
+
+This module holds the statistics only: :func:`decide` states what it found as sentences (data:
+``tuner.calibration.sentences``) and their words come from ``tuner.calibration.wording``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Sequence
-from dataclasses import dataclass
-from pathlib import Path
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass, replace
 from typing import Any
 
 from .candidates import Candidate
 from .outcome import SearchOutcome
 from .pairing import (
-    ALPHA,
-    FINALISTS,
-    MAX_PAIRS,
     MIN_GAIN,
     Comparison,
     Mix,
@@ -29,11 +28,12 @@ from .pairing import (
     pooled_tokens_per_s,
 )
 from .results import Measurement, Sample
+from .sentences import Sentence, Slot, in_reading_order
+from .wording import never_entry, of_slot, render
 
 MIX_NOISE = 0.05
 """Short and long-context speedups that differ by more than this (relative) are stated separately (the
-same bar as the per-category depth sentence, ``tuner.calibration.report.describe_depth``)."""
-
+same bar as the per-category depth sentence, ``tuner.calibration.report.depth_sentence``)."""
 
 
 @dataclass(frozen=True)
@@ -63,18 +63,6 @@ class BreakEven:
         raw = break_even_acceptance(m, baseline_gen_tokens_per_s)
         never = raw is not None and raw > 1.0
         return cls(m.candidate, m.acceptance, None if never else raw, m.gen_tokens_per_s, never)
-
-    def describe(self) -> str:
-        """Plain words, e.g. ``"acceptance 41 %, break-even 58 %"`` or
-        ``"acceptance 5 %, would not pay even at 100 % acceptance"``."""
-        acc = "acceptance unknown" if self.acceptance is None else f"acceptance {_fmt_pct(self.acceptance)}"
-        if self.never_pays:
-            return f"{acc}, would not pay even at 100 % acceptance"
-        if self.break_even_acceptance is None:
-            return f"{acc}, break-even unknown"
-        if self.break_even_acceptance < 0.005:
-            return f"{acc}, break-even 0 % (its verification steps cost no more than the baseline's tokens)"
-        return f"{acc}, break-even {_fmt_pct(self.break_even_acceptance)}"
 
     def to_json(self) -> dict[str, Any]:
         """Plain-JSON form."""
@@ -151,7 +139,8 @@ class Decision:
         speedup: winner ÷ baseline over the paired requests (1.0 for the baseline).
         speedup_ci_low: lower bound of the ratio at the sequential test's level (``None`` = unknown).
         speedup_ci_high: upper bound.
-        reason: the decision in plain words.
+        reason: the decision in plain words: its :attr:`sentences` rendered
+            (:func:`tuner.calibration.wording.render`); only the renderer fills it and no code reads it back.
         best_speculative: the fastest speculative candidate that ran correctly, even when it lost.
         best_speculative_speedup: its speedup (``None`` when none ran).
         break_even: one entry per draft model / speculation type.
@@ -161,7 +150,14 @@ class Decision:
         comparisons: one pooled :class:`~tuner.calibration.pairing.Comparison` per speculative
             candidate (paired ones first, then by speedup): the figures the chart shows.
         pairs: adjacent pairs behind the quoted speedup (0 = screening only).
-        busy_note: what the load watcher saw, when the machine was busy (``None`` otherwise).
+        busy_note: the sentence about other programs on the machine during the sweep, rendered (``None``
+            when there was none).
+        kind: why this is the answer: ``"speculate"``, or why the model alone: ``"alone_slower"``,
+            ``"alone_within_noise"``, ``"alone_not_enough_evidence"``, ``"alone_screening_only"``,
+            ``"alone_unsteady"``, ``"alone_never_drafted"``, ``"alone_failed"``, ``"alone_unmeasured"``,
+            ``"alone_nothing"``; ``""`` for a profile saved before kinds were kept.
+        named: the candidate labels its sentences name (so a later sentence does not name them again).
+        sentences: the decision's sentences, in reading order (``tuner.calibration.sentences``).
     """
 
     winner: Candidate
@@ -170,7 +166,7 @@ class Decision:
     speedup: float
     speedup_ci_low: float | None
     speedup_ci_high: float | None
-    reason: str
+    reason: str = ""
     best_speculative: Candidate | None = None
     best_speculative_speedup: float | None = None
     break_even: tuple[BreakEven, ...] = ()
@@ -179,14 +175,31 @@ class Decision:
     comparisons: tuple[Comparison, ...] = ()
     pairs: int = 0
     busy_note: str | None = None
+    kind: str = ""
+    named: tuple[str, ...] = ()
+    sentences: tuple[Sentence, ...] = ()
 
     @property
     def no_speculation(self) -> bool:
         """True when the answer is to run the target alone."""
         return self.winner.is_baseline
 
+    def with_sentences(self, sentences: Iterable[Sentence], *, measured_unix_s: float | None = None) -> Decision:
+        """This decision holding ``sentences`` (put in reading order), with :attr:`reason` and
+        :attr:`busy_note` rendered from them; ``measured_unix_s``: when a saved profile's sweep ran (its
+        sentence about other programs then says so; ``None`` = the sweep that just ran).
+
+        Raises:
+            ValueError: a sentence of a kind without a renderer.
+        """
+        ordered = in_reading_order(sentences)
+        load = render(of_slot(ordered, Slot.MACHINE_LOAD), measured_unix_s=measured_unix_s).text
+        return replace(self, sentences=ordered, reason=render(ordered, measured_unix_s=measured_unix_s).text,
+                       busy_note=load or None)
+
     def to_json(self) -> dict[str, Any]:
-        """Plain-JSON form (the profile's ``decision`` and the CLI's ``--json`` detail)."""
+        """Plain-JSON form (the profile's ``decision`` and the CLI's ``--json`` detail); ``reason`` is kept
+        beside ``sentences`` for readers of older Draftwise versions."""
         return {
             "winner": self.winner.to_json(),
             "label": self.winner.label,
@@ -207,6 +220,9 @@ class Decision:
             "comparisons": [c.to_json() for c in self.comparisons],
             "pairs": self.pairs,
             "busy_note": self.busy_note,
+            "kind": self.kind,
+            "named": list(self.named),
+            "sentences": [s.to_json() for s in self.sentences],
         }
 
 
@@ -241,28 +257,6 @@ def break_even_acceptance(m: Measurement, baseline_gen_tokens_per_s: float) -> f
     return max(0.0, (baseline_gen_tokens_per_s * t_step - 1.0) / d)
 
 
-def divergence_text(m: Measurement) -> str:
-    """Where ``m``'s output first differed from the baseline's, in words (empty when it never did).
-
-    The first divergence in measurement order, 1-based prompt and repetition numbers, 0-based character
-    offset in the generated text. On CPUs and GPUs the target's batched verification of drafted tokens
-    can flip a near-tie of the greedy choice, so this is reported, not treated as a failure (DESIGN.md
-    "Calibration method" step 4).
-    """
-    if not m.divergences:
-        return ""
-    d = m.divergences[0]
-    more = len(m.divergences) - 1
-    return (f"Its output first differed from the target alone's at prompt {d.prompt_index + 1}, repetition "
-            f"{d.repetition + 1}, character {d.char_offset}"
-            + (f" ({more} more request{'s' if more != 1 else ''} differed)" if more else "")
-            + "; batched verification can flip a near-tie of the greedy choice")
-
-
-def _fmt_pct(x: float | None) -> str:
-    return "unknown" if x is None else f"{100 * x:.0f} %"
-
-
 def _pair_cost_s(c: Comparison, measurements: Sequence[Measurement]) -> float | None:
     """Seconds one more adjacent pair costs: both sides' generation time per pair plus, per pair, one
     model load (each launch of the paired rounds holds two repetitions)."""
@@ -276,138 +270,51 @@ def _pair_cost_s(c: Comparison, measurements: Sequence[Measurement]) -> float | 
     return gen * 1.15 + load
 
 
-def _figures_text(c: Comparison, with_tokens_per_s: bool = True) -> str:
-    """The pooled figures of a comparison, e.g. ``"1.45× over 6 adjacent pairs (30 requests, each run by
-    both sides; sequential-test interval 1.31–1.60×): 145.0 vs 100.0 tokens/s"``; without
-    ``with_tokens_per_s`` the closing tokens/s figures are left out (the sentence before gave them)."""
-    sp = c.speedup or 0.0
-    figs = f": {c.gen_tokens_per_s or 0.0:.1f} vs {c.baseline_gen_tokens_per_s or 0.0:.1f} tokens/s" \
-        if with_tokens_per_s else ""
-    each = ", each run by both sides" if c.requests != 1 else " run by both sides"
-    req = f"{c.requests} request{'s' if c.requests != 1 else ''}{each}"
-    if c.paired:
-        n = len(c.pairs)
-        look = c.look
-        interval = ""
-        if look is not None and look.low is not None and look.high is not None:
-            if look.decided_at is not None:
-                interval = (f"; faster beyond noise at the sequential test's look after {look.decided_at} pairs, "
-                            f"interval {look.low:.2f}–{look.high:.2f}×")
-            else:
-                interval = f"; sequential-test interval {look.low:.2f}–{look.high:.2f}×"
-        return f"{sp:.2f}× over {n} adjacent pair{'s' if n != 1 else ''} ({req}{interval}){figs}"
-    return f"{sp:.2f}× on the same requests in screening runs, not adjacent in time ({req}){figs}"
+def figures(c: Comparison) -> dict[str, Any]:
+    """The pooled figures of comparison ``c`` as a sentence states them (words:
+    :func:`tuner.calibration.wording.figures_text`): speedup, tokens/s of both sides, requests, whether
+    they come from adjacent pairs and how many, and the sequential test's interval (``low``/``high``,
+    ``None`` when unknown; ``decided_at``: the look that decided "faster", when an earlier one did)."""
+    look = c.look
+    known = look is not None and look.low is not None and look.high is not None
+    return {
+        "speedup": c.speedup, "tps": c.gen_tokens_per_s, "base_tps": c.baseline_gen_tokens_per_s,
+        "requests": c.requests, "paired": c.paired, "pairs": len(c.pairs),
+        "low": look.low if known and look is not None else None,
+        "high": look.high if known and look is not None else None,
+        "decided_at": look.decided_at if known and look is not None else None,
+    }
 
 
-def plain_tps(tps: float | None) -> str:
-    """Tokens/s for the plain first sentence: whole numbers from 100 up, one decimal below
-    (``738.4`` → ``"738"``, ``7.44`` → ``"7.4"``)."""
-    v = tps or 0.0
-    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+@dataclass(frozen=True)
+class _Evidence:
+    """What the sweep's measurements hold for the decision: the baseline (its launches pooled), one
+    comparison per speculative candidate that ran correctly (paired first, then by speedup), the
+    speculative candidates that only failed, the baseline's prompt categories and the break-even lines."""
+
+    baseline: Measurement
+    base_tps: float
+    comparisons: tuple[Comparison, ...]
+    failed: tuple[Measurement, ...]
+    categories: tuple[str, ...]
+    break_even: tuple[BreakEven, ...]
 
 
-def plain_label(c: Candidate) -> str:
-    """What a candidate does, in the user's words (the decision's first sentence), e.g. ``"the draft
-    model draft-good.gguf, guessing up to 4 tokens ahead"``, ``"n-gram lookup (ngram-simple, which
-    reuses spans of the prompt and the answer so far)"``; the baseline is ``"the model alone"``."""
-    if c.is_baseline:
-        return "the model alone"
-    types = c.spec_types
-    ngram = next((t for t in types if t.startswith("ngram")), None)
-    ahead = f", guessing up to {c.n_max} tokens ahead" if c.n_max else ""
-    if "draft-mtp" in types:
-        out = f"the model's own multi-token prediction (MTP){ahead}"
-    elif c.draft_path:
-        out = f"the draft model {Path(c.draft_path).name}{ahead}"
-    elif ngram is not None:
-        return f"n-gram lookup ({ngram}, which reuses spans of the prompt and the answer so far)"
-    else:
-        out = c.label
-    return out + (f", with n-gram lookup ({ngram})" if ngram is not None else "")
-
-
-def _unmeasured_text(unmeasured: Sequence[Candidate]) -> str:
-    """``"the time budget was spent before ngram-simple, … were measured (a larger budget measures them)"``."""
-    names = ", ".join(c.label for c in unmeasured[:4]) + (" and others" if len(unmeasured) > 4 else "")
-    return (f"the time budget was spent before {names} {'was' if len(unmeasured) == 1 else 'were'} measured "
-            "(a larger budget measures them: re-tune with it, --force on the command line)")
-
-
-def _never_text(never: Sequence[Measurement]) -> str:
-    """The types that ran but never drafted, named once, with their shared reason stated once, e.g.
-    ``"ngram-mod, ngram-simple never drafted at the served sampling (…); no speedup is possible"``."""
-    def rest_of(m: Measurement) -> str | None:
-        _, sep, rest = (m.error or "").partition(" never drafted ")
-        if not sep:
-            return None
-        # the sampling settings are named once, in the reason's "Measured with …" sentence
-        if m.no_drafts_at:
-            rest = rest.replace(f"at the served sampling ({m.no_drafts_at})", "at these sampling settings", 1)
-        return rest
-
-    rests = [rest_of(m) for m in never]
-    if any(r is None for r in rests):
-        return "; ".join(f"{m.candidate.label}: {m.error}" for m in never)
-    if len(set(rests)) == 1:  # one shared reason: stated once
-        return f"{', '.join(m.candidate.label for m in never)} never drafted {rests[0]}"
-    return "; ".join(f"{m.candidate.label} never drafted {r}" for m, r in zip(never, rests))
-
-
-def decide(
-    measurements: Sequence[Measurement],
-    min_gain: float = MIN_GAIN,
-    seed: int = 12345,
-    unmeasured: Sequence[Candidate] = (),
-    alpha: float = ALPHA,
-    max_pairs: int = MAX_PAIRS,
-    finalists: int = FINALISTS,
-    busy_note: str | None = None,
-    mix: Mix | None = None,
-    baseline_unsteady: bool = False,
-) -> Decision:
-    """Pick the winner among measured candidates, or "no speculation".
-
-    Only a candidate with adjacent pairs (``tuner.calibration.pairing``: the search's paired rounds,
-    A B B A) whose sequential test says "faster" (the lower bound clears ``1 + min_gain`` at the test's
-    error level) can win; among those, the highest pooled speedup — except that a chained candidate wins
-    over the best single-type one only when faster than it beyond noise (:func:`_chain_rule`). A
-    candidate stopped early as a clear loser, or measured only in probe/refine launches, is never
-    eligible: its screening comparison (same requests, not adjacent in time) is reported, never
-    served. Every figure in the reason, the chart rows (:attr:`Decision.comparisons`) and the
-    per-category lines comes from one
-    :class:`~tuner.calibration.pairing.Comparison` per candidate.
-
-    Args:
-        measurements: every measurement of the sweep, in launch order (pairing needs the order).
-            Exactly one candidate must be the baseline (``spec_type == "none"``).
-        min_gain: the bar is ``1 + min_gain``.
-        seed: unused (kept for callers of the former bootstrap; the decision is deterministic).
-        unmeasured: speculative candidates the search skipped for lack of time (named in the reason
-            when nothing speculative was measured).
-        alpha, max_pairs, finalists: the sequential test's error and how it is spent
-            (:func:`tuner.calibration.pairing.sequential_test`).
-        busy_note: a sentence about the machine's load during the sweep, appended to the reason.
-        mix: the served share of long-context requests (:class:`~tuner.calibration.pairing.Mix`): every
-            pooled figure, pair ratio and so the pick is weighted to it, and the reason states the share
-            (and the short and long-context speedups when they differ by more than :data:`MIX_NOISE`).
-            ``None`` = every request weighs the same.
-        baseline_unsteady: the model alone measured inconsistently across launches
-            (``Search.baseline_unsteady``): a "no speculation" that rests on screening comparisons then says
-            they are not evidence either way, instead of "slower" and a break-even.
+def _eligible(outcome: SearchOutcome) -> _Evidence:
+    """The comparisons of ``outcome``'s measurements with the baseline (``tuner.calibration.pairing.compare``
+    at the sweep's own test settings and mix).
 
     Raises:
         ValueError: no successful baseline measurement.
     """
-    del seed
     ok_by_key: dict[tuple, Candidate] = {}
     failed_by_key: dict[tuple, Measurement] = {}
     baseline: Measurement | None = None
-    for m in measurements:
+    for m in outcome.measurements:
         k = m.candidate.key
         if not m.ok:
             failed_by_key.setdefault(k, m)
-            continue
-        if m.candidate.is_baseline:
+        elif m.candidate.is_baseline:
             if m.superseded is None:  # a disturbed launch measured again is never the model's speed
                 baseline = baseline.merged(m) if baseline is not None else m
         else:
@@ -415,17 +322,11 @@ def decide(
     if baseline is None or not baseline.gen_tokens_per_s:
         raise ValueError("no successful baseline measurement: the target alone could not be measured")
     base_tps = float(baseline.gen_tokens_per_s)
-    tail = (" " + busy_note.strip()) if busy_note else ""
-
-    comps: list[Comparison] = []
-    for c in ok_by_key.values():
-        cmp_ = compare(measurements, c, min_gain, alpha, max_pairs, finalists, mix=mix)
-        if cmp_ is not None and cmp_.speedup:
-            comps.append(cmp_)
+    comps = [cmp_ for c in ok_by_key.values()
+             if (cmp_ := compare(outcome.measurements, c, outcome.min_gain, outcome.alpha, outcome.max_pairs,
+                                 outcome.finalists, mix=outcome.mix)) is not None and cmp_.speedup]
     comps.sort(key=lambda x: (not x.paired, -(x.speedup or 0.0)))
-    failed = [m for k, m in failed_by_key.items() if k not in ok_by_key and not m.candidate.is_baseline]
-    base_cats = sorted({str(s.category) for s in baseline.samples if s.category is not None})
-
+    failed = tuple(m for k, m in failed_by_key.items() if k not in ok_by_key and not m.candidate.is_baseline)
     # Break-even per draft model / speculation type: the best-compared candidate of each group, on the
     # requests of its comparison.
     groups: dict[str, Comparison] = {}
@@ -435,184 +336,227 @@ def decide(
             groups[g] = cmp_
     break_even = tuple(
         BreakEven.of(Measurement(c.candidate, samples=c.candidate_samples), c.baseline_gen_tokens_per_s or base_tps)
-        for c in groups.values()
-    )
-
-    if not comps:
-        never = [m for m in failed if m.no_drafts_at]
-        broken = [m for m in failed if not m.no_drafts_at]
-        if failed and not broken and unmeasured:
-            # the measured ones proposed no token, the rest never ran: say both, not "none drafted"
-            why = ("no measured speculative configuration drafted any token on these prompts: " + _never_text(never)
-                   + "; " + _unmeasured_text(unmeasured))
-        elif failed and not broken:
-            # they ran fine but proposed no token: a finding about these prompts, not a failure of the run
-            why = "no speculative configuration drafted any token on these prompts: " + _never_text(never)
-        elif failed:
-            why = "no speculative configuration ran correctly: " + "; ".join(
-                f"{m.candidate.label}: {m.error}" for m in (broken + never)[:3])
-        elif unmeasured:
-            why = "no speculative configuration was measured: " + _unmeasured_text(unmeasured)
-        else:
-            why = "no speculative configuration was available to measure (no compatible draft, no n-gram type)"
-        return Decision(baseline.candidate, base_tps, base_tps, 1.0, None, None,
-                        "No speculation: " + why + "." + tail, break_even=break_even, busy_note=busy_note)
-
-    winners = [c for c in comps if c.paired and c.look is not None and c.look.verdict == "faster"]
-    if winners:
-        w = max(winners, key=lambda c: c.speedup or 0.0)
-        w, chain_text = _chain_rule(w, winners, min_gain, alpha)
-        wm = _merged(measurements, w.candidate)
-        reason = (f"Serving {plain_label(w.candidate)}: about {w.speedup or 1.0:.1f}× as fast as the model "
-                  f"alone ({plain_tps(w.gen_tokens_per_s)} vs {plain_tps(w.baseline_gen_tokens_per_s)} tokens/s "
-                  f"on these prompts). The evidence: {w.candidate.label} against no speculation, "
-                  + _figures_text(w, with_tokens_per_s=False))
-        if w.acceptance is not None:
-            reason += f", draft acceptance {_fmt_pct(w.acceptance)}"
-        reason += "." + chain_text
-        if wm is not None and wm.divergences:
-            reason += " " + divergence_text(wm) + "."
-        reason += mix_text(w, mix)
-        return Decision(
-            winner=w.candidate,
-            gen_tokens_per_s=w.gen_tokens_per_s,
-            baseline_gen_tokens_per_s=w.baseline_gen_tokens_per_s,
-            speedup=float(w.speedup or 1.0),
-            speedup_ci_low=w.look.low if w.look else None,
-            speedup_ci_high=w.look.high if w.look else None,
-            reason=reason + tail,
-            best_speculative=w.candidate,
-            best_speculative_speedup=w.speedup,
-            break_even=break_even,
-            per_category=per_category(w, base_cats),
-            lossless=wm.lossless if wm is not None else None,
-            comparisons=tuple(comps),
-            pairs=len(w.pairs),
-            busy_note=busy_note,
-        )
-
-    # No speculation: explain with the best comparison (paired first: they are the better evidence).
-    best = comps[0]
-    be = next((b for b in break_even if b.candidate == best.candidate), None)
-    figures = _figures_text(best)
-    label = best.candidate.label
-    if best.paired and best.look is not None and best.look.verdict == "inconclusive" and (best.speedup or 0) > 1.0 + min_gain:
-        reason = (f"No speculation: the evidence was not enough to serve {label} ({figures}); "
-                  f"a paired test at a {100 * alpha:.0f} % error rate needs more pairs")
-        cost = _pair_cost_s(best, measurements)
-        need = best.look.pairs_needed
-        if need is not None and cost is not None and need > len(best.pairs):
-            more = (need - len(best.pairs)) * cost
-            reason += f": about {need} pairs in all, about {more:.0f} s more (a longer sweep would settle it)"
-        else:
-            reason += " (a longer sweep, on a quieter machine, would settle it)"
-    elif not best.paired and baseline_unsteady:
-        reason = (f"No speculation: no speculative configuration was confirmed in paired rounds; the screening "
-                  f"figures ({label}: {figures}) come from launches minutes apart while the model's own speed "
-                  "varied, so they are not evidence either way")
-    elif (best.speedup or 0.0) < 1.0 and (not best.paired or (best.look is not None and best.look.high is not None
-                                                               and best.look.high < 1.0)):
-        reason = f"No speculation: the best speculative configuration ({label}) was slower than the target alone ({figures})"
-    elif not best.paired:
-        reason = (f"No speculation: no speculative configuration was confirmed in paired rounds; the best "
-                  f"screening result was {label} ({figures}), which is not evidence enough to serve it")
-    else:
-        reason = (f"No speculation: the best speculative configuration ({label}) was within the measurement "
-                  f"noise of the target alone ({figures}; needs more than {1 + min_gain:.2f}×)")
-    if best.acceptance is not None and not (baseline_unsteady and not best.paired):
-        reason += f"; it reached {_fmt_pct(best.acceptance)} draft acceptance"
-        if be is not None and be.never_pays:
-            reason += ", and even 100 % acceptance would not pay on this machine"
-        elif be is not None and be.break_even_acceptance is not None and be.break_even_acceptance >= 0.005:
-            reason += f", break-even on this machine is about {_fmt_pct(be.break_even_acceptance)}"
-    reason += "." + mix_text(best, mix)
-    return Decision(
-        winner=baseline.candidate,
-        gen_tokens_per_s=best.baseline_gen_tokens_per_s or base_tps,
-        baseline_gen_tokens_per_s=best.baseline_gen_tokens_per_s or base_tps,
-        speedup=1.0,
-        speedup_ci_low=None,
-        speedup_ci_high=None,
-        reason=reason + tail,
-        best_speculative=best.candidate,
-        best_speculative_speedup=best.speedup,
-        break_even=break_even,
-        # no lines where they would say nothing or contradict the sentence: a run that drafted nothing is
-        # the model alone, and screening figures taken while the model's speed varied are not evidence
-        per_category=() if best.acceptance is None or (baseline_unsteady and not best.paired)
-        else per_category(best, base_cats),
-        lossless=None,
-        comparisons=tuple(comps),
-        pairs=len(best.pairs),
-        busy_note=busy_note,
-    )
+        for c in groups.values())
+    categories = tuple(sorted({str(s.category) for s in baseline.samples if s.category is not None}))
+    return _Evidence(baseline, base_tps, tuple(comps), failed, categories, break_even)
 
 
-def decide_outcome(outcome: SearchOutcome) -> Decision:
-    """:func:`decide` over a sweep's :class:`~tuner.calibration.outcome.SearchOutcome`: its measurements,
-    the candidates it left unmeasured, its mix and baseline verdict, with the statistics' settings it ran
-    under. The sentence about the machine's load is the report's
+def decide(outcome: SearchOutcome) -> Decision:
+    """Pick the winner among the sweep's measured candidates, or "no speculation".
+
+    Only a candidate with adjacent pairs (``tuner.calibration.pairing``: the search's paired rounds,
+    A B B A) whose sequential test says "faster" (the lower bound clears ``1 + outcome.min_gain`` at the
+    test's error level) can win; among those, the highest pooled speedup — except that a chained
+    candidate wins over the best single-type one only when faster than it beyond noise
+    (:func:`_chain_rule`). A candidate stopped early as a clear loser, or measured only in probe/refine
+    launches, is never eligible: its screening comparison (same requests, not adjacent in time) is
+    reported, never served. Every figure in the sentences, the chart rows (:attr:`Decision.comparisons`)
+    and the per-category lines comes from one :class:`~tuner.calibration.pairing.Comparison` per candidate.
+
+    ``outcome`` (:class:`~tuner.calibration.outcome.SearchOutcome`) gives: every measurement in launch order
+    (pairing needs the order; exactly one candidate is the baseline, ``spec_type == "none"``); the
+    candidates the budget left unmeasured (named when nothing speculative was measured); ``min_gain``,
+    ``alpha``, ``max_pairs``, ``finalists`` (the sequential test's bar and how its error is spent:
+    :func:`tuner.calibration.pairing.sequential_test`); ``mix`` (the served share of long-context requests
+    every pooled figure, pair ratio and so the pick is weighted to; the sentences state the share, and the
+    short and long-context speedups when they differ by more than :data:`MIX_NOISE`); ``baseline_unsteady``
+    (the model alone measured inconsistently across launches: a "no speculation" that rests on screening
+    comparisons then says they are not evidence either way, instead of "slower" and a break-even).
+
+    The sentences about the machine and the sweep itself are the report's
     (:func:`tuner.calibration.report.finish_decision`).
 
     Raises:
         ValueError: no successful baseline measurement.
     """
-    return decide(outcome.measurements, min_gain=outcome.min_gain, unmeasured=outcome.unmeasured,
-                  alpha=outcome.alpha, max_pairs=outcome.max_pairs, finalists=outcome.finalists, mix=outcome.mix,
-                  baseline_unsteady=outcome.baseline_unsteady)
+    ev = _eligible(outcome)
+    if not ev.comparisons:
+        return _nothing_compared(ev, outcome)
+    winners = [c for c in ev.comparisons if c.paired and c.look is not None and c.look.verdict == "faster"]
+    if winners:
+        return _winner(ev, winners, outcome)
+    return _no_speculation(ev, outcome)
 
 
-def mix_text(c: Comparison, mix: Mix | None = None, noise: float = MIX_NOISE) -> str:
-    """The sentence (with a leading space) on the served mix behind ``c``'s figures, e.g. ``" Over a
-    served mix of 50 % long-context requests (the long-context share setting): short requests 1.40×,
-    long-context requests 1.05×."``; the two speedups only when they differ by more than ``noise``
-    (relative). Empty when no long-context request was compared and no share was set; with a share set
+def _nothing_compared(ev: _Evidence, outcome: SearchOutcome) -> Decision:
+    """No speculative candidate has a comparison: each drafted nothing, failed, or never ran."""
+    never = [m for m in ev.failed if m.no_drafts_at]
+    broken = [m for m in ev.failed if not m.no_drafts_at]
+    unmeasured = [c.label for c in outcome.unmeasured]
+    params: dict[str, Any]
+    if ev.failed and not broken:
+        # they ran fine but proposed no token: a finding about these prompts, not a failure of the run
+        kind, listed = "never_drafted", never
+        params = {"never": [_entry(m) for m in never], "unmeasured": unmeasured}
+    elif ev.failed:
+        kind, listed = "failed", (broken + never)[:3]
+        params = {"failed": [_entry(m) for m in listed]}
+    else:
+        kind, listed = ("unmeasured" if unmeasured else "nothing"), []
+        params = {"unmeasured": unmeasured} if unmeasured else {}
+    named = (*(m.candidate.label for m in listed), *(unmeasured[:4] if kind != "failed" else ()))
+    decision = Decision(ev.baseline.candidate, ev.base_tps, ev.base_tps, 1.0, None, None,
+                        break_even=ev.break_even, kind=f"alone_{kind}", named=named)
+    return decision.with_sentences([Sentence(Slot.HEADLINE, f"alone.{kind}", params)])
+
+
+def _entry(m: Measurement) -> dict[str, Any]:
+    return never_entry(m.candidate.label, m.candidate.spec_type, m.error, m.no_drafts_at, m.no_drafts)
+
+
+def _winner(ev: _Evidence, winners: Sequence[Comparison], outcome: SearchOutcome) -> Decision:
+    """The fastest of ``winners`` (each "faster" in its paired rounds), after the chain rule."""
+    fastest = max(winners, key=lambda c: c.speedup or 0.0)
+    w, chain = _chain_rule(fastest, winners, outcome.min_gain, outcome.alpha)
+    wm = _merged(outcome.measurements, w.candidate)
+    sentences = [
+        Sentence(Slot.HEADLINE, "headline.serving", {
+            "candidate": w.candidate.to_json(), "speedup": w.speedup, "tps": w.gen_tokens_per_s,
+            "base_tps": w.baseline_gen_tokens_per_s}),
+        Sentence(Slot.EVIDENCE, "evidence.paired", {"label": w.candidate.label, "figures": figures(w),
+                                                    "acceptance": w.acceptance}),
+    ]
+    named = [w.candidate.label]
+    if chain is not None:
+        sentences.append(chain)
+        named += [fastest.candidate.label, str(chain.params["single"])]  # the chain and the single type
+    if wm is not None and wm.divergences:
+        d = wm.divergences[0]
+        sentences.append(Sentence(Slot.EVIDENCE, "evidence.divergence", {
+            "prompt": d.prompt_index, "repetition": d.repetition, "char": d.char_offset,
+            "more": len(wm.divergences) - 1}))
+    sentences += _mix(w, outcome.mix)
+    decision = Decision(
+        winner=w.candidate,
+        gen_tokens_per_s=w.gen_tokens_per_s,
+        baseline_gen_tokens_per_s=w.baseline_gen_tokens_per_s,
+        speedup=float(w.speedup or 1.0),
+        speedup_ci_low=w.look.low if w.look else None,
+        speedup_ci_high=w.look.high if w.look else None,
+        best_speculative=w.candidate,
+        best_speculative_speedup=w.speedup,
+        break_even=ev.break_even,
+        per_category=per_category(w, ev.categories),
+        lossless=wm.lossless if wm is not None else None,
+        comparisons=ev.comparisons,
+        pairs=len(w.pairs),
+        kind="speculate",
+        named=tuple(dict.fromkeys(named)),
+    )
+    return decision.with_sentences(sentences)
+
+
+def _no_speculation(ev: _Evidence, outcome: SearchOutcome) -> Decision:
+    """No candidate was faster in paired rounds: the model alone, explained with the best comparison
+    (paired first: they are the better evidence)."""
+    best = ev.comparisons[0]
+    kind, params = _why_alone(best, ev, outcome)
+    unsteady = kind == "unsteady"
+    decision = Decision(
+        winner=ev.baseline.candidate,
+        gen_tokens_per_s=best.baseline_gen_tokens_per_s or ev.base_tps,
+        baseline_gen_tokens_per_s=best.baseline_gen_tokens_per_s or ev.base_tps,
+        speedup=1.0,
+        speedup_ci_low=None,
+        speedup_ci_high=None,
+        best_speculative=best.candidate,
+        best_speculative_speedup=best.speedup,
+        break_even=ev.break_even,
+        # no lines where they would say nothing or contradict the sentence: a run that drafted nothing is
+        # the model alone, and screening figures taken while the model's speed varied are not evidence
+        per_category=() if best.acceptance is None or unsteady else per_category(best, ev.categories),
+        lossless=None,
+        comparisons=ev.comparisons,
+        pairs=len(best.pairs),
+        kind=f"alone_{kind}",
+        named=(best.candidate.label,),
+    )
+    return decision.with_sentences([Sentence(Slot.HEADLINE, f"alone.{kind}", params), *_mix(best, outcome.mix)])
+
+
+def _why_alone(best: Comparison, ev: _Evidence, outcome: SearchOutcome) -> tuple[str, dict[str, Any]]:
+    """Why the best comparison does not win, as ``(kind, the sentence's params)``."""
+    params: dict[str, Any] = {"label": best.candidate.label, "figures": figures(best),
+                              "acceptance": _acceptance(best, ev.break_even)}
+    look, sp = best.look, best.speedup or 0.0
+    if best.paired and look is not None and look.verdict == "inconclusive" and sp > 1.0 + outcome.min_gain:
+        cost = _pair_cost_s(best, outcome.measurements)
+        need = look.pairs_needed
+        more = (need - len(best.pairs)) * cost if need is not None and cost is not None and need > len(best.pairs) \
+            else None
+        return "not_enough_evidence", {**params, "alpha": outcome.alpha, "pairs_needed": need if more is not None
+                                       else None, "more_s": more}
+    if not best.paired and outcome.baseline_unsteady:
+        return "unsteady", {**params, "acceptance": None}
+    if sp < 1.0 and (not best.paired or (look is not None and look.high is not None and look.high < 1.0)):
+        return "slower", params
+    if not best.paired:
+        return "screening_only", params
+    return "within_noise", {**params, "min_gain": outcome.min_gain}
+
+
+def _acceptance(best: Comparison, break_even: Sequence[BreakEven]) -> dict[str, Any] | None:
+    """The best candidate's acceptance and break-even on this machine, ``None`` when it drafted nothing."""
+    if best.acceptance is None:
+        return None
+    be = next((b for b in break_even if b.candidate == best.candidate), None)
+    return {"acceptance": best.acceptance, "never_pays": be is not None and be.never_pays,
+            "break_even": be.break_even_acceptance if be is not None else None}
+
+
+def _mix(c: Comparison, mix: Mix | None) -> list[Sentence]:
+    s = mix_sentence(c, mix)
+    return [s] if s is not None else []
+
+
+def mix_sentence(c: Comparison, mix: Mix | None = None, noise: float = MIX_NOISE) -> Sentence | None:
+    """The sentence on the served mix behind ``c``'s figures (words: ``tuner.calibration.wording``), e.g.
+    "Over a served mix of 50 % long-context requests (the long-context share setting): short requests
+    1.40×, long-context requests 1.05×."; the two speedups only when they differ by more than ``noise``
+    (relative). ``None`` when no long-context request was compared and no share was set; with a share set
     but no long request compared, says the share could not be applied."""
     if c.long_speedup is None:
         if mix is not None and mix.long_share:
-            return (f" No long-context request was compared, so the long-context share of "
-                    f"{_fmt_pct(mix.long_share)} could not be applied: the figures are for short requests.")
-        return ""
+            return Sentence(Slot.MIX, "mix.not_applied", {"share": mix.long_share})
+        return None
     if c.short_speedup is None:
-        return " Every compared request was a long-context one."
-    if c.share_set:
-        text = f" Over a served mix of {_fmt_pct(c.long_share)} long-context requests (the long-context share setting)"
-    else:
-        # the compared requests' own mix, every request weighing the same: not the prompt set's share
-        # when a long prompt went unmeasured (the trial read "17 % … (the prompt set's own share)" for 2 of 7)
-        n_long = sum(1 for s in c.candidate_samples if (mix or Mix()).is_long(s))
-        text = (f" Over the compared requests, {n_long} of {c.requests} long-context "
-                f"({_fmt_pct(c.long_share)}, every request weighing the same)")
+        return Sentence(Slot.MIX, "mix.all_long", {})
     s, lg = c.short_speedup, c.long_speedup
-    if s > 0 and abs(lg / s - 1.0) > noise:
-        text += f": short requests {s:.2f}×, long-context requests {lg:.2f}×"
-    return text + "."
+    split = {"short": s, "long": lg, "differ": s > 0 and abs(lg / s - 1.0) > noise}
+    if c.share_set:
+        return Sentence(Slot.MIX, "mix.share", {"share": c.long_share, **split})
+    # the compared requests' own mix, every request weighing the same: not the prompt set's share when a
+    # long prompt went unmeasured (the trial read "17 % … (the prompt set's own share)" for 2 of 7)
+    n_long = sum(1 for x in c.candidate_samples if (mix or Mix()).is_long(x))
+    return Sentence(Slot.MIX, "mix.compared", {"share": c.long_share, "n_long": n_long, "requests": c.requests,
+                                               **split})
+
+
 def _chain_rule(w: Comparison, winners: Sequence[Comparison], min_gain: float,
-                alpha: float) -> tuple[Comparison, str]:
+                alpha: float) -> tuple[Comparison, Sentence | None]:
     """A chained candidate (several types in one ``--spec-type``) that came out fastest is served only
     when its pairs show it faster than the best single-type winner beyond noise
     (:func:`tuner.calibration.pairing.contrast_test`: the low end of chain ÷ single above
     ``1 + min_gain``); otherwise the simpler candidate is served. Both must already have passed the
-    sequential test against the baseline (``winners``). Returns ``(served comparison, sentence)``;
-    the sentence (empty when no chain was involved) starts with a space."""
+    sequential test against the baseline (``winners``). Returns ``(served comparison, sentence)``; the
+    sentence is ``None`` when no chain was involved."""
     if not w.candidate.is_chained:
-        return w, ""
+        return w, None
     singles = [c for c in winners if not c.candidate.is_chained]
     if not singles:
-        return w, ""
+        return w, None
     single = max(singles, key=lambda c: c.speedup or 0.0)
     look = contrast_test([p.ratio for p in w.pairs if p.ratio > 0], [p.ratio for p in single.pairs if p.ratio > 0],
                          min_gain, alpha)
-    figs = ""
+    contrast: dict[str, Any] | None = None
     if look.mean_ratio is not None and look.low is not None and look.high is not None:
-        figs = f"{look.mean_ratio:.2f}× over their pairs, interval {look.low:.2f}–{look.high:.2f}×"
+        contrast = {"mean": look.mean_ratio, "low": look.low, "high": look.high}
     if look.verdict == "faster":
-        return w, (f" It is faster than the best single type, {single.candidate.label}, beyond noise "
-                   f"({figs}; needs more than {1 + min_gain:.2f}×).")
-    return single, (f" The chain {w.candidate.label} measured {w.speedup or 0.0:.2f}× but was not faster "
-                    f"than {single.candidate.label} beyond noise ({figs or 'too few pairs'}; a chain is served "
-                    f"only above {1 + min_gain:.2f}× the best single type), so the simpler configuration is "
-                    "served.")
+        return w, Sentence(Slot.EVIDENCE, "evidence.chain_faster", {
+            "single": single.candidate.label, "contrast": contrast, "min_gain": min_gain})
+    return single, Sentence(Slot.EVIDENCE, "evidence.chain_not_faster", {
+        "chain": w.candidate.label, "chain_speedup": w.speedup, "single": single.candidate.label,
+        "contrast": contrast, "min_gain": min_gain})
 
 
 def _merged(measurements: Sequence[Measurement], c: Candidate) -> Measurement | None:
@@ -651,9 +595,6 @@ def per_category(c: Comparison, categories: Sequence[str] = ()) -> tuple[Categor
     return tuple(out)
 
 
-def describe_candidate(c: Candidate) -> str:
-    """One-line description for tables: label plus the draft's file name."""
-    return c.label if not c.draft_path else f"{c.label} ({Path(c.draft_path).parent})"
 
 
 __all__ = [
@@ -663,8 +604,7 @@ __all__ = [
     "MIN_GAIN",
     "break_even_acceptance",
     "decide",
-    "decide_outcome",
-    "divergence_text",
-    "mix_text",
+    "figures",
+    "mix_sentence",
     "per_category",
 ]

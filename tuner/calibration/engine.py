@@ -30,7 +30,7 @@ from .candidates import (
     apply_memory_check,
     plan_candidates,
 )
-from .decide import Decision, decide_outcome
+from .decide import Decision, decide
 from .measure import Cancelled, Launch, LaunchError, LaunchFn
 from .pairing import MIN_PAIRS
 from .prompts import (
@@ -40,7 +40,7 @@ from .prompts import (
     default_prompts,
     load_prompts,
 )
-from .report import MachineLoad, ReportFacts, RpcPlacement, finish_decision
+from .report import MachineLoad, NoRepack, ReportFacts, RpcPlacement, finish_decision, reused_decision
 from .request import (
     EventCallback,
     TuneError,
@@ -506,7 +506,7 @@ def run_tune(
             return (base_fn if c.is_baseline else cand_fn)(c, cancel)
     else:
         launch_fn = _with_workload(launch_fn, workload)
-    from tuner.crosscheck.cpu_buffers import workaround_sentence
+    from tuner.crosscheck.cpu_buffers import recorded_no_repack
     from tuner.hardware.host import LoadWatcher, foreign_processes
 
     watcher = LoadWatcher()
@@ -536,15 +536,16 @@ def run_tune(
         for sup in sups:
             sup.stop(grace_s=5.0)
 
+    no_repack = recorded_no_repack(binary.path)  # the --no-repack workaround every launch ran with
     facts = ReportFacts(
-        workload_text=workload.describe(),
+        workload=workload,
         depth_categories=tuple(p.category for _, p in chosen_prompts if p.fill is not None and p.category),
         placement=RpcPlacement(devices, getattr(target_model, "n_layers", None), plan.baseline)
         if rpc_used and devices is not None else None,
-        machine=MachineLoad(load.note(), tuple(p for p, _ in competing)),
-        cpu_workaround=workaround_sentence(binary.path),  # the --no-repack workaround every launch ran with
+        machine=MachineLoad(load, tuple(p for p, _ in competing)),
+        cpu_workaround=NoRepack(*no_repack) if no_repack is not None else None,
     )
-    decision = finish_decision(decide_outcome(outcome), outcome, facts)
+    decision = finish_decision(decide(outcome), outcome, facts)
     measurements = outcome.measurements
     emit("decision", decision.reason, decision=decision,
          detail={"load": {"other_cpu_mean": load.other_cpu_mean, "other_cpu_max": load.other_cpu_max,
@@ -688,27 +689,11 @@ def _place_on_gpu(plan: CandidatePlan, target_path: Path, devices: Any, n_ctx: i
     return replace(plan, drafts=tuple(out))
 
 
-def dated_busy_note(reason: str, busy_note: str | None, created_unix_s: float | None) -> tuple[str, str | None]:
-    """``(reason, busy_note)`` of a saved decision shown again later: the sweep's note about other
-    programs on the machine says when that sweep ran ("This profile was measured on 2026-12-01 at
-    11:50 UTC; other programs used 75 % of the CPU during that sweep …"), since the machine may be
-    quiet now. Without a saved time the note is dropped from the reason (an undated "the machine was
-    busy" would read as now). Unchanged when there is no note or the reason does not quote it."""
-    note = (busy_note or "").strip()
-    if not note or note not in reason:
-        return reason, busy_note
-    if created_unix_s is None:
-        return " ".join(reason.replace(note, "").split()), None
-    when = time.strftime("%Y-%m-%d at %H:%M UTC", time.gmtime(created_unix_s))
-    dated = f"This profile was measured on {when}; " + note[:1].lower() + note[1:].replace(
-        "during the sweep", "during that sweep")
-    return reason.replace(note, dated), dated
-
-
 def _decision_from_profile(p: Profile) -> Decision:
-    """Rebuild the :class:`Decision` summary saved in a profile (its busy note dated:
-    :func:`dated_busy_note`), with its break-even and per-category lines. Its comparisons are not
-    rebuilt (they hold the samples): the profile's ``decision["comparisons"]`` keeps their figures."""
+    """Rebuild the :class:`Decision` summary saved in a profile (its words as a reused profile shows
+    them: :func:`tuner.calibration.report.reused_decision`), with its break-even and per-category lines.
+    Its comparisons are not rebuilt (they hold the samples): the profile's ``decision["comparisons"]``
+    keeps their figures."""
     from tuner.calibration.decide import BreakEven, CategoryResult
 
     d = p.decision
@@ -724,20 +709,17 @@ def _decision_from_profile(p: Profile) -> Decision:
 
     winner = Candidate.from_json(p.winner)
     best = d.get("best_speculative")
-    reason, busy_note = dated_busy_note(str(d.get("reason") or ""), d.get("busy_note"), p.created_unix_s)
-    return Decision(
+    return reused_decision(Decision(
         winner=winner,
         gen_tokens_per_s=d.get("gen_tokens_per_s"),
         baseline_gen_tokens_per_s=d.get("baseline_gen_tokens_per_s"),
         speedup=float(d.get("speedup") or 1.0),
         speedup_ci_low=d.get("speedup_ci_low"),
         speedup_ci_high=d.get("speedup_ci_high"),
-        reason=reason,
-        busy_note=busy_note,
         best_speculative=Candidate.from_json(best) if best else None,
         best_speculative_speedup=d.get("best_speculative_speedup"),
         lossless=d.get("lossless"),
         break_even=parsed("break_even", BreakEven.from_json),
         per_category=parsed("per_category", CategoryResult.from_json),
         pairs=int(d.get("pairs") or 0),
-    )
+    ), d, p.created_unix_s)

@@ -1,7 +1,7 @@
 """What a sweep found, handed from the search to the decision and the report in one frozen object.
 
 The search fills a :class:`SearchOutcome` (``tuner.calibration.search.run_search``); ``decide`` reads
-its measurements with the statistics' settings it ran under (``tuner.calibration.decide.decide_outcome``),
+its measurements with the statistics' settings it ran under (``tuner.calibration.decide.decide``),
 and the report appends the sentences about the sweep itself (``tuner.calibration.report.finish_decision``).
 Nothing reads a search's attributes after it ran.
 """

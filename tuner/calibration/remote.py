@@ -100,28 +100,6 @@ def place_over_rpc(plan: CandidatePlan, target_path: str | Path, devices: Any, n
     )
 
 
-def where_it_ran(c: Candidate, devices: Any, n_layers: int | None = None) -> str:
-    """Where the target and the draft of ``c`` ran, in words, e.g. "the target over RPC on RPC0
-    (192.168.1.20:50052) and this machine's CPU, the draft on this machine's CPU"."""
-    remote = [d for d in getattr(devices, "devices", ()) if getattr(d, "remote", False)]
-    local_gpus = [d for d in getattr(devices, "devices", ()) if not getattr(d, "remote", False)]
-    if c.rpc:
-        names = ", ".join(f"{d.name} ({d.rpc_endpoint})" for d in remote if d.rpc_endpoint in c.rpc) or \
-            ", ".join(c.rpc)
-        layers = ""
-        if c.ngl is not None and n_layers is not None:
-            layers = f"{min(c.ngl, n_layers + 1)} of {n_layers + 1} layers offloaded, "
-        target = f"the target over RPC on {names}" + (f" ({layers.rstrip(', ')})" if layers else "")
-        target += " with " + ("the local GPUs" if local_gpus else "this machine's CPU") + " for the rest"
-    else:
-        target = ("the target on this machine only" + (f" ({c.ngl} layers on its GPUs, the rest on its CPU)"
-                                                      if local_gpus and c.ngl else " (its CPU)"))
-    if c.draft_path:
-        draft = "the draft on this machine's CPU" if c.draft_ngl == 0 else "the draft on this machine"
-        return f"{target}, {draft}"
-    return target
-
-
 def local_fallback(profile_evidence: Sequence[dict[str, Any]], winner: Candidate) -> Candidate:
     """What to serve when an RPC host of ``winner`` is gone: the fastest measured local-only candidate
     (``rpc`` empty) in the profile's evidence (median generation tokens/s of its successful

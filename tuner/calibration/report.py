@@ -1,23 +1,28 @@
-"""The decision as the tune reports it: ``decide``'s words followed by the sentences about the machine and
-the sweep itself (what was measured with what, what was left out, where it ran).
+"""The decision as the tune reports it: ``decide``'s sentences followed by those about the machine and the
+sweep itself (what was measured with what, what was left out, where it ran), and a saved decision shown again.
 
 :func:`finish_decision` takes the facts from the :class:`~tuner.calibration.outcome.SearchOutcome` and a
-:class:`ReportFacts` the tune gathers around the search; the order of the sentences is the one
-``tuner.calibration.sentences`` describes (machine load, then the sweep's own sentences).
+:class:`ReportFacts` the tune gathers around the search, and adds one sentence (data:
+``tuner.calibration.sentences``) per fact; ``tuner.calibration.wording`` renders them in slot order.
+:func:`reused_decision` gives a profile's saved decision its words when it is served again.
 """
 
 from __future__ import annotations
 
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, replace
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 from .candidates import Candidate
 from .decide import Decision
 from .outcome import SearchOutcome
-from .remote import where_it_ran
+from .sentences import Sentence, Slot
+from .wording import words
+from .workload import Workload
 
 if TYPE_CHECKING:
     from tuner.hardware.devices import Devices
+    from tuner.hardware.host import LoadSummary
 
 
 @dataclass(frozen=True)
@@ -25,12 +30,12 @@ class MachineLoad:
     """What else ran on the machine during the sweep.
 
     Attributes:
-        load_note: the load watcher's sentence (``tuner.hardware.host.LoadSummary.note``), ``None`` when
-            the machine was not busy.
+        load: the load watcher's summary (``tuner.hardware.host.LoadSummary``); a sentence only when it
+            says the machine was busy. ``None`` = not watched.
         competing_pids: other llama-server processes seen when the sweep started (not ours).
     """
 
-    load_note: str | None = None
+    load: LoadSummary | None = None
     competing_pids: tuple[int, ...] = ()
 
 
@@ -50,86 +55,172 @@ class RpcPlacement:
 
 
 @dataclass(frozen=True)
+class NoRepack:
+    """The ``--no-repack`` workaround every launch ran with (issue 23: recorded for this binary on this CPU).
+
+    Attributes:
+        cause: the crash it cured (``"sigill"``, ``"sigsegv"``, ``"sigbus"``; ``tuner.server.workarounds``).
+        build_types: the build's extra CPU buffer types when known (``("AMX", "CPU_REPACK")``).
+    """
+
+    cause: str | None
+    build_types: tuple[str, ...] = ()
+
+
+@dataclass(frozen=True)
 class ReportFacts:
     """What the report says besides the outcome.
 
     Attributes:
-        workload_text: the requests measured, in words (``Workload.describe()`` after the sweep, which
-            knows the server's own sampling defaults then).
+        workload: the requests measured (their shape, sampling and context; the server's own sampling
+            defaults come from the outcome).
         depth_categories: prompt categories of the long-context requests (the speedup at depth).
         placement: the RPC placement, ``None`` when the sweep ran on this machine only.
         machine: other programs and llama-servers during the sweep, ``None`` when none were watched.
-        cpu_workaround: the sentence about a CPU workaround every launch ran with (issue 23's recorded
-            ``--no-repack``), ``None`` when none was in force.
+        cpu_workaround: the CPU workaround every launch ran with, ``None`` when none was in force.
     """
 
-    workload_text: str
+    workload: Workload
     depth_categories: tuple[str, ...] = ()
     placement: RpcPlacement | None = None
     machine: MachineLoad | None = None
-    cpu_workaround: str | None = None
+    cpu_workaround: NoRepack | None = None
 
 
-def machine_note(machine: MachineLoad | None) -> str | None:
-    """The decision's sentence about other work on the machine (the load watcher's note, and other
-    llama-server processes seen at the start), ``None`` when there was none."""
+def machine_sentence(machine: MachineLoad | None) -> Sentence | None:
+    """The sentence about other work on the machine (the load watcher's figures when it was busy, and
+    other llama-server processes seen at the start), ``None`` when there was none."""
     if machine is None:
         return None
-    parts = [machine.load_note] if machine.load_note else []
-    n = len(machine.competing_pids)
-    if n:
-        parts.append(f"{n} other llama-server process{'es' if n != 1 else ''} ran on "
-                     "this machine during the sweep and competed with it.")
-    return " ".join(parts) or None
+    load = machine.load
+    busy = load is not None and load.busy
+    if not busy and not machine.competing_pids:
+        return None
+    figures: dict[str, Any] | None = {"other_cpu_mean": load.other_cpu_mean, "other_cpu_max": load.other_cpu_max,
+               "steal_mean": load.steal_mean} if busy and load is not None else None
+    return Sentence(Slot.MACHINE_LOAD, "machine.load", {"load": figures, "competing": len(machine.competing_pids)})
+
+
+def depth_sentence(decision: Decision, categories: Sequence[str], noise: float = 0.05) -> Sentence | None:
+    """The speedup of the long-context requests (``categories``) when it differs from the overall one by
+    more than ``noise`` (relative); ``None`` when they agree or were not measured. The overall figure is
+    the winner's speedup, or the best speculative one's when the baseline won."""
+    overall = decision.best_speculative_speedup if decision.winner.is_baseline else decision.speedup
+    rows = [(c.category, c.speedup) for c in decision.per_category if c.category in categories and c.speedup]
+    if not rows or not overall or all(abs(speedup / overall - 1.0) <= noise for _, speedup in rows):
+        return None
+    return Sentence(Slot.SWEEP, "sweep.depth", {"rows": [list(r) for r in rows], "overall": overall})
 
 
 def describe_depth(decision: Decision, categories: tuple[str, ...], noise: float = 0.05) -> str | None:
-    """A sentence on the speedup of the long-context requests when it differs from the overall one by more
-    than ``noise`` (relative), e.g. ``"At depth (≥ half the context: long document 1.05×, long code 1.10×)
-    the speedup differs from the overall 1.31×."``; ``None`` when they agree or were not measured. The
-    overall figure is the winner's speedup, or the best speculative one's when the baseline won."""
-    overall = decision.best_speculative_speedup if decision.winner.is_baseline else decision.speedup
-    rows = [(c.category, c.speedup) for c in decision.per_category if c.category in categories and c.speedup]
-    if not rows or not overall:
-        return None
-    parts = [f"{category} {speedup:.2f}×" for category, speedup in rows]
-    if all(abs(speedup / overall - 1.0) <= noise for _, speedup in rows):
-        return None
-    return f"At depth (≥ half the context: {', '.join(parts)}) the speedup differs from the overall {overall:.2f}×."
+    """:func:`depth_sentence` in words, e.g. ``"At depth (≥ half the context: long document 1.05×, long code
+    1.10×) the speedup differs from the overall 1.31×."``; ``None`` when there is none."""
+    s = depth_sentence(decision, categories, noise)
+    return words(s) if s is not None else None
 
 
 def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFacts) -> Decision:
-    """``decision`` (from :func:`tuner.calibration.decide.decide_outcome`) with the machine's load in its
-    ``busy_note`` and its reason followed by, in this order: that load, the sweep's notes, "Measured with
-    …", why the long-context requests were left out, the speedup at depth, the types that never drafted
-    (unless the reason named them), the CPU workaround in force, and where the winner (and the baseline or
-    the best speculative configuration) ran over RPC."""
-    note = machine_note(facts.machine)
-    reason = decision.reason + ((" " + note.strip()) if note else "")
-    extra = [*(s.words() for s in outcome.notes), f"Measured with {facts.workload_text}."]
-    if outcome.long_context is not None:
-        extra.append(outcome.long_context.words())
-    depth = describe_depth(decision, facts.depth_categories)
-    if depth:
-        extra.append(depth)
-    never = sorted({m.candidate.label for m in outcome.measurements if m.no_drafts_at
-                    and f"{m.candidate.label}: " not in reason
-                    and "drafted any token on these prompts" not in reason})  # named there already
-    if never:
-        extra.append(f"{', '.join(never)} never drafted at these sampling settings.")
-    if facts.cpu_workaround:
-        extra.append(facts.cpu_workaround)
+    """``decision`` (from :func:`tuner.calibration.decide.decide`) with the report's sentences added: the
+    machine's load (also its ``busy_note``), the sweep's notes, "Measured with …", why the long-context
+    requests were left out, the speedup at depth, the types that never drafted (unless the decision named
+    them), the CPU workaround in force, and where the winner (and the baseline or the best speculative
+    configuration) ran over RPC. Their order is their slots' (``tuner.calibration.sentences``)."""
+    added = [s for s in (machine_sentence(facts.machine),) if s is not None]
+    added += [*outcome.notes, _measured_with(facts.workload, outcome.server_sampling)]
+    later = (outcome.long_context, depth_sentence(decision, facts.depth_categories), _never_drafted(decision, outcome))
+    added += [s for s in later if s is not None]
+    if facts.cpu_workaround is not None:
+        added.append(Sentence(Slot.CPU_WORKAROUND, "cpu.no_repack", {
+            "cause": facts.cpu_workaround.cause, "build_types": list(facts.cpu_workaround.build_types)}))
     if facts.placement is not None:
-        extra.append(_where_it_ran(decision, facts.placement))
-    return replace(decision, reason=(reason.rstrip() + " " + " ".join(extra)).strip(), busy_note=note)
+        added.append(_where_it_ran(decision, facts.placement))
+    return decision.with_sentences([*decision.sentences, *added])
 
 
-def _where_it_ran(decision: Decision, placement: RpcPlacement) -> str:
-    devices, n_layers = placement.devices, placement.n_layers
+def _measured_with(workload: Workload, server_sampling: Mapping[str, float | int]) -> Sentence:
+    return Sentence(Slot.SWEEP, "sweep.measured_with", {
+        "chat": workload.chat, "raw_endpoint": workload.raw_endpoint, "n_ctx": workload.n_ctx,
+        "sampling": workload.sampling.describe(dict(server_sampling) or None)})
+
+
+def _never_drafted(decision: Decision, outcome: SearchOutcome) -> Sentence | None:
+    """The types that ran but never drafted, unless the decision's own sentences named them."""
+    if decision.kind == "alone_never_drafted":  # its first sentence is about exactly these
+        return None
+    never = {m.candidate.label for m in outcome.measurements if m.no_drafts_at}
+    labels: list[Any] = sorted(never - set(decision.named))
+    return Sentence(Slot.SWEEP, "sweep.never_drafted", {"labels": labels}) if labels else None
+
+
+def _where_it_ran(decision: Decision, placement: RpcPlacement) -> Sentence:
     other = placement.baseline if not decision.winner.is_baseline else decision.best_speculative
-    return (f"Where it ran: {decision.winner.label}: {where_it_ran(decision.winner, devices, n_layers)}"
-            + (f"; {other.label}: {where_it_ran(other, devices, n_layers)}" if other is not None else "")
-            + ".")
+    runs: list[Any] = [_run(c, placement) for c in (decision.winner, other) if c is not None]
+    return Sentence(Slot.SWEEP, "sweep.where_it_ran", {"runs": runs})
 
 
-__all__ = ["MachineLoad", "ReportFacts", "RpcPlacement", "describe_depth", "finish_decision", "machine_note"]
+def _run(c: Candidate, placement: RpcPlacement) -> dict[str, Any]:
+    """Where the target and the draft of ``c`` ran, as facts (words: ``tuner.calibration.wording.where_it_ran``)."""
+    devices, n = placement.devices.devices, placement.n_layers
+    return {
+        "label": c.label,
+        "rpc": list(c.rpc),
+        "hosts": [[d.name, d.rpc_endpoint] for d in devices if d.remote and d.rpc_endpoint in c.rpc],
+        "offloaded": min(c.ngl, n + 1) if c.rpc and c.ngl is not None and n is not None else None,
+        "layers": n + 1 if n is not None else None,
+        "local_gpus": any(not d.remote for d in devices),
+        "ngl": c.ngl,
+        "draft": None if not c.draft_path else ("cpu" if c.draft_ngl == 0 else "machine"),
+    }
+
+
+def reused_decision(decision: Decision, saved: Mapping[str, Any], created_unix_s: float | None) -> Decision:
+    """``decision`` (rebuilt from a profile's saved ``decision`` object, ``saved``) with its words as the
+    profile is served again.
+
+    A profile that kept its sentences is rendered from them, with the sentence about other programs on
+    the machine dated ("This profile was measured on 2026-12-01 at 11:50 UTC; other programs used …
+    during that sweep …"), since the machine may be quiet now, and left out when the profile has no time
+    (an undated "the machine was busy" would read as now). A profile saved before sentences were kept (or
+    holding a kind this version cannot render) shows its saved ``reason`` verbatim, followed, when it has
+    a time, by a separate sentence saying when it was measured (and, when its ``busy_note`` field is set,
+    that what it says about other programs was true then).
+    """
+    sentences = _saved_sentences(saved.get("sentences"))
+    if sentences is not None:
+        if created_unix_s is None:
+            sentences = tuple(s for s in sentences if s.slot != Slot.MACHINE_LOAD)
+        kept = replace(decision, kind=str(saved.get("kind") or ""),
+                       named=tuple(str(x) for x in saved.get("named") or ()))
+        try:
+            return kept.with_sentences(sentences, measured_unix_s=created_unix_s)
+        except ValueError:  # a kind this version has no renderer for (a newer Draftwise saved it)
+            pass
+    reason = str(saved.get("reason") or "")
+    legacy = [Sentence(Slot.HEADLINE, "saved.reason", {"reason": reason})] if reason else []
+    if created_unix_s is not None:
+        busy = bool(saved.get("busy_note"))
+        legacy.append(Sentence(Slot.MACHINE_LOAD if busy else Slot.SWEEP, "saved.measured_on", {"busy": busy}))
+    return decision.with_sentences(legacy, measured_unix_s=created_unix_s)
+
+
+def _saved_sentences(obj: object) -> tuple[Sentence, ...] | None:
+    """A saved decision's ``sentences`` list, ``None`` when absent or unreadable."""
+    if not isinstance(obj, list):
+        return None
+    try:
+        return tuple(Sentence.from_json(s) for s in obj)
+    except (KeyError, TypeError, ValueError, AttributeError):
+        return None
+
+
+__all__ = [
+    "MachineLoad",
+    "NoRepack",
+    "ReportFacts",
+    "RpcPlacement",
+    "depth_sentence",
+    "describe_depth",
+    "finish_decision",
+    "machine_sentence",
+    "reused_decision",
+]

@@ -68,6 +68,37 @@ class Divergence:
 
 
 @dataclass(frozen=True)
+class NoDrafts:
+    """Why an n-gram candidate that ran proposed no token, as facts (the words are
+    ``tuner.calibration.wording.no_drafts_error``'s).
+
+    Attributes:
+        sampling: the served sampling in words (``Sampling.describe``'s, e.g. llama-server's defaults
+            spelled out with "(llama-server's defaults)" after them).
+        sampled: the served sampling is not greedy (so the lossless check ran at greedy settings).
+        greedy_draft_n: tokens the same type drafted in that greedy check; ``None`` when it did not run.
+    """
+
+    sampling: str
+    sampled: bool
+    greedy_draft_n: int | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """Plain-JSON form."""
+        return {"sampling": self.sampling, "sampled": self.sampled, "greedy_draft_n": self.greedy_draft_n}
+
+    @classmethod
+    def from_json(cls, obj: dict[str, Any]) -> NoDrafts:
+        """Inverse of :meth:`to_json`.
+
+        Raises:
+            KeyError, TypeError: ``obj`` is not such a dict.
+        """
+        n = obj.get("greedy_draft_n")
+        return cls(str(obj["sampling"]), bool(obj["sampled"]), None if n is None else int(n))
+
+
+@dataclass(frozen=True)
 class Measurement:
     """All samples of one candidate launch (or several launches pooled), with its checks.
 
@@ -91,6 +122,8 @@ class Measurement:
         no_drafts_at: the served sampling, in words, when a speculative candidate never drafted at it (an
             n-gram type at temperature > 0 may never find a match); ``error`` then says the same in a
             sentence, and the candidate is a finding, not a broken run.
+        no_drafts: the same finding as facts (:class:`NoDrafts`), ``None`` when not recorded (the decision
+            then reads ``error``'s words; the search does not record it yet).
         cut_short: True when the sweep's hard time limit ended the launch before all its requests ran
             (``tuner.calibration.search``: the budget holds even when the estimates were wrong); the
             samples it has are complete requests, and a repetition with missing prompts pairs with nothing.
@@ -116,6 +149,7 @@ class Measurement:
     no_drafts_at: str | None = None
     cut_short: bool = False
     superseded: str | None = None
+    no_drafts: NoDrafts | None = None
 
     @property
     def ok(self) -> bool:
@@ -232,6 +266,7 @@ class Measurement:
             counts=counts,
             error=self.error or other.error,
             no_drafts_at=self.no_drafts_at or other.no_drafts_at,
+            no_drafts=self.no_drafts or other.no_drafts,
             greedy_draft_n=self.greedy_draft_n if self.greedy_draft_n is not None else other.greedy_draft_n,
             lossless=lossless,
             divergences=self.divergences + other.divergences,
@@ -239,13 +274,15 @@ class Measurement:
         )
 
     def to_json(self, with_content: bool = False) -> dict[str, Any]:
-        """Plain-JSON form for profiles and ``--json``; outputs left out unless ``with_content``."""
+        """Plain-JSON form for profiles and ``--json``; outputs left out unless ``with_content``;
+        ``no_drafts`` only when recorded."""
         samples = []
         for s in self.samples:
             d = s.to_json()
             if not with_content:
                 d.pop("content", None)
             samples.append(d)
+        extra = {"no_drafts": self.no_drafts.to_json()} if self.no_drafts is not None else {}
         return {
             "candidate": self.candidate.to_json(),
             "label": self.candidate.label,
@@ -266,6 +303,7 @@ class Measurement:
             "no_drafts_at": self.no_drafts_at,
             "cut_short": self.cut_short,
             "superseded": self.superseded,
+            **extra,
             "samples": samples,
         }
 
@@ -293,6 +331,7 @@ class Measurement:
             no_drafts_at=obj.get("no_drafts_at"),
             cut_short=bool(obj.get("cut_short", False)),
             superseded=obj.get("superseded"),
+            no_drafts=NoDrafts.from_json(obj["no_drafts"]) if isinstance(obj.get("no_drafts"), dict) else None,
         )
 
 
@@ -382,4 +421,4 @@ def synthetic_rounds(
     return out
 
 
-__all__ = ["Sample", "Divergence", "Measurement", "synthetic_rounds", "synthetic_samples"]
+__all__ = ["Sample", "Divergence", "Measurement", "NoDrafts", "synthetic_rounds", "synthetic_samples"]

@@ -1,8 +1,8 @@
 """The decision's sentences as data: what each says (a kind and its parameters) and where it stands (a slot).
 
-A sentence is rendered to words in one place; code that needs a fact reads the sentence's parameters or the
-field behind them, never the words. The slots fix the order in which a decision's sentences are read,
-whatever step of the tune added them (issue 24, item 3):
+A sentence is rendered to words in one place (``tuner.calibration.wording``: one renderer per kind); code
+that needs a fact reads the sentence's parameters or the field behind them, never the words. The slots fix
+the order in which a decision's sentences are read, whatever step of the tune added them (issue 24, item 3):
 
 1. :attr:`Slot.HEADLINE`: the plain first sentence (what is served, how much faster; or "no speculation").
 2. :attr:`Slot.SPEED_VARIED`: when the machine's own speed varied too much to decide, that.
@@ -16,8 +16,9 @@ whatever step of the tune added them (issue 24, item 3):
    "Measured with …", long-context requests left out, the speedup at depth, types that never drafted,
    where it ran.
 
-Sentences of one slot keep the order they were added in. While the decision's words move here, a
-sentence of kind :data:`TEXT` carries words built elsewhere (``params = {"text": ...}``); when the move
+Sentences of one slot keep the order they were added in. The SPEED_VARIED, THREADS and CAPTURED slots
+are reserved for issues 25 and 28 (no kind yet). While the search's notes move to kinds of their own, a
+sentence of kind :data:`TEXT` carries words the search built (``params = {"text": ...}``); when the move
 is done no sentence of that kind is left (tests/test_structure.py counts them).
 """
 

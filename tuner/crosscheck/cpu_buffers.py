@@ -41,16 +41,24 @@ if TYPE_CHECKING:
 log = logging.getLogger(__name__)
 
 
-def workaround_sentence(binary_path: str | os.PathLike[str] | None) -> str | None:
-    """``tuner.hardware.repack.no_repack_sentence`` when the ``--no-repack`` workaround is recorded for
-    ``binary_path`` on this machine, else None (also for None). Never raises."""
+def recorded_no_repack(binary_path: str | os.PathLike[str] | None) -> tuple[str, tuple[str, ...]] | None:
+    """The ``--no-repack`` workaround recorded for ``binary_path`` on this machine, as ``(cause, the build's
+    extra CPU buffer types when known)`` (what ``tuner.hardware.repack.no_repack_sentence`` words), else None
+    (also for None). Never raises."""
     if binary_path is None:
         return None
     w = current_cpu_workaround(binary_path)
     if w is None or not w.no_repack:
         return None
     known = _load_entry(fact_key(binary_path))
-    return no_repack_sentence(w.cause, tuple(known.get("types", ())) if known else ())
+    return w.cause, tuple(known.get("types", ())) if known else ()
+
+
+def workaround_sentence(binary_path: str | os.PathLike[str] | None) -> str | None:
+    """``tuner.hardware.repack.no_repack_sentence`` when the ``--no-repack`` workaround is recorded for
+    ``binary_path`` on this machine (:func:`recorded_no_repack`), else None (also for None). Never raises."""
+    fact = recorded_no_repack(binary_path)
+    return no_repack_sentence(*fact) if fact is not None else None
 
 
 def current_cpu_workaround(binary_path: str | os.PathLike[str]) -> CpuWorkaround | None:
@@ -202,4 +210,4 @@ def _probe_log(binary: ServerBinary | str | os.PathLike[str], dialect: Dialect |
 
 
 __all__ = ["current_cpu_workaround", "fact_key", "known_cpu_buffers", "probe_cpu_buffers", "record_cpu_buffers",
-           "with_cpu_workarounds", "workaround_sentence"]
+           "recorded_no_repack", "with_cpu_workarounds", "workaround_sentence"]

@@ -116,17 +116,6 @@ class LoadSummary:
         """True when other programs (or the hypervisor) took a noticeable share of the CPU."""
         return self.samples > 0 and (self.other_cpu_mean + self.steal_mean >= BUSY_FRACTION or self.busy_share >= 0.25)
 
-    def note(self) -> str | None:
-        """The decision's sentence about the load, ``None`` when the machine was not busy, e.g.
-        ``"Other programs used 40 % of the CPU during the sweep; figures are less certain."``"""
-        if not self.busy:
-            return None
-        parts = [f"Other programs used {100 * self.other_cpu_mean:.0f} % of the CPU during the sweep"
-                 + (f" (up to {100 * self.other_cpu_max:.0f} %)" if self.other_cpu_max >= self.other_cpu_mean + 0.1 else "")]
-        if self.steal_mean >= 0.02:
-            parts.append(f"the hypervisor took {100 * self.steal_mean:.0f} % (steal time)")
-        return "; ".join(parts) + "; figures are less certain."
-
 
 BUSY_FRACTION = 0.15
 """Others' mean CPU share (of all CPUs) from which the machine counts as busy."""

@@ -14,7 +14,13 @@ workload were keys, are still read and are stale: their ``n_ctx`` comes from ``s
               "long_share": null, "server_args": ["--no-repack"]},
      "winner": {"spec_type": "none"|..., "draft_path": null|"...", "n_max": ..., ...},
      "server_config": {ServerConfig fields}, "argv": [...],
-     "decision": {"speedup": ..., "reason": "...", ...}, "evidence": [ {...}, ... ]}
+     "decision": {"speedup": ..., "reason": "...", "kind": "speculate"|"alone_...", "named": [...],
+                  "sentences": [{"slot": "HEADLINE", "kind": "headline.serving", "params": {...}}, ...], ...},
+     "evidence": [ {...}, ... ]}
+
+``decision.sentences`` are the decision's words as data (``tuner.calibration.sentences``); a profile shown
+again is worded from them. ``reason`` (those sentences rendered) is written beside them for older readers;
+a profile without ``sentences`` (saved before they were kept) shows its ``reason`` verbatim.
 """
 
 from __future__ import annotations
@@ -219,7 +225,8 @@ class Profile:
         server_config: the winning :class:`tuner.server.config.ServerConfig` fields as a JSON dict.
         argv: the exact llama-server argv of the winner (port as used during tuning).
         decision: summary: ``speedup``, ``speedup_ci_low``/``_high``, ``gen_tokens_per_s``,
-            ``baseline_gen_tokens_per_s``, ``reason``, break-even per draft, per-category results.
+            ``baseline_gen_tokens_per_s``, ``reason``, ``kind``, ``named``, ``sentences``, break-even per
+            draft, per-category results.
         evidence: every measurement of the sweep as JSON dicts.
         created_unix_s: when it was saved (seconds since the epoch).
         schema_version: :data:`SCHEMA_VERSION` of the writer.

@@ -27,8 +27,8 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tuner.calibration import render
 from tuner.calibration.candidates import Candidate
-from tuner.calibration.decide import Decision
 from tuner.calibration.request import (
     EventCallback,
     TuneEvent,
@@ -543,7 +543,8 @@ def result_rows(result: TuneResult) -> list[ResultRow]:
 def never_drafted(result: TuneResult | None) -> list[str]:
     """Labels of the speculation types in a ``TuneResult`` that ran but never drafted (measurements with
     ``no_drafts_at``) and have no figures of their own, in measurement order: the chart's bar-less
-    "never drafted" rows, the same types the decision names (tuner.calibration.decide._never_text)."""
+    "never drafted" rows, the same types the decision names (the ``alone.never_drafted`` and
+    ``sweep.never_drafted`` sentences, ``tuner.calibration.wording``)."""
     if result is None:
         return []
     measured = {m.candidate.label for m in result.measurements if measurement_row(m) is not None}
@@ -556,22 +557,15 @@ def never_drafted(result: TuneResult | None) -> list[str]:
 
 
 def decision_text(result: TuneResult | None) -> str:
-    """The decision in words (``Decision.reason``: speedup or "no speculation" with the reason); for a
-    reused profile, that it was reused and the reason it recorded."""
+    """The decision in words (its sentences rendered: ``tuner.calibration.wording.render``); for a reused
+    profile, that it was reused, then its words with the sweep's load dated."""
     if result is None:
         return "Served from a saved profile (still fresh)."
-    reason = _decision_reason(result.decision, result.profile)
-    if result.reused:
-        return f"Using the saved profile (still fresh): {reason or 'no reason recorded'}"
-    return reason or "No decision was recorded."
-
-
-def _decision_reason(decision: Decision | None, profile: Profile | None) -> str | None:
-    if decision is not None and decision.reason:
-        return decision.reason
-    if profile is not None and profile.decision.get("reason"):
-        return str(profile.decision["reason"])
-    return None
+    decision = result.decision
+    if decision is None:
+        return "No decision was recorded."
+    measured = result.profile.created_unix_s if result.reused and result.profile is not None else None
+    return render(decision.sentences, measured_unix_s=measured, reused=result.reused).text or "No decision was recorded."
 
 
 def context_text(model: ModelFile, ctx_size: int | None = None) -> str:

@@ -207,7 +207,7 @@ class CandidateChart(pg.PlotWidget):
             self.placeholder.setPos(0.5, 0.5)
 
     #: The text of a bar-less row: a speculation type that ran but proposed no token (the decision's
-    #: wording, tuner.calibration.decide._never_text).
+    #: wording, tuner.calibration.wording.never_text).
     NEVER_TEXT = "never drafted"
 
     def set_rows(self, rows: list[tuple[str, float, float | None, bool]], winner: str | None = None,

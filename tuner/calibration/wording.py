@@ -1,0 +1,528 @@
+"""The decision's words, rendered in one place from its sentences (``tuner.calibration.sentences``).
+
+Every sentence a decision holds is data: a slot (where it stands), a kind (what it says) and the facts it
+states (``params``: labels, figures, counts). :data:`RENDERERS` has one function per kind that turns those
+facts into words; :func:`render` puts a decision's sentences in reading order (by slot, stable within one)
+and joins them. The decision's ``reason``, the CLI's ``Decision:`` line, the GUI's text and the words of a
+saved profile shown again all come from here, so no other module builds a decision's words and none reads
+them back.
+
+Kinds, by slot:
+
+- HEADLINE: ``headline.serving``; one kind per reason for running the model alone (``alone.*``), which
+  still holds its evidence in the same sentence until the plain first sentence is split from it;
+  ``saved.reason`` (a profile saved before sentences were kept: its reason, verbatim).
+- EVIDENCE: ``evidence.paired``, ``evidence.chain_faster``, ``evidence.chain_not_faster``,
+  ``evidence.divergence``.
+- CPU_WORKAROUND: ``cpu.no_repack`` (the words are ``tuner.hardware.repack.no_repack_sentence``'s, shared
+  with ``draftwise doctor`` and the Serve tab).
+- MIX: ``mix.not_applied``, ``mix.all_long``, ``mix.share``, ``mix.compared``.
+- MACHINE_LOAD: ``machine.load``; ``saved.measured_on``.
+- SWEEP: ``sweep.measured_with``, ``sweep.depth``, ``sweep.never_drafted``, ``sweep.where_it_ran``; and,
+  while the search's notes move, ``text`` (words built by the search).
+
+The SPEED_VARIED, THREADS and CAPTURED slots have no kind yet (issues 25 and 28 add them).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from .candidates import Candidate
+from .results import NoDrafts
+from .sentences import TEXT, Sentence, Slot, in_reading_order
+
+Params = Mapping[str, Any]
+"""A sentence's facts as a renderer reads them (``Sentence.params``: plain JSON values)."""
+
+Renderer = Callable[[Params], str]
+
+
+@dataclass(frozen=True)
+class Rendered:
+    """A decision in words.
+
+    Attributes:
+        first: the first sentence (the headline; with ``reused``, after "Using the saved profile …").
+        details: the sentences after it, in reading order.
+        text: all of them, joined by single spaces (``first`` then ``details``); empty without sentences.
+    """
+
+    first: str
+    details: tuple[str, ...]
+    text: str
+
+
+# ---- figures in words -------------------------------------------------------------------------------------
+def pct(x: float | None) -> str:
+    """``0.412`` → ``"41 %"``; ``None`` → ``"unknown"``."""
+    return "unknown" if x is None else f"{100 * x:.0f} %"
+
+
+def plain_tps(tps: float | None) -> str:
+    """Tokens/s for the plain first sentence: whole numbers from 100 up, one decimal below
+    (``738.4`` → ``"738"``, ``7.44`` → ``"7.4"``)."""
+    v = tps or 0.0
+    return f"{v:.0f}" if v >= 100 else f"{v:.1f}"
+
+
+def plain_label(c: Candidate) -> str:
+    """What a candidate does, in the user's words (the decision's first sentence), e.g. ``"the draft
+    model draft-good.gguf, guessing up to 4 tokens ahead"``, ``"n-gram lookup (ngram-simple, which
+    reuses spans of the prompt and the answer so far)"``; the baseline is ``"the model alone"``."""
+    if c.is_baseline:
+        return "the model alone"
+    types = c.spec_types
+    ngram = next((t for t in types if t.startswith("ngram")), None)
+    ahead = f", guessing up to {c.n_max} tokens ahead" if c.n_max else ""
+    if "draft-mtp" in types:
+        out = f"the model's own multi-token prediction (MTP){ahead}"
+    elif c.draft_path:
+        out = f"the draft model {Path(c.draft_path).name}{ahead}"
+    elif ngram is not None:
+        return f"n-gram lookup ({ngram}, which reuses spans of the prompt and the answer so far)"
+    else:
+        out = c.label
+    return out + (f", with n-gram lookup ({ngram})" if ngram is not None else "")
+
+
+def figures_text(f: Params, with_tokens_per_s: bool = True) -> str:
+    """The pooled figures of one comparison (``tuner.calibration.decide.figures``), e.g. ``"1.45× over 6
+    adjacent pairs (30 requests, each run by both sides; sequential-test interval 1.31–1.60×): 145.0 vs
+    100.0 tokens/s"``; without ``with_tokens_per_s`` the closing tokens/s figures are left out (the
+    sentence before gave them)."""
+    figs = f": {f['tps'] or 0.0:.1f} vs {f['base_tps'] or 0.0:.1f} tokens/s" if with_tokens_per_s else ""
+    requests = int(f["requests"])
+    each = ", each run by both sides" if requests != 1 else " run by both sides"
+    req = f"{requests} request{_s(requests)}{each}"
+    sp = f["speedup"] or 0.0
+    if not f["paired"]:
+        return f"{sp:.2f}× on the same requests in screening runs, not adjacent in time ({req}){figs}"
+    n = int(f["pairs"])
+    interval = ""
+    if f["low"] is not None and f["high"] is not None:
+        if f["decided_at"] is not None:
+            interval = (f"; faster beyond noise at the sequential test's look after {f['decided_at']} pairs, "
+                        f"interval {f['low']:.2f}–{f['high']:.2f}×")
+        else:
+            interval = f"; sequential-test interval {f['low']:.2f}–{f['high']:.2f}×"
+    return f"{sp:.2f}× over {n} adjacent pair{_s(n)} ({req}{interval}){figs}"
+
+
+def break_even_words(acceptance: float | None, break_even_acceptance: float | None, never_pays: bool) -> str:
+    """One candidate's break-even (``tuner.calibration.decide.BreakEven``) in words, e.g. ``"acceptance
+    41 %, break-even 58 %"`` or ``"acceptance 5 %, would not pay even at 100 % acceptance"``."""
+    acc = "acceptance unknown" if acceptance is None else f"acceptance {pct(acceptance)}"
+    if never_pays:
+        return f"{acc}, would not pay even at 100 % acceptance"
+    if break_even_acceptance is None:
+        return f"{acc}, break-even unknown"
+    if break_even_acceptance < 0.005:
+        return f"{acc}, break-even 0 % (its verification steps cost no more than the baseline's tokens)"
+    return f"{acc}, break-even {pct(break_even_acceptance)}"
+
+
+def unmeasured_text(labels: Sequence[str]) -> str:
+    """``"the time budget was spent before ngram-simple, … were measured (a larger budget measures them: …)"``
+    (the first four labels named)."""
+    names = ", ".join(labels[:4]) + (" and others" if len(labels) > 4 else "")
+    return (f"the time budget was spent before {names} {'was' if len(labels) == 1 else 'were'} measured "
+            "(a larger budget measures them: re-tune with it, --force on the command line)")
+
+
+def _s(n: int) -> str:
+    return "s" if n != 1 else ""
+
+
+# ---- types that never drafted ----------------------------------------------------------------------------
+def _no_drafts_why(nd: NoDrafts) -> str:
+    if nd.sampled and nd.greedy_draft_n:
+        return f", although it drafted {nd.greedy_draft_n} tokens at greedy settings (the lossless check)"
+    if nd.sampled and nd.greedy_draft_n == 0:
+        return ", nor at greedy settings (the lossless check): these prompts repeat no n-gram"
+    if not nd.sampled:
+        return ": these prompts repeat no n-gram it could continue"
+    return ""
+
+
+def no_drafts_error(spec_type: str, nd: NoDrafts) -> str:
+    """The measurement's ``error`` for an n-gram type that ran but never drafted, e.g. ``"ngram-mod never
+    drafted at the served sampling (<Sampling.describe's words>), although it drafted 12 tokens at greedy settings
+    (the lossless check); no speedup is possible for these requests"``."""
+    return (f"{spec_type} never drafted at the served sampling ({nd.sampling}){_no_drafts_why(nd)}; "
+            "no speedup is possible for these requests")
+
+
+def never_entry(label: str, spec_type: str, error: str | None, no_drafts_at: str | None,
+                no_drafts: NoDrafts | None) -> dict[str, Any]:
+    """The params of one type that never drafted (or failed), as the ``alone.*`` sentences hold them."""
+    return {"label": label, "spec_type": spec_type, "error": error, "no_drafts_at": no_drafts_at,
+            "no_drafts": no_drafts.to_json() if no_drafts is not None else None}
+
+
+def _error_words(e: Params) -> str:
+    nd = e.get("no_drafts")
+    return no_drafts_error(str(e["spec_type"]), NoDrafts.from_json(nd)) if nd else str(e.get("error") or "")
+
+
+def _never_rest(e: Params) -> str | None:
+    """What follows "… never drafted " for one entry, the served sampling named as "these sampling
+    settings" (the "Measured with …" sentence names it once); ``None`` when it cannot be told."""
+    nd = e.get("no_drafts")
+    if nd:
+        why = _no_drafts_why(NoDrafts.from_json(nd))
+        return f"at these sampling settings{why}; no speedup is possible for these requests"
+    # A measurement recorded before ``Measurement.no_drafts`` existed: its error's words (the search
+    # records the structured field once measure.py fills it; this reader then goes).
+    error = str(e.get("error") or "")
+    _, sep, rest = error.partition(" never drafted ")
+    if not sep:
+        return None
+    at = e.get("no_drafts_at")
+    return rest.replace(f"at the served sampling ({at})", "at these sampling settings", 1) if at else rest
+
+
+def never_text(entries: Sequence[Params]) -> str:
+    """The types that ran but never drafted, named once, with their shared reason stated once, e.g.
+    ``"ngram-mod, ngram-simple never drafted at these sampling settings; no speedup is possible …"``."""
+    rests = [_never_rest(e) for e in entries]
+    if any(r is None for r in rests):
+        return "; ".join(f"{e['label']}: {_error_words(e)}" for e in entries)
+    if len(set(rests)) == 1:  # one shared reason: stated once
+        return f"{', '.join(str(e['label']) for e in entries)} never drafted {rests[0]}"
+    return "; ".join(f"{e['label']} never drafted {r}" for e, r in zip(entries, rests))
+
+
+# ---- HEADLINE ------------------------------------------------------------------------------------------
+def _serving(p: Params) -> str:
+    c = Candidate.from_json(p["candidate"])
+    return (f"Serving {plain_label(c)}: about {p['speedup'] or 1.0:.1f}× as fast as the model alone "
+            f"({plain_tps(p['tps'])} vs {plain_tps(p['base_tps'])} tokens/s on these prompts).")
+
+
+def _acceptance_clause(a: Params | None) -> str:
+    if not a:
+        return ""
+    out = f"; it reached {pct(a['acceptance'])} draft acceptance"
+    be = a.get("break_even")
+    if a.get("never_pays"):
+        out += ", and even 100 % acceptance would not pay on this machine"
+    elif be is not None and be >= 0.005:
+        out += f", break-even on this machine is about {pct(be)}"
+    return out
+
+
+def _alone_not_enough(p: Params) -> str:
+    out = (f"No speculation: the evidence was not enough to serve {p['label']} ({figures_text(p['figures'])}); "
+           f"a paired test at a {100 * p['alpha']:.0f} % error rate needs more pairs")
+    if p.get("pairs_needed") is not None and p.get("more_s") is not None:
+        out += (f": about {p['pairs_needed']} pairs in all, about {p['more_s']:.0f} s more "
+                "(a longer sweep would settle it)")
+    else:
+        out += " (a longer sweep, on a quieter machine, would settle it)"
+    return out + _acceptance_clause(p.get("acceptance")) + "."
+
+
+def _alone_unsteady(p: Params) -> str:
+    return (f"No speculation: no speculative configuration was confirmed in paired rounds; the screening figures "
+            f"({p['label']}: {figures_text(p['figures'])}) come from launches minutes apart while the model's own "
+            "speed varied, so they are not evidence either way" + _acceptance_clause(p.get("acceptance")) + ".")
+
+
+def _alone_slower(p: Params) -> str:
+    return (f"No speculation: the best speculative configuration ({p['label']}) was slower than the target alone "
+            f"({figures_text(p['figures'])})" + _acceptance_clause(p.get("acceptance")) + ".")
+
+
+def _alone_screening_only(p: Params) -> str:
+    return (f"No speculation: no speculative configuration was confirmed in paired rounds; the best screening "
+            f"result was {p['label']} ({figures_text(p['figures'])}), which is not evidence enough to serve it"
+            + _acceptance_clause(p.get("acceptance")) + ".")
+
+
+def _alone_within_noise(p: Params) -> str:
+    return (f"No speculation: the best speculative configuration ({p['label']}) was within the measurement noise "
+            f"of the target alone ({figures_text(p['figures'])}; needs more than {1 + p['min_gain']:.2f}×)"
+            + _acceptance_clause(p.get("acceptance")) + ".")
+
+
+def _alone_never_drafted(p: Params) -> str:
+    never = never_text(p["never"])
+    if p.get("unmeasured"):
+        # the measured ones proposed no token, the rest never ran: say both, not "none drafted"
+        return ("No speculation: no measured speculative configuration drafted any token on these prompts: "
+                f"{never}; {unmeasured_text(p['unmeasured'])}.")
+    return f"No speculation: no speculative configuration drafted any token on these prompts: {never}."
+
+
+def _alone_failed(p: Params) -> str:
+    return ("No speculation: no speculative configuration ran correctly: "
+            + "; ".join(f"{e['label']}: {_error_words(e)}" for e in p["failed"]) + ".")
+
+
+def _alone_unmeasured(p: Params) -> str:
+    return f"No speculation: no speculative configuration was measured: {unmeasured_text(p['unmeasured'])}."
+
+
+def _alone_nothing(p: Params) -> str:
+    return ("No speculation: no speculative configuration was available to measure (no compatible draft, "
+            "no n-gram type).")
+
+
+# ---- EVIDENCE -----------------------------------------------------------------------------------------
+def _evidence_paired(p: Params) -> str:
+    acc = f", draft acceptance {pct(p['acceptance'])}" if p.get("acceptance") is not None else ""
+    return (f"The evidence: {p['label']} against no speculation, "
+            f"{figures_text(p['figures'], with_tokens_per_s=False)}{acc}.")
+
+
+def _contrast(p: Params) -> str:
+    c = p.get("contrast")
+    return f"{c['mean']:.2f}× over their pairs, interval {c['low']:.2f}–{c['high']:.2f}×" if c else ""
+
+
+def _chain_faster(p: Params) -> str:
+    return (f"It is faster than the best single type, {p['single']}, beyond noise "
+            f"({_contrast(p)}; needs more than {1 + p['min_gain']:.2f}×).")
+
+
+def _chain_not_faster(p: Params) -> str:
+    return (f"The chain {p['chain']} measured {p['chain_speedup'] or 0.0:.2f}× but was not faster than "
+            f"{p['single']} beyond noise ({_contrast(p) or 'too few pairs'}; a chain is served only above "
+            f"{1 + p['min_gain']:.2f}× the best single type), so the simpler configuration is served.")
+
+
+def _divergence(p: Params) -> str:
+    more = int(p["more"])
+    return (f"Its output first differed from the target alone's at prompt {p['prompt'] + 1}, repetition "
+            f"{p['repetition'] + 1}, character {p['char']}"
+            + (f" ({more} more request{_s(more)} differed)" if more else "")
+            + "; batched verification can flip a near-tie of the greedy choice.")
+
+
+# ---- MIX ------------------------------------------------------------------------------------------------
+def _mix_not_applied(p: Params) -> str:
+    return (f"No long-context request was compared, so the long-context share of {pct(p['share'])} could not be "
+            "applied: the figures are for short requests.")
+
+
+def _mix_all_long(p: Params) -> str:
+    return "Every compared request was a long-context one."
+
+
+def _split(p: Params) -> str:
+    s, lg = p["short"], p["long"]
+    return f": short requests {s:.2f}×, long-context requests {lg:.2f}×" if p.get("differ") else ""
+
+
+def _mix_share(p: Params) -> str:
+    return f"Over a served mix of {pct(p['share'])} long-context requests (the long-context share setting){_split(p)}."
+
+
+def _mix_compared(p: Params) -> str:
+    # the compared requests' own mix, every request weighing the same: not the prompt set's share
+    return (f"Over the compared requests, {p['n_long']} of {p['requests']} long-context ({pct(p['share'])}, every "
+            f"request weighing the same){_split(p)}.")
+
+
+# ---- MACHINE_LOAD -----------------------------------------------------------------------------------------
+def _load_words(p: Params, sweep: str) -> str:
+    parts = []
+    load = p.get("load")
+    if load:
+        parts.append(f"Other programs used {100 * load['other_cpu_mean']:.0f} % of the CPU during {sweep}"
+                     + (f" (up to {100 * load['other_cpu_max']:.0f} %)"
+                        if load["other_cpu_max"] >= load["other_cpu_mean"] + 0.1 else "")
+                     + (f"; the hypervisor took {100 * load['steal_mean']:.0f} % (steal time)"
+                        if load["steal_mean"] >= 0.02 else "")
+                     + "; figures are less certain.")
+    n = int(p.get("competing") or 0)
+    if n:
+        parts.append(f"{n} other llama-server process{'es' if n != 1 else ''} ran on this machine during {sweep} "
+                     "and competed with it.")
+    return " ".join(parts)
+
+
+def _when(unix_s: float) -> str:
+    return time.strftime("%Y-%m-%d at %H:%M UTC", time.gmtime(unix_s))
+
+
+def _machine_load(p: Params, measured_unix_s: float | None) -> str:
+    if measured_unix_s is None:
+        return _load_words(p, "the sweep")
+    # shown again later: the machine may be quiet now, so the sentence says when that sweep ran
+    words = _load_words(p, "that sweep")
+    return f"This profile was measured on {_when(measured_unix_s)}; " + words[:1].lower() + words[1:]
+
+
+def _saved_measured_on(p: Params, measured_unix_s: float | None) -> str:
+    if measured_unix_s is None:
+        return ""
+    when = f"This profile was measured on {_when(measured_unix_s)}"
+    if p.get("busy"):
+        return when + "; what it says about other programs on the machine was true then, not necessarily now."
+    return when + "."
+
+
+# ---- SWEEP ----------------------------------------------------------------------------------------------
+def describe_workload(chat: bool, raw_endpoint: str, sampling: str, n_ctx: int | None) -> str:
+    """The measured requests in words, e.g. ``"chat requests (/v1/chat/completions) at greedy (temperature 0),
+    context 8192"`` (``sampling``: ``Sampling.describe``'s words)."""
+    shape = "chat requests (/v1/chat/completions)" if chat else f"raw completions ({raw_endpoint})"
+    return f"{shape} at {sampling}" + (f", context {n_ctx}" if n_ctx else "")
+
+
+def _measured_with(p: Params) -> str:
+    return f"Measured with {describe_workload(p['chat'], p['raw_endpoint'], p['sampling'], p['n_ctx'])}."
+
+
+def _depth(p: Params) -> str:
+    parts = ", ".join(f"{category} {speedup:.2f}×" for category, speedup in p["rows"])
+    return f"At depth (≥ half the context: {parts}) the speedup differs from the overall {p['overall']:.2f}×."
+
+
+def _never_drafted(p: Params) -> str:
+    return f"{', '.join(p['labels'])} never drafted at these sampling settings."
+
+
+def where_it_ran(run: Params) -> str:
+    """Where the target and the draft of one candidate ran (``tuner.calibration.report``'s facts), e.g.
+    ``"the target over RPC on RPC0 (192.168.1.20:50052) with this machine's CPU for the rest, the draft on
+    this machine's CPU"``."""
+    if run["rpc"]:
+        names = ", ".join(f"{name} ({endpoint})" for name, endpoint in run["hosts"]) or ", ".join(run["rpc"])
+        layers = f" ({run['offloaded']} of {run['layers']} layers offloaded)" if run.get("offloaded") is not None \
+            else ""
+        target = (f"the target over RPC on {names}{layers} with "
+                  + ("the local GPUs" if run["local_gpus"] else "this machine's CPU") + " for the rest")
+    else:
+        target = "the target on this machine only" + (
+            f" ({run['ngl']} layers on its GPUs, the rest on its CPU)" if run["local_gpus"] and run["ngl"]
+            else " (its CPU)")
+    if run["draft"] is None:
+        return target
+    return f"{target}, " + ("the draft on this machine's CPU" if run["draft"] == "cpu" else "the draft on this machine")
+
+
+def _where(p: Params) -> str:
+    return "Where it ran: " + "; ".join(f"{run['label']}: {where_it_ran(run)}" for run in p["runs"]) + "."
+
+
+def _cpu_no_repack(p: Params) -> str:
+    from tuner.hardware.repack import no_repack_sentence
+
+    return no_repack_sentence(p.get("cause"), tuple(p.get("build_types") or ()))
+
+
+def _text(p: Params) -> str:
+    return str(p["text"])  # words built before the sentence (the search's notes, while they move here)
+
+
+RENDERERS: Mapping[str, Renderer] = {
+    "headline.serving": _serving,
+    "alone.not_enough_evidence": _alone_not_enough,
+    "alone.unsteady": _alone_unsteady,
+    "alone.slower": _alone_slower,
+    "alone.screening_only": _alone_screening_only,
+    "alone.within_noise": _alone_within_noise,
+    "alone.never_drafted": _alone_never_drafted,
+    "alone.failed": _alone_failed,
+    "alone.unmeasured": _alone_unmeasured,
+    "alone.nothing": _alone_nothing,
+    "saved.reason": lambda p: str(p["reason"]),
+    "evidence.paired": _evidence_paired,
+    "evidence.chain_faster": _chain_faster,
+    "evidence.chain_not_faster": _chain_not_faster,
+    "evidence.divergence": _divergence,
+    "cpu.no_repack": _cpu_no_repack,
+    "mix.not_applied": _mix_not_applied,
+    "mix.all_long": _mix_all_long,
+    "mix.share": _mix_share,
+    "mix.compared": _mix_compared,
+    "sweep.measured_with": _measured_with,
+    "sweep.depth": _depth,
+    "sweep.never_drafted": _never_drafted,
+    "sweep.where_it_ran": _where,
+    TEXT: _text,
+}
+"""One renderer per sentence kind (those whose words depend on when they are read are :data:`DATED`)."""
+
+DATED: Mapping[str, Callable[[Params, float | None], str]] = {
+    "machine.load": _machine_load,
+    "saved.measured_on": _saved_measured_on,
+}
+"""Renderers that also take the time the profile was measured (``None``: the sweep that just ran)."""
+
+KINDS = frozenset(RENDERERS) | frozenset(DATED)
+"""Every sentence kind :func:`render` knows."""
+
+
+def words(sentence: Sentence, measured_unix_s: float | None = None) -> str:
+    """One sentence's words.
+
+    Raises:
+        ValueError: no renderer for ``sentence.kind`` (e.g. a profile written by a newer Draftwise).
+    """
+    if sentence.kind in DATED:
+        return DATED[sentence.kind](sentence.params, measured_unix_s)
+    renderer = RENDERERS.get(sentence.kind)
+    if renderer is None:
+        raise ValueError(f"no renderer for the decision's sentence kind {sentence.kind!r}")
+    return renderer(sentence.params)
+
+
+REUSED_PREFIX = "Using the saved profile (still fresh):"
+
+
+def render(sentences: Iterable[Sentence], *, measured_unix_s: float | None = None, reused: bool = False) -> Rendered:
+    """``sentences`` in words, in reading order (:func:`tuner.calibration.sentences.in_reading_order`).
+
+    Args:
+        sentences: a decision's sentences, in any order.
+        measured_unix_s: when the profile behind them was measured, for a decision shown again later: the
+            sentence about other programs on the machine then says when ("This profile was measured on
+            2026-12-01 at 11:50 UTC; other programs used …"); ``None`` = the sweep that just ran.
+        reused: the decision is a saved profile's, served again: the first sentence starts with
+            "Using the saved profile (still fresh):".
+
+    Raises:
+        ValueError: a sentence of a kind without a renderer.
+    """
+    texts = [t for t in (words(s, measured_unix_s) for s in in_reading_order(sentences)) if t]
+    if reused:
+        texts = [f"{REUSED_PREFIX} {texts[0] if texts else 'no reason recorded'}", *texts[1:]]
+    if not texts:
+        return Rendered("", (), "")
+    return Rendered(texts[0], tuple(texts[1:]), " ".join(texts))
+
+
+def of_slot(sentences: Iterable[Sentence], slot: Slot) -> tuple[Sentence, ...]:
+    """The sentences of one slot, in the order given."""
+    return tuple(s for s in sentences if s.slot == slot)
+
+
+__all__ = [
+    "DATED",
+    "KINDS",
+    "RENDERERS",
+    "REUSED_PREFIX",
+    "Rendered",
+    "break_even_words",
+    "describe_workload",
+    "figures_text",
+    "never_entry",
+    "never_text",
+    "no_drafts_error",
+    "of_slot",
+    "pct",
+    "plain_label",
+    "plain_tps",
+    "render",
+    "unmeasured_text",
+    "where_it_ran",
+    "words",
+]
