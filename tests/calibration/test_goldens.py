@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests.calibration import test_search
-from tests.fakes.scripted_server import DraftsOf, ScriptedLaunch, SimClock, TpsOf, half_accepted
+from tests.fakes.scripted_server import DraftsOf, ScriptedLaunch, SimClock, TpsOf, half_accepted, scripted_search
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import Decision, decide
 from tuner.calibration.measure import Launch
@@ -40,7 +40,7 @@ from tuner.calibration.prompts import Prompt
 from tuner.calibration.request import TuneResult
 from tuner.calibration.results import Divergence, Measurement, Sample, synthetic_rounds, synthetic_samples
 from tuner.calibration.sampling import Sampling
-from tuner.calibration.search import Search, SearchSettings, run_search
+from tuner.calibration.search import SearchSettings, run_search
 from tuner.calibration.workload import Workload
 
 GOLDENS = Path(__file__).resolve().parent.parent / "data" / "goldens"
@@ -393,23 +393,23 @@ def test_decision_words(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---- search event streams --------------------------------------------------------------------------------
-def _stream(search: Search, events: list[str], ms: list[Measurement]) -> dict[str, Any]:
-    """What the engine reads off a finished search, with its events and measurement stages."""
+def _stream(outcome: SearchOutcome, events: list[str]) -> dict[str, Any]:
+    """What the tune reads off a finished search (its outcome), with its events and measurement stages."""
+    from tuner.calibration.wording import words
+
     return {
         "events": events,
         "measurements": [f"{m.candidate.label} | {m.stage} | reps {m.repetitions} | {len(m.samples)} samples"
                          + (" | stopped early" if m.stopped_early else "") + (" | cut short" if m.cut_short else "")
                          + (f" | superseded: {m.superseded}" if m.superseded else "")
-                         + (f" | error: {m.error}" if m.error else "") for m in ms],
-        "unmeasured": [c.label for c in search.unmeasured],
-        "max_pairs": search.max_pairs,
-        "finalists": search.finalists_selected,
-        "baseline_unsteady": search.baseline_unsteady,
-        "planned": dict(search.planned),
-        "sweep_notes": search.sweep_notes(),
-        "decision": decide(SearchOutcome.of(ms, max_pairs=search.max_pairs, finalists=search.finalists_selected,
-                                            mix=search.mix, baseline_unsteady=search.baseline_unsteady,
-                                            unmeasured=search.unmeasured)).reason,
+                         + (f" | error: {m.error}" if m.error else "") for m in outcome.measurements],
+        "unmeasured": [c.label for c in outcome.unmeasured],
+        "max_pairs": outcome.max_pairs,
+        "finalists": outcome.finalists,
+        "baseline_unsteady": outcome.baseline_unsteady,
+        "planned": dict(outcome.protocol),
+        "sweep_notes": [words(s) for s in outcome.notes],
+        "decision": decide(outcome).reason,
     }
 
 
@@ -425,12 +425,11 @@ def _recorder(events: list[str]) -> Callable[..., None]:
 
 
 def _sweep(launch: Callable[[Candidate, threading.Event], Launch], plan: CandidatePlan, prompts: list,
-           settings: SearchSettings, clock: SimClock, busy: bool = False) -> dict[str, Any]:
+           settings: SearchSettings, budget_s: float, clock: SimClock, busy: bool = False) -> dict[str, Any]:
     events: list[str] = []
-    search = Search(launch, plan, prompts, settings, threading.Event(), _recorder(events), clock=clock,
-                    busy=(lambda: True) if busy else None)
-    ms = search.run()
-    out = _stream(search, events, ms)
+    search = scripted_search(launch, plan, prompts, settings, budget_s, clock=clock, emit=_recorder(events),
+                             busy=(lambda: True) if busy else None)
+    out = _stream(search.run(), events)
     out["simulated_s"] = round(clock.t - 1000.0, 3)
     return out
 
@@ -445,8 +444,8 @@ def _budget_case(budget_s: float, *, side_by_side: bool = True, base_tps: float 
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,) if drafts else (),
                          ngram=tuple(Candidate(spec_type=t) for t in ngram), mtp=None, dropped=())
     return _sweep(slow_launch_fn(clock, load_s=load_s, base_tps=base_tps), plan, PROMPTS[:prompts],
-                  SearchSettings(n_predict=n_predict, budget_s=budget_s, side_by_side=side_by_side),
-                  clock, busy=busy)  # type: ignore[arg-type]
+                  SearchSettings(n_predict=n_predict, side_by_side=side_by_side), budget_s, clock,
+                  busy=busy)  # type: ignore[arg-type]
 
 
 def _search_case(tps_of: TpsOf, *, drafts_of: DraftsOf = half_accepted, prompts: int = 1,
@@ -460,8 +459,7 @@ def _search_case(tps_of: TpsOf, *, drafts_of: DraftsOf = half_accepted, prompts:
     drafts = (Candidate(spec_type=spec_type, draft_path=draft, n_max=16, p_min=0.0),) if draft else ()
     plan = CandidatePlan(baseline=Candidate(), drafts=drafts, ngram=ngram, mtp=None, dropped=())
     all_prompts = [(0, Prompt("p", "code")), (1, Prompt("q", "creative"))]
-    return _sweep(launch, plan, all_prompts[:prompts], SearchSettings(**{"n_predict": 16, "budget_s": 600, **settings}),
-                  clock)
+    return _sweep(launch, plan, all_prompts[:prompts], SearchSettings(**{"n_predict": 16, **settings}), 600, clock)
 
 
 SWEEPS: dict[str, Callable[[], dict[str, Any]]] = {

@@ -62,7 +62,7 @@ def test_a_cancelled_search_hands_back_what_ran() -> None:
         return Launch(client=Client(), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
 
     plan = CandidatePlan(baseline=Candidate(), drafts=(GOOD,), ngram=(), mtp=None, dropped=())
-    outcome = run_search(plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=8, budget_s=60), Workload(),
+    outcome = run_search(plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=8), Workload(), 60.0,
                          launch, cancel, lambda *a, **k: None)
     assert outcome.cancelled and not outcome.notes and outcome.long_context is None
     assert all(m.candidate.is_baseline for m in outcome.measurements)

@@ -179,8 +179,8 @@ def _never_rest(e: Params) -> str | None:
     if nd:
         why = _no_drafts_why(NoDrafts.from_json(nd))
         return f"at these sampling settings{why}; no speedup is possible for these requests"
-    # A measurement recorded before ``Measurement.no_drafts`` existed: its error's words (the search
-    # records the structured field once measure.py fills it; this reader then goes).
+    # A measurement built without ``Measurement.no_drafts`` (measure.py records it for every sweep; the
+    # decision goldens' hand-built measurements do not): its error's words. Goes with those goldens' inputs.
     error = str(e.get("error") or "")
     _, sep, rest = error.partition(" never drafted ")
     if not sep:
