@@ -253,3 +253,33 @@ def test_another_length_of_an_ngram_type_that_never_drafted_is_not_launched():
     assert simple in launched and mod in launched and mod16 in launched
     assert simple16 not in launched, [c.label for c in launched]
     assert any(e.startswith(f"skipped: {simple16.label}: not measured, ngram-simple never drafted") for e in events)
+
+
+def test_the_workload_is_the_sweeps_and_what_its_launches_learn_is_the_outcomes():
+    """A sampled workload reaches every launch as the search's parameter (no launch carries it): the first
+    launch reads the server's own sampling defaults (/props) into the sweep's memory, each candidate's
+    first launch runs the greedy lossless pass, and an n-gram type that never drafted is recorded as facts
+    (``Measurement.no_drafts``) beside the words the decision quotes."""
+    from tuner.calibration.results import NoDrafts
+    from tuner.calibration.sampling import Sampling
+    from tuner.calibration.wording import no_drafts_error
+    from tuner.calibration.workload import Workload
+
+    defaults = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+    launch = ScriptedLaunch(_tps, content="same text", drafts=_no_ngram_drafts, server_sampling=defaults)
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    ngram = Candidate(spec_type="ngram-simple")
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(ngram,), mtp=None, dropped=())
+    served = Workload(sampling=Sampling())  # llama-server's own defaults
+    outcome = scripted_search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, p_min_variant=None),
+                              600, workload=served).run()
+    assert outcome.server_sampling == defaults
+    sampling_words = served.sampling.describe(defaults)
+    assert "(llama-server's defaults)" in sampling_words
+    first = {m.candidate: m for m in reversed(outcome.measurements)}  # each candidate's first launch
+    assert first[probe].greedy_draft_n and first[probe].lossless is True  # the greedy pass ran and compared
+    never = first[ngram]
+    assert never.no_drafts == NoDrafts(sampling_words, sampled=True, greedy_draft_n=0)
+    assert never.no_drafts_at == sampling_words and never.error == no_drafts_error("ngram-simple", never.no_drafts)
+    assert never.error.endswith(", nor at greedy settings (the lossless check): these prompts repeat no n-gram; "
+                                "no speedup is possible for these requests")
