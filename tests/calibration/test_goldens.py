@@ -41,6 +41,7 @@ from tuner.calibration.request import TuneResult
 from tuner.calibration.results import Divergence, Measurement, Sample, synthetic_rounds, synthetic_samples
 from tuner.calibration.sampling import Sampling
 from tuner.calibration.search import SearchSettings, run_search
+from tuner.calibration.sentences import Sentence, Slot
 from tuner.calibration.workload import Workload
 
 GOLDENS = Path(__file__).resolve().parent.parent / "data" / "goldens"
@@ -310,13 +311,14 @@ def _profile_cases() -> dict[str, Any]:
 
 
 RPC_HOST = "192.168.1.20:50052"
-TIME_LIMIT = ("The sweep stopped at its time limit (65 s for a 60 s budget: the estimates from the warm-up ran "
-              "short); cut short or kept from starting by it: ngram-simple, draft-simple good.gguf n_max 4.")
-REMEASURED = ("The first launch of the model alone was disturbed (12.1 tokens/s; ngram-mod, which drafted nothing, "
-              "ran 20.3); it was measured again at 20.1 tokens/s, and that launch is the reference.")
-LONG_LEFT_OUT = ("The long-context requests were left out: one would take about 95 s here (4112 prompt tokens at "
-                 "52 tokens/s, then 128 generated at 8 tokens/s), more than a 300 s budget affords; the decision "
-                 "holds for short requests only.")
+# the search's own sentences (tuner/calibration/search/): their words are pinned in decision_words.json
+TIME_LIMIT = Sentence(Slot.SWEEP, "sweep.time_limit", {
+    "limit_s": 64.8, "budget_s": 60.0, "cut": ["ngram-simple", "draft-simple good.gguf n_max 4"]})
+REMEASURED = Sentence(Slot.SWEEP, "sweep.baseline_superseded", {
+    "first_tps": 12.1, "idle_tps": 20.3, "idle_label": "ngram-mod", "again_tps": 20.1})
+LONG_LEFT_OUT = Sentence(Slot.SWEEP, "sweep.long_context_left_out", {
+    "one_s": 95.2, "prompt_tokens": 4112, "prompt_tokens_per_s": 52.4, "n_predict": 128, "gen_tokens_per_s": 8.1,
+    "budget_s": 300.0})
 WORKLOAD = Workload(sampling=Sampling(), n_ctx=4096)
 """Raw completions (/completion) at llama-server's default sampling, context 4096."""
 
@@ -333,13 +335,9 @@ def _rpc_devices() -> Any:
 def _reported(ms: list[Measurement], facts: dict[str, Any], **outcome: Any) -> Decision:
     """``ms`` decided and reported as the tune does (``decide``, then ``finish_decision``)."""
     from tuner.calibration.report import MachineLoad, ReportFacts, RpcPlacement, finish_decision
-    from tuner.calibration.sentences import Sentence, Slot
     from tuner.hardware.host import LoadSummary
 
-    notes = [Sentence.text(Slot.SWEEP, n) for n in outcome.pop("notes", ())]
-    long_context = outcome.pop("long_context", None)
-    done = SearchOutcome.of(ms, notes=notes, long_context=None if long_context is None
-                            else Sentence.text(Slot.SWEEP, long_context), **outcome)
+    done = SearchOutcome.of(ms, **outcome)
     placement = facts.pop("placement", None)
     machine = facts.pop("machine", None)
     load = None if machine is None or machine[0] is None else LoadSummary(10, *machine[0], 0.0, 0.5)

@@ -21,8 +21,9 @@ Kinds, by slot:
 - SWEEP: the search's own (``tuner.calibration.search``): ``sweep.baseline_superseded``,
   ``sweep.baseline_unsteady``, ``sweep.baseline_unmeasurable`` (a disturbed baseline launch measured again,
   or not), ``sweep.time_limit``, ``sweep.long_context_left_out`` (``tuner.calibration.workload.LongContextPlan``);
-  the report's: ``sweep.measured_with``, ``sweep.depth``, ``sweep.never_drafted``, ``sweep.where_it_ran``;
-  and, while the search's notes move, ``text`` (words built by the search).
+  the report's: ``sweep.measured_with``, ``sweep.depth``, ``sweep.never_drafted``, ``sweep.where_it_ran``.
+- any slot: ``text`` (words built before the sentence: the tune makes none; tests use it for a slot that
+  has no kind yet).
 
 The SPEED_VARIED, THREADS and CAPTURED slots have no kind yet (issues 25 and 28 add them).
 """
@@ -455,7 +456,7 @@ def _cpu_no_repack(p: Params) -> str:
 
 
 def _text(p: Params) -> str:
-    return str(p["text"])  # words built before the sentence (the search's notes, while they move here)
+    return str(p["text"])  # words built before the sentence (tests: a slot without a kind yet)
 
 
 RENDERERS: Mapping[str, Renderer] = {
