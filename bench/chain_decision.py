@@ -68,14 +68,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     wl = Workload(raw_endpoint=dialect.draft_counts_endpoint)
     sup = Supervisor(binary, dialect)
-    fn = _supervisor_launch_fn(sup, fam.target.resolve(), 1024, args.threads, lambda *a, **k: None, 120.0, wl)
+    fn = _supervisor_launch_fn(sup, fam.target.resolve(), 1024, args.threads, lambda *a, **k: None, 120.0)
     cancel = threading.Event()
     ms = []
     t0 = time.monotonic()
     try:
         for j in range(args.pairs):
             for c in (single, Candidate(), chain):
-                m = measure_candidate(fn, c, PROMPTS, [j], args.n_predict, cancel, stage="confirm")
+                m = measure_candidate(fn, c, PROMPTS, [j], args.n_predict, cancel, stage="confirm", workload=wl)
                 ms.append(m)
                 acc = f", acceptance {m.acceptance:.2f}" if m.acceptance is not None else ""
                 print(f"  pair {j + 1} {c.label}: {m.gen_tokens_per_s or 0:.1f} tokens/s{acc}"

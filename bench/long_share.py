@@ -60,7 +60,7 @@ def main() -> int:
         prompts = list(enumerate([*SHORT, *long_context_prompts()]))
         wl = Workload(chat=False, sampling=GREEDY, n_ctx=args.ctx)
         sup = Supervisor(binary, dialect)
-        fn = _supervisor_launch_fn(sup, fam.target, args.ctx, args.threads, lambda *a, **k: None, 120.0, wl)
+        fn = _supervisor_launch_fn(sup, fam.target, args.ctx, args.threads, lambda *a, **k: None, 120.0)
         draft = Candidate(spec_type="draft-simple", draft_path=str(fam.good_draft), n_max=4, p_min=0.0)
         ngram = Candidate(spec_type="ngram-mod")
         cancel = threading.Event()
@@ -70,7 +70,8 @@ def main() -> int:
                 for k, c in enumerate((draft, ngram)):
                     rep = 10 * r + k  # each candidate repetition next to the baseline launch with the same id
                     for cand in (Candidate(), c):
-                        m = measure_candidate(fn, cand, prompts, [rep], args.n_predict, cancel, stage="confirm")
+                        m = measure_candidate(fn, cand, prompts, [rep], args.n_predict, cancel, stage="confirm",
+                                              workload=wl)
                         if not m.ok:
                             print(f"{cand.label} failed: {m.error}")
                             return 1

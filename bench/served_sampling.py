@@ -34,7 +34,7 @@ from tuner.calibration.engine import _supervisor_launch_fn  # noqa: E402
 from tuner.calibration.measure import measure_candidate  # noqa: E402
 from tuner.calibration.prompts import Prompt  # noqa: E402
 from tuner.calibration.sampling import GREEDY, Sampling  # noqa: E402
-from tuner.calibration.workload import Workload  # noqa: E402
+from tuner.calibration.workload import SweepMemory, Workload  # noqa: E402
 from tuner.server.dialect import probe_dialect  # noqa: E402
 from tuner.server.discovery import find_server  # noqa: E402
 from tuner.server.supervisor import Supervisor  # noqa: E402
@@ -77,25 +77,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name, sampling in (("greedy", GREEDY), ("sampled", Sampling(temperature=args.temperature))):
             wl = Workload(sampling=sampling, n_ctx=1024, greedy_check_prompts=0)
-            launch = _supervisor_launch_fn(sup, fam.target, 1024, args.threads, lambda *a, **k: None, 120.0, wl)
+            memory = SweepMemory()  # the server's own sampling defaults, read by the first launch
+            launch = _supervisor_launch_fn(sup, fam.target, 1024, args.threads, lambda *a, **k: None, 120.0)
             ratios: dict[str, list[float]] = {label: [] for label, _ in configs}
             accept: dict[str, list[float]] = {label: [] for label, _ in configs}
             base_tps: list[float] = []
             for r in range(args.rounds):
-                base = measure_candidate(launch, Candidate(), PROMPTS, [r], args.n_predict, threading.Event())
+                base = measure_candidate(launch, Candidate(), PROMPTS, [r], args.n_predict, threading.Event(),
+                                         workload=wl, memory=memory)
                 if not base.ok:
                     print(f"baseline failed: {base.error}")
                     return 1
                 base_tps.append(base.gen_tokens_per_s)
                 for label, c in configs:
-                    m = measure_candidate(launch, c, PROMPTS, [r], args.n_predict, threading.Event())
+                    m = measure_candidate(launch, c, PROMPTS, [r], args.n_predict, threading.Event(), workload=wl,
+                                          memory=memory)
                     if m.ok and m.gen_tokens_per_s:
                         ratios[label].append(m.gen_tokens_per_s / base.gen_tokens_per_s)
                     if m.acceptance is not None:
                         accept[label].append(m.acceptance)
                     if not m.ok:
                         print(f"  round {r + 1} {label}: {m.error}")
-            print(f"\n{name}: {wl.sampling.describe(wl.server_sampling or None)}; baseline "
+            print(f"\n{name}: {wl.sampling.describe(memory.server_sampling or None)}; baseline "
                   f"{statistics.median(base_tps):.1f} tokens/s (median of {len(base_tps)})")
             for label, _ in configs:
                 rs = ratios[label]
