@@ -20,6 +20,7 @@ tokenizer. A complete set is one row (the first shard's path) listing every shar
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -48,6 +49,9 @@ from tuner.storage import file_kind
 # Bump when classification or the cached fields change: old cache entries are then ignored.
 CACHE_VERSION = 3  # 3: one GGUF hyper-parameter reader (tuner.catalog.hparams), llama.cpp's rule
 CACHE_FILE_NAME = "scan-cache.json"
+MAX_CACHE_BYTES = 64 * 1024 * 1024
+"""The largest scan cache read (64 MiB, about 60,000 files' entries); a larger one is left unread (the scan
+reads every header again, and its next save replaces it)."""
 
 # the split-set naming rule lives in tuner.catalog.split (also used by the server and hardware packages)
 
@@ -542,10 +546,13 @@ def _facts_from_cache(hit: dict) -> _FileFacts:
 
 
 def _load_cache() -> dict:
-    from tuner.storage import CorruptFileError, load_json
+    from tuner.storage import CorruptFileError, FileTooLargeError, load_json
 
     try:
-        data = load_json(_cache_path())
+        data = load_json(_cache_path(), limit_bytes=MAX_CACHE_BYTES, what="the scan cache")
+    except FileTooLargeError as exc:  # read nothing of it; the next save replaces our own cache
+        logging.getLogger(__name__).warning("%s", exc)
+        return {}
     except (CorruptFileError, OSError):
         return {}
     if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
