@@ -314,6 +314,14 @@ def _in_system_folder(path: Path | str) -> str | None:
     return next((top for top in SYSTEM_FOLDERS if real == top or real.startswith(top + "/")), None)
 
 
+def _is_link(e: os.DirEntry) -> bool:
+    """``e`` is a symbolic link (True when that cannot be told: then it is checked like one)."""
+    try:
+        return e.is_symlink()
+    except OSError:
+        return True
+
+
 class _Walk:
     """State of one walk: the directories and files seen (device, inode), the entries read, the rows kept."""
 
@@ -340,9 +348,10 @@ class _Walk:
                  for kind, n in self.kinds.items() if n > _SKIP_ROWS_PER_REASON]
         return GgufWalk(tuple(self.files), tuple(self.skipped + extra))
 
-    def enter(self, d: Path) -> list[os.DirEntry] | None:
+    def enter(self, d: Path, linked: bool) -> list[os.DirEntry] | None:
         """The entries of folder ``d`` to look at, or None (seen already, a system folder, or unreadable:
-        the last two a row)."""
+        the last two a row). ``linked``: ``d`` is a link (or the scanned folder): only then can it lead into a
+        system folder (a plain sub-folder lies where its parent does)."""
         try:
             st = os.stat(d)
         except OSError as exc:  # its path is longer than PATH_MAX, it vanished, a folder on the way is locked
@@ -353,7 +362,7 @@ class _Walk:
         if key in self.seen_dirs:
             return None  # a link loop or a folder reached twice: its files are listed once
         self.seen_dirs.add(key)
-        system = _in_system_folder(d)
+        system = _in_system_folder(d) if linked else None
         if system is not None:
             self.skip(d, "a system folder", f"a link into {system}, a system folder: the scan never enters it")
             return None
@@ -376,7 +385,7 @@ class _Walk:
         if not stat.S_ISREG(fst.st_mode):
             self.files.append(p)  # a FIFO, socket or device named *.gguf: a broken row, never opened
             return
-        system = _in_system_folder(p)
+        system = _in_system_folder(p) if _is_link(e) else None  # its folder was checked on entry
         if system is not None:
             self.skip(p, "a system folder", f"a link into {system}, a system folder: the scan never reads it")
             return
@@ -393,10 +402,10 @@ def walk_gguf(folder: Path, each_file_once: bool = True) -> GgufWalk:
     ``each_file_once`` False keeps every name of a file that several links name (for finding a model by
     name). Never raises."""
     walk = _Walk(folder, each_file_once)
-    stack = [(folder, 0)]
+    stack = [(folder, 0, True)]
     while stack:
-        d, depth = stack.pop()
-        entries = walk.enter(d)
+        d, depth, linked = stack.pop()
+        entries = walk.enter(d, linked)
         if entries is None:
             continue
         subdirs = []
@@ -415,7 +424,7 @@ def walk_gguf(folder: Path, each_file_once: bool = True) -> GgufWalk:
                     walk.skip(Path(e.path), "too deep", f"more than {MAX_WALK_DEPTH} folders below {folder}: "
                               "not entered")
                 else:
-                    subdirs.append((Path(e.path), depth + 1))
+                    subdirs.append((Path(e.path), depth + 1, _is_link(e)))
             elif e.name.lower().endswith(".gguf"):
                 walk.add_file(e)
         stack.extend(reversed(subdirs))
