@@ -82,6 +82,7 @@ def _peak_rss_kib(argv: list[str], home: Path) -> tuple[int, int, str]:
         return p.returncode, usage.ru_maxrss, err.read().decode()
 
 
+@pytest.mark.skipif(not hasattr(os, "wait4"), reason="a child's own peak RSS needs os.wait4 (POSIX)")
 def test_a_512_mib_sparse_settings_file_costs_no_memory_and_is_kept(tmp_path: Path, _home: Path) -> None:
     """``serve --target MISSING`` reads the settings three times (rpc_hosts, server_args, the served values)
     before it refuses the missing file: the same command, a normal and a 512 MiB sparse settings.json."""
