@@ -26,6 +26,9 @@ from tuner.options import OptionError, by_setting, check, machine_limits, option
 SETTINGS_FILE = "settings.json"
 API_KEY_FILE = "api_key"
 SCHEMA_VERSION = 1
+MAX_SETTINGS_BYTES = 1024 * 1024
+"""The largest settings file read (1 MiB; a real one is under 2 KiB): a larger one is refused unread and left
+as it is (:class:`tuner.storage.FileTooLargeError`), so a 512 MiB file cannot take a command's memory."""
 
 DEFAULT_TUNE_BUDGET_S = int(option("budget_s").default or 0)
 """The one default time budget of a sweep, whole seconds (``tuner.options``: the app's Settings, ``draftwise
@@ -133,8 +136,9 @@ class Settings:
 
 
 _PATH_KEYS = ("models_dir", "server_binary", "prompts_path")
-#: One web origin: http(s)://host[:port], host a name, IPv4 or [IPv6] (no path, no comma list, no '*').
-_ORIGIN = re.compile(r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))(?::\d{1,5})?$")
+#: One web origin: http(s)://host[:port], host a name, IPv4 or [IPv6] (no path, no comma list, no '*'); matched
+#: whole (``fullmatch``: a ``$`` anchor would admit a trailing newline, which then reached ``--cors-origins``).
+_ORIGIN = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))(?::\d{1,5})?")
 
 
 def validate(settings: Settings, path: Path | None = None) -> None:
@@ -152,7 +156,7 @@ def validate(settings: Settings, path: Path | None = None) -> None:
     for key in ("expose_on_lan", "start_at_login", "keep_chat_history"):
         if not isinstance(getattr(s, key), bool):
             raise SettingsError(key, f"expected true or false, got {getattr(s, key)!r}", path)
-    if s.cors_origin is not None and (not isinstance(s.cors_origin, str) or not _ORIGIN.match(s.cors_origin)):
+    if s.cors_origin is not None and (not isinstance(s.cors_origin, str) or not _ORIGIN.fullmatch(s.cors_origin)):
         raise SettingsError("cors_origin", f"expected one web origin such as http://localhost:3000 (scheme, "
                             f"host, optional port; no path, no list), got {s.cors_origin!r}", path)
     _validate_rpc_hosts(s, path)
@@ -251,7 +255,7 @@ def load_settings() -> Settings:
         tuner.storage.CorruptFileError: the file is not JSON (it is kept aside as ``*.corrupt-<time>``).
     """
     p = settings_path()
-    obj = storage.load_json(p)
+    obj = storage.load_json(p, limit_bytes=MAX_SETTINGS_BYTES, what="a settings file")
     if obj is None:
         return Settings()
     return from_json(obj, p)
@@ -276,6 +280,9 @@ class LoadedSettings:
         """One line for people (which keys, which values, where the original is), or None."""
         if not self.problems:
             return None
+        if self.problems[0].key in ("<file>", "<root>"):  # the whole file: none of its keys were used
+            where = f"; the original file is kept as {self.kept_aside}" if self.kept_aside else ""
+            return f"{settings_path()}: {self.problems[0].reason} (using the default settings){where}"
         parts = "; ".join(f"{e.key!r}: {e.reason}" for e in self.problems)
         where = f"; the original file is kept as {self.kept_aside}" if self.kept_aside else ""
         return f"{settings_path()}: {parts} (using the defaults for {'that key' if len(self.problems) == 1 else 'those keys'}){where}"
@@ -297,9 +304,11 @@ def load_settings_keeping_valid(repair: bool = True) -> LoadedSettings:
     """
     p = settings_path()
     try:
-        obj = storage.load_json(p, keep_aside=repair)
+        obj = storage.load_json(p, keep_aside=repair, limit_bytes=MAX_SETTINGS_BYTES, what="a settings file")
     except storage.CorruptFileError as exc:
         return LoadedSettings(Settings(), (SettingsError("<file>", exc.reason, p),), exc.moved_to)
+    except storage.FileTooLargeError as exc:  # left as it is: not read, copied or rewritten
+        return LoadedSettings(Settings(), (SettingsError("<file>", exc.reason, p),), None)
     except OSError as exc:
         return LoadedSettings(Settings(), (SettingsError("<file>", f"cannot read it ({exc})", p),), None)
     if obj is None:
@@ -351,13 +360,13 @@ def served_values() -> tuple[str, int]:
 
 
 def _keep_copy(p: Path) -> Path | None:
-    """Copy ``p`` to ``<name>.invalid-<time>`` (owner-only); None when that fails."""
-    import time
-
+    """Copy ``p`` to a new ``<name>.invalid-<time>`` (owner-only), keeping only the newest
+    :data:`tuner.storage.KEEP_COPIES` such copies; None when that fails."""
     try:
-        data = storage.read_regular_bytes(p)
-        aside = p.with_name(f"{p.name}.invalid-{int(time.time())}")
+        data = storage.read_regular_bytes(p, limit_bytes=MAX_SETTINGS_BYTES, what="a settings file")
+        aside = storage.aside_name(p, "invalid")
         storage.atomic_write_bytes(aside, data, mode=0o600)
+        storage.prune_copies(p, "invalid")
         return aside
     except OSError:
         return None

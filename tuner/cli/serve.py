@@ -33,7 +33,9 @@ from tuner.cli.options import (
     check_options,
     check_resolvable,
     folder_problem,
+    path_problem,
 )
+from tuner.safetext import error_text, safe_text
 from tuner.server.argv import UnsupportedConfigError, cors_locked
 from tuner.server.config import ServerConfig, default_alias
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
@@ -47,7 +49,10 @@ log = logging.getLogger(__name__)
 
 
 def _err(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    """One line on stderr: ``serve``'s state lines, notes, errors and the relayed llama-server lines, made safe
+    (:func:`tuner.safetext.safe_text`: a file name or a log line with a control character or a newline shows
+    it escaped, never as a terminal command or a line of its own)."""
+    print(safe_text(msg), file=sys.stderr, flush=True)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -103,7 +108,8 @@ def _check_serve_args(args: argparse.Namespace) -> None:
     and ``--draft-ngl`` become a number, ``auto`` or ``all``), ``--models ''`` or a missing folder, and a
     ``--host`` with white space inside (stripped around, so the loopback check and the bind agree).
     Raises ValueError naming the flag."""
-    problem = folder_problem(getattr(args, "models", None)) or check_options(args)
+    problem = (folder_problem(getattr(args, "models", None)) or path_problem(args.target, "--target")
+               or path_problem(args.draft, "--draft") or check_options(args))
     if problem:
         raise ValueError(problem)
     models = getattr(args, "models", None)
@@ -126,7 +132,11 @@ def _check_model_file(path: Path, role: str, given: str | None = None) -> int | 
         what = f"{role} model {path}"
     else:
         what = f"--{role} {given}" + ("" if os.path.abspath(given) == str(path) else f" ({path})")
-    if not path.exists():
+    try:
+        present = path.exists()
+    except OSError as exc:  # a name longer than the system allows, a link loop, a folder not permitted
+        raise ValueError(f"{what}: {error_text(exc, with_path=False)}") from None
+    if not present:
         raise ValueError(f"{what}: no such file" if given is not None else f"{role} model not found: {path}")
     gone = missing_shards(path)
     if gone:
@@ -406,15 +416,15 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         cfg = config_from_args(args)
-    except Exception as exc:  # ValueError, NoProfileError, ProfileError, ImportError
-        _err(f"draftwise serve: {exc}")
+    except Exception as exc:  # ValueError, NoProfileError, ProfileError, ImportError, OSError (a path)
+        _err(f"draftwise serve: {error_text(exc)}")
         return 2
     cfg, fallback = _with_rpc_fallback(cfg, args, from_profile)
     try:
         _preflight(cfg, args, from_profile)
         binary, sup = _supervisor(args, fallback)
-    except ValueError as exc:
-        _err(f"draftwise serve: {exc}")
+    except (ValueError, OSError) as exc:
+        _err(f"draftwise serve: {error_text(exc)}")
         return 2
     return _serve(args, cfg, binary, sup)
 
@@ -666,10 +676,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print(f"devices:      CPU only; RAM {_gib(dev.get('ram_total_bytes'))}, {dev.get('cpu_cores')} cores")
         else:
             for r in dev["devices"]:
-                print(f"device {r['index']}:     {r['name']} ({r['backend']}), total {_gib(r['total_bytes'])}, "
+                print(f"device {r['index']}:     {safe_text(r['name'])} ({r['backend']}), total {_gib(r['total_bytes'])}, "
                       f"free {_gib(r['free_bytes'])}")
         for n in dev.get("notes", []):
-            print(f"  note: {n}")
+            print(f"  note: {safe_text(n)}")
         if dev.get("available"):
             print(f"cpu kernels:  {_cpu_kernels_line(dev.get('cpu_buffers'))}")
         sys.stdout.flush()
@@ -697,9 +707,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 if st.get("note"):
                     print(f"  note: {st['note']}")
             else:
-                print(f"self-test:    FAILED: {st['error']}")
+                print(f"self-test:    FAILED: {safe_text(st['error'])}")
                 for line in st.get("evidence", []):
-                    print(f"  | {line}")
+                    print(f"  | {safe_text(line)}")
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     return rc

@@ -361,10 +361,10 @@ def probe_dialect(path: str | Path, use_cache: bool = True) -> Dialect:
     cache_file = paths.cache_dir() / "dialect" / f"{digest}.json"
     text: str | None = None
     if use_cache and cache_file.is_file():
-        from tuner.storage import parse_json_bytes, read_regular_bytes
+        from tuner.storage import DEFAULT_JSON_LIMIT_BYTES, parse_json_bytes, read_regular_bytes
 
         try:
-            data = parse_json_bytes(read_regular_bytes(cache_file))
+            data = parse_json_bytes(read_regular_bytes(cache_file, DEFAULT_JSON_LIMIT_BYTES, "a cache file"))
             if isinstance(data, dict) and data.get("key") == list(key) and isinstance(data.get("help"), str):
                 text = data["help"]
         except (OSError, ValueError):

@@ -20,6 +20,7 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from tuner import settings as settings_mod
 from tuner.calibration.request import EventCallback, TuneResult
 from tuner.catalog.model import ModelFile
+from tuner.safetext import safe_text
 from tuner.server.supervisor import ServerState, StateChange
 from tuner.settings import Settings
 from tuner.telemetry.collector import Collector, TelemetryTick
@@ -141,7 +142,7 @@ class AppController(QObject):
             lines.append(activity_text(self.collector))
         elif self.state is AppState.ERROR and self.last_error:
             lines.append(self.last_error[:120])
-        return "\n".join(lines)
+        return "\n".join(safe_text(line) for line in lines)  # a file name's newline stays inside its line
 
     # ------------------------------------------------------------ settings
     def update_settings(self, new: Settings) -> None:

@@ -38,6 +38,7 @@ from tuner import chat_history
 from tuner.options import SERVER_DEFAULT_SAMPLING, option
 from tuner.ui.controller import AppController
 from tuner.ui.options import spin_box
+from tuner.ui.plaintext import plain, plain_label, rich, rich_label
 from tuner.ui.workers import CallWorker
 
 log = logging.getLogger(__name__)
@@ -121,7 +122,7 @@ class ChatTab(QWidget):
         self._stopped = False
 
         lay = QVBoxLayout(self)
-        self.header = QLabel(NOT_SERVING)
+        self.header = rich_label(QLabel(rich(NOT_SERVING)))  # its values escaped (rich)
         self.header.setWordWrap(True)
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.header)
@@ -173,7 +174,7 @@ class ChatTab(QWidget):
         lay.addLayout(row)
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
             QShortcut(QKeySequence(keys), self.input).activated.connect(self.send)
-        self.status = QLabel()
+        self.status = plain_label(QLabel())  # errors name files and quote the server
         self.status.setStyleSheet("color:#b91c1c")
         self.status.setWordWrap(True)
         lay.addWidget(self.status)
@@ -201,12 +202,12 @@ class ChatTab(QWidget):
         """Header and buttons for the current serving state."""
         info = self.controller.serving
         if info is None:
-            self.header.setText(NOT_SERVING)
+            self.header.setText(rich(NOT_SERVING))
         else:
             key = " · API key sent (LAN mode)" if info.api_key else ""
             self.header.setText(
-                f"Chatting with <b>{html.escape(self.model_id() or '')}</b> ({html.escape(info.spec_label)}) "
-                f"at {html.escape(info.endpoint_url)}{key}"
+                f"Chatting with <b>{rich(self.model_id() or '')}</b> ({rich(info.spec_label)}) "
+                f"at {rich(info.endpoint_url)}{key}"
             )
         self.send_btn.setEnabled(info is not None and not self.streaming)
         self.stop_btn.setEnabled(self.streaming)
@@ -293,7 +294,7 @@ class ChatTab(QWidget):
                 chat_history.delete_history()
         except Exception as exc:
             log.warning("chat history setting failed", exc_info=True)
-            self.status.setText(f"Chat history: {exc}")
+            self.status.setText(plain(f"Chat history: {exc}"))
 
     def _save_history(self) -> None:
         if not self.history_check.isChecked() or not self.messages:
@@ -303,7 +304,7 @@ class ChatTab(QWidget):
                 {"started_unix": self._started_unix, "model": self.model_id() or "", "messages": list(self.messages)}
             )
         except OSError as exc:
-            self.status.setText(f"Chat history not saved: {exc}")
+            self.status.setText(plain(f"Chat history not saved: {exc}"))
 
     # ------------------------------------------------------------ streaming
     def _on_text(self, text: str) -> None:
@@ -326,7 +327,7 @@ class ChatTab(QWidget):
         speculative = bool(self.controller.serving and self.controller.serving.spec_label != "no speculation")
         if error:
             figures = "no reply: " + error
-            self.status.setText(error)
+            self.status.setText(plain(error))
         elif stopped:
             figures = reply_figures(None, speculative, len(self._reply))
         else:

@@ -23,6 +23,7 @@ from tuner.telemetry.collector import NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S
 from tuner.telemetry.ring import with_breaks
 from tuner.ui.controller import AppController, activity_text
 from tuner.ui.graphs import TimePlot
+from tuner.ui.plaintext import plain, plain_label, rich, rich_label
 from tuner.units import GIB, MIB, format_bytes
 
 RANGES_MIN = (5, 15, 60)
@@ -43,7 +44,7 @@ class MonitorTab(QWidget):
         self.span_min = RANGES_MIN[0]
         lay = QVBoxLayout(self)
         top = QHBoxLayout()
-        self.summary = QLabel("Not serving: graphs fill in while llama-server runs.")
+        self.summary = rich_label(QLabel("Not serving: graphs fill in while llama-server runs."))
         self.summary.setWordWrap(True)  # a long model name must not widen the window
         top.addWidget(self.summary, 1)
         top.addWidget(QLabel("Show last:"))
@@ -58,7 +59,7 @@ class MonitorTab(QWidget):
             self.range_buttons[m] = b
             top.addWidget(b)
         lay.addLayout(top)
-        self.note = QLabel()
+        self.note = plain_label(QLabel())
         self.note.setWordWrap(True)
         self.note.setStyleSheet("background:#fef3c7; color:#78350f; padding:4px; border-radius:4px")
         self.note.setVisible(False)
@@ -161,11 +162,12 @@ class MonitorTab(QWidget):
             now = c.collector.clock()
             acc = s["acceptance_rate"].last_value()
             rss = s["ram_rss_bytes"].last_value()
-            parts = [f"<b>{c.serving.model_name}</b> — {c.serving.spec_label}", activity_text(c.collector, now)]
+            parts = [f"<b>{rich(c.serving.model_name)}</b> — {rich(c.serving.spec_label)}",
+                     rich(activity_text(c.collector, now))]
             if acc is not None and not c.collector.is_idle(now):
                 parts.append(f"acceptance {acc:.0%}")
             if rss is not None:
-                parts.append(f"RAM {fmt_bytes(rss)}{self._cache_ram_text(c.serving)}")
+                parts.append(rich(f"RAM {fmt_bytes(rss)}{self._cache_ram_text(c.serving)}"))
             self.summary.setText(" · ".join(parts))
             self._update_note(now)
             title = "Draft acceptance rate" if c.serving.spec_label != "no speculation" else "Draft acceptance rate (not speculating)"
@@ -204,5 +206,5 @@ class MonitorTab(QWidget):
 
     def _update_note(self, now: float) -> None:
         text = self.no_drafts_text(now)
-        self.note.setText(text or "")
+        self.note.setText(plain(text or ""))
         self.note.setVisible(bool(text))

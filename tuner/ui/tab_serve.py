@@ -31,6 +31,7 @@ from tuner.ui import flow
 from tuner.ui.controller import AppController
 from tuner.ui.icons import STATE_COLORS
 from tuner.ui.options import spin_box, spin_value
+from tuner.ui.plaintext import plain, plain_label
 from tuner.ui.state import AppState
 
 log = logging.getLogger(__name__)
@@ -65,9 +66,9 @@ class ServeTab(QWidget):
         form = QFormLayout(status)
         self.state_label = QLabel()
         form.addRow("State:", self.state_label)
-        self.model_label = QLabel("—")
+        self.model_label = plain_label(QLabel("—"))  # file names and the model's own words: never markup
         form.addRow("Serving:", self.model_label)
-        self.model_id_label = QLabel("—")
+        self.model_id_label = plain_label(QLabel("—"))
         self.model_id_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.model_id_label.setToolTip("The model name clients see in /v1/models and send as \"model\" (--alias)")
         form.addRow("Model id:", self.model_id_label)
@@ -93,10 +94,10 @@ class ServeTab(QWidget):
         self.copy_cmd_btn.clicked.connect(lambda: self._copy(self.cmd_edit.toPlainText()))
         cmd.addWidget(self.copy_cmd_btn, 0, Qt.AlignmentFlag.AlignTop)
         form.addRow("Command:", cmd)
-        self.web_pages_label = QLabel("—")
+        self.web_pages_label = plain_label(QLabel("—"))
         self.web_pages_label.setWordWrap(True)
         form.addRow("Web pages:", self.web_pages_label)
-        self.cpu_kernels_label = QLabel()  # only while the --no-repack workaround is in force
+        self.cpu_kernels_label = plain_label(QLabel())  # only while the --no-repack workaround is in force
         self.cpu_kernels_label.setWordWrap(True)
         form.addRow("CPU kernels:", self.cpu_kernels_label)
         btns = QHBoxLayout()
@@ -108,7 +109,7 @@ class ServeTab(QWidget):
         btns.addWidget(self.stop_btn)
         btns.addStretch(1)
         form.addRow("", btns)
-        self.error_label = QLabel()
+        self.error_label = plain_label(QLabel())  # a failure names files and quotes server lines
         self.error_label.setWordWrap(True)
         self.error_label.setStyleSheet("color: #b91c1c")
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -141,7 +142,7 @@ class ServeTab(QWidget):
 
     def show_error(self, text: str) -> None:
         """Show a failure under the Start/Stop buttons (the row is hidden while there is none)."""
-        self.error_label.setText(text)
+        self.error_label.setText(plain(text))
         self._status_form.setRowVisible(self.error_label, bool(text))
 
     # ------------------------------------------------------------------ settings
@@ -214,7 +215,7 @@ class ServeTab(QWidget):
         binrow.addWidget(b)
         form.addRow("llama-server:", binrow)
         self._server_args_row(form, st)
-        self.settings_msg = QLabel()
+        self.settings_msg = plain_label(QLabel())  # settings errors quote the file's values
         self.settings_msg.setWordWrap(True)
         form.addRow("", self.settings_msg)
         self._settings_form = form
@@ -281,7 +282,7 @@ class ServeTab(QWidget):
 
     def _set_settings_msg(self, text: str) -> None:
         """Show a settings message (its row is hidden while there is none)."""
-        self.settings_msg.setText(text)
+        self.settings_msg.setText(plain(text))
         self._settings_form.setRowVisible(self.settings_msg, bool(text))
 
     def _save(self, **changes) -> bool:
@@ -381,12 +382,13 @@ class ServeTab(QWidget):
         self.state_label.setText(f'<span style="color:{color}; font-weight:bold">● {words}</span>')
         info = c.serving
         if info is not None:
-            self.model_label.setText(f"{info.model_name} — {info.spec_label}")
-            self.model_id_label.setText(getattr(info, "model_id", None) or "(the file path: this llama-server has no --alias)")
+            self.model_label.setText(plain(f"{info.model_name} — {info.spec_label}"))
+            self.model_id_label.setText(plain(getattr(info, "model_id", None)
+                                              or "(the file path: this llama-server has no --alias)"))
             self.endpoint_edit.setText(info.endpoint_url)
             argv = c.runner.argv or info.argv  # the live command line: a crash restart's own
-            self.cmd_edit.setPlainText(shlex.join(argv))
-            self.web_pages_label.setText(web_pages_text(argv))
+            self.cmd_edit.setPlainText(plain(shlex.join(argv)))
+            self.web_pages_label.setText(plain(web_pages_text(argv)))
             self._show_cpu_kernels(flow.cpu_kernels_text(argv))
             self.show_error("")
         else:
@@ -401,7 +403,7 @@ class ServeTab(QWidget):
         self.copy_cmd_btn.setEnabled(bool(self.cmd_edit.toPlainText()))
 
     def _show_cpu_kernels(self, text: str | None) -> None:
-        self.cpu_kernels_label.setText(text or "")
+        self.cpu_kernels_label.setText(plain(text or ""))
         self._status_form.setRowVisible(self.cpu_kernels_label, bool(text))
 
     def refresh_log(self) -> None:
@@ -412,6 +414,6 @@ class ServeTab(QWidget):
         if lines == self._last_log:
             return
         self._last_log = lines
-        self.log.setPlainText("\n".join(lines))
+        self.log.setPlainText("\n".join(plain(line) for line in lines))  # llama-server's lines, escaped
         sb = self.log.verticalScrollBar()
         sb.setValue(sb.maximum())

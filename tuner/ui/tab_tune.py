@@ -20,6 +20,7 @@ from tuner.ui import flow
 from tuner.ui.controller import AppController
 from tuner.ui.graphs import CandidateChart
 from tuner.ui.options import spin_box, spin_value
+from tuner.ui.plaintext import plain, plain_label
 from tuner.ui.state import AppState
 
 log = logging.getLogger(__name__)
@@ -80,7 +81,8 @@ class TuneTab(QWidget):
         self._tick = QTimer(self)
         self._tick.setInterval(1000)
         self._tick.timeout.connect(self._count_down)
-        self.step_label = QLabel("Press “Tune & serve” to measure which configuration is fastest on this machine.")
+        self.step_label = plain_label(QLabel("Press “Tune & serve” to measure which configuration is fastest on this "
+                                             "machine."))  # event messages name files
         self.step_label.setWordWrap(True)
         lay.addWidget(self.step_label)
 
@@ -88,7 +90,7 @@ class TuneTab(QWidget):
         lay.addWidget(self.chart, 1)
 
         lay.addWidget(QLabel("<b>Decision</b>"))
-        self.decision_label = QLabel("No decision yet.")
+        self.decision_label = plain_label(QLabel("No decision yet."))  # names models and drafts
         self.decision_label.setWordWrap(True)
         self.decision_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.decision_label)
@@ -108,7 +110,7 @@ class TuneTab(QWidget):
                 self.controller.update_settings(st.replace(tune_budget_s=self._budget_s()))
             except Exception as exc:
                 log.debug("budget setting refused", exc_info=True)
-                self.step_label.setText(str(exc))
+                self.step_label.setText(plain(exc))
 
     def _reset(self) -> None:
         """A new sweep: no bars, no decision, the progress bar from 0 again."""
@@ -156,7 +158,7 @@ class TuneTab(QWidget):
             self._last_progress = (time.monotonic(), p)
             self._show_progress(p.fraction, p.eta_s)
         if p.message:
-            self.step_label.setText(p.message)
+            self.step_label.setText(plain(p.message))
         if p.never is not None and p.never not in self.never:
             self.never.append(p.never)
         if p.result is not None or p.never is not None:
@@ -204,8 +206,8 @@ class TuneTab(QWidget):
         msg = "Tuning finished" + (f" in {took:.0f} s" if took else "")
         if serving is not None:
             msg += f"; serving {serving.model_name} at {serving.endpoint_url}"
-        self.step_label.setText(msg + ".")
-        self.decision_label.setText(flow.decision_text(result))
+        self.step_label.setText(plain(msg + "."))
+        self.decision_label.setText(plain(flow.decision_text(result), keep="\n"))
         rows = flow.result_rows(result) if result is not None else []
         if rows:
             # the decision's pooled figures replace the live per-launch ones (chart = decision)
