@@ -39,6 +39,7 @@ class Tray:
         self.refresh()
         controller.state_changed.connect(lambda _s: self.refresh())
         controller.telemetry.connect(lambda _t: self.icon.setToolTip(controller.tooltip()))
+        controller.sleep_changed.connect(lambda _s: self.icon.setToolTip(controller.tooltip()))
         controller.notify.connect(self.notify)
         if self.available:
             self.icon.show()
@@ -83,7 +84,8 @@ class Tray:
         a.triggered.connect(c.retune)
         m.addSeparator()
         if served is not None:
-            info = m.addAction(f"Serving {served.model_name}")
+            asleep = c.sleep.sleeping
+            info = m.addAction(f"Serving {served.model_name}" + (" — sleeping, memory freed" if asleep else ""))
             info.setEnabled(False)
         m.addAction("Quit").triggered.connect(self.quit_app)
 
