@@ -254,7 +254,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 + (f" --target {args.target}" if args.target else "")
                 + f" --ctx-size {args.n_ctx} (or serve without --ctx-size)")
         cors, cache_ram = _settings_served()
-        over: dict[str, Any] = {"cors_origins": cors, "cache_ram_mib": cache_ram, "sleep_idle_s": args.idle_sleep or None}
+        over: dict[str, Any] = {"cors_origins": cors, "cache_ram_mib": cache_ram,
+                                "sleep_idle_s": getattr(args, "idle_sleep", None) or None}
         if args.port is not None:
             over["port"] = args.port
         if args.host:
@@ -303,7 +304,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         cache_ram_mib=cache_ram,
         alias=default_alias(target),
         extra_args=tuple(getattr(args, "server_words", None) or ()),
-        sleep_idle_s=args.idle_sleep or None,
+        sleep_idle_s=getattr(args, "idle_sleep", None) or None,
     )
 
 
