@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -53,16 +54,19 @@ def activity_text(collector: Collector, now_s: float | None = None) -> str:
     return f"{tps:.1f} tokens/s" if tps is not None else "working (no tokens/s yet)"
 
 
-def sleep_text(status: SleepStatus) -> str | None:
-    """Idle sleep in words for the tray, the Serve tab and the Monitor: ``"sleeping — memory freed (…)"``
-    while asleep, ``"waking up — …"`` while the model loads again, the first request's reload time once
-    awake again; None when the server has not slept."""
+def sleep_text(status: SleepStatus, headline: bool = True) -> str | None:
+    """Idle sleep in words for the tray, the Serve tab and the Monitor: ``"sleeping — memory freed; …"``
+    while asleep (without its first words when ``headline`` is False: the Serve tab's state says them),
+    ``"waking up — …"`` while the model loads again, the first request's reload time once awake again;
+    None when the server has not slept."""
     last = reload_words(status.last_reload_s) if status.last_reload_s is not None else None
     if status.waking:
         return WAKING_MESSAGE
     if status.sleeping:
-        return ("sleeping — memory freed; the next request loads the model again"
+        since = time.strftime(" since %H:%M", time.localtime(status.since_unix_s)) if status.since_unix_s else ""
+        rest = (f"the model is unloaded{since}; the next request loads it again"
                 + (f" (last time in {last})" if last else ""))
+        return f"sleeping — memory freed; {rest}" if headline else rest[0].upper() + rest[1:]
     if last is not None:
         return f"awake — the first request after sleeping waited {last} for the model to load"
     return None

@@ -439,7 +439,7 @@ class ServeTab(QWidget):
             self.endpoint_edit.setText("")
             self.web_pages_label.setText("—")
             self._show_cpu_kernels(None)
-        said = sleep_text(c.sleep) if info is not None else None
+        said = sleep_text(c.sleep, headline=False) if info is not None else None
         self.sleep_label.setText(said or "")
         self._status_form.setRowVisible(self.sleep_label, bool(said))
         self.start_btn.setEnabled(info is None and c.state is not AppState.TUNING)
