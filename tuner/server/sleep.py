@@ -135,9 +135,11 @@ class SleepWatch:
 
     def on_line(self, line: str) -> None:
         """One log line of the launch (the reader thread's callback)."""
-        if EXIT_LINE in line:
+        if EXIT_LINE in line:  # server_queue::start_loop's line, then handle_sleeping_state's: the first counts
             with self._lock:
-                self._wake_t, self._task_t, self._hint = (self.clock(), log_time_s(line)), None, True
+                if self._wake_t is None:
+                    self._wake_t, self._task_t = (self.clock(), log_time_s(line)), None
+                self._hint = True
         elif ENTER_LINE in line:
             with self._lock:
                 self._hint = True
