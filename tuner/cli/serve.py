@@ -5,7 +5,9 @@ changes on stderr), either from flags (``--target`` [``--draft``, ``--spec-type`
 from the saved tuning profile (``--models DIR [--target NAME|PATH]``). It listens on 127.0.0.1; any
 other ``--host`` needs an API key (``--api-key`` or the key stored by the app), and the printed
 endpoint is the address actually bound. SIGINT and SIGTERM handlers are installed explicitly, so
-Ctrl-C works even when the parent started it with SIGINT ignored (a background job).
+Ctrl-C works even when the parent started it with SIGINT ignored (a background job). ``--idle-sleep SECONDS``
+(off by default; the app's default is 15 min) lets llama-server unload the model while idle
+(``--sleep-idle-seconds``); the sleep and wake lines, with the first request's reload time, go to stderr.
 
 doctor: which binary, its build, devices, flag dialect, and a few-second self-test that proves
 speculation really happens on this build (the bundled demo model as both target and draft with
