@@ -273,6 +273,10 @@ OUTSIDE_TEXT_READS = Counter({
     ("tuner/server/diagnosis.py", "'llama_server: listening on' in line"): 1,
     ("tuner/server/diagnosis.py", "'llama_server: model loaded' in line"): 1,
     ("tuner/server/diagnosis.py", "'warming up the model' in line"): 1,
+    ("tuner/server/diagnosis.py", "_WAKE_START in line"): 1,
+    ("tuner/server/sleep.py", "ENTER_LINE in line"): 1,
+    ("tuner/server/sleep.py", "EXIT_LINE in line"): 1,
+    ("tuner/server/sleep.py", "TASK_LINE in line"): 1,
 })
 """Reads of text another program or the user wrote: they stay (each is listed so a new one is looked at)."""
 

@@ -35,6 +35,8 @@ DEFAULT_TUNE_BUDGET_S = int(option("budget_s").default or 0)
 tune --budget``, ``tuner.calibration.request.DEFAULT_BUDGET_S``): see ``DEFAULT_BUDGET_S`` for why 300 s."""
 DEFAULT_PORT = int(option("port").default or 0)
 DEFAULT_CACHE_RAM_MIB = int(option("cache_ram_mib").default or 0)
+DEFAULT_IDLE_SLEEP_S = int(option("idle_sleep_s").default or 0)
+"""The app's idle sleep, seconds (15 min; 0 = off; ``tuner.options.IDLE_SLEEP_WHY`` says why)."""
 """Desktop default of llama-server's host-RAM prompt cache (``--cache-ram``, MiB; declared in
 :mod:`tuner.options`, which says why: :data:`tuner.options.DEFAULT_CACHE_RAM_WHY`); 0 turns the cache off,
 -1 removes the limit."""
@@ -93,6 +95,9 @@ class Settings:
             ``--server-arg`` replaces them on the command line). Checked by :func:`tuner.serverargs.parse_server_args`:
             its allow-list only, never a flag that changes where the server listens, its key, CORS or tools,
             or one Draftwise sets itself. A staleness key of the profile.
+        idle_sleep_s: idle sleep of the served llama-server, whole seconds (``--sleep-idle-seconds``): after this
+            long without a request it unloads the model and frees its memory, and the next request loads it again;
+            0 = off. Default :data:`DEFAULT_IDLE_SLEEP_S` (15 min). Passed only where the binary has the flag.
     """
 
     models_dir: Path | None = None
@@ -113,6 +118,7 @@ class Settings:
     long_share: float | None = None
     rpc_hosts: tuple[str, ...] = ()
     server_args: tuple[str, ...] = ()
+    idle_sleep_s: int = DEFAULT_IDLE_SLEEP_S
 
     def __post_init__(self) -> None:
         validate(self)

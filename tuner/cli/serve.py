@@ -5,7 +5,9 @@ changes on stderr), either from flags (``--target`` [``--draft``, ``--spec-type`
 from the saved tuning profile (``--models DIR [--target NAME|PATH]``). It listens on 127.0.0.1; any
 other ``--host`` needs an API key (``--api-key`` or the key stored by the app), and the printed
 endpoint is the address actually bound. SIGINT and SIGTERM handlers are installed explicitly, so
-Ctrl-C works even when the parent started it with SIGINT ignored (a background job).
+Ctrl-C works even when the parent started it with SIGINT ignored (a background job). ``--idle-sleep SECONDS``
+(off by default; the app's default is 15 min) lets llama-server unload the model while idle
+(``--sleep-idle-seconds``); the sleep and wake lines, with the first request's reload time, go to stderr.
 
 doctor: which binary, its build, devices, flag dialect, and a few-second self-test that proves
 speculation really happens on this build (the bundled demo model as both target and draft with
@@ -90,6 +92,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     add_server_arg_argument(p, serve_models=True)
     add_option(p, "liveness_timeout_s", "--liveness-timeout", dest="liveness_timeout")
+    add_option(p, "idle_sleep_s", "--idle-sleep", dest="idle_sleep", default=None,
+               default_help="default: off, the model stays loaded (the app's default: 15 min)")
     p.set_defaults(func=cmd_serve)
 
     d = subparsers.add_parser(
@@ -262,7 +266,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 + (f" --target {args.target}" if args.target else "")
                 + f" --ctx-size {args.n_ctx} (or serve without --ctx-size)")
         cors, cache_ram = _settings_served()
-        over: dict[str, Any] = {"cors_origins": cors, "cache_ram_mib": cache_ram}
+        over: dict[str, Any] = {"cors_origins": cors, "cache_ram_mib": cache_ram,
+                                "sleep_idle_s": getattr(args, "idle_sleep", None) or None}
         if args.port is not None:
             over["port"] = args.port
         if args.host:
@@ -311,6 +316,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         cache_ram_mib=cache_ram,
         alias=default_alias(target),
         extra_args=tuple(getattr(args, "server_words", None) or ()),
+        sleep_idle_s=getattr(args, "idle_sleep", None) or None,
     )
 
 
@@ -405,6 +411,9 @@ def _supervisor(args: argparse.Namespace, fallback: ServerConfig | None) -> tupl
         check_known(getattr(args, "server_words", None) or (), sup.dialect.has, binary.path)
     except ServerArgError as exc:
         raise ValueError(str(exc)) from None
+    problem = sup.dialect.idle_sleep_problem() if getattr(args, "idle_sleep", None) else None
+    if problem:  # never serve with the model pinned when the user asked for it to be freed
+        raise ValueError(f"--idle-sleep {args.idle_sleep}: {problem}; serve without --idle-sleep")
     return binary, sup
 
 
@@ -443,14 +452,16 @@ class _StateLines:
 
     def __call__(self, ch: StateChange) -> None:
         # a crash, a retry or a restart is its own sentence ("llama-server crashed (…); restarting in 2 s
-        # (restart 3)", tuner/server/restart_policy.py describe); other changes are "state: message"
+        # (restart 3)", tuner/server/restart_policy.py describe), as are idle sleep's ("sleeping — memory
+        # freed (…)", "awake: the first request waited 2.1 s …", tuner/server/sleep.py); others "state: message"
         said_why = ch.state == ServerState.STARTING and ch.diagnosis is not None
-        _err(f"[{time.strftime('%H:%M:%S')}] " + (ch.message if said_why else f"{ch.state.value}: {ch.message}"))
+        sleep = ServerState.SLEEPING in (ch.state, ch.previous) and ch.state in (ServerState.SLEEPING, ServerState.READY)
+        _err(f"[{time.strftime('%H:%M:%S')}] " + (ch.message if said_why or sleep else f"{ch.state.value}: {ch.message}"))
         if ch.state == ServerState.FAILED:
             self.said.append(ch.message)
         if ch.state == ServerState.FAILED and ch.previous != ServerState.STARTING:
             self.done.set()
-        if ch.state == ServerState.READY and ch.previous != ServerState.READY:
+        if ch.state == ServerState.READY and ch.previous == ServerState.STARTING:
             self._ready(ch)
 
     def _ready(self, ch: StateChange) -> None:

@@ -66,6 +66,11 @@ class ServerConfig:
             ggml-cpu's extra buffer types: no AMX, no CPU_REPACK weights). Set by the supervisor from a
             recorded machine fact (:mod:`tuner.server.workarounds`) on a CPU that crashes in those kernels;
             never on a machine where they work.
+        sleep_idle_s: idle sleep (``--sleep-idle-seconds N``, whole seconds ≥ 1; None = off): after N seconds
+            without a task llama-server unloads the model, draft and KV cache, and loads them again at the next
+            request (tools/server/server-queue.cpp ``server_queue::start_loop``, server-context.cpp
+            ``handle_sleeping_state``). A serving setting, never part of a profile; passed only where the binary
+            lists the flag (:attr:`tuner.server.dialect.Dialect.has_idle_sleep`).
     """
 
     model_path: Path
@@ -94,6 +99,7 @@ class ServerConfig:
     spec_autotune: bool = False
     rpc: tuple[str, ...] = ()
     no_repack: bool = False
+    sleep_idle_s: int | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.no_repack, bool):

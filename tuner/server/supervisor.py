@@ -11,6 +11,9 @@ The supervisor composes one module per concern and holds the threads and the loc
 - readiness (:mod:`tuner.server.readiness`: /health, our identity, one completion, speculation on);
 - liveness while ready (:mod:`tuner.server.liveness`: silent *and* no progress = hung, killed and
   handled like a crash);
+- idle sleep (:mod:`tuner.server.sleep`, with ``ServerConfig.sleep_idle_s``): ``ready`` → ``sleeping`` when
+  llama-server unloaded the model, ``sleeping`` → ``ready`` when a request loaded it again (the message says
+  how long the reload took); a reload that fails is a crash like any other (``wake_failed``);
 - after a failed start or a crash: the pure :func:`tuner.server.restart_policy.next_step` decides from
   this ``start()``'s history kept in a :class:`tuner.server.restarts.CrashBook`, then the supervisor
   makes the transition, waits the action's delay and relaunches (``_after_crash``). A start that dies by
@@ -54,6 +57,7 @@ from tuner.server.launch import Launch, pick_port
 from tuner.server.oomcount import OomCounters, read_oom_counters
 from tuner.server.restarts import CrashBook, Step, lost_rpc_host, record_cure, relaunch_message, served_death
 from tuner.server.serverlogs import new_log_path
+from tuner.server.sleep import SleepEvent, SleepStatus
 from tuner.server.states import LIVE, IllegalTransition, ServerState, StateChange, StateMachine
 
 log = logging.getLogger(__name__)
@@ -194,6 +198,11 @@ class Supervisor:
     def log_path(self) -> Path | None:
         """File with the full log of the current/last child."""
         return self._current.log_path if self._current is not None else None
+
+    @property
+    def sleep_status(self) -> SleepStatus:
+        """Idle sleep of the current launch: asleep now, waking, the last reload's seconds."""
+        return self._current.sleep_status if self._current is not None else SleepStatus()
 
     @property
     def restart_count(self) -> int:
@@ -430,7 +439,7 @@ class Supervisor:
         if not self._became_ready(gen, launch.cfg, launch.requested):
             return
         hung = launch.watch(child, self.base_url or "", alive, self.health_interval_s, self.liveness_timeout_s,
-                            self._announce)
+                            self._announce, functools.partial(self._on_sleep, gen))
         if not alive():
             return
         ready_s = time.monotonic() - (self._ready_at or time.monotonic())
@@ -458,6 +467,13 @@ class Supervisor:
             if note is not None:
                 self._announce(note.message, note)
         return True
+
+    def _on_sleep(self, gen: int, event: SleepEvent) -> None:
+        """Idle sleep changed (:mod:`tuner.server.sleep`): ``ready`` ↔ ``sleeping``, said in the event's words."""
+        new = ServerState.SLEEPING if event.asleep else ServerState.READY
+        with self._lock:
+            if self._alive_gen(gen) and self.state in (ServerState.READY, ServerState.SLEEPING) and self.state is not new:
+                self._set_state(new, message=event.message)
 
     # ------------------------------------------------------------------ after a launch ended
     def _after_crash(self, gen: int, child: process.ChildProcess, diag: Diagnosis, ready_s: float | None) -> None:

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -21,6 +22,7 @@ from tuner import settings as settings_mod
 from tuner.calibration.request import EventCallback, TuneResult
 from tuner.catalog.model import ModelFile
 from tuner.safetext import safe_text
+from tuner.server import WAKING_MESSAGE, SleepStatus, reload_words
 from tuner.server.supervisor import ServerState, StateChange
 from tuner.settings import Settings
 from tuner.telemetry.collector import Collector, TelemetryTick
@@ -53,6 +55,24 @@ def activity_text(collector: Collector, now_s: float | None = None) -> str:
     return f"{tps:.1f} tokens/s" if tps is not None else "working (no tokens/s yet)"
 
 
+def sleep_text(status: SleepStatus, headline: bool = True) -> str | None:
+    """Idle sleep in words for the tray, the Serve tab and the Monitor: ``"sleeping — memory freed; …"``
+    while asleep (without its first words when ``headline`` is False: the Serve tab's state says them),
+    ``"waking up — …"`` while the model loads again, the first request's reload time once awake again;
+    None when the server has not slept."""
+    last = reload_words(status.last_reload_s) if status.last_reload_s is not None else None
+    if status.waking:
+        return WAKING_MESSAGE
+    if status.sleeping:
+        since = time.strftime(" since %H:%M", time.localtime(status.since_unix_s)) if status.since_unix_s else ""
+        rest = (f"the model is unloaded{since}; the next request loads it again"
+                + (f" (last time in {last})" if last else ""))
+        return f"sleeping — memory freed; {rest}" if headline else rest[0].upper() + rest[1:]
+    if last is not None:
+        return f"awake — the first request after sleeping waited {last} for the model to load"
+    return None
+
+
 class AppController(QObject):
     """State and actions of the running app.
 
@@ -65,6 +85,8 @@ class AppController(QObject):
         tune_done(object): the :class:`tuner.calibration.request.TuneResult` behind what is served.
         server_changed(object): a :class:`tuner.ui.flow.ServingInfo` or None when stopped.
         telemetry(object): a :class:`tuner.telemetry.collector.TelemetryTick` (1 Hz while polling).
+        sleep_changed(object): the served server fell asleep or woke (idle sleep): a
+            :class:`tuner.server.SleepStatus`, also in :attr:`sleep`.
         notify(str, str): title and message for a desktop notification.
         error(str): a failure in plain words (also shown in the Serve tab).
     """
@@ -77,6 +99,7 @@ class AppController(QObject):
     server_changed = Signal(object)
     server_log = Signal(str)
     telemetry = Signal(object)
+    sleep_changed = Signal(object)
     notify = Signal(str, str)
     error = Signal(str)
     plan_ready = Signal(object, str)
@@ -104,6 +127,8 @@ class AppController(QObject):
         self.last_tick: TelemetryTick | None = None
         self.paused_for_retune = False
         """True while a re-tune runs with the served server stopped (tray and Serve tab say so)."""
+        self.sleep = SleepStatus()
+        """Idle sleep of the served server (asleep now, the last reload's seconds)."""
 
     # ------------------------------------------------------------ state
     def set_state(self, state: AppState, message: str | None = None) -> None:
@@ -139,7 +164,10 @@ class AppController(QObject):
             lines.append(f"{self.serving.model_name}: serving paused for re-tune")
         elif self.serving:
             lines.append(f"{self.serving.model_name} at {self.serving.endpoint_url}")
-            lines.append(activity_text(self.collector))
+            asleep = self.sleep.sleeping
+            lines.append(sleep_text(self.sleep) or "" if asleep else activity_text(self.collector))
+            if not asleep and self.sleep.last_reload_s is not None:
+                lines.append(sleep_text(self.sleep) or "")
         elif self.state is AppState.ERROR and self.last_error:
             lines.append(self.last_error[:120])
         return "\n".join(safe_text(line) for line in lines)  # a file name's newline stays inside its line
@@ -265,7 +293,9 @@ class AppController(QObject):
 
     def _serving_started(self, info: flow.ServingInfo, samplers: flow.Samplers | None = None) -> None:
         self.serving = info
-        self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)))
+        self.sleep = SleepStatus()
+        self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)),
+                              sleeps=flow.sleep_counter(self.runner))
         self._start_polling()
         self.server_changed.emit(info)
         self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")
@@ -282,6 +312,7 @@ class AppController(QObject):
     def _serving_stopped(self) -> None:
         self._stopping = False
         self.serving = None
+        self.sleep = SleepStatus()
         self.collector.detach()
         self.server_changed.emit(None)
         self.set_state(AppState.IDLE, "Server stopped")
@@ -297,13 +328,17 @@ class AppController(QObject):
             return
         state, prev = change.state, change.previous
         diag = change.diagnosis
-        if state is ServerState.STARTING and prev is ServerState.READY and diag is not None \
+        if ServerState.SLEEPING in (state, prev) and state in (ServerState.SLEEPING, ServerState.READY):
+            self._sleep_changed(change)
+        elif state is ServerState.STARTING and prev is ServerState.READY and diag is not None \
                 and diag.code == "rpc_host_lost":
             self.notify.emit("Draftwise: RPC host lost", f"{change.message}.")
             self.status.emit(change.message)
-        elif state is ServerState.STARTING and prev is ServerState.READY:
+        elif state is ServerState.STARTING and prev in (ServerState.READY, ServerState.SLEEPING):
             # the supervisor's message says what happened and what it does, in plain words: "llama-server
             # crashed (killed by the system, probably for lack of memory); restarting in 2 s (restart 3)"
+            # or, after idle sleep, "crashed (could not load the model again after idle sleep); …"
+            self.sleep = SleepStatus()
             what = "hung" if diag is not None and diag.code == "hung" else "crashed"
             self.notify.emit(f"Draftwise: llama-server {what}", f"{change.message}.")
             self.status.emit(change.message)
@@ -329,6 +364,21 @@ class AppController(QObject):
             msg = flow.describe_supervisor_failure(self.runner)
             self.notify.emit("Draftwise: llama-server stopped", msg)
             self.set_state(AppState.ERROR, msg)
+
+    def _sleep_changed(self, change: StateChange) -> None:
+        """The served server fell asleep, or woke (idle sleep): the views are told; the supervisor's status
+        (read now) has the reload time of the wake."""
+        sup = self.runner.supervisor
+        status = sup.sleep_status if sup is not None else SleepStatus()
+        if change.state is ServerState.SLEEPING and not status.sleeping:
+            status = SleepStatus(sleeping=True, last_reload_s=status.last_reload_s, sleeps=status.sleeps)
+        self.sleep = status
+        self.sleep_changed.emit(status)
+        self.status.emit(change.message)
+
+    def idle_sleep_problem(self) -> str | None:
+        """Why the app's llama-server cannot unload an idle model (ik_llama.cpp, legacy builds), or None."""
+        return flow.idle_sleep_problem(self.settings, self.runner)
 
     def _serving_process_changed(self) -> None:
         """After a crash restart (or the previous configuration started again after a failed re-tune)

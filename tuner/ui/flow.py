@@ -52,6 +52,7 @@ from tuner.hardware import nvml
 from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
 from tuner.process import tree_usage
 from tuner.profiles import Profile
+from tuner.server import NON_WAKING_PATHS, ServerNotFoundError, cached_dialect
 from tuner.server.client import ServerClient
 from tuner.server.config import ServerConfig, default_alias
 from tuner.server.discovery import ServerBinary, find_server
@@ -240,7 +241,7 @@ class ServerRunner:
         if sup is None:
             return None
         config = sup.config
-        if sup.state not in (ServerState.READY, ServerState.STARTING) or config is None:
+        if sup.state not in (ServerState.READY, ServerState.SLEEPING, ServerState.STARTING) or config is None:
             return None
         log.info("pausing the served llama-server (port %s) for a re-tune", config.port)
         sup.stop()
@@ -286,8 +287,9 @@ def vram_sampler() -> VramSampler | None:
 
 
 def server_samplers(info: ServingInfo, runner: ServerRunner) -> Samplers:
-    """``(MetricsSampler, ProcessSampler, AcceptanceWatch | None)`` for the served server."""
-    client = ServerClient(info.base_url, api_key=info.api_key)
+    """``(MetricsSampler, ProcessSampler, AcceptanceWatch | None)`` for the served server. The ``/metrics``
+    client may ask only what does not wake a sleeping server (:data:`tuner.server.client.NON_WAKING_PATHS`)."""
+    client = ServerClient(info.base_url, api_key=info.api_key, paths=NON_WAKING_PATHS)
     metrics = MetricsSampler(client.metrics_text)
 
     def read_usage() -> ProcessUsage | None:
@@ -301,6 +303,32 @@ def server_samplers(info: ServingInfo, runner: ServerRunner) -> Samplers:
 
     watch = AcceptanceWatch(info.break_even_rate) if info.break_even_rate else None
     return metrics, ProcessSampler(read_usage), watch
+
+
+def sleep_counter(runner: ServerRunner) -> Callable[[], int]:
+    """How many times the served llama-server fell asleep (idle sleep) in its current launch, for
+    :meth:`tuner.telemetry.collector.Collector.attach` (0 when none runs)."""
+
+    def sleeps() -> int:
+        sup = runner.supervisor
+        return sup.sleep_status.sleeps if sup is not None else 0
+
+    return sleeps
+
+
+def idle_sleep_problem(settings: Settings, runner: ServerRunner | None = None) -> str | None:
+    """Why the llama-server the app serves with cannot unload an idle model (ik_llama.cpp, legacy builds),
+    in words; None when it can or when that is not known yet. The served supervisor's dialect when one ran,
+    else the binary's cached ``--help`` (never runs the binary: the window asks this while it builds)."""
+    sup = runner.supervisor if runner is not None else None
+    if sup is not None:
+        return sup.dialect.idle_sleep_problem()
+    try:
+        binary = find_server(settings.server_binary, read_build=False)
+    except ServerNotFoundError:
+        return None
+    dialect = cached_dialect(binary.path)
+    return dialect.idle_sleep_problem() if dialect is not None else None
 
 
 #: Keyword arguments for :func:`tuner.calibration.tune.tune` that the GUI may override (tests use a
@@ -329,8 +357,9 @@ def _break_even_for(decision_json: dict[str, Any]) -> float | None:
 
 def serving_config(profile: Profile, settings: Settings) -> ServerConfig:
     """The profile's winning ``ServerConfig`` with the user's port, listen address and API key, the
-    friendly model id (``--alias`` = :func:`tuner.server.config.default_alias`) and the prompt-cache
-    limit (``settings.cache_ram_mib``).
+    friendly model id (``--alias`` = :func:`tuner.server.config.default_alias`), the prompt-cache
+    limit (``settings.cache_ram_mib``) and idle sleep (``settings.idle_sleep_s``; 0 = off; passed only where
+    the binary has ``--sleep-idle-seconds``).
 
     Raises:
         tuner.settings.SettingsError: LAN exposure without an API key.
@@ -339,7 +368,8 @@ def serving_config(profile: Profile, settings: Settings) -> ServerConfig:
     cfg = profile_server_config(profile)  # raises ProfileError for a tampered profile (option named)
     return replace(cfg, port=settings.port, host=settings.host, api_key=server_api_key(settings),
                    cors_origins=settings.cors_origins_value(),
-                   alias=cfg.alias or default_alias(cfg.model_path), cache_ram_mib=settings.cache_ram_mib)
+                   alias=cfg.alias or default_alias(cfg.model_path), cache_ram_mib=settings.cache_ram_mib,
+                   sleep_idle_s=settings.idle_sleep_s or None)
 
 
 def _argv_has(argv: Sequence[str] | None, flags: tuple[str, ...]) -> bool:

@@ -4,7 +4,9 @@ deltas), VRAM and RAM, and requests in flight (decoding + queued), over the last
 Truth rules: where nothing was measured the line has a break (idle seconds, a stalled poller, a
 restart: :func:`tuner.telemetry.ring.with_breaks`); the header says "idle" when no request ran in
 the last ``IDLE_AFTER_S`` seconds instead of repeating the last speed; a speculative server that
-made no draft tokens while generating says so."""
+made no draft tokens while generating says so; a server asleep (idle sleep) says "sleeping — memory freed",
+and once awake the first request's reload time (that request is left out of the speed and acceptance graphs:
+:class:`tuner.telemetry.collector.Collector`)."""
 
 from __future__ import annotations
 
@@ -21,7 +23,7 @@ from PySide6.QtWidgets import (
 
 from tuner.telemetry.collector import NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S
 from tuner.telemetry.ring import with_breaks
-from tuner.ui.controller import AppController, activity_text
+from tuner.ui.controller import AppController, activity_text, sleep_text
 from tuner.ui.graphs import TimePlot
 from tuner.ui.plaintext import plain, plain_label, rich, rich_label
 from tuner.units import GIB, MIB, format_bytes
@@ -87,6 +89,7 @@ class MonitorTab(QWidget):
         grid.addWidget(self.req_plot, 1, 1)
         lay.addLayout(grid, 1)
         controller.telemetry.connect(self.on_tick)
+        controller.sleep_changed.connect(lambda _s: self._update_summary())
 
     def set_range(self, minutes: int) -> None:
         """Show the last 5, 15 or 60 minutes."""
@@ -162,9 +165,13 @@ class MonitorTab(QWidget):
             now = c.collector.clock()
             acc = s["acceptance_rate"].last_value()
             rss = s["ram_rss_bytes"].last_value()
+            asleep = sleep_text(c.sleep) if c.sleep.sleeping else None
             parts = [f"<b>{rich(c.serving.model_name)}</b> — {rich(c.serving.spec_label)}",
-                     rich(activity_text(c.collector, now))]
-            if acc is not None and not c.collector.is_idle(now):
+                     rich(asleep or activity_text(c.collector, now))]
+            if not asleep and c.sleep.last_reload_s is not None:
+                left_out = " (that request is left out of the speed graph)" if c.collector.left_out_after_wake else ""
+                parts.append(rich((sleep_text(c.sleep) or "") + left_out))
+            if acc is not None and not asleep and not c.collector.is_idle(now):
                 parts.append(f"acceptance {acc:.0%}")
             if rss is not None:
                 parts.append(rich(f"RAM {fmt_bytes(rss)}{self._cache_ram_text(c.serving)}"))

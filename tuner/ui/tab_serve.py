@@ -1,6 +1,6 @@
-"""Serve tab: state, endpoint, the exact command line, copy buttons, log tail, and the serving
-settings (port, LAN exposure with its API key, prompt-cache RAM, start at login, llama-server binary and
-the user's extra llama-server flags)."""
+"""Serve tab: state (with idle sleep: "sleeping — memory freed" and the first request's reload time), endpoint,
+the exact command line, copy buttons, log tail, and the serving settings (port, LAN exposure with its API key,
+prompt-cache RAM, idle sleep, start at login, llama-server binary and the user's extra llama-server flags)."""
 
 from __future__ import annotations
 
@@ -26,9 +26,9 @@ from PySide6.QtWidgets import (
 )
 
 from tuner import settings as settings_mod
-from tuner.options import DEFAULT_CACHE_RAM_WHY, server_defaults_text
+from tuner.options import DEFAULT_CACHE_RAM_WHY, IDLE_SLEEP_WHY, help_text, server_defaults_text
 from tuner.ui import flow
-from tuner.ui.controller import AppController
+from tuner.ui.controller import AppController, sleep_text
 from tuner.ui.icons import STATE_COLORS
 from tuner.ui.options import spin_box, spin_value
 from tuner.ui.plaintext import plain, plain_label
@@ -38,6 +38,8 @@ log = logging.getLogger(__name__)
 
 
 LOG_LINES = 300
+#: The state's colour while the served model sleeps (idle sleep): serving, but nothing loaded.
+SLEEPING_COLOR = "#0369a1"
 
 
 def web_pages_text(argv: tuple[str, ...] | list[str]) -> str:
@@ -97,6 +99,9 @@ class ServeTab(QWidget):
         self.web_pages_label = plain_label(QLabel("—"))
         self.web_pages_label.setWordWrap(True)
         form.addRow("Web pages:", self.web_pages_label)
+        self.sleep_label = plain_label(QLabel())  # only once the served server slept (idle sleep)
+        self.sleep_label.setWordWrap(True)
+        form.addRow("Idle sleep:", self.sleep_label)
         self.cpu_kernels_label = plain_label(QLabel())  # only while the --no-repack workaround is in force
         self.cpu_kernels_label.setWordWrap(True)
         form.addRow("CPU kernels:", self.cpu_kernels_label)
@@ -117,6 +122,7 @@ class ServeTab(QWidget):
         self._status_form = form
         form.setRowVisible(self.error_label, False)  # no empty row under the buttons until a failure
         form.setRowVisible(self.cpu_kernels_label, False)
+        form.setRowVisible(self.sleep_label, False)
         lay.addWidget(status)
 
         lay.addWidget(self._settings_box())
@@ -137,6 +143,7 @@ class ServeTab(QWidget):
 
         controller.state_changed.connect(lambda _s: self.refresh())
         controller.server_changed.connect(lambda _i: self.refresh())
+        controller.sleep_changed.connect(lambda _s: self.refresh())
         controller.error.connect(self.show_error)
         self.refresh()
 
@@ -201,6 +208,7 @@ class ServeTab(QWidget):
         cram_help.setStyleSheet("color:#6b7280")
         cram_row.addWidget(cram_help, 1)
         form.addRow("Prompt cache:", cram_row)
+        self._idle_sleep_row(form, st)
         self.login_check = QCheckBox("Start Draftwise at login")
         self.login_check.setChecked(st.start_at_login)
         self.login_check.toggled.connect(self._toggle_login)
@@ -221,6 +229,38 @@ class ServeTab(QWidget):
         self._settings_form = form
         form.setRowVisible(self.settings_msg, False)  # shown with the first message
         return box
+
+    def _idle_sleep_row(self, form: QFormLayout, st) -> None:
+        """Idle sleep (``idle_sleep_s``): off, or minutes without a request before the model is unloaded;
+        greyed out, with the reason, on a llama-server without ``--sleep-idle-seconds``."""
+        row = QHBoxLayout()
+        self.idle_sleep_spin = spin_box("idle_sleep_s", st.idle_sleep_s)  # its minimum shows "off"
+        self.idle_sleep_spin.setMinimumWidth(self.idle_sleep_spin.fontMetrics().horizontalAdvance("10080 min") + 40)
+        self.idle_sleep_spin.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        self.idle_sleep_spin.editingFinished.connect(self._save_idle_sleep)
+        row.addWidget(self.idle_sleep_spin)
+        self.idle_sleep_help = QLabel("free the model's memory after this long without a request; the next "
+                                      "request then waits a few seconds while it loads again")
+        self.idle_sleep_help.setWordWrap(True)
+        self.idle_sleep_help.setStyleSheet("color:#6b7280")
+        row.addWidget(self.idle_sleep_help, 1)
+        form.addRow("Idle sleep:", row)
+        self.show_idle_sleep_support(self.controller.idle_sleep_problem())
+
+    def show_idle_sleep_support(self, problem: str | None) -> None:
+        """Grey the idle-sleep setting out with ``problem`` (why this llama-server cannot), or enable it."""
+        self.idle_sleep_spin.setEnabled(problem is None)
+        tip = f"{help_text('idle_sleep_s')}. {IDLE_SLEEP_WHY}"
+        self.idle_sleep_spin.setToolTip(f"Not available: {problem}." if problem else tip)
+        self.idle_sleep_help.setToolTip(self.idle_sleep_spin.toolTip())
+        self.idle_sleep_help.setText(f"not available: {problem}" if problem else
+                                     "free the model's memory after this long without a request; the next "
+                                     "request then waits a few seconds while it loads again")
+
+    def _save_idle_sleep(self) -> None:
+        new = spin_value(self.idle_sleep_spin)
+        if new != self.controller.settings.idle_sleep_s:
+            self._save(idle_sleep_s=new)
 
     def _server_args_row(self, form: QFormLayout, st) -> None:
         """The user's own llama-server flags (``server_args``): FLAG or FLAG=VALUE, separated by spaces."""
@@ -379,6 +419,9 @@ class ServeTab(QWidget):
         }[c.state]
         if c.state is AppState.TUNING and getattr(c, "paused_for_retune", False):
             words = "paused for re-tune"
+        if c.state is AppState.SERVING and c.sleep.sleeping:
+            words = "waking up" if c.sleep.waking else "sleeping — memory freed"
+            color = SLEEPING_COLOR
         self.state_label.setText(f'<span style="color:{color}; font-weight:bold">● {words}</span>')
         info = c.serving
         if info is not None:
@@ -390,6 +433,7 @@ class ServeTab(QWidget):
             self.cmd_edit.setPlainText(plain(shlex.join(argv)))
             self.web_pages_label.setText(plain(web_pages_text(argv)))
             self._show_cpu_kernels(flow.cpu_kernels_text(argv))
+            self.show_idle_sleep_support(c.idle_sleep_problem())
             self.show_error("")
         else:
             self.model_label.setText("—")
@@ -397,6 +441,9 @@ class ServeTab(QWidget):
             self.endpoint_edit.setText("")
             self.web_pages_label.setText("—")
             self._show_cpu_kernels(None)
+        said = sleep_text(c.sleep, headline=False) if info is not None else None
+        self.sleep_label.setText(said or "")
+        self._status_form.setRowVisible(self.sleep_label, bool(said))
         self.start_btn.setEnabled(info is None and c.state is not AppState.TUNING)
         self.stop_btn.setEnabled(info is not None)
         self.copy_url_btn.setEnabled(info is not None)

@@ -40,6 +40,7 @@ class Tray:
         self.refresh()
         controller.state_changed.connect(lambda _s: self.refresh())
         controller.telemetry.connect(lambda _t: self.icon.setToolTip(tooltip(controller.tooltip())))
+        controller.sleep_changed.connect(lambda _s: self.icon.setToolTip(tooltip(controller.tooltip())))
         controller.notify.connect(self.notify)
         if self.available:
             self.icon.show()
@@ -84,7 +85,9 @@ class Tray:
         a.triggered.connect(c.retune)
         m.addSeparator()
         if served is not None:
-            info = m.addAction(f"Serving {plain(served.model_name)}".replace("&", "&&"))  # no mnemonic
+            asleep = c.sleep.sleeping
+            info = m.addAction((f"Serving {plain(served.model_name)}"
+                                + (" — sleeping, memory freed" if asleep else "")).replace("&", "&&"))  # no mnemonic
             info.setEnabled(False)
         m.addAction("Quit").triggered.connect(self.quit_app)
 
