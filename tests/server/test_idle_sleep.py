@@ -74,7 +74,7 @@ def test_a_wake_is_announced_once_from_the_log_line():
 def _recorded_wake_failure() -> list[str]:
     """b11434 serving stories260K with --sleep-idle-seconds 1; the file was moved away while it slept and a
     request woke it (paths replaced, ggml_print_backtrace's gdb lines cut short)."""
-    return (DATA / "wake-failed.log").read_text(encoding="utf-8").splitlines()
+    return (DATA / "wake-failed.txt").read_text(encoding="utf-8").splitlines()
 
 
 def test_a_failed_reload_is_wake_failed_with_the_loads_own_cause():
