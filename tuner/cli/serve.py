@@ -100,8 +100,8 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     p.add_argument("--capture-requests", action="store_true",
                    help=f"{KEEP_WORDS[0].upper()}{KEEP_WORDS[1:]}: the full prompt of each request this server "
-                   f"answers, the newest {MAX_FILES} and at most {format_bytes(MAX_BYTES)}, in a folder only you can "
-                   f"read ({captures_root()}/MODEL-ID); delete that folder to forget them. Default: off")
+                   f"answers, the newest {MAX_FILES} and at most {format_bytes(MAX_BYTES, decimals=0)}, in a folder only "
+                   f"you can read ({captures_root()}/MODEL-ID); delete that folder to forget them. Default: off")
     p.set_defaults(func=cmd_serve)
 
     d = subparsers.add_parser(
