@@ -115,3 +115,20 @@ def test_switching_capture_while_serving_shows_lists_deletes_and_forgets(make_ap
     assert "keeping your last" not in c.tooltip()
     app.tray.rebuild_menu()
     assert not any(a.startswith("Keeping your last") for a in app.tray.actions())
+
+
+def test_the_served_configuration_carries_the_folder_only_with_the_setting(tmp_path: Path) -> None:
+    """What ``serving_config`` adds to a profile's configuration: the model id's private folder, made now, when the
+    setting is on; nothing when it is off (the argv then never has ``--log-prompts-dir``)."""
+    from tests.server.conftest import help_text
+    from tuner.server.argv import build_argv
+    from tuner.server.dialect import parse_help
+
+    dialect = parse_help(help_text("b11434"))
+    cfg = ServerConfig(model_path=tmp_path / "Qwen3-8B-Q4_K_M-00001-of-00002.gguf", port=1)
+    on = flow.capture_config(cfg, True)
+    assert on.log_prompts_dir == captures_root() / "Qwen3-8B-Q4_K_M"  # the model id, as --alias serves it
+    assert stat.S_IMODE(on.log_prompts_dir.stat().st_mode) == 0o700
+    assert "--log-prompts-dir" in build_argv("llama-server", on, dialect)
+    off = flow.capture_config(on, False)
+    assert off.log_prompts_dir is None and "--log-prompts-dir" not in build_argv("llama-server", off, dialect)
