@@ -227,7 +227,10 @@ class AppController(QObject):
         return True
 
     def _applied(self, setting: str) -> None:
-        """A start-up setting was applied: a new llama-server process serves (fresh /metrics counters)."""
+        """A start-up setting was applied: a new llama-server process serves (fresh /metrics counters, awake)."""
+        if self.sleep != SleepStatus():
+            self.sleep = SleepStatus()
+            self.sleep_changed.emit(self.sleep)
         self.metrics_reset()
         self._serving_process_changed()
         self.capture_changed.emit()
