@@ -455,6 +455,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _preflight(cfg, args, from_profile)
         binary, sup = _supervisor(args, fallback)
         cfg = _with_capture(cfg, args)
+        if fallback is not None and cfg.log_prompts_dir is not None:  # a lost RPC host does not stop the capture
+            sup.set_rpc_fallback(dataclasses.replace(fallback, log_prompts_dir=cfg.log_prompts_dir))
     except (ValueError, OSError) as exc:
         _err(f"draftwise serve: {error_text(exc)}")
         return 2

@@ -542,6 +542,8 @@ def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settin
     from tuner.calibration.serving import reachable_config, rpc_fallback_config
 
     fallback = rpc_fallback_config(config, profile)
+    if fallback is not None:  # a lost RPC host does not stop the capture of served requests
+        fallback = replace(fallback, log_prompts_dir=config.log_prompts_dir)
     config, rpc_note = reachable_config(config, fallback)
     if rpc_note:
         on_event(status_event(rpc_note))
