@@ -98,6 +98,10 @@ class Settings:
         idle_sleep_s: idle sleep of the served llama-server, whole seconds (``--sleep-idle-seconds``): after this
             long without a request it unloads the model and frees its memory, and the next request loads it again;
             0 = off. Default :data:`DEFAULT_IDLE_SLEEP_S` (15 min). Passed only where the binary has the flag.
+        capture_requests: keep the requests the served model answers (their full prompts, the last 200 and at
+            most 64 MiB per model, in a private folder: ``tuner.server.capture``) to re-tune on them; off by
+            default. A start-up flag of llama-server (``--log-prompts-dir``): switching it restarts the served
+            server, and switching it off deletes what was kept.
     """
 
     models_dir: Path | None = None
@@ -119,6 +123,7 @@ class Settings:
     rpc_hosts: tuple[str, ...] = ()
     server_args: tuple[str, ...] = ()
     idle_sleep_s: int = DEFAULT_IDLE_SLEEP_S
+    capture_requests: bool = False
 
     def __post_init__(self) -> None:
         validate(self)
@@ -159,7 +164,7 @@ def validate(settings: Settings, path: Path | None = None) -> None:
         if v is not None and not isinstance(v, Path):
             raise SettingsError(key, f"expected a path or null, got {type(v).__name__}", path)
     _validate_numbers(s, path)
-    for key in ("expose_on_lan", "start_at_login", "keep_chat_history"):
+    for key in ("expose_on_lan", "start_at_login", "keep_chat_history", "capture_requests"):
         if not isinstance(getattr(s, key), bool):
             raise SettingsError(key, f"expected true or false, got {getattr(s, key)!r}", path)
     if s.cors_origin is not None and (not isinstance(s.cors_origin, str) or not _ORIGIN.fullmatch(s.cors_origin)):

@@ -8,6 +8,8 @@ endpoint is the address actually bound. SIGINT and SIGTERM handlers are installe
 Ctrl-C works even when the parent started it with SIGINT ignored (a background job). ``--idle-sleep SECONDS``
 (off by default; the app's default is 15 min) lets llama-server unload the model while idle
 (``--sleep-idle-seconds``); the sleep and wake lines, with the first request's reload time, go to stderr.
+``--capture-requests`` (off by default) keeps the requests it answers to re-tune on them (``--log-prompts-dir``
+to a private folder per model id, pruned while serving: :mod:`tuner.server.capture`); a line on stderr says where.
 
 doctor: which binary, its build, devices, flag dialect, and a few-second self-test that proves
 speculation really happens on this build (the bundled demo model as both target and draft with
@@ -94,6 +96,12 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     add_option(p, "liveness_timeout_s", "--liveness-timeout", dest="liveness_timeout")
     add_option(p, "idle_sleep_s", "--idle-sleep", dest="idle_sleep", default=None,
                default_help="default: off, the model stays loaded (the app's default: 15 min)")
+    from tuner.server.capture import KEEP_WORDS, MAX_BYTES, MAX_FILES, captures_root
+
+    p.add_argument("--capture-requests", action="store_true",
+                   help=f"{KEEP_WORDS[0].upper()}{KEEP_WORDS[1:]}: the full prompt of each request this server "
+                   f"answers, the newest {MAX_FILES} and at most {format_bytes(MAX_BYTES, decimals=0)}, in a folder only "
+                   f"you can read ({captures_root()}/MODEL-ID); delete that folder to forget them. Default: off")
     p.set_defaults(func=cmd_serve)
 
     d = subparsers.add_parser(
@@ -414,7 +422,21 @@ def _supervisor(args: argparse.Namespace, fallback: ServerConfig | None) -> tupl
     problem = sup.dialect.idle_sleep_problem() if getattr(args, "idle_sleep", None) else None
     if problem:  # never serve with the model pinned when the user asked for it to be freed
         raise ValueError(f"--idle-sleep {args.idle_sleep}: {problem}; serve without --idle-sleep")
+    problem = sup.dialect.capture_problem() if getattr(args, "capture_requests", False) else None
+    if problem:
+        raise ValueError(f"--capture-requests: {problem}; serve without --capture-requests")
     return binary, sup
+
+
+def _with_capture(cfg: ServerConfig, args: argparse.Namespace) -> ServerConfig:
+    """``cfg`` with ``--log-prompts-dir`` set to the model id's private folder when ``--capture-requests`` was
+    given (:func:`tuner.server.capture.log_prompts_dir`, made before the launch), else ``cfg`` unchanged.
+    Raises CaptureError (an OSError naming the folder)."""
+    if not getattr(args, "capture_requests", False):
+        return cfg
+    from tuner.server.capture import log_prompts_dir
+
+    return dataclasses.replace(cfg, log_prompts_dir=log_prompts_dir(cfg.alias or default_alias(cfg.model_path)))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -432,6 +454,9 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         _preflight(cfg, args, from_profile)
         binary, sup = _supervisor(args, fallback)
+        cfg = _with_capture(cfg, args)
+        if fallback is not None and cfg.log_prompts_dir is not None:  # a lost RPC host does not stop the capture
+            sup.set_rpc_fallback(dataclasses.replace(fallback, log_prompts_dir=cfg.log_prompts_dir))
     except (ValueError, OSError) as exc:
         _err(f"draftwise serve: {error_text(exc)}")
         return 2
@@ -478,6 +503,11 @@ class _StateLines:
         if not is_loopback_host(cfg.host):
             _err(f"listening on {url} (reachable from the network; clients must send the API key); "
                  f"from this machine: {ch.base_url}/v1")
+        if cfg.log_prompts_dir is not None:
+            from tuner.server.capture import KEEP_WORDS
+
+            _err(f"capturing requests: Draftwise {KEEP_WORDS}, in {cfg.log_prompts_dir} (only you can read it; "
+                 "delete the folder to forget them)")
 
 
 def _serve(args: argparse.Namespace, cfg: ServerConfig, binary: ServerBinary, sup: Supervisor) -> int:

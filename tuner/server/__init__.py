@@ -3,6 +3,27 @@ failure diagnosis. See docs/architecture.md ("server") for the contract."""
 
 from tuner.process import clean_env
 from tuner.server.argv import UnsupportedConfigError, build_argv
+from tuner.server.capture import (
+    KEEP_WORDS,
+    CapturedFile,
+    CapturedRequest,
+    CapturedSample,
+    CaptureError,
+    capture_dir,
+    captured_count,
+    captured_requests,
+    captures_root,
+    delete_captured,
+    forget_captured,
+    list_captured,
+    log_prompts_dir,
+)
+from tuner.server.capture import (
+    MAX_BYTES as MAX_CAPTURED_BYTES,
+)
+from tuner.server.capture import (
+    MAX_FILES as MAX_CAPTURED_FILES,
+)
 from tuner.server.client import (
     NON_WAKING_PATHS,
     Health,
@@ -20,6 +41,8 @@ from tuner.server.states import IllegalTransition, ServerState, StateChange
 from tuner.server.supervisor import ServerStartError, Supervisor, startup_timeout_for
 
 __all__ = [
+    "KEEP_WORDS", "MAX_CAPTURED_BYTES", "MAX_CAPTURED_FILES", "CaptureError", "CapturedFile", "CapturedRequest", "CapturedSample", "capture_dir", "captured_count",
+    "captured_requests", "captures_root", "delete_captured", "forget_captured", "list_captured", "log_prompts_dir",
     "NON_WAKING_PATHS", "WAKING_MESSAGE", "Diagnosis", "Dialect", "DialectError", "Health", "IllegalTransition", "ServerBinary", "ServerClient",
     "ServerClientError", "ServerConfig", "ServerHTTPError", "ServerNotFoundError", "ServerStartError", "ServerState",
     "ServerUnreachableError", "SleepStatus", "StateChange", "Supervisor", "UnsupportedConfigError", "build_argv",

@@ -27,6 +27,10 @@ log = logging.getLogger(__name__)
 
 #: llama-server's idle-sleep flag (b11434 common/arg.cpp ``--sleep-idle-seconds``: an int ≥ 1, or -1 = off).
 IDLE_SLEEP_FLAG = "--sleep-idle-seconds"
+#: llama-server's flag that writes each completion's prompt to a folder (b11434 common/arg.cpp
+#: ``--log-prompts-dir``; tools/server/server-context.cpp, the ``path_prompts_log_dir`` block of
+#: ``server_routes::handle_completions_impl``): Draftwise's opt-in capture of served requests.
+CAPTURE_FLAG = "--log-prompts-dir"
 
 #: Description column of llama.cpp's help printer (common/arg.cpp ``common_arg::to_string``).
 _REMOVED_MARK = "the argument has been removed"
@@ -107,6 +111,21 @@ class Dialect:
             self.spec_style, "this llama-server build")
         return (f"{which} has no {IDLE_SLEEP_FLAG}, so it cannot unload an idle model (current llama.cpp "
                 "builds can)")
+
+    @property
+    def has_capture(self) -> bool:
+        """True when the binary can keep the requests it serves (:data:`CAPTURE_FLAG` in its ``--help``)."""
+        return CAPTURE_FLAG in self.flags
+
+    def capture_problem(self) -> str | None:
+        """Why this binary cannot keep the requests it serves, in words for the Serve tab and ``serve
+        --capture-requests``; None when it can. ik_llama.cpp and builds before the 2026 flag rename have no
+        ``--log-prompts-dir``."""
+        if self.has_capture:
+            return None
+        which = {"ik": "ik_llama.cpp's llama-server", "legacy": "this older llama.cpp build"}.get(
+            self.spec_style, "this llama-server build")
+        return f"{which} has no {CAPTURE_FLAG}, so it cannot keep the requests it serves (current llama.cpp builds can)"
 
     @property
     def draft_counts_endpoint(self) -> str:

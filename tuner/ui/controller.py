@@ -22,6 +22,7 @@ from tuner import settings as settings_mod
 from tuner.calibration.request import EventCallback, TuneResult
 from tuner.catalog.model import ModelFile
 from tuner.safetext import safe_text
+from tuner.server import MAX_CAPTURED_FILES as MAX_FILES
 from tuner.server import WAKING_MESSAGE, SleepStatus, reload_words
 from tuner.server.supervisor import ServerState, StateChange
 from tuner.settings import Settings
@@ -53,6 +54,14 @@ def activity_text(collector: Collector, now_s: float | None = None) -> str:
         return f"idle (last generation {last.value:.1f} tokens/s, {when})"
     tps = last.value if last is not None and now - last.t_s <= IDLE_AFTER_S else None
     return f"{tps:.1f} tokens/s" if tps is not None else "working (no tokens/s yet)"
+
+
+def capture_text(status: flow.CaptureStatus) -> str | None:
+    """The capture of served requests in words while the served llama-server keeps them (the tray's tooltip and
+    menu): ``"keeping your last 200 requests on this machine (12 kept now)"``; None while it does not."""
+    if not status.active:
+        return None
+    return f"keeping your last {MAX_FILES} requests on this machine ({status.files} kept now)"
 
 
 def sleep_text(status: SleepStatus, headline: bool = True) -> str | None:
@@ -87,6 +96,8 @@ class AppController(QObject):
         telemetry(object): a :class:`tuner.telemetry.collector.TelemetryTick` (1 Hz while polling).
         sleep_changed(object): the served server fell asleep or woke (idle sleep): a
             :class:`tuner.server.SleepStatus`, also in :attr:`sleep`.
+        capture_changed(): the capture of served requests was switched, applied, or requests were deleted
+            (:meth:`capture_status` says where it stands).
         notify(str, str): title and message for a desktop notification.
         error(str): a failure in plain words (also shown in the Serve tab).
     """
@@ -100,6 +111,7 @@ class AppController(QObject):
     server_log = Signal(str)
     telemetry = Signal(object)
     sleep_changed = Signal(object)
+    capture_changed = Signal()
     notify = Signal(str, str)
     error = Signal(str)
     plan_ready = Signal(object, str)
@@ -168,6 +180,9 @@ class AppController(QObject):
             lines.append(sleep_text(self.sleep) or "" if asleep else activity_text(self.collector))
             if not asleep and self.sleep.last_reload_s is not None:
                 lines.append(sleep_text(self.sleep) or "")
+            said = capture_text(self.capture_status())
+            if said is not None:
+                lines.append(said)
         elif self.state is AppState.ERROR and self.last_error:
             lines.append(self.last_error[:120])
         return "\n".join(safe_text(line) for line in lines)  # a file name's newline stays inside its line
@@ -179,6 +194,65 @@ class AppController(QObject):
             flow.set_autostart(new.start_at_login)
         settings_mod.save_settings(new)
         self.settings = new
+
+    # ------------------------------------------------------------ capture of served requests
+    def capture_status(self) -> flow.CaptureStatus:
+        """Where the capture of served requests stands (:func:`tuner.ui.flow.capture_status`)."""
+        return flow.capture_status(self.settings, self.runner)
+
+    def set_capture(self, on: bool) -> bool:
+        """Switch the capture of served requests (the ``capture_requests`` setting). A served server is
+        restarted to apply it (``--log-prompts-dir`` is a start-up flag: the supervisor's applying state); off
+        deletes every captured request once the server runs without the flag. False when refused: a step runs
+        (the setting is unchanged). Raises :class:`tuner.settings.SettingsError` when the setting cannot be saved."""
+        if self.busy:
+            self.status.emit("Busy: wait for the current step or cancel it")
+            return False
+        self.update_settings(self.settings.replace(capture_requests=on))
+        sup = self.runner.supervisor
+        cfg = sup.config if sup is not None and self.serving is not None else None
+        if cfg is None or sup is None or sup.state not in (ServerState.READY, ServerState.SLEEPING):
+            if not on:
+                flow.forget_captured()
+            self.capture_changed.emit()
+            return True
+        setting = "keeping served requests" if on else "not keeping served requests"
+
+        def job(on_event: EventCallback, cancel: threading.Event) -> None:
+            self.runner.apply(flow.capture_config(cfg, on), setting)
+            if not on:
+                flow.forget_captured()
+
+        self._start_work(job, "apply", lambda _r: self._applied(setting))
+        return True
+
+    def _applied(self, setting: str) -> None:
+        """A start-up setting was applied: a new llama-server process serves (fresh /metrics counters, awake)."""
+        if self.sleep != SleepStatus():
+            self.sleep = SleepStatus()
+            self.sleep_changed.emit(self.sleep)
+        self.metrics_reset()
+        self._serving_process_changed()
+        self.capture_changed.emit()
+        self.set_state(AppState.SERVING, f"llama-server restarted: {setting}")
+
+    def forget_captured(self) -> int:
+        """*Forget captured requests*: delete every captured request (a serving llama-server goes on keeping new
+        ones while the setting is on). Returns how many; raises OSError when one cannot be deleted."""
+        try:
+            n = flow.forget_captured(keep_folders=self.settings.capture_requests)
+        finally:
+            self.capture_changed.emit()
+        self.status.emit(f"Forgot {n} captured request{'' if n == 1 else 's'}")
+        return n
+
+    def delete_captured(self, path: Path) -> bool:
+        """Delete one captured request (a file :func:`tuner.ui.flow.list_captured` listed); True when it existed.
+        Raises ValueError for any other path, OSError when it cannot be deleted."""
+        try:
+            return flow.delete_captured(path)
+        finally:
+            self.capture_changed.emit()
 
     # ------------------------------------------------------------ actions
     def _start_work(self, fn: Callable[[EventCallback, threading.Event], Any], name: str,
@@ -360,6 +434,8 @@ class AppController(QObject):
                 self.notify.emit("Draftwise: llama-server restarted",
                                  f"llama-server crashed and was restarted ({change.message}).")
                 self.set_state(AppState.SERVING, "llama-server restarted")
+        elif state is ServerState.APPLYING:
+            self.status.emit(change.message)  # "restarting llama-server to apply: keeping served requests"
         elif state is ServerState.FAILED:
             msg = flow.describe_supervisor_failure(self.runner)
             self.notify.emit("Draftwise: llama-server stopped", msg)

@@ -1,6 +1,7 @@
 """Serve tab: state (with idle sleep: "sleeping — memory freed" and the first request's reload time), endpoint,
 the exact command line, copy buttons, log tail, and the serving settings (port, LAN exposure with its API key,
-prompt-cache RAM, idle sleep, start at login, llama-server binary and the user's extra llama-server flags)."""
+prompt-cache RAM, idle sleep, start at login, llama-server binary and the user's extra llama-server flags), and the
+capture of served requests (:mod:`tuner.ui.captures`)."""
 
 from __future__ import annotations
 
@@ -28,6 +29,7 @@ from PySide6.QtWidgets import (
 from tuner import settings as settings_mod
 from tuner.options import DEFAULT_CACHE_RAM_WHY, IDLE_SLEEP_WHY, help_text, server_defaults_text
 from tuner.ui import flow
+from tuner.ui.captures import CaptureBox
 from tuner.ui.controller import AppController, sleep_text
 from tuner.ui.icons import STATE_COLORS
 from tuner.ui.options import spin_box, spin_value
@@ -126,6 +128,8 @@ class ServeTab(QWidget):
         lay.addWidget(status)
 
         lay.addWidget(self._settings_box())
+        self.capture_box = CaptureBox(controller)  # the capture of served requests: setting, indicator, list
+        lay.addWidget(self.capture_box)
 
         lay.addWidget(QLabel("<b>llama-server log</b> (last lines)"))
         self.log = QPlainTextEdit()

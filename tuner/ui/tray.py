@@ -5,7 +5,7 @@ from __future__ import annotations
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
-from tuner.ui.controller import AppController
+from tuner.ui.controller import AppController, capture_text
 from tuner.ui.icons import state_icon
 from tuner.ui.plaintext import notification_body, plain, tooltip
 from tuner.ui.state import AppState
@@ -41,6 +41,7 @@ class Tray:
         controller.state_changed.connect(lambda _s: self.refresh())
         controller.telemetry.connect(lambda _t: self.icon.setToolTip(tooltip(controller.tooltip())))
         controller.sleep_changed.connect(lambda _s: self.icon.setToolTip(tooltip(controller.tooltip())))
+        controller.capture_changed.connect(lambda: self.icon.setToolTip(tooltip(controller.tooltip())))
         controller.notify.connect(self.notify)
         if self.available:
             self.icon.show()
@@ -89,6 +90,9 @@ class Tray:
             info = m.addAction((f"Serving {plain(served.model_name)}"
                                 + (" — sleeping, memory freed" if asleep else "")).replace("&", "&&"))  # no mnemonic
             info.setEnabled(False)
+            capturing = capture_text(c.capture_status())
+            if capturing is not None:  # the indicator while served requests are kept
+                m.addAction(capturing[0].upper() + capturing[1:]).setEnabled(False)
         m.addAction("Quit").triggered.connect(self.quit_app)
 
     def actions(self) -> dict[str, QAction]:
