@@ -24,17 +24,18 @@ def twins(tmp_path: Path) -> Path:
 
 def test_the_callers_scan_is_used_for_the_same_folder_in_any_spelling(family: Path, tmp_path: Path,
                                                                        monkeypatch: pytest.MonkeyPatch) -> None:
-    scanned = scan_models(family)
+    """The request's folder arrives resolved; the caller (the app) may have scanned it under another name."""
     link = tmp_path / "link-to-models"
     link.symlink_to(family)
     monkeypatch.chdir(tmp_path)
     for spelling in (family, link, Path("models"), Path("link-to-models/../models")):
-        assert scan_folder(spelling.resolve(), scanned) is scanned, spelling
+        scanned = scan_models(spelling)
+        assert scan_folder(family.resolve(), scanned) is scanned, spelling
     elsewhere = tmp_path / "elsewhere"
     elsewhere.mkdir()
     fresh = scan_folder(family, scan_models(elsewhere))
     assert fresh is not None and Path(fresh.folder).resolve() == family.resolve() and len(fresh.models) == 2
-    assert scan_folder(tmp_path / "missing", scanned) is None and scan_folder(family / "stories260K.gguf", None) is None
+    assert scan_folder(tmp_path / "missing", None) is None and scan_folder(family / "stories260K.gguf", None) is None
 
 
 def test_an_ambiguous_name_is_refused_before_anything_else_and_the_default_says_which(twins: Path) -> None:
