@@ -1,27 +1,21 @@
-"""Fixtures of the pipeline's step tests: the fake llama-server as a binary, a stories260K folder with a
-draft cut from it, and a quiet machine (no hardware probe, no other llama-server, an idle load watcher), so
-that what runs beside a test does not leak into what a step reports."""
+"""Fixtures of the pipeline's step tests: the fake llama-server (tests/conftest.py ``fake_server_bin``) as the
+caller's binary, a stories260K folder with a draft cut from it, and a quiet machine (no hardware probe, no
+other llama-server, an idle load watcher), so that what runs beside a test does not leak into what a step
+reports."""
 
 from __future__ import annotations
 
 import stat
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-FAKE = Path(__file__).resolve().parents[2] / "fakes" / "fake_llama_server.py"
 
-
-@pytest.fixture(scope="session")
-def fake_server(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An executable ``llama-server`` that runs tests/fakes/fake_llama_server.py (b11434's ``--help`` and
-    ``--version``; a script, so it is no real server for the conftest rule)."""
-    exe = tmp_path_factory.mktemp("fakebin") / "llama-server"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n", encoding="utf-8")
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR)
-    return exe
+@pytest.fixture
+def fake_server(fake_server_bin: Path) -> Path:
+    """The fake llama-server (tests/fakes/fake_llama_server.py: b11434's ``--help`` and ``--version``)."""
+    return fake_server_bin
 
 
 @pytest.fixture
