@@ -112,15 +112,15 @@ def launch_fn(sup: object, target: Path, *, n_ctx: int, threads: int | None,
     started with ``target`` at ``n_ctx`` and ``threads`` and ready-checked (the measuring code gets the
     workload and the sweep's memory as its own parameters); ``startup_timeout_s`` None = the supervisor's
     own limit. The one place bench/ reaches the tune's launch function."""
-    from tuner.calibration.engine import _supervisor_launch_fn
+    from tuner.calibration.pipeline.launchers import supervisor_launch_fn
 
-    return _supervisor_launch_fn(sup, target, n_ctx, threads, lambda *a, **k: None, startup_timeout_s)
+    return supervisor_launch_fn(sup, target, n_ctx, threads, lambda *a, **k: None, startup_timeout_s)
 
 
 def select_prompts(ps: PromptSet, max_prompts: int | None) -> list[tuple[int, Prompt]]:
     """The prompts a sweep measures of ``ps`` (round-robin over categories, at most ``max_prompts``), as
     ``(index, prompt)`` pairs: the tune's own choice."""
-    from tuner.calibration.engine import select_prompts as select
+    from tuner.calibration.prompts import select_prompts as select
 
     return select(ps, max_prompts)
 

@@ -67,11 +67,8 @@ def oversized(root: Path, base: Path = REPO) -> set[tuple[str, str]]:
     return found
 
 
-ALLOWED_OVERSIZED = {
-    ("tuner/calibration/engine.py", "run_tune"),  # 292
-    ("tuner/calibration/candidates.py", "plan_candidates"),  # 138
-}
-"""Functions over 100 lines and classes over 450 lines today (lines when listed); each is split by issue 24."""
+ALLOWED_OVERSIZED: set[tuple[str, str]] = set()
+"""Functions over 100 lines and classes over 450 lines: none are left (issue 24 split each)."""
 
 
 def test_no_function_over_100_lines_and_no_class_over_450() -> None:
@@ -80,7 +77,6 @@ def test_no_function_over_100_lines_and_no_class_over_450() -> None:
                                         "gone (delete from the list)": sorted(ALLOWED_OVERSIZED - found)}
 
 
-@pytest.mark.xfail(strict=True, reason="run_tune becomes the short list of the tune's steps (issue 24)")
 def test_run_tune_is_a_short_list_of_steps() -> None:
     found = [(_rel(p), n) for p, tree in _modules(TUNER / "calibration") for name, _node, n in definitions(tree)
              if name == "run_tune"]
@@ -101,34 +97,9 @@ def getattr_defaults(root: Path, base: Path = REPO) -> Counter[tuple[str, str]]:
     return found
 
 
-ALLOWED_GETATTR_DEFAULTS = Counter({
-    ("tuner/calibration/engine.py", "d.backend"): 1,
-    ("tuner/calibration/engine.py", "d.evidence"): 1,
-    ("tuner/calibration/engine.py", "d.name"): 1,
-    ("tuner/calibration/engine.py", "d.rpc_endpoint"): 1,
-    ("tuner/calibration/engine.py", "d.total_bytes"): 1,
-    ("tuner/calibration/engine.py", "devices.cpu_cores"): 1,
-    ("tuner/calibration/engine.py", "devices.devices"): 2,
-    ("tuner/calibration/engine.py", "devices.ram_total_bytes"): 1,
-    ("tuner/calibration/engine.py", "devices.rpc_endpoints"): 1,
-    ("tuner/calibration/engine.py", "dialect.draft_counts_endpoint"): 1,
-    ("tuner/calibration/engine.py", "dialect.has"): 1,
-    ("tuner/calibration/engine.py", "dialect.has_spec_autotune"): 1,
-    ("tuner/calibration/engine.py", "dialect.supports_spec_type"): 1,
-    ("tuner/calibration/engine.py", "entry.heads"): 1,
-    ("tuner/calibration/engine.py", "entry.mismatched_heads"): 1,
-    ("tuner/calibration/engine.py", "exc.evidence"): 1,
-    ("tuner/calibration/engine.py", "sup.dialect.spec_on_slots"): 1,
-    ("tuner/calibration/engine.py", "target_model.context_length"): 1,
-    ("tuner/calibration/engine.py", "target_model.mtp_layers"): 1,
-    ("tuner/calibration/engine.py", "target_model.n_layers"): 1,
-    ("tuner/calibration/remote.py", "devices.devices"): 1,
-    ("tuner/calibration/remote.py", "devices.rpc_endpoints"): 1,
-    ("tuner/calibration/serving.py", "prof.path"): 1,
-    ("tuner/calibration/tune.py", "exc.evidence"): 1,
-})
-"""Today's ``getattr(x, "name", default)`` reads in tuner/calibration/ (25): every ``x`` is a project type or
-a protocol the shared fake implements, so each becomes a typed attribute read (issue 24)."""
+ALLOWED_GETATTR_DEFAULTS: Counter[tuple[str, str]] = Counter()
+"""``getattr(x, "name", default)`` reads in tuner/calibration/: none are left; every ``x`` there is a project
+type or a protocol the shared fake implements, read by its typed attribute (issue 24)."""
 
 
 def test_no_getattr_with_a_default_in_calibration() -> None:

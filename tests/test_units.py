@@ -46,7 +46,7 @@ def test_no_second_byte_formatter_in_tuner() -> None:
             if not pattern.search(line) or "set_unit" in line:  # a plot axis scale is not a formatter
                 continue
             if "round(" in line and "}GiB" in line:
-                # calibration.engine.hardware_fingerprint: a staleness key (whole GiB, no space) whose
+                # calibration.pipeline.keys.hardware_fingerprint: a staleness key (whole GiB, no space) whose
                 # exact text saved profiles hold, not a number shown as a size
                 continue
             offenders.append(f"{path.relative_to(TUNER.parent)}:{n}: {line.strip()}")

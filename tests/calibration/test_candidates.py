@@ -8,8 +8,7 @@ from tuner.calibration.candidates import (
     DraftOption,
     plan_candidates,
 )
-from tuner.calibration.engine import select_prompts
-from tuner.calibration.prompts import Prompt, make_prompt_set
+from tuner.calibration.prompts import Prompt, make_prompt_set, select_prompts
 from tuner.calibration.serving import candidate_config, config_from_json, config_to_json
 
 B11434_TYPES = ("none", "draft-simple", "draft-eagle3", "draft-mtp", "draft-dflash", "draft-dspark",
@@ -86,7 +85,7 @@ def test_draft_mtp_gets_a_probabilistic_drafts_twin_at_sampled_settings():
     """b11434 builds the MTP drafter from the draft-model parameters (common/speculative.cpp
     ``common_speculative_impl_draft_mtp``), so ``--spec-draft-sampling probabilistic`` applies to it too."""
     from tests.server.conftest import help_text
-    from tuner.calibration.engine import add_draft_sampling_variants
+    from tuner.calibration.candidates import add_draft_sampling_variants
     from tuner.calibration.sampling import GREEDY, Sampling
     from tuner.calibration.workload import Workload
     from tuner.server.argv import build_argv

@@ -148,7 +148,7 @@ def test_a_reused_profile_prints_the_comparisons_it_saved() -> None:
     quoted one, and the comparison table and per-category lines were gone) shows the saved figures."""
     import io
 
-    from tuner.calibration.engine import _decision_from_profile
+    from tuner.calibration.pipeline.reuse import decision_from_profile
     from tuner.cli.tune_report import print_table
     from tuner.profiles.profile import Profile, StalenessKeys
 
@@ -158,7 +158,7 @@ def test_a_reused_profile_prints_the_comparisons_it_saved() -> None:
                          model_files=(), prompt_set_sha256="p")
     prof = Profile(target_path="/m/t.gguf", keys=keys, winner=d.winner.to_json(), server_config={}, argv=(),
                    decision=d.to_json(), evidence=tuple(m.to_json() for m in ms), created_unix_s=1.7e9)
-    reused = _decision_from_profile(prof)
+    reused = decision_from_profile(prof)
     assert reused.per_category == d.per_category and reused.break_even == d.break_even
     again = TuneResult(target_path=Path("/m/t.gguf"), decision=reused, profile=prof, reused=True)
     out = io.StringIO()

@@ -17,8 +17,9 @@ import pytest
 
 from tests.synth import write_dflash_head, write_lookup_target
 from tuner.calibration.candidates import Candidate, plan_candidates
-from tuner.calibration.engine import _head_options, _supervisor_launch_fn
 from tuner.calibration.measure import measure_candidate
+from tuner.calibration.pipeline.inputs import head_options
+from tuner.calibration.pipeline.launchers import supervisor_launch_fn
 from tuner.calibration.prompts import Prompt
 from tuner.catalog.families import group_families
 from tuner.catalog.scan import scan_folder
@@ -53,7 +54,7 @@ def test_dflash_and_dspark_heads_launch_and_draft(head_folder: Path, llama_serve
     assert bad.path.name == "dflash-bad-layer.gguf" and verdict.rule == "target-layer-range", verdict
     dialect = probe_dialect(llama_server_bin)
     assert {"draft-dflash", "draft-dspark"} <= set(dialect.spec_types)
-    heads = _head_options(entry, entry.target.path, lambda *a, **k: None)
+    heads, _notes = head_options(entry, entry.target.path)
     plan = plan_candidates(entry.target.path, [], spec_types=dialect.spec_types, heads=heads, ngram_lengths=(None,))
     probes = {Path(c.draft_path).name: c for c in plan.drafts if c.draft_path}
     assert "dflash-bad-layer.gguf" not in probes
@@ -64,7 +65,7 @@ def test_dflash_and_dspark_heads_launch_and_draft(head_folder: Path, llama_serve
     assert (dflash.spec_type, dspark.spec_type, dspark.p_min) == ("draft-dflash", "draft-dspark", 0.0)
 
     sup = Supervisor(llama_server_bin, dialect)
-    fn = _supervisor_launch_fn(sup, entry.target.path, 512, 1, lambda *a, **k: None, 60.0)
+    fn = supervisor_launch_fn(sup, entry.target.path, 512, 1, lambda *a, **k: None, 60.0)
     cancel = threading.Event()
     try:
         base = measure_candidate(fn, Candidate(), PROMPTS, [0], N_PREDICT, cancel)

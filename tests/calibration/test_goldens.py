@@ -288,10 +288,10 @@ def _words(d: Decision, *, reused: bool = False, profile: Any = None) -> dict[st
 
 
 def _profile_cases() -> dict[str, Any]:
-    """A saved decision shown again (``_decision_from_profile``): its sentence about other programs dated, or
+    """A saved decision shown again (``decision_from_profile``): its sentence about other programs dated, or
     left out without a time; a profile saved before the decision's sentences were kept ("older profile"):
     its reason verbatim, then when it was measured."""
-    from tuner.calibration.engine import _decision_from_profile
+    from tuner.calibration.pipeline.reuse import decision_from_profile
     from tuner.profiles.profile import Profile, StalenessKeys
 
     keys = StalenessKeys(hardware_fingerprint="h", server_binary="s", server_build="b", dialect_fingerprint="d",
@@ -303,10 +303,10 @@ def _profile_cases() -> dict[str, Any]:
     for name, created in (("profile, dated", when), ("profile, undated", None)):
         prof = Profile(target_path="/m/t.gguf", keys=keys, winner=d.winner.to_json(), server_config={}, argv=(),
                        decision=d.to_json(), evidence=tuple(m.to_json() for m in ms), created_unix_s=created)
-        out[name] = _words(_decision_from_profile(prof), reused=True, profile=prof)
+        out[name] = _words(decision_from_profile(prof), reused=True, profile=prof)
         older = {k: v for k, v in d.to_json().items() if k not in ("kind", "named", "sentences")}
         prof = replace(prof, decision=older)
-        out[f"older {name}"] = _words(_decision_from_profile(prof), reused=True, profile=prof)
+        out[f"older {name}"] = _words(decision_from_profile(prof), reused=True, profile=prof)
     return out
 
 
@@ -541,11 +541,12 @@ def test_tune_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stories260
     scripted launch function on a simulated clock: every event (kind, candidate, message, detail) and the
     saved profile. The hardware probe (a CPU-only machine), the load watcher (40 % other load) and the search
     for other llama-servers (one, pid 4242) are stubbed: what runs beside the test must not leak in."""
-    import tuner.calibration.engine as engine
+    import tuner.calibration.pipeline.sweep as sweep
     import tuner.hardware
     import tuner.hardware.host
     from tests.calibration.test_budget import SimClock, slow_launch_fn
     from tests.synth import write_first_blocks_gguf
+    from tuner.calibration.pipeline import run_tune
     from tuner.calibration.prompts import make_prompt_set
     from tuner.calibration.request import TuneRequest
     from tuner.hardware import Devices
@@ -557,7 +558,7 @@ def test_tune_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stories260
     stories260k.rename(target)
     write_first_blocks_gguf(target, models / "stories-draft.gguf", 2, general_name="stories draft")
     clock = SimClock()
-    monkeypatch.setattr(engine, "run_search", functools.partial(run_search, clock=clock))
+    monkeypatch.setattr(sweep, "run_search", functools.partial(run_search, clock=clock))
     monkeypatch.setattr(tuner.hardware, "detect_devices", lambda *a, **k: Devices(
         devices=(), ram_total_bytes=16 * 2**30, ram_available_bytes=12 * 2**30, cpu_cores=2, cpu_threads=2))
     monkeypatch.setattr(tuner.hardware.host, "LoadWatcher", _QuietWatcher)
@@ -568,7 +569,7 @@ def test_tune_events(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, stories260
     request = TuneRequest.create(models, target="stories260K.gguf", prompts=prompts, budget_s=240, n_predict=64,
                                  repetitions=2, n_ctx=512, threads=1)
     store = ProfileStore(tmp_path / "profiles")
-    result = engine.run_tune(request, events.append, threading.Event(), store,
+    result = run_tune(request, events.append, threading.Event(), store,
                              launch_fn=slow_launch_fn(clock, load_s=2.0, base_tps=20.0),
                              binary=_fake_binary(tmp_path))
     tmp = str(tmp_path)

@@ -13,9 +13,10 @@ import pytest
 from tests.synth import write_eagle3_head, write_lookup_target
 from tuner.calibration.candidates import Candidate, plan_candidates
 from tuner.calibration.decide import MIN_GAIN, decide
-from tuner.calibration.engine import _head_options, _supervisor_launch_fn
 from tuner.calibration.measure import measure_candidate
 from tuner.calibration.outcome import SearchOutcome
+from tuner.calibration.pipeline.inputs import head_options
+from tuner.calibration.pipeline.launchers import supervisor_launch_fn
 from tuner.calibration.prompts import Prompt
 from tuner.catalog.families import group_families
 from tuner.catalog.scan import scan_folder
@@ -45,8 +46,7 @@ def test_eagle3_head_matched_launched_and_drafting(head_folder: Path, llama_serv
     assert sorted(h.model.path.name for h in entry.heads) == ["eagle3-good.gguf", "eagle3-random.gguf"]
     [(bad, verdict)] = entry.mismatched_heads
     assert bad.path.name == "eagle3-wrong-width.gguf" and verdict.rule == "target-hidden-size"
-    errors: list[str] = []
-    heads = _head_options(entry, entry.target.path, lambda kind, msg, **kw: errors.append(msg))
+    heads, errors = head_options(entry, entry.target.path)
     assert any("eagle3-wrong-width.gguf" in e and "rule: target-hidden-size" in e for e in errors)
     dialect = probe_dialect(llama_server_bin)
     plan = plan_candidates(entry.target.path, [], spec_types=dialect.spec_types, heads=heads, ngram_lengths=(None,))
@@ -59,7 +59,7 @@ def test_eagle3_head_matched_launched_and_drafting(head_folder: Path, llama_serv
     good = next(c for c in plan.drafts if c.draft_path.endswith("eagle3-good.gguf")).with_n_max(3)
     rand = next(c for c in plan.drafts if c.draft_path.endswith("eagle3-random.gguf")).with_n_max(3)
     sup = Supervisor(llama_server_bin, dialect)
-    fn = _supervisor_launch_fn(sup, entry.target.path, 512, 1, lambda *a, **k: None, 60.0)
+    fn = supervisor_launch_fn(sup, entry.target.path, 512, 1, lambda *a, **k: None, 60.0)
     cancel = threading.Event()
     try:
         base = measure_candidate(fn, Candidate(), PROMPTS, [0, 1], N_PREDICT, cancel)

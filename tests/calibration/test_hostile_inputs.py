@@ -264,8 +264,7 @@ def test_prompt_files_with_hostile_json_are_line_errors(tmp_path: Path) -> None:
 
 def test_the_sweep_measures_a_bounded_number_of_prompts(tmp_path: Path) -> None:
     """Item 7: a 100,000-prompt file measured every prompt whatever --budget said."""
-    from tuner.calibration.engine import select_prompts
-    from tuner.calibration.prompts import MAX_PROMPTS_PER_SWEEP, load_prompts
+    from tuner.calibration.prompts import MAX_PROMPTS_PER_SWEEP, load_prompts, select_prompts
 
     f = tmp_path / "many.jsonl"
     f.write_text("".join(json.dumps({"prompt": f"p{i}", "category": ["a", "b", "c"][i % 3]}) + "\n"

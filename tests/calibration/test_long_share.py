@@ -183,7 +183,7 @@ def test_the_long_share_flag_reaches_the_tune_request(tmp_path: Path, capsys: py
 
 
 def test_the_share_is_checked_against_the_sweeps_long_context_requests():
-    from tuner.calibration.engine import _check_long_share
+    from tuner.calibration.request import _check_long_share
     from tuner.calibration.tune import TuneError
 
     _check_long_share(None, False)
@@ -221,7 +221,7 @@ def test_a_real_sweep_is_weighted_to_the_share_and_records_it(tmp_path: Path, ll
               repetitions=2, n_ctx=512, threads=TUNE_THREADS, sampling=GREEDY)
     # the first sweep: no candidate is stopped early as a clear loser (on this tiny, fast target every draft
     # loses, and a loser stopped after its first short requests never reaches the long-context ones)
-    from tuner.calibration.engine import run_tune
+    from tuner.calibration.pipeline import run_tune
     from tuner.calibration.request import TuneRequest
 
     request = TuneRequest.create(models, target="target.gguf", prompts=ps, budget_s=40, server=llama_server_bin,

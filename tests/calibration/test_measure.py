@@ -9,8 +9,8 @@ import pytest
 
 from tests.synth import bpe_tokenizer, write_llama_gguf
 from tuner.calibration.candidates import Candidate
-from tuner.calibration.engine import _supervisor_launch_fn
 from tuner.calibration.measure import Launch, measure_candidate, measure_repetitions
+from tuner.calibration.pipeline.launchers import supervisor_launch_fn
 from tuner.calibration.prompts import Prompt
 from tuner.server.supervisor import Supervisor
 
@@ -23,7 +23,7 @@ PROMPTS = [(0, Prompt("Once upon a time", "creative")), (1, Prompt("Lily and Tom
 def launch(llama_server_bin: Path, stories260k: Path):
     """A counting launch function over one real Supervisor; yields (launch_fn, launches list, target)."""
     sup = Supervisor(llama_server_bin)
-    inner = _supervisor_launch_fn(sup, stories260k, 512, 1, lambda *a, **k: None, 60.0)
+    inner = supervisor_launch_fn(sup, stories260k, 512, 1, lambda *a, **k: None, 60.0)
     launches: list[Candidate] = []
 
     def counted(c: Candidate, cancel: threading.Event) -> Launch:
@@ -67,7 +67,7 @@ def test_ngram_types_get_a_fresh_launch_per_repetition(llama_server_bin: Path, w
     # repetition's output: each repetition gets its own launch. (The random wide target loops, so
     # ngram-mod does draft on it; stories260K's prose gives it nothing to draft.)
     sup = Supervisor(llama_server_bin)
-    inner = _supervisor_launch_fn(sup, wide_family.target, 512, 1, lambda *a, **k: None, 60.0)
+    inner = supervisor_launch_fn(sup, wide_family.target, 512, 1, lambda *a, **k: None, 60.0)
     launches: list[Candidate] = []
 
     def counted(c: Candidate, cancel: threading.Event) -> Launch:

@@ -79,8 +79,8 @@ def test_the_mtp_drafter_runs_with_probabilistic_drafts(mtp_folder: Path, llama_
     import threading
 
     from tuner.calibration.candidates import Candidate
-    from tuner.calibration.engine import _supervisor_launch_fn
     from tuner.calibration.measure import measure_candidate
+    from tuner.calibration.pipeline.launchers import supervisor_launch_fn
     from tuner.calibration.sampling import Sampling
     from tuner.calibration.workload import Workload
     from tuner.server.dialect import probe_dialect
@@ -90,7 +90,7 @@ def test_the_mtp_drafter_runs_with_probabilistic_drafts(mtp_folder: Path, llama_
     binary = find_named_server(llama_server_bin)
     sup = Supervisor(binary, probe_dialect(binary.path))
     hot = Workload(sampling=Sampling(temperature=0.8), n_ctx=512, greedy_check_prompts=0)
-    fn = _supervisor_launch_fn(sup, (mtp_folder / "glm-mtp.gguf").resolve(), 512, 1, lambda *a, **k: None, 60.0)
+    fn = supervisor_launch_fn(sup, (mtp_folder / "glm-mtp.gguf").resolve(), 512, 1, lambda *a, **k: None, 60.0)
     argvs: list[list[str]] = []
 
     def launch(c, ev):

@@ -10,8 +10,8 @@ from typing import Any
 
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.decide import decide
-from tuner.calibration.engine import _decision_from_profile
 from tuner.calibration.outcome import SearchOutcome
+from tuner.calibration.pipeline.reuse import decision_from_profile
 from tuner.calibration.report import MachineLoad, machine_sentence
 from tuner.calibration.results import Measurement, synthetic_rounds, synthetic_samples
 from tuner.hardware.host import LoadSummary
@@ -41,7 +41,7 @@ def _profile(decision: dict[str, Any], created: float | None) -> Profile:
 def test_the_sentence_about_other_programs_is_dated() -> None:
     fresh = _busy_decision()
     assert NOTE in fresh.reason and fresh.busy_note is not None and fresh.busy_note.startswith(NOTE)
-    again = _decision_from_profile(_profile(fresh.to_json(), T))
+    again = decision_from_profile(_profile(fresh.to_json(), T))
     assert again.busy_note == ("This profile was measured on 2026-12-01 at 11:50 UTC; other programs used 83 % of "
                                "the CPU during that sweep (up to 100 %); figures are less certain. 1 other "
                                "llama-server process ran on this machine during that sweep and competed with it.")
@@ -51,7 +51,7 @@ def test_the_sentence_about_other_programs_is_dated() -> None:
 
 def test_without_a_time_the_sentence_is_left_out_and_nothing_else() -> None:
     fresh = _busy_decision()
-    again = _decision_from_profile(_profile(fresh.to_json(), None))
+    again = decision_from_profile(_profile(fresh.to_json(), None))
     assert again.busy_note is None and "Other programs" not in again.reason and "llama-server" not in again.reason
     quiet = decide(SearchOutcome.of(_busy_decision_measurements()))
     assert again.reason == quiet.reason
@@ -67,13 +67,13 @@ def test_an_older_profile_shows_its_reason_verbatim_then_when_it_was_measured() 
     reason = "draft-simple d.gguf n_max 4 is faster than no speculation: 1.52× over 4 pairs. " + NOTE + \
         " Measured with raw completions."
     old = {"reason": reason, "busy_note": NOTE, "speedup": 1.52}  # no "sentences": saved before they were kept
-    d = _decision_from_profile(_profile(old, T))
+    d = decision_from_profile(_profile(old, T))
     then = ("This profile was measured on 2026-12-01 at 11:50 UTC; what it says about other programs on the machine "
             "was true then, not necessarily now.")
     assert d.reason == reason + " " + then and d.busy_note == then
-    quiet = _decision_from_profile(_profile({**old, "busy_note": None}, T))
+    quiet = decision_from_profile(_profile({**old, "busy_note": None}, T))
     assert quiet.reason == reason + " This profile was measured on 2026-12-01 at 11:50 UTC." and quiet.busy_note is None
-    undated = _decision_from_profile(_profile(old, None))
+    undated = decision_from_profile(_profile(old, None))
     assert undated.reason == reason and undated.busy_note is None and undated.kind == ""
 
 
@@ -81,7 +81,7 @@ def test_a_sentence_kind_this_version_cannot_render_falls_back_to_the_saved_reas
     fresh = _busy_decision()
     saved = fresh.to_json()
     saved["sentences"] = [*saved["sentences"], {"slot": "THREADS", "kind": "threads.from_the_future", "params": {}}]
-    d = _decision_from_profile(_profile(saved, T))
+    d = decision_from_profile(_profile(saved, T))
     assert d.reason.startswith(fresh.reason + " This profile was measured on 2026-12-01 at 11:50 UTC")
-    broken = _decision_from_profile(_profile({**saved, "sentences": "not a list"}, None))
+    broken = decision_from_profile(_profile({**saved, "sentences": "not a list"}, None))
     assert broken.reason == fresh.reason

@@ -24,9 +24,9 @@ import pytest
 
 from tests.burner import Burner
 from tuner.calibration.candidates import Candidate
-from tuner.calibration.engine import _supervisor_launch_fn
 from tuner.calibration.measure import measure_request
 from tuner.calibration.pairing import adjacent_pairs, pooled_tokens_per_s
+from tuner.calibration.pipeline.launchers import supervisor_launch_fn
 from tuner.calibration.sampling import GREEDY
 from tuner.calibration.tune import tune
 from tuner.profiles import ProfileStore
@@ -55,8 +55,8 @@ def side_by_side_ratio(binary_path: str, target: Path, winner: Candidate, n_pred
     emit = lambda *a, **k: None  # noqa: E731
     cancel = threading.Event()
     try:
-        base = _supervisor_launch_fn(sups[0], target, 1024, TUNE_THREADS, emit, None)(Candidate(), cancel)
-        cand = _supervisor_launch_fn(sups[1], target, 1024, TUNE_THREADS, emit, None)(winner, cancel)
+        base = supervisor_launch_fn(sups[0], target, 1024, TUNE_THREADS, emit, None)(Candidate(), cancel)
+        cand = supervisor_launch_fn(sups[1], target, 1024, TUNE_THREADS, emit, None)(winner, cancel)
         prompts = dict(enumerate(PROMPTS.prompts))
         for launch in (base, cand):  # warm-up
             measure_request(launch.client, 0, prompts[0], -1, 16)

@@ -20,11 +20,12 @@ import pytest
 
 from tests.synth import write_llama_gguf
 from tuner.calibration.candidates import Candidate
-from tuner.calibration.engine import _supervisor_launch_fn, has_chat_template
 from tuner.calibration.measure import measure_candidate
+from tuner.calibration.pipeline.launchers import supervisor_launch_fn
 from tuner.calibration.prompts import Prompt, load_prompts
 from tuner.calibration.sampling import GREEDY, Sampling
 from tuner.calibration.workload import LongContextPlan, SweepMemory, Workload, long_context_prompts
+from tuner.catalog.header import has_chat_template
 from tuner.server.dialect import probe_dialect
 from tuner.server.discovery import find_named_server
 from tuner.server.supervisor import Supervisor
@@ -60,7 +61,7 @@ def chat_family(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def _launcher(server: Path, target: Path, workload: Workload):
     binary = find_named_server(server)
     sup = Supervisor(binary, probe_dialect(binary.path))
-    fn = _supervisor_launch_fn(sup, target, workload.n_ctx or 1024, TUNE_THREADS, lambda *a, **k: None, 60.0)
+    fn = supervisor_launch_fn(sup, target, workload.n_ctx or 1024, TUNE_THREADS, lambda *a, **k: None, 60.0)
     return fn, sup
 
 
@@ -275,8 +276,7 @@ def test_a_default_sweep_has_long_context_requests_and_reports_their_speedup(tmp
 
 
 def test_probabilistic_drafts_are_a_candidate_at_sampled_settings(chat_family, llama_server_bin):
-    from tuner.calibration.candidates import CandidatePlan
-    from tuner.calibration.engine import add_draft_sampling_variants
+    from tuner.calibration.candidates import CandidatePlan, add_draft_sampling_variants
 
     target, draft = chat_family
     binary = find_named_server(llama_server_bin)
@@ -289,7 +289,7 @@ def test_probabilistic_drafts_are_a_candidate_at_sampled_settings(chat_family, l
     assert add_draft_sampling_variants(plan, Workload(sampling=GREEDY), dialect).drafts == plan.drafts
 
     sup = Supervisor(binary, dialect)
-    fn = _supervisor_launch_fn(sup, target, 512, TUNE_THREADS, lambda *a, **k: None, 60.0)
+    fn = supervisor_launch_fn(sup, target, 512, TUNE_THREADS, lambda *a, **k: None, 60.0)
     argvs: list[list[str]] = []
 
     def launch(c, ev):

@@ -134,15 +134,15 @@ def test_real_server_agrees_and_a_patched_formula_is_reported(llama_server_bin, 
 def test_a_cached_disagreement_reaches_the_tune_log(llama_server_bin, gemma3_270m, tmp_path, monkeypatch):
     """With the old compute formula patched back in, the server check of the target alone disagrees, and
     the sweep's plan notes (the tune log) carry that disagreement, read from the cache."""
-    from tuner.calibration.engine import _memory_cross_check_lines
+    from tuner.calibration.pipeline.placement import cross_check_lines
 
     monkeypatch.setenv("DRAFTWISE_HOME", str(tmp_path / "home"))
     CPU_ONLY = cpu_only_devices(llama_server_bin)
     monkeypatch.setattr(memory, "reserve_outputs", lambda n_tokens, n_batch, n_parallel, n_draft: n_tokens)
     req = MemoryRequest(target=load_model_spec(gemma3_270m), n_ctx=4096)
     assert server_cross_check(req, CPU_ONLY, llama_server_bin).agrees is False
-    lines = _memory_cross_check_lines(gemma3_270m, CPU_ONLY, 4096, llama_server_bin)
+    lines = cross_check_lines(gemma3_270m, CPU_ONLY, 4096, llama_server_bin)
     assert any(x.startswith("memory plan: llama-server DISAGREES") and "target compute" in x for x in lines), lines
     monkeypatch.undo()
     monkeypatch.setenv("DRAFTWISE_HOME", str(tmp_path / "home2"))
-    assert _memory_cross_check_lines(gemma3_270m, CPU_ONLY, 4096, llama_server_bin) == []
+    assert cross_check_lines(gemma3_270m, CPU_ONLY, 4096, llama_server_bin) == []

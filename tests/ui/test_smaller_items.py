@@ -4,7 +4,7 @@ setting, Re-tune waits for something to re-tune, and the decision text has no ja
 
 from __future__ import annotations
 
-from tuner.calibration.engine import DEFAULT_SET_PROMPTS
+from tuner.calibration.prompts import DEFAULT_SET_PROMPTS
 from tuner.settings import Settings
 from tuner.ui.controller import AppController
 from tuner.ui.flow import ServingInfo

@@ -8,7 +8,8 @@ Modules: ``prompts`` (prompt sets), ``candidates`` (the plan), ``measure`` (the 
 ``decide`` (statistics, break-even, "no speculation"), ``report`` (the sentences about the machine and
 the sweep), ``sentences`` and ``wording`` (the decision's sentences as data, and their words: :func:`render`),
 ``results`` (measurement records),
-``engine`` (composition behind ``tune``), ``command`` (``draftwise tune``).
+``pipeline`` (the tune's steps behind ``tune``: inputs, staleness keys, reuse, plan and placement, launchers,
+sweep, decision, save).
 """
 
 from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune

@@ -12,10 +12,15 @@ so each candidate costs one server launch.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from tuner.server.dialect import Dialect
+
+    from .workload import Workload
 
 SWEEP_NGRAM_TYPES = ("ngram-mod", "ngram-simple")
 """n-gram speculation types the sweep tries by default, in order (a subset of every n-gram type
@@ -217,7 +222,7 @@ class CandidatePlan:
         drafts: per draft model and per matched head, its long-draft probe candidate (``n_max`` =
             LONG_DRAFT_N_MAX, ``p_min`` 0); shorter drafts are derived by the search with
             :meth:`Candidate.with_n_max`. At sampled settings also the probabilistic-drafts twins
-            (``tuner.calibration.engine.add_draft_sampling_variants``), the ``draft-mtp`` one last.
+            (:func:`add_draft_sampling_variants`), the ``draft-mtp`` one last.
         mtp: the ``draft-mtp`` probe candidate, when the target has MTP layers.
         dropped: candidates removed before launch, with reasons.
         draft_sizes_bytes: file size per draft path (cost model input).
@@ -240,12 +245,99 @@ class CandidatePlan:
         return tuple(out)
 
 
+MemoryCheck = Callable[[Candidate], "str | None"]
+"""``memory_check(candidate) -> reason | None``: why ``candidate`` does not fit in memory, ``None`` when it
+fits (built from ``tuner.hardware.memory.plan_memory`` by the tune's placement step)."""
+
+
+class _Gate:
+    """Admits a planned candidate or records why it was dropped: a speculation type the binary lacks, or
+    a configuration that does not fit in memory (in that order; the memory is not asked about a type the
+    binary cannot run)."""
+
+    def __init__(self, spec_types: Iterable[str] | None, supports: Callable[[str], bool] | None,
+                 memory_check: MemoryCheck | None) -> None:
+        self.available = set(spec_types) if spec_types is not None else None
+        self.supports, self.memory_check = supports, memory_check
+        self.dropped: list[DroppedCandidate] = []
+
+    def admit(self, c: Candidate) -> bool:
+        if (self.available is not None and not all(t in self.available for t in c.spec_types)) or (
+                self.supports is not None and not self.supports(c.spec_type)):
+            self.dropped.append(DroppedCandidate(c, f"speculation type {c.spec_type} is not supported by this "
+                                                    "llama-server"))
+            return False
+        reason = self.memory_check(c) if self.memory_check is not None else None
+        if reason:
+            self.dropped.append(DroppedCandidate(c, reason))
+            return False
+        return True
+
+    def note_baseline(self, baseline: Candidate) -> None:
+        """The baseline is never dropped; when even it does not fit, the reason is still recorded."""
+        reason = self.memory_check(baseline) if self.memory_check is not None else None
+        if reason:
+            self.dropped.append(DroppedCandidate(baseline, reason + " (kept: the baseline is always measured)"))
+
+
+def _ngram_candidates(ngram_types: Sequence[str], ngram_lengths: Sequence[int | None]) -> list[Candidate]:
+    out = []
+    for t in ngram_types:
+        lengths = (None,) if t == "ngram-cache" else tuple(dict.fromkeys(ngram_lengths)) or (None,)
+        for k in lengths:
+            # ngram-mod discards drafts shorter than its n_min (default 48): keep the default ratio 3/4
+            k_min = max(1, (3 * k) // 4) if (k is not None and t == "ngram-mod") else None
+            out.append(Candidate(spec_type=t, ngram_n_max=k, ngram_n_min=k_min))
+    return out
+
+
+def _draft_probes(drafts: Sequence[DraftOption], heads: Sequence[HeadOption], gpu: bool,
+                  long_n_max: int) -> list[Candidate]:
+    """The long-draft probe of each draft model (one per placement) and of each head."""
+    placements = ("draft-on-gpu", "target-whole") if gpu else ("default",)
+    out = [Candidate(spec_type="draft-simple", draft_path=str(Path(d.path).resolve()), n_max=long_n_max, p_min=0.0,
+                     placement=placement) for d in drafts for placement in placements]
+    out += [Candidate(spec_type=h.spec_type, draft_path=str(Path(h.path).resolve()), n_max=long_n_max, p_min=0.0)
+            for h in heads]
+    return out
+
+
+def _sizes(drafts: Sequence[DraftOption], heads: Sequence[HeadOption]) -> dict[str, int]:
+    files: list[tuple[str, int | None]] = [(o.path, o.size_bytes) for o in drafts] + [(h.path, h.size_bytes) for h in heads]
+    return {str(Path(path).resolve()): int(size) for path, size in files if size is not None}
+
+
+def _chains(drafts: Sequence[DraftOption], mtp_layers: int | None, heads: Sequence[HeadOption]) -> list[Candidate]:
+    """``ngram-mod`` in front of the best draft, the MTP layers and each head."""
+    fronts: list[Candidate] = []
+    if drafts:
+        fronts.append(Candidate(spec_type="draft-simple", draft_path=str(Path(drafts[0].path).resolve())))
+    if mtp_layers:
+        fronts.append(Candidate(spec_type="draft-mtp"))
+    fronts += [Candidate(spec_type=h.spec_type, draft_path=str(Path(h.path).resolve())) for h in heads]
+    return [replace(f, spec_type=f"{CHAIN_NGRAM_TYPE},{f.spec_type}", n_max=CHAIN_DRAFT_N_MAX, p_min=0.0)
+            for f in fronts]
+
+
+def _autotuned(ngram_types: Sequence[str], drafts: Sequence[DraftOption], mtp_layers: int | None) -> list[Candidate]:
+    """The run-time draft-length tuner on ``ngram-mod``, the best draft and the MTP layers."""
+    tuned: list[Candidate] = []
+    if "ngram-mod" in ngram_types:
+        tuned.append(Candidate(spec_type="ngram-mod", autotune=True))
+    if drafts:
+        tuned.append(Candidate(spec_type="draft-simple", draft_path=str(Path(drafts[0].path).resolve()),
+                               p_min=0.0, autotune=True))
+    if mtp_layers:
+        tuned.append(Candidate(spec_type="draft-mtp", p_min=0.0, autotune=True))
+    return tuned
+
+
 def plan_candidates(
     target_path: str | Path,
     drafts: Sequence[DraftOption],
     spec_types: Iterable[str] | None = None,
     mtp_layers: int | None = None,
-    memory_check: Any | None = None,
+    memory_check: MemoryCheck | None = None,
     ngram_types: Sequence[str] = SWEEP_NGRAM_TYPES,
     long_n_max: int = LONG_DRAFT_N_MAX,
     gpu: bool = False,
@@ -253,7 +345,7 @@ def plan_candidates(
     ngram_lengths: Sequence[int | None] = NGRAM_LENGTHS,
     chains: bool = True,
     autotune: bool = False,
-    supports: Any | None = None,
+    supports: Callable[[str], bool] | None = None,
 ) -> CandidatePlan:
     """Plan the candidates for one target.
 
@@ -263,7 +355,7 @@ def plan_candidates(
         spec_types: ``Dialect.spec_types`` of the binary (``None`` = assume the b11434 list).
             Types the binary lacks are dropped with the reason "not supported by this llama-server".
         mtp_layers: target's MTP layer count (``ModelFile.mtp_layers``); > 0 adds a ``draft-mtp`` probe.
-        memory_check: optional callable ``(Candidate) -> str | None`` returning a reason when the
+        memory_check: optional ``(Candidate) -> str | None`` returning a reason when the
             candidate does not fit the memory budget (built from ``tuner.hardware.memory.plan_memory``);
             such candidates are dropped before launch.
         ngram_types: n-gram types to try.
@@ -287,100 +379,22 @@ def plan_candidates(
         fit, its reason is still recorded in ``dropped`` and the baseline kept, so the sweep can show
         the server's own error).
     """
-    available = set(spec_types) if spec_types is not None else None
-    dropped: list[DroppedCandidate] = []
-
-    def supported(c: Candidate) -> bool:
-        if (available is not None and not all(t in available for t in c.spec_types)) or (
-                supports is not None and not supports(c.spec_type)):
-            dropped.append(DroppedCandidate(c, f"speculation type {c.spec_type} is not supported by this llama-server"))
-            return False
-        return True
-
-    def fits(c: Candidate) -> bool:
-        if memory_check is None:
-            return True
-        reason = memory_check(c)
-        if reason:
-            dropped.append(DroppedCandidate(c, reason))
-            return False
-        return True
-
+    gate = _Gate(spec_types, supports, memory_check)
     baseline = Candidate()
-    if memory_check is not None:
-        reason = memory_check(baseline)
-        if reason:
-            dropped.append(DroppedCandidate(baseline, reason + " (kept: the baseline is always measured)"))
-
-    ngram_list: list[Candidate] = []
-    for t in ngram_types:
-        lengths = (None,) if t == "ngram-cache" else tuple(dict.fromkeys(ngram_lengths)) or (None,)
-        for k in lengths:
-            # ngram-mod discards drafts shorter than its n_min (default 48): keep the default ratio 3/4
-            k_min = max(1, (3 * k) // 4) if (k is not None and t == "ngram-mod") else None
-            ngram_list.append(Candidate(spec_type=t, ngram_n_max=k, ngram_n_min=k_min))
-    ngram = [c for c in ngram_list if supported(c) and fits(c)]
-
-    draft_cands: list[Candidate] = []
-    sizes: dict[str, int] = {}
-    for d in drafts:
-        path = str(Path(d.path).resolve())
-        if d.size_bytes is not None:
-            sizes[path] = int(d.size_bytes)
-        placements = ("draft-on-gpu", "target-whole") if gpu else ("default",)
-        for placement in placements:
-            c = Candidate(spec_type="draft-simple", draft_path=path, n_max=long_n_max, p_min=0.0, placement=placement)
-            if supported(c) and fits(c):
-                draft_cands.append(c)
-
-    for h in heads:
-        path = str(Path(h.path).resolve())
-        if h.size_bytes is not None:
-            sizes[path] = int(h.size_bytes)
-        c = Candidate(spec_type=h.spec_type, draft_path=path, n_max=long_n_max, p_min=0.0)
-        if supported(c) and fits(c):
-            draft_cands.append(c)
-
-    mtp = None
-    if mtp_layers:
-        c = Candidate(spec_type="draft-mtp", n_max=long_n_max, p_min=0.0)
-        if supported(c) and fits(c):
-            mtp = c
-
+    gate.note_baseline(baseline)
+    ngram = [c for c in _ngram_candidates(ngram_types, ngram_lengths) if gate.admit(c)]
+    draft_cands = [c for c in _draft_probes(drafts, heads, gpu, long_n_max) if gate.admit(c)]
+    mtp_probe = Candidate(spec_type="draft-mtp", n_max=long_n_max, p_min=0.0)
+    mtp = mtp_probe if mtp_layers and gate.admit(mtp_probe) else None
     if chains:
-        fronts: list[Candidate] = []
-        if drafts:
-            fronts.append(Candidate(spec_type="draft-simple", draft_path=str(Path(drafts[0].path).resolve())))
-        if mtp_layers:
-            fronts.append(Candidate(spec_type="draft-mtp"))
-        fronts += [Candidate(spec_type=h.spec_type, draft_path=str(Path(h.path).resolve())) for h in heads]
-        for f in fronts:
-            c = replace(f, spec_type=f"{CHAIN_NGRAM_TYPE},{f.spec_type}", n_max=CHAIN_DRAFT_N_MAX, p_min=0.0)
-            if supported(c) and fits(c):
-                ngram.append(c)
-
+        ngram += [c for c in _chains(drafts, mtp_layers, heads) if gate.admit(c)]
     if autotune:
-        tuned: list[Candidate] = []
-        if "ngram-mod" in ngram_types:
-            tuned.append(Candidate(spec_type="ngram-mod", autotune=True))
-        if drafts:
-            tuned.append(Candidate(spec_type="draft-simple", draft_path=str(Path(drafts[0].path).resolve()),
-                                   p_min=0.0, autotune=True))
-        if mtp_layers:
-            tuned.append(Candidate(spec_type="draft-mtp", p_min=0.0, autotune=True))
-        ngram.extend(c for c in tuned if supported(c) and fits(c))
-
-    return CandidatePlan(
-        baseline=baseline,
-        ngram=tuple(ngram),
-        drafts=tuple(draft_cands),
-        mtp=mtp,
-        dropped=tuple(dropped),
-        draft_sizes_bytes=sizes,
-    )
+        ngram += [c for c in _autotuned(ngram_types, drafts, mtp_layers) if gate.admit(c)]
+    return CandidatePlan(baseline=baseline, ngram=tuple(ngram), drafts=tuple(draft_cands), mtp=mtp,
+                         dropped=tuple(gate.dropped), draft_sizes_bytes=_sizes(drafts, heads))
 
 
-def apply_memory_check(plan: CandidatePlan, memory_check: Any, drafts_only: bool = False) -> CandidatePlan:
+def apply_memory_check(plan: CandidatePlan, memory_check: MemoryCheck, drafts_only: bool = False) -> CandidatePlan:
     """Drop the candidates of ``plan`` that ``memory_check(candidate) -> reason | None`` rejects.
 
     Used after GPU placement has set ``ngl``/``draft_ngl`` (the check depends on them). The baseline is
@@ -403,3 +417,33 @@ def apply_memory_check(plan: CandidatePlan, memory_check: Any, drafts_only: bool
     if mtp is not None and not drafts_only and not keep(mtp):
         mtp = None
     return replace(plan, drafts=drafts, ngram=ngram, mtp=mtp, dropped=tuple(dropped))
+
+
+DRAFT_SAMPLING_FLAG = "--spec-draft-sampling"
+DRAFT_SAMPLING_TYPES = ("draft-simple", "draft-mtp")
+"""Types that fill the draft distribution ``--spec-draft-sampling probabilistic`` needs. b11434:
+common/arg.cpp sets ``params.speculative.draft.probabilistic`` from the flag; both
+``common_speculative_impl_draft_simple`` and ``common_speculative_impl_draft_mtp`` (common/speculative.cpp;
+the MTP one is built from ``params.draft``, "reuses the draft-model params slot") keep the sampled draft
+candidates (``result_q``) in ``draft()`` only when that is set, and tools/server/server-context.cpp
+``use_spec_rejection`` verifies them by rejection at temperature > 0. The other drafters fall back to
+sample-and-match."""
+
+
+def add_draft_sampling_variants(plan: CandidatePlan, workload: Workload, dialect: Dialect) -> CandidatePlan:
+    """At sampled settings (``workload.sampling`` not greedy: temperature > 0) and where the binary offers
+    ``--spec-draft-sampling``, each draft-model probe gets a twin with ``probabilistic`` drafts, right after
+    it, and the ``draft-mtp`` probe (the target's own MTP layers) gets one at the end of ``plan.drafts``: a
+    candidate like any other (the search probes, refines and confirms it as its own group, with the draft
+    probes). Greedy workloads and builds without the flag get the plan unchanged."""
+    if workload.sampling.is_greedy or not dialect.has(DRAFT_SAMPLING_FLAG):
+        return plan
+    drafts: list[Candidate] = []
+    for c in plan.drafts:
+        drafts.append(c)
+        if c.spec_type in DRAFT_SAMPLING_TYPES and c.draft_sampling is None:
+            drafts.append(replace(c, draft_sampling="probabilistic"))
+    mtp = plan.mtp
+    if mtp is not None and mtp.spec_type in DRAFT_SAMPLING_TYPES and mtp.draft_sampling is None:
+        drafts.append(replace(mtp, draft_sampling="probabilistic"))
+    return replace(plan, drafts=tuple(drafts))

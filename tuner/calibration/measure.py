@@ -25,7 +25,7 @@ DESIGN.md "Calibration method" steps 3–4:
   workload is greedy; at sampled settings the greedy pass is compared instead.
 
 The launch itself is abstracted as a :data:`LaunchFn` so the protocol can be driven by the real
-supervisor (``tuner.calibration.engine``) or by a test double. A :class:`Launch` is only the running
+supervisor (``tuner.calibration.pipeline.launchers``) or by a test double. A :class:`Launch` is only the running
 server: what the requests look like (:class:`~tuner.calibration.workload.Workload`) and what the sweep's
 launches share (:class:`~tuner.calibration.workload.SweepMemory`) are parameters of every measuring
 function.

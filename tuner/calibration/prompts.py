@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import hashlib
 import json
+from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -30,8 +31,11 @@ DEFAULT_PROMPTS = ("prompts", "default.jsonl")
 MAX_PROMPT_FILE_BYTES = 64 << 20
 #: At most this many prompts are measured per sweep, whatever the file holds (a 100,000-prompt
 #: file would otherwise make the baseline alone take most of an hour, whatever ``--budget`` says);
-#: the sweep picks them round-robin over categories (tuner.calibration.engine ``select_prompts``).
+#: the sweep picks them round-robin over categories (:func:`select_prompts`).
 MAX_PROMPTS_PER_SWEEP = 200
+
+DEFAULT_SET_PROMPTS = 5
+"""Prompts used from the built-in set (one per category) unless ``max_prompts`` says otherwise."""
 
 
 class PromptFileError(DraftwiseError, ValueError):
@@ -272,3 +276,62 @@ def default_prompts() -> PromptSet:
         raise PromptFileError("/".join(DEFAULT_PROMPTS), None, str(exc)) from exc
     ps = load_prompts(path)
     return PromptSet(prompts=ps.prompts, source="default", sha256=ps.sha256)
+
+
+def select_prompts(ps: PromptSet, max_prompts: int | None) -> list[tuple[int, Prompt]]:
+    """At most ``max_prompts`` prompts of ``ps`` as ``(index in the set, prompt)``, picked round-robin over
+    the categories (file order within one) and returned in set order; ``None`` = all of them."""
+    indexed = list(enumerate(ps.prompts))
+    if max_prompts is None or max_prompts >= len(indexed):
+        return indexed
+    by_cat: dict[str | None, list[tuple[int, Prompt]]] = {}
+    for ip in indexed:
+        by_cat.setdefault(ip[1].category, []).append(ip)
+    out: list[tuple[int, Prompt]] = []
+    while len(out) < max_prompts:
+        for cat in list(by_cat):
+            if by_cat[cat] and len(out) < max_prompts:
+                out.append(by_cat[cat].pop(0))
+    return sorted(out)
+
+
+@dataclass(frozen=True)
+class PromptChoice:
+    """The requests a sweep sends, chosen once.
+
+    Attributes:
+        set: the prompt set (the user's file, a given set, or the built-in one).
+        chosen: ``(index, prompt)`` of every request: the set's picks (:func:`select_prompts`), then the
+            extra ones (the long-context requests), numbered after the set's last prompt.
+        skipped_note: the sentence saying a large set was cut to :data:`MAX_PROMPTS_PER_SWEEP`, else ``None``.
+    """
+
+    set: PromptSet
+    chosen: tuple[tuple[int, Prompt], ...]
+    skipped_note: str | None = None
+
+
+def choose_prompts(prompts: Path | PromptSet | None, max_prompts: int | None,
+                   extra: Sequence[Prompt] = ()) -> PromptChoice:
+    """The prompts a sweep measures: a file is loaded, ``None`` is the built-in set (then at most
+    :data:`DEFAULT_SET_PROMPTS` unless ``max_prompts`` says otherwise); never more than
+    :data:`MAX_PROMPTS_PER_SWEEP` of a set (``skipped_note`` says so), spread over its categories;
+    ``extra`` (the long-context requests) come after them.
+
+    Raises:
+        PromptFileError: the file is unusable (names the file and line).
+    """
+    if isinstance(prompts, PromptSet):
+        ps = prompts
+    elif prompts is None:
+        ps = default_prompts()
+        max_prompts = DEFAULT_SET_PROMPTS if max_prompts is None else max_prompts
+    else:
+        ps = load_prompts(prompts)
+    note = None
+    if len(ps) > MAX_PROMPTS_PER_SWEEP and (max_prompts is None or max_prompts > MAX_PROMPTS_PER_SWEEP):
+        note = (f"the prompt set has {len(ps):,} prompts; a sweep measures at most {MAX_PROMPTS_PER_SWEEP} of "
+                "them (spread over its categories)")
+        max_prompts = MAX_PROMPTS_PER_SWEEP
+    chosen = select_prompts(ps, max_prompts) + [(len(ps.prompts) + j, p) for j, p in enumerate(extra)]
+    return PromptChoice(set=ps, chosen=tuple(chosen), skipped_note=note)

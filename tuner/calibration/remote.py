@@ -23,18 +23,23 @@ from __future__ import annotations
 from collections.abc import Sequence
 from dataclasses import replace
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .candidates import Candidate, CandidatePlan
+
+if TYPE_CHECKING:
+    from tuner.hardware.devices import Devices
+    from tuner.hardware.memory import ModelMemorySpec
 
 RPC_SPLIT = "rpc-split"
 LOCAL_ONLY = "local-only"
 
 
-def _max_ngl(target_spec: Any, draft_spec: Any, spec_type: str, devices: Any, n_ctx: int) -> int | None:
+def _max_ngl(target_spec: ModelMemorySpec, draft_spec: ModelMemorySpec | None, spec_type: str, devices: Devices,
+             n_ctx: int) -> int | None:
     from tuner.hardware.memory import MemoryRequest, max_target_ngl
 
-    if not getattr(devices, "devices", ()):
+    if not devices.devices:
         return 0
     try:
         return max_target_ngl(MemoryRequest(target=target_spec, draft=draft_spec, spec_type=spec_type,
@@ -44,7 +49,7 @@ def _max_ngl(target_spec: Any, draft_spec: Any, spec_type: str, devices: Any, n_
         return None
 
 
-def place_over_rpc(plan: CandidatePlan, target_path: str | Path, devices: Any, n_ctx: int,
+def place_over_rpc(plan: CandidatePlan, target_path: str | Path, devices: Devices, n_ctx: int,
                    notes: list[str]) -> CandidatePlan:
     """Rewrite ``plan`` for ``devices.rpc_endpoints`` (a :class:`tuner.hardware.Devices` with RPC hosts).
 
@@ -53,7 +58,7 @@ def place_over_rpc(plan: CandidatePlan, target_path: str | Path, devices: Any, n
     layers that fit over all devices. Layer counts come from the memory plan; a plan failure leaves
     ``ngl`` None (the server's ``--fit``) with a note. Returns ``plan`` unchanged without RPC hosts.
     """
-    endpoints = tuple(getattr(devices, "rpc_endpoints", ()) or ())
+    endpoints = tuple(devices.rpc_endpoints)
     if not endpoints:
         return plan
     from tuner.hardware.memory import load_model_spec
@@ -65,7 +70,7 @@ def place_over_rpc(plan: CandidatePlan, target_path: str | Path, devices: Any, n
         tspec = None
     local = devices.local_only()
 
-    def ngl_for(draft_path: str | None, spec_type: str, devs: Any) -> int | None:
+    def ngl_for(draft_path: str | None, spec_type: str, devs: Devices) -> int | None:
         if tspec is None:
             return None
         try:

@@ -148,7 +148,7 @@ def profile_server_config(prof: Profile) -> ServerConfig:
         ProfileError: a field has the wrong type, ``extra_args`` holds an option outside the
             allow-list, or the profile sets host / api_key / cors_origins (each named).
     """
-    where = str(getattr(prof, "path", None) or prof.target_path)
+    where = prof.target_path
     obj = prof.server_config
     if not isinstance(obj, dict):
         raise ProfileError(where, "server_config is not a JSON object")

@@ -472,6 +472,17 @@ def _read_value(cur: _Cursor, t: int, key: str, path: Path, depth: int = 0):
     raise GGUFError(path, f"key {key!r}: unknown GGUF value type {t}")
 
 
+def has_chat_template(path: Path | str) -> bool:
+    """True when the GGUF at ``path`` carries a non-empty ``tokenizer.chat_template`` (llama-server then
+    applies it to ``/v1/chat/completions`` requests: tools/server/server-common.cpp
+    ``oaicompat_chat_params_parse``). An unreadable header counts as no template; raises nothing."""
+    try:
+        v = read_header(path).kv.get("tokenizer.chat_template")
+    except (GGUFError, OSError):
+        return False
+    return isinstance(v, str) and bool(v.strip())
+
+
 def read_header(path: Path | str, check_data: bool = True) -> GGUFHeader:
     """Read the header of one GGUF file.
 

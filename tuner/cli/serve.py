@@ -468,7 +468,7 @@ class _StateLines:
     ``done`` is set when serving ended, ``said`` keeps the failure messages already printed."""
 
     def __init__(self, cfg: ServerConfig, sup: Supervisor) -> None:
-        from tuner.calibration.engine import has_chat_template
+        from tuner.catalog.header import has_chat_template
 
         self.cfg, self.sup = cfg, sup
         self.done = threading.Event()

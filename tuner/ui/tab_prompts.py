@@ -152,9 +152,9 @@ class PromptsTab(QWidget):
 
     def sweep_prompt_indices(self, ps, path: Path | None) -> set[int]:
         """Indices of the prompts a sweep measures: the calibration's own choice
-        (``tuner.calibration.engine.select_prompts``; the built-in set uses ``DEFAULT_SET_PROMPTS``
+        (``tuner.calibration.prompts.select_prompts``; the built-in set uses ``DEFAULT_SET_PROMPTS``
         of its prompts unless the tune options set ``max_prompts``)."""
-        from tuner.calibration.engine import DEFAULT_SET_PROMPTS, select_prompts
+        from tuner.calibration.prompts import DEFAULT_SET_PROMPTS, select_prompts
 
         max_p = (getattr(self.controller, "tune_options", None) or {}).get("max_prompts")
         if max_p is None and path is None:

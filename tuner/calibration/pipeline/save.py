@@ -1,0 +1,62 @@
+"""What the tune hands back: the winner saved as a profile (its server configuration and the exact
+llama-server argv), or, after a cancel, what ran and nothing saved."""
+
+from __future__ import annotations
+
+import logging
+
+from tuner.profiles import Profile, ProfileStore, StalenessKeys
+
+from ..decide import Decision
+from ..outcome import SearchOutcome
+from ..request import TuneResult
+from ..serving import candidate_config, config_to_json
+from .events import Events
+from .inputs import TuneInputs
+from .placement import SweepPlan
+
+log = logging.getLogger(__name__)
+
+
+def save_result(store: ProfileStore, inputs: TuneInputs, keys: StalenessKeys, plan: SweepPlan,
+                outcome: SearchOutcome, decision: Decision, events: Events) -> TuneResult:
+    """Save the profile of ``decision`` (``keys``, the winner's server configuration and its argv, the
+    decision with the budget and what it left unmeasured, every measurement as evidence) and return the
+    tune's result; emits ``"saved"``. An argv that cannot be built is a note (the profile keeps an empty one).
+
+    Raises:
+        OSError: the profile cannot be written.
+    """
+    request = inputs.request
+    winner_cfg = candidate_config(decision.winner, inputs.target_path, n_ctx=inputs.n_ctx, threads=request.threads,
+                                  server_args=keys.server_args)
+    try:
+        from tuner.server.argv import tuned_argv
+
+        argv = tuple(tuned_argv(inputs.binary.path, winner_cfg, inputs.dialect))  # where to listen is the server's
+    except Exception as exc:  # noqa: BLE001
+        log.warning("could not build the winner's argv", exc_info=True)
+        argv = ()
+        events.note(f"could not build the winner's argv: {exc}")
+    profile = Profile(
+        target_path=str(inputs.target_path),
+        keys=keys,
+        winner=decision.winner.to_json(),
+        server_config=config_to_json(winner_cfg),
+        argv=argv,
+        decision={**decision.to_json(), "budget_s": plan.budget_s,
+                  "budget_spent_before": [c.label for c in outcome.unmeasured]},
+        evidence=tuple(m.to_json() for m in outcome.measurements),
+    )
+    path = store.save(profile)
+    events("saved", f"profile saved to {path}", detail={"profile_path": str(path)})
+    return TuneResult(request=request, target_path=inputs.target_path, decision=decision,
+                      measurements=tuple(outcome.measurements), profile=store.load(inputs.target_path),
+                      profile_path=path, dropped=plan.dropped, elapsed_s=events.elapsed_s())
+
+
+def cancelled_result(inputs: TuneInputs, plan: SweepPlan, outcome: SearchOutcome, events: Events) -> TuneResult:
+    """The result of a cancelled sweep: what ran before, nothing decided, nothing saved."""
+    return TuneResult(target_path=inputs.target_path, request=inputs.request, decision=None,
+                      measurements=outcome.measurements, cancelled=True, dropped=plan.dropped,
+                      elapsed_s=events.elapsed_s())
