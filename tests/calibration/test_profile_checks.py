@@ -91,12 +91,14 @@ def test_a_draft_outside_the_models_folder_is_refused(models: Path, tmp_path: Pa
 def test_a_link_of_the_folder_is_a_draft_of_the_folder(models: Path, tmp_path: Path, stories260k: Path) -> None:
     """A folder of links into a blob store (how the Hugging Face cache lays out files) is what the scan lists
     as the folder's models: a draft reached through one of the folder's own entries is one of them."""
-    blob = tmp_path / "blobs" / "sha256-draft"
+    blob = tmp_path / "blobs" / "sha256-0123abcd"  # no suffix, as in the Hugging Face cache
     blob.parent.mkdir()
-    shutil.copyfile(stories260k, blob.with_suffix(".gguf"))
-    (models / "linked-draft.gguf").symlink_to(blob.with_suffix(".gguf"))
-    prof = _profile(models, spec_type="draft-simple", draft_path=str(blob.with_suffix(".gguf")), n_max=4)
-    assert profile_server_config(prof, models, rpc_allowed=()).draft_path == blob.with_suffix(".gguf")
+    shutil.copyfile(stories260k, blob)
+    (models / "linked-draft.gguf").symlink_to(blob)
+    prof = _profile(models, spec_type="draft-simple", draft_path=str(blob), n_max=4)
+    assert profile_server_config(prof, models, rpc_allowed=()).draft_path == blob
+    (models / "linked-draft.gguf").unlink()  # no entry of the folder leads to it any more
+    assert "server_config.draft_path" in _refused(prof, models)
 
 
 def test_a_draft_that_is_not_a_gguf_file_is_refused(models: Path) -> None:
@@ -213,3 +215,21 @@ def test_every_server_config_field_is_tuned_or_served() -> None:
     names = {f.name for f in dataclasses.fields(ServerConfig)}
     assert not set(SERVED_FIELDS) & _TUNED_FIELDS
     assert names == set(SERVED_FIELDS) | _TUNED_FIELDS, sorted(names ^ (set(SERVED_FIELDS) | _TUNED_FIELDS))
+
+
+def test_a_target_in_a_blob_store_served_through_a_linked_folder(tmp_path: Path, stories260k: Path) -> None:
+    """The Hugging Face cache shape: the folder is a link to a snapshot of links into blobs without a suffix,
+    and the tune saves the resolved blob as the target."""
+    blob = tmp_path / "blobs" / "sha256-0123abcd"
+    blob.parent.mkdir()
+    shutil.copyfile(stories260k, blob)
+    snapshot = tmp_path / "snapshot"
+    snapshot.mkdir()
+    (snapshot / "stories260K.gguf").symlink_to(blob)
+    models = tmp_path / "models"
+    models.symlink_to(snapshot)
+    prof = SimpleNamespace(path="/p/profile.json", target_path=str(blob.resolve()),
+                           server_config={"model_path": str(blob.resolve()), "spec_type": "none"})
+    assert profile_server_config(prof, models, rpc_allowed=()).model_path == blob.resolve()
+    (snapshot / "stories260K.gguf").unlink()
+    assert "target_path" in _refused(prof, models)

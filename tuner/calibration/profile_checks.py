@@ -117,18 +117,17 @@ def _check_not_served(obj: dict[str, Any], where: str) -> None:
 
 def in_models_folder(path: Path, folder: Path) -> bool:
     """True when ``path`` is a ``*.gguf`` file of ``folder``: resolved, it lies under the resolved folder, or it
-    is the file one of the folder's own entries leads to (the scan's walk, links followed:
-    :func:`tuner.catalog.folder.gguf_files_under`, so a folder of links into a blob store counts). A path that
-    leaves the folder through ``..`` or a link of its own does not. Raises nothing."""
+    is the file one of the folder's own ``*.gguf`` entries leads to (the scan's walk, links followed:
+    :func:`tuner.catalog.folder.gguf_files_under`, so a folder of links into a blob store counts, whose files'
+    names have no suffix). A path that leaves the folder through ``..`` or a link of its own does not.
+    Raises nothing."""
     try:
         resolved = path.resolve()
         root = folder.resolve()
     except (OSError, RuntimeError):
         return False
-    if not resolved.name.lower().endswith(".gguf"):
-        return False
-    if resolved.is_relative_to(root):
-        return True
+    if resolved.is_relative_to(root):  # a file of the folder, a GGUF by its name
+        return resolved.name.lower().endswith(".gguf") or path.name.lower().endswith(".gguf")
     from tuner.catalog.folder import gguf_files_under
 
     for p in gguf_files_under(folder):
