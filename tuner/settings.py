@@ -413,14 +413,14 @@ def allow_rpc_hosts(hosts: list[str] | tuple[str, ...]) -> tuple[str, ...]:
             without an API key); nothing is written.
         tuner.storage.CorruptFileError: the settings file is not JSON (kept aside).
         OSError: the settings file cannot be read or written.
+        tuner.rpcaddr.RpcHostError: an entry of ``hosts`` is not ``host:port`` (named as ``--rpc``).
     """
     from tuner.rpcaddr import parse_rpc_hosts
 
     current = load_settings()
     have = set(parse_rpc_hosts(list(current.rpc_hosts), where="rpc_hosts"))
     added: list[str] = []
-    for host in hosts:
-        (ep,) = parse_rpc_hosts([host])
+    for ep in parse_rpc_hosts(list(hosts)):
         if ep not in have:
             have.add(ep)
             added.append(str(ep))
