@@ -27,7 +27,7 @@ from .pairing import (
     contrast_test,
     pooled_tokens_per_s,
 )
-from .results import Measurement, Sample
+from .results import Measurement, NoDrafts, Sample
 from .sentences import Sentence, Slot, in_reading_order
 from .wording import never_entry, of_slot, render
 
@@ -401,7 +401,14 @@ def _nothing_compared(ev: _Evidence, outcome: SearchOutcome) -> Decision:
 
 
 def _entry(m: Measurement) -> dict[str, Any]:
-    return never_entry(m.candidate.label, m.candidate.spec_type, m.error, m.no_drafts_at, m.no_drafts)
+    """One type that never drafted (or failed), as the ``alone.*`` sentences hold it: for a type that never
+    drafted, what was measured (:class:`~tuner.calibration.results.NoDrafts`: the sampling, the requests in
+    which it drafted nothing, the greedy check's drafted tokens), from the measurement's own fields."""
+    nd = m.no_drafts
+    if m.no_drafts_at is not None:
+        nd = nd or NoDrafts(m.no_drafts_at, sampled=m.greedy_draft_n is not None, greedy_draft_n=m.greedy_draft_n)
+        nd = replace(nd, requests=nd.requests if nd.requests is not None else len(m.samples))
+    return never_entry(m.candidate.label, m.candidate.spec_type, m.error, m.no_drafts_at, nd)
 
 
 def _winner(ev: _Evidence, winners: Sequence[Comparison], outcome: SearchOutcome) -> Decision:
@@ -476,8 +483,8 @@ def _no_speculation(ev: _Evidence, outcome: SearchOutcome) -> Decision:
 
 def _why_alone(best: Comparison, ev: _Evidence, outcome: SearchOutcome) -> tuple[str, dict[str, Any]]:
     """Why the best comparison does not win, as ``(kind, the sentence's params)``."""
-    params: dict[str, Any] = {"label": best.candidate.label, "figures": figures(best),
-                              "acceptance": _acceptance(best, ev.break_even)}
+    params: dict[str, Any] = {"label": best.candidate.label, "candidate": best.candidate.to_json(),
+                              "figures": figures(best), "acceptance": _acceptance(best, ev.break_even)}
     look, sp = best.look, best.speedup or 0.0
     if best.paired and look is not None and look.verdict == "inconclusive" and sp > 1.0 + outcome.min_gain:
         cost = _pair_cost_s(best, outcome.measurements)
