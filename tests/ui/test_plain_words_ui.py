@@ -114,3 +114,23 @@ def test_serve_at_start_setting_is_checked(tmp_path):
         Settings(serve_at_start="yes")  # type: ignore[arg-type]
     loaded = settings_mod.from_json({"serve_at_start": None, "served_target": str(tmp_path / "m.gguf")})
     assert loaded.serve_at_start is None and loaded.served_target == tmp_path / "m.gguf"
+
+
+def test_the_chat_tab_says_when_the_model_has_no_chat_template(qtbot, tmp_path):
+    from dataclasses import replace
+
+    from tuner.ui.tab_chat import ChatTab
+
+    c = AppController(Settings())
+    tab = ChatTab(c)
+    qtbot.addWidget(tab)
+    tab.show()
+    assert not tab.base_note.isVisible()
+    c.serving = replace(serving_info(tmp_path / "stories260K.gguf"), base_model=True)
+    c.server_changed.emit(c.serving)
+    assert tab.base_note.isVisible()
+    assert tab.base_note.text().startswith("stories260K.gguf has no chat template: it is a base model")
+    assert "<|im_start|>" in tab.base_note.text() and "/v1/completions" in tab.base_note.text()
+    c.serving = replace(c.serving, base_model=False)  # a chat model: no note
+    c.server_changed.emit(c.serving)
+    assert not tab.base_note.isVisible()

@@ -12,9 +12,21 @@ the sweep), ``sentences`` and ``wording`` (the decision's sentences as data, and
 ``engine`` (composition behind ``tune``), ``command`` (``draftwise tune``).
 """
 
+from pathlib import Path
+
 from .freshness import SavedState, reused_result, saved_state
 from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
 from .wording import Rendered, render
 
-__all__ = ["DEFAULT_BUDGET_S", "Rendered", "SavedState", "TuneError", "TuneEvent", "TuneResult", "render",
-           "reused_result", "saved_state", "tune"]
+
+def has_chat_template(path: str | Path) -> bool:
+    """True when the GGUF carries a chat template (``tuner.calibration.engine.has_chat_template``, imported when
+    asked: the engine is the tune's heavy part); without one llama-server wraps chat messages in its ChatML
+    fallback (common/chat.cpp ``common_chat_templates_init``)."""
+    from .engine import has_chat_template as check
+
+    return check(Path(path))
+
+
+__all__ = ["DEFAULT_BUDGET_S", "Rendered", "SavedState", "TuneError", "TuneEvent", "TuneResult", "has_chat_template",
+           "render", "reused_result", "saved_state", "tune"]

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.calibration import Rendered, reused_result, saved_state
+from tuner.calibration import Rendered, has_chat_template, reused_result, saved_state
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.request import (
     EventCallback,
@@ -106,6 +106,8 @@ class ServingInfo:
         api_key: the key clients must send, or None.
         model_id: the id the API reports for the model (``--alias``), used by the Chat tab.
         cache_ram_mib: the host prompt-cache limit passed (``--cache-ram``, MiB), None = server default.
+        base_model: the target has no chat template (a base model): llama-server wraps chat messages in its
+            ChatML fallback, which such a model does not know (the Chat tab says so).
     """
 
     model_name: str
@@ -119,6 +121,7 @@ class ServingInfo:
     api_key: str | None = None
     model_id: str | None = None
     cache_ram_mib: int | None = None
+    base_model: bool = False
 
 
 @dataclass(frozen=True)
@@ -478,6 +481,7 @@ def _serve_result(scanned: ScanResult, result: TuneResult, settings: Settings, r
         api_key=config.api_key,
         model_id=config.alias if _argv_has(sup.argv, ("-a", "--alias")) else None,
         cache_ram_mib=config.cache_ram_mib if _argv_has(sup.argv, ("-cram", "--cache-ram")) else None,
+        base_model=not has_chat_template(profile.target_path),
     )
     return ServeOutcome(
         scan=scanned,
