@@ -134,3 +134,26 @@ def test_the_chat_tab_says_when_the_model_has_no_chat_template(qtbot, tmp_path):
     c.serving = replace(c.serving, base_model=False)  # a chat model: no note
     c.server_changed.emit(c.serving)
     assert not tab.base_note.isVisible()
+
+
+def test_help_has_about_with_the_version_and_the_docs(qtbot, monkeypatch):
+    from PySide6.QtWidgets import QMessageBox
+
+    from tuner import __version__
+    from tuner.ui.window import MainWindow, about_text, docs_path
+
+    c = AppController(Settings())
+    window = MainWindow(c, tray_available=True)
+    qtbot.addWidget(window)
+    help_menu = next(a.menu() for a in window.menuBar().actions() if a.text() == "&Help")
+    assert [a.text() for a in help_menu.actions()] == ["Open log folder", "About Draftwise"]
+    text = about_text()
+    assert f"<b>Draftwise {__version__}</b>" in text
+    readme = docs_path()
+    assert readme is not None and readme.name == "README.md"  # this checkout's (pip install -e .)
+    assert f'href="file://{readme}"' in text and "uninstalling and upgrading" in text
+    shown: list[str] = []
+    monkeypatch.setattr(QMessageBox, "exec", lambda box: shown.append(box.text()) or 0)
+    next(a for a in help_menu.actions() if a.text() == "About Draftwise").trigger()
+    assert shown == [text]
+    c.shutdown(timeout_s=2)
