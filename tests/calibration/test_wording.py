@@ -17,6 +17,7 @@ from tuner.calibration.wording import (
     PLAIN,
     REUSED_NOTE,
     faster_words,
+    measured_line,
     never_entry,
     no_drafts_error,
     plain_label,
@@ -176,6 +177,9 @@ def test_why_an_ngram_type_never_drafted() -> None:
     for nd in (NoDrafts(at, True, 0, 14), NoDrafts(at, False, None, 3)):
         said = no_drafts_error("ngram-mod", nd)
         assert "repeat no" not in said and "no speedup is possible" not in said and "these prompts" not in said
+    assert measured_line("ngram-mod", NoDrafts(at, True, 0, 5)) == (
+        f"ngram-mod: drafted nothing in 5 requests at the served sampling ({at}), nor in the short greedy check "
+        "(temperature 0)")
     # a saved profile's entry from before the facts were kept: what was measured, not its old error's words
     old = never_entry("ngram-mod", "ngram-mod", "ngram-mod never drafted at the served sampling (t 0.8), nor at "
                       "greedy settings (the lossless check): these prompts repeat no n-gram; no speedup is possible "

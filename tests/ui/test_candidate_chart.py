@@ -160,6 +160,9 @@ def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
                            elapsed_s=5.0, eta_s=20.0))
     tab.on_event(TuneEvent("measured", NEVER, measurement=never, progress=0.4, elapsed_s=10.0, eta_s=15.0))
     assert tab.chart.never == ["ngram-simple"]
+    # the line says what was measured, not the run's error words ("these prompts repeat no n-gram …")
+    assert tab.step_label.text() == ("ngram-simple: drafted nothing in 1 request at the served sampling (greedy "
+                                     "(temperature 0))")
     assert [r[0] for r in tab.chart.rows] == ["no speculation"]
     d = decide(SearchOutcome.of([base, never]))
     assert "ngram-simple drafted nothing" in d.reason  # the chart's words are the decision's

@@ -65,15 +65,18 @@ def test_typed_folder_then_serve_at_start_then_stale(make_app, qtbot, models_dir
     c.shutdown()  # quit while serving, as a logout does
 
     # 2. the next start (a login) serves it again without a click, and says so
-    app2 = started(make_app, qtbot)
+    app2 = make_app(tray_available=True)
     c2 = app2.controller
+    assert c2.restoring is not None and c2.tooltip().startswith("Draftwise — starting\nServing stories260K.gguf again")
+    assert "starting (serving stories260K.gguf again)" in app2.window.serve_tab.state_label.text()
+    qtbot.waitUntil(lambda: not c2.busy, timeout=180_000)
+    assert c2.restoring is None
     assert c2.state is AppState.SERVING, c2.last_error
     assert c2.serving.target_path.resolve() == target.resolve()
     assert c2.last_tune is not None and c2.last_tune.reused
     qtbot.waitUntil(lambda: app2.tray.last_notification is not None, timeout=5000)
     title, message = app2.tray.last_notification
     assert message.startswith("Serving stories260K.gguf again (profile of ") and "tuning finished" not in title.lower()
-    step = app2.window.tune_tab.step_label.text()
     qtbot.waitUntil(lambda: "saved profile" in app2.window.tune_tab.step_label.text(), timeout=5000)
     step = app2.window.tune_tab.step_label.text()
     assert step.startswith("Using the saved profile of ") and "Tuning finished" not in step, step

@@ -16,7 +16,7 @@ from pathlib import Path
 
 from .freshness import SavedState, reused_result, saved_state
 from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
-from .wording import Rendered, render
+from .wording import Rendered, measured_line, render
 
 
 def has_chat_template(path: str | Path) -> bool:
@@ -29,4 +29,4 @@ def has_chat_template(path: str | Path) -> bool:
 
 
 __all__ = ["DEFAULT_BUDGET_S", "Rendered", "SavedState", "TuneError", "TuneEvent", "TuneResult", "has_chat_template",
-           "render", "reused_result", "saved_state", "tune"]
+           "measured_line", "render", "reused_result", "saved_state", "tune"]

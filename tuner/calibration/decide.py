@@ -27,7 +27,7 @@ from .pairing import (
     contrast_test,
     pooled_tokens_per_s,
 )
-from .results import Measurement, NoDrafts, Sample
+from .results import Measurement, Sample
 from .sentences import Sentence, Slot, in_reading_order
 from .wording import never_entry, of_slot, render
 
@@ -404,10 +404,7 @@ def _entry(m: Measurement) -> dict[str, Any]:
     """One type that never drafted (or failed), as the ``alone.*`` sentences hold it: for a type that never
     drafted, what was measured (:class:`~tuner.calibration.results.NoDrafts`: the sampling, the requests in
     which it drafted nothing, the greedy check's drafted tokens), from the measurement's own fields."""
-    nd = m.no_drafts
-    if m.no_drafts_at is not None:
-        nd = nd or NoDrafts(m.no_drafts_at, sampled=m.greedy_draft_n is not None, greedy_draft_n=m.greedy_draft_n)
-        nd = replace(nd, requests=nd.requests if nd.requests is not None else len(m.samples))
+    nd = m.drafted_nothing() or m.no_drafts
     return never_entry(m.candidate.label, m.candidate.spec_type, m.error, m.no_drafts_at, nd)
 
 

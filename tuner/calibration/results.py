@@ -163,6 +163,16 @@ class Measurement:
         """True when the candidate ran and passed the speculative checks."""
         return self.error is None and bool(self.samples)
 
+    def drafted_nothing(self) -> NoDrafts | None:
+        """What was measured of a speculative run that drafted nothing (``no_drafts_at`` set), as facts: the
+        recorded :attr:`no_drafts`, else built from this measurement's own fields (the sampling words, the greedy
+        check's drafted tokens, the requests measured); ``None`` for any other run."""
+        if self.no_drafts_at is None:
+            return None
+        nd = self.no_drafts or NoDrafts(self.no_drafts_at, sampled=self.greedy_draft_n is not None,
+                                        greedy_draft_n=self.greedy_draft_n)
+        return nd if nd.requests is not None else replace(nd, requests=len(self.samples))
+
     @property
     def repetitions(self) -> int:
         """Number of distinct repetitions measured."""

@@ -162,6 +162,13 @@ def no_drafts_error(spec_type: str, nd: NoDrafts) -> str:
     return f"{spec_type} drafted nothing{_requests_words(nd)} at the served sampling ({nd.sampling}){_greedy_words(nd)}"
 
 
+def measured_line(label: str, nd: NoDrafts) -> str:
+    """The progress line of a run that drafted nothing (the sweep's "measured" event, shown by the app's Tune tab
+    and ``draftwise tune``'s progress instead of the run's error words), e.g. ``"ngram-mod: drafted nothing in 5
+    requests at the served sampling (temperature 0.8, …), nor in the short greedy check (temperature 0)"``."""
+    return f"{label}: {no_drafts_error('', nd).lstrip()}"
+
+
 def no_drafts_note(greedy_draft_n: int | None) -> str:
     """A launch that drafted nothing, as a table note (``draftwise tune``'s launches): ``"drafted nothing"``, with
     what the short greedy check drafted when it ran (``"drafted nothing; nothing in the short greedy check
@@ -622,6 +629,7 @@ __all__ = [
     "faster_words",
     "figures_text",
     "never_entry",
+    "measured_line",
     "never_text",
     "no_drafts_error",
     "no_drafts_note",

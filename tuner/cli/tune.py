@@ -42,6 +42,7 @@ from tuner.calibration.request import (
 )
 from tuner.calibration.sampling import Sampling
 from tuner.calibration.tune import tune
+from tuner.calibration.wording import measured_line
 from tuner.cli.options import add_option, check_options, folder_problem
 from tuner.cli.tune_report import print_table, result_to_json
 
@@ -141,7 +142,11 @@ class _Progress:
         # "error" events are non-fatal by contract (fatal problems raise TuneError): say "note" so a
         # notice such as the model's short training context does not read as a broken sweep
         label = "note" if ev.kind == "error" else ev.kind
-        self.stream.write(f"[{ev.elapsed_s:6.1f}s] {label}: {ev.message}{eta}\n")
+        message, m = ev.message, ev.measurement
+        nd = m.drafted_nothing() if m is not None else None
+        if m is not None and nd is not None:  # a run that drafted nothing: what was measured, not a failure's words
+            message = measured_line(m.candidate.label, nd)
+        self.stream.write(f"[{ev.elapsed_s:6.1f}s] {label}: {message}{eta}\n")
         if ev.kind == "plan":
             for d in ev.detail.get("dropped", []):
                 self.stream.write(f"          dropped {d['label']}: {d['reason']}\n")

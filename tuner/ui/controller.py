@@ -108,6 +108,9 @@ class AppController(QObject):
         """True while a re-tune runs with the served server stopped (tray and Serve tab say so)."""
         self.retune_offer: Path | None = None
         """The target whose stale profile *Serve at start* did not serve: the re-tune it offers."""
+        self.restoring: Path | None = None
+        """The target *Serve at start* is serving again right now (the state is TUNING meanwhile: a worker runs),
+        None otherwise: the tray and the Serve tab say "starting", not "tuning"."""
 
     # ------------------------------------------------------------ state
     def set_state(self, state: AppState, message: str | None = None) -> None:
@@ -139,6 +142,8 @@ class AppController(QObject):
     def tooltip(self) -> str:
         """Tray tooltip: state, model, endpoint and the current tokens/s, or "idle" when no request
         ran in the last :data:`tuner.telemetry.collector.IDLE_AFTER_S` seconds."""
+        if self.restoring is not None:
+            return f"Draftwise — starting\nServing {self.restoring.name} again (its saved profile)"
         lines = [f"Draftwise — {self.state.value}"]
         if self.serving and self.paused_for_retune:
             lines.append(f"{self.serving.model_name}: serving paused for re-tune")
@@ -178,6 +183,7 @@ class AppController(QObject):
             self._work = None
 
     def _on_failed(self, exc: BaseException) -> None:
+        self.restoring = None
         if self.paused_for_retune:
             # the previous configuration was started again (same port): a new process to show
             self.paused_for_retune = False
@@ -265,17 +271,20 @@ class AppController(QObject):
         self.selected_target = target
         prompts_path = self.prompts_path
         tune_options = dict(self.tune_options)
+        self.restoring = target
         self.set_state(AppState.TUNING, f"Serving {target.name} again…")
 
         def job(on_event: EventCallback, cancel: threading.Event) -> flow.ServeOutcome | flow.NotRestored:
             return flow.restore_serving(folder, target, st, prompts_path, self.runner, on_event, cancel, tune_options)
 
         if self._start_work(job, "restore", self._on_restored, self.tune_event.emit) is None:
+            self.restoring = None
             self.set_state(AppState.IDLE)
             return False
         return True
 
     def _on_restored(self, outcome: flow.ServeOutcome | flow.NotRestored) -> None:
+        self.restoring = None
         if isinstance(outcome, flow.ServeOutcome):
             self._on_served(outcome)
             return

@@ -28,7 +28,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.calibration import Rendered, has_chat_template, reused_result, saved_state
+from tuner.calibration import Rendered, has_chat_template, measured_line, reused_result, saved_state
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.request import (
     EventCallback,
@@ -592,14 +592,17 @@ def tune_progress(ev: TuneEvent) -> TuneProgress:
         return TuneProgress(message=ev.message)
     result = None
     never = None
+    message = ev.message
     m = ev.measurement
     if m is not None:
         row = measurement_row(m)
+        nd = m.drafted_nothing()
         if row is not None:
             result = row
-        elif m.no_drafts_at:
+        elif nd is not None:
             never = m.candidate.label
-    return TuneProgress(fraction=ev.progress, eta_s=ev.eta_s, message=ev.message, result=result,
+            message = measured_line(m.candidate.label, nd)  # what was measured, not a failure's words
+    return TuneProgress(fraction=ev.progress, eta_s=ev.eta_s, message=message, result=result,
                         elapsed_s=ev.elapsed_s, never=never)
 
 

@@ -402,6 +402,8 @@ class ServeTab(QWidget):
         }[c.state]
         if c.state is AppState.TUNING and getattr(c, "paused_for_retune", False):
             words = "paused for re-tune"
+        elif c.state is AppState.TUNING and c.restoring is not None:
+            words = f"starting (serving {c.restoring.name} again)"
         self.state_label.setText(f'<span style="color:{color}; font-weight:bold">● {words}</span>')
         info = c.serving
         if info is not None:

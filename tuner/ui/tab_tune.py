@@ -90,11 +90,8 @@ class TuneTab(QWidget):
         self.chart = CandidateChart()
         lay.addWidget(self.chart, 1)
 
-        lay.addWidget(QLabel("<b>Decision</b>"))
-        self.decision_label = QLabel("No decision yet.")
-        self.decision_label.setWordWrap(True)
-        self.decision_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        lay.addWidget(self.decision_label)
+        head = QHBoxLayout()
+        head.addWidget(QLabel("<b>Decision</b>"))
         # the first sentence is for everyone; the evidence (pairs, intervals, acceptance, how it was
         # measured) is one click away
         self.details_btn = QToolButton()
@@ -105,7 +102,13 @@ class TuneTab(QWidget):
         self.details_btn.setAutoRaise(True)
         self.details_btn.toggled.connect(self._show_details)
         self.details_btn.setVisible(False)
-        lay.addWidget(self.details_btn)
+        head.addWidget(self.details_btn)
+        head.addStretch(1)
+        lay.addLayout(head)
+        self.decision_label = QLabel("No decision yet.")
+        self.decision_label.setWordWrap(True)
+        self.decision_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        lay.addWidget(self.decision_label)
         self.details_label = QLabel()
         self.details_label.setWordWrap(True)
         self.details_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
