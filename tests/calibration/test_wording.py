@@ -228,8 +228,11 @@ FIRST_SENTENCES = {
                                      "were too few to be sure (a longer tune can settle it)."),
     "within noise": ("alone_within_noise", "Serving the model alone: speculation with the draft model good.gguf was no "
                                            "faster beyond measurement noise on your prompts."),
-    "screening only": ("alone_screening_only", "Serving the model alone: no speculation was confirmed faster on your "
-                                               "prompts."),
+    "screening only": ("alone_screening_only", "Serving the model alone: speculation with the draft model good.gguf "
+                                               "looked about 11 % faster in a first quick measurement, but that was "
+                                               "never confirmed on your prompts."),
+    "within noise, drafted nothing": ("alone_screening_only", "Serving the model alone: no speculation was confirmed "
+                                                              "faster on your prompts."),
     "unsteady baseline": ("alone_unsteady", "Serving the model alone: its own speed changed too much during the tune "
                                             "to tell whether speculation helps on your prompts."),
     "all failed": ("alone_failed", "Serving the model alone: speculation did not run correctly on this machine."),

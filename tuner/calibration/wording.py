@@ -275,13 +275,21 @@ def _plain_never_drafted(p: Params) -> str:
     return "Fastest here: the model alone — speculation never got going on your prompts."
 
 
+def _plain_screening(p: Params) -> str:
+    sp = (p.get("figures") or {}).get("speedup") or 0.0
+    if sp >= 1.05 and p.get("acceptance"):  # it drafted, and its bar stands taller on the chart: say what it is
+        return (f"Serving the model alone: {_tried(p)} looked {faster_words(sp)} in a first quick measurement, but "
+                "that was never confirmed on your prompts.")
+    return "Serving the model alone: no speculation was confirmed faster on your prompts."
+
+
 PLAIN: Mapping[str, Renderer] = {
     "headline.serving": _plain_serving,
     "alone.not_enough_evidence": _plain_not_enough,
     "alone.unsteady": lambda p: ("Serving the model alone: its own speed changed too much during the tune to tell "
                                  "whether speculation helps on your prompts."),
     "alone.slower": lambda p: f"Fastest here: the model alone — {_tried(p)} was slower on your prompts.",
-    "alone.screening_only": lambda p: "Serving the model alone: no speculation was confirmed faster on your prompts.",
+    "alone.screening_only": lambda p: _plain_screening(p),
     "alone.within_noise": lambda p: (f"Serving the model alone: {_tried(p)} was no faster beyond measurement noise "
                                      "on your prompts."),
     "alone.never_drafted": _plain_never_drafted,

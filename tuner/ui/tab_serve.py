@@ -14,12 +14,14 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QVBoxLayout,
     QWidget,
@@ -118,7 +120,14 @@ class ServeTab(QWidget):
         form.setRowVisible(self.cpu_kernels_label, False)
         lay.addWidget(status)
 
-        lay.addWidget(self._settings_box())
+        # the settings scroll when the window is short (a 768-pixel laptop screen): without this the tab alone
+        # needed 750 pixels and the window could not be made smaller than the screen
+        settings = QScrollArea()
+        settings.setWidgetResizable(True)
+        settings.setFrameShape(QFrame.Shape.NoFrame)
+        settings.setWidget(self._settings_box())
+        settings.setMinimumHeight(120)
+        lay.addWidget(settings, 3)
 
         lay.addWidget(QLabel("<b>llama-server log</b> (last lines)"))
         self.log = QPlainTextEdit()
@@ -126,6 +135,7 @@ class ServeTab(QWidget):
         self.log.setFont(mono)
         self.log.setMaximumBlockCount(LOG_LINES)
         self.log.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.log.setMinimumHeight(60)
         lay.addWidget(self.log, 1)
 
         self._log_timer = QTimer(self)
