@@ -165,7 +165,8 @@ def no_drafts_error(spec_type: str, nd: NoDrafts) -> str:
 def measured_line(label: str, nd: NoDrafts) -> str:
     """The progress line of a run that drafted nothing (the sweep's "measured" event, shown by the app's Tune tab
     and ``draftwise tune``'s progress instead of the run's error words), e.g. ``"ngram-mod: drafted nothing in 5
-    requests at the served sampling (temperature 0.8, …), nor in the short greedy check (temperature 0)"``."""
+    requests at the served sampling (<Sampling.describe's words>), nor in the short greedy check (temperature
+    0)"``."""
     return f"{label}: {no_drafts_error('', nd).lstrip()}"
 
 
