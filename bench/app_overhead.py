@@ -11,8 +11,8 @@ data to draw (the server's CPU is not counted; the app's share of that work is).
 
 Usage::
 
-    python bench/app_overhead.py                 # 60 s, idle server
-    python bench/app_overhead.py --seconds 60 --requests-every 5
+    python -m bench.app_overhead                 # 60 s, idle server
+    python -m bench.app_overhead --seconds 60 --requests-every 5 [--server PATH]
 
 Prints a JSON line with the figures and exits 1 when a goal is missed.
 """
@@ -30,10 +30,8 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tuner.process import free_port  # noqa: E402
+from bench.common import REPO, add_server_arg, note_machine, server_binary, stories_model
+from tuner.process import free_port
 
 CPU_GOAL_PCT = 1.0
 RSS_GOAL_MB = 250.0
@@ -48,7 +46,8 @@ from PySide6.QtCore import QTimer
 
 a = app_mod.build(single_instance=False)
 c = a.controller
-c.settings = Settings(models_dir=Path(os.environ["BENCH_MODELS"]), port=int(os.environ["BENCH_PORT"]), tune_budget_s=60)
+c.settings = Settings(models_dir=Path(os.environ["BENCH_MODELS"]), port=int(os.environ["BENCH_PORT"]), tune_budget_s=60,
+                      server_binary=Path(os.environ["BENCH_SERVER"]))
 c.tune_options = dict(n_predict=32, repetitions=1, n_ctx=256, max_prompts=2)
 c.poll_interval_s = 1.0
 a.window.hide()
@@ -74,15 +73,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--seconds", type=float, default=60.0, help="sampling time (s)")
     ap.add_argument("--requests-every", type=float, default=0.0, help="send one completion every S seconds (0 = none)")
+    add_server_arg(ap)
     args = ap.parse_args(argv)
+    server = server_binary(args).path
+    note_machine("before")
 
     home = Path(tempfile.mkdtemp(prefix="dw-bench-"))
     models = home / "models"
     models.mkdir()
-    shutil.copyfile(REPO / "resources" / "demo" / "stories260K.gguf", models / "stories260K.gguf")
+    shutil.copyfile(stories_model(), models / "stories260K.gguf")
     env = dict(
         os.environ,
         DRAFTWISE_HOME=str(home / "home"),
+        BENCH_SERVER=str(server),
         QT_QPA_PLATFORM="offscreen",
         BENCH_MODELS=str(models),
         BENCH_PORT=str(free_port()),
@@ -145,6 +148,7 @@ def main(argv: list[str] | None = None) -> int:
         }
         result["pass"] = cpu_pct < CPU_GOAL_PCT and rss_max / 2**20 < RSS_GOAL_MB
         print(json.dumps(result))
+        note_machine("after")
         return 0 if result["pass"] else 1
     finally:
         proc.terminate()

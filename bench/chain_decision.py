@@ -2,9 +2,10 @@
 (issue 14: "a chained candidate runs and is compared; the decision picks it only when it measured
 faster beyond noise").
 
-    python bench/chain_decision.py [--server PATH] [--pairs 4] [--n-predict 64] [--threads 1]
+    python -m bench.chain_decision [--server PATH] [--pairs 4] [--n-predict 64] [--threads 1]
+                                   [--n-embd 768] [--n-layers 12]
 
-Generates the acceptance-dial family (768 wide, 12 blocks, ε 0.02: the good draft shares the first 2
+Generates the acceptance-dial family (default 768 wide, 12 blocks, ε 0.02: the good draft shares the first 2
 blocks) and runs, per pair j, three launches through the sweep's own launch path:
 ``draft-simple`` (rep j), the baseline (rep j), ``ngram-mod,draft-simple`` (rep j), all ``confirm``
 stage, so each candidate repetition is adjacent to the baseline repetition with the same requests
@@ -17,28 +18,22 @@ the adjacent pairs, and the decision served it only if the contrast said "faster
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.synth import make_family  # noqa: E402
-from tuner.calibration.candidates import Candidate  # noqa: E402
-from tuner.calibration.decide import MIN_GAIN, decide  # noqa: E402
-from tuner.calibration.engine import _supervisor_launch_fn  # noqa: E402
-from tuner.calibration.measure import measure_candidate  # noqa: E402
-from tuner.calibration.outcome import SearchOutcome  # noqa: E402
-from tuner.calibration.pairing import contrast_test  # noqa: E402
-from tuner.calibration.prompts import Prompt  # noqa: E402
-from tuner.calibration.workload import Workload  # noqa: E402
-from tuner.server.dialect import probe_dialect  # noqa: E402
-from tuner.server.discovery import find_server  # noqa: E402
-from tuner.server.supervisor import Supervisor  # noqa: E402
+from bench.common import add_server_arg, add_threads_arg, family, launch_fn, note_machine, private_home, server_binary
+from tuner.calibration.candidates import Candidate
+from tuner.calibration.decide import MIN_GAIN, decide
+from tuner.calibration.measure import measure_candidate
+from tuner.calibration.outcome import SearchOutcome
+from tuner.calibration.pairing import contrast_test
+from tuner.calibration.prompts import Prompt
+from tuner.calibration.workload import Workload
+from tuner.server.dialect import probe_dialect
+from tuner.server.supervisor import Supervisor
 
 _LIST = "apples, bananas, cherries, dates, elderberries, figs, grapes, honeydew melons, kiwis, lemons"
 PROMPTS = [
@@ -49,16 +44,19 @@ PROMPTS = [
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", help="llama-server binary (default: discovered)")
+    add_server_arg(ap)
     ap.add_argument("--pairs", type=int, default=4)
     ap.add_argument("--n-predict", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
+    add_threads_arg(ap)
+    ap.add_argument("--n-embd", type=int, default=768, help="width of the generated target (smoke runs: 64)")
+    ap.add_argument("--n-layers", type=int, default=12, help="blocks of the generated target")
     args = ap.parse_args(argv)
 
+    note_machine("before")
     work = Path(tempfile.mkdtemp(prefix="dw-chain-"))
-    os.environ["DRAFTWISE_HOME"] = str(work / "home")
-    fam = make_family(work / "models", n_embd=768, n_layers=12, draft_layers=2, eps=0.02, dtype="f16")
-    binary = find_server(args.server)
+    private_home(work)
+    fam = family(work / "models", n_embd=args.n_embd, n_layers=args.n_layers, draft_layers=2, eps=0.02, dtype="f16")
+    binary = server_binary(args)
     dialect = probe_dialect(binary.path)
     draft = str(fam.good_draft.resolve())
     single = Candidate(spec_type="draft-simple", draft_path=draft, n_max=4, p_min=0.0)
@@ -68,14 +66,14 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     wl = Workload(raw_endpoint=dialect.draft_counts_endpoint)
     sup = Supervisor(binary, dialect)
-    fn = _supervisor_launch_fn(sup, fam.target.resolve(), 1024, args.threads, lambda *a, **k: None, 120.0, wl)
+    fn = launch_fn(sup, fam.target.resolve(), n_ctx=1024, threads=args.threads, startup_timeout_s=120.0)
     cancel = threading.Event()
     ms = []
     t0 = time.monotonic()
     try:
         for j in range(args.pairs):
             for c in (single, Candidate(), chain):
-                m = measure_candidate(fn, c, PROMPTS, [j], args.n_predict, cancel, stage="confirm")
+                m = measure_candidate(fn, c, PROMPTS, [j], args.n_predict, cancel, stage="confirm", workload=wl)
                 ms.append(m)
                 acc = f", acceptance {m.acceptance:.2f}" if m.acceptance is not None else ""
                 print(f"  pair {j + 1} {c.label}: {m.gen_tokens_per_s or 0:.1f} tokens/s{acc}"
@@ -104,6 +102,7 @@ def main(argv: list[str] | None = None) -> int:
     ok = cc is not None and cc.paired and len(cc.pairs) >= min(3, args.pairs)
     if d.winner.key == chain.key and cs is not None and cs.look is not None and cs.look.verdict == "faster":
         ok = ok and look is not None and look.verdict == "faster"
+    note_machine("after")
     return 0 if ok else 1
 
 

@@ -10,7 +10,7 @@
 
 Exit 1 when any non-GGUFError escaped or an RSS growth exceeds ``RSS_BOUND_KIB`` (48 MiB).
 
-Usage: ``python bench/fuzz_header.py [--seconds 20] [--seeds 5]``
+Usage: ``python -m bench.fuzz_header [--seconds 20] [--seeds 5]``
 """
 
 from __future__ import annotations
@@ -24,8 +24,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench.common import gemma_model, note_machine, stories_model
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -39,10 +38,9 @@ def main(argv: list[str] | None = None) -> int:
     from tuner.catalog.header import GGUFError, read_header
     from tuner.catalog.scan import classify_header, scan_file
 
-    stories = REPO.parent / "shared" / "models" / "stories260K.gguf"
-    if not stories.is_file():
-        stories = Path("/work/shared/models/stories260K.gguf")
-    gemma = Path.home() / ".cache" / "draftwise-test-models" / "gemma-3-270m-Q4_K_M.gguf"
+    note_machine("before")
+    stories = stories_model()
+    gemma = gemma_model(fetch=False)  # its header too, when the test cache holds it
     failed = False
     with tempfile.TemporaryDirectory() as td:
         tmp = Path(td)
@@ -52,7 +50,7 @@ def main(argv: list[str] | None = None) -> int:
             end = read_header(src).data_offset
             with open(src, "rb") as fh:
                 bases.append((fh.read(end + 4096), end))
-        if gemma.is_file():
+        if gemma is not None:
             h = read_header(gemma)
             with open(gemma, "rb") as fh:
                 bases.append((fh.read(h.data_offset + 4096), h.data_offset))
@@ -132,6 +130,7 @@ def main(argv: list[str] | None = None) -> int:
             failed |= bad
             print(f"  {name:50s} {got['grow_kib'] / 1024:6.1f} MiB ({ratio:4.1f}x reference) "
                   f"{got['seconds']:5.2f} s  {got['out'][:60]}{'  OVER BOUND' if bad else ''}")
+    note_machine("after")
     return 1 if failed else 0
 
 

@@ -1,35 +1,30 @@
 """n-gram speculation on the real Gemma 3 270M Q4_K_M (issue 10): prompts whose answers repeat spans of
 the prompt, greedy, ``tune --budget``; an n-gram type measured faster beyond noise must be chosen.
 
-    python bench/gemma_ngram.py [--server PATH] [--budget 240] [--threads 1] [--n-predict 96]
+    python -m bench.gemma_ngram [--server PATH] [--budget 240] [--threads 1] [--n-predict 96]
 
 The model comes from the PyPI chunk packages (tests/realmodels.py, cached). Gemma 3 270M is a base
 model (no chat template), so the prompts are plain continuations that copy: a list to be written out
 again, a function to be repeated with one rename, a paragraph quoted twice. Prints every event, the
 decision, the pairs it rests on and the sweep's wall time against the budget. Exit status 0 when an
-n-gram type won within 115 % of the budget. The machine's load average is printed before and after
-(the sweep's speed depends on it: measured at a load average of 8–9 on 2 cores, Gemma ran at 7–9
+n-gram type won within 115 % of the budget. The machine's load average and busiest other processes are
+printed before and after (the sweep's speed depends on them: measured at a load average of 8–9 on 2 cores, Gemma ran at 7–9
 tokens/s with 5–10 s loads, and the protocol needed about 480 s for 2 prompts × 64 tokens).
 """
 
 from __future__ import annotations
 
 import argparse
-import os
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.realmodels import gemma3_270m  # noqa: E402
-from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
-from tuner.calibration.sampling import GREEDY  # noqa: E402
-from tuner.calibration.tune import tune  # noqa: E402
-from tuner.profiles import ProfileStore  # noqa: E402
-from tuner.server.discovery import find_server  # noqa: E402
+from bench.common import add_server_arg, add_threads_arg, gemma_model, note_machine, private_home, server_binary
+from tuner.calibration.prompts import Prompt, make_prompt_set
+from tuner.calibration.sampling import GREEDY
+from tuner.calibration.tune import tune
+from tuner.profiles import ProfileStore
 
 _LIST = ("apples, bananas, cherries, dates, elderberries, figs, grapes, honeydew melons, kiwis, lemons, "
          "mangoes, nectarines, oranges, papayas, quinces, raspberries, strawberries, tangerines")
@@ -52,19 +47,20 @@ def _pct(ev) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", help="llama-server binary (default: discovered)")
+    add_server_arg(ap)
     ap.add_argument("--budget", type=float, default=240.0)
-    ap.add_argument("--threads", type=int, default=1)
+    add_threads_arg(ap)
     ap.add_argument("--n-predict", type=int, default=96)
     args = ap.parse_args(argv)
 
-    model = gemma3_270m()
+    model = gemma_model()
+    assert model is not None
     work = Path(tempfile.mkdtemp(prefix="dw-gemma-ngram-"))
-    os.environ["DRAFTWISE_HOME"] = str(work / "home")
+    private_home(work)
     models = work / "models"
     models.mkdir()
     (models / model.name).symlink_to(model)
-    binary = find_server(args.server)
+    binary = server_binary(args)
     events = []
 
     def on_event(ev) -> None:
@@ -73,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             print(f"  {ev.elapsed_s:6.1f}s {_pct(ev):>4} {ev.kind}: {ev.message}", file=sys.stderr,
                   flush=True)
 
-    load0 = os.getloadavg()
+    note_machine("before")
     t0 = time.monotonic()
     res = tune(models, sampling=GREEDY, long_context=False, prompts=make_prompt_set(PROMPTS, source="bench"), budget_s=args.budget, force=True,
                server=binary.path, store=ProfileStore(work / "profiles"), n_predict=args.n_predict, n_ctx=2048,
@@ -84,10 +80,8 @@ def main(argv: list[str] | None = None) -> int:
     sweep_s = decision_at - first_launch
     d = res.decision
     ok = d is not None and d.winner.spec_type.startswith("ngram") and d.pairs >= 3 and sweep_s <= 1.15 * args.budget
-    load1 = os.getloadavg()
-    print(f"\nload average (1, 5, 15 min) before {load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f}, after "
-          f"{load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f} ({os.cpu_count()} CPUs)")
-    print(f"sweep (first launch to decision): {sweep_s:.0f} s on a {args.budget:.0f} s budget")
+    note_machine("after")
+    print(f"\nsweep (first launch to decision): {sweep_s:.0f} s on a {args.budget:.0f} s budget")
     print(f"decision: {d.reason if d else 'none'}")
     for c in (d.per_category if d else ()):
         if c.speedup is not None:

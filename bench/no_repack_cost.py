@@ -10,7 +10,7 @@ thread count, and the machine's load average before and after (other programs' l
 same way only roughly: read the per-round ratios). The figure is the N of the sentence a user reads while
 the workaround is in force (``tuner.hardware.repack.REPACK_SPEEDUP_PCT``).
 
-    python bench/no_repack_cost.py [--server PATH] [--rounds 8] [--n-predict 96] [--threads 1] [--model GGUF]
+    python -m bench.no_repack_cost [--server PATH] [--rounds 8] [--n-predict 96] [--threads 1] [--model GGUF]
 
 How much the repacked kernels give depends on how much of the model they take: on an AVX2/AVX-512 build only
 Q4_0/Q4_K/IQ4_NL/MXFP4 matrices go to CPU_REPACK (Gemma 3 270M Q4_K_M: 12.7 of 235 MiB; its Q5_0/Q8_0/Q6_K
@@ -39,15 +39,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tuner.crosscheck.cpu_buffers import current_cpu_workaround, probe_cpu_buffers  # noqa: E402
-from tuner.hardware.host import foreign_processes  # noqa: E402
-from tuner.server.config import ServerConfig  # noqa: E402
-from tuner.server.discovery import find_server  # noqa: E402
-from tuner.server.supervisor import Supervisor  # noqa: E402
-from tuner.server.workarounds import cpu_identity  # noqa: E402
+from bench.common import add_server_arg, add_threads_arg, gemma_model, note_machine, private_home, server_binary
+from tuner.crosscheck.cpu_buffers import current_cpu_workaround, probe_cpu_buffers
+from tuner.hardware.host import foreign_processes
+from tuner.server.config import ServerConfig
+from tuner.server.supervisor import Supervisor
+from tuner.server.workarounds import cpu_identity
 
 PROMPTS = (
     "Once upon a time, in a small village by the sea, there lived an old fisherman who",
@@ -97,19 +94,18 @@ def _rounds(clients: dict, rounds: int, n_predict: int) -> tuple[list[dict], dic
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", help="llama-server binary (default: discovered)")
+    add_server_arg(ap)
     ap.add_argument("--rounds", type=int, default=8)
     ap.add_argument("--n-predict", type=int, default=96)
-    ap.add_argument("--threads", type=int, default=1)
+    add_threads_arg(ap)
     ap.add_argument("--model", type=Path, default=None, help="GGUF to measure (default: Gemma 3 270M Q4_K_M)")
     args = ap.parse_args(argv)
-    binary = find_server(args.server)
+    binary = server_binary(args)
     w = current_cpu_workaround(binary.path)  # the user's store, before the private home
     if w is not None:
         return _cannot(f"the --no-repack workaround is recorded for {binary.path} on this machine (this CPU "
                        f"crashed in the repacked kernels: {w.cause})")
-    work = Path(tempfile.mkdtemp(prefix="dw-no-repack-"))
-    os.environ["DRAFTWISE_HOME"] = str(work / "home")
+    private_home(Path(tempfile.mkdtemp(prefix="dw-no-repack-")))
     fact = probe_cpu_buffers(binary)
     if fact is None:
         return _cannot("the probe launch of the self-test model failed (see the log above)")
@@ -118,12 +114,8 @@ def main(argv: list[str] | None = None) -> int:
                        "ran with --no-repack")
     if not fact.types:
         return _cannot("this build copies no weights into a repacked CPU buffer here (nothing to compare)")
-    if args.model is None:
-        from tests.realmodels import gemma3_270m
-
-        model = gemma3_270m()
-    else:
-        model = args.model
+    model = args.model or gemma_model()
+    note_machine("before")
     cpu = cpu_identity().model
     others = foreign_processes("llama-server")
     load0 = os.getloadavg()
@@ -165,6 +157,7 @@ def main(argv: list[str] | None = None) -> int:
                       "prompt_tokens_per_s_median": {k: round(v, 1) for k, v in pp.items()},
                       "load_average_before_after": [round(load0[0], 2), round(load1[0], 2)],
                       "other_llama_servers": len(others), "wall_s": round(wall, 1)}))
+    note_machine("after")
     return 0
 
 

@@ -10,8 +10,8 @@ growth, measured with the project's psutil adapter (``tuner.process.tree_usage``
 
 Usage::
 
-    python bench/prompt_cache_ram.py                       # the real Gemma 3 270M (fetched into the test cache)
-    python bench/prompt_cache_ram.py --model FILE.gguf --requests 40 --limit-mib 64
+    python -m bench.prompt_cache_ram                       # the real Gemma 3 270M (fetched into the test cache)
+    python -m bench.prompt_cache_ram --model FILE.gguf --requests 40 --limit-mib 64 [--server PATH] [--threads 1]
 
 Prints one JSON line; the ratios are growth ÷ growth of the server without a limit, in one run.
 
@@ -28,14 +28,11 @@ import sys
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tuner.process import tree_usage  # noqa: E402
-from tuner.server.config import ServerConfig  # noqa: E402
-from tuner.server.discovery import find_server  # noqa: E402
-from tuner.server.supervisor import Supervisor  # noqa: E402
-from tuner.settings import DEFAULT_CACHE_RAM_MIB  # noqa: E402
+from bench.common import add_server_arg, add_threads_arg, gemma_model, note_machine, server_binary
+from tuner.process import tree_usage
+from tuner.server.config import ServerConfig
+from tuner.server.supervisor import Supervisor
+from tuner.settings import DEFAULT_CACHE_RAM_MIB
 
 WORDS = ("river mountain lantern copper violet engine harbor meadow signal winter orchard canvas "
          "falcon ember quartz willow thunder pepper marble compass").split()
@@ -46,7 +43,7 @@ def prompt(i: int, n_words: int) -> str:
     return f"Story {i}: " + " ".join(WORDS[(i * 7 + k * 3) % len(WORDS)] for k in range(n_words))
 
 
-def main() -> int:
+def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--model", type=Path, default=None, help="GGUF to serve (default: Gemma 3 270M)")
     ap.add_argument("--requests", type=int, default=30)
@@ -54,19 +51,19 @@ def main() -> int:
     ap.add_argument("--limit-mib", type=int, default=DEFAULT_CACHE_RAM_MIB,
                     help="the bounded configuration's --cache-ram (default: Draftwise's desktop default)")
     ap.add_argument("--ctx", type=int, default=2048)
-    args = ap.parse_args()
-    model = args.model
-    if model is None:
-        from tests.realmodels import gemma3_270m
-
-        model = gemma3_270m()
-    binary = find_server()
+    add_server_arg(ap)
+    add_threads_arg(ap)
+    args = ap.parse_args(argv)
+    model = args.model or gemma_model()
+    binary = server_binary(args)
+    note_machine("before")
     configs = {"off (0)": 0, f"limit {args.limit_mib} MiB": args.limit_mib, "b11434 default (8192)": None}
     sups: dict[str, Supervisor] = {}
     try:
         for name, cram in configs.items():
             sup = Supervisor(binary)
-            sup.start(ServerConfig(model_path=model, n_ctx=args.ctx, n_parallel=1, threads=1, cache_ram_mib=cram))
+            sup.start(ServerConfig(model_path=model, n_ctx=args.ctx, n_parallel=1, threads=args.threads,
+                                   cache_ram_mib=cram))
             sups[name] = sup
         for sup in sups.values():
             sup.wait_ready(timeout_s=300)
@@ -90,6 +87,7 @@ def main() -> int:
         "rss_growth_mib": {k: round(v, 1) for k, v in growth.items()},
         "growth_ratio_vs_default": {k: (round(v / ref, 2) if ref > 0 else None) for k, v in growth.items()},
     }))
+    note_machine("after")
     return 0
 
 

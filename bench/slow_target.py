@@ -1,7 +1,7 @@
 """A budget that holds on a slow target (issue 10): a generated target at ≤ 10 tokens/s on this CPU
 and its good 2-block draft, ``tune --budget 240``.
 
-    python bench/slow_target.py [--server PATH] [--budget 240] [--n-embd 2048] [--n-layers 16]
+    python -m bench.slow_target [--server PATH] [--budget 240] [--n-embd 2048] [--n-layers 16]
                                 [--eps 0.02] [--threads N] [--busy]
 
 1. Generates the acceptance-dial family (default 2048 wide, 16 blocks, F16: a ~1.6 GB target; its
@@ -27,16 +27,12 @@ import tempfile
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.burner import Burner  # noqa: E402
-from tests.synth import make_family  # noqa: E402
-from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
-from tuner.calibration.sampling import GREEDY  # noqa: E402
-from tuner.calibration.tune import tune  # noqa: E402
-from tuner.profiles import ProfileStore  # noqa: E402
-from tuner.server.discovery import find_server  # noqa: E402
+from bench.common import add_server_arg, add_threads_arg, family, note_machine, private_home, server_binary
+from tests.burner import Burner
+from tuner.calibration.prompts import Prompt, make_prompt_set
+from tuner.calibration.sampling import GREEDY
+from tuner.calibration.tune import tune
+from tuner.profiles import ProfileStore
 
 PROMPTS = [
     Prompt("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", "code"),
@@ -51,12 +47,12 @@ def _pct(ev) -> str:
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", help="llama-server binary (default: discovered)")
+    add_server_arg(ap)
     ap.add_argument("--budget", type=float, default=240.0)
     ap.add_argument("--n-embd", type=int, default=2048)
     ap.add_argument("--n-layers", type=int, default=16)
     ap.add_argument("--eps", type=float, default=0.02)
-    ap.add_argument("--threads", type=int, default=1, help="server threads (1 is steadier on a shared CPU)")
+    add_threads_arg(ap)
     ap.add_argument("--busy", action="store_true", help="run the sweep under the bounded CPU burner")
     ap.add_argument("--keep", action="store_true", help="keep the generated models")
     ap.add_argument("--json", action="store_true")
@@ -64,17 +60,18 @@ def main(argv: list[str] | None = None) -> int:
                     "elapsed_s, eta_s per event) to this JSON file: the recording tests/ui replays")
     args = ap.parse_args(argv)
 
+    binary = server_binary(args)
+    note_machine("before")
     work = Path(tempfile.mkdtemp(prefix="dw-slow-target-"))
-    os.environ["DRAFTWISE_HOME"] = str(work / "home")
+    private_home(work)
     try:
         t_gen = time.monotonic()
-        fam = make_family(work / "models", n_embd=args.n_embd, n_layers=args.n_layers, draft_layers=2, eps=args.eps,
-                          dtype="f16")
+        fam = family(work / "models", n_embd=args.n_embd, n_layers=args.n_layers, draft_layers=2, eps=args.eps,
+                     dtype="f16")
         (work / "models" / fam.unrelated_draft.name).unlink()  # the target and its good draft only
         size_gb = fam.target.stat().st_size / 1e9
         print(f"generated a {args.n_embd}-wide, {args.n_layers}-block F16 target ({size_gb:.2f} GB) in "
               f"{time.monotonic() - t_gen:.0f} s", file=sys.stderr)
-        binary = find_server(args.server)
         events = []
 
         def on_event(ev) -> None:
@@ -106,6 +103,7 @@ def main(argv: list[str] | None = None) -> int:
               f"({sweep_s / args.budget:.2f}x; goal <= 1.15x){' under the burner' if args.busy else ''}")
         print(f"decision: {d.reason if d else 'none'}")
         print("OK" if ok else "NOT OK")
+        note_machine("after")
         if args.record is not None:
             from tuner.storage import atomic_write_json
 

@@ -1,6 +1,6 @@
 """Tuner quality: exhaustive grid vs the tuner on a generated family, side by side in one run.
 
-    python bench/tune_quality.py [--server PATH] [--n-predict 96] [--prompts 3] [--reps 2]
+    python -m bench.tune_quality [--server PATH] [--n-predict 96] [--prompts 3] [--reps 2]
                                  [--budget-share 0.30 | --budget S] [--threads N] [--eps 0.05] [--busy]
 
 1. Generates the DESIGN.md acceptance-dial family (768 wide, 12 blocks F16 target, a good 2-block draft,
@@ -35,21 +35,25 @@ import threading
 import time
 from pathlib import Path
 
-REPO = Path(__file__).resolve().parent.parent
-sys.path.insert(0, str(REPO))
-
-from tests.burner import Burner  # noqa: E402
-from tests.synth import make_family  # noqa: E402
-from tuner.calibration.candidates import SWEEP_NGRAM_TYPES, Candidate  # noqa: E402
-from tuner.calibration.engine import _supervisor_launch_fn, select_prompts  # noqa: E402
-from tuner.calibration.measure import measure_repetitions  # noqa: E402
-from tuner.calibration.prompts import Prompt, make_prompt_set  # noqa: E402
-from tuner.calibration.sampling import GREEDY  # noqa: E402
-from tuner.calibration.tune import tune  # noqa: E402
-from tuner.profiles import ProfileStore  # noqa: E402
-from tuner.server.dialect import probe_dialect  # noqa: E402
-from tuner.server.discovery import find_server  # noqa: E402
-from tuner.server.supervisor import Supervisor  # noqa: E402
+from bench.common import (
+    add_server_arg,
+    add_threads_arg,
+    family,
+    launch_fn,
+    note_machine,
+    private_home,
+    select_prompts,
+    server_binary,
+)
+from tests.burner import Burner
+from tuner.calibration.candidates import SWEEP_NGRAM_TYPES, Candidate
+from tuner.calibration.measure import measure_repetitions
+from tuner.calibration.prompts import Prompt, make_prompt_set
+from tuner.calibration.sampling import GREEDY
+from tuner.calibration.tune import tune
+from tuner.profiles import ProfileStore
+from tuner.server.dialect import probe_dialect
+from tuner.server.supervisor import Supervisor
 
 PROMPTS = [
     Prompt("def fibonacci(n):\n    \"\"\"Return the n-th Fibonacci number.\"\"\"\n", "code"),
@@ -61,14 +65,14 @@ PROMPTS = [
 
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    ap.add_argument("--server", help="llama-server binary (default: discovered)")
+    add_server_arg(ap)
     ap.add_argument("--n-predict", type=int, default=96)
     ap.add_argument("--prompts", type=int, default=3, help="prompts used (of 4)")
     ap.add_argument("--reps", type=int, default=2, help="grid repetitions per candidate")
     ap.add_argument("--budget", type=float, default=None, help="tuner budget (s); default: --budget-share × grid time")
     ap.add_argument("--budget-share", type=float, default=0.30, help="tuner budget as a share of the grid's time")
     ap.add_argument("--n-ctx", type=int, default=1024)
-    ap.add_argument("--threads", type=int, default=None, help="server threads (1 is steadier on a shared CPU)")
+    add_threads_arg(ap, None)
     ap.add_argument("--eps", type=float, default=0.05, help="acceptance dial of the generated family")
     ap.add_argument("--n-embd", type=int, default=768, help="width of the generated target (smoke runs: 128)")
     ap.add_argument("--n-layers", type=int, default=12, help="blocks of the generated target")
@@ -78,14 +82,15 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--busy-max-s", type=float, default=3600.0, help="the burner's hard time limit")
     args = ap.parse_args(argv)
 
+    binary = server_binary(args)
+    note_machine("before")
     load0 = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="dw-tune-quality-"))
-    os.environ["DRAFTWISE_HOME"] = str(work / "home")
-    fam = make_family(work / "models", n_embd=args.n_embd, n_layers=args.n_layers, draft_layers=2, eps=args.eps,
-                      dtype="f16")
+    private_home(work)
+    fam = family(work / "models", n_embd=args.n_embd, n_layers=args.n_layers, draft_layers=2, eps=args.eps,
+                 dtype="f16")
     ps = make_prompt_set(PROMPTS[: args.prompts], source="bench")
     chosen = select_prompts(ps, None)
-    binary = find_server(args.server)
     dialect = probe_dialect(binary.path)
     target = fam.target.resolve()
 
@@ -101,7 +106,7 @@ def main(argv: list[str] | None = None) -> int:
 
         atexit.register(burner.stop)  # also on an error: never outlives this run (nor busy_max_s)
     sup = Supervisor(binary, dialect)
-    launch = _supervisor_launch_fn(sup, target, args.n_ctx, args.threads, lambda *a, **k: None, None)
+    launch = launch_fn(sup, target, n_ctx=args.n_ctx, threads=args.threads)
     results: dict[tuple, float | None] = {}
     base_out: dict = {}
     t0 = time.monotonic()
@@ -151,7 +156,7 @@ def main(argv: list[str] | None = None) -> int:
     finalists = ranked[:3] + ([pick_grid] if pick_grid.key not in {c.key for c in ranked[:3]} else [])
     pooled: dict[tuple, object] = {}
     sup = Supervisor(binary, dialect)
-    launch = _supervisor_launch_fn(sup, target, args.n_ctx, args.threads, lambda *a, **k: None, None)
+    launch = launch_fn(sup, target, n_ctx=args.n_ctx, threads=args.threads)
     try:
         for r in range(args.referee_rounds):
             for c in finalists:
@@ -180,6 +185,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"load average (1, 5, 15 min) at the start {load0[0]:.1f} {load0[1]:.1f} {load0[2]:.1f}, at the end "
           f"{load1[0]:.1f} {load1[1]:.1f} {load1[2]:.1f} ({os.cpu_count()} CPUs)")
     ok = ref_ratio is not None and ref_ratio >= 0.95 and time_ratio <= 0.35
+    note_machine("after")
     if args.json:
         print(json.dumps({"grid_s": grid_s, "tune_s": tune_s, "budget_s": budget, "best": best_label, "best_tps": best_tps,
                           "baseline_tps": base_tps, "pick": pick.label, "pick_grid_tps": pick_tps,

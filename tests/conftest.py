@@ -1,4 +1,5 @@
-"""Shared test fixtures (the real model, the real llama-server, temp model folders) and the server rule.
+"""Shared test fixtures (the real model, the real llama-server, the fake one, temp model folders, private XDG
+folders) and the server rule.
 
 The server rule: a test that starts a real llama-server carries ``@pytest.mark.server``, so that
 ``pytest -m "not server"`` starts none. For every test without the marker,
@@ -23,6 +24,7 @@ from __future__ import annotations
 import os
 import shlex
 import shutil
+import stat
 import sys
 import threading
 import time
@@ -36,6 +38,7 @@ os.environ.setdefault("QT_QPA_PLATFORM", "offscreen")
 REPO = Path(__file__).resolve().parent.parent
 SHARED_MODEL = REPO.parent / "shared" / "models" / "stories260K.gguf"
 DEMO_MODEL = REPO / "resources" / "demo" / "stories260K.gguf"
+FAKE_SERVER = REPO / "tests" / "fakes" / "fake_llama_server.py"
 
 
 @pytest.fixture(autouse=True, scope="session")
@@ -72,6 +75,34 @@ def stories260k_session(tmp_path_factory: pytest.TempPathFactory) -> Path:
     dst = tmp_path_factory.mktemp("stories") / "stories260K.gguf"
     shutil.copyfile(_stories_source(), dst)
     return dst
+
+
+@pytest.fixture(scope="session")
+def fake_server_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """An executable ``llama-server`` that runs tests/fakes/fake_llama_server.py with this Python (a
+    ``#!/bin/sh`` script: the server rule below lets any test start it)."""
+    d = tmp_path_factory.mktemp("fakebin")
+    exe = d / "llama-server"
+    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE_SERVER} \"$@\"\n", encoding="utf-8")
+    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
+    return exe
+
+
+@pytest.fixture
+def xdg_homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
+    """Point XDG_DATA_HOME, XDG_CONFIG_HOME and DRAFTWISE_HOME at empty temp folders (the desktop entry,
+    icons and autostart file of ``tuner.desktop`` go there).
+
+    Returns ``(data_home, config_home)``.
+    """
+    data_home = tmp_path / "xdg-data"
+    config_home = tmp_path / "xdg-config"
+    data_home.mkdir()
+    config_home.mkdir()
+    monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(config_home))
+    monkeypatch.setenv("DRAFTWISE_HOME", str(tmp_path / "draftwise-home"))
+    return data_home, config_home
 
 
 _ENV_BINARY = os.environ.get("DRAFTWISE_LLAMA_SERVER")

@@ -289,6 +289,28 @@ ISSUE_27 = [
     (["rpc-host", "--threads", BIG], f"--threads {BIG}", "must be between 1 and"),
     (["rpc-host", "--port", "0"], "--port 0", "must be between 1 and 65535"),
     (["doctor", "--timeout", "0"], "--timeout 0", "must be between 1 and 3600 seconds"),
+    # the other edge of each bound of the issue's Deliver list
+    (["plan", "--target", "{model}", "--no-cross-check", "--n-max", "65"], "--n-max 65", "must be between 1 and 64"),
+    (["plan", "--target", "{model}", "--draft", "{model}", "--no-cross-check", "--draft-ngl", BIG], f"--draft-ngl {BIG}",
+     "must be between 0 and 6 (stories260K.gguf's 5 blocks + 1)"),
+    (["serve", "--target", "{model}", "--draft", "{model}", "--draft-ngl", "7"], "--draft-ngl 7",
+     "must be between 0 and 6 (stories260K.gguf's 5 blocks + 1), auto or all"),
+    (["plan", "--target", "{model}", "--no-cross-check", "--cache-ram", "-2"], "--cache-ram -2",
+     "must be -1 (no limit) or between 0 and"),
+    (["plan", "--target", "{model}", "--no-cross-check", "--cache-ram", BIG], f"--cache-ram {BIG}",
+     "must be -1 (no limit) or between 0 and"),
+    (["serve", "--target", "{model}", "--ctx-size", str(2**24 + 1)], f"--ctx-size {2**24 + 1}",
+     "must be between 256 and 16777216 tokens"),
+    (["tune", "--models", "{tmp}", "--top-k", "-1"], "--top-k -1", "must be between 0 and 1000000"),
+    (["tune", "--models", "{tmp}", "--threads", "0"], "--threads 0", "must be between 1 and"),
+    (["tune", "--models", "{tmp}", "--budget", "86401"], "--budget 86401", "must be between 10 and 86400 seconds"),
+    (["serve", "--target", "{model}", "--ready-timeout", "0"], "--ready-timeout 0", "must be between 1 and 86400"),
+    (["serve", "--target", "{model}", "--ready-timeout", "86401"], "--ready-timeout 86401",
+     "must be between 1 and 86400 seconds"),
+    (["serve", "--target", "{model}", "--liveness-timeout", "3"], "--liveness-timeout 3",
+     "must be 0 (off) or between 4 and 3600 seconds"),
+    (["serve", "--target", "{model}", "--liveness-timeout", "3601"], "--liveness-timeout 3601",
+     "must be 0 (off) or between 4 and 3600 seconds"),
 ]
 
 

@@ -68,9 +68,7 @@ def oversized(root: Path, base: Path = REPO) -> set[tuple[str, str]]:
 
 
 ALLOWED_OVERSIZED = {
-    ("tuner/calibration/search.py", "Search"),  # 1125 lines
     ("tuner/calibration/engine.py", "run_tune"),  # 292
-    ("tuner/calibration/measure.py", "_run"),  # 161
     ("tuner/calibration/candidates.py", "plan_candidates"),  # 138
 }
 """Functions over 100 lines and classes over 450 lines today (lines when listed); each is split by issue 24."""
@@ -124,13 +122,12 @@ ALLOWED_GETATTR_DEFAULTS = Counter({
     ("tuner/calibration/engine.py", "target_model.context_length"): 1,
     ("tuner/calibration/engine.py", "target_model.mtp_layers"): 1,
     ("tuner/calibration/engine.py", "target_model.n_layers"): 1,
-    ("tuner/calibration/measure.py", "client.props"): 1,
     ("tuner/calibration/remote.py", "devices.devices"): 1,
     ("tuner/calibration/remote.py", "devices.rpc_endpoints"): 1,
     ("tuner/calibration/serving.py", "prof.path"): 1,
     ("tuner/calibration/tune.py", "exc.evidence"): 1,
 })
-"""Today's ``getattr(x, "name", default)`` reads in tuner/calibration/ (30): every ``x`` is a project type or
+"""Today's ``getattr(x, "name", default)`` reads in tuner/calibration/ (25): every ``x`` is a project type or
 a protocol the shared fake implements, so each becomes a typed attribute read (issue 24)."""
 
 
@@ -271,6 +268,10 @@ OUTSIDE_TEXT_READS = Counter({
     ("tuner/server/diagnosis.py", "'llama_server: listening on' in line"): 1,
     ("tuner/server/diagnosis.py", "'llama_server: model loaded' in line"): 1,
     ("tuner/server/diagnosis.py", "'warming up the model' in line"): 1,
+    ("tuner/server/diagnosis.py", "_WAKE_START in line"): 1,
+    ("tuner/server/sleep.py", "ENTER_LINE in line"): 1,
+    ("tuner/server/sleep.py", "EXIT_LINE in line"): 1,
+    ("tuner/server/sleep.py", "TASK_LINE in line"): 1,
 })
 """Reads of text another program or the user wrote: they stay (each is listed so a new one is looked at)."""
 
@@ -296,11 +297,9 @@ def text_sentences(root: Path, base: Path = REPO) -> Counter[tuple[str, str]]:
     return found
 
 
-ALLOWED_TEXT_SENTENCES = Counter({
-    ("tuner/calibration/search.py", "Sentence.text"): 2,  # the sweep's notes, the long-context verdict
-})
-"""Sentences of kind ``text`` (words built before the sentence): each becomes a kind of its own with a
-renderer (issue 24)."""
+ALLOWED_TEXT_SENTENCES: Counter[tuple[str, str]] = Counter()
+"""Sentences of kind ``text`` (words built before the sentence): none are left, each sentence has a kind of its
+own with a renderer (issue 24)."""
 
 
 def test_every_sentence_is_data() -> None:

@@ -23,6 +23,7 @@ from pathlib import Path
 from types import TracebackType
 
 from tuner import paths
+from tuner.safetext import safe_text
 
 LOG_FILE_NAME = "draftwise.log"
 MAX_LOG_BYTES = 1 * 1024 * 1024
@@ -88,8 +89,17 @@ def _tighten_rotated(base: Path) -> None:
 
 
 class _RedactFormatter(logging.Formatter):
+    """Masks secrets, and shows text from files and child processes safely (:func:`tuner.safetext.safe_text`):
+    the message is one line whatever it holds (a newline or an escape sequence in a file name is written
+    ``\\n``, ``\\x1b``; a byte of a non-UTF-8 file name ``\\xff``, so writing the record never fails); a
+    traceback keeps its own lines."""
+
+    def formatMessage(self, record: logging.LogRecord) -> str:
+        record.message = safe_text(record.message)
+        return super().formatMessage(record)
+
     def format(self, record: logging.LogRecord) -> str:
-        return redact(super().format(record))
+        return redact(safe_text(super().format(record), keep="\n"))
 
 
 class _ConsoleFormatter(_RedactFormatter):
@@ -131,7 +141,8 @@ def setup_logging(verbose: bool = False, stderr: bool | None = None) -> Path:
             try:
                 folder = paths.ensure_private_dir(paths.log_dir())
                 handler = _PrivateRotatingFileHandler(
-                    folder / LOG_FILE_NAME, maxBytes=MAX_LOG_BYTES, backupCount=BACKUP_COUNT, encoding="utf-8")
+                    folder / LOG_FILE_NAME, maxBytes=MAX_LOG_BYTES, backupCount=BACKUP_COUNT, encoding="utf-8",
+                    errors="backslashreplace")
                 _tighten_rotated(folder / LOG_FILE_NAME)
                 handler.setFormatter(_RedactFormatter(_FORMAT))
                 handler.addFilter(_RedactFilter())

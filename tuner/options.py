@@ -146,6 +146,9 @@ class Option:
 # llama.cpp's own values the declarations below cite:
 _LLAMA_MAX_SEQ = 256  # src/llama-cparams.h LLAMA_MAX_SEQ: the most sequences (server slots) a context holds
 _NO_LIMIT = -1  # --cache-ram -1: no size limit (common/arg.cpp "--cache-ram"; server-context.cpp sizes the cache)
+# --sleep-idle-seconds takes whole seconds >= 1 (common/arg.cpp refuses 0); a week bounds a typo
+_WEEK_S = 7 * 24 * 3600
+_APP_IDLE_SLEEP_S = 15 * 60  # the app's default, as LM Studio's idle TTL; `draftwise serve` keeps it off
 
 
 def _tuning_options() -> list[Option]:
@@ -208,6 +211,11 @@ def _serving_options() -> list[Option]:
         Option("liveness_timeout_s", float, 4, 3600, default=30, special=((0, "off"),), unit="seconds",
                metavar="S", help="while serving, restart llama-server when it has not answered /health for S "
                "seconds and makes no progress (a server busy with a long prompt is not restarted)"),
+        Option("idle_sleep_s", int, 1, _WEEK_S, default=_APP_IDLE_SLEEP_S, special=((0, "off"),), unit="seconds",
+               metavar="SECONDS", setting="idle_sleep_s", gui_scale=1 / 60, gui_suffix=" min",
+               help="idle sleep: after this many seconds without a request llama-server unloads the model and "
+               "frees its memory; the next request loads it again, which takes a few seconds "
+               "(--sleep-idle-seconds)"),
         Option("doctor_timeout_s", float, 1, 3600, default=60, unit="seconds", metavar="S",
                help="self-test time limit"),
         Option("chat_max_tokens", int, 1, 32768, default=512, help="most tokens of one chat reply"),
@@ -223,6 +231,13 @@ DEFAULT_CACHE_RAM_WHY = (
     "conversations for reuse.")
 """Why the prompt cache's default is 1024 MiB (a Llama-3-8B-shaped KV cache in f16 is 128 KiB per token, so
 about two full 4096-token contexts; a small model many more). Shown by the Serve tab."""
+
+
+IDLE_SLEEP_WHY = (
+    "A desktop app keeps running while you use other programs: after 15 minutes without a request the model's "
+    "memory (RAM, and VRAM on a GPU) is given back, and the next request waits a few seconds while the model "
+    "loads again. `draftwise serve` keeps the model loaded unless --idle-sleep is given.")
+"""Why the app sleeps after 15 minutes by default and ``serve`` does not (the Serve tab and README say it)."""
 
 
 def option(name: str) -> Option:
@@ -405,6 +420,6 @@ def server_defaults_text() -> str:
     return ", ".join(f"{k} {v:g}" for k, v in SERVER_DEFAULT_SAMPLING.items())
 
 
-__all__ = ["OPTIONS", "SERVER_DEFAULT_SAMPLING", "Limit", "Limits", "Option", "OptionError", "by_setting",
+__all__ = ["IDLE_SLEEP_WHY", "OPTIONS", "SERVER_DEFAULT_SAMPLING", "Limit", "Limits", "Option", "OptionError", "by_setting",
            "check", "default_words", "help_text", "high_of", "machine_limits", "option",
            "range_words", "server_defaults_text", "shown"]

@@ -339,7 +339,7 @@ def _popen_kwargs(parent: int, env: Mapping[str, str] | None, stderr: int) -> di
 
 def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None, log_path: Path | None = None,
           tail_lines: int = DEFAULT_TAIL_LINES, on_line: Callable[[str], None] | None = None,
-          cwd: Path | None = None, pass_fds: Sequence[int] = ()) -> ChildProcess:
+          cwd: Path | None = None, pass_fds: Sequence[int] = (), umask: int | None = None) -> ChildProcess:
     """Start ``argv`` from the module's launcher thread (see module docstring).
 
     Args:
@@ -349,6 +349,9 @@ def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None, log_path: P
         tail_lines: lines kept in memory for :meth:`ChildProcess.log_lines`.
         on_line: called from the reader thread with each line.
         pass_fds: file descriptors the child inherits (e.g. a memfd it opens as ``/dev/fd/N``).
+        umask: the child's file-mode creation mask (POSIX; e.g. ``0o077``: every file it creates is its user's
+            only), set in the child between fork and exec, with the other pre-exec steps (``Popen(umask=…)``);
+            None = inherited. Ignored on Windows, which has no umask.
 
     Raises:
         OSError: the program cannot be executed (missing, not executable).
@@ -360,6 +363,8 @@ def spawn(argv: Sequence[str], env: Mapping[str, str] | None = None, log_path: P
         kwargs["cwd"] = str(cwd) if cwd else None
         if pass_fds:
             kwargs["pass_fds"] = tuple(pass_fds)
+        if umask is not None and os.name == "posix":
+            kwargs["umask"] = umask
         popen = subprocess.Popen(list(argv), **kwargs)
         return ChildProcess(popen, argv, log_path, tail_lines, on_line)
 
@@ -632,10 +637,18 @@ def _stop_all_children() -> None:
             log.debug("cannot stop pid %s", child.pid, exc_info=True)
 
 
+#: Variables no child gets besides ``LLAMA_ARG_*``: the API key, and ``LLAMA_SERVER_SLOTS_DEBUG``, which makes
+#: llama-server put prompt and answer text into its log (the tokens around a prompt-cache mismatch, as warnings)
+#: and into ``/slots`` (tools/server/server-context.cpp: ``server_context_impl::load_model`` reads it, the
+#: prompt-cache mismatch warnings of ``pre_decode`` and the ``/slots`` handler's ``to_json`` use it): served
+#: requests stay out of every log.
+DROPPED_ENV = frozenset({"LLAMA_API_KEY", "LLAMA_SERVER_SLOTS_DEBUG"})
+
+
 def clean_env(environ: Mapping[str, str]) -> dict[str, str]:
-    """A copy of ``environ`` without any ``LLAMA_ARG_*`` (or ``LLAMA_API_KEY``) variable.
+    """A copy of ``environ`` without any ``LLAMA_ARG_*`` variable or one of :data:`DROPPED_ENV`.
 
     The server reads these before the CLI and ``--spec-type`` appends to them
     (common/arg.cpp), so an inherited ``LLAMA_ARG_SPEC_TYPE`` would silently add a type.
     """
-    return {k: v for k, v in environ.items() if not k.startswith("LLAMA_ARG_") and k != "LLAMA_API_KEY"}
+    return {k: v for k, v in environ.items() if not k.startswith("LLAMA_ARG_") and k not in DROPPED_ENV}

@@ -34,7 +34,7 @@ class RpcEndpoint:
         return f"{self.host}:{self.port}"
 
 
-_HOST = re.compile(r"^[A-Za-z0-9.\-_]+$")
+_HOST = re.compile(r"[A-Za-z0-9.\-_]+")  # matched whole (fullmatch: "$" would admit a trailing newline)
 
 
 def parse_rpc_hosts(value: str | Sequence[str] | None, where: str = "--rpc") -> tuple[RpcEndpoint, ...]:
@@ -65,7 +65,7 @@ def parse_rpc_hosts(value: str | Sequence[str] | None, where: str = "--rpc") -> 
             port = int(port_s)
             if not 1 <= port <= 65535:
                 raise RpcHostError(f"{where}: {entry!r}: port {port} is outside 1..65535")
-            if not _HOST.match(host):
+            if not _HOST.fullmatch(host):
                 raise RpcHostError(f"{where}: {entry!r}: {host!r} is not an IPv4 address or host name")
             ep = RpcEndpoint(host, port)
             if ep not in out:

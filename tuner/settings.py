@@ -26,12 +26,17 @@ from tuner.options import OptionError, by_setting, check, machine_limits, option
 SETTINGS_FILE = "settings.json"
 API_KEY_FILE = "api_key"
 SCHEMA_VERSION = 1
+MAX_SETTINGS_BYTES = 1024 * 1024
+"""The largest settings file read (1 MiB; a real one is under 2 KiB): a larger one is refused unread and left
+as it is (:class:`tuner.storage.FileTooLargeError`), so a 512 MiB file cannot take a command's memory."""
 
 DEFAULT_TUNE_BUDGET_S = int(option("budget_s").default or 0)
 """The one default time budget of a sweep, whole seconds (``tuner.options``: the app's Settings, ``draftwise
 tune --budget``, ``tuner.calibration.request.DEFAULT_BUDGET_S``): see ``DEFAULT_BUDGET_S`` for why 300 s."""
 DEFAULT_PORT = int(option("port").default or 0)
 DEFAULT_CACHE_RAM_MIB = int(option("cache_ram_mib").default or 0)
+DEFAULT_IDLE_SLEEP_S = int(option("idle_sleep_s").default or 0)
+"""The app's idle sleep, seconds (15 min; 0 = off; ``tuner.options.IDLE_SLEEP_WHY`` says why)."""
 """Desktop default of llama-server's host-RAM prompt cache (``--cache-ram``, MiB; declared in
 :mod:`tuner.options`, which says why: :data:`tuner.options.DEFAULT_CACHE_RAM_WHY`); 0 turns the cache off,
 -1 removes the limit."""
@@ -90,6 +95,13 @@ class Settings:
             ``--server-arg`` replaces them on the command line). Checked by :func:`tuner.serverargs.parse_server_args`:
             its allow-list only, never a flag that changes where the server listens, its key, CORS or tools,
             or one Draftwise sets itself. A staleness key of the profile.
+        idle_sleep_s: idle sleep of the served llama-server, whole seconds (``--sleep-idle-seconds``): after this
+            long without a request it unloads the model and frees its memory, and the next request loads it again;
+            0 = off. Default :data:`DEFAULT_IDLE_SLEEP_S` (15 min). Passed only where the binary has the flag.
+        capture_requests: keep the requests the served model answers (their full prompts, the last 200 and at
+            most 64 MiB per model, in a private folder: ``tuner.server.capture``) to re-tune on them; off by
+            default. A start-up flag of llama-server (``--log-prompts-dir``): switching it restarts the served
+            server, and switching it off deletes what was kept.
         serve_at_start: serve again, when the app starts (at login too), what was served when it last ran:
             ``None`` = not chosen yet (the first time a profile is served it becomes True), True, False (an
             explicit off: later serves leave it off). A stale profile is not served: the app says why and offers
@@ -116,6 +128,8 @@ class Settings:
     long_share: float | None = None
     rpc_hosts: tuple[str, ...] = ()
     server_args: tuple[str, ...] = ()
+    idle_sleep_s: int = DEFAULT_IDLE_SLEEP_S
+    capture_requests: bool = False
     serve_at_start: bool | None = None
     served_target: Path | None = None
 
@@ -141,8 +155,9 @@ class Settings:
 
 
 _PATH_KEYS = ("models_dir", "server_binary", "prompts_path", "served_target")
-#: One web origin: http(s)://host[:port], host a name, IPv4 or [IPv6] (no path, no comma list, no '*').
-_ORIGIN = re.compile(r"^https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))(?::\d{1,5})?$")
+#: One web origin: http(s)://host[:port], host a name, IPv4 or [IPv6] (no path, no comma list, no '*'); matched
+#: whole (``fullmatch``: a ``$`` anchor would admit a trailing newline, which then reached ``--cors-origins``).
+_ORIGIN = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))(?::\d{1,5})?")
 
 
 def validate(settings: Settings, path: Path | None = None) -> None:
@@ -157,13 +172,13 @@ def validate(settings: Settings, path: Path | None = None) -> None:
         if v is not None and not isinstance(v, Path):
             raise SettingsError(key, f"expected a path or null, got {type(v).__name__}", path)
     _validate_numbers(s, path)
-    for key in ("expose_on_lan", "start_at_login", "keep_chat_history"):
+    for key in ("expose_on_lan", "start_at_login", "keep_chat_history", "capture_requests"):
         if not isinstance(getattr(s, key), bool):
             raise SettingsError(key, f"expected true or false, got {getattr(s, key)!r}", path)
     if s.serve_at_start is not None and not isinstance(s.serve_at_start, bool):
         raise SettingsError("serve_at_start", f"expected true, false or null (not chosen yet), got "
                             f"{s.serve_at_start!r}", path)
-    if s.cors_origin is not None and (not isinstance(s.cors_origin, str) or not _ORIGIN.match(s.cors_origin)):
+    if s.cors_origin is not None and (not isinstance(s.cors_origin, str) or not _ORIGIN.fullmatch(s.cors_origin)):
         raise SettingsError("cors_origin", f"expected one web origin such as http://localhost:3000 (scheme, "
                             f"host, optional port; no path, no list), got {s.cors_origin!r}", path)
     _validate_rpc_hosts(s, path)
@@ -262,7 +277,7 @@ def load_settings() -> Settings:
         tuner.storage.CorruptFileError: the file is not JSON (it is kept aside as ``*.corrupt-<time>``).
     """
     p = settings_path()
-    obj = storage.load_json(p)
+    obj = storage.load_json(p, limit_bytes=MAX_SETTINGS_BYTES, what="a settings file")
     if obj is None:
         return Settings()
     return from_json(obj, p)
@@ -287,6 +302,9 @@ class LoadedSettings:
         """One line for people (which keys, which values, where the original is), or None."""
         if not self.problems:
             return None
+        if self.problems[0].key in ("<file>", "<root>"):  # the whole file: none of its keys were used
+            where = f"; the original file is kept as {self.kept_aside}" if self.kept_aside else ""
+            return f"{settings_path()}: {self.problems[0].reason} (using the default settings){where}"
         parts = "; ".join(f"{e.key!r}: {e.reason}" for e in self.problems)
         where = f"; the original file is kept as {self.kept_aside}" if self.kept_aside else ""
         return f"{settings_path()}: {parts} (using the defaults for {'that key' if len(self.problems) == 1 else 'those keys'}){where}"
@@ -308,9 +326,11 @@ def load_settings_keeping_valid(repair: bool = True) -> LoadedSettings:
     """
     p = settings_path()
     try:
-        obj = storage.load_json(p, keep_aside=repair)
+        obj = storage.load_json(p, keep_aside=repair, limit_bytes=MAX_SETTINGS_BYTES, what="a settings file")
     except storage.CorruptFileError as exc:
         return LoadedSettings(Settings(), (SettingsError("<file>", exc.reason, p),), exc.moved_to)
+    except storage.FileTooLargeError as exc:  # left as it is: not read, copied or rewritten
+        return LoadedSettings(Settings(), (SettingsError("<file>", exc.reason, p),), None)
     except OSError as exc:
         return LoadedSettings(Settings(), (SettingsError("<file>", f"cannot read it ({exc})", p),), None)
     if obj is None:
@@ -362,13 +382,13 @@ def served_values() -> tuple[str, int]:
 
 
 def _keep_copy(p: Path) -> Path | None:
-    """Copy ``p`` to ``<name>.invalid-<time>`` (owner-only); None when that fails."""
-    import time
-
+    """Copy ``p`` to a new ``<name>.invalid-<time>`` (owner-only), keeping only the newest
+    :data:`tuner.storage.KEEP_COPIES` such copies; None when that fails."""
     try:
-        data = storage.read_regular_bytes(p)
-        aside = p.with_name(f"{p.name}.invalid-{int(time.time())}")
+        data = storage.read_regular_bytes(p, limit_bytes=MAX_SETTINGS_BYTES, what="a settings file")
+        aside = storage.aside_name(p, "invalid")
         storage.atomic_write_bytes(aside, data, mode=0o600)
+        storage.prune_copies(p, "invalid")
         return aside
     except OSError:
         return None

@@ -7,6 +7,7 @@ renamed over the target, so a crash leaves either the old or the new file, never
 from __future__ import annotations
 
 import errno
+import glob
 import json
 import os
 import stat
@@ -16,6 +17,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from tuner.errors import DraftwiseError
+from tuner.units import MIB, format_bytes
 
 _SPECIAL_KINDS = (
     (stat.S_ISDIR, "a folder"),
@@ -82,24 +84,50 @@ def open_regular(path: Path | str) -> BinaryIO:
         raise
 
 
-def read_regular_bytes(path: Path | str, limit_bytes: int | None = None) -> bytes:
+class FileTooLargeError(DraftwiseError, OSError):
+    """A file is larger than what the project reads of its kind (a settings file, a profile, a cache). It is
+    left as it is (neither read, moved nor rewritten). ``path``, ``size_bytes`` (at least; a file that grows
+    while read says what was read), ``limit_bytes`` and ``what`` (``"a settings file"``) name it."""
+
+    def __init__(self, path: Path | str, size_bytes: int, limit_bytes: int, what: str = "a file") -> None:
+        self.path = Path(path)
+        self.size_bytes = size_bytes
+        self.limit_bytes = limit_bytes
+        self.what = what
+        super().__init__(errno.EFBIG, self.reason, str(path))
+
+    @property
+    def reason(self) -> str:
+        """The words without the path: ``"512.0 MiB, larger than the 1.0 MiB a settings file may be; …"``."""
+        return (f"{format_bytes(self.size_bytes)}, larger than the {format_bytes(self.limit_bytes)} {self.what} "
+                "may be; it is left as it is, unread (move it away or make it smaller)")
+
+    def __str__(self) -> str:
+        return f"{self.path}: {self.reason}"
+
+
+def read_regular_bytes(path: Path | str, limit_bytes: int | None = None, what: str = "a file") -> bytes:
     """The whole content of the regular file ``path`` (see :func:`open_regular`).
 
     Args:
-        limit_bytes: refuse files larger than this (``OSError`` naming the size), or ``None``.
+        limit_bytes: refuse files larger than this, checked on the open file before anything is read (so a
+            sparse file of 512 MiB costs no memory), and again while reading (a file that grows); ``None``:
+            no limit.
+        what: the file's kind in the error's words (``"a settings file"``).
 
     Raises:
         NotRegularFileError: not a regular file.
-        OSError: cannot be read, or larger than ``limit_bytes``.
+        FileTooLargeError: larger than ``limit_bytes`` (an ``OSError``).
+        OSError: cannot be read.
     """
     with open_regular(path) as fh:
         if limit_bytes is not None:
             size = os.fstat(fh.fileno()).st_size
             if size > limit_bytes:
-                raise OSError(errno.EFBIG, f"file is {size} bytes, more than the {limit_bytes} allowed", str(path))
+                raise FileTooLargeError(path, size, limit_bytes, what)
             data = fh.read(limit_bytes + 1)
             if len(data) > limit_bytes:
-                raise OSError(errno.EFBIG, f"file grew past the {limit_bytes} bytes allowed", str(path))
+                raise FileTooLargeError(path, len(data), limit_bytes, what)
             return data
         return fh.read()
 
@@ -132,21 +160,54 @@ def _state_base(path: Path) -> Path | None:
 
 #: A temp file of an atomic write older than this was left by a killed process.
 STALE_TEMP_AGE_S = 600.0
+KEEP_COPIES = 5
+"""How many of one file's copies kept aside (``settings.json.invalid-<time>``, ``<name>.corrupt-<time>``) and
+of its temp files left by interrupted writes (``.settings.json.*.tmp``) are kept: the newest five."""
+DEFAULT_JSON_LIMIT_BYTES = 64 * MIB
+"""The most :func:`load_json` reads of a file whose caller names no limit of its own."""
+
+
+def _newest_first(paths: list[Path]) -> list[Path]:
+    """``paths`` that still exist, newest modification first (ties: the name, descending)."""
+    dated = []
+    for p in paths:
+        try:
+            dated.append((p.stat().st_mtime_ns, p.name, p))
+        except OSError:
+            continue
+    return [p for _, _, p in sorted(dated, reverse=True)]
+
+
+def prune_copies(path: Path, tag: str, keep: int = KEEP_COPIES) -> None:
+    """Remove all but the newest ``keep`` of the copies ``<name>.<tag>-*`` kept aside next to ``path`` (each
+    repair of a bad settings key keeps one; they piled up). Never raises."""
+    path = Path(path)
+    try:
+        copies = [p for p in path.parent.glob(f"{glob.escape(path.name)}.{tag}-*") if p.is_file()]
+    except OSError:
+        return
+    for p in _newest_first(copies)[keep:]:
+        try:
+            p.unlink()
+        except OSError:
+            continue
 
 
 def _sweep_stale_temps(path: Path) -> None:
-    """Remove ``.<name>.*.tmp`` files next to ``path`` older than ``STALE_TEMP_AGE_S`` (a write
-    killed between its temp file and the rename leaves one; they would accumulate)."""
+    """Remove the ``.<name>.*.tmp`` files next to ``path`` that a write killed between its temp file and the
+    rename left: every one older than ``STALE_TEMP_AGE_S``, and all but the newest ``KEEP_COPIES`` (so they
+    never pile up; a write in progress elsewhere is among the newest)."""
     now = time.time()
     try:
-        for old in path.parent.glob(f".{path.name}.*.tmp"):
-            try:
-                if now - old.stat().st_mtime > STALE_TEMP_AGE_S:
-                    old.unlink()
-            except OSError:
-                pass
+        temps = _newest_first(list(path.parent.glob(f".{glob.escape(path.name)}.*.tmp")))
     except OSError:
-        pass
+        return
+    for i, p in enumerate(temps):
+        try:
+            if i >= KEEP_COPIES or now - p.stat().st_mtime > STALE_TEMP_AGE_S:
+                p.unlink()
+        except OSError:
+            continue
 
 
 def atomic_write_bytes(path: Path, data: bytes, mode: int | None = None) -> None:
@@ -195,21 +256,38 @@ def atomic_write_json(path: Path, obj: Any, mode: int | None = None) -> None:
     atomic_write_text(path, json.dumps(obj, indent=2, sort_keys=False) + "\n", mode=mode)
 
 
+def aside_name(path: Path, tag: str) -> Path:
+    """A new name ``<name>.<tag>-<unix time>`` next to ``path`` for a copy kept aside; a later copy in the same
+    second is ``…-<time>-<n>``, ``n`` above any such copy there (so names never repeat after a prune)."""
+    path = Path(path)
+    stamp = int(time.time())
+    first = path.with_name(f"{path.name}.{tag}-{stamp}")
+    try:
+        taken = [p.name for p in path.parent.glob(f"{glob.escape(first.name)}*")]
+    except OSError:
+        taken = []
+    if not taken and not first.exists():
+        return first
+    numbers = [int(n) for n in (t[len(first.name) + 1:] for t in taken) if n.isdigit()]
+    n = max(numbers, default=0) + 1
+    moved = path.with_name(f"{first.name}-{n}")
+    while moved.exists():
+        n += 1
+        moved = path.with_name(f"{first.name}-{n}")
+    return moved
+
+
 def keep_aside(path: Path, tag: str = "corrupt") -> Path:
     """Rename ``path`` to ``<name>.<tag>-<unix time>`` (a new name, never over another file) and
-    return the new path, so a file Draftwise cannot use is never silently overwritten.
+    return the new path, so a file Draftwise cannot use is never silently overwritten. Only the newest
+    :data:`KEEP_COPIES` such copies are kept (:func:`prune_copies`).
 
     Raises:
         OSError: the folder is not writable.
     """
-    path = Path(path)
-    stamp = int(time.time())
-    moved = path.with_name(f"{path.name}.{tag}-{stamp}")
-    n = 1
-    while moved.exists():
-        moved = path.with_name(f"{path.name}.{tag}-{stamp}-{n}")
-        n += 1
+    moved = aside_name(path, tag)
     os.replace(path, moved)
+    prune_copies(path, tag)
     return moved
 
 
@@ -232,8 +310,14 @@ def parse_json_bytes(raw: bytes) -> Any:
         raise ValueError(str(exc)) from None
 
 
-def load_json(path: Path, keep_aside: bool = True) -> Any:
+def load_json(path: Path, keep_aside: bool = True, limit_bytes: int = DEFAULT_JSON_LIMIT_BYTES,
+              what: str = "a state file") -> Any:
     """Read a JSON file (a UTF-8 byte-order mark is accepted).
+
+    Args:
+        limit_bytes: the most this kind of file may hold (settings 1 MiB, a profile 32 MiB, the scan cache
+            64 MiB); a larger file is refused before anything is read.
+        what: the file's kind in the error's words.
 
     Returns:
         The parsed value, or ``None`` when the file does not exist.
@@ -241,12 +325,13 @@ def load_json(path: Path, keep_aside: bool = True) -> Any:
     Raises:
         CorruptFileError: the file is not valid JSON. With ``keep_aside`` it is first renamed
             to ``<name>.corrupt-<unix time>`` so it is never silently overwritten.
+        FileTooLargeError: larger than ``limit_bytes``; left where it is.
         NotRegularFileError: the path is a FIFO, socket, device or folder.
         OSError: the file cannot be read.
     """
     path = Path(path)
     try:
-        raw = read_regular_bytes(path)
+        raw = read_regular_bytes(path, limit_bytes=limit_bytes, what=what)
     except FileNotFoundError:
         return None
     try:

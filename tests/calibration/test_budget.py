@@ -8,17 +8,17 @@ is exercised against the real llama-server in test_tune_e2e.py and bench/slow_ta
 
 from __future__ import annotations
 
-import threading
 from itertools import pairwise
 
 import pytest
 
-from tests.fakes.scripted_server import ScriptedLaunch, SimClock
+from tests.fakes.scripted_server import ScriptedLaunch, SimClock, scripted_search
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
 from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.prompts import Prompt
-from tuner.calibration.search import Search, SearchSettings
+from tuner.calibration.search import SearchSettings
+from tuner.calibration.search.protocol import plan_protocol
 
 DRAFT = "/m/good.gguf"
 PROMPTS = [(i, Prompt(f"prompt {i}", c)) for i, c in enumerate(["code", "creative", "math", "chat", "summary"])]
@@ -50,20 +50,19 @@ def run_slow_sweep(budget_s: float, base_tps: float = 3.0, side_by_side: bool = 
         events.append({"kind": kind, "message": message, "progress": kw.get("progress"),
                        "elapsed_s": kw.get("elapsed_s"), "eta_s": kw.get("eta_s"), "detail": kw.get("detail") or {}})
 
-    search = Search(slow_launch_fn(clock, base_tps=base_tps), plan, PROMPTS,
-                    SearchSettings(n_predict=128, budget_s=budget_s, side_by_side=side_by_side),
-                    threading.Event(), emit, clock=clock)
-    ms = search.run()
-    return search, ms, events, clock.t - 1000.0
+    search = scripted_search(slow_launch_fn(clock, base_tps=base_tps), plan, PROMPTS,
+                             SearchSettings(n_predict=128, side_by_side=side_by_side), budget_s, clock=clock, emit=emit)
+    outcome = search.run()
+    return outcome, list(outcome.measurements), events, clock.t - 1000.0
 
 
 def test_a_3_tokens_per_s_target_fits_a_240_s_budget():
-    search, ms, events, took = run_slow_sweep(240.0)
+    outcome, ms, events, took = run_slow_sweep(240.0)
     assert took <= 1.15 * 240.0, took
     # the protocol was planned from the warm-up: fewer and shorter requests than 5 x 128
     budget = [e for e in events if e["kind"] == "budget"]
     assert budget and budget[0]["detail"]["n_predict"] * budget[0]["detail"]["prompts"] < 5 * 128
-    d = decide(SearchOutcome.of(ms, max_pairs=search.s.max_pairs))
+    d = decide(SearchOutcome.of(ms, max_pairs=outcome.max_pairs))
     assert d.winner.draft_path == DRAFT and d.pairs >= 3, d.reason
     assert d.speedup > 1.25 and f"{d.pairs} adjacent pairs" in d.reason
 
@@ -93,7 +92,7 @@ def test_a_budget_too_small_for_one_comparison_says_so_up_front(budget_s, side_b
     suggested = budget["detail"]["suggested_budget_s"]
     assert suggested > budget_s
     # that budget is indeed enough
-    search, ms, _events, took = run_slow_sweep(float(suggested), side_by_side=side_by_side)
+    _outcome, ms, _events, took = run_slow_sweep(float(suggested), side_by_side=side_by_side)
     assert took <= 1.15 * suggested
     d = decide(SearchOutcome.of(ms))
     assert d.pairs >= 3 and d.winner.draft_path == DRAFT, d.reason
@@ -124,13 +123,13 @@ def test_busy_machine_still_measures_the_predicted_lengths():
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     ngram = tuple(Candidate(spec_type=t) for t in ("ngram-mod", "ngram-simple", "ngram-map-k", "ngram-map-k4v"))
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=ngram, mtp=None, dropped=())
-    search = Search(slow_launch_fn(clock, load_s=1.0, base_tps=16.0), plan, PROMPTS[:3],
-                    SearchSettings(n_predict=64, budget_s=90.0, side_by_side=True), threading.Event(),
-                    lambda *a, **k: None, clock=clock, busy=lambda: True)
-    ms = search.run()
+    outcome = scripted_search(slow_launch_fn(clock, load_s=1.0, base_tps=16.0), plan, PROMPTS[:3],
+                              SearchSettings(n_predict=64, side_by_side=True), 90.0, clock=clock,
+                              busy=lambda: True).run()
+    ms = outcome.measurements
     refined = {m.candidate.n_max for m in ms if m.stage == "refine" and m.candidate.draft_path == DRAFT}
     assert 8 in refined or 4 in refined, refined  # at least the first length the probe points to
-    d = decide(SearchOutcome.of(ms, max_pairs=search.max_pairs))
+    d = decide(SearchOutcome.of(ms, max_pairs=outcome.max_pairs))
     # a refined length (1.45-1.5x here), not the n_max 16 probe (1.3x) the old rule served
     assert d.winner.draft_path == DRAFT and d.winner.n_max in refined, d.reason
     assert clock.t - 1000.0 <= 1.15 * 90.0
@@ -141,17 +140,11 @@ def test_ngram_requests_stay_long_enough_to_draft():
     (an n-gram type drafts only after a dozen repeated tokens); it still goes lower when even the fewest
     prompts do not fit."""
     def plan_for(budget_s: float, ngram: bool) -> dict:
-        clock = SimClock()
-        events: list[dict] = []
         probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
         plan = CandidatePlan(baseline=Candidate(), drafts=() if ngram else (probe,),
                              ngram=(Candidate(spec_type="ngram-simple"),) if ngram else (), mtp=None, dropped=())
-        search = Search(slow_launch_fn(clock, load_s=2.0, base_tps=20.0), plan, PROMPTS,
-                        SearchSettings(n_predict=128, budget_s=budget_s, side_by_side=True), threading.Event(),
-                        lambda kind, message, **kw: events.append({"kind": kind, **(kw.get("detail") or {})}),
-                        clock=clock)
-        search.plan_protocol(2.0, 20.0)
-        return next(e for e in events if e["kind"] == "budget")
+        return plan_protocol(plan, SearchSettings(n_predict=128, side_by_side=True), budget_s, PROMPTS, 128, 2.0, 20.0,
+                             busy=False).detail()
 
     ng = plan_for(120.0, ngram=True)
     assert ng["n_predict"] >= 64 and ng["prompts"] < len(PROMPTS), ng
@@ -168,9 +161,9 @@ def test_no_reserve_is_kept_for_paired_rounds_nobody_needs():
     clock = SimClock()
     losers = tuple(Candidate(spec_type=t) for t in ("ngram-mod", "ngram-simple", "ngram-map-k"))  # 0.9x each
     plan = CandidatePlan(baseline=Candidate(), drafts=(), ngram=losers, mtp=None, dropped=())
-    search = Search(slow_launch_fn(clock, base_tps=3.0), plan, PROMPTS, SearchSettings(n_predict=128, budget_s=180),
-                    threading.Event(), lambda *a, **k: None, clock=clock)
-    ms = search.run()
-    assert {m.candidate for m in ms} >= set(losers) and not search.unmeasured
+    outcome = scripted_search(slow_launch_fn(clock, base_tps=3.0), plan, PROMPTS, SearchSettings(n_predict=128), 180,
+                              clock=clock).run()
+    ms = outcome.measurements
+    assert {m.candidate for m in ms} >= set(losers) and not outcome.unmeasured
     assert clock.t - 1000.0 <= 1.15 * 180
     assert decide(SearchOutcome.of(ms)).no_speculation

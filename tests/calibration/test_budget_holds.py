@@ -14,11 +14,12 @@ import time
 
 import pytest
 
-from tests.fakes.scripted_server import ScriptedLaunch, SimClock, never_drafts
+from tests.fakes.scripted_server import ScriptedLaunch, SimClock, never_drafts, scripted_search
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
 from tuner.calibration.outcome import SearchOutcome
-from tuner.calibration.search import HARD_LIMIT, Search, SearchSettings
+from tuner.calibration.search import HARD_LIMIT, SearchSettings
+from tuner.calibration.wording import words
 
 from .test_budget import DRAFT, PROMPTS, slow_launch_fn
 
@@ -37,26 +38,25 @@ def test_the_sweep_ends_at_its_time_limit_when_the_model_slows_down_after_the_ba
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(Candidate(spec_type="ngram-mod"),),
                          mtp=None, dropped=())
     events: list[tuple[str, str]] = []
-    search = Search(collapsing_launch_fn(collapse_after=1), plan, PROMPTS[:3],
-                    SearchSettings(n_predict=64, budget_s=6.0, side_by_side=True), threading.Event(),
-                    lambda kind, message, **kw: events.append((kind, message)))
+    search = scripted_search(collapsing_launch_fn(collapse_after=1), plan, PROMPTS[:3],
+                             SearchSettings(n_predict=64, side_by_side=True), 6.0,
+                             emit=lambda kind, message, **kw: events.append((kind, message)))
     t0 = time.monotonic()
-    ms = search.run()
+    outcome = search.run()
+    ms = list(outcome.measurements)
     took = time.monotonic() - t0
     assert took <= 1.15 * 6.0, (took, events)
     assert took >= 6.0 * HARD_LIMIT - 0.5  # it ran to the limit, not one step past it
-    assert search.cut_by_budget, events
+    assert search.record.cut_by_budget, events
     cut = [m for m in ms if m.cut_short]
     assert all(m.error is None for m in cut)  # cut by the clock: not a failure of the candidate
-    d = decide(SearchOutcome.of(ms, unmeasured=search.unmeasured))
+    d = decide(SearchOutcome.of(ms, unmeasured=outcome.unmeasured))
     assert d.no_speculation, d.reason  # nothing was confirmed in pairs
-    notes = " ".join(search.sweep_notes())
+    notes = " ".join(words(s) for s in outcome.notes)
     assert "time limit" in notes and "6 s budget" in notes, notes
 
 
 def test_a_user_cancel_is_still_a_cancel_after_the_time_limit_is_armed():
-    from tuner.calibration.measure import Cancelled
-
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
     cancel = threading.Event()
@@ -65,14 +65,11 @@ def test_a_user_cancel_is_still_a_cancel_after_the_time_limit_is_armed():
         if kind == "measured" and "no speculation" in message:
             cancel.set()
 
-    search = Search(collapsing_launch_fn(collapse_after=99), plan, PROMPTS[:2],
-                    SearchSettings(n_predict=16, budget_s=60.0), cancel, emit)
-    try:
-        search.run()
-    except Cancelled:
-        pass
-    else:
-        raise AssertionError("the cancel was not raised")
+    search = scripted_search(collapsing_launch_fn(collapse_after=99), plan, PROMPTS[:2], SearchSettings(n_predict=16),
+                             60.0, cancel=cancel, emit=emit)
+    outcome = search.run()
+    assert outcome.cancelled  # not a launch that "did not start: the time budget ran out"
+    assert [m.candidate for m in outcome.measurements] == [Candidate()]
 
 
 def budget_event(budget_s: float) -> dict:
@@ -86,9 +83,9 @@ def budget_event(budget_s: float) -> dict:
         events.append({"kind": kind, "eta_s": kw.get("eta_s"), "elapsed_s": kw.get("elapsed_s")})
 
     # a fast tiny model (the demo model: ~700 tokens/s, loads in ~1 s) and the default protocol
-    search = Search(slow_launch_fn(clock, load_s=1.0, base_tps=700.0), plan, PROMPTS,
-                    SearchSettings(n_predict=256, budget_s=budget_s, side_by_side=True), threading.Event(), emit,
-                    clock=clock)
+    search = scripted_search(slow_launch_fn(clock, load_s=1.0, base_tps=700.0), plan, PROMPTS,
+                             SearchSettings(n_predict=256, side_by_side=True), budget_s, emit=emit,
+                             clock=clock)
     search.run()
     return next(e for e in events if e["kind"] == "budget") | {"took": clock.t - 1000.0}
 
@@ -121,18 +118,20 @@ def test_a_disturbed_baseline_launch_is_measured_again_and_never_quoted():
     clock = SimClock()
     ngram = tuple(Candidate(spec_type=t) for t in ("ngram-mod", "ngram-simple"))
     plan = CandidatePlan(baseline=Candidate(), drafts=(), ngram=ngram, mtp=None, dropped=())
-    search = Search(disturbed_baseline_launch_fn(clock), plan, PROMPTS[:3],
-                    SearchSettings(n_predict=64, budget_s=60.0, side_by_side=True), threading.Event(),
-                    lambda *a, **k: None, clock=clock)
-    ms = search.run()
+    search = scripted_search(disturbed_baseline_launch_fn(clock), plan, PROMPTS[:3],
+                             SearchSettings(n_predict=64, side_by_side=True), 60.0,
+                             clock=clock)
+    outcome = search.run()
+    ms = list(outcome.measurements)
     bases = [m for m in ms if m.candidate.is_baseline and m.stage == "baseline"]
     assert len(bases) == 2 and bases[0].superseded and bases[1].superseded is None, bases
     assert "disturbed" in bases[0].superseded and "22.8" in bases[0].superseded
-    d = decide(SearchOutcome.of(ms, unmeasured=search.unmeasured))
+    d = decide(SearchOutcome.of(ms, unmeasured=outcome.unmeasured))
     assert d.no_speculation
     assert abs(d.baseline_gen_tokens_per_s - 700.0) < 1.0, d.baseline_gen_tokens_per_s
     assert "22.8" not in d.reason  # the disturbed figure is never the model's speed
-    notes = " ".join(search.sweep_notes())
+    assert [s.kind for s in outcome.notes] == ["sweep.baseline_superseded"]
+    notes = " ".join(words(s) for s in outcome.notes)
     assert "disturbed" in notes and "measured again at 700.0" in notes, notes
     # the superseded launch survives a profile round trip as superseded, and the launch table says so
     import io
@@ -153,12 +152,13 @@ def test_a_baseline_that_agrees_with_the_idle_run_is_not_measured_again():
     clock = SimClock()
     ngram = (Candidate(spec_type="ngram-simple"),)
     plan = CandidatePlan(baseline=Candidate(), drafts=(), ngram=ngram, mtp=None, dropped=())
-    search = Search(disturbed_baseline_launch_fn(clock, slow=650.0), plan, PROMPTS[:3],
-                    SearchSettings(n_predict=64, budget_s=60.0, side_by_side=True), threading.Event(),
-                    lambda *a, **k: None, clock=clock)
-    ms = search.run()
+    search = scripted_search(disturbed_baseline_launch_fn(clock, slow=650.0), plan, PROMPTS[:3],
+                             SearchSettings(n_predict=64, side_by_side=True), 60.0,
+                             clock=clock)
+    outcome = search.run()
+    ms = list(outcome.measurements)
     assert [m.stage for m in ms if m.candidate.is_baseline] == ["baseline"]
-    assert not search.sweep_notes()
+    assert not outcome.notes
 
 
 def test_the_budget_for_a_slow_target_still_holds_with_the_new_limit():
@@ -166,12 +166,13 @@ def test_the_budget_for_a_slow_target_still_holds_with_the_new_limit():
     clock = SimClock()
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
-    search = Search(slow_launch_fn(clock, base_tps=3.0), plan, PROMPTS,
-                    SearchSettings(n_predict=128, budget_s=240.0, side_by_side=True), threading.Event(),
-                    lambda *a, **k: None, clock=clock)
-    ms = search.run()
-    assert not search.cut_by_budget
-    assert decide(SearchOutcome.of(ms, max_pairs=search.max_pairs)).winner.draft_path == DRAFT
+    search = scripted_search(slow_launch_fn(clock, base_tps=3.0), plan, PROMPTS,
+                             SearchSettings(n_predict=128, side_by_side=True), 240.0,
+                             clock=clock)
+    outcome = search.run()
+    ms = list(outcome.measurements)
+    assert not search.record.cut_by_budget
+    assert decide(SearchOutcome.of(ms, max_pairs=outcome.max_pairs)).winner.draft_path == DRAFT
 
 
 def test_a_chain_whose_ngram_member_never_drafted_is_not_measured():
@@ -188,12 +189,13 @@ def test_a_chain_whose_ngram_member_never_drafted_is_not_measured():
     plan = CandidatePlan(baseline=Candidate(), drafts=(draft,), ngram=(Candidate(spec_type="ngram-mod"), chain),
                          mtp=None, dropped=())
     events: list[str] = []
-    search = Search(launch, plan, PROMPTS[:3], SearchSettings(n_predict=64, budget_s=120.0, side_by_side=True),
-                    threading.Event(), lambda kind, message, **kw: events.append(message), clock=clock)
-    ms = search.run()
+    search = scripted_search(launch, plan, PROMPTS[:3], SearchSettings(n_predict=64, side_by_side=True), 120.0,
+                             emit=lambda kind, message, **kw: events.append(message), clock=clock)
+    outcome = search.run()
+    ms = list(outcome.measurements)
     assert not any(m.candidate == chain for m in ms), [m.candidate.label for m in ms]
     assert any("ngram-mod never drafted on these prompts, so the chain would be" in e for e in events), events
-    d = decide(SearchOutcome.of(ms, max_pairs=search.max_pairs))
+    d = decide(SearchOutcome.of(ms, max_pairs=outcome.max_pairs))
     assert d.winner.spec_type == "draft-simple" and d.winner.draft_path == DRAFT, d.reason
 
 
@@ -205,10 +207,10 @@ def test_a_busy_sweep_measures_near_tied_draft_lengths_again_before_choosing_fin
     clock = SimClock()
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
-    search = Search(slow_launch_fn(clock, load_s=1.0, base_tps=16.0), plan, PROMPTS[:3],
-                    SearchSettings(n_predict=64, budget_s=240.0, side_by_side=True), threading.Event(),
-                    lambda *a, **k: None, clock=clock, busy=lambda: True)
-    ms = search.run()
+    search = scripted_search(slow_launch_fn(clock, load_s=1.0, base_tps=16.0), plan, PROMPTS[:3],
+                             SearchSettings(n_predict=64, side_by_side=True), 240.0,
+                             clock=clock, busy=lambda: True)
+    ms = list(search.run().measurements)
     screened: dict[Candidate, int] = {}
     for m in ms:
         if m.stage in ("probe", "refine") and m.ok:
@@ -220,10 +222,10 @@ def test_a_busy_sweep_measures_near_tied_draft_lengths_again_before_choosing_fin
     assert cmp_ is not None and cmp_.requests == 2 * 3  # both launches, 3 prompts each
     # idle, nothing is measured twice
     clock2 = SimClock()
-    search2 = Search(slow_launch_fn(clock2, load_s=1.0, base_tps=16.0), plan, PROMPTS[:3],
-                     SearchSettings(n_predict=64, budget_s=240.0, side_by_side=True), threading.Event(),
-                     lambda *a, **k: None, clock=clock2)
-    ms2 = search2.run()
+    search2 = scripted_search(slow_launch_fn(clock2, load_s=1.0, base_tps=16.0), plan, PROMPTS[:3],
+                              SearchSettings(n_predict=64, side_by_side=True), 240.0,
+                              clock=clock2)
+    ms2 = search2.run().measurements
     seen: set[Candidate] = set()
     for m in ms2:
         if m.stage in ("probe", "refine") and m.ok:

@@ -30,7 +30,7 @@ from typing import Any
 import pytest
 
 from tests.calibration import test_search
-from tests.fakes.scripted_server import DraftsOf, ScriptedLaunch, SimClock, TpsOf, half_accepted
+from tests.fakes.scripted_server import DraftsOf, ScriptedLaunch, SimClock, TpsOf, half_accepted, scripted_search
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import Decision, decide
 from tuner.calibration.measure import Launch
@@ -40,7 +40,8 @@ from tuner.calibration.prompts import Prompt
 from tuner.calibration.request import TuneResult
 from tuner.calibration.results import Divergence, Measurement, Sample, synthetic_rounds, synthetic_samples
 from tuner.calibration.sampling import Sampling
-from tuner.calibration.search import Search, SearchSettings, run_search
+from tuner.calibration.search import SearchSettings, run_search
+from tuner.calibration.sentences import Sentence, Slot
 from tuner.calibration.workload import Workload
 
 GOLDENS = Path(__file__).resolve().parent.parent / "data" / "goldens"
@@ -313,13 +314,14 @@ def _profile_cases() -> dict[str, Any]:
 
 
 RPC_HOST = "192.168.1.20:50052"
-TIME_LIMIT = ("The sweep stopped at its time limit (65 s for a 60 s budget: the estimates from the warm-up ran "
-              "short); cut short or kept from starting by it: ngram-simple, draft-simple good.gguf n_max 4.")
-REMEASURED = ("The first launch of the model alone was disturbed (12.1 tokens/s; ngram-mod, which drafted nothing, "
-              "ran 20.3); it was measured again at 20.1 tokens/s, and that launch is the reference.")
-LONG_LEFT_OUT = ("The long-context requests were left out: one would take about 95 s here (4112 prompt tokens at "
-                 "52 tokens/s, then 128 generated at 8 tokens/s), more than a 300 s budget affords; the decision "
-                 "holds for short requests only.")
+# the search's own sentences (tuner/calibration/search/): their words are pinned in decision_words.json
+TIME_LIMIT = Sentence(Slot.SWEEP, "sweep.time_limit", {
+    "limit_s": 64.8, "budget_s": 60.0, "cut": ["ngram-simple", "draft-simple good.gguf n_max 4"]})
+REMEASURED = Sentence(Slot.SWEEP, "sweep.baseline_superseded", {
+    "first_tps": 12.1, "idle_tps": 20.3, "idle_label": "ngram-mod", "again_tps": 20.1})
+LONG_LEFT_OUT = Sentence(Slot.SWEEP, "sweep.long_context_left_out", {
+    "one_s": 95.2, "prompt_tokens": 4112, "prompt_tokens_per_s": 52.4, "n_predict": 128, "gen_tokens_per_s": 8.1,
+    "budget_s": 300.0})
 WORKLOAD = Workload(sampling=Sampling(), n_ctx=4096)
 """Raw completions (/completion) at llama-server's default sampling, context 4096."""
 
@@ -336,13 +338,9 @@ def _rpc_devices() -> Any:
 def _reported(ms: list[Measurement], facts: dict[str, Any], **outcome: Any) -> Decision:
     """``ms`` decided and reported as the tune does (``decide``, then ``finish_decision``)."""
     from tuner.calibration.report import MachineLoad, ReportFacts, RpcPlacement, finish_decision
-    from tuner.calibration.sentences import Sentence, Slot
     from tuner.hardware.host import LoadSummary
 
-    notes = [Sentence.text(Slot.SWEEP, n) for n in outcome.pop("notes", ())]
-    long_context = outcome.pop("long_context", None)
-    done = SearchOutcome.of(ms, notes=notes, long_context=None if long_context is None
-                            else Sentence.text(Slot.SWEEP, long_context), **outcome)
+    done = SearchOutcome.of(ms, **outcome)
     placement = facts.pop("placement", None)
     machine = facts.pop("machine", None)
     load = None if machine is None or machine[0] is None else LoadSummary(10, *machine[0], 0.0, 0.5)
@@ -396,23 +394,23 @@ def test_decision_words(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 # ---- search event streams --------------------------------------------------------------------------------
-def _stream(search: Search, events: list[str], ms: list[Measurement]) -> dict[str, Any]:
-    """What the engine reads off a finished search, with its events and measurement stages."""
+def _stream(outcome: SearchOutcome, events: list[str]) -> dict[str, Any]:
+    """What the tune reads off a finished search (its outcome), with its events and measurement stages."""
+    from tuner.calibration.wording import words
+
     return {
         "events": events,
         "measurements": [f"{m.candidate.label} | {m.stage} | reps {m.repetitions} | {len(m.samples)} samples"
                          + (" | stopped early" if m.stopped_early else "") + (" | cut short" if m.cut_short else "")
                          + (f" | superseded: {m.superseded}" if m.superseded else "")
-                         + (f" | error: {m.error}" if m.error else "") for m in ms],
-        "unmeasured": [c.label for c in search.unmeasured],
-        "max_pairs": search.max_pairs,
-        "finalists": search.finalists_selected,
-        "baseline_unsteady": search.baseline_unsteady,
-        "planned": dict(search.planned),
-        "sweep_notes": search.sweep_notes(),
-        "decision": decide(SearchOutcome.of(ms, max_pairs=search.max_pairs, finalists=search.finalists_selected,
-                                            mix=search.mix, baseline_unsteady=search.baseline_unsteady,
-                                            unmeasured=search.unmeasured)).reason,
+                         + (f" | error: {m.error}" if m.error else "") for m in outcome.measurements],
+        "unmeasured": [c.label for c in outcome.unmeasured],
+        "max_pairs": outcome.max_pairs,
+        "finalists": outcome.finalists,
+        "baseline_unsteady": outcome.baseline_unsteady,
+        "planned": dict(outcome.protocol),
+        "sweep_notes": [words(s) for s in outcome.notes],
+        "decision": decide(outcome).reason,
     }
 
 
@@ -428,12 +426,11 @@ def _recorder(events: list[str]) -> Callable[..., None]:
 
 
 def _sweep(launch: Callable[[Candidate, threading.Event], Launch], plan: CandidatePlan, prompts: list,
-           settings: SearchSettings, clock: SimClock, busy: bool = False) -> dict[str, Any]:
+           settings: SearchSettings, budget_s: float, clock: SimClock, busy: bool = False) -> dict[str, Any]:
     events: list[str] = []
-    search = Search(launch, plan, prompts, settings, threading.Event(), _recorder(events), clock=clock,
-                    busy=(lambda: True) if busy else None)
-    ms = search.run()
-    out = _stream(search, events, ms)
+    search = scripted_search(launch, plan, prompts, settings, budget_s, clock=clock, emit=_recorder(events),
+                             busy=(lambda: True) if busy else None)
+    out = _stream(search.run(), events)
     out["simulated_s"] = round(clock.t - 1000.0, 3)
     return out
 
@@ -448,8 +445,8 @@ def _budget_case(budget_s: float, *, side_by_side: bool = True, base_tps: float 
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,) if drafts else (),
                          ngram=tuple(Candidate(spec_type=t) for t in ngram), mtp=None, dropped=())
     return _sweep(slow_launch_fn(clock, load_s=load_s, base_tps=base_tps), plan, PROMPTS[:prompts],
-                  SearchSettings(n_predict=n_predict, budget_s=budget_s, side_by_side=side_by_side),
-                  clock, busy=busy)  # type: ignore[arg-type]
+                  SearchSettings(n_predict=n_predict, side_by_side=side_by_side), budget_s, clock,
+                  busy=busy)  # type: ignore[arg-type]
 
 
 def _search_case(tps_of: TpsOf, *, drafts_of: DraftsOf = half_accepted, prompts: int = 1,
@@ -463,8 +460,7 @@ def _search_case(tps_of: TpsOf, *, drafts_of: DraftsOf = half_accepted, prompts:
     drafts = (Candidate(spec_type=spec_type, draft_path=draft, n_max=16, p_min=0.0),) if draft else ()
     plan = CandidatePlan(baseline=Candidate(), drafts=drafts, ngram=ngram, mtp=None, dropped=())
     all_prompts = [(0, Prompt("p", "code")), (1, Prompt("q", "creative"))]
-    return _sweep(launch, plan, all_prompts[:prompts], SearchSettings(**{"n_predict": 16, "budget_s": 600, **settings}),
-                  clock)
+    return _sweep(launch, plan, all_prompts[:prompts], SearchSettings(**{"n_predict": 16, **settings}), 600, clock)
 
 
 SWEEPS: dict[str, Callable[[], dict[str, Any]]] = {

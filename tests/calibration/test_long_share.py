@@ -11,6 +11,7 @@ from typing import Any
 
 import pytest
 
+from tests.fakes.scripted_server import ScriptedLaunch, scripted_search
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide, mix_sentence
 from tuner.calibration.outcome import SearchOutcome
@@ -77,15 +78,16 @@ def test_the_pick_flips_with_the_long_context_share():
 
 def test_the_search_ranks_and_tests_its_finalists_over_the_same_mix():
     def search(share: float | None) -> Search:
-        s = Search(lambda c, ev: None, CandidatePlan(baseline=BASE), PROMPTS,  # type: ignore[arg-type,return-value]
-                   SearchSettings(long_share=share), threading.Event(), lambda *a, **k: None)
-        s.measurements = _sweep()
+        s = scripted_search(ScriptedLaunch(lambda c: 100.0), CandidatePlan(baseline=BASE), PROMPTS,
+                            SearchSettings(long_share=share), 300)
+        s.record.measurements = _sweep()
         return s
 
-    assert [c for _r, c in search(0.1)._contenders()] == [SHORT_WINNER, LONG_WINNER]
-    assert [c for _r, c in search(0.6)._contenders()] == [LONG_WINNER]  # A is slower than the baseline there
-    assert search(0.1)._look(SHORT_WINNER).verdict == "faster"
-    assert search(0.6)._look(SHORT_WINNER).verdict == "not faster"
+    assert [c for _r, c in search(0.1).screening.contenders()] == [SHORT_WINNER, LONG_WINNER]
+    # A is slower than the baseline there
+    assert [c for _r, c in search(0.6).screening.contenders()] == [LONG_WINNER]
+    assert search(0.1).confirmation.side_by_side.look(SHORT_WINNER).verdict == "faster"
+    assert search(0.6).confirmation.side_by_side.look(SHORT_WINNER).verdict == "not faster"
 
 
 def test_pair_ratios_and_pooled_figures_are_weighted_by_the_mix():
@@ -226,7 +228,7 @@ def test_a_real_sweep_is_weighted_to_the_share_and_records_it(tmp_path: Path, ll
                                  n_predict=32, repetitions=2, n_ctx=512, threads=TUNE_THREADS, sampling=GREEDY,
                                  long_share=0.25)
     res = run_tune(request, on_event=None, cancel=threading.Event(), store=store,
-                   settings=SearchSettings(n_predict=32, budget_s=40, max_pairs=4, side_by_side=True, loser_ratio=0.0))
+                   settings=SearchSettings(n_predict=32, max_pairs=4, side_by_side=True, loser_ratio=0.0))
     d = res.decision
     assert d is not None and res.profile is not None and res.profile.keys.long_share == 0.25
     both = [c for c in d.comparisons if c.long_speedup is not None and c.short_speedup is not None]

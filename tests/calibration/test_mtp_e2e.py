@@ -90,7 +90,7 @@ def test_the_mtp_drafter_runs_with_probabilistic_drafts(mtp_folder: Path, llama_
     binary = find_named_server(llama_server_bin)
     sup = Supervisor(binary, probe_dialect(binary.path))
     hot = Workload(sampling=Sampling(temperature=0.8), n_ctx=512, greedy_check_prompts=0)
-    fn = _supervisor_launch_fn(sup, (mtp_folder / "glm-mtp.gguf").resolve(), 512, 1, lambda *a, **k: None, 60.0, hot)
+    fn = _supervisor_launch_fn(sup, (mtp_folder / "glm-mtp.gguf").resolve(), 512, 1, lambda *a, **k: None, 60.0)
     argvs: list[list[str]] = []
 
     def launch(c, ev):
@@ -99,7 +99,7 @@ def test_the_mtp_drafter_runs_with_probabilistic_drafts(mtp_folder: Path, llama_
         return la
 
     twin = Candidate(spec_type="draft-mtp", n_max=4, p_min=0.0, draft_sampling="probabilistic")
-    m = measure_candidate(launch, twin, list(enumerate(PROMPTS.prompts)), [0], 32, threading.Event())
+    m = measure_candidate(launch, twin, list(enumerate(PROMPTS.prompts)), [0], 32, threading.Event(), workload=hot)
     assert m.ok, m.error
     i = argvs[0].index("--spec-draft-sampling")
     assert argvs[0][i + 1] == "probabilistic" and argvs[0][argvs[0].index("--spec-type") + 1] == "draft-mtp"

@@ -7,9 +7,9 @@ import threading
 
 import pytest
 
+from tests.fakes.scripted_server import ScriptedLaunch
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
-from tuner.calibration.measure import Launch
 from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.results import Measurement, synthetic_rounds, synthetic_samples
@@ -52,17 +52,13 @@ def test_decide_reads_the_sweeps_own_settings_from_the_outcome() -> None:
 def test_a_cancelled_search_hands_back_what_ran() -> None:
     cancel = threading.Event()
 
-    class Client:
-        def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
-            cancel.set()  # the user cancels during the baseline's first request
-            return {"content": "x", "timings": {"predicted_per_second": 10.0, "predicted_n": n_predict,
-                                                "predicted_ms": 1000.0 * (n_predict - 1) / 10.0}}
+    def tps_of(c: Candidate) -> float:
+        cancel.set()  # the user cancels during the baseline's first request
+        return 10.0
 
-    def launch(c: Candidate, ev: threading.Event) -> Launch:
-        return Launch(client=Client(), stop=lambda: None, log_tail=lambda n: [], load_s=0.01)
-
+    launch = ScriptedLaunch(tps_of)
     plan = CandidatePlan(baseline=Candidate(), drafts=(GOOD,), ngram=(), mtp=None, dropped=())
-    outcome = run_search(plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=8, budget_s=60), Workload(),
+    outcome = run_search(plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=8), Workload(), 60.0,
                          launch, cancel, lambda *a, **k: None)
     assert outcome.cancelled and not outcome.notes and outcome.long_context is None
     assert all(m.candidate.is_baseline for m in outcome.measurements)

@@ -6,15 +6,13 @@ protocol itself is tested against the real llama-server in test_measure.py / tes
 
 from __future__ import annotations
 
-import threading
-
-from tests.fakes.scripted_server import ScriptedLaunch, TpsOf, half_accepted
+from tests.fakes.scripted_server import ScriptedLaunch, TpsOf, half_accepted, scripted_search
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
 from tuner.calibration.outcome import SearchOutcome
 from tuner.calibration.pairing import MIN_PAIRS, adjacent_pairs
 from tuner.calibration.prompts import Prompt
-from tuner.calibration.search import Search, SearchSettings
+from tuner.calibration.search import SearchSettings
 
 DRAFT = "/m/good.gguf"
 
@@ -36,9 +34,9 @@ def test_refine_measures_a_p_min_variant_of_the_best_length():
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
     events: list[str] = []
-    search = Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600),
-                    threading.Event(), lambda kind, msg, **kw: events.append(f"{kind}: {msg}"))
-    ms = search.run()
+    search = scripted_search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16), 600,
+                             emit=lambda kind, msg, **kw: events.append(f"{kind}: {msg}"))
+    ms = search.run().measurements
     labels = [c.label for c in launched]
     variant = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=8, p_min=0.75)
     assert variant in launched, labels
@@ -50,8 +48,8 @@ def test_refine_measures_a_p_min_variant_of_the_best_length():
 
     # Off switch: no p_min variant at all.
     launched.clear()
-    Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600, p_min_variant=None),
-           threading.Event(), lambda *a, **k: None).run()
+    scripted_search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, p_min_variant=None),
+                    600).run()
     assert not any(c.p_min for c in launched)
 
 
@@ -62,8 +60,7 @@ def test_no_p_min_variant_for_a_dspark_head():
     launched = launch.launched
     probe = Candidate(spec_type="draft-dspark", draft_path="/m/dspark.gguf", n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
-    Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600),
-           threading.Event(), lambda *a, **k: None).run()
+    scripted_search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16), 600).run()
     assert any(c.spec_type == "draft-dspark" and c.n_max == 8 for c in launched)  # refined as usual
     assert not any(c.p_min for c in launched), [c.label for c in launched]
 
@@ -75,10 +72,9 @@ def _scripted_search(tps_of: TpsOf, **settings) -> tuple[list[Candidate], list]:
     launch = ScriptedLaunch(tps_of, content="same text")
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
-    ms = Search(launch, plan, [(0, Prompt("p", "code"))],
-                SearchSettings(**{"n_predict": 16, "budget_s": 600, "p_min_variant": None, **settings}),
-                threading.Event(), lambda *a, **k: None).run()
-    return launch.launched, ms
+    ms = scripted_search(launch, plan, [(0, Prompt("p", "code"))],
+                         SearchSettings(**{"n_predict": 16, "p_min_variant": None, **settings}), 600).run().measurements
+    return launch.launched, list(ms)
 
 
 def test_confirm_rounds_alternate_abba_and_stop_when_the_test_is_conclusive():
@@ -154,22 +150,23 @@ def test_explore_follows_the_curve_past_an_unlucky_neighbour():
 
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
-    search = Search(lambda c, e: None, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16),
-                    threading.Event(), lambda *a, **k: None)
-    search.base_tps = 75.0
+    search = scripted_search(ScriptedLaunch(_tps), plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16),
+                             300)
+    record = search.record
+    record.base_tps = 75.0
 
     def run(n_max, tps):
         return Measurement(candidate=probe.with_n_max(n_max), samples=(Sample(0, "code", 0, tps, 16, 15_000 / tps),))
 
-    search.measurements = [run(16, 74.0), run(2, 94.0), run(3, 80.0)]
-    search.curves[search._group(probe)] = [(1, 0.83, 80.0), (2, 0.8, 92.0), (3, 0.75, 93.0), (4, 0.7, 93.5),
+    record.measurements = [run(16, 74.0), run(2, 94.0), run(3, 80.0)]
+    record.curves[record.group(probe)] = [(1, 0.83, 80.0), (2, 0.8, 92.0), (3, 0.75, 93.0), (4, 0.7, 93.5),
                                           (5, 0.66, 91.0), (8, 0.55, 85.0)]
-    assert search._explore_next(probe) == (4, 93.5)
-    search.measurements.append(run(4, 99.0))
-    assert search._explore_next(probe) == (5, 91.0)  # now next to the new best, and predicted close
+    assert search.screening.explore_next(probe) == (4, 93.5)
+    record.measurements.append(run(4, 99.0))
+    assert search.screening.explore_next(probe) == (5, 91.0)  # now next to the new best, and predicted close
     # without a curve: only the neighbours of lengths within 5 % of the best (4 → 5; 3 is measured)
-    search.curves.clear()
-    assert search._explore_next(probe) == (5, 0.0)
+    record.curves.clear()
+    assert search.screening.explore_next(probe) == (5, 0.0)
 
 
 def _drift_tps_of() -> TpsOf:
@@ -193,9 +190,8 @@ def test_side_by_side_rounds_pair_each_request_with_the_baseline_right_after_it(
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
     prompts = [(0, Prompt("p", "code")), (1, Prompt("q", "creative"))]
     events: list[str] = []
-    ms = Search(launch, plan, prompts, SearchSettings(n_predict=16, budget_s=600, p_min_variant=None,
-                                                      side_by_side=True),
-                threading.Event(), lambda kind, msg, **kw: events.append(kind)).run()
+    ms = scripted_search(launch, plan, prompts, SearchSettings(n_predict=16, p_min_variant=None, side_by_side=True),
+                         600, emit=lambda kind, msg, **kw: events.append(kind)).run().measurements
     assert not live  # every server stopped, the baseline's kept-running one included
     confirm = [m for m in ms if m.stage == "confirm"]
     assert confirm and [m.candidate.is_baseline for m in confirm[:2]] == [True, False]
@@ -219,9 +215,8 @@ def test_side_by_side_ngram_pairs_get_a_fresh_launch_each_while_the_baseline_sta
     launches, live = launch.launched, launch.live
     ngram = Candidate(spec_type="ngram-mod")
     plan = CandidatePlan(baseline=Candidate(), drafts=(), ngram=(ngram,), mtp=None, dropped=())
-    ms = Search(launch, plan, [(0, Prompt("p", "code")), (1, Prompt("q", "math"))],
-                SearchSettings(n_predict=16, budget_s=600, side_by_side=True), threading.Event(),
-                lambda *a, **k: None).run()
+    ms = scripted_search(launch, plan, [(0, Prompt("p", "code")), (1, Prompt("q", "math"))],
+                         SearchSettings(n_predict=16, side_by_side=True), 600).run().measurements
     assert not live
     confirm = [m for m in ms if m.stage == "confirm"]
     cand_runs = [m for m in confirm if not m.candidate.is_baseline]
@@ -253,8 +248,39 @@ def test_another_length_of_an_ngram_type_that_never_drafted_is_not_launched():
     probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
     plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(simple, simple16, mod, mod16), mtp=None,
                          dropped=())
-    Search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, budget_s=600, p_min_variant=None),
-           threading.Event(), lambda kind, msg, **kw: events.append(f"{kind}: {msg}")).run()
+    scripted_search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, p_min_variant=None), 600,
+                    emit=lambda kind, msg, **kw: events.append(f"{kind}: {msg}")).run()
     assert simple in launched and mod in launched and mod16 in launched
     assert simple16 not in launched, [c.label for c in launched]
     assert any(e.startswith(f"skipped: {simple16.label}: not measured, ngram-simple never drafted") for e in events)
+
+
+def test_the_workload_is_the_sweeps_and_what_its_launches_learn_is_the_outcomes():
+    """A sampled workload reaches every launch as the search's parameter (no launch carries it): the first
+    launch reads the server's own sampling defaults (/props) into the sweep's memory, each candidate's
+    first launch runs the greedy lossless pass, and an n-gram type that never drafted is recorded as facts
+    (``Measurement.no_drafts``) beside the words the decision quotes."""
+    from tuner.calibration.results import NoDrafts
+    from tuner.calibration.sampling import Sampling
+    from tuner.calibration.wording import no_drafts_error
+    from tuner.calibration.workload import Workload
+
+    defaults = {"temperature": 0.8, "top_k": 40, "top_p": 0.95, "min_p": 0.05}
+    launch = ScriptedLaunch(_tps, content="same text", drafts=_no_ngram_drafts, server_sampling=defaults)
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    ngram = Candidate(spec_type="ngram-simple")
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(ngram,), mtp=None, dropped=())
+    served = Workload(sampling=Sampling())  # llama-server's own defaults
+    outcome = scripted_search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, p_min_variant=None),
+                              600, workload=served).run()
+    assert outcome.server_sampling == defaults
+    sampling_words = served.sampling.describe(defaults)
+    assert "(llama-server's defaults)" in sampling_words
+    first = {m.candidate: m for m in reversed(outcome.measurements)}  # each candidate's first launch
+    assert first[probe].greedy_draft_n and first[probe].lossless is True  # the greedy pass ran and compared
+    never = first[ngram]
+    assert never.no_drafts == NoDrafts(sampling_words, sampled=True, greedy_draft_n=0)
+    assert never.no_drafts_at == sampling_words and never.error == no_drafts_error("ngram-simple", never.no_drafts)
+    # what was measured, never a general claim about the prompts (issue 26)
+    assert never.error.endswith(", nor in the short greedy check (temperature 0)"), never.error
+    assert "repeat no n-gram" not in never.error and "no speedup is possible" not in never.error

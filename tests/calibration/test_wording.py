@@ -94,6 +94,29 @@ SAMPLES: dict[str, tuple[dict[str, Any], str]] = {
     "sweep.where_it_ran": ({"runs": [RUN]}, "Where it ran: draft-simple good.gguf n_max 8: the target over RPC on "
                                             "RPC0 (192.168.1.20:50052) (6 of 6 layers offloaded) with this "
                                             "machine's CPU for the rest, the draft on this machine's CPU."),
+    "sweep.time_limit": ({"limit_s": 64.8, "budget_s": 60.0, "cut": ["ngram-simple", GOOD.label]},
+                         "The sweep stopped at its time limit (65 s for a 60 s budget: the estimates from the warm-up "
+                         "ran short); cut short or kept from starting by it: ngram-simple, draft-simple good.gguf "
+                         "n_max 8."),
+    "sweep.baseline_unmeasurable": ({"first_tps": 22.8, "idle_tps": 741.7, "idle_label": "ngram-mod"},
+                                    "The model alone measured 22.8 tokens/s in the baseline launch but 741.7 in "
+                                    "ngram-mod, which drafted nothing; the budget left no time to measure it again, "
+                                    "so figures against the baseline are uncertain."),
+    "sweep.baseline_superseded": ({"first_tps": 12.1, "idle_tps": 20.3, "idle_label": "ngram-mod",
+                                   "again_tps": 20.1},
+                                  "The first launch of the model alone was disturbed (12.1 tokens/s; ngram-mod, which "
+                                  "drafted nothing, ran 20.3); it was measured again at 20.1 tokens/s, and that launch "
+                                  "is the reference."),
+    "sweep.baseline_unsteady": ({"first_tps": 12.1, "idle_tps": 20.3, "idle_label": "ngram-mod", "again_tps": 31.0},
+                                "The model alone ran at 12.1, 20.3 (ngram-mod, which drafted nothing) and 31.0 "
+                                "tokens/s in three launches: its speed varied with the machine's load, so figures "
+                                "from launches minutes apart (screening) are not evidence either way; only pairs "
+                                "measured next to each other in time can show a speedup."),
+    "sweep.long_context_left_out": ({"one_s": 95.2, "prompt_tokens": 4112, "prompt_tokens_per_s": 52.4,
+                                     "n_predict": 128, "gen_tokens_per_s": 8.1, "budget_s": 300.0},
+                                    "The long-context requests were left out: one would take about 95 s here (4112 "
+                                    "prompt tokens at 52 tokens/s, then 128 generated at 8 tokens/s), more than a "
+                                    "300 s budget affords; the decision holds for short requests only."),
     TEXT: ({"text": "Words the search built."}, "Words the search built."),
 }
 

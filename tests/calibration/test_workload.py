@@ -155,13 +155,20 @@ def test_the_depth_sentence_only_when_long_requests_differ_beyond_noise():
 
 
 def test_long_context_requests_are_left_out_when_the_budget_cannot_afford_them():
+    from tuner.calibration.sentences import Slot
+    from tuner.calibration.wording import words
     from tuner.calibration.workload import LongContextPlan
 
-    slow = LongContextPlan()
+    slow = LongContextPlan(budget_s=180.0)
     # Gemma 3 270M on one loaded CPU thread here: ~64 prompt tokens/s, ~12 generated tokens/s
-    assert slow.decide(2, 4096, 64.0, 12.0, 256, 180.0) is False
-    assert slow.reason.startswith("The long-context requests were left out: one would take about 85 s")
-    assert slow.decide(2, 4096, 10_000.0, 500.0, 256, 180.0) is False  # decided once for the whole sweep
-    fast = LongContextPlan()
-    assert fast.decide(2, 4096, 2000.0, 100.0, 256, 180.0) is True and fast.reason is None
-    assert LongContextPlan().decide(2, 4096, 64.0, 12.0, 256, None) is True  # no budget: kept
+    assert slow.decide(2, 4096, 64.0, 12.0, 256) is False
+    assert slow.left_out is not None and slow.left_out.slot == Slot.SWEEP
+    assert slow.left_out.kind == "sweep.long_context_left_out" and slow.left_out.params["budget_s"] == 180.0
+    assert words(slow.left_out) == (
+        "The long-context requests were left out: one would take about 85 s here (4096 prompt tokens at 64 tokens/s, "
+        "then 256 generated at 12 tokens/s), more than a 180 s budget affords; the decision holds for short requests "
+        "only.")
+    assert slow.decide(2, 4096, 10_000.0, 500.0, 256) is False  # decided once for the whole sweep
+    fast = LongContextPlan(budget_s=180.0)
+    assert fast.decide(2, 4096, 2000.0, 100.0, 256) is True and fast.left_out is None
+    assert LongContextPlan().decide(2, 4096, 64.0, 12.0, 256) is True  # no budget: kept

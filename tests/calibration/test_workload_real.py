@@ -24,7 +24,7 @@ from tuner.calibration.engine import _supervisor_launch_fn, has_chat_template
 from tuner.calibration.measure import measure_candidate
 from tuner.calibration.prompts import Prompt, load_prompts
 from tuner.calibration.sampling import GREEDY, Sampling
-from tuner.calibration.workload import Workload, long_context_prompts
+from tuner.calibration.workload import LongContextPlan, SweepMemory, Workload, long_context_prompts
 from tuner.server.dialect import probe_dialect
 from tuner.server.discovery import find_named_server
 from tuner.server.supervisor import Supervisor
@@ -60,8 +60,7 @@ def chat_family(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, Path]:
 def _launcher(server: Path, target: Path, workload: Workload):
     binary = find_named_server(server)
     sup = Supervisor(binary, probe_dialect(binary.path))
-    fn = _supervisor_launch_fn(sup, target, workload.n_ctx or 1024, TUNE_THREADS, lambda *a, **k: None, 60.0,
-                               workload)
+    fn = _supervisor_launch_fn(sup, target, workload.n_ctx or 1024, TUNE_THREADS, lambda *a, **k: None, 60.0)
     return fn, sup
 
 
@@ -98,7 +97,7 @@ def test_a_chat_model_goes_through_chat_completions_and_its_draft_n_is_read_ther
         la.client = Spy(la.client)
         return la
 
-    m = measure_candidate(keep_log, _draft(draft), SHORT, [0], 24, cancel)
+    m = measure_candidate(keep_log, _draft(draft), SHORT, [0], 24, cancel, workload=chat)
     assert m.ok, m.error
     assert all(s.endpoint == "/v1/chat/completions" for s in m.samples)
     assert m.draft_n > 0 and all(s.draft_n for s in m.samples), "draft_n not read from the chat response"
@@ -108,7 +107,7 @@ def test_a_chat_model_goes_through_chat_completions_and_its_draft_n_is_read_ther
     assert calls and set(calls) == {"chat"}, calls  # warm-up and measured requests: POST /v1/chat/completions
     raw = Workload(chat=False, sampling=GREEDY, n_ctx=512)
     fn2, _ = _launcher(llama_server_bin, target, raw)
-    m2 = measure_candidate(fn2, _draft(draft), SHORT, [0], 24, cancel)
+    m2 = measure_candidate(fn2, _draft(draft), SHORT, [0], 24, cancel, workload=raw)
     assert m2.ok and all(s.endpoint == "/completion" for s in m2.samples)
     for a, b in zip(m.samples, m2.samples):
         assert a.prompt_n > b.prompt_n, (a.prompt_n, b.prompt_n)
@@ -120,15 +119,16 @@ def test_sampled_acceptance_is_the_sampled_one_and_the_greedy_lossless_pass_stil
     hot = Workload(chat=False, sampling=Sampling(temperature=0.8), n_ctx=512, greedy_check_prompts=2,
                    greedy_check_n_predict=24)
     fn, _ = _launcher(llama_server_bin, target, hot)
-    base = measure_candidate(fn, Candidate(), SHORT, [0, 1], 32, cancel)
+    memory = SweepMemory()  # one sweep's: the baseline's greedy outputs, the server's sampling defaults
+    base = measure_candidate(fn, Candidate(), SHORT, [0, 1], 32, cancel, workload=hot, memory=memory)
     assert base.ok, base.error
-    assert set(hot.reference.outputs) == {0, 1}, "the baseline's greedy pass did not record its outputs"
-    assert hot.server_sampling.get("temperature") == pytest.approx(0.8)
-    again = measure_candidate(fn, Candidate(), SHORT, [0], 32, cancel)
+    assert set(memory.reference.outputs) == {0, 1}, "the baseline's greedy pass did not record its outputs"
+    assert memory.server_sampling.get("temperature") == pytest.approx(0.8)
+    again = measure_candidate(fn, Candidate(), SHORT, [0], 32, cancel, workload=hot, memory=memory)
     # a fixed seed per (prompt, repetition): the sampled request is the same request in every launch
     assert [s.content for s in again.samples] == [s.content for s in base.samples if s.repetition == 0]
 
-    m = measure_candidate(fn, _draft(draft), SHORT, [0, 1], 32, cancel)
+    m = measure_candidate(fn, _draft(draft), SHORT, [0, 1], 32, cancel, workload=hot, memory=memory)
     assert m.ok, m.error
     sampled = sum(s.draft_n_accepted or 0 for s in m.samples) / sum(s.draft_n or 0 for s in m.samples)
     assert m.acceptance == pytest.approx(sampled)  # what the sweep reports = the sampled requests' ratio
@@ -136,7 +136,7 @@ def test_sampled_acceptance_is_the_sampled_one_and_the_greedy_lossless_pass_stil
     assert m.greedy_draft_n and m.greedy_draft_n > 0 and m.lossless is not None
     cold = Workload(chat=False, sampling=GREEDY, n_ctx=512)
     fn_g, _ = _launcher(llama_server_bin, target, cold)
-    g = measure_candidate(fn_g, _draft(draft), SHORT, [0, 1], 32, cancel)
+    g = measure_candidate(fn_g, _draft(draft), SHORT, [0, 1], 32, cancel, workload=cold)
     assert g.ok and g.acceptance is not None
     assert m.acceptance != pytest.approx(g.acceptance, abs=1e-3), (m.acceptance, g.acceptance)
 
@@ -146,7 +146,7 @@ def test_long_context_requests_fill_at_least_half_the_served_context(stories260k
     wl = Workload(chat=False, sampling=GREEDY, n_ctx=n_ctx)
     fn, _ = _launcher(llama_server_bin, stories260k_session, wl)
     longs = [(10 + i, p) for i, p in enumerate(long_context_prompts())]
-    m = measure_candidate(fn, Candidate(), SHORT[:1] + longs, [0], 32, threading.Event())
+    m = measure_candidate(fn, Candidate(), SHORT[:1] + longs, [0], 32, threading.Event(), workload=wl)
     assert m.ok, m.error
     by_cat = {s.category: s for s in m.samples}
     for cat in ("long document", "long code"):
@@ -165,11 +165,13 @@ def test_a_multi_turn_file_on_a_chat_model_and_flattened_on_a_base_model(tmp_pat
     ps = load_prompts(f)
     prompts = list(enumerate(ps.prompts))
     target, _ = chat_family
-    fn, _ = _launcher(llama_server_bin, target, Workload(chat=True, sampling=GREEDY, n_ctx=512))
-    m = measure_candidate(fn, Candidate(), prompts, [0], 16, threading.Event())
+    chat = Workload(chat=True, sampling=GREEDY, n_ctx=512)
+    fn, _ = _launcher(llama_server_bin, target, chat)
+    m = measure_candidate(fn, Candidate(), prompts, [0], 16, threading.Event(), workload=chat)
     assert m.ok and m.samples[0].endpoint == "/v1/chat/completions", m.error
-    fn2, _ = _launcher(llama_server_bin, stories260k_session, Workload(chat=False, sampling=GREEDY, n_ctx=512))
-    m2 = measure_candidate(fn2, Candidate(), prompts, [0], 16, threading.Event())
+    raw = Workload(chat=False, sampling=GREEDY, n_ctx=512)
+    fn2, _ = _launcher(llama_server_bin, stories260k_session, raw)
+    m2 = measure_candidate(fn2, Candidate(), prompts, [0], 16, threading.Event(), workload=raw)
     assert m2.ok and m2.samples[0].endpoint == "/completion", m2.error
     assert ps.prompts[0].text.endswith("User: What did the cat do next?\n\nAssistant:")
 
@@ -266,7 +268,7 @@ def test_a_default_sweep_has_long_context_requests_and_reports_their_speedup(tmp
     if any(not m.stopped_early and m.ok for m in compared):
         assert rows["long document"].speedup and rows["long code"].speedup, d.per_category
     out = io.StringIO()
-    print_table(res, out)
+    print_table(res, out, details=True)  # the per-category lines are details (tune --details)
     assert "  long document: " in out.getvalue() and "  long code: " in out.getvalue()
     assert res.profile.keys.n_ctx == n_ctx and res.profile.keys.workload == "chat;temperature=0,top_k=1"
     assert "chat requests (/v1/chat/completions) at greedy (temperature 0), context 512" in d.reason
@@ -287,7 +289,7 @@ def test_probabilistic_drafts_are_a_candidate_at_sampled_settings(chat_family, l
     assert add_draft_sampling_variants(plan, Workload(sampling=GREEDY), dialect).drafts == plan.drafts
 
     sup = Supervisor(binary, dialect)
-    fn = _supervisor_launch_fn(sup, target, 512, TUNE_THREADS, lambda *a, **k: None, 60.0, hot)
+    fn = _supervisor_launch_fn(sup, target, 512, TUNE_THREADS, lambda *a, **k: None, 60.0)
     argvs: list[list[str]] = []
 
     def launch(c, ev):
@@ -295,8 +297,8 @@ def test_probabilistic_drafts_are_a_candidate_at_sampled_settings(chat_family, l
         argvs.append(list(sup.argv))
         return la
 
-    greedy_drafts = measure_candidate(launch, twin.drafts[0], SHORT, [0, 1], 48, threading.Event())
-    rejection = measure_candidate(launch, twin.drafts[1], SHORT, [0, 1], 48, threading.Event())
+    greedy_drafts = measure_candidate(launch, twin.drafts[0], SHORT, [0, 1], 48, threading.Event(), workload=hot)
+    rejection = measure_candidate(launch, twin.drafts[1], SHORT, [0, 1], 48, threading.Event(), workload=hot)
     assert greedy_drafts.ok and rejection.ok, (greedy_drafts.error, rejection.error)
     assert "--spec-draft-sampling" not in argvs[0]
     i = argvs[1].index("--spec-draft-sampling")
@@ -308,11 +310,15 @@ def test_probabilistic_drafts_are_a_candidate_at_sampled_settings(chat_family, l
 
 def test_long_context_requests_dropped_for_the_whole_sweep_when_the_budget_is_too_small(stories260k_session,
                                                                                        llama_server_bin):
-    wl = Workload(chat=False, sampling=GREEDY, n_ctx=512, budget_s=0.01)
+    wl = Workload(chat=False, sampling=GREEDY, n_ctx=512)
+    memory = SweepMemory(long_plan=LongContextPlan(budget_s=0.01))
     fn, _ = _launcher(llama_server_bin, stories260k_session, wl)
     longs = [(10 + i, p) for i, p in enumerate(long_context_prompts())]
-    m = measure_candidate(fn, Candidate(), SHORT + longs, [0], 16, threading.Event())
+    m = measure_candidate(fn, Candidate(), SHORT + longs, [0], 16, threading.Event(), workload=wl, memory=memory)
     assert m.ok and {s.category for s in m.samples} == {"creative", "chat"}, m.error
-    assert wl.long_plan.decided and not wl.long_plan.keep and "left out" in wl.long_plan.reason
-    m2 = measure_candidate(fn, Candidate(spec_type="ngram-mod"), SHORT + longs, [0], 16, threading.Event())
+    plan = memory.long_plan
+    assert plan.decided and not plan.keep and plan.left_out is not None
+    assert plan.left_out.kind == "sweep.long_context_left_out"
+    m2 = measure_candidate(fn, Candidate(spec_type="ngram-mod"), SHORT + longs, [0], 16, threading.Event(),
+                           workload=wl, memory=memory)
     assert all(s.category in ("creative", "chat") for s in m2.samples)  # the same requests for every candidate

@@ -12,5 +12,3 @@ def _draftwise_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     monkeypatch.setenv("DRAFTWISE_HOME", str(home))
     return home
 
-
-from tests.server.conftest import fake_server_bin  # noqa: E402,F401 - the fake llama-server fixture

@@ -68,7 +68,13 @@ def parse(argv: list[str]) -> dict:
 
 
 def _die_by(sig: int, last_line: str) -> None:
-    """Log ``last_line`` and die by ``sig``, leaving no core file (non-dumpable, RLIMIT_CORE 0)."""
+    """Log ``last_line`` and die by ``sig`` in the calling thread, as a real fault kills the thread that hit
+    it, leaving no core file (non-dumpable, RLIMIT_CORE 0). Never returns.
+
+    The signal goes to this thread (``pthread_kill``), not to the process: a process-directed core-dumping
+    signal (SIGILL, SIGSEGV) is taken by whichever thread the kernel picks, here the sleeping main thread,
+    while this one runs on; on a busy machine a request handler then answered 200 before the process
+    died, and the readiness completion of a "crash on the first decode" passed."""
     sys.stderr.write(last_line + "\n")
     sys.stderr.flush()
     try:
@@ -79,7 +85,9 @@ def _die_by(sig: int, last_line: str) -> None:
         ctypes.CDLL(None).prctl(4, 0, 0, 0, 0)  # PR_SET_DUMPABLE = 4
     except (ImportError, OSError, ValueError, AttributeError):
         pass
-    os.kill(os.getpid(), sig)  # Python leaves SIGILL/SIGSEGV at their default action (from any thread)
+    signal.pthread_kill(threading.get_ident(), sig)  # Python leaves SIGILL/SIGSEGV at their default action
+    while True:  # not reached: the signal is taken on the way out of pthread_kill
+        time.sleep(3600)
 
 
 def main() -> int:

@@ -13,7 +13,7 @@ with ``predicted_per_second``, ``predicted_n``, ``predicted_ms``, ``draft_n``, `
 ``/slots``' ``speculative``; ``/props``' ``default_generation_settings.params``).
 
     launch = ScriptedLaunch(lambda c: 100.0 if c.is_baseline else 130.0)
-    Search(launch, plan, prompts, settings, cancel, emit).run()
+    scripted_search(launch, plan, prompts, settings, budget_s=600).run()
     launch.launched  # the candidates, in launch order
 """
 
@@ -24,8 +24,10 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any
 
-from tuner.calibration.candidates import Candidate
-from tuner.calibration.measure import Launch
+from tuner.calibration.candidates import Candidate, CandidatePlan
+from tuner.calibration.measure import Launch, LaunchFn
+from tuner.calibration.prompts import Prompt
+from tuner.calibration.search import Budget, Emit, Search, SearchSettings
 from tuner.calibration.workload import Workload
 from tuner.server.client import ServerUnreachableError
 
@@ -166,8 +168,6 @@ class ScriptedLaunch:
         clock: a simulated clock, advanced by ``load_s`` at each launch and by each request.
         load_s: seconds a model load takes (reported as ``Launch.load_s``).
         per_launch: keyword overrides of the ``launch``-th client (see :data:`PerLaunch`).
-        workload: ``Launch.workload`` of every launch (chat or sampled requests; ``None`` = greedy
-            ``/completion``).
         **client: keywords of every :class:`ScriptedClient` (``sleep_s``, ``overhead_s``, ``drafts``, ...).
 
     Attributes:
@@ -177,12 +177,11 @@ class ScriptedLaunch:
     """
 
     def __init__(self, tps_of: TpsOf, *, clock: SimClock | None = None, load_s: float = 0.01,
-                 per_launch: PerLaunch | None = None, workload: Workload | None = None, **client: Any) -> None:
+                 per_launch: PerLaunch | None = None, **client: Any) -> None:
         self.tps_of = tps_of
         self.clock = clock
         self.load_s = load_s
         self.per_launch = per_launch
-        self.workload = workload
         self.client = client
         self.launched: list[Candidate] = []
         self.live: list[Candidate] = []
@@ -205,4 +204,16 @@ class ScriptedLaunch:
                 stopped.set()
                 self.live.remove(candidate)
 
-        return Launch(client=client, stop=stop, log_tail=lambda n: [], load_s=self.load_s, workload=self.workload)
+        return Launch(client=client, stop=stop, log_tail=lambda n: [], load_s=self.load_s)
+
+
+def scripted_search(launch: LaunchFn, plan: CandidatePlan, prompts: list[tuple[int, Prompt]],
+                    settings: SearchSettings, budget_s: float, *, clock: SimClock | None = None,
+                    emit: Emit | None = None, busy: Callable[[], bool] | None = None,
+                    cancel: threading.Event | None = None, workload: Workload | None = None) -> Search:
+    """A :class:`~tuner.calibration.search.Search` over ``launch`` with a time budget of ``budget_s`` seconds
+    on ``clock`` (``None``: real time), starting now; ``workload``: greedy ``/completion`` requests unless
+    given, ``emit``: events dropped unless given."""
+    budget = Budget(budget_s, clock if clock is not None else time.monotonic)
+    return Search(launch, plan, prompts, settings, workload or Workload(), budget, cancel or threading.Event(),
+                  emit or (lambda *a, **k: None), busy=busy)

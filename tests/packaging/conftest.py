@@ -1,26 +1,17 @@
-"""Fixtures for the packaging tests: a private set of XDG folders per test."""
+"""Helpers of the packaging tests: a folder's tree, a PNG's size, the desktop-file validator (the private XDG
+folders, ``xdg_homes``, are a fixture of tests/conftest.py)."""
 
 from __future__ import annotations
 
+import os
+import shutil
+import struct
+import subprocess
 from pathlib import Path
 
 import pytest
 
-
-@pytest.fixture
-def xdg_homes(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> tuple[Path, Path]:
-    """Point XDG_DATA_HOME, XDG_CONFIG_HOME and DRAFTWISE_HOME at empty temp folders.
-
-    Returns ``(data_home, config_home)``.
-    """
-    data_home = tmp_path / "xdg-data"
-    config_home = tmp_path / "xdg-config"
-    data_home.mkdir()
-    config_home.mkdir()
-    monkeypatch.setenv("XDG_DATA_HOME", str(data_home))
-    monkeypatch.setenv("XDG_CONFIG_HOME", str(config_home))
-    monkeypatch.setenv("DRAFTWISE_HOME", str(tmp_path / "draftwise-home"))
-    return data_home, config_home
+VALIDATOR = shutil.which("desktop-file-validate")
 
 
 def tree(root: Path) -> set[str]:
@@ -30,3 +21,20 @@ def tree(root: Path) -> set[str]:
         rel = p.relative_to(root).as_posix()
         out.add(rel + "/" if p.is_dir() else rel)
     return out
+
+
+def png_size(path: Path) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk."""
+    head = path.read_bytes()[:24]
+    assert head[:8] == b"\x89PNG\r\n\x1a\n", f"{path} is not a PNG"
+    return struct.unpack(">II", head[16:24])
+
+
+def validate(path: Path) -> None:
+    """``desktop-file-validate`` accepts ``path`` (skipped where the tool is missing, except in CI)."""
+    if VALIDATOR is None:
+        if os.environ.get("CI"):
+            pytest.fail("CI must have desktop-file-validate (Debian package desktop-file-utils)")
+        return
+    res = subprocess.run([VALIDATOR, str(path)], capture_output=True, text=True, timeout=30)
+    assert res.returncode == 0, res.stdout + res.stderr

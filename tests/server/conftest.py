@@ -1,16 +1,14 @@
-"""Fixtures of the server tests: the fake llama-server, an isolated DRAFTWISE_HOME."""
+"""Fixtures of the server tests: an isolated DRAFTWISE_HOME, captured ``--help`` texts, an incompatible draft
+(the fake llama-server, ``fake_server_bin``, is in tests/conftest.py)."""
 
 from __future__ import annotations
 
-import stat
-import sys
 import time
 from pathlib import Path
 
 import pytest
 
 DATA = Path(__file__).resolve().parent / "data"
-FAKE = Path(__file__).resolve().parent.parent / "fakes" / "fake_llama_server.py"
 
 
 @pytest.fixture(autouse=True)
@@ -19,16 +17,6 @@ def _draftwise_home(tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytes
     home = tmp_path_factory.mktemp("dw-home")
     monkeypatch.setenv("DRAFTWISE_HOME", str(home))
     return home
-
-
-@pytest.fixture(scope="session")
-def fake_server_bin(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    """An executable that runs tests/fakes/fake_llama_server.py with this Python."""
-    d = tmp_path_factory.mktemp("fakebin")
-    exe = d / "llama-server"
-    exe.write_text(f"#!/bin/sh\nexec {sys.executable} {FAKE} \"$@\"\n", encoding="utf-8")
-    exe.chmod(exe.stat().st_mode | stat.S_IXUSR | stat.S_IXGRP | stat.S_IXOTH)
-    return exe
 
 
 def help_text(name: str) -> str:

@@ -19,12 +19,12 @@ from tuner.server.supervisor import Supervisor
 
 S = ServerState
 #: The table as issue 24 gives it (the sleeping, switching and applying rows are for idle sleep, the
-#: router's model switch and restarting to apply a setting).
+#: router's model switch and restarting to apply a setting; a sleeping server may be restarted to apply one too).
 EXPECTED = {
     S.STOPPED: {S.STARTING},
     S.STARTING: {S.STARTING, S.READY, S.FAILED, S.STOPPING},
     S.READY: {S.STARTING, S.FAILED, S.STOPPING, S.SLEEPING, S.SWITCHING, S.APPLYING},
-    S.SLEEPING: {S.READY, S.STARTING, S.FAILED, S.STOPPING},
+    S.SLEEPING: {S.READY, S.STARTING, S.FAILED, S.STOPPING, S.APPLYING},
     S.SWITCHING: {S.READY, S.STARTING, S.FAILED, S.STOPPING},
     S.APPLYING: {S.STARTING, S.FAILED, S.STOPPING},
     S.STOPPING: {S.STOPPED},
@@ -174,3 +174,30 @@ def test_an_illegal_change_in_a_monitor_thread_is_logged(fake_server_bin: Path, 
             sup.stop()
     [record] = [r for r in caplog.records if "forbids" in r.getMessage()]
     assert record.exc_info is not None and "from starting to stopped" in str(record.exc_info[1])
+
+
+def test_applying_a_setting_restarts_on_the_same_port_inside_the_table(fake_server_bin: Path, model: Path,
+                                                                       tmp_path: Path) -> None:
+    """``restart(config, applying=…)`` of a ready server: ready → applying → starting → ready, the words say
+    which setting, the endpoint keeps its port, a new process runs the new argv and the old one is gone."""
+    from tests.server.conftest import wait_gone
+
+    changes: list[StateChange] = []
+    sup = Supervisor(fake_server_bin, on_state=changes.append, auto_restart=True)
+    try:
+        url = sup.start_and_wait(ServerConfig(model_path=model), timeout_s=30)
+        first = sup.pid
+        assert first is not None and "--log-prompts-dir" not in (sup.argv or [])
+        sup.restart(ServerConfig(model_path=model, log_prompts_dir=tmp_path / "c"), applying="keeping served requests")
+        assert sup.wait_ready(timeout_s=30) == url
+        assert sup.pid not in (None, first) and "--log-prompts-dir" in (sup.argv or [])
+        assert wait_gone(first)
+    finally:
+        sup.stop()
+    seq = [(c.previous, c.state) for c in changes if c.state is not c.previous]
+    i = seq.index((S.READY, S.APPLYING))
+    assert seq[i:i + 4] == [(S.READY, S.APPLYING), (S.APPLYING, S.STARTING), (S.STARTING, S.READY),
+                            (S.READY, S.STOPPING)]
+    applying = next(c for c in changes if c.state is S.APPLYING)
+    assert applying.message == "restarting llama-server to apply: keeping served requests"
+    assert _illegal(changes) == [] and sup.restart_count == 0

@@ -72,3 +72,41 @@ def test_collector_idle_and_no_draft_summary():
     assert c.idle_for_s() == pytest.approx(29.0) and c.is_idle()
     assert c.series["requests_in_flight"].last_value() == 0
     assert not math.isnan(c.series["gen_tokens_per_s"].last_value())
+
+
+def test_the_first_request_after_a_sleep_is_left_out_of_speed_acceptance_and_the_watch():
+    from tuner.telemetry.watch import AcceptanceWatch
+
+    t = [0.0]
+    sleeps = [0]
+    bodies = iter([
+        _body(0, 0, drafted=0, accepted=0, drafts=0),
+        _body(100, 1.0, prompt=30, drafted=80, accepted=70, drafts=20),  # a request before any sleep: counted
+        _body(100, 1.0, prompt=30, drafted=80, accepted=70, drafts=20),  # idle; then the server sleeps
+        _body(100, 1.0, prompt=30, drafted=80, accepted=70, drafts=20),  # asleep, woken, the request still runs
+        _body(140, 3.0, prompt=40, drafted=120, accepted=80, drafts=30),  # the request that woke it ended
+        _body(240, 4.0, prompt=70, drafted=200, accepted=150, drafts=50),  # the next one: counted again
+    ])
+    watch = AcceptanceWatch(0.5, hold_s=100.0, min_draft_tokens=1)
+    c = Collector(clock=lambda: t[0])
+    c.attach(MetricsSampler(lambda: next(bodies)), None, watch, sleeps=lambda: sleeps[0])
+    speeds = []
+    for i in range(6):
+        t[0] = float(i)
+        if i == 3:
+            sleeps[0] = 1  # the supervisor saw it fall asleep
+        tick = c.poll()
+        latest = c.series["gen_tokens_per_s"].latest()
+        speeds.append(latest.value if latest is not None else None)
+        if i == 4:
+            assert tick.watch is not None and tick.watch.acceptance_rate == pytest.approx(70 / 80), \
+                "the woken request's drafts were not fed to the watch"
+    assert speeds[1] == pytest.approx(100.0) and speeds[5] == pytest.approx(100.0)
+    assert speeds[4] is None and c.left_out_after_wake == 1
+    acceptance = [s.value for s in c.series["acceptance_rate"].snapshot()]
+    assert acceptance[4] is None and acceptance[5] == pytest.approx((150 - 80) / (200 - 120))
+    assert [s.value for s in c.series["generated_tokens"].snapshot()][4] == 40  # the counts still count it
+    # a new launch counts its sleeps from 0 again: no request is left out for that
+    sleeps[0] = 0
+    c.attach(MetricsSampler(lambda: _body(240, 4.0)), None, sleeps=lambda: sleeps[0])
+    assert not c._woke_request(None) and c.left_out_after_wake == 1

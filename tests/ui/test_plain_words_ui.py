@@ -97,16 +97,16 @@ def test_serve_at_start_turns_on_at_the_first_serve_unless_turned_off(qapp, tmp_
     target = tmp_path / "m.gguf"
     c = AppController(Settings())
     assert c.settings.serve_at_start is None
-    c._remember_served(serving_info(target))
+    c.serve_at_start.remember(serving_info(target))
     assert c.settings.serve_at_start is True and c.settings.served_target == target
     assert settings_mod.load_settings().served_target == target  # saved, for the next start
     c.update_settings(c.settings.replace(serve_at_start=False))
     other = tmp_path / "n.gguf"
-    c._remember_served(serving_info(other))
+    c.serve_at_start.remember(serving_info(other))
     assert c.settings.serve_at_start is False and c.settings.served_target == other  # an explicit off stays off
-    c._forget_served()  # stopped by hand: nothing to serve again
+    c.serve_at_start.forget()  # stopped by hand: nothing to serve again
     assert settings_mod.load_settings().served_target is None
-    assert not AppController(settings_mod.load_settings()).restore_serving()
+    assert not AppController(settings_mod.load_settings()).serve_at_start.restore()
 
 
 def test_serve_at_start_setting_is_checked(tmp_path):

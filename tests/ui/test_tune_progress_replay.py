@@ -1,6 +1,6 @@
 """The Tune tab replays a RECORDED slow sweep: tests/data/slow_sweep_events.json is the event stream
 (kind, message, progress, elapsed_s, eta_s) of one real ``tune`` on a generated ≤ 10 tokens/s target,
-recorded with ``python bench/slow_target.py --budget 240 --record tests/data/slow_sweep_events.json``
+recorded with ``python -m bench.slow_target --budget 240 --record tests/data/slow_sweep_events.json``
 (the file says when, at which machine load, and what the sweep decided).
 
 The replay keeps the recording's timings, compressed: a virtual clock stands in for the tab's

@@ -249,7 +249,7 @@ def has_chat_template(path: Path) -> bool:
 
 def _supervisor_launch_fn(
     sup: Any, target_path: Path, n_ctx: int, threads: int | None, emit: Callable, startup_timeout_s: float | None,
-    workload: Workload | None = None, server_args: tuple[str, ...] = (),
+    server_args: tuple[str, ...] = (),
 ) -> LaunchFn:
     from tuner.server.argv import UnsupportedConfigError
     from tuner.server.diagnosis import speculation_reason
@@ -283,7 +283,7 @@ def _supervisor_launch_fn(
         # where /slots cannot say (ik_llama.cpp), the supervisor's ready check confirmed speculation from the log
         confirmed = None if getattr(sup.dialect, "spec_on_slots", True) else not c.is_baseline
         return Launch(client=client, stop=stop, log_tail=sup.log_tail, load_s=load_s,
-                      speculation_reason=speculation_reason, workload=workload, speculative_active=confirmed)
+                      speculation_reason=speculation_reason, speculative_active=confirmed)
 
     return launch
 
@@ -373,7 +373,7 @@ def run_tune(
         raise TuneError(str(exc), evidence=getattr(exc, "evidence", ()), bad_input=server is not None) from exc
     _check_server_args(request.server_args, dialect, binary.path)
     use_chat = has_chat_template(target_path) if chat is None else chat
-    workload = Workload(chat=use_chat, sampling=sampling or Sampling(), n_ctx=n_ctx, budget_s=budget_s,
+    workload = Workload(chat=use_chat, sampling=sampling or Sampling(), n_ctx=n_ctx,
                         raw_endpoint=getattr(dialect, "draft_counts_endpoint", "/completion"))
     if long_context:
         base = len(ps.prompts)
@@ -481,7 +481,6 @@ def run_tune(
 
     settings = settings or SearchSettings(
         n_predict=n_predict,
-        budget_s=budget_s,
         max_pairs=max(MIN_PAIRS, 2 * repetitions),
         # weights mmapped in host memory: the baseline's and a finalist's server share the page cache,
         # so the paired rounds run them side by side; with a GPU, alternate launches instead
@@ -498,14 +497,12 @@ def run_tune(
         except DialectError as exc:
             raise TuneError(str(exc), bad_input=server is not None) from exc
         sups = [sup_base, sup_cand]
-        base_fn = _supervisor_launch_fn(sup_base, target_path, n_ctx, threads, emit, None, workload, keys.server_args)
-        cand_fn = _supervisor_launch_fn(sup_cand, target_path, n_ctx, threads, emit, None, workload, keys.server_args)
+        base_fn = _supervisor_launch_fn(sup_base, target_path, n_ctx, threads, emit, None, keys.server_args)
+        cand_fn = _supervisor_launch_fn(sup_cand, target_path, n_ctx, threads, emit, None, keys.server_args)
 
         def launch_fn(c: Candidate, cancel: threading.Event) -> Launch:
             # one supervisor for the baseline, one for the candidates: both can run at once (side by side)
             return (base_fn if c.is_baseline else cand_fn)(c, cancel)
-    else:
-        launch_fn = _with_workload(launch_fn, workload)
     from tuner.crosscheck.cpu_buffers import recorded_no_repack
     from tuner.hardware.host import LoadWatcher, foreign_processes
 
@@ -519,7 +516,7 @@ def run_tune(
 
     watcher.start()
     try:
-        outcome = run_search(plan, chosen_prompts, settings, workload, launch_fn, cancel, emit,
+        outcome = run_search(plan, chosen_prompts, settings, workload, budget_s, launch_fn, cancel, emit,
                              busy=lambda: watcher.summary().busy)
         if outcome.cancelled:
             emit("cancelled", "tuning cancelled; nothing was saved")
@@ -631,18 +628,6 @@ def _check_server_args(words: tuple[str, ...], dialect: Any, binary_path: Path) 
         check_known(words, dialect.has, binary_path, where="extra llama-server flag")
     except ServerArgError as exc:
         raise TuneError(str(exc), bad_input=True) from None
-
-
-def _with_workload(launch_fn: LaunchFn, workload: Workload) -> LaunchFn:
-    """Wrap a caller's launch function so its launches carry ``workload`` unless they set their own."""
-
-    def launch(c: Candidate, cancel: threading.Event) -> Launch:
-        la = launch_fn(c, cancel)
-        if la.workload is None:
-            la.workload = workload
-        return la
-
-    return launch
 
 
 def _place_on_gpu(plan: CandidatePlan, target_path: Path, devices: Any, n_ctx: int, notes: list[str]) -> CandidatePlan:

@@ -141,7 +141,7 @@ def current_keys(request: TuneRequest, target_path: Path, binary: ServerBinary, 
         hardware = None
     path, build, dialect_sha = binary_keys(binary)
     chat = has_chat_template(target_path) if request.chat is None else request.chat
-    workload = Workload(chat=chat, sampling=request.sampling or Sampling(), n_ctx=n_ctx, budget_s=request.budget_s,
+    workload = Workload(chat=chat, sampling=request.sampling or Sampling(), n_ctx=n_ctx,
                         raw_endpoint=probe_dialect(binary.path).draft_counts_endpoint)
     return StalenessKeys(
         hardware_fingerprint=hardware, server_binary=path, server_build=build, dialect_fingerprint=dialect_sha,

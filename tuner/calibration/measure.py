@@ -25,7 +25,10 @@ DESIGN.md "Calibration method" steps 3–4:
   workload is greedy; at sampled settings the greedy pass is compared instead.
 
 The launch itself is abstracted as a :data:`LaunchFn` so the protocol can be driven by the real
-supervisor (``tuner.calibration.engine``) or by a test double.
+supervisor (``tuner.calibration.engine``) or by a test double. A :class:`Launch` is only the running
+server: what the requests look like (:class:`~tuner.calibration.workload.Workload`) and what the sweep's
+launches share (:class:`~tuner.calibration.workload.SweepMemory`) are parameters of every measuring
+function.
 """
 
 from __future__ import annotations
@@ -42,9 +45,11 @@ from tuner.errors import Cancelled, DraftwiseError
 from .candidates import Candidate
 from .predict import PerPositionCounts, parse_spec_metrics
 from .prompts import Prompt
-from .results import Divergence, Measurement, Sample
+from .results import Divergence, Measurement, NoDrafts, Sample
 from .sampling import GREEDY, Sampling
+from .wording import no_drafts_error
 from .workload import (
+    SweepMemory,
     Workload,
     chat_messages,
     fit_long_prompt,
@@ -82,7 +87,8 @@ class CompletionClient(Protocol):
 
     def tokenize(self, text: str, timeout_s: float = 60.0) -> list[int]: ...
 
-    # Optional (read with getattr, for sampled workloads): def props(self) -> dict
+    # Called only for a sampled workload, once per sweep (the server's own sampling defaults, for wording).
+    def props(self) -> dict: ...
 
 
 @dataclass
@@ -95,9 +101,6 @@ class Launch:
         log_tail: ``log_tail(n)`` → last n log lines (for diagnoses).
         load_s: seconds from start to ready.
         speculation_reason: ``log_lines → str`` explaining inactive speculation, when available.
-        workload: what the requests look like (endpoint, sampling, served context); ``None`` = greedy
-            ``/completion`` requests (the launch function of a sweep sets it, so the search need not
-            know about it).
         speculative_active: whether speculation was confirmed at start-up by other means than
             ``/slots[].speculative`` (used only when the server's slots lack that field, as
             ik_llama.cpp's do; ``None`` = unknown).
@@ -108,7 +111,6 @@ class Launch:
     log_tail: Callable[[int], list[str]]
     load_s: float
     speculation_reason: Callable[[list[str]], str] | None = None
-    workload: Workload | None = None
     speculative_active: bool | None = None
 
 
@@ -260,6 +262,9 @@ def measure_candidate(
     repetitions: Sequence[int],
     n_predict: int,
     cancel: threading.Event,
+    *,
+    workload: Workload | None = None,
+    memory: SweepMemory | None = None,
     baseline_outputs: Mapping[tuple[int, int], str] | None = None,
     on_request: Callable[[Sample], None] | None = None,
     request_timeout_s: float = 300.0,
@@ -280,6 +285,11 @@ def measure_candidate(
             baseline so outputs can be compared).
         n_predict: generated tokens per request.
         cancel: checked before every request.
+        workload: what every request looks like (endpoint, sampling, served context); ``None`` = greedy
+            ``/completion`` requests.
+        memory: what the sweep's launches share (the baseline's greedy outputs, the server's sampling
+            defaults, the long-context verdict and the budget it is made against); ``None`` = this
+            launch's own (nothing shared, long-context requests always kept).
         baseline_outputs: ``(prompt index, repetition) → text`` of the baseline (lossless check).
         on_request: called after every measured request.
         request_timeout_s: per-request HTTP timeout.
@@ -296,11 +306,12 @@ def measure_candidate(
             sweep's hard time limit): no request starts after it, the one in flight is given up when it
             passes (each request's HTTP timeout is bounded by it), and the measurement keeps the
             complete requests so far, marked ``cut_short``. (The launch itself is bounded by the
-            ``cancel`` the caller passes: see ``tuner.calibration.search``.)
+            ``cancel`` the caller passes: see ``tuner.calibration.search.budget.Budget.until_deadline``.)
 
     Returns:
         A :class:`Measurement`; failures (launch error, speculation inactive, nothing drafted, a
-        request error) are recorded in ``error`` rather than raised.
+        request error) are recorded in ``error`` rather than raised; an n-gram type that never drafted
+        also has ``no_drafts`` (the facts) and ``no_drafts_at``.
 
     Raises:
         Cancelled: ``cancel`` was set (the server has been stopped).
@@ -312,206 +323,249 @@ def measure_candidate(
     except LaunchError as exc:
         return Measurement(candidate, error=str(exc), stage=stage, predicted_gen_tokens_per_s=predicted_gen_tokens_per_s,
                            evidence=tuple(str(x) for x in exc.evidence))
+    run = _Run(launch, candidate, workload or Workload(), memory if memory is not None else SweepMemory(), cancel,
+               request_timeout_s, hard_deadline_s)
+    base = Measurement(candidate=candidate, load_s=launch.load_s, stage=stage,
+                       predicted_gen_tokens_per_s=predicted_gen_tokens_per_s)
     try:
-        return _run(launch, candidate, prompts, repetitions, n_predict, cancel, baseline_outputs, on_request,
-                    request_timeout_s, stage, predicted_gen_tokens_per_s, deadline_s, stop_if, after_warmup,
-                    hard_deadline_s)
+        failed, spec_active = _speculation_check(run, base)
+        if failed is not None:
+            return failed
+        base = replace(base, speculative_active=spec_active)
+        warmed = _warm_up(run, base, n_predict, after_warmup)
+        if isinstance(warmed, Measurement):
+            return warmed
+        if warmed is not None:
+            prompts, n_predict = warmed
+        loop = _Loop(run)
+        loop.run(prompts, repetitions, n_predict, baseline_outputs, on_request, stop_if, deadline_s)
+        return loop.result(base)
     finally:
         launch.stop()
 
 
-def _run(
-    launch: Launch,
-    candidate: Candidate,
-    prompts: Sequence[tuple[int, Prompt]],
-    repetitions: Sequence[int],
-    n_predict: int,
-    cancel: threading.Event,
-    baseline_outputs: Mapping[tuple[int, int], str] | None,
-    on_request: Callable[[Sample], None] | None,
-    request_timeout_s: float,
-    stage: str,
-    predicted: float | None,
-    deadline_s: float | None,
-    stop_if: Callable[[Sequence[Sample]], bool] | None = None,
-    after_warmup: AfterWarmup | None = None,
-    hard_deadline_s: float | None = None,
-) -> Measurement:
-    client = launch.client
+@dataclass
+class _Run:
+    """One launch being measured: its server, the sweep's workload and memory, and the time limits."""
 
-    def past_hard() -> bool:
-        return hard_deadline_s is not None and time.monotonic() >= hard_deadline_s
+    launch: Launch
+    candidate: Candidate
+    workload: Workload
+    memory: SweepMemory
+    cancel: threading.Event
+    request_timeout_s: float
+    hard_deadline_s: float | None
 
-    def timeout() -> float:
-        return bounded_timeout(request_timeout_s, hard_deadline_s)
+    @property
+    def sampled(self) -> bool:
+        return not self.workload.sampling.is_greedy
 
-    # every result of this run starts as this one (checks and samples replaced below)
-    base = Measurement(candidate=candidate, load_s=launch.load_s, stage=stage, predicted_gen_tokens_per_s=predicted)
-    speculative = not candidate.is_baseline
-    spec_active: bool | None = None
+    def past_hard(self) -> bool:
+        return self.hard_deadline_s is not None and time.monotonic() >= self.hard_deadline_s
+
+    def timeout(self) -> float:
+        return bounded_timeout(self.request_timeout_s, self.hard_deadline_s)
+
+
+def _speculation_check(run: _Run, base: Measurement) -> tuple[Measurement | None, bool | None]:
+    """``(a failed measurement or None, speculation active per /slots)``: a speculative candidate whose
+    server runs without speculation (or whose ``/slots`` cannot be read) has failed.
+    tools/server/server-context.cpp ``load_model`` leaves an incompatible draft's server running without it."""
+    client = run.launch.client
+    speculative = not run.candidate.is_baseline
     try:
         slots = client.slots()
-        if slots and not any("speculative" in s for s in slots):
-            # ik_llama.cpp's /slots has no such field; its supervisor checked the start-up log instead
-            spec_active = launch.speculative_active
-        else:
-            spec_active = any(bool(s.get("speculative")) for s in slots) if slots else None
     except Exception as exc:  # noqa: BLE001 - /slots may be disabled; recorded, not fatal
         log.debug("/slots unavailable", exc_info=True)
-        spec_active = None
-        if speculative:
-            return replace(base, error=f"/slots could not be read to check speculation ({exc})")
+        failed = replace(base, error=f"/slots could not be read to check speculation ({exc})") if speculative else None
+        return failed, None
+    if slots and not any("speculative" in s for s in slots):
+        # ik_llama.cpp's /slots has no such field; its supervisor checked the start-up log instead
+        spec_active = run.launch.speculative_active
+    else:
+        spec_active = any(bool(s.get("speculative")) for s in slots) if slots else None
     if speculative and spec_active is False:
         why = ""
-        if launch.speculation_reason is not None:
-            why = ": " + launch.speculation_reason(launch.log_tail(200))
+        if run.launch.speculation_reason is not None:
+            why = ": " + run.launch.speculation_reason(run.launch.log_tail(200))
         return replace(base, speculative_active=False,
-                       error=f"the server started without speculation (/slots speculative: false){why}")
+                       error=f"the server started without speculation (/slots speculative: false){why}"), False
+    return None, spec_active
 
-    wl = launch.workload or Workload()
-    sampled = not wl.sampling.is_greedy
-    if sampled and not wl.server_sampling:
-        _read_server_sampling(client, wl)
-    if past_hard():
-        return replace(base, speculative_active=spec_active, cut_short=True)
+
+def _warm_up(run: _Run, base: Measurement, n_predict: int,
+             after_warmup: AfterWarmup | None) -> Measurement | tuple[Sequence[tuple[int, Prompt]], int] | None:
+    """The discarded warm-up request (greedy); reads the server's sampling defaults first for a sampled
+    workload. Returns a measurement when the run ends here (cut by the time limit, or a failed warm-up),
+    else what ``after_warmup`` planned (``(prompts, n_predict)`` or ``None``)."""
+    if run.sampled and not run.memory.server_sampling:
+        _read_server_sampling(run.launch.client, run.memory)
+    if run.past_hard():
+        return replace(base, cut_short=True)
     try:
-        warm_t, _ = send_request(client, wl, Prompt(text=WARMUP_PROMPT), -1, min(16, n_predict), 1,
-                                 timeout(), greedy=True)
+        warm_t, _ = send_request(run.launch.client, run.workload, Prompt(text=WARMUP_PROMPT), -1, min(16, n_predict), 1,
+                                 run.timeout(), greedy=True)
     except Exception as exc:  # noqa: BLE001 - the server's HTTP errors are recorded as the failure
         log.debug("warm-up request failed", exc_info=True)
-        if past_hard():
-            return replace(base, speculative_active=spec_active, cut_short=True)
-        return replace(base, speculative_active=spec_active, error=f"warm-up request failed: {exc}")
-    if after_warmup is not None:
-        planned = after_warmup(launch.load_s, _f((warm_t or {}).get("predicted_per_second")))
-        if planned is not None:
-            prompts, n_predict = planned
+        if run.past_hard():
+            return replace(base, cut_short=True)
+        return replace(base, error=f"warm-up request failed: {exc}")
+    if after_warmup is None:
+        return None
+    return after_warmup(run.launch.load_s, _f((warm_t or {}).get("predicted_per_second")))
 
-    sized: dict[int, str] = {}
-    before = _scrape(client) if speculative else None
-    samples: list[Sample] = []
-    divergences: list[Divergence] = []
-    compared = 0
-    error: str | None = None
-    stopped_early = False
-    cut = False
-    for n_rep, rep in enumerate(repetitions):
-        if n_rep > 0 and deadline_s is not None and time.monotonic() > deadline_s:
-            break
-        for idx, prompt in prompts:
-            if past_hard():
-                cut = True
+
+class _Loop:
+    """The measured requests of one launch and what they found (:meth:`run`, then :meth:`result`)."""
+
+    def __init__(self, run: _Run) -> None:
+        self.r = run
+        self.samples: list[Sample] = []
+        self.divergences: list[Divergence] = []
+        self.compared = 0
+        self.error: str | None = None
+        self.stopped_early = False
+        self.cut = False
+        self.counts: PerPositionCounts | None = None
+        self.greedy_draft_n: int | None = None
+
+    def run(self, prompts: Sequence[tuple[int, Prompt]], repetitions: Sequence[int], n_predict: int,
+            baseline_outputs: Mapping[tuple[int, int], str] | None, on_request: Callable[[Sample], None] | None,
+            stop_if: Callable[[Sequence[Sample]], bool] | None, deadline_s: float | None) -> None:
+        """Every prompt of every repetition in turn, until a stop (deadline, time limit, error, loser); then
+        the ``/metrics`` counters and, for a sampled workload, the greedy lossless pass."""
+        speculative = not self.r.candidate.is_baseline
+        before = _scrape(self.r.launch.client) if speculative else None
+        sized: dict[int, str] = {}
+        for n_rep, rep in enumerate(repetitions):
+            if n_rep > 0 and deadline_s is not None and time.monotonic() > deadline_s:
                 break
-            if cancel.is_set():
-                raise Cancelled()
-            if prompt.fill is not None and not _keep_long(wl, prompts, samples, n_predict):
-                continue
-            try:
-                s = measure_request(client, idx, prompt, rep, n_predict, timeout(), workload=wl, sized=sized)
-            except RequestError as exc:
-                if past_hard():  # given up at the hard deadline: not a failure of the candidate
-                    cut = True
+            for idx, prompt in prompts:
+                measured = self._one(idx, prompt, rep, prompts, n_predict, sized, baseline_outputs)
+                if self.error or self.cut:
                     break
-                error = str(exc)
+                if not measured:
+                    continue
+                if on_request is not None:
+                    on_request(self.samples[-1])
+                if stop_if is not None and stop_if(self.samples):
+                    self.stopped_early = True
+                    break
+            if self.error or self.stopped_early or self.cut:
                 break
-            samples.append(s)
-            if (not sampled and baseline_outputs is not None and s.content is not None
-                    and (idx, rep) in baseline_outputs):
-                compared += 1
-                off = first_divergence(baseline_outputs[(idx, rep)], s.content)
-                if off is not None:
-                    divergences.append(Divergence(idx, rep, off))
-            if on_request is not None:
-                on_request(s)
-            if stop_if is not None and stop_if(samples):
-                stopped_early = True
-                break
-        if error or stopped_early or cut:
-            break
+        if speculative:
+            after = _scrape(self.r.launch.client)
+            if after is not None:
+                self.counts = after.minus(before)
+        self._greedy_check(prompts, repetitions)
 
-    counts: PerPositionCounts | None = None
-    if speculative:
-        after = _scrape(client)
-        if after is not None:
-            counts = after.minus(before)
-    greedy_draft_n: int | None = None
-    if (sampled and error is None and not cut and wl.greedy_check_prompts > 0 and repetitions
-            and min(repetitions) == 0):
+    def _one(self, idx: int, prompt: Prompt, rep: int, prompts: Sequence[tuple[int, Prompt]], n_predict: int,
+             sized: dict[int, str], baseline_outputs: Mapping[tuple[int, int], str] | None) -> bool:
+        """One measured request; False when none was measured (a long one left out; or the loop ends,
+        :attr:`cut` or :attr:`error` set)."""
+        r = self.r
+        if r.past_hard():
+            self.cut = True
+            return False
+        if r.cancel.is_set():
+            raise Cancelled()
+        if prompt.fill is not None and not _keep_long(r.memory, r.workload, prompts, self.samples, n_predict):
+            return False
         try:
-            greedy_draft_n, n_cmp, divs = _greedy_pass(client, wl, prompts, candidate.is_baseline, request_timeout_s,
-                                                       cancel)
-            compared += n_cmp
-            divergences.extend(divs)
+            s = measure_request(r.launch.client, idx, prompt, rep, n_predict, r.timeout(), workload=r.workload,
+                                sized=sized)
+        except RequestError as exc:
+            if r.past_hard():  # given up at the hard deadline: not a failure of the candidate
+                self.cut = True
+            else:
+                self.error = str(exc)
+            return False
+        self.samples.append(s)
+        if not r.sampled and baseline_outputs is not None and s.content is not None and (idx, rep) in baseline_outputs:
+            self.compared += 1
+            off = first_divergence(baseline_outputs[(idx, rep)], s.content)
+            if off is not None:
+                self.divergences.append(Divergence(idx, rep, off))
+        return True
+
+    def _greedy_check(self, prompts: Sequence[tuple[int, Prompt]], repetitions: Sequence[int]) -> None:
+        """The separate greedy lossless pass of a sampled workload, on the launch that runs repetition 0."""
+        r = self.r
+        if not (r.sampled and self.error is None and not self.cut and r.workload.greedy_check_prompts > 0
+                and repetitions and min(repetitions) == 0):
+            return
+        try:
+            self.greedy_draft_n, n_cmp, divs = _greedy_pass(r, prompts)
         except Cancelled:
             raise
         except Exception as exc:  # noqa: BLE001
             log.debug("greedy lossless check failed", exc_info=True)
-            error = f"greedy lossless check failed: {exc}"
-    no_drafts_at: str | None = None
-    if speculative and error is None and not cut and samples and not any(s.draft_n for s in samples):
-        if candidate.spec_type.startswith("ngram"):
-            # A finding, not a broken run: n-gram lookup drafts only where the text so far repeats an
-            # n-gram (common/ngram-*.cpp); sampled text often never does.
-            no_drafts_at = wl.sampling.describe(wl.server_sampling or None)
-            if sampled and greedy_draft_n:
-                why = f", although it drafted {greedy_draft_n} tokens at greedy settings (the lossless check)"
-            elif sampled and greedy_draft_n == 0:
-                why = ", nor at greedy settings (the lossless check): these prompts repeat no n-gram"
-            elif not sampled:
-                why = ": these prompts repeat no n-gram it could continue"
-            else:
-                why = ""
-            error = (f"{candidate.spec_type} never drafted at the served sampling ({no_drafts_at}){why}; "
-                     "no speedup is possible for these requests")
-        else:
+            self.error = f"greedy lossless check failed: {exc}"
+            return
+        self.compared += n_cmp
+        self.divergences.extend(divs)
+
+    def _no_drafts(self) -> NoDrafts | None:
+        """Why an n-gram type that ran proposed no token, ``None`` when it drafted (or is no n-gram type)."""
+        r = self.r
+        if (r.candidate.is_baseline or self.error is not None or self.cut or not self.samples
+                or any(s.draft_n for s in self.samples) or not r.candidate.spec_type.startswith("ngram")):
+            return None
+        # A finding, not a broken run: n-gram lookup drafts only where the text so far repeats an n-gram
+        # (common/ngram-*.cpp); sampled text often never does.
+        return NoDrafts(r.workload.sampling.describe(r.memory.server_sampling or None), r.sampled, self.greedy_draft_n)
+
+    def result(self, base: Measurement) -> Measurement:
+        """The launch's :class:`Measurement` from ``base`` (its candidate, load time, stage, checks)."""
+        speculative = not self.r.candidate.is_baseline
+        no_drafts = self._no_drafts()
+        error = self.error
+        if no_drafts is not None:
+            error = no_drafts_error(self.r.candidate.spec_type, no_drafts)
+        elif speculative and error is None and not self.cut and self.samples and not any(s.draft_n for s in self.samples):
             error = "draft_n absent in every answer: the server never drafted, so this is not a speculative run"
-    lossless = None
-    if speculative and compared:
-        lossless = not divergences
-    return replace(
-        base,
-        samples=tuple(samples),
-        speculative_active=spec_active,
-        counts=counts,
-        error=error,
-        lossless=lossless,
-        divergences=tuple(divergences),
-        stopped_early=stopped_early,
-        greedy_draft_n=greedy_draft_n,
-        no_drafts_at=no_drafts_at,
-        cut_short=cut,
-    )
+        return replace(
+            base,
+            samples=tuple(self.samples),
+            counts=self.counts,
+            error=error,
+            lossless=(not self.divergences) if speculative and self.compared else None,
+            divergences=tuple(self.divergences),
+            stopped_early=self.stopped_early,
+            greedy_draft_n=self.greedy_draft_n,
+            no_drafts_at=no_drafts.sampling if no_drafts is not None else None,
+            no_drafts=no_drafts,
+            cut_short=self.cut,
+        )
 
 
-def _read_server_sampling(client: CompletionClient, wl: Workload) -> None:
-    """Fill ``wl.server_sampling`` from ``GET /props`` ``default_generation_settings.params``
+def _read_server_sampling(client: CompletionClient, memory: SweepMemory) -> None:
+    """Fill ``memory.server_sampling`` from ``GET /props`` ``default_generation_settings.params``
     (tools/server/server-context.cpp, the ``/props`` handler); left empty when unreadable."""
-    props = getattr(client, "props", None)
-    if props is None:
-        return
     try:
-        params = (props().get("default_generation_settings") or {}).get("params") or {}
+        params = (client.props().get("default_generation_settings") or {}).get("params") or {}
     except Exception:  # noqa: BLE001 - wording only
         log.debug("sampling wording unavailable", exc_info=True)
         return
     for k in ("temperature", "top_k", "top_p", "min_p"):
         if isinstance(params.get(k), (int, float)):
-            wl.server_sampling[k] = round(float(params[k]), 4) if k != "top_k" else int(params[k])
+            memory.server_sampling[k] = round(float(params[k]), 4) if k != "top_k" else int(params[k])
 
 
-def _keep_long(wl: Workload, prompts: Sequence[tuple[int, Prompt]], samples: Sequence[Sample],
+def _keep_long(memory: SweepMemory, wl: Workload, prompts: Sequence[tuple[int, Prompt]], samples: Sequence[Sample],
                n_predict: int) -> bool:
     """Whether the sweep sends its long-context requests (decided once, from the short requests so far:
     :meth:`tuner.calibration.workload.LongContextPlan.decide`)."""
-    if wl.long_plan.decided:
-        return wl.long_plan.keep
+    plan = memory.long_plan
+    if plan.decided:
+        return plan.keep
     longs = [p for _, p in prompts if p.fill is not None]
     pp = [s.prompt_tokens_per_s for s in samples if s.prompt_tokens_per_s]
     gen = [s.gen_tokens_per_s for s in samples if s.gen_tokens_per_s]
     if not pp or not gen:
         return True  # nothing measured yet to decide from (decided at a later launch)
     want = int((longs[0].fill or 0.5) * (wl.n_ctx or 4096))
-    return wl.long_plan.decide(len(longs), want, sum(pp) / len(pp), sum(gen) / len(gen), n_predict, wl.budget_s)
+    return plan.decide(len(longs), want, sum(pp) / len(pp), sum(gen) / len(gen), n_predict)
 
 
 def _sized_text(client: CompletionClient, wl: Workload, idx: int, prompt: Prompt, n_predict: int,
@@ -529,38 +583,32 @@ def _sized_text(client: CompletionClient, wl: Workload, idx: int, prompt: Prompt
     return cache[idx]
 
 
-def _greedy_pass(
-    client: CompletionClient,
-    wl: Workload,
-    prompts: Sequence[tuple[int, Prompt]],
-    is_baseline: bool,
-    timeout_s: float,
-    cancel: threading.Event,
-) -> tuple[int, int, list[Divergence]]:
-    """The separate greedy lossless pass: the first ``wl.greedy_check_prompts`` short prompts at
-    temperature 0, ``wl.greedy_check_n_predict`` tokens each. The baseline records its outputs in
-    ``wl.reference``; a candidate compares with them.
+def _greedy_pass(run: _Run, prompts: Sequence[tuple[int, Prompt]]) -> tuple[int, int, list[Divergence]]:
+    """The separate greedy lossless pass: the first ``greedy_check_prompts`` short prompts at temperature 0,
+    ``greedy_check_n_predict`` tokens each (with the full request timeout). The baseline records its outputs
+    in the sweep's ``memory.reference``; a candidate compares with them.
 
     Returns:
         ``(drafted tokens, outputs compared, divergences)``; divergences carry repetition 0.
     """
+    wl, reference = run.workload, run.memory.reference.outputs
     short = [(i, p) for i, p in prompts if p.fill is None][: wl.greedy_check_prompts]
     drafted = 0
     compared = 0
     divs: list[Divergence] = []
     for idx, prompt in short:
-        if cancel.is_set():
+        if run.cancel.is_set():
             raise Cancelled()
-        t, content = send_request(client, wl, prompt, 0, wl.greedy_check_n_predict, request_seed(idx, 0),
-                                  timeout_s, greedy=True)
+        t, content = send_request(run.launch.client, wl, prompt, 0, wl.greedy_check_n_predict, request_seed(idx, 0),
+                                  run.request_timeout_s, greedy=True)
         drafted += _i(t.get("draft_n")) or 0
         if content is None:
             continue
-        if is_baseline:
-            wl.reference.outputs.setdefault(idx, content)
-        elif idx in wl.reference.outputs:
+        if run.candidate.is_baseline:
+            reference.setdefault(idx, content)
+        elif idx in reference:
             compared += 1
-            off = first_divergence(wl.reference.outputs[idx], content)
+            off = first_divergence(reference[idx], content)
             if off is not None:
                 divs.append(Divergence(idx, 0, off))
     return drafted, compared, divs

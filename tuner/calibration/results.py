@@ -129,8 +129,9 @@ class Measurement:
         no_drafts_at: the served sampling, in words, when a speculative candidate never drafted at it (an
             n-gram type at temperature > 0 may never find a match); ``error`` then says the same in a
             sentence, and the candidate is a finding, not a broken run.
-        no_drafts: the same finding as facts (:class:`NoDrafts`), ``None`` when not recorded (the decision
-            then reads ``error``'s words; the search does not record it yet).
+        no_drafts: the same finding as facts (:class:`NoDrafts`; ``tuner.calibration.measure`` records it
+            with ``no_drafts_at``), ``None`` when not recorded (a measurement built without it: the decision
+            then reads ``error``'s words).
         cut_short: True when the sweep's hard time limit ended the launch before all its requests ran
             (``tuner.calibration.search``: the budget holds even when the estimates were wrong); the
             samples it has are complete requests, and a repetition with missing prompts pairs with nothing.

@@ -20,8 +20,12 @@ Kinds, by slot:
   with ``draftwise doctor`` and the Serve tab).
 - MIX: ``mix.not_applied``, ``mix.all_long``, ``mix.share``, ``mix.compared``.
 - MACHINE_LOAD: ``machine.load``; ``saved.measured_on``.
-- SWEEP: ``sweep.measured_with``, ``sweep.depth``, ``sweep.never_drafted``, ``sweep.where_it_ran``; and,
-  while the search's notes move, ``text`` (words built by the search).
+- SWEEP: the search's own (``tuner.calibration.search``): ``sweep.baseline_superseded``,
+  ``sweep.baseline_unsteady``, ``sweep.baseline_unmeasurable`` (a disturbed baseline launch measured again,
+  or not), ``sweep.time_limit``, ``sweep.long_context_left_out`` (``tuner.calibration.workload.LongContextPlan``);
+  the report's: ``sweep.measured_with``, ``sweep.depth``, ``sweep.never_drafted``, ``sweep.where_it_ran``.
+- any slot: ``text`` (words built before the sentence: the tune makes none; tests use it for a slot that
+  has no kind yet).
 
 The SPEED_VARIED, THREADS and CAPTURED slots have no kind yet (issues 25 and 28 add them).
 """
@@ -521,6 +525,39 @@ def _where(p: Params) -> str:
     return "Where it ran: " + "; ".join(f"{run['label']}: {where_it_ran(run)}" for run in p["runs"]) + "."
 
 
+def _time_limit(p: Params) -> str:
+    lim, budget = float(p["limit_s"]), float(p["budget_s"])
+    lim_text = f"{lim:.0f}" if lim >= 20 else f"{lim:.1f}"
+    return (f"The sweep stopped at its time limit ({lim_text} s for a {budget:.0f} s budget: the estimates from the "
+            f"warm-up ran short); cut short or kept from starting by it: {', '.join(p['cut'])}.")
+
+
+def _baseline_unmeasurable(p: Params) -> str:
+    return (f"The model alone measured {p['first_tps']:.1f} tokens/s in the baseline launch but {p['idle_tps']:.1f} "
+            f"in {p['idle_label']}, which drafted nothing; the budget left no time to measure it again, so figures "
+            "against the baseline are uncertain.")
+
+
+def _baseline_superseded(p: Params) -> str:
+    return (f"The first launch of the model alone was disturbed ({p['first_tps']:.1f} tokens/s; {p['idle_label']}, "
+            f"which drafted nothing, ran {p['idle_tps']:.1f}); it was measured again at {p['again_tps']:.1f} "
+            "tokens/s, and that launch is the reference.")
+
+
+def _baseline_unsteady(p: Params) -> str:
+    return (f"The model alone ran at {p['first_tps']:.1f}, {p['idle_tps']:.1f} ({p['idle_label']}, which drafted "
+            f"nothing) and {p['again_tps']:.1f} tokens/s in three launches: its speed varied with the machine's "
+            "load, so figures from launches minutes apart (screening) are not evidence either way; only pairs "
+            "measured next to each other in time can show a speedup.")
+
+
+def _long_context_left_out(p: Params) -> str:
+    return (f"The long-context requests were left out: one would take about {p['one_s']:.0f} s here "
+            f"({p['prompt_tokens']} prompt tokens at {p['prompt_tokens_per_s']:.0f} tokens/s, then {p['n_predict']} "
+            f"generated at {p['gen_tokens_per_s']:.0f} tokens/s), more than a {p['budget_s']:.0f} s budget "
+            "affords; the decision holds for short requests only.")
+
+
 def _cpu_no_repack(p: Params) -> str:
     from tuner.hardware.repack import no_repack_sentence
 
@@ -528,7 +565,7 @@ def _cpu_no_repack(p: Params) -> str:
 
 
 def _text(p: Params) -> str:
-    return str(p["text"])  # words built before the sentence (the search's notes, while they move here)
+    return str(p["text"])  # words built before the sentence (tests: a slot without a kind yet)
 
 
 RENDERERS: Mapping[str, Renderer] = {
@@ -556,6 +593,11 @@ RENDERERS: Mapping[str, Renderer] = {
     "sweep.depth": _depth,
     "sweep.never_drafted": _never_drafted,
     "sweep.where_it_ran": _where,
+    "sweep.time_limit": _time_limit,
+    "sweep.baseline_unmeasurable": _baseline_unmeasurable,
+    "sweep.baseline_superseded": _baseline_superseded,
+    "sweep.baseline_unsteady": _baseline_unsteady,
+    "sweep.long_context_left_out": _long_context_left_out,
     TEXT: _text,
 }
 """One renderer per sentence kind (those whose words depend on when they are read are :data:`DATED`)."""

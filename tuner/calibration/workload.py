@@ -24,13 +24,17 @@ A tuned profile only predicts what the server later gets when the sweep sends th
   each with a question) fill at least half of the served context; :func:`fit_long_prompt` sizes them
   with the server's own tokenizer (``POST /tokenize``).
 
+A :class:`Workload` is frozen: what the sweep's launches learn while it runs (the baseline's greedy
+outputs, the server's own sampling defaults, whether the long-context requests are kept) is the sweep's
+:class:`SweepMemory`, which the search hands to every measurement beside the workload.
+
 Core module: no I/O except reading the built-in long texts from ``resources/prompts/``.
 """
 
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -38,6 +42,7 @@ from tuner.resources import resource_path
 
 from .prompts import Prompt, PromptFileError
 from .sampling import GREEDY, Sampling
+from .sentences import Sentence, Slot
 
 LONG_CONTEXT_FILL = 0.5
 """Long-context requests fill at least this fraction of the served context (prompt tokens ÷ ``n_ctx``)."""
@@ -73,17 +78,21 @@ class LongContextPlan:
     the short requests measured so far, so every candidate runs the same requests.
 
     Attributes:
+        budget_s: the sweep's time budget (seconds) the long requests must fit in, as the search's
+            ``Budget`` holds it; ``None`` = always kept (a measurement outside a sweep).
         decided: True once decided.
         keep: True to send them.
-        reason: why they were left out (one sentence for the decision), ``None`` when kept.
+        left_out: why they were left out, as the decision's sentence (kind ``sweep.long_context_left_out``:
+            the estimate's figures), ``None`` when kept.
     """
 
+    budget_s: float | None = None
     decided: bool = False
     keep: bool = True
-    reason: str | None = None
+    left_out: Sentence | None = None
 
     def decide(self, n_long: int, want_tokens: int, prompt_tokens_per_s: float | None, gen_tokens_per_s: float | None,
-               n_predict: int, budget_s: float | None) -> bool:
+               n_predict: int) -> bool:
         """Decide (once) and return :attr:`keep`. Estimate for one long request: ``want_tokens ÷ prompt
         tokens/s + n_predict ÷ generation tokens/s`` (the short requests' speeds; prompt processing of a
         long prompt is usually faster per token, so this errs towards leaving them out on slow machines).
@@ -91,22 +100,38 @@ class LongContextPlan:
         if self.decided:
             return self.keep
         self.decided = True
-        if budget_s is None or not prompt_tokens_per_s or not gen_tokens_per_s:
+        if self.budget_s is None or not prompt_tokens_per_s or not gen_tokens_per_s:
             return self.keep
         one = want_tokens / prompt_tokens_per_s + n_predict / gen_tokens_per_s
         total = one * n_long * LONG_CONTEXT_MIN_LAUNCHES
-        if total > LONG_CONTEXT_BUDGET_SHARE * budget_s:
+        if total > LONG_CONTEXT_BUDGET_SHARE * self.budget_s:
             self.keep = False
-            self.reason = (f"The long-context requests were left out: one would take about {one:.0f} s here "
-                           f"({want_tokens} prompt tokens at {prompt_tokens_per_s:.0f} tokens/s, then {n_predict} "
-                           f"generated at {gen_tokens_per_s:.0f} tokens/s), more than a {budget_s:.0f} s budget "
-                           "affords; the decision holds for short requests only.")
+            self.left_out = Sentence(Slot.SWEEP, "sweep.long_context_left_out", {
+                "one_s": one, "prompt_tokens": want_tokens, "prompt_tokens_per_s": prompt_tokens_per_s,
+                "n_predict": n_predict, "gen_tokens_per_s": gen_tokens_per_s, "budget_s": self.budget_s})
         return self.keep
+
+
+@dataclass
+class SweepMemory:
+    """What the launches of one sweep learn and share (mutable; the :class:`Workload` they send is not).
+
+    Attributes:
+        reference: the baseline's greedy outputs (the greedy lossless pass compares with them).
+        server_sampling: the server's own sampling defaults as read from ``/props`` (filled by the first
+            launch of a sampled workload; for wording).
+        long_plan: whether the long-context requests are sent (decided once, :class:`LongContextPlan`).
+    """
+
+    reference: GreedyReference = field(default_factory=GreedyReference)
+    server_sampling: dict[str, Any] = field(default_factory=dict)
+    long_plan: LongContextPlan = field(default_factory=LongContextPlan)
 
 
 @dataclass(frozen=True)
 class Workload:
-    """What every measured request of one sweep looks like.
+    """What every measured request of one sweep looks like (frozen: what a sweep learns as it runs is its
+    :class:`SweepMemory`).
 
     Attributes:
         chat: send ``/v1/chat/completions`` (the target has a chat template) instead of ``/completion``.
@@ -115,12 +140,6 @@ class Workload:
         greedy_check_prompts: prompts in the separate greedy lossless pass (0 = no pass); only used when
             ``sampling`` is not greedy (a greedy workload compares its measured outputs directly).
         greedy_check_n_predict: tokens generated per greedy-check request.
-        reference: the baseline's greedy outputs (shared by the sweep).
-        server_sampling: the server's own sampling defaults as read from ``/props`` (filled by the first
-            launch; for wording).
-        budget_s: the sweep's time budget (seconds); the long-context requests are left out when it cannot
-            afford them (:class:`LongContextPlan`); ``None`` = always kept.
-        long_plan: that decision, shared by the sweep.
         raw_endpoint: where a raw completion (no chat template) goes: ``/completion``, or
             ``/v1/completions`` on a build whose ``/completion`` answer lacks the draft counts
             (ik_llama.cpp: ``tuner.server.dialect.Dialect.draft_counts_endpoint``).
@@ -131,10 +150,6 @@ class Workload:
     n_ctx: int | None = None
     greedy_check_prompts: int = 2
     greedy_check_n_predict: int = 32
-    reference: GreedyReference = field(default_factory=GreedyReference, compare=False)
-    server_sampling: dict[str, Any] = field(default_factory=dict, compare=False)
-    budget_s: float | None = None
-    long_plan: LongContextPlan = field(default_factory=LongContextPlan, compare=False)
     raw_endpoint: str = "/completion"
 
     @property
@@ -142,12 +157,13 @@ class Workload:
         """``/v1/chat/completions``, or :attr:`raw_endpoint` (``/completion`` by default)."""
         return "/v1/chat/completions" if self.chat else self.raw_endpoint
 
-    def describe(self) -> str:
+    def describe(self, server_sampling: Mapping[str, Any] | None = None) -> str:
         """One line for the decision, e.g. ``"chat requests (/v1/chat/completions) at temperature T, ...,
-        context 8192"`` (:meth:`tuner.calibration.sampling.Sampling.describe`)."""
+        context 8192"`` (:meth:`tuner.calibration.sampling.Sampling.describe`; ``server_sampling``: the
+        server's own defaults as ``/props`` gave them, :attr:`SweepMemory.server_sampling`)."""
         shape = "chat requests (/v1/chat/completions)" if self.chat else f"raw completions ({self.raw_endpoint})"
         ctx = f", context {self.n_ctx}" if self.n_ctx else ""
-        return f"{shape} at {self.sampling.describe(self.server_sampling or None)}{ctx}"
+        return f"{shape} at {self.sampling.describe(server_sampling or None)}{ctx}"
 
     def key(self) -> str:
         """Stable string for profile staleness (request shape and sampling; the context has its own key)."""
@@ -261,6 +277,7 @@ __all__ = [
     "GreedyReference",
     "LongContextPlan",
     "LONG_CONTEXT_FILL",
+    "SweepMemory",
     "Workload",
     "chat_messages",
     "fit_long_prompt",

@@ -8,7 +8,6 @@ carry (``a/model.gguf`` and ``b/model.gguf``) is an error naming both paths, nev
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -17,7 +16,7 @@ from tuner.errors import DraftwiseError
 
 from .families import Family, group_families
 from .model import ModelFile
-from .scan import scan_folder
+from .scan import scan_folder, walk_gguf
 
 
 @dataclass(frozen=True)
@@ -110,12 +109,10 @@ def pick_named(paths: Iterable[str | Path], name: str, flag: str = "--target") -
 
 
 def gguf_files_under(folder: str | Path) -> list[Path]:
-    """Every ``*.gguf`` file under ``folder`` (sub-folders and links followed), sorted; ``[]`` for a
+    """Every ``*.gguf`` file under ``folder`` by each of its names, sorted: the scan's walk (:func:`tuner.catalog.scan.walk_gguf`:
+    links followed, each folder once, bounded, never into ``/proc``, ``/sys`` or ``/dev``); ``[]`` for a
     folder that cannot be read."""
-    out: list[Path] = []
-    for root, _dirs, files in os.walk(folder, followlinks=True):
-        out.extend(Path(root) / f for f in files if f.lower().endswith(".gguf"))
-    return sorted(out)
+    return sorted(walk_gguf(Path(folder), each_file_once=False).files)
 
 
 def find_named_model(folder: str | Path, name: str, flag: str = "--target") -> Path | None:

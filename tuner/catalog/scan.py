@@ -20,6 +20,7 @@ tokenizer. A complete set is one row (the first shard's path) listing every shar
 
 from __future__ import annotations
 
+import logging
 import os
 import re
 import stat
@@ -48,6 +49,9 @@ from tuner.storage import file_kind
 # Bump when classification or the cached fields change: old cache entries are then ignored.
 CACHE_VERSION = 3  # 3: one GGUF hyper-parameter reader (tuner.catalog.hparams), llama.cpp's rule
 CACHE_FILE_NAME = "scan-cache.json"
+MAX_CACHE_BYTES = 64 * 1024 * 1024
+"""The largest scan cache read (64 MiB, about 60,000 files' entries); a larger one is left unread (the scan
+reads every header again, and its next save replaces it)."""
 
 # the split-set naming rule lives in tuner.catalog.split (also used by the server and hardware packages)
 
@@ -273,53 +277,158 @@ def _scan_one(path: Path) -> _FileFacts:
 # folder walk
 
 
-def _walk_gguf(folder: Path) -> list[Path]:
-    """Every ``*.gguf`` file under ``folder`` (following symlinks, each directory and file once)."""
-    seen_dirs: set[tuple[int, int]] = set()
-    seen_files: set[tuple[int, int]] = set()
-    out: list[Path] = []
-    stack = [folder]
-    while stack:
-        d = stack.pop()
-        st = _stat(d)
-        if st is None:
-            continue
-        key = (st.st_dev, st.st_ino)
-        if key in seen_dirs:
-            continue  # symlink loop or a folder reached twice
-        seen_dirs.add(key)
+MAX_WALK_DEPTH = 16
+"""Folder levels below the scanned folder the walk enters (through links too); deeper ones are a row."""
+MAX_WALK_ENTRIES = 20_000
+"""Directory entries (files and folders, any name) the walk reads before it stops with a row saying so."""
+SYSTEM_FOLDERS = ("/proc", "/sys", "/dev")
+"""Folders a link may lead into but the walk never enters or reads (another program's files through
+``/proc/*/root``, devices), except :data:`SYSTEM_FOLDERS_ALLOWED`."""
+SYSTEM_FOLDERS_ALLOWED = ("/dev/shm",)
+_SKIP_ROWS_PER_REASON = 10
+
+
+@dataclass(frozen=True)
+class GgufWalk:
+    """What :func:`walk_gguf` found.
+
+    Attributes:
+        files: every ``*.gguf`` entry to scan (a FIFO or a file that cannot be stat'ed included: each becomes a
+            ``broken`` row), each file once.
+        skipped: ``(path, reason)`` for each folder or file left out (cannot be listed, a link into a system
+            folder, too deep, the entry limit): the scan shows each as a ``broken`` row, so nothing is
+            dropped silently. At most :data:`_SKIP_ROWS_PER_REASON` of one kind, then one that counts the rest.
+    """
+
+    files: tuple[Path, ...]
+    skipped: tuple[tuple[Path, str], ...]
+
+
+def _in_system_folder(path: Path | str) -> str | None:
+    """The system folder (:data:`SYSTEM_FOLDERS`) ``path`` really lies in (links resolved), else None."""
+    if os.name != "posix":
+        return None
+    real = os.path.realpath(path)
+    if any(real == ok or real.startswith(ok + "/") for ok in SYSTEM_FOLDERS_ALLOWED):
+        return None
+    return next((top for top in SYSTEM_FOLDERS if real == top or real.startswith(top + "/")), None)
+
+
+def _is_link(e: os.DirEntry) -> bool:
+    """``e`` is a symbolic link (True when that cannot be told: then it is checked like one)."""
+    try:
+        return e.is_symlink()
+    except OSError:
+        return True
+
+
+class _Walk:
+    """State of one walk: the directories and files seen (device, inode), the entries read, the rows kept."""
+
+    def __init__(self, root: Path, each_file_once: bool) -> None:
+        self.root = root
+        self.each_file_once = each_file_once
+        self.seen_dirs: set[tuple[int, int]] = set()
+        self.seen_files: set[tuple[int, int]] = set()
+        self.files: list[Path] = []
+        self.entries = 0
+        self.skipped: list[tuple[Path, str]] = []
+        self.kinds: Counter[str] = Counter()
+        self.first: dict[str, Path] = {}
+
+    def skip(self, path: Path, kind: str, reason: str) -> None:
+        """Keep ``(path, reason)`` as a row; past :data:`_SKIP_ROWS_PER_REASON` of one ``kind``, only count it."""
+        self.kinds[kind] += 1
+        self.first.setdefault(kind, path)
+        if self.kinds[kind] <= _SKIP_ROWS_PER_REASON:
+            self.skipped.append((path, reason))
+
+    def result(self) -> GgufWalk:
+        extra = [(self.root, f"{n - _SKIP_ROWS_PER_REASON} more left out as {self.first[kind]} was ({kind})")
+                 for kind, n in self.kinds.items() if n > _SKIP_ROWS_PER_REASON]
+        return GgufWalk(tuple(self.files), tuple(self.skipped + extra))
+
+    def enter(self, d: Path, linked: bool) -> list[os.DirEntry] | None:
+        """The entries of folder ``d`` to look at, or None (seen already, a system folder, or unreadable:
+        the last two a row). ``linked``: ``d`` is a link (or the scanned folder): only then can it lead into a
+        system folder (a plain sub-folder lies where its parent does)."""
         try:
-            entries = sorted(os.scandir(d), key=lambda e: e.name)
-        except OSError:
-            continue  # unreadable folder
+            st = os.stat(d)
+        except OSError as exc:  # its path is longer than PATH_MAX, it vanished, a folder on the way is locked
+            self.skip(d, "cannot be listed", f"cannot open this folder ({exc.strerror or exc}): the models in it "
+                      "are left out")
+            return None
+        key = (st.st_dev, st.st_ino)
+        if key in self.seen_dirs:
+            return None  # a link loop or a folder reached twice: its files are listed once
+        self.seen_dirs.add(key)
+        system = _in_system_folder(d) if linked else None
+        if system is not None:
+            self.skip(d, "a system folder", f"a link into {system}, a system folder: the scan never enters it")
+            return None
+        try:
+            with os.scandir(d) as it:
+                return sorted(it, key=lambda e: e.name)
+        except OSError as exc:
+            self.skip(d, "cannot be listed", f"cannot list this folder ({exc.strerror or exc}): the models in it "
+                      "are left out")
+            return None
+
+    def add_file(self, e: os.DirEntry) -> None:
+        """Keep the ``*.gguf`` entry ``e`` (once per file; a dangling link is not a model)."""
+        p = Path(e.path)
+        fst = _stat(p)
+        if fst is None:
+            if not e.is_symlink():
+                self.files.append(p)  # exists but cannot be stat'ed: a broken row
+            return
+        if not stat.S_ISREG(fst.st_mode):
+            self.files.append(p)  # a FIFO, socket or device named *.gguf: a broken row, never opened
+            return
+        system = _in_system_folder(p) if _is_link(e) else None  # its folder was checked on entry
+        if system is not None:
+            self.skip(p, "a system folder", f"a link into {system}, a system folder: the scan never reads it")
+            return
+        fkey = (fst.st_dev, fst.st_ino)
+        if fkey not in self.seen_files or not self.each_file_once:
+            self.seen_files.add(fkey)
+            self.files.append(p)
+
+
+def walk_gguf(folder: Path, each_file_once: bool = True) -> GgufWalk:
+    """Every ``*.gguf`` file under ``folder``, bounded: links to folders are followed, each folder is entered
+    once (device and inode), at most :data:`MAX_WALK_DEPTH` levels down and :data:`MAX_WALK_ENTRIES` entries
+    read, never into :data:`SYSTEM_FOLDERS` (``/dev/shm`` excepted). What is left out is in ``skipped``.
+    ``each_file_once`` False keeps every name of a file that several links name (for finding a model by
+    name). Never raises."""
+    walk = _Walk(folder, each_file_once)
+    stack = [(folder, 0, True)]
+    while stack:
+        d, depth, linked = stack.pop()
+        entries = walk.enter(d, linked)
+        if entries is None:
+            continue
         subdirs = []
         for e in entries:
+            walk.entries += 1
+            if walk.entries > MAX_WALK_ENTRIES:
+                walk.skip(d, "the entry limit", f"the scan stopped here after reading {MAX_WALK_ENTRIES:,} files and "
+                          f"folders under {folder}: the rest is left out (choose the folder that holds the models)")
+                return walk.result()
             try:
                 is_dir = e.is_dir(follow_symlinks=True)
             except OSError:
-                continue
+                is_dir = False
             if is_dir:
-                subdirs.append(Path(e.path))
-                continue
-            if not e.name.lower().endswith(".gguf"):
-                continue
-            p = Path(e.path)
-            fst = _stat(p)
-            if fst is None:
-                if e.is_symlink():
-                    continue  # dangling link
-                out.append(p)  # exists but cannot be stat'ed: reported as broken
-                continue
-            if not stat.S_ISREG(fst.st_mode):
-                out.append(p)  # a FIFO, socket or device named *.gguf: listed as broken, never opened
-                continue
-            fkey = (fst.st_dev, fst.st_ino)
-            if fkey in seen_files:
-                continue
-            seen_files.add(fkey)
-            out.append(p)
+                if depth + 1 > MAX_WALK_DEPTH:
+                    walk.skip(Path(e.path), "too deep", f"more than {MAX_WALK_DEPTH} folders below {folder}: "
+                              "not entered")
+                else:
+                    subdirs.append((Path(e.path), depth + 1, _is_link(e)))
+            elif e.name.lower().endswith(".gguf"):
+                walk.add_file(e)
         stack.extend(reversed(subdirs))
-    return out
+    return walk.result()
 
 
 def _group_splits(facts: list[_FileFacts]) -> list[ModelFile]:
@@ -446,10 +555,13 @@ def _facts_from_cache(hit: dict) -> _FileFacts:
 
 
 def _load_cache() -> dict:
-    from tuner.storage import CorruptFileError, load_json
+    from tuner.storage import CorruptFileError, FileTooLargeError, load_json
 
     try:
-        data = load_json(_cache_path())
+        data = load_json(_cache_path(), limit_bytes=MAX_CACHE_BYTES, what="the scan cache")
+    except FileTooLargeError as exc:  # read nothing of it; the next save replaces our own cache
+        logging.getLogger(__name__).warning("%s", exc)
+        return {}
     except (CorruptFileError, OSError):
         return {}
     if not isinstance(data, dict) or data.get("version") != CACHE_VERSION:
@@ -468,7 +580,8 @@ def _save_cache(entries: dict) -> None:
 
 
 def scan_folder(folder: Path | str, cache: bool = True) -> list[ModelFile]:
-    """Classify every ``*.gguf`` under ``folder`` (recursive; symlink loops and unreadable files are safe).
+    """Classify every ``*.gguf`` under ``folder`` (recursive through :func:`walk_gguf`: links followed, each
+    folder once, bounded in depth and entries, never into ``/proc``, ``/sys`` or ``/dev``).
 
     Args:
         folder: the models folder (a single ``.gguf`` file is accepted too).
@@ -477,15 +590,19 @@ def scan_folder(folder: Path | str, cache: bool = True) -> list[ModelFile]:
 
     Returns:
         One :class:`ModelFile` per model, sorted by path; a complete split set is one row.
-        Never raises for a bad file: it becomes a ``broken`` row with ``error`` naming the cause.
+        Never raises for a bad file: it becomes a ``broken`` row with ``error`` naming the cause; so does a
+        folder or file the walk left out (``walk_gguf``'s ``skipped``: cannot be listed, a system folder,
+        too deep, past the entry limit), with size 0.
 
     Raises:
         FileNotFoundError: ``folder`` does not exist.
+        OSError: ``folder`` cannot be looked at (a name longer than the system allows, a link loop).
     """
     folder = Path(folder)
     if not folder.exists():
         raise FileNotFoundError(f"models folder not found: {folder}")
-    files = _walk_gguf(folder) if folder.is_dir() else [folder]
+    walk = walk_gguf(folder) if folder.is_dir() else GgufWalk((folder,), ())
+    files = list(walk.files)
     entries = _load_cache() if cache else {}
     facts: list[_FileFacts] = []
     changed = False
@@ -516,7 +633,8 @@ def scan_folder(folder: Path | str, cache: bool = True) -> list[ModelFile]:
             changed = True
         if changed:
             _save_cache(entries)
-    return _group_splits(facts)
+    left_out = [ModelFile(path=p, kind=KIND_BROKEN, error=reason, shards=(p,)) for p, reason in walk.skipped]
+    return sorted(_group_splits(facts) + left_out, key=lambda r: str(r.path))
 
 
 def model_to_json(m: ModelFile) -> dict:

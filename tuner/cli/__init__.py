@@ -11,15 +11,17 @@ print to the terminal; the core packages below never import from here (import-li
 from __future__ import annotations
 
 import argparse
+import errno
 import importlib
 import logging
 import os
 import sys
 import traceback
-from typing import TextIO
+from typing import TextIO, cast
 
 from tuner import __version__
 from tuner.errors import DraftwiseError
+from tuner.safetext import SafeStream, error_text, safe_text
 
 # Modules that contribute sub-commands, in help order. A module that is missing
 # (e.g. a package not built yet) is skipped so the rest of the CLI keeps working.
@@ -100,7 +102,8 @@ def main(argv: list[str] | None = None) -> int:
     argv = [a for a in argv if a != "--verbose"]  # a global flag, accepted after the sub-command too
     parser = build_parser(only=argv[0] if argv else None)
     wants_json = "--json" in argv
-    watch = _ErrorLineTee(sys.stderr, None)
+    raw_stderr = sys.stderr
+    watch = _ErrorLineTee(cast(TextIO, SafeStream(raw_stderr)), None)
     sys.stderr = watch
     try:
         args, extra = parser.parse_known_args(argv)
@@ -114,7 +117,7 @@ def main(argv: list[str] | None = None) -> int:
         raise
     finally:
         if sys.stderr is watch:
-            sys.stderr = watch.stream
+            sys.stderr = raw_stderr
     from tuner.logs import setup_logging
 
     log_file = setup_logging(verbose=verbose)
@@ -124,11 +127,12 @@ def main(argv: list[str] | None = None) -> int:
         from tuner import app
 
         return app.main([])
-    tee = _ErrorLineTee(watch.stream, log)  # the stderr the parse step restored
+    tee = _ErrorLineTee(watch.stream, log)  # the terminal's stderr, escaping (tuner.safetext.SafeStream)
     sys.stderr = tee
-    out = _StdoutWatch(sys.stdout) if getattr(args, "json", False) else None
-    if out is not None:
-        sys.stdout = out
+    # stdout for people escapes what a writer left unescaped; --json stays exact JSON (its own escapes)
+    raw_stdout = sys.stdout
+    out = _StdoutWatch(raw_stdout) if getattr(args, "json", False) else None
+    sys.stdout = cast(TextIO, out or SafeStream(raw_stdout))
     rc = 1
     message: str | None = None
     try:
@@ -139,14 +143,13 @@ def main(argv: list[str] | None = None) -> int:
     except DraftwiseError as exc:
         # an expected failure (a bad file, flag or binary): one line naming it, no traceback
         log.info("%s failed: %s", args.command, exc, exc_info=True)
-        sys.stderr.write(f"draftwise {args.command}: {exc}\n")
+        sys.stderr.write(f"draftwise {args.command}: {safe_text(exc)}\n")
         for line in tuple(getattr(exc, "evidence", ()))[-10:]:
-            sys.stderr.write(f"    {line}\n")
+            sys.stderr.write(f"    {safe_text(line)}\n")
         rc = 2 if getattr(exc, "bad_input", False) else 1
         return rc
     except BrokenPipeError:
         # The reader went away (e.g. `draftwise scan DIR | head`): not an error of ours.
-        out = None
         devnull = os.open(os.devnull, os.O_WRONLY)
         os.dup2(devnull, sys.stdout.fileno())
         rc = 141
@@ -154,7 +157,14 @@ def main(argv: list[str] | None = None) -> int:
     except KeyboardInterrupt:
         rc, message = 130, "interrupted"
         return rc
-    except Exception:
+    except Exception as exc:
+        if isinstance(exc, OSError) and exc.filename is not None:
+            # a file the command was given or reached cannot be used (a name longer than the system allows,
+            # a folder it may not read, ...): one line naming it; a bad path given is bad input
+            log.info("%s failed: %s", args.command, exc, exc_info=True)
+            sys.stderr.write(f"draftwise {args.command}: {error_text(exc)}\n")
+            rc = 2 if exc.errno in PATH_INPUT_ERRNOS else 1
+            return rc
         # a bug of ours: the traceback, and where the log (which has it too) is for a bug report
         log.exception("%s crashed", args.command)
         traceback.print_exc()
@@ -163,12 +173,16 @@ def main(argv: list[str] | None = None) -> int:
         return rc
     finally:
         if sys.stderr is tee:
-            sys.stderr = tee.stream
-        if out is not None:
-            if sys.stdout is out:
-                sys.stdout = out.stream
-            if rc != 0 and not out.written:
-                _json_error(message or tee.last_error(args.command), rc)
+            sys.stderr = raw_stderr
+        sys.stdout = raw_stdout
+        if out is not None and rc not in (0, 141) and not out.written:
+            _json_error(message or tee.last_error(args.command), rc)
+
+
+PATH_INPUT_ERRNOS = frozenset({errno.ENOENT, errno.ENOTDIR, errno.ENAMETOOLONG, errno.ELOOP, errno.EACCES,
+                               errno.EISDIR, errno.EPERM})
+"""The ``OSError`` numbers that mean the path itself is unusable (missing, too long, a link loop, not
+permitted): exit status 2 (bad input) when a command stops on one; any other ``OSError`` is exit 1."""
 
 
 def _json_error(message: str | None, status: int) -> None:

@@ -19,6 +19,7 @@ from tuner.cli.options import (
     check_options,
     check_resolvable,
     folder_problem,
+    path_problem,
 )
 from tuner.crosscheck.build import build_probes, find_server_binary
 from tuner.crosscheck.fit_params import cross_check, find_fit_params
@@ -39,6 +40,7 @@ from tuner.hardware.rpc import (
     RpcHostError,
     parse_rpc_hosts,
 )
+from tuner.safetext import error_text, safe_text
 from tuner.settings import DEFAULT_CACHE_RAM_MIB
 from tuner.units import MIB, format_bytes
 
@@ -279,13 +281,13 @@ def cmd_devices(args: argparse.Namespace) -> int:
         print("GPUs (llama.cpp order):" if devs.listed_by_llama else "GPUs (order from NVML/sysfs):")
         for d in devs.devices:
             kind = ", unified memory" if d.unified_memory else (", remote" if d.remote else "")
-            print(f"  [{d.index}] {d.name}: {d.description or '?'} ({d.backend}{kind})")
+            print(safe_text(f"  [{d.index}] {d.name}: {d.description or '?'} ({d.backend}{kind})"))
             print(f"      total {_mib(d.total_bytes)}, free {_mib(d.free_bytes)}, budget {_mib(d.budget_bytes)}"
                   f"  [source: {d.source}]")
             for n in d.notes:
-                print(f"      note: {n}")
+                print(f"      note: {safe_text(n)}")
     for n in devs.notes:
-        print(f"note: {n}")
+        print(f"note: {safe_text(n)}")
     return 0
 
 
@@ -426,6 +428,9 @@ def _load_spec(given: str, models_dir: str | None, flag: str) -> ModelMemorySpec
         where = "" if str(path) == given else f" ({path})"
         detail = exc.reason if Path(exc.path) == path else str(exc)
         raise ValueError(f"{flag} {given}{where}: {detail}") from None
+    except OSError as exc:  # a name longer than the system allows, a link loop, ...
+        where = "" if str(path) == given else f" ({path})"
+        raise ValueError(f"{flag} {given}{where}: {error_text(exc, with_path=False)}") from None
 
 
 def _files_bytes(given: str, models_dir: str | None, flag: str) -> int | None:
@@ -480,7 +485,8 @@ def _plan_inputs(args: argparse.Namespace) -> _PlanInputs | None:
     line naming the bad flag or file."""
     from tuner.options import Limits
 
-    problem = folder_problem(args.models) or check_options(args)
+    problem = (folder_problem(args.models) or path_problem(args.target, "--target")
+               or path_problem(args.draft, "--draft") or check_options(args))
     if problem:
         print(f"draftwise plan: {problem}", file=sys.stderr)
         return None
@@ -490,7 +496,7 @@ def _plan_inputs(args: argparse.Namespace) -> _PlanInputs | None:
         target = _load_spec(args.target, args.models, "--target")
         draft = _load_spec(args.draft, args.models, "--draft") if args.draft else None
     except Exception as exc:  # noqa: BLE001 - GGUFError / ValueError name the flag and file
-        print(f"draftwise plan: {exc}", file=sys.stderr)
+        print(f"draftwise plan: {error_text(exc)}", file=sys.stderr)
         return None
     spec_type = args.spec_type or ("draft-simple" if draft else "none")
     problem = (_plan_args_problem(args, spec_type)
@@ -551,7 +557,7 @@ def cmd_plan(args: argparse.Namespace) -> int:
     _print_plan(args, inputs, plan, trade, devs)
     _print_plan_checks(inputs, check, scheck, binary is not None and server_argv is not None)
     for n in plan.notes + devs.notes:
-        print(f"note: {n}")
+        print(f"note: {safe_text(n)}")
     return 0 if plan.fits else 1
 
 
@@ -722,7 +728,7 @@ def cmd_rpc_host(args: argparse.Namespace) -> int:
     cfg = RpcHostConfig(status.rpc_server, host=args.host, port=args.port, device=args.device, threads=args.threads)
     if not cfg.loopback:
         print(f"WARNING: binding {args.host}:{args.port}: {NO_AUTH_WARNING}.", file=sys.stderr)
-    host = RpcHost(cfg, on_event=lambda m: print(m, file=sys.stderr, flush=True))
+    host = RpcHost(cfg, on_event=lambda m: print(safe_text(m), file=sys.stderr, flush=True))
     stop = threading.Event()
 
     def on_signal(_signum: int, _frame: object) -> None:
@@ -735,7 +741,7 @@ def cmd_rpc_host(args: argparse.Namespace) -> int:
     except StartError as exc:
         print(f"draftwise rpc-host: {exc}", file=sys.stderr)
         for line in exc.evidence[-5:]:
-            print(f"  | {line}", file=sys.stderr)
+            print(f"  | {safe_text(line)}", file=sys.stderr)
         return 2
     reach = cfg.endpoint if cfg.loopback else f"THIS-MACHINE'S-ADDRESS:{cfg.port}"
     print(f"RPC host ready: {cfg.host}:{cfg.port}; on the other machine: draftwise tune --models DIR --rpc {reach}",

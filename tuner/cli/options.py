@@ -13,9 +13,11 @@ bad number is one line naming the flag, as every other bad input of ``draftwise`
 from __future__ import annotations
 
 import argparse
+import os
 from collections.abc import Iterable
 
 from tuner.options import Limits, OptionError, check, help_text, machine_limits, option
+from tuner.safetext import error_text, safe_text
 
 _RECORD = "_declared_options"
 """The namespace attribute (a parser default) listing ``(dest, name, flag, keywords)`` of each declared flag."""
@@ -102,10 +104,27 @@ def check_limits(args: argparse.Namespace, limits: Limits, names: Iterable[str])
 
 
 def folder_problem(value: str | None, flag: str = "--models") -> str | None:
-    """One line when a folder flag was given empty (``--models ''`` would otherwise mean the current folder),
-    else None."""
+    """One line when a folder flag was given empty (``--models ''`` would otherwise mean the current folder)
+    or names a path the system refuses to look at (:func:`path_problem`), else None."""
     if value is not None and not value.strip():
         return f"{flag} {value!r}: must name a folder (an empty value is not the current folder)"
+    return path_problem(value, flag)
+
+
+def path_problem(value: str | None, flag: str) -> str | None:
+    """One line naming ``flag`` when the path ``value`` cannot even be looked at: a name longer than the
+    system allows (``ENAMETOOLONG``), a link loop, a folder on the way that may not be entered. None when it
+    exists, is missing (the command says that in its own words) or was not given."""
+    if value is None:
+        return None
+    try:
+        os.stat(value)
+    except (FileNotFoundError, NotADirectoryError):
+        return None
+    except OSError as exc:
+        return f"{flag} {safe_text(value)}: {error_text(exc, with_path=False)}"
+    except ValueError as exc:  # an embedded NUL byte
+        return f"{flag} {safe_text(value)}: {exc}"
     return None
 
 
@@ -133,4 +152,5 @@ def check_resolvable(host: str, flag: str = "--host") -> None:
         raise ValueError(f"{flag} {host}: no such address or host name ({exc})") from None
 
 
-__all__ = ["add_option", "bind_host", "check_limits", "check_resolvable", "check_options", "folder_problem"]
+__all__ = ["add_option", "bind_host", "check_limits", "check_resolvable", "check_options", "folder_problem",
+           "path_problem"]

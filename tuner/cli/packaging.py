@@ -11,6 +11,7 @@ import json
 import sys
 
 from tuner import desktop
+from tuner.safetext import safe_text
 
 
 def _unsupported_platform() -> str | None:
@@ -43,6 +44,10 @@ def _install(args: argparse.Namespace) -> int:
             }
         else:
             exec_argv = tuple(args.exec_command) if args.exec_command else None
+            problem = _exec_problem(exec_argv)
+            if problem:
+                print(f"draftwise install-desktop-entry: {problem}", file=sys.stderr)
+                return 2
             installed = desktop.install_desktop_entry(exec_argv=exec_argv, force=args.force)
             out = {
                 "action": "install",
@@ -56,6 +61,17 @@ def _install(args: argparse.Namespace) -> int:
         return 1
     print(json.dumps(out, indent=2) if args.json else _install_report(out))
     return 0
+
+
+def _exec_problem(exec_argv: tuple[str, ...] | None) -> str | None:
+    """One line naming ``--exec`` when one of its words cannot be written in a desktop entry's ``Exec`` key
+    (empty, or with a line break: :func:`tuner.desktop.quote_exec_arg`), else None."""
+    for word in exec_argv or ():
+        try:
+            desktop.quote_exec_arg(word)
+        except ValueError as exc:
+            return f"--exec: {safe_text(exc)} (an empty word or a line break has no form there)"
+    return None
 
 
 def _install_report(out: dict) -> str:

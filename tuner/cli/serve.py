@@ -5,7 +5,11 @@ changes on stderr), either from flags (``--target`` [``--draft``, ``--spec-type`
 from the saved tuning profile (``--models DIR [--target NAME|PATH]``). It listens on 127.0.0.1; any
 other ``--host`` needs an API key (``--api-key`` or the key stored by the app), and the printed
 endpoint is the address actually bound. SIGINT and SIGTERM handlers are installed explicitly, so
-Ctrl-C works even when the parent started it with SIGINT ignored (a background job).
+Ctrl-C works even when the parent started it with SIGINT ignored (a background job). ``--idle-sleep SECONDS``
+(off by default; the app's default is 15 min) lets llama-server unload the model while idle
+(``--sleep-idle-seconds``); the sleep and wake lines, with the first request's reload time, go to stderr.
+``--capture-requests`` (off by default) keeps the requests it answers to re-tune on them (``--log-prompts-dir``
+to a private folder per model id, pruned while serving: :mod:`tuner.server.capture`); a line on stderr says where.
 
 doctor: which binary, its build, devices, flag dialect, and a few-second self-test that proves
 speculation really happens on this build (the bundled demo model as both target and draft with
@@ -33,7 +37,9 @@ from tuner.cli.options import (
     check_options,
     check_resolvable,
     folder_problem,
+    path_problem,
 )
+from tuner.safetext import error_text, safe_text
 from tuner.server.argv import UnsupportedConfigError, cors_locked
 from tuner.server.config import ServerConfig, default_alias
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
@@ -47,7 +53,10 @@ log = logging.getLogger(__name__)
 
 
 def _err(msg: str) -> None:
-    print(msg, file=sys.stderr, flush=True)
+    """One line on stderr: ``serve``'s state lines, notes, errors and the relayed llama-server lines, made safe
+    (:func:`tuner.safetext.safe_text`: a file name or a log line with a control character or a newline shows
+    it escaped, never as a terminal command or a line of its own)."""
+    print(safe_text(msg), file=sys.stderr, flush=True)
 
 
 def register(subparsers: argparse._SubParsersAction) -> None:
@@ -85,6 +94,14 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     add_server_arg_argument(p, serve_models=True)
     add_option(p, "liveness_timeout_s", "--liveness-timeout", dest="liveness_timeout")
+    add_option(p, "idle_sleep_s", "--idle-sleep", dest="idle_sleep", default=None,
+               default_help="default: off, the model stays loaded (the app's default: 15 min)")
+    from tuner.server.capture import KEEP_WORDS, MAX_BYTES, MAX_FILES, captures_root
+
+    p.add_argument("--capture-requests", action="store_true",
+                   help=f"{KEEP_WORDS[0].upper()}{KEEP_WORDS[1:]}: the full prompt of each request this server "
+                   f"answers, the newest {MAX_FILES} and at most {format_bytes(MAX_BYTES, decimals=0)}, in a folder only "
+                   f"you can read ({captures_root()}/MODEL-ID); delete that folder to forget them. Default: off")
     p.set_defaults(func=cmd_serve)
 
     d = subparsers.add_parser(
@@ -103,7 +120,8 @@ def _check_serve_args(args: argparse.Namespace) -> None:
     and ``--draft-ngl`` become a number, ``auto`` or ``all``), ``--models ''`` or a missing folder, and a
     ``--host`` with white space inside (stripped around, so the loopback check and the bind agree).
     Raises ValueError naming the flag."""
-    problem = folder_problem(getattr(args, "models", None)) or check_options(args)
+    problem = (folder_problem(getattr(args, "models", None)) or path_problem(args.target, "--target")
+               or path_problem(args.draft, "--draft") or check_options(args))
     if problem:
         raise ValueError(problem)
     models = getattr(args, "models", None)
@@ -126,7 +144,11 @@ def _check_model_file(path: Path, role: str, given: str | None = None) -> int | 
         what = f"{role} model {path}"
     else:
         what = f"--{role} {given}" + ("" if os.path.abspath(given) == str(path) else f" ({path})")
-    if not path.exists():
+    try:
+        present = path.exists()
+    except OSError as exc:  # a name longer than the system allows, a link loop, a folder not permitted
+        raise ValueError(f"{what}: {error_text(exc, with_path=False)}") from None
+    if not present:
         raise ValueError(f"{what}: no such file" if given is not None else f"{role} model not found: {path}")
     gone = missing_shards(path)
     if gone:
@@ -252,7 +274,8 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
                 + (f" --target {args.target}" if args.target else "")
                 + f" --ctx-size {args.n_ctx} (or serve without --ctx-size)")
         cors, cache_ram = _settings_served()
-        over: dict[str, Any] = {"cors_origins": cors, "cache_ram_mib": cache_ram}
+        over: dict[str, Any] = {"cors_origins": cors, "cache_ram_mib": cache_ram,
+                                "sleep_idle_s": getattr(args, "idle_sleep", None) or None}
         if args.port is not None:
             over["port"] = args.port
         if args.host:
@@ -301,6 +324,7 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         cache_ram_mib=cache_ram,
         alias=default_alias(target),
         extra_args=tuple(getattr(args, "server_words", None) or ()),
+        sleep_idle_s=getattr(args, "idle_sleep", None) or None,
     )
 
 
@@ -395,7 +419,24 @@ def _supervisor(args: argparse.Namespace, fallback: ServerConfig | None) -> tupl
         check_known(getattr(args, "server_words", None) or (), sup.dialect.has, binary.path)
     except ServerArgError as exc:
         raise ValueError(str(exc)) from None
+    problem = sup.dialect.idle_sleep_problem() if getattr(args, "idle_sleep", None) else None
+    if problem:  # never serve with the model pinned when the user asked for it to be freed
+        raise ValueError(f"--idle-sleep {args.idle_sleep}: {problem}; serve without --idle-sleep")
+    problem = sup.dialect.capture_problem() if getattr(args, "capture_requests", False) else None
+    if problem:
+        raise ValueError(f"--capture-requests: {problem}; serve without --capture-requests")
     return binary, sup
+
+
+def _with_capture(cfg: ServerConfig, args: argparse.Namespace) -> ServerConfig:
+    """``cfg`` with ``--log-prompts-dir`` set to the model id's private folder when ``--capture-requests`` was
+    given (:func:`tuner.server.capture.log_prompts_dir`, made before the launch), else ``cfg`` unchanged.
+    Raises CaptureError (an OSError naming the folder)."""
+    if not getattr(args, "capture_requests", False):
+        return cfg
+    from tuner.server.capture import log_prompts_dir
+
+    return dataclasses.replace(cfg, log_prompts_dir=log_prompts_dir(cfg.alias or default_alias(cfg.model_path)))
 
 
 def cmd_serve(args: argparse.Namespace) -> int:
@@ -406,8 +447,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
         return 2
     try:
         cfg = config_from_args(args)
-    except Exception as exc:  # ValueError, NoProfileError, ProfileError, ImportError
-        _err(f"draftwise serve: {exc}")
+    except Exception as exc:  # ValueError, NoProfileError, ProfileError, ImportError, OSError (a path)
+        _err(f"draftwise serve: {error_text(exc)}")
         return 2
     cfg, fallback = _with_rpc_fallback(cfg, args, from_profile)
     try:
@@ -415,8 +456,11 @@ def cmd_serve(args: argparse.Namespace) -> int:
         binary, sup = _supervisor(args, fallback)
         if from_profile:
             _check_tuned_binary(args, binary)
-    except ValueError as exc:
-        _err(f"draftwise serve: {exc}")
+        cfg = _with_capture(cfg, args)
+        if fallback is not None and cfg.log_prompts_dir is not None:  # a lost RPC host does not stop the capture
+            sup.set_rpc_fallback(dataclasses.replace(fallback, log_prompts_dir=cfg.log_prompts_dir))
+    except (ValueError, OSError) as exc:
+        _err(f"draftwise serve: {error_text(exc)}")
         return 2
     return _serve(args, cfg, binary, sup)
 
@@ -456,14 +500,16 @@ class _StateLines:
 
     def __call__(self, ch: StateChange) -> None:
         # a crash, a retry or a restart is its own sentence ("llama-server crashed (…); restarting in 2 s
-        # (restart 3)", tuner/server/restart_policy.py describe); other changes are "state: message"
+        # (restart 3)", tuner/server/restart_policy.py describe), as are idle sleep's ("sleeping — memory
+        # freed (…)", "awake: the first request waited 2.1 s …", tuner/server/sleep.py); others "state: message"
         said_why = ch.state == ServerState.STARTING and ch.diagnosis is not None
-        _err(f"[{time.strftime('%H:%M:%S')}] " + (ch.message if said_why else f"{ch.state.value}: {ch.message}"))
+        sleep = ServerState.SLEEPING in (ch.state, ch.previous) and ch.state in (ServerState.SLEEPING, ServerState.READY)
+        _err(f"[{time.strftime('%H:%M:%S')}] " + (ch.message if said_why or sleep else f"{ch.state.value}: {ch.message}"))
         if ch.state == ServerState.FAILED:
             self.said.append(ch.message)
         if ch.state == ServerState.FAILED and ch.previous != ServerState.STARTING:
             self.done.set()
-        if ch.state == ServerState.READY and ch.previous != ServerState.READY:
+        if ch.state == ServerState.READY and ch.previous == ServerState.STARTING:
             self._ready(ch)
 
     def _ready(self, ch: StateChange) -> None:
@@ -480,6 +526,11 @@ class _StateLines:
         if not is_loopback_host(cfg.host):
             _err(f"listening on {url} (reachable from the network; clients must send the API key); "
                  f"from this machine: {ch.base_url}/v1")
+        if cfg.log_prompts_dir is not None:
+            from tuner.server.capture import KEEP_WORDS
+
+            _err(f"capturing requests: Draftwise {KEEP_WORDS}, in {cfg.log_prompts_dir} (only you can read it; "
+                 "delete the folder to forget them)")
 
 
 def _serve(args: argparse.Namespace, cfg: ServerConfig, binary: ServerBinary, sup: Supervisor) -> int:
@@ -689,10 +740,10 @@ def cmd_doctor(args: argparse.Namespace) -> int:
             print(f"devices:      CPU only; RAM {_gib(dev.get('ram_total_bytes'))}, {dev.get('cpu_cores')} cores")
         else:
             for r in dev["devices"]:
-                print(f"device {r['index']}:     {r['name']} ({r['backend']}), total {_gib(r['total_bytes'])}, "
+                print(f"device {r['index']}:     {safe_text(r['name'])} ({r['backend']}), total {_gib(r['total_bytes'])}, "
                       f"free {_gib(r['free_bytes'])}")
         for n in dev.get("notes", []):
-            print(f"  note: {n}")
+            print(f"  note: {safe_text(n)}")
         if dev.get("available"):
             print(f"cpu kernels:  {_cpu_kernels_line(dev.get('cpu_buffers'))}")
         sys.stdout.flush()
@@ -720,9 +771,9 @@ def cmd_doctor(args: argparse.Namespace) -> int:
                 if st.get("note"):
                     print(f"  note: {st['note']}")
             else:
-                print(f"self-test:    FAILED: {st['error']}")
+                print(f"self-test:    FAILED: {safe_text(st['error'])}")
                 for line in st.get("evidence", []):
-                    print(f"  | {line}")
+                    print(f"  | {safe_text(line)}")
     if args.json:
         print(json.dumps(report, indent=2, default=str))
     return rc

@@ -43,8 +43,9 @@ from tuner.calibration.request import (
 from tuner.calibration.sampling import Sampling
 from tuner.calibration.tune import tune
 from tuner.calibration.wording import measured_line
-from tuner.cli.options import add_option, check_options, folder_problem
+from tuner.cli.options import add_option, check_options, folder_problem, path_problem
 from tuner.cli.tune_report import print_table, result_to_json
+from tuner.safetext import error_text, safe_text
 
 
 def register(subparsers: Any) -> None:
@@ -124,7 +125,8 @@ class _Progress:
         width = 24
         filled = int(round(frac * width))
         eta = f" ETA {ev.eta_s:.0f}s" if ev.eta_s else ""
-        line = f"\r[{'#' * filled}{'.' * (width - filled)}] {100 * frac:3.0f}% {ev.elapsed_s:5.0f}s{eta}  {ev.message}"
+        line = (f"\r[{'#' * filled}{'.' * (width - filled)}] {100 * frac:3.0f}% {ev.elapsed_s:5.0f}s{eta}  "
+                f"{safe_text(ev.message)}")
         self.stream.write(line[:160].ljust(100))
         self.stream.flush()
         self._bar_shown = True
@@ -146,17 +148,18 @@ class _Progress:
         nd = m.drafted_nothing() if m is not None else None
         if m is not None and nd is not None:  # a run that drafted nothing: what was measured, not a failure's words
             message = measured_line(m.candidate.label, nd)
-        self.stream.write(f"[{ev.elapsed_s:6.1f}s] {label}: {message}{eta}\n")
+        self.stream.write(f"[{ev.elapsed_s:6.1f}s] {label}: {safe_text(message)}{eta}\n")
         if ev.kind == "plan":
             for d in ev.detail.get("dropped", []):
-                self.stream.write(f"          dropped {d['label']}: {d['reason']}\n")
+                self.stream.write(f"          dropped {safe_text(d['label'])}: {safe_text(d['reason'])}\n")
         self.stream.flush()
 
 
 def check_args(args: argparse.Namespace) -> str | None:
     """The first bad option as a one-line message naming the flag (``--models ''``, a number outside its
     declaration in :mod:`tuner.options`), ``None`` when all are usable."""
-    return folder_problem(args.models) or check_options(args)
+    return (folder_problem(args.models) or path_problem(args.target, "--target")
+            or path_problem(args.prompts, "--prompts") or check_options(args))
 
 
 #: Seconds a cancelled sweep gets to stop its llama-server (SIGTERM, then the tree is killed)
@@ -196,7 +199,7 @@ def _one_line_error(exc: BaseException) -> str | None:
     from tuner.errors import DraftwiseError
 
     if isinstance(exc, (DraftwiseError, OSError)):
-        return str(exc)
+        return error_text(exc)
     return None
 
 
@@ -234,7 +237,7 @@ def run(args: argparse.Namespace) -> int:
     """Entry of ``draftwise tune``; returns the exit status (2 for bad input, see the module docstring)."""
     bad = check_args(args)
     if bad is not None:
-        sys.stderr.write(f"draftwise tune: {bad}\n")
+        sys.stderr.write(f"draftwise tune: {safe_text(bad)}\n")
         return 2
     from tuner.cli.hardware import rpc_hosts_arg, server_args_arg
 
@@ -245,7 +248,7 @@ def run(args: argparse.Namespace) -> int:
     try:
         request = request_from_args(args, rpc_hosts=rpc_hosts, server_args=server_args)
     except TuneError as exc:
-        sys.stderr.write(f"draftwise tune: {exc}\n")
+        sys.stderr.write(f"draftwise tune: {safe_text(exc)}\n")
         return 2
     progress = _Progress(sys.stderr)
     cancel = threading.Event()
@@ -281,12 +284,12 @@ def run(args: argparse.Namespace) -> int:
     if isinstance(error, PromptFileError):
         given = getattr(args, "prompts", None)
         flag = "--prompts " if given and Path(given) == error.path else ""  # the flag that named the file
-        sys.stderr.write(f"draftwise tune: {flag}{error}\n")
+        sys.stderr.write(f"draftwise tune: {flag}{safe_text(error)}\n")
         return 2
     if isinstance(error, TuneError):
-        sys.stderr.write(f"draftwise tune: {error}\n")
+        sys.stderr.write(f"draftwise tune: {safe_text(error)}\n")
         for line in error.evidence[-10:]:
-            sys.stderr.write(f"    {line}\n")
+            sys.stderr.write(f"    {safe_text(line)}\n")
         return 2 if error.bad_input else 1
     if error is not None:
         message = _one_line_error(error)

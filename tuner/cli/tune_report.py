@@ -14,6 +14,7 @@ from typing import Any, TextIO
 from tuner.calibration.decide import Decision
 from tuner.calibration.request import TuneResult
 from tuner.calibration.wording import break_even_words, no_drafts_note, render
+from tuner.safetext import safe_text
 
 
 def result_to_json(result: TuneResult) -> dict[str, Any]:
@@ -86,8 +87,8 @@ def decision_line(d: Decision) -> str:
     """The closing line: ``Decision: <the decision's plain first sentence>`` ("Fastest here: the draft model
     good.gguf, about 1.4× faster than the model alone on your prompts."; a profile saved before the sentences
     were kept shows its own words); only a decision without words gets its label."""
-    text = render(d.sentences).first.strip() or d.reason.strip()
-    return f"Decision: {text}" if text else f"Decision: {d.winner.label}."
+    text = safe_text(render(d.sentences).first.strip() or d.reason.strip())
+    return f"Decision: {text}" if text else f"Decision: {safe_text(d.winner.label)}."
 
 
 def print_table(result: TuneResult, out: TextIO, details: bool = False) -> None:
@@ -114,11 +115,11 @@ def print_table(result: TuneResult, out: TextIO, details: bool = False) -> None:
         out.write(f"{decision_line(d)}\n")
         rest = result.rendered().details
         if details:
-            out.writelines(f"  {line}\n" for line in rest)
+            out.writelines(f"  {safe_text(line)}\n" for line in rest)
         elif rest:
             out.write("(--details: the evidence behind it)\n")
     if result.profile_path:
-        out.write(f"Profile: {result.profile_path}" + (" (reused)" if result.reused else "") + "\n")
+        out.write(f"Profile: {safe_text(result.profile_path)}" + (" (reused)" if result.reused else "") + "\n")
 
 
 def _launches_heading(result: TuneResult, compared: bool) -> str:
@@ -139,9 +140,9 @@ def _launch_row(m: dict[str, Any]) -> str:
     # a run that drafted nothing cannot differ from the target alone: "yes" there would say nothing
     lossless = "-" if m["lossless"] is None or m.get("no_drafts_at") else ("yes" if m["lossless"] else "differs")
     # a type that drafted nothing: what was measured (the error's words may claim more than that)
-    note = no_drafts_note(m.get("greedy_draft_n")) if m.get("no_drafts_at") else (m["error"] or "")
+    note = no_drafts_note(m.get("greedy_draft_n")) if m.get("no_drafts_at") else safe_text(m["error"] or "")
     if m.get("superseded"):
-        note = f"not used ({m['superseded']})"
+        note = f"not used ({safe_text(m['superseded'])})"
     elif m.get("cut_short") and not note:
         note = "cut short by the time limit"
     if not note and m["divergences"]:
@@ -149,7 +150,7 @@ def _launch_row(m: dict[str, Any]) -> str:
         note = (f"first differs at prompt {first['prompt_index'] + 1}, repetition {first['repetition'] + 1}, "
                 f"character {first['char_offset']}")
     acc = "-" if m["acceptance"] is None else f"{100 * m['acceptance']:.0f} %"
-    return (f"{(m['label'] or '')[:46]:<46} {(m['stage'] or ''):<8} {_fmt(m['gen_tokens_per_s'], '9.1f')} "
+    return (f"{safe_text(m['label'] or '')[:46]:<46} {(m['stage'] or ''):<8} {_fmt(m['gen_tokens_per_s'], '9.1f')} "
             f"{acc:>7} {lossless:>8}  {note}\n")
 
 
@@ -163,23 +164,23 @@ def _comparison_row(c: dict[str, Any]) -> str:
     if c.get("stopped_early"):
         how += ", stopped early as a loser"
     sp = "-" if c.get("speedup") is None else f"{c['speedup']:.2f}x"
-    return (f"{str(c.get('label') or '')[:46]:<46} {sp:>8} {_fmt(c.get('gen_tokens_per_s'), '.1f'):>9} "
+    return (f"{safe_text(c.get('label') or '')[:46]:<46} {sp:>8} {_fmt(c.get('gen_tokens_per_s'), '.1f'):>9} "
             f"{_fmt(c.get('baseline_gen_tokens_per_s'), '.1f'):>9} {acc:>7}  {how}\n")
 
 
 def _write_details(d: Decision, out: TextIO) -> None:
     """The break-even line of each draft model / type, then the per-category lines."""
     for b in d.break_even:
-        out.write(f"break-even {b.candidate.label}: "
+        out.write(f"break-even {safe_text(b.candidate.label)}: "
                   f"{break_even_words(b.acceptance, b.break_even_acceptance, b.never_pays)}\n")
     if d.per_category:
-        label = d.per_category[0].candidate_label or "best speculative configuration"
+        label = safe_text(d.per_category[0].candidate_label or "best speculative configuration")
         out.write(f"per category, {label} vs no speculation on the same prompts and repetitions:\n")
     for cat in d.per_category:
         if cat.speedup is None:
-            out.write(f"  {cat.category}: not measured (the run stopped before these prompts)\n")
+            out.write(f"  {safe_text(cat.category)}: not measured (the run stopped before these prompts)\n")
             continue
-        out.write(f"  {cat.category}: {cat.speedup:.2f}x ({cat.gen_tokens_per_s:.1f} vs "
+        out.write(f"  {safe_text(cat.category)}: {cat.speedup:.2f}x ({cat.gen_tokens_per_s:.1f} vs "
                   f"{cat.baseline_gen_tokens_per_s:.1f} tokens/s, {cat.paired_requests} "
                   f"request{'s' if cat.paired_requests != 1 else ''})"
                   + (f", acceptance {100 * cat.acceptance:.0f} %" if cat.acceptance is not None else "") + "\n")

@@ -12,12 +12,22 @@ import re
 import time
 from dataclasses import replace
 from pathlib import Path
+from typing import Any
 
 from tuner import paths
-from tuner.storage import CorruptFileError, atomic_write_json, load_json
+from tuner.storage import CorruptFileError, FileTooLargeError, atomic_write_json, load_json
 from tuner.storage import keep_aside as keep_aside_file
 
 from .profile import Profile, ProfileError, StalenessKeys, stale_reasons
+
+MAX_PROFILE_BYTES = 32 * 1024 * 1024
+"""The largest profile file read (32 MiB; a real one, with its evidence, is well under 1 MiB): a larger one is
+refused unread and left where it is (:class:`tuner.storage.FileTooLargeError`)."""
+
+
+def _load(path: Path, keep_aside: bool) -> Any:
+    """:func:`tuner.storage.load_json` with the profile's size limit."""
+    return load_json(path, keep_aside=keep_aside, limit_bytes=MAX_PROFILE_BYTES, what="a profile")
 
 
 class ProfileStore:
@@ -60,9 +70,11 @@ class ProfileStore:
         """
         path = self.path_for(target_path)
         try:
-            obj = load_json(path, keep_aside=keep_aside)
+            obj = _load(path, keep_aside)
         except CorruptFileError as exc:
             raise ProfileError(path, exc.reason, exc.moved_to) from exc
+        except FileTooLargeError as exc:
+            raise ProfileError(path, exc.reason) from exc
         except OSError as exc:
             raise ProfileError(path, f"cannot read it ({exc})") from exc
         if obj is None:
@@ -82,9 +94,9 @@ class ProfileStore:
             return out, bad
         for f in sorted(self.folder.glob("*.json")):
             try:
-                obj = load_json(f, keep_aside=False)
+                obj = _load(f, False)
                 out.append(Profile.from_json(obj, f))
-            except CorruptFileError as exc:
+            except (CorruptFileError, FileTooLargeError) as exc:
                 bad.append(ProfileError(f, exc.reason))
             except ProfileError as exc:
                 bad.append(exc)
@@ -99,7 +111,7 @@ class ProfileStore:
             return out
         for f in sorted(self.folder.glob("*.json")):
             try:
-                obj = load_json(f, keep_aside=False)
+                obj = _load(f, False)
                 out.append(Profile.from_json(obj, f))
             except (CorruptFileError, ProfileError, OSError):
                 continue

@@ -3,7 +3,29 @@ failure diagnosis. See docs/architecture.md ("server") for the contract."""
 
 from tuner.process import clean_env
 from tuner.server.argv import UnsupportedConfigError, build_argv
+from tuner.server.capture import (
+    KEEP_WORDS,
+    CapturedFile,
+    CapturedRequest,
+    CapturedSample,
+    CaptureError,
+    capture_dir,
+    captured_count,
+    captured_requests,
+    captures_root,
+    delete_captured,
+    forget_captured,
+    list_captured,
+    log_prompts_dir,
+)
+from tuner.server.capture import (
+    MAX_BYTES as MAX_CAPTURED_BYTES,
+)
+from tuner.server.capture import (
+    MAX_FILES as MAX_CAPTURED_FILES,
+)
 from tuner.server.client import (
+    NON_WAKING_PATHS,
     Health,
     ServerClient,
     ServerClientError,
@@ -12,14 +34,18 @@ from tuner.server.client import (
 )
 from tuner.server.config import ServerConfig
 from tuner.server.diagnosis import Diagnosis, diagnose
-from tuner.server.dialect import Dialect, DialectError, parse_help, probe_dialect
+from tuner.server.dialect import Dialect, DialectError, cached_dialect, parse_help, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_server
+from tuner.server.sleep import WAKING_MESSAGE, SleepStatus, reload_words
 from tuner.server.states import IllegalTransition, ServerState, StateChange
 from tuner.server.supervisor import ServerStartError, Supervisor, startup_timeout_for
 
 __all__ = [
-    "Diagnosis", "Dialect", "DialectError", "Health", "IllegalTransition", "ServerBinary", "ServerClient",
+    "KEEP_WORDS", "MAX_CAPTURED_BYTES", "MAX_CAPTURED_FILES", "CaptureError", "CapturedFile", "CapturedRequest", "CapturedSample", "capture_dir", "captured_count",
+    "captured_requests", "captures_root", "delete_captured", "forget_captured", "list_captured", "log_prompts_dir",
+    "NON_WAKING_PATHS", "WAKING_MESSAGE", "Diagnosis", "Dialect", "DialectError", "Health", "IllegalTransition", "ServerBinary", "ServerClient",
     "ServerClientError", "ServerConfig", "ServerHTTPError", "ServerNotFoundError", "ServerStartError", "ServerState",
-    "ServerUnreachableError", "StateChange", "Supervisor", "UnsupportedConfigError", "build_argv",
-    "clean_env", "diagnose", "find_server", "parse_help", "probe_dialect", "startup_timeout_for",
+    "ServerUnreachableError", "SleepStatus", "StateChange", "Supervisor", "UnsupportedConfigError", "build_argv",
+    "cached_dialect", "clean_env", "diagnose", "find_server", "parse_help", "probe_dialect", "reload_words",
+    "startup_timeout_for",
 ]

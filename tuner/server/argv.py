@@ -17,7 +17,7 @@ from pathlib import Path
 
 from tuner.errors import DraftwiseError
 from tuner.server.config import ServerConfig
-from tuner.server.dialect import Dialect
+from tuner.server.dialect import CAPTURE_FLAG, IDLE_SLEEP_FLAG, Dialect
 from tuner.spectypes import DRAFT_MODEL_TYPES, NGRAM_TYPES
 
 #: Draft-length flag per n-gram type in the current dialect (common/arg.cpp ``--spec-ngram-*``).
@@ -76,7 +76,12 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
     ``config.alias`` → ``-a ALIAS`` (the model id the API reports); ``config.cache_ram_mib`` →
     ``-cram N`` (host prompt-cache limit, common/arg.cpp ``--cache-ram``); each only where the
     binary lists the flag (older builds have no prompt cache to limit and report the path).
-    ``config.no_repack`` → ``--no-repack`` where the binary lists it.
+    ``config.no_repack`` → ``--no-repack`` where the binary lists it. ``config.sleep_idle_s`` →
+    ``--sleep-idle-seconds N`` where the binary lists it (b11434 and later; not ik_llama.cpp or legacy builds:
+    callers that must not serve without it check :attr:`Dialect.has_idle_sleep` first).
+    ``config.log_prompts_dir`` → ``--log-prompts-dir DIR`` (the capture of served requests; only when set, so
+    the argv never carries it while capture is off); a binary without the flag is refused (callers ask
+    :meth:`Dialect.capture_problem` first).
 
     Raises:
         UnsupportedConfigError: the binary lacks a needed flag or speculation type (e.g.
@@ -113,6 +118,10 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
     cram_flag = d.first("-cram", "--cache-ram")
     if config.cache_ram_mib is not None and cram_flag:
         argv += [cram_flag, str(int(config.cache_ram_mib))]
+    if config.sleep_idle_s is not None and d.has_idle_sleep:
+        argv += [IDLE_SLEEP_FLAG, str(int(config.sleep_idle_s))]
+    if config.log_prompts_dir is not None:
+        argv += [_need(d, CAPTURE_FLAG), str(config.log_prompts_dir)]
     if d.has_metrics:
         argv.append("--metrics")
     if d.has_slots:

@@ -6,6 +6,10 @@ tools/server/server-context.cpp): ``/health`` (503 while loading, 200 when ready
 ``/metrics`` (Prometheus text; 501 without ``--metrics``), ``/completion``, ``/v1/completions`` and
 ``/v1/chat/completions`` (final answer carries ``timings``).
 Proxy variables are ignored (``trust_env=False``): the server is local.
+
+Idle sleep (``--sleep-idle-seconds``): only :data:`NON_WAKING_PATHS` are answered without waking a sleeping
+server; every other route loads the model again first. A client made with ``paths=NON_WAKING_PATHS`` (the
+telemetry, liveness and sleep pollers) refuses any other path, so a poller cannot wake the model by mistake.
 """
 
 from __future__ import annotations
@@ -19,6 +23,13 @@ from typing import Any
 import httpx
 
 from tuner.errors import DraftwiseError
+
+#: The routes llama-server answers while asleep without loading the model again: their handlers call
+#: ``create_response(true)`` (``bypass_sleep``) and answer from cached responses while sleeping
+#: (tools/server/server-context.cpp ``server_routes::init_routes``: ``get_health``, ``get_metrics``,
+#: ``get_props``, ``get_models`` for ``/models`` and ``/v1/models``; ``update_cached_responses``). Every other
+#: route, ``/slots`` included, waits in ``server_queue::wait_until_no_sleep`` until the model is loaded again.
+NON_WAKING_PATHS: frozenset[str] = frozenset({"/health", "/metrics", "/props", "/models", "/v1/models"})
 
 
 class ServerClientError(DraftwiseError, RuntimeError):
@@ -93,10 +104,14 @@ class ServerClient:
         base_url: e.g. ``http://127.0.0.1:8080``.
         api_key: sent as ``Authorization: Bearer …`` when set.
         timeout_s: default timeout of short requests (completions get their own).
+        paths: when given, the only paths this client may request (e.g. :data:`NON_WAKING_PATHS`); any
+            other raises :class:`ServerClientError` before anything is sent.
     """
 
-    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 10.0) -> None:
+    def __init__(self, base_url: str, api_key: str | None = None, timeout_s: float = 10.0,
+                 paths: frozenset[str] | None = None) -> None:
         self.base_url = base_url.rstrip("/")
+        self.paths = paths
         headers = {"Authorization": f"Bearer {api_key}"} if api_key else {}
         self._http = httpx.Client(base_url=self.base_url, headers=headers, timeout=timeout_s, trust_env=False)
 
@@ -112,6 +127,9 @@ class ServerClient:
 
     def _request(self, method: str, path: str, timeout_s: float | None = None, **kw: Any) -> httpx.Response:
         url = self.base_url + path
+        if self.paths is not None and path.split("?", 1)[0] not in self.paths:
+            raise ServerClientError(url, f"{method} {path} is not allowed on this client (allowed: "
+                                    f"{', '.join(sorted(self.paths))}): it would wake a sleeping server")
         try:
             if timeout_s is not None:
                 kw["timeout"] = timeout_s
@@ -140,12 +158,13 @@ class ServerClient:
             return Health(200, True, "ok")
         return Health(resp.status_code, False, _error_message(resp))
 
-    def props(self) -> dict:
-        """``GET /props`` as a dict (``model_path``, ``build_info``, ``total_slots``, …).
+    def props(self, timeout_s: float | None = None) -> dict:
+        """``GET /props`` as a dict (``model_path``, ``build_info``, ``total_slots``, ``is_sleeping``, …);
+        ``timeout_s`` None = the client's default.
 
         Raises: ServerUnreachableError, ServerHTTPError.
         """
-        return self._json("GET", "/props")
+        return self._json("GET", "/props", timeout_s=timeout_s)
 
     def slots(self) -> list[dict]:
         """``GET /slots``: one dict per slot (``speculative`` bool, ``n_ctx``, ``params``).
@@ -235,6 +254,8 @@ class ServerClient:
         """
         path = "/v1/chat/completions"
         url = self.base_url + path
+        if self.paths is not None and path not in self.paths:
+            raise ServerClientError(url, f"POST {path} is not allowed on this client: it would wake a sleeping server")
         body = {"messages": messages, "max_tokens": int(max_tokens), "stream": True}
         body.update(params)
         try:

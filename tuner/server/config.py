@@ -66,6 +66,16 @@ class ServerConfig:
             ggml-cpu's extra buffer types: no AMX, no CPU_REPACK weights). Set by the supervisor from a
             recorded machine fact (:mod:`tuner.server.workarounds`) on a CPU that crashes in those kernels;
             never on a machine where they work.
+        sleep_idle_s: idle sleep (``--sleep-idle-seconds N``, whole seconds ≥ 1; None = off): after N seconds
+            without a task llama-server unloads the model, draft and KV cache, and loads them again at the next
+            request (tools/server/server-queue.cpp ``server_queue::start_loop``, server-context.cpp
+            ``handle_sleeping_state``). A serving setting, never part of a profile; passed only where the binary
+            lists the flag (:attr:`tuner.server.dialect.Dialect.has_idle_sleep`).
+        log_prompts_dir: the private folder where llama-server writes each completion's prompt
+            (``--log-prompts-dir``; tools/server/server-context.cpp, the ``path_prompts_log_dir`` block of
+            ``server_routes::handle_completions_impl``): the opt-in capture of served requests
+            (:mod:`tuner.server.capture` makes the folder and prunes it while serving). A serving setting, never
+            part of a profile; None = off, and the argv never carries the flag.
     """
 
     model_path: Path
@@ -94,6 +104,8 @@ class ServerConfig:
     spec_autotune: bool = False
     rpc: tuple[str, ...] = ()
     no_repack: bool = False
+    sleep_idle_s: int | None = None
+    log_prompts_dir: Path | None = None
 
     def __post_init__(self) -> None:
         if not isinstance(self.no_repack, bool):
@@ -102,6 +114,8 @@ class ServerConfig:
         object.__setattr__(self, "rpc", tuple(str(h) for h in self.rpc))
         if self.draft_path is not None:
             object.__setattr__(self, "draft_path", Path(self.draft_path))
+        if self.log_prompts_dir is not None:
+            object.__setattr__(self, "log_prompts_dir", Path(self.log_prompts_dir))
         object.__setattr__(self, "extra_args", tuple(str(a) for a in self.extra_args))
 
     @property

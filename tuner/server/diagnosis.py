@@ -32,8 +32,9 @@ class Diagnosis:
             ``bus_error`` (SIGBUS), ``aborted`` (SIGABRT), ``oom_killed`` (SIGKILL, the kernel's OOM
             counter moved), ``killed`` (SIGKILL not sent by Draftwise), ``stopped`` (sent by
             Draftwise); after the supervisor's retries: ``cpu_kernels`` (cured by ``--no-repack``),
-            ``crash_not_reproduced``, ``crash_persistent``; ``hung`` and ``rpc_host_lost`` come from
-            the supervisor.
+            ``crash_not_reproduced``, ``crash_persistent``; ``wake_failed`` (the model could not be loaded
+            again after idle sleep, whatever the load's own error was); ``hung`` and ``rpc_host_lost`` come
+            from the supervisor.
         message: one plain-language line for people.
         evidence: the last log lines (and/or the HTTP answer) that support it.
         flag: the offending flag for flag errors (e.g. ``"--draft-max"``), else None.
@@ -109,7 +110,7 @@ def diagnose(returncode: int | None, log_lines: Iterable[str], context: CrashCon
         (:func:`death_diagnosis`), else ``exited``.
     """
     lines = [str(line).rstrip("\n") for line in log_lines]
-    found = _from_log(lines, returncode)
+    found = _wake_failed(lines, returncode, context or CrashContext()) or _from_log(lines, returncode)
     if found is not None:
         return found
     if returncode is None:
@@ -125,6 +126,30 @@ def diagnose(returncode: int | None, log_lines: Iterable[str], context: CrashCon
 def _from_log(lines: list[str], returncode: int | None) -> Diagnosis | None:
     """The first rule whose llama.cpp log text is in ``lines`` (priority order), else None."""
     return _argument_rules(lines, returncode) or _load_rules(lines, returncode)
+
+
+#: tools/server/server-context.cpp ``handle_sleeping_state``: ``GGML_ABORT("failed to reload model after sleeping")``.
+_WAKE_ABORT = "failed to reload model after sleeping"
+#: tools/server/server-queue.cpp ``server_queue::start_loop``: the line that starts a wake.
+_WAKE_START = "exiting sleeping state"
+
+
+def _wake_failed(lines: list[str], returncode: int | None, context: CrashContext) -> Diagnosis | None:
+    """``wake_failed``: the server aborted loading the model again after idle sleep. Matched before every
+    other rule, since the load's own error lines (a missing file, out of memory) precede the abort; they
+    become the cause in the message, read only from the lines after the wake began."""
+    if not _find(lines, re.escape(_WAKE_ABORT)):
+        return None
+    starts = [i for i, line in enumerate(lines) if _WAKE_START in line]
+    wake = lines[starts[-1]:] if starts else lines
+    inner = _from_log(wake, returncode)
+    cause = inner.message if inner is not None else "its log names no cause; see its last lines"
+    sig = _signal_of(returncode, context.platform) if returncode is not None else None
+    how = f" ({sig[1]})" if sig is not None else ""
+    return Diagnosis("wake_failed", f"llama-server could not load the model again when a request woke it from "
+                     f"idle sleep, and aborted{how}: {cause}", _evidence(lines, r"sleep|GGUF|failed|error"),
+                     inner.flag if inner is not None else None, None, returncode,
+                     "could not load the model again after idle sleep")
 
 
 def _argument_rules(lines: list[str], returncode: int | None) -> Diagnosis | None:
@@ -282,10 +307,12 @@ def load_hang(timeout_s: float, log_lines: Iterable[str], returncode: int | None
 
 #: Where a llama-server was when it died: before ``/health`` answered (``loading``: the model and
 #: context are built), the warm-up run (common/common.cpp ``common_init_from_params`` logs "warming up
-#: the model with an empty run"), the supervisor's readiness completion (``first decode``), or later.
-PHASES = ("loading", "warm-up", "first decode", "serving")
+#: the model with an empty run"), the supervisor's readiness completion (``first decode``), later
+#: (``serving``), or loading the model again after idle sleep (``waking``, :mod:`tuner.server.sleep`).
+PHASES = ("loading", "warm-up", "first decode", "serving", "waking")
 _PHASE_WORDS = {"loading": "while loading the model", "warm-up": "during its warm-up run",
-                "first decode": "on its first decode", "serving": "while serving"}
+                "first decode": "on its first decode", "serving": "while serving",
+                "waking": "while loading the model again after idle sleep"}
 
 
 @dataclass(frozen=True)

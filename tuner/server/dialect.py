@@ -25,6 +25,13 @@ from tuner.spectypes import NGRAM_TYPES
 log = logging.getLogger(__name__)
 
 
+#: llama-server's idle-sleep flag (b11434 common/arg.cpp ``--sleep-idle-seconds``: an int ≥ 1, or -1 = off).
+IDLE_SLEEP_FLAG = "--sleep-idle-seconds"
+#: llama-server's flag that writes each completion's prompt to a folder (b11434 common/arg.cpp
+#: ``--log-prompts-dir``; tools/server/server-context.cpp, the ``path_prompts_log_dir`` block of
+#: ``server_routes::handle_completions_impl``): Draftwise's opt-in capture of served requests.
+CAPTURE_FLAG = "--log-prompts-dir"
+
 #: Description column of llama.cpp's help printer (common/arg.cpp ``common_arg::to_string``).
 _REMOVED_MARK = "the argument has been removed"
 
@@ -88,6 +95,37 @@ class Dialect:
     def has_spec_autotune(self) -> bool:
         """True when the binary can adapt the draft length at run time (ik_llama.cpp ``--spec-autotune``)."""
         return "--spec-autotune" in self.flags
+
+    @property
+    def has_idle_sleep(self) -> bool:
+        """True when the binary can unload an idle model (:data:`IDLE_SLEEP_FLAG` in its ``--help``)."""
+        return IDLE_SLEEP_FLAG in self.flags
+
+    def idle_sleep_problem(self) -> str | None:
+        """Why this binary cannot unload an idle model, in words for the Serve tab and ``serve --idle-sleep``;
+        None when it can. ik_llama.cpp and builds before the 2026 flag rename have no
+        ``--sleep-idle-seconds``."""
+        if self.has_idle_sleep:
+            return None
+        which = {"ik": "ik_llama.cpp's llama-server", "legacy": "this older llama.cpp build"}.get(
+            self.spec_style, "this llama-server build")
+        return (f"{which} has no {IDLE_SLEEP_FLAG}, so it cannot unload an idle model (current llama.cpp "
+                "builds can)")
+
+    @property
+    def has_capture(self) -> bool:
+        """True when the binary can keep the requests it serves (:data:`CAPTURE_FLAG` in its ``--help``)."""
+        return CAPTURE_FLAG in self.flags
+
+    def capture_problem(self) -> str | None:
+        """Why this binary cannot keep the requests it serves, in words for the Serve tab and ``serve
+        --capture-requests``; None when it can. ik_llama.cpp and builds before the 2026 flag rename have no
+        ``--log-prompts-dir``."""
+        if self.has_capture:
+            return None
+        which = {"ik": "ik_llama.cpp's llama-server", "legacy": "this older llama.cpp build"}.get(
+            self.spec_style, "this llama-server build")
+        return f"{which} has no {CAPTURE_FLAG}, so it cannot keep the requests it serves (current llama.cpp builds can)"
 
     @property
     def draft_counts_endpoint(self) -> str:
@@ -341,6 +379,48 @@ def read_help_text(path: Path, timeout_s: float = 30.0) -> str:
     return out
 
 
+def _cache_file(key: tuple[str, int, int]) -> Path:
+    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
+    return paths.cache_dir() / "dialect" / f"{digest}.json"
+
+
+def _cached_help(key: tuple[str, int, int]) -> str | None:
+    """The ``--help`` text kept on disk for ``key`` (path, size, mtime), or None (none, or damaged)."""
+    cache_file = _cache_file(key)
+    if not cache_file.is_file():
+        return None
+    from tuner.storage import DEFAULT_JSON_LIMIT_BYTES, parse_json_bytes, read_regular_bytes
+
+    try:
+        data = parse_json_bytes(read_regular_bytes(cache_file, DEFAULT_JSON_LIMIT_BYTES, "a cache file"))
+    except (OSError, ValueError):
+        return None  # a damaged cache entry: ask the binary again
+    if isinstance(data, dict) and data.get("key") == list(key) and isinstance(data.get("help"), str):
+        return data["help"]
+    return None
+
+
+def cached_dialect(path: str | Path) -> Dialect | None:
+    """The :class:`Dialect` of the binary at ``path`` from the caches only (memory, then disk); None when it
+    was never probed, or the binary changed since. Never runs the binary and never raises (the window asks
+    this while it builds, where running ``--help`` would stall it)."""
+    try:
+        key = _cache_key(Path(path))
+    except OSError:
+        return None
+    if key in _memory_cache:
+        return _memory_cache[key]
+    text = _cached_help(key)
+    if text is None:
+        return None
+    try:
+        dialect = parse_help(text)
+    except ValueError:
+        return None
+    _memory_cache[key] = dialect
+    return dialect
+
+
 def probe_dialect(path: str | Path, use_cache: bool = True) -> Dialect:
     """The :class:`Dialect` of the binary at ``path``.
 
@@ -357,26 +437,15 @@ def probe_dialect(path: str | Path, use_cache: bool = True) -> Dialect:
         raise DialectError(f"{path}: llama-server binary not found: {exc}") from exc
     if use_cache and key in _memory_cache:
         return _memory_cache[key]
-    digest = hashlib.sha256(json.dumps(key).encode()).hexdigest()[:24]
-    cache_file = paths.cache_dir() / "dialect" / f"{digest}.json"
-    text: str | None = None
-    if use_cache and cache_file.is_file():
-        from tuner.storage import parse_json_bytes, read_regular_bytes
-
-        try:
-            data = parse_json_bytes(read_regular_bytes(cache_file))
-            if isinstance(data, dict) and data.get("key") == list(key) and isinstance(data.get("help"), str):
-                text = data["help"]
-        except (OSError, ValueError):
-            text = None  # a damaged cache entry: ask the binary again
+    text = _cached_help(key) if use_cache else None
     if text is None:
         text = read_help_text(path)
         try:
             from tuner.storage import atomic_write_json
 
-            atomic_write_json(cache_file, {"key": list(key), "help": text})
+            atomic_write_json(_cache_file(key), {"key": list(key), "help": text})
         except Exception:  # a cache that cannot be written is not an error
-            log.debug("cannot write the help-text cache %s", cache_file, exc_info=True)
+            log.debug("cannot write the help-text cache for %s", path, exc_info=True)
     try:
         dialect = parse_help(text)
     except ValueError as exc:

@@ -2,8 +2,11 @@
 
 A :class:`Launch` holds what belongs to one process: its configuration with the port, its argv, its log
 file, its API-key hand-off (:mod:`tuner.server.keyhandoff`), the child and the kernel's OOM counters at
-spawn. The supervisor's monitor thread runs it through :meth:`Launch.check_ready`
-(:mod:`tuner.server.readiness`), :meth:`Launch.watch` (:mod:`tuner.server.liveness`) and, when it ended,
+spawn, its idle-sleep watch (:mod:`tuner.server.sleep`, when it runs with ``--sleep-idle-seconds``) and the
+pruning of its captured requests (:mod:`tuner.server.capture`, when it runs with ``--log-prompts-dir``). Every
+llama-server starts with umask 077, so the files it writes (captured requests) are its user's only.
+The supervisor's monitor thread runs it through :meth:`Launch.check_ready` (:mod:`tuner.server.readiness`),
+:meth:`Launch.watch` (:mod:`tuner.server.liveness`, and the sleep watch's changes) and, when it ended,
 :meth:`Launch.death` (:func:`tuner.server.diagnosis.diagnose` with the phase and the OOM counters).
 It decides nothing: what follows a failure is the supervisor's (:mod:`tuner.server.restart_policy`).
 """
@@ -12,23 +15,29 @@ from __future__ import annotations
 
 import logging
 import os
+import time
 from collections.abc import Callable
 from pathlib import Path
 
 from tuner import process
 from tuner.logs import redact
 from tuner.process import clean_env
+from tuner.server import capture
 from tuner.server.argv import build_argv
 from tuner.server.client import ServerClient
 from tuner.server.config import ServerConfig
 from tuner.server.diagnosis import CrashContext, Diagnosis, diagnose, startup_phase
-from tuner.server.dialect import Dialect
+from tuner.server.dialect import IDLE_SLEEP_FLAG, Dialect
 from tuner.server.keyhandoff import remove_key_file, write_key_file
 from tuner.server.liveness import Liveness
 from tuner.server.oomcount import OomCounters
-from tuner.server.readiness import bring_up
+from tuner.server.readiness import READY_PROMPT, bring_up
+from tuner.server.sleep import WAKING_MESSAGE, SleepEvent, SleepStatus, SleepWatch
 
 log = logging.getLogger(__name__)
+
+#: The file-mode creation mask of every llama-server: what it writes (captured requests) is its user's only.
+CHILD_UMASK = 0o077
 
 
 def local_host(host: str) -> str:
@@ -72,7 +81,14 @@ class Launch:
             self.release_key()
             raise
         self.child: process.ChildProcess | None = None
+        self.spawned_unix_s = 0.0
         self.oom_at_spawn: OomCounters = (None, None)
+        self.sleep = SleepWatch(self.base_url, cfg.api_key, cfg.sleep_idle_s) if IDLE_SLEEP_FLAG in self.argv else None
+
+    @property
+    def sleep_status(self) -> SleepStatus:
+        """Where this launch stands with idle sleep (never asleep without ``--sleep-idle-seconds``)."""
+        return self.sleep.status if self.sleep is not None else SleepStatus()
 
     @property
     def base_url(self) -> str:
@@ -95,10 +111,12 @@ class Launch:
             OSError: it could not be executed (the key hand-off is released).
         """
         self.oom_at_spawn = self.read_oom()
+        self.spawned_unix_s = time.time()
         key = self.key
         try:
             child = process.spawn(self.argv, env=clean_env(os.environ), log_path=self.log_path, tail_lines=tail_lines,
-                                  pass_fds=(key.fd,) if key is not None and key.fd is not None else ())
+                                  pass_fds=(key.fd,) if key is not None and key.fd is not None else (),
+                                  on_line=self.sleep.on_line if self.sleep is not None else None, umask=CHILD_UMASK)
         except OSError:
             self.release_key()
             raise
@@ -116,12 +134,16 @@ class Launch:
                     alive: Callable[[], bool]) -> Diagnosis | None:
         """:func:`tuner.server.readiness.bring_up` with a deadline ``timeout_s`` seconds after the spawn;
         None when ready, else why not (``cancelled`` once ``alive`` turned False). The key hand-off ends
-        either way; an internal error is logged and reported as the diagnosis, never left to hang the start."""
+        either way; an internal error is logged and reported as the diagnosis, never left to hang the start.
+        With capture on, the readiness completion's own file is deleted (it is not a user's request)."""
         try:
             with ServerClient(base_url, api_key=self.cfg.api_key, timeout_s=5.0) as client:
-                return bring_up(child, self.cfg, client, self.dialect, deadline=child.started_at_s + timeout_s,
-                                timeout_s=timeout_s, alive=alive, n_predict=n_predict,
-                                died=lambda first_decode: self.death(child, first_decode=first_decode))
+                outcome = bring_up(child, self.cfg, client, self.dialect, deadline=child.started_at_s + timeout_s,
+                                   timeout_s=timeout_s, alive=alive, n_predict=n_predict,
+                                   died=lambda first_decode: self.death(child, first_decode=first_decode))
+            if outcome is None and self.cfg.log_prompts_dir is not None:
+                capture.drop_probe(self.cfg.log_prompts_dir, READY_PROMPT, self.spawned_unix_s)
+            return outcome
         except Exception as exc:  # a bug must not leave the state hanging in "starting"
             log.exception("internal error while checking readiness of pid %s", child.pid)
             return Diagnosis("exited", f"internal error while checking readiness: {exc!r}", tuple(child.log_lines(20)))
@@ -129,23 +151,45 @@ class Launch:
             self.release_key()
 
     def watch(self, child: process.ChildProcess, base_url: str, alive: Callable[[], bool], interval_s: float,
-              liveness_timeout_s: float | None, announce: Callable[[str], None]) -> Diagnosis | None:
+              liveness_timeout_s: float | None, announce: Callable[[str], None],
+              on_sleep: Callable[[SleepEvent], None] | None = None) -> Diagnosis | None:
         """Wait while ready: None when the child exited or ``alive`` turned False; the ``hung`` diagnosis
-        when :class:`tuner.server.liveness.Liveness` says so (``liveness_timeout_s`` None = no checks)."""
+        when :class:`tuner.server.liveness.Liveness` says so (``liveness_timeout_s`` None = no checks). With
+        idle sleep, each change of :class:`tuner.server.sleep.SleepWatch` goes to ``on_sleep``, and the
+        liveness check knows when the server sleeps (it uses no CPU then by design). With capture on, its
+        folder is pruned every :data:`tuner.server.capture.PRUNE_INTERVAL_S` (:class:`~tuner.server.capture.Pruner`)
+        and once more when the watch ends."""
+        pruner = capture.Pruner(self.cfg.log_prompts_dir) if self.cfg.log_prompts_dir is not None else None
         watch = None
         if liveness_timeout_s is not None:
             watch = Liveness(child, base_url, api_key=self.cfg.api_key, timeout_s=liveness_timeout_s,
                              interval_s=interval_s, announce=announce)
+        sleep = self.sleep
+        if sleep is not None:
+            sleep.interval_s = interval_s
         try:
             while alive():
+                if pruner is not None:
+                    pruner.tick()
                 if child.wait(min(0.5, interval_s)) is not None:
                     return None
+                if sleep is not None and sleep.wake_began():
+                    announce(WAKING_MESSAGE)  # before the poll, which waits for the reload
+                event = sleep.poll() if sleep is not None else None
+                if event is not None and on_sleep is not None and alive():
+                    on_sleep(event)
+                if watch is not None:
+                    watch.sleeping = sleep is not None and sleep.status.sleeping
                 hung = watch.check() if watch is not None else None
                 if hung is not None:
                     return hung
         finally:
             if watch is not None:
                 watch.close()
+            if sleep is not None:
+                sleep.close()
+            if pruner is not None:
+                pruner.prune()
         return None
 
     def death(self, child: process.ChildProcess, phase: str | None = None, first_decode: bool = False) -> Diagnosis:
@@ -153,6 +197,8 @@ class Launch:
         from its log and ``first_decode`` while starting) and the OOM counters at spawn and now."""
         child.wait(2.0)
         lines = child.log_lines(200)
+        if phase == "serving" and self.sleep is not None and self.sleep.waking:
+            phase = "waking"  # it died loading the model again after idle sleep
         ctx = CrashContext(phase=phase or startup_phase(lines, first_decode),
                            oom_before=self.oom_at_spawn, oom_after=self.read_oom())
         return diagnose(child.returncode, lines, ctx)

@@ -8,7 +8,8 @@ the pool has ``n_parallel + 4`` threads or more, tools/server/server-http.cpp
 for ``timeout_s``, the child counts as hung only if it also made no progress: it is stopped (``T``
 state, e.g. SIGSTOP) or the CPU time of its process tree grew by less than :data:`LIVENESS_MIN_CPU_S`
 in that window. A starved but working server (a long prompt on a loaded 2-core machine) is left alone
-and the silence is announced once.
+and the silence is announced once. A server asleep (idle sleep, :mod:`tuner.server.sleep`) uses no CPU
+by design, so while :attr:`Liveness.sleeping` is set only a stopped process counts as hung.
 """
 
 from __future__ import annotations
@@ -18,7 +19,7 @@ import time
 from collections.abc import Callable
 
 from tuner import process
-from tuner.server.client import ServerClient
+from tuner.server.client import NON_WAKING_PATHS, ServerClient
 from tuner.server.diagnosis import Diagnosis
 
 log = logging.getLogger(__name__)
@@ -48,12 +49,14 @@ class Liveness:
         self.timeout_s = timeout_s
         self.interval_s = interval_s
         self.announce = announce
-        self.client = ServerClient(base_url, api_key=api_key, timeout_s=HEALTH_TIMEOUT_S)
+        self.client = ServerClient(base_url, api_key=api_key, timeout_s=HEALTH_TIMEOUT_S, paths=NON_WAKING_PATHS)
         now = time.monotonic()
         self.last_ok = now
         self.next_check = now + interval_s
         self.cpu_mark = self._cpu()
         self.busy_noted = False
+        #: set by the launch's watch while the server sleeps (then low CPU is no sign of a hang)
+        self.sleeping = False
 
     def _cpu(self) -> float | None:
         usage = process.tree_usage(self.child.pid)
@@ -79,11 +82,11 @@ class Liveness:
         stopped = process.process_stopped(self.child.pid)
         cpu = self._cpu()
         gained = None if cpu is None or self.cpu_mark is None else cpu - self.cpu_mark
-        if not stopped and gained is not None and gained >= LIVENESS_MIN_CPU_S:
-            # working (a long prompt on a starved machine): not hung; measure the next window
+        if not stopped and (self.sleeping or (gained is not None and gained >= LIVENESS_MIN_CPU_S)):
+            # working (a long prompt on a starved machine), or asleep: not hung; measure the next window
             if not self.busy_noted:
-                self.announce(f"llama-server has not answered /health for {silent:.0f} s but is working "
-                              f"({gained:.1f} CPU s in that time): not restarted")
+                why = "is asleep (idle sleep)" if self.sleeping else f"is working ({gained or 0:.1f} CPU s in that time)"
+                self.announce(f"llama-server has not answered /health for {silent:.0f} s but {why}: not restarted")
                 self.busy_noted = True
             self.last_ok, self.cpu_mark = now, cpu
             return None

@@ -11,6 +11,9 @@ The supervisor composes one module per concern and holds the threads and the loc
 - readiness (:mod:`tuner.server.readiness`: /health, our identity, one completion, speculation on);
 - liveness while ready (:mod:`tuner.server.liveness`: silent *and* no progress = hung, killed and
   handled like a crash);
+- idle sleep (:mod:`tuner.server.sleep`, with ``ServerConfig.sleep_idle_s``): ``ready`` → ``sleeping`` when
+  llama-server unloaded the model, ``sleeping`` → ``ready`` when a request loaded it again (the message says
+  how long the reload took); a reload that fails is a crash like any other (``wake_failed``);
 - after a failed start or a crash: the pure :func:`tuner.server.restart_policy.next_step` decides from
   this ``start()``'s history kept in a :class:`tuner.server.restarts.CrashBook`, then the supervisor
   makes the transition, waits the action's delay and relaunches (``_after_crash``). A start that dies by
@@ -54,6 +57,7 @@ from tuner.server.launch import Launch, pick_port
 from tuner.server.oomcount import OomCounters, read_oom_counters
 from tuner.server.restarts import CrashBook, Step, lost_rpc_host, record_cure, relaunch_message, served_death
 from tuner.server.serverlogs import new_log_path
+from tuner.server.sleep import SleepEvent, SleepStatus
 from tuner.server.states import LIVE, IllegalTransition, ServerState, StateChange, StateMachine
 
 log = logging.getLogger(__name__)
@@ -196,6 +200,11 @@ class Supervisor:
         return self._current.log_path if self._current is not None else None
 
     @property
+    def sleep_status(self) -> SleepStatus:
+        """Idle sleep of the current launch: asleep now, waking, the last reload's seconds."""
+        return self._current.sleep_status if self._current is not None else SleepStatus()
+
+    @property
     def restart_count(self) -> int:
         """Crash restarts since the last :meth:`start`."""
         return self._book.restart_count
@@ -248,13 +257,17 @@ class Supervisor:
         build_argv(self.binary.path, config if config.port is not None else config.with_port(1), self.dialect)
         config = workarounds.apply_workarounds(config, self.binary.path)
         with self._lock:
-            self._requested = config
-            self._book.begin()
-            self._machine.diagnosis = None
-            self._startup_timeout_s = startup_timeout_for(config) if startup_timeout_s is None else startup_timeout_s
-            self._gen += 1
-            gen = self._gen
+            gen = self._begin(config, startup_timeout_s)
         self._launch(gen, config, message=f"starting {config.model_path.name}")
+
+    def _begin(self, config: ServerConfig, startup_timeout_s: float | None) -> int:
+        """A new start of ``config`` (caller holds the lock; the previous launch stands down): its generation."""
+        self._requested = config
+        self._book.begin()
+        self._machine.diagnosis = None
+        self._startup_timeout_s = startup_timeout_for(config) if startup_timeout_s is None else startup_timeout_s
+        self._gen += 1
+        return self._gen
 
     def wait_ready(self, timeout_s: float | None = None, cancel: threading.Event | None = None) -> str:
         """Block until ready; returns ``base_url``.
@@ -319,18 +332,28 @@ class Supervisor:
                 self._set_state(ServerState.STOPPED, message="stopped")
         return rc
 
-    def restart(self, config: ServerConfig | None = None) -> None:
-        """Stop and start again (with ``config`` or the last requested configuration); returns
-        at once like :meth:`start`.
+    def restart(self, config: ServerConfig | None = None, applying: str | None = None) -> None:
+        """Stop and start again (with ``config`` or the last requested configuration); returns at once like
+        :meth:`start`. ``applying`` (a start-up setting, in words): a ready or sleeping server goes ``applying`` →
+        ``starting`` on its own port ("restarting llama-server to apply: …"), not through ``stopped``.
 
-        Raises: RuntimeError when nothing was started before and no ``config`` is given;
-        UnsupportedConfigError like :meth:`start`.
+        Raises: RuntimeError (nothing started before, no ``config``); UnsupportedConfigError like :meth:`start`.
         """
         cfg = config or self._requested
         if cfg is None:
             raise RuntimeError("restart(): nothing was started before and no config given")
-        self.stop()
-        self.start(cfg)
+        if applying is None or self.state not in (ServerState.READY, ServerState.SLEEPING):
+            self.stop()
+            self.start(cfg)
+            return
+        build_argv(self.binary.path, cfg if cfg.port is not None else cfg.with_port(1), self.dialect)
+        with self._lock:
+            child, port = self._child, self.config.port if self.config is not None else None
+            gen = self._begin(workarounds.apply_workarounds(cfg, self.binary.path), None)
+            self._set_state(ServerState.APPLYING, message=f"restarting llama-server to apply: {applying}")
+        if child is not None:
+            child.stop()  # its monitor stands down: the generation moved on
+        self._launch(gen, cfg, message=f"starting {cfg.model_path.name} ({applying})", prefer_port=port)
 
     def close(self) -> None:
         """Same as :meth:`stop` (for ``with`` blocks)."""
@@ -430,7 +453,7 @@ class Supervisor:
         if not self._became_ready(gen, launch.cfg, launch.requested):
             return
         hung = launch.watch(child, self.base_url or "", alive, self.health_interval_s, self.liveness_timeout_s,
-                            self._announce)
+                            self._announce, functools.partial(self._on_sleep, gen))
         if not alive():
             return
         ready_s = time.monotonic() - (self._ready_at or time.monotonic())
@@ -459,6 +482,13 @@ class Supervisor:
                 self._announce(note.message, note)
         return True
 
+    def _on_sleep(self, gen: int, event: SleepEvent) -> None:
+        """Idle sleep changed (:mod:`tuner.server.sleep`): ``ready`` ↔ ``sleeping``, said in the event's words."""
+        new = ServerState.SLEEPING if event.asleep else ServerState.READY
+        with self._lock:
+            if self._alive_gen(gen) and self.state in (ServerState.READY, ServerState.SLEEPING) and self.state is not new:
+                self._set_state(new, message=event.message)
+
     # ------------------------------------------------------------------ after a launch ended
     def _after_crash(self, gen: int, child: process.ChildProcess, diag: Diagnosis, ready_s: float | None) -> None:
         """A launch ended (``ready_s``: how long it had been ready; None = never): the restart policy
@@ -473,10 +503,11 @@ class Supervisor:
             if not self._alive_gen(gen):
                 return
             self._last_lines = child.log_lines()
-            step = self._book.decide(diag, ready_s, self.config, self._requested, self._policy_settings(),
+            step = self._book.decide(diag, ready_s, self.config, self._requested, _policy_settings(self),
                                      self._rpc_fallback, lost)  # policy
             self._transition(step)  # transition
-        if step.config is None or isinstance(step.action, policy.GiveUp) or not self._wait(gen, step.action.delay_s):
+        if step.config is None or isinstance(step.action, policy.GiveUp) \
+                or not _wait_while(functools.partial(self._alive_gen, gen), step.action.delay_s):
             return  # gave up, or superseded during the back-off
         with self._lock:
             if not self._alive_gen(gen):
@@ -484,13 +515,6 @@ class Supervisor:
             self._startup_timeout_s = startup_timeout_for(step.config)
         self._launch(gen, step.config, relaunch_message(step.action, step.config, self._book.restart_count),
                      prefer_port=self.config.port if self.config else None)  # relaunch
-
-    def _policy_settings(self) -> policy.PolicySettings:
-        """This supervisor's side of :func:`restart_policy.next_step` (the crash book adds the rest)."""
-        return policy.PolicySettings(
-            auto_restart=self.auto_restart, can_no_repack=self.dialect.first("--no-repack", "-nr") is not None,
-            backoff_s=self.backoff_s, healthy_after_s=self.healthy_after_s, fallback_after=self.max_restarts,
-            cpu_flags=workarounds.cpu_identity().flags)
 
     def _transition(self, step: Step) -> None:
         """The state change ``step`` calls for (caller holds the lock): failed, or starting again."""
@@ -504,14 +528,24 @@ class Supervisor:
             self.rpc_lost = step.rpc_lost
         self._set_state(ServerState.STARTING, step.diagnosis, message=step.message)
 
-    def _wait(self, gen: int, delay_s: float) -> bool:
-        """Sleep ``delay_s`` seconds; False as soon as this launch was superseded (a stop or a start)."""
-        t_end = time.monotonic() + delay_s
-        while time.monotonic() < t_end:
-            if not self._alive_gen(gen):
-                return False
-            time.sleep(min(0.1, max(0.0, t_end - time.monotonic())))
-        return self._alive_gen(gen)
+
+def _policy_settings(sup: Supervisor) -> policy.PolicySettings:
+    """``sup``'s side of :func:`restart_policy.next_step` (its crash book adds the rest)."""
+    return policy.PolicySettings(
+        auto_restart=sup.auto_restart, can_no_repack=sup.dialect.first("--no-repack", "-nr") is not None,
+        backoff_s=sup.backoff_s, healthy_after_s=sup.healthy_after_s, fallback_after=sup.max_restarts,
+        cpu_flags=workarounds.cpu_identity().flags)
+
+
+def _wait_while(alive: Callable[[], bool], delay_s: float) -> bool:
+    """Sleep ``delay_s`` seconds; False as soon as ``alive()`` turns False (the launch was superseded by a stop
+    or a start)."""
+    t_end = time.monotonic() + delay_s
+    while time.monotonic() < t_end:
+        if not alive():
+            return False
+        time.sleep(min(0.1, max(0.0, t_end - time.monotonic())))
+    return alive()
 
 
 __all__ = ["IllegalTransition", "ServerStartError", "ServerState", "StateChange", "Supervisor", "startup_timeout_for"]

@@ -13,6 +13,13 @@ Series (name → unit):
 * ``vram_used_bytes`` — device memory used (NVML), summed over devices
 * ``ram_rss_bytes`` — resident memory of the llama-server process tree
 * ``cpu_percent`` — CPU of the llama-server process tree, % of one core
+
+Idle sleep: the first request after the server woke (it waited for the model to load again) is left out of
+the speed and acceptance series and of the :class:`~tuner.telemetry.watch.AcceptanceWatch`: the interval whose
+counters first grew after a sleep (llama-server adds a request's tokens and drafts to its counters when the
+request ends, tools/server/server-context.cpp ``metrics_on_prediction``) records no speed and no acceptance,
+and :attr:`Collector.left_out_after_wake` counts it. The sleeps come from a ``sleeps()`` source
+(:meth:`Collector.attach`), e.g. the supervisor's :class:`tuner.server.sleep.SleepStatus`.
 """
 
 from __future__ import annotations
@@ -98,23 +105,51 @@ class Collector:
         #: clock time of the last poll that saw a request in flight or tokens generated (None: never)
         self.last_active_t_s: float | None = None
         self.series: dict[str, RingBuffer] = {name: RingBuffer(capacity) for name in SERIES}
+        self.sleeps: Callable[[], int] | None = None
+        self._sleeps_seen = 0
+        self._after_wake = False  # the server slept since the last request: the next one waited for a reload
+        #: requests left out of the speed and acceptance figures because they woke the server
+        self.left_out_after_wake = 0
 
     def attach(
         self,
         metrics: MetricsSampler | None,
         process: ProcessSampler | None,
         watch: AcceptanceWatch | None = None,
+        sleeps: Callable[[], int] | None = None,
     ) -> None:
-        """Point the collector at a (new) server; the buffers keep their history."""
+        """Point the collector at a (new) server; the buffers keep their history. ``sleeps()``: how many
+        times the server fell asleep so far (idle sleep; None = it does not sleep)."""
         self.metrics = metrics
         self.process = process
         self.watch = watch
+        self.sleeps = sleeps
+        self._sleeps_seen, self._after_wake = self._read_sleeps(), False
 
     def detach(self) -> None:
         """Stop sampling the server (VRAM keeps being sampled)."""
         self.metrics = None
         self.process = None
         self.watch = None
+        self.sleeps = None
+
+    def _read_sleeps(self) -> int:
+        try:
+            return int(self.sleeps()) if self.sleeps is not None else 0
+        except Exception:  # a gone supervisor: nothing new
+            return self._sleeps_seen
+
+    def _woke_request(self, m: MetricsRates | None) -> bool:
+        """True when ``m``'s interval holds the first request after a sleep (its figures are left out)."""
+        n = self._read_sleeps()
+        if n > self._sleeps_seen:
+            self._after_wake = True
+        self._sleeps_seen = n  # fewer: a new launch counts from 0 again
+        if not self._after_wake or m is None or not (m.generated_tokens or 0) > 0:
+            return False
+        self._after_wake = False
+        self.left_out_after_wake += 1
+        return True
 
     def idle_for_s(self, now_s: float | None = None) -> float | None:
         """Seconds since the last poll that saw work (a request in flight or tokens generated);
@@ -144,10 +179,11 @@ class Collector:
         p = self.process.sample(t) if self.process and sample_process else None
         v = self.vram.sample() if self.vram else None
         w = None
+        woke = self._woke_request(m)
         if m is not None and self.watch is not None:
-            w = self.watch.feed(t, m.draft_tokens, m.accepted_tokens)
-        self.series["gen_tokens_per_s"].append(t, m.gen_tokens_per_s if m else None)
-        self.series["acceptance_rate"].append(t, m.acceptance_rate if m else None)
+            w = self.watch.feed(t, None if woke else m.draft_tokens, None if woke else m.accepted_tokens)
+        self.series["gen_tokens_per_s"].append(t, m.gen_tokens_per_s if m and not woke else None)
+        self.series["acceptance_rate"].append(t, m.acceptance_rate if m and not woke else None)
         self.series["requests_processing"].append(t, m.requests_processing if m else None)
         self.series["requests_in_flight"].append(t, m.requests_in_flight if m else None)
         self.series["generated_tokens"].append(t, m.generated_tokens if m else None)

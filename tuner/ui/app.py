@@ -136,11 +136,13 @@ def build(single_instance: bool = True, tray_available: bool | None = None) -> D
     if instance is not None:
         instance.show_requested.connect(window.bring_forward)
     if settings_error:
-        window.statusBar().showMessage(settings_error)
+        from tuner.ui.plaintext import plain
+
+        window.statusBar().showMessage(plain(settings_error))  # quotes the file's values
     if st.models_dir is None:
         window.tabs.setCurrentWidget(window.models_tab)
         window.models_tab.show_first_run_prompt()
-    elif not controller.restore_serving():  # Serve at start: what was served comes back (it scans too)
+    elif not controller.serve_at_start.restore():  # Serve at start: what was served comes back (it scans too)
         controller.scan_models(st.models_dir)
     return app
 

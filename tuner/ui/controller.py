@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -20,10 +21,14 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from tuner import settings as settings_mod
 from tuner.calibration.request import EventCallback, TuneResult
 from tuner.catalog.model import ModelFile
+from tuner.safetext import safe_text
+from tuner.server import MAX_CAPTURED_FILES as MAX_FILES
+from tuner.server import WAKING_MESSAGE, SleepStatus, reload_words
 from tuner.server.supervisor import ServerState, StateChange
 from tuner.settings import Settings
 from tuner.telemetry.collector import Collector, TelemetryTick
 from tuner.ui import flow
+from tuner.ui.serve_at_start import ServeAtStart
 from tuner.ui.state import AppState
 from tuner.ui.workers import CallWorker, PollWorker
 
@@ -52,6 +57,32 @@ def activity_text(collector: Collector, now_s: float | None = None) -> str:
     return f"{tps:.1f} tokens/s" if tps is not None else "working (no tokens/s yet)"
 
 
+def capture_text(status: flow.CaptureStatus) -> str | None:
+    """The capture of served requests in words while the served llama-server keeps them (the tray's tooltip and
+    menu): ``"keeping your last 200 requests on this machine (12 kept now)"``; None while it does not."""
+    if not status.active:
+        return None
+    return f"keeping your last {MAX_FILES} requests on this machine ({status.files} kept now)"
+
+
+def sleep_text(status: SleepStatus, headline: bool = True) -> str | None:
+    """Idle sleep in words for the tray, the Serve tab and the Monitor: ``"sleeping — memory freed; …"``
+    while asleep (without its first words when ``headline`` is False: the Serve tab's state says them),
+    ``"waking up — …"`` while the model loads again, the first request's reload time once awake again;
+    None when the server has not slept."""
+    last = reload_words(status.last_reload_s) if status.last_reload_s is not None else None
+    if status.waking:
+        return WAKING_MESSAGE
+    if status.sleeping:
+        since = time.strftime(" since %H:%M", time.localtime(status.since_unix_s)) if status.since_unix_s else ""
+        rest = (f"the model is unloaded{since}; the next request loads it again"
+                + (f" (last time in {last})" if last else ""))
+        return f"sleeping — memory freed; {rest}" if headline else rest[0].upper() + rest[1:]
+    if last is not None:
+        return f"awake — the first request after sleeping waited {last} for the model to load"
+    return None
+
+
 class AppController(QObject):
     """State and actions of the running app.
 
@@ -64,6 +95,10 @@ class AppController(QObject):
         tune_done(object): the :class:`tuner.calibration.request.TuneResult` behind what is served.
         server_changed(object): a :class:`tuner.ui.flow.ServingInfo` or None when stopped.
         telemetry(object): a :class:`tuner.telemetry.collector.TelemetryTick` (1 Hz while polling).
+        sleep_changed(object): the served server fell asleep or woke (idle sleep): a
+            :class:`tuner.server.SleepStatus`, also in :attr:`sleep`.
+        capture_changed(): the capture of served requests was switched, applied, or requests were deleted
+            (:meth:`capture_status` says where it stands).
         notify(str, str): title and message for a desktop notification.
         error(str): a failure in plain words (also shown in the Serve tab).
         plan_ready(object, str): a model and its memory plan in words.
@@ -78,6 +113,8 @@ class AppController(QObject):
     server_changed = Signal(object)
     server_log = Signal(str)
     telemetry = Signal(object)
+    sleep_changed = Signal(object)
+    capture_changed = Signal()
     notify = Signal(str, str)
     error = Signal(str)
     plan_ready = Signal(object, str)
@@ -106,11 +143,15 @@ class AppController(QObject):
         self.last_tick: TelemetryTick | None = None
         self.paused_for_retune = False
         """True while a re-tune runs with the served server stopped (tray and Serve tab say so)."""
+        self.sleep = SleepStatus()
+        """Idle sleep of the served server (asleep now, the last reload's seconds)."""
         self.retune_offer: Path | None = None
         """The target whose stale profile *Serve at start* did not serve: the re-tune it offers."""
         self.restoring: Path | None = None
         """The target *Serve at start* is serving again right now (the state is TUNING meanwhile: a worker runs),
         None otherwise: the tray and the Serve tab say "starting", not "tuning"."""
+        self.serve_at_start = ServeAtStart(self)
+        """*Serve at start*: ``restore()`` at start, ``remember`` / ``forget`` as serving starts and stops."""
 
     # ------------------------------------------------------------ state
     def set_state(self, state: AppState, message: str | None = None) -> None:
@@ -143,16 +184,22 @@ class AppController(QObject):
         """Tray tooltip: state, model, endpoint and the current tokens/s, or "idle" when no request
         ran in the last :data:`tuner.telemetry.collector.IDLE_AFTER_S` seconds."""
         if self.restoring is not None:
-            return f"Draftwise — starting\nServing {self.restoring.name} again (its saved profile)"
+            return f"Draftwise — starting\nServing {safe_text(self.restoring.name)} again (its saved profile)"
         lines = [f"Draftwise — {self.state.value}"]
         if self.serving and self.paused_for_retune:
             lines.append(f"{self.serving.model_name}: serving paused for re-tune")
         elif self.serving:
             lines.append(f"{self.serving.model_name} at {self.serving.endpoint_url}")
-            lines.append(activity_text(self.collector))
+            asleep = self.sleep.sleeping
+            lines.append(sleep_text(self.sleep) or "" if asleep else activity_text(self.collector))
+            if not asleep and self.sleep.last_reload_s is not None:
+                lines.append(sleep_text(self.sleep) or "")
+            said = capture_text(self.capture_status())
+            if said is not None:
+                lines.append(said)
         elif self.state is AppState.ERROR and self.last_error:
             lines.append(self.last_error[:120])
-        return "\n".join(lines)
+        return "\n".join(safe_text(line) for line in lines)  # a file name's newline stays inside its line
 
     # ------------------------------------------------------------ settings
     def update_settings(self, new: Settings) -> None:
@@ -161,6 +208,65 @@ class AppController(QObject):
             flow.set_autostart(new.start_at_login)
         settings_mod.save_settings(new)
         self.settings = new
+
+    # ------------------------------------------------------------ capture of served requests
+    def capture_status(self) -> flow.CaptureStatus:
+        """Where the capture of served requests stands (:func:`tuner.ui.flow.capture_status`)."""
+        return flow.capture_status(self.settings, self.runner)
+
+    def set_capture(self, on: bool) -> bool:
+        """Switch the capture of served requests (the ``capture_requests`` setting). A served server is
+        restarted to apply it (``--log-prompts-dir`` is a start-up flag: the supervisor's applying state); off
+        deletes every captured request once the server runs without the flag. False when refused: a step runs
+        (the setting is unchanged). Raises :class:`tuner.settings.SettingsError` when the setting cannot be saved."""
+        if self.busy:
+            self.status.emit("Busy: wait for the current step or cancel it")
+            return False
+        self.update_settings(self.settings.replace(capture_requests=on))
+        sup = self.runner.supervisor
+        cfg = sup.config if sup is not None and self.serving is not None else None
+        if cfg is None or sup is None or sup.state not in (ServerState.READY, ServerState.SLEEPING):
+            if not on:
+                flow.forget_captured()
+            self.capture_changed.emit()
+            return True
+        setting = "keeping served requests" if on else "not keeping served requests"
+
+        def job(on_event: EventCallback, cancel: threading.Event) -> None:
+            self.runner.apply(flow.capture_config(cfg, on), setting)
+            if not on:
+                flow.forget_captured()
+
+        self._start_work(job, "apply", lambda _r: self._applied(setting))
+        return True
+
+    def _applied(self, setting: str) -> None:
+        """A start-up setting was applied: a new llama-server process serves (fresh /metrics counters, awake)."""
+        if self.sleep != SleepStatus():
+            self.sleep = SleepStatus()
+            self.sleep_changed.emit(self.sleep)
+        self.metrics_reset()
+        self._serving_process_changed()
+        self.capture_changed.emit()
+        self.set_state(AppState.SERVING, f"llama-server restarted: {setting}")
+
+    def forget_captured(self) -> int:
+        """*Forget captured requests*: delete every captured request (a serving llama-server goes on keeping new
+        ones while the setting is on). Returns how many; raises OSError when one cannot be deleted."""
+        try:
+            n = flow.forget_captured(keep_folders=self.settings.capture_requests)
+        finally:
+            self.capture_changed.emit()
+        self.status.emit(f"Forgot {n} captured request{'' if n == 1 else 's'}")
+        return n
+
+    def delete_captured(self, path: Path) -> bool:
+        """Delete one captured request (a file :func:`tuner.ui.flow.list_captured` listed); True when it existed.
+        Raises ValueError for any other path, OSError when it cannot be deleted."""
+        try:
+            return flow.delete_captured(path)
+        finally:
+            self.capture_changed.emit()
 
     # ------------------------------------------------------------ actions
     def _start_work(self, fn: Callable[[EventCallback, threading.Event], Any], name: str,
@@ -258,71 +364,6 @@ class AppController(QObject):
         self.retune_offer = None
         self.tune_and_serve(force_retune=True)
 
-    def restore_serving(self) -> bool:
-        """*Serve at start*: serve what was served when the app last ran (``settings.served_target``) again from
-        its saved profile, in a worker, when the setting is on; a stale profile is not served: a notification
-        says why and offers the re-tune (:attr:`retune_offer`; a click on it re-tunes). Returns False (and does
-        nothing) when the setting is off or nothing was served."""
-        st = self.settings
-        target = st.served_target
-        if not st.serve_at_start or target is None:
-            return False
-        folder = st.models_dir or flow.demo_models_dir()
-        self.selected_target = target
-        prompts_path = self.prompts_path
-        tune_options = dict(self.tune_options)
-        self.restoring = target
-        self.set_state(AppState.TUNING, f"Serving {target.name} again…")
-
-        def job(on_event: EventCallback, cancel: threading.Event) -> flow.ServeOutcome | flow.NotRestored:
-            return flow.restore_serving(folder, target, st, prompts_path, self.runner, on_event, cancel, tune_options)
-
-        if self._start_work(job, "restore", self._on_restored, self.tune_event.emit) is None:
-            self.restoring = None
-            self.set_state(AppState.IDLE)
-            return False
-        return True
-
-    def _on_restored(self, outcome: flow.ServeOutcome | flow.NotRestored) -> None:
-        self.restoring = None
-        if isinstance(outcome, flow.ServeOutcome):
-            self._on_served(outcome)
-            return
-        if outcome.scan is not None:
-            self._on_scanned(outcome.scan)
-        self.retune_offer = outcome.target_path if outcome.reasons else None
-        message = outcome.message()
-        self.set_state(AppState.IDLE, message)
-        self.restore_refused.emit(message)
-        title = "Draftwise: not serving — re-tune?" if outcome.reasons else "Draftwise: not serving"
-        self.notify.emit(title, message + (" Click here to re-tune." if outcome.reasons else ""))
-
-    def notification_clicked(self) -> None:
-        """The user clicked the last notification: a pending re-tune offer (a stale profile at start) is taken."""
-        if self.retune_offer is not None and not self.busy:
-            self.retune()
-
-    def _remember_served(self, info: flow.ServingInfo) -> None:
-        """What is served now is what *Serve at start* serves next time; the first serve turns the unset
-        setting on (an explicit off stays off)."""
-        st = self.settings
-        on = True if st.serve_at_start is None else st.serve_at_start
-        if st.served_target == info.target_path and st.serve_at_start == on:
-            return
-        try:
-            self.update_settings(st.replace(served_target=info.target_path, serve_at_start=on))
-        except Exception:  # noqa: BLE001 - serving goes on; the log says why it is not remembered
-            log.exception("could not remember the served target in the settings")
-
-    def _forget_served(self) -> None:
-        """Stopped by hand: nothing to serve again at the next start."""
-        if self.settings.served_target is None:
-            return
-        try:
-            self.update_settings(self.settings.replace(served_target=None))
-        except Exception:  # noqa: BLE001
-            log.exception("could not clear the served target in the settings")
-
     def _on_served(self, outcome: flow.ServeOutcome) -> None:
         """The worker finished: update the views in separate event-loop turns (each repaint is
         small), serving state first."""
@@ -348,8 +389,10 @@ class AppController(QObject):
     def _serving_started(self, info: flow.ServingInfo, samplers: flow.Samplers | None = None) -> None:
         self.serving = info
         self.retune_offer = None
-        self._remember_served(info)
-        self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)))
+        self.serve_at_start.remember(info)
+        self.sleep = SleepStatus()
+        self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)),
+                              sleeps=flow.sleep_counter(self.runner))
         self._start_polling()
         self.server_changed.emit(info)
         self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")
@@ -362,11 +405,12 @@ class AppController(QObject):
             self.runner.stop()
 
         if self._start_work(job, "stop", lambda _r: self._serving_stopped()) is not None:
-            self._forget_served()
+            self.serve_at_start.forget()
 
     def _serving_stopped(self) -> None:
         self._stopping = False
         self.serving = None
+        self.sleep = SleepStatus()
         self.collector.detach()
         self.server_changed.emit(None)
         self.set_state(AppState.IDLE, "Server stopped")
@@ -382,13 +426,17 @@ class AppController(QObject):
             return
         state, prev = change.state, change.previous
         diag = change.diagnosis
-        if state is ServerState.STARTING and prev is ServerState.READY and diag is not None \
+        if ServerState.SLEEPING in (state, prev) and state in (ServerState.SLEEPING, ServerState.READY):
+            self._sleep_changed(change)
+        elif state is ServerState.STARTING and prev is ServerState.READY and diag is not None \
                 and diag.code == "rpc_host_lost":
             self.notify.emit("Draftwise: RPC host lost", f"{change.message}.")
             self.status.emit(change.message)
-        elif state is ServerState.STARTING and prev is ServerState.READY:
+        elif state is ServerState.STARTING and prev in (ServerState.READY, ServerState.SLEEPING):
             # the supervisor's message says what happened and what it does, in plain words: "llama-server
             # crashed (killed by the system, probably for lack of memory); restarting in 2 s (restart 3)"
+            # or, after idle sleep, "crashed (could not load the model again after idle sleep); …"
+            self.sleep = SleepStatus()
             what = "hung" if diag is not None and diag.code == "hung" else "crashed"
             self.notify.emit(f"Draftwise: llama-server {what}", f"{change.message}.")
             self.status.emit(change.message)
@@ -410,10 +458,27 @@ class AppController(QObject):
                 self.notify.emit("Draftwise: llama-server restarted",
                                  f"llama-server crashed and was restarted ({change.message}).")
                 self.set_state(AppState.SERVING, "llama-server restarted")
+        elif state is ServerState.APPLYING:
+            self.status.emit(change.message)  # "restarting llama-server to apply: keeping served requests"
         elif state is ServerState.FAILED:
             msg = flow.describe_supervisor_failure(self.runner)
             self.notify.emit("Draftwise: llama-server stopped", msg)
             self.set_state(AppState.ERROR, msg)
+
+    def _sleep_changed(self, change: StateChange) -> None:
+        """The served server fell asleep, or woke (idle sleep): the views are told; the supervisor's status
+        (read now) has the reload time of the wake."""
+        sup = self.runner.supervisor
+        status = sup.sleep_status if sup is not None else SleepStatus()
+        if change.state is ServerState.SLEEPING and not status.sleeping:
+            status = SleepStatus(sleeping=True, last_reload_s=status.last_reload_s, sleeps=status.sleeps)
+        self.sleep = status
+        self.sleep_changed.emit(status)
+        self.status.emit(change.message)
+
+    def idle_sleep_problem(self) -> str | None:
+        """Why the app's llama-server cannot unload an idle model (ik_llama.cpp, legacy builds), or None."""
+        return flow.idle_sleep_problem(self.settings, self.runner)
 
     def _serving_process_changed(self) -> None:
         """After a crash restart (or the previous configuration started again after a failed re-tune)

@@ -56,6 +56,16 @@ from tuner.hardware import nvml
 from tuner.hardware.memory import MemoryPlan, MemoryRequest, context_trade, load_model_spec, plan_memory
 from tuner.process import tree_usage
 from tuner.profiles import Profile
+from tuner.server import (
+    NON_WAKING_PATHS,
+    ServerNotFoundError,
+    cached_dialect,
+    captured_count,
+    log_prompts_dir,
+)
+from tuner.server import delete_captured as delete_captured  # re-exported: the captured requests for the window
+from tuner.server import forget_captured as forget_captured
+from tuner.server import list_captured as list_captured
 from tuner.server.client import ServerClient
 from tuner.server.config import ServerConfig, default_alias
 from tuner.server.discovery import ServerBinary, find_server
@@ -252,7 +262,7 @@ class ServerRunner:
         sup = Supervisor(binary, auto_restart=True, on_state=self._state_cb, rpc_fallback=rpc_fallback)
         with self._lock:
             self.supervisor = sup
-        sup.start(config)
+        sup.start(_capturable(config, sup))
         try:
             sup.wait_ready(timeout_s=ready_timeout_s, cancel=cancel)
         except ServerStartError:
@@ -260,6 +270,23 @@ class ServerRunner:
                 self.stop()
                 raise Cancelled() from None
             raise
+        return sup
+
+    def apply(self, config: ServerConfig, setting: str, ready_timeout_s: float | None = None) -> Supervisor | None:
+        """Restart the served server with ``config`` to apply a start-up setting (``setting``, in words: "keeping
+        served requests"): ready or sleeping → applying → starting → ready on the same port
+        (:meth:`Supervisor.restart`); waits until ready. None when nothing is served (the setting then applies at
+        the next start).
+
+        Raises:
+            tuner.server.supervisor.ServerStartError: the new configuration did not start (with ``diagnosis``).
+        """
+        with self._lock:
+            sup = self.supervisor
+        if sup is None or sup.state not in (ServerState.READY, ServerState.SLEEPING):
+            return None
+        sup.restart(_capturable(config, sup), applying=setting)
+        sup.wait_ready(timeout_s=ready_timeout_s)
         return sup
 
     def pause(self) -> ServerConfig | None:
@@ -270,7 +297,7 @@ class ServerRunner:
         if sup is None:
             return None
         config = sup.config
-        if sup.state not in (ServerState.READY, ServerState.STARTING) or config is None:
+        if sup.state not in (ServerState.READY, ServerState.SLEEPING, ServerState.STARTING) or config is None:
             return None
         log.info("pausing the served llama-server (port %s) for a re-tune", config.port)
         sup.stop()
@@ -302,6 +329,67 @@ class ServerRunner:
         return tuple(argv) if argv else None
 
 
+def _capturable(config: ServerConfig, sup: Supervisor) -> ServerConfig:
+    """``config`` without ``--log-prompts-dir`` when ``sup``'s llama-server cannot keep the requests it serves
+    (ik_llama.cpp, legacy builds: the Serve tab says why), so serving goes on without capture."""
+    problem = sup.dialect.capture_problem() if config.log_prompts_dir is not None else None
+    if problem is None:
+        return config
+    log.warning("not keeping served requests: %s", problem)
+    return replace(config, log_prompts_dir=None)
+
+
+def capture_config(config: ServerConfig, on: bool) -> ServerConfig:
+    """``config`` with the capture of served requests on (the model id's private folder as ``--log-prompts-dir``,
+    made now: :func:`tuner.server.log_prompts_dir`) or off.
+
+    Raises:
+        tuner.server.CaptureError: the folder cannot be made private (names it).
+    """
+    folder = log_prompts_dir(config.alias or default_alias(config.model_path)) if on else None
+    return replace(config, log_prompts_dir=folder)
+
+
+@dataclass(frozen=True)
+class CaptureStatus:
+    """The capture of served requests as the tray and the Serve tab show it.
+
+    Attributes:
+        setting: the ``capture_requests`` setting.
+        active: the served llama-server runs with ``--log-prompts-dir`` now.
+        folder: where the served model's requests go (from the live argv), None when not active.
+        files, size_bytes: what is kept now, over every model.
+        problem: why the app's llama-server cannot keep requests (None when it can, or not known yet).
+    """
+
+    setting: bool
+    active: bool
+    folder: Path | None
+    files: int
+    size_bytes: int
+    problem: str | None
+
+
+def capture_status(settings: Settings, runner: ServerRunner | None = None) -> CaptureStatus:
+    """Where the capture of served requests stands: the setting, the live argv, the files kept, and why the
+    llama-server cannot (the served supervisor's dialect, else the binary's cached ``--help``; never runs it)."""
+    argv = runner.argv if runner is not None and runner.pid is not None else None
+    folder = None
+    if argv and "--log-prompts-dir" in argv and argv.index("--log-prompts-dir") + 1 < len(argv):
+        folder = Path(argv[argv.index("--log-prompts-dir") + 1])
+    files, size = captured_count()
+    sup = runner.supervisor if runner is not None else None
+    if sup is not None:
+        problem = sup.dialect.capture_problem()
+    else:
+        try:
+            dialect = cached_dialect(find_server(settings.server_binary, read_build=False).path)
+        except ServerNotFoundError:
+            dialect = None
+        problem = dialect.capture_problem() if dialect is not None else None
+    return CaptureStatus(settings.capture_requests, folder is not None, folder, files, size, problem)
+
+
 def vram_sampler() -> VramSampler | None:
     """A :class:`tuner.telemetry.samplers.VramSampler` over NVML (``tuner.hardware.nvml.used_bytes_total``);
     None when there is no reading (no NVML library, no NVIDIA GPU)."""
@@ -316,8 +404,9 @@ def vram_sampler() -> VramSampler | None:
 
 
 def server_samplers(info: ServingInfo, runner: ServerRunner) -> Samplers:
-    """``(MetricsSampler, ProcessSampler, AcceptanceWatch | None)`` for the served server."""
-    client = ServerClient(info.base_url, api_key=info.api_key)
+    """``(MetricsSampler, ProcessSampler, AcceptanceWatch | None)`` for the served server. The ``/metrics``
+    client may ask only what does not wake a sleeping server (:data:`tuner.server.client.NON_WAKING_PATHS`)."""
+    client = ServerClient(info.base_url, api_key=info.api_key, paths=NON_WAKING_PATHS)
     metrics = MetricsSampler(client.metrics_text)
 
     def read_usage() -> ProcessUsage | None:
@@ -331,6 +420,32 @@ def server_samplers(info: ServingInfo, runner: ServerRunner) -> Samplers:
 
     watch = AcceptanceWatch(info.break_even_rate) if info.break_even_rate else None
     return metrics, ProcessSampler(read_usage), watch
+
+
+def sleep_counter(runner: ServerRunner) -> Callable[[], int]:
+    """How many times the served llama-server fell asleep (idle sleep) in its current launch, for
+    :meth:`tuner.telemetry.collector.Collector.attach` (0 when none runs)."""
+
+    def sleeps() -> int:
+        sup = runner.supervisor
+        return sup.sleep_status.sleeps if sup is not None else 0
+
+    return sleeps
+
+
+def idle_sleep_problem(settings: Settings, runner: ServerRunner | None = None) -> str | None:
+    """Why the llama-server the app serves with cannot unload an idle model (ik_llama.cpp, legacy builds),
+    in words; None when it can or when that is not known yet. The served supervisor's dialect when one ran,
+    else the binary's cached ``--help`` (never runs the binary: the window asks this while it builds)."""
+    sup = runner.supervisor if runner is not None else None
+    if sup is not None:
+        return sup.dialect.idle_sleep_problem()
+    try:
+        binary = find_server(settings.server_binary, read_build=False)
+    except ServerNotFoundError:
+        return None
+    dialect = cached_dialect(binary.path)
+    return dialect.idle_sleep_problem() if dialect is not None else None
 
 
 #: Keyword arguments for :func:`tuner.calibration.tune.tune` that the GUI may override (tests use a
@@ -359,17 +474,22 @@ def _break_even_for(decision_json: dict[str, Any]) -> float | None:
 
 def serving_config(profile: Profile, settings: Settings) -> ServerConfig:
     """The profile's winning ``ServerConfig`` with the user's port, listen address and API key, the
-    friendly model id (``--alias`` = :func:`tuner.server.config.default_alias`) and the prompt-cache
-    limit (``settings.cache_ram_mib``).
+    friendly model id (``--alias`` = :func:`tuner.server.config.default_alias`), the prompt-cache
+    limit (``settings.cache_ram_mib``), idle sleep (``settings.idle_sleep_s``; 0 = off; passed only where
+    the binary has ``--sleep-idle-seconds``) and the capture of served requests (``settings.capture_requests``:
+    :func:`capture_config`, whose folder is made here).
 
     Raises:
         tuner.settings.SettingsError: LAN exposure without an API key.
         tuner.profiles.ProfileError: the profile sets an option a profile may not (named).
+        tuner.server.CaptureError: the capture folder cannot be made private.
     """
     cfg = profile_server_config(profile)  # raises ProfileError for a tampered profile (option named)
-    return replace(cfg, port=settings.port, host=settings.host, api_key=server_api_key(settings),
-                   cors_origins=settings.cors_origins_value(),
-                   alias=cfg.alias or default_alias(cfg.model_path), cache_ram_mib=settings.cache_ram_mib)
+    cfg = replace(cfg, port=settings.port, host=settings.host, api_key=server_api_key(settings),
+                  cors_origins=settings.cors_origins_value(),
+                  alias=cfg.alias or default_alias(cfg.model_path), cache_ram_mib=settings.cache_ram_mib,
+                  sleep_idle_s=settings.idle_sleep_s or None)
+    return capture_config(cfg, settings.capture_requests)
 
 
 def _argv_has(argv: Sequence[str] | None, flags: tuple[str, ...]) -> bool:
@@ -460,6 +580,8 @@ def _serve_result(scanned: ScanResult, result: TuneResult, settings: Settings, r
     from tuner.calibration.serving import reachable_config, rpc_fallback_config
 
     fallback = rpc_fallback_config(config, profile)
+    if fallback is not None:  # a lost RPC host does not stop the capture of served requests
+        fallback = replace(fallback, log_prompts_dir=config.log_prompts_dir)
     config, rpc_note = reachable_config(config, fallback)
     if rpc_note:
         on_event(status_event(rpc_note))

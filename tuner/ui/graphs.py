@@ -9,6 +9,8 @@ import pyqtgraph as pg
 from PySide6.QtCore import Qt
 from PySide6.QtGui import QColor, QFont, QFontMetrics
 
+from tuner.safetext import safe_text
+
 # antialiasing makes software-rendered plots ~15x slower to paint (470 ms vs 33 ms for the four Monitor
 # plots at 600 points each, measured offscreen): lines stay crisp enough without it.
 pg.setConfigOptions(antialias=False, background="w", foreground="#333333")
@@ -125,9 +127,10 @@ class TimePlot(pg.PlotWidget):
 
 
 def chart_label(label: str) -> str:
-    """Short bar label: ``"draft-simple draft-good.gguf n_max 3"`` → ``"draft-good n_max 3"``."""
+    """Short bar label: ``"draft-simple draft-good.gguf n_max 3"`` → ``"draft-good n_max 3"``; a draft's file
+    name shown escaped (:func:`tuner.safetext.safe_text`)."""
     label = label.replace("draft-simple ", "").replace(".gguf", "")
-    return label
+    return safe_text(label)
 
 
 def tick_text(label: str, room: int) -> str:

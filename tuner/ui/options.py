@@ -77,17 +77,20 @@ def spin_box(name: str, value: float | None, *, unset: bool = True,
 
 
 def set_spin_value(spin: QSpinBox | QDoubleSpinBox, value: float | None) -> None:
-    """Show ``value`` (the option's unit; None = unset, or the special value) in a :func:`spin_box`."""
+    """Show ``value`` (the option's unit; None = unset, or the special value) in a :func:`spin_box`. A value
+    that rounds below the range in the box's unit (idle sleep of 30 s in minutes) shows the range's lowest, never
+    the unset or special words."""
     opt = option(str(spin.property(_NAME)))
     special = opt.special[0][0] if opt.special else None
     if value is None or (special is not None and value == special):
         spin.setValue(spin.minimum())  # type: ignore[arg-type]  # an int for QSpinBox, a float otherwise
         return
     shown = value * opt.gui_scale
+    low = _bounds(opt, None)[0]
     if isinstance(spin, QSpinBox):
-        spin.setValue(int(round(shown)))
+        spin.setValue(max(int(low), int(round(shown))))
     else:
-        spin.setValue(float(shown))
+        spin.setValue(max(float(low), float(shown)))
 
 
 def spin_value(spin: QSpinBox | QDoubleSpinBox) -> int | float | None:

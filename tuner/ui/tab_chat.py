@@ -17,7 +17,6 @@ Chats are stored only with "Keep chat history" (:mod:`tuner.chat_history`, a 060
 
 from __future__ import annotations
 
-import html
 import logging
 import time
 from typing import Any
@@ -39,6 +38,7 @@ from tuner import chat_history
 from tuner.options import SERVER_DEFAULT_SAMPLING, option
 from tuner.ui.controller import AppController
 from tuner.ui.options import spin_box
+from tuner.ui.plaintext import plain, plain_label, rich, rich_label
 from tuner.ui.workers import CallWorker
 
 log = logging.getLogger(__name__)
@@ -134,7 +134,7 @@ class ChatTab(QWidget):
         self._stopped = False
 
         lay = QVBoxLayout(self)
-        self.header = QLabel(NOT_SERVING)
+        self.header = rich_label(QLabel(rich(NOT_SERVING)))  # its values escaped (rich)
         self.header.setWordWrap(True)
         self.header.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.header)
@@ -166,8 +166,7 @@ class ChatTab(QWidget):
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color:#6b7280")
         lay.addWidget(self.note)
-        self.base_note = QLabel()
-        self.base_note.setTextFormat(Qt.TextFormat.PlainText)  # "<|im_start|>" is text, not a tag
+        self.base_note = plain_label(QLabel())  # "<|im_start|>" is text, not a tag; the note names the model file
         self.base_note.setWordWrap(True)
         self.base_note.setStyleSheet("background:#fef3c7; color:#78350f; padding:6px; border-radius:4px")
         self.base_note.setVisible(False)
@@ -192,7 +191,7 @@ class ChatTab(QWidget):
         lay.addLayout(row)
         for keys in ("Ctrl+Return", "Ctrl+Enter"):
             QShortcut(QKeySequence(keys), self.input).activated.connect(self.send)
-        self.status = QLabel()
+        self.status = plain_label(QLabel())  # errors name files and quote the server
         self.status.setStyleSheet("color:#b91c1c")
         self.status.setWordWrap(True)
         lay.addWidget(self.status)
@@ -220,15 +219,15 @@ class ChatTab(QWidget):
         """Header and buttons for the current serving state."""
         info = self.controller.serving
         if info is None:
-            self.header.setText(NOT_SERVING)
+            self.header.setText(rich(NOT_SERVING))
         else:
             key = " · API key sent (LAN mode)" if info.api_key else ""
             self.header.setText(
-                f"Chatting with <b>{html.escape(self.model_id() or '')}</b> ({html.escape(info.spec_label)}) "
-                f"at {html.escape(info.endpoint_url)}{key}"
+                f"Chatting with <b>{rich(self.model_id() or '')}</b> ({rich(info.spec_label)}) "
+                f"at {rich(info.endpoint_url)}{key}"
             )
         base = info is not None and info.base_model
-        self.base_note.setText(BASE_MODEL_NOTE.format(name=info.model_name) if base and info is not None else "")
+        self.base_note.setText(plain(BASE_MODEL_NOTE.format(name=info.model_name)) if base and info is not None else "")
         self.base_note.setVisible(base)
         self.send_btn.setEnabled(info is not None and not self.streaming)
         self.stop_btn.setEnabled(self.streaming)
@@ -315,7 +314,7 @@ class ChatTab(QWidget):
                 chat_history.delete_history()
         except Exception as exc:
             log.warning("chat history setting failed", exc_info=True)
-            self.status.setText(f"Chat history: {exc}")
+            self.status.setText(plain(f"Chat history: {exc}"))
 
     def _save_history(self) -> None:
         if not self.history_check.isChecked() or not self.messages:
@@ -325,7 +324,7 @@ class ChatTab(QWidget):
                 {"started_unix": self._started_unix, "model": self.model_id() or "", "messages": list(self.messages)}
             )
         except OSError as exc:
-            self.status.setText(f"Chat history not saved: {exc}")
+            self.status.setText(plain(f"Chat history not saved: {exc}"))
 
     # ------------------------------------------------------------ streaming
     def _on_text(self, text: str) -> None:
@@ -365,7 +364,7 @@ class ChatTab(QWidget):
         speculative = bool(self.controller.serving and self.controller.serving.spec_label != "no speculation")
         if error:
             figures = "no reply: " + error
-            self.status.setText(error)
+            self.status.setText(plain(error))
         elif stopped:
             figures = reply_figures(None, speculative, len(self._reply))
         else:

@@ -22,13 +22,20 @@ from PySide6.QtWidgets import (
 
 from tuner.ui import flow
 from tuner.ui.controller import AppController
+from tuner.ui.plaintext import plain, rich, rich_label
 from tuner.units import format_bytes
 
 
 def _model_name(m) -> str:
     """The row label of a model: its file name (``general.name`` is often just the architecture,
-    e.g. "llama"; the file is what the user recognises and what the API serves as the model id)."""
-    return Path(m.path).name
+    e.g. "llama"; the file is what the user recognises and what the API serves as the model id), made safe
+    to show (:func:`tuner.ui.plaintext.plain`)."""
+    return plain(Path(m.path).name)
+
+
+def _item(*texts: object) -> QTreeWidgetItem:
+    """A tree row whose texts (file names, header strings, verdicts) are shown escaped."""
+    return QTreeWidgetItem([plain(t) for t in texts])
 
 
 def family_label(fam) -> str:
@@ -36,7 +43,7 @@ def family_label(fam) -> str:
     tok = fam.members[0].tokenizer if fam.members else None
     if tok is None:
         return "Shared tokenizer"
-    kind = getattr(tok, "vocab_type", None) or tok.model or "unknown"
+    kind = plain(getattr(tok, "vocab_type", None) or tok.model or "unknown")
     return f"{kind} tokenizer, {tok.n_tokens:,} tokens" if tok.n_tokens else f"{kind} tokenizer"
 
 
@@ -93,7 +100,7 @@ class ModelsTab(QWidget):
         lay.addWidget(self.tree, 1)
 
         lay.addWidget(QLabel("<b>Memory plan of the selected target</b>"))
-        self.plan_label = QLabel("Select a target to see where its weights and KV cache go.")
+        self.plan_label = rich_label(QLabel("Select a target to see where its weights and KV cache go."))
         self.plan_label.setWordWrap(True)
         self.plan_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.plan_label)
@@ -145,10 +152,10 @@ class ModelsTab(QWidget):
             draft_paths = {Path(dc.model.path) for e in fam.targets for dc in e.drafts}
             shown = [e for e in fam.targets if e.drafts or Path(e.target.path) not in draft_paths]
             n_t, n_d = len(shown), len(draft_paths)
-            fam_item = QTreeWidgetItem([
+            fam_item = _item(
                 family_label(fam), "", "",
                 f"{len(fam.members)} model{'s' if len(fam.members) != 1 else ''} with one tokenizer: {n_t} target{'s' if n_t != 1 else ''}, "
-                f"{n_d} draft{'s' if n_d != 1 else ''}", ""])
+                f"{n_d} draft{'s' if n_d != 1 else ''}", "")
             f = fam_item.font(0)
             f.setBold(True)
             fam_item.setFont(0, f)
@@ -163,7 +170,7 @@ class ModelsTab(QWidget):
                     details += f", MTP ({t.mtp_layers} layers)"
                 details += (f"; {n_drafts} draft candidate{'s' if n_drafts != 1 else ''} below" if n_drafts
                             else "; no smaller draft: n-gram speculation only")
-                it = QTreeWidgetItem([_model_name(t), "target", format_bytes(t.size_bytes), details, str(t.path)])
+                it = _item(_model_name(t), "target", format_bytes(t.size_bytes), details, t.path)
                 it.setData(0, Qt.ItemDataRole.UserRole, t)
                 fam_item.addChild(it)
                 if self.controller.selected_target and Path(t.path) == Path(self.controller.selected_target):
@@ -172,16 +179,14 @@ class ModelsTab(QWidget):
                 for dc in entry.drafts:
                     dm = dc.model
                     warn = ("; " + "; ".join(dc.warnings)) if dc.warnings else ""
-                    ch = QTreeWidgetItem([
+                    ch = _item(
                         _model_name(dm), f"draft for {_model_name(t)}", format_bytes(dm.size_bytes),
                         f"{dm.architecture or '?'}, {dm.n_layers or '?'} layers, {dm.quantization or '?'}; "
-                        f"draft rank score {dc.score:.2f}{warn}", str(dm.path)])
+                        f"draft rank score {dc.score:.2f}{warn}", dm.path)
                     it.addChild(ch)
                 for dm, verdict in entry.incompatible:
-                    ch = QTreeWidgetItem(
-                        [_model_name(dm), "incompatible", format_bytes(dm.size_bytes),
-                         f"rule '{verdict.rule}': {verdict.message}", str(dm.path)]
-                    )
+                    ch = _item(_model_name(dm), "incompatible", format_bytes(dm.size_bytes),
+                               f"rule '{verdict.rule}': {verdict.message}", dm.path)
                     ch.setForeground(1, Qt.GlobalColor.darkRed)
                     it.addChild(ch)
             fam_item.setExpanded(True)
@@ -197,13 +202,13 @@ class ModelsTab(QWidget):
             self.tree.addTopLevelItem(other_item)
             for m in others:
                 why = m.error or m.kind
-                ch = QTreeWidgetItem([Path(m.path).name, m.kind, format_bytes(m.size_bytes), why, str(m.path)])
+                ch = _item(Path(m.path).name, m.kind, format_bytes(m.size_bytes), why, m.path)
                 if m.kind == "broken":
                     ch.setForeground(1, Qt.GlobalColor.darkRed)
                 other_item.addChild(ch)
             other_item.setExpanded(True)
         if not result.models:
-            self.tree.addTopLevelItem(QTreeWidgetItem(["No .gguf files found", "", "", str(result.folder), ""]))
+            self.tree.addTopLevelItem(_item("No .gguf files found", "", "", result.folder, ""))
         if selected_item is not None:
             self.tree.setCurrentItem(selected_item)
 
@@ -221,7 +226,7 @@ class ModelsTab(QWidget):
         self._plan_for = model.path
         self._plan_model = model
         self._plan_at = time.monotonic()
-        self.plan_label.setText(f"Computing the memory plan of {Path(model.path).name}…")
+        self.plan_label.setText(f"Computing the memory plan of {rich(Path(model.path).name)}…")
         self.controller.plan_memory(model)
 
     def showEvent(self, ev) -> None:  # noqa: N802 - Qt override
@@ -235,4 +240,4 @@ class ModelsTab(QWidget):
 
     def _on_plan(self, model, text: str) -> None:
         if model.path == self._plan_for:
-            self.plan_label.setText(f"<b>{Path(model.path).name}</b>: {text}")
+            self.plan_label.setText(f"<b>{rich(Path(model.path).name)}</b>: {rich(text, lines=True)}")

@@ -4,7 +4,9 @@ deltas), VRAM and RAM, and requests in flight (decoding + queued), over the last
 Truth rules: where nothing was measured the line has a break (idle seconds, a stalled poller, a
 restart: :func:`tuner.telemetry.ring.with_breaks`); the header says "idle" when no request ran in
 the last ``IDLE_AFTER_S`` seconds instead of repeating the last speed; a speculative server that
-made no draft tokens while generating says so."""
+made no draft tokens while generating says so; a server asleep (idle sleep) says "sleeping — memory freed",
+and once awake the first request's reload time (that request is left out of the speed and acceptance graphs:
+:class:`tuner.telemetry.collector.Collector`)."""
 
 from __future__ import annotations
 
@@ -21,8 +23,9 @@ from PySide6.QtWidgets import (
 
 from tuner.telemetry.collector import NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S
 from tuner.telemetry.ring import with_breaks
-from tuner.ui.controller import AppController, activity_text
+from tuner.ui.controller import AppController, activity_text, sleep_text
 from tuner.ui.graphs import TimePlot
+from tuner.ui.plaintext import plain, plain_label, rich, rich_label
 from tuner.units import GIB, MIB, format_bytes
 
 RANGES_MIN = (5, 15, 60)
@@ -43,7 +46,7 @@ class MonitorTab(QWidget):
         self.span_min = RANGES_MIN[0]
         lay = QVBoxLayout(self)
         top = QHBoxLayout()
-        self.summary = QLabel("Not serving: graphs fill in while llama-server runs.")
+        self.summary = rich_label(QLabel("Not serving: graphs fill in while llama-server runs."))
         self.summary.setWordWrap(True)  # a long model name must not widen the window
         top.addWidget(self.summary, 1)
         top.addWidget(QLabel("Show last:"))
@@ -58,7 +61,7 @@ class MonitorTab(QWidget):
             self.range_buttons[m] = b
             top.addWidget(b)
         lay.addLayout(top)
-        self.note = QLabel()
+        self.note = plain_label(QLabel())
         self.note.setWordWrap(True)
         self.note.setStyleSheet("background:#fef3c7; color:#78350f; padding:4px; border-radius:4px")
         self.note.setVisible(False)
@@ -86,6 +89,7 @@ class MonitorTab(QWidget):
         grid.addWidget(self.req_plot, 1, 1)
         lay.addLayout(grid, 1)
         controller.telemetry.connect(self.on_tick)
+        controller.sleep_changed.connect(lambda _s: self._update_summary())
 
     def set_range(self, minutes: int) -> None:
         """Show the last 5, 15 or 60 minutes."""
@@ -161,11 +165,16 @@ class MonitorTab(QWidget):
             now = c.collector.clock()
             acc = s["acceptance_rate"].last_value()
             rss = s["ram_rss_bytes"].last_value()
-            parts = [f"<b>{c.serving.model_name}</b> — {c.serving.spec_label}", activity_text(c.collector, now)]
-            if acc is not None and not c.collector.is_idle(now):
+            asleep = sleep_text(c.sleep) if c.sleep.sleeping else None
+            parts = [f"<b>{rich(c.serving.model_name)}</b> — {rich(c.serving.spec_label)}",
+                     rich(asleep or activity_text(c.collector, now))]
+            if not asleep and c.sleep.last_reload_s is not None:
+                left_out = " (that request is left out of the speed graph)" if c.collector.left_out_after_wake else ""
+                parts.append(rich((sleep_text(c.sleep) or "") + left_out))
+            if acc is not None and not asleep and not c.collector.is_idle(now):
                 parts.append(f"acceptance {acc:.0%}")
             if rss is not None:
-                parts.append(f"RAM {fmt_bytes(rss)}{self._cache_ram_text(c.serving)}")
+                parts.append(rich(f"RAM {fmt_bytes(rss)}{self._cache_ram_text(c.serving)}"))
             self.summary.setText(" · ".join(parts))
             self._update_note(now)
             title = "Draft acceptance rate" if c.serving.spec_label != "no speculation" else "Draft acceptance rate (not speculating)"
@@ -204,5 +213,5 @@ class MonitorTab(QWidget):
 
     def _update_note(self, now: float) -> None:
         text = self.no_drafts_text(now)
-        self.note.setText(text or "")
+        self.note.setText(plain(text or ""))
         self.note.setVisible(bool(text))

@@ -28,6 +28,7 @@ from PySide6.QtWidgets import (
 
 from tuner import paths, storage
 from tuner.ui.controller import AppController
+from tuner.ui.plaintext import plain, plain_label, rich, rich_label, tooltip
 
 log = logging.getLogger(__name__)
 
@@ -73,7 +74,7 @@ class PromptsTab(QWidget):
         self.prompt_set = None
         lay = QVBoxLayout(self)
         top = QHBoxLayout()
-        self.source_label = QLabel()
+        self.source_label = rich_label(QLabel())  # its file path and categories escaped (rich)
         self.source_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         top.addWidget(self.source_label, 1)
         self.builtin_btn = QPushButton("Use built-in set")
@@ -103,7 +104,7 @@ class PromptsTab(QWidget):
         self.editor.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
         ev.addWidget(self.editor, 1)
         row = QHBoxLayout()
-        self.error_label = QLabel()
+        self.error_label = plain_label(QLabel())  # the prompt file's errors quote its lines
         self.error_label.setStyleSheet("color: #b91c1c")
         self.error_label.setWordWrap(True)
         row.addWidget(self.error_label, 1)
@@ -122,7 +123,7 @@ class PromptsTab(QWidget):
             ps = load_prompt_set(path)
         except Exception as exc:  # PromptFileError names file and line
             log.debug("prompt file refused", exc_info=True)
-            self.error_label.setText(str(exc))
+            self.error_label.setText(plain(exc))
             return False
         self.error_label.setText("")
         self.prompt_set = ps
@@ -133,16 +134,16 @@ class PromptsTab(QWidget):
         n = len(ps.prompts)
         which = ("a sweep measures all of them" if len(used) == n else
                  f"a sweep measures {len(used)} of them, one per category (✓)")
-        self.source_label.setText(f"<b>{n} prompts</b> from {src} — categories: {cats} — {which}")
+        self.source_label.setText(f"<b>{n} prompts</b> from {rich(src)} — categories: {rich(cats)} — {rich(which)}")
         self.table.setRowCount(n)
         for i, p in enumerate(ps.prompts):
             mark = QTableWidgetItem("✓" if i in used else "")
             mark.setToolTip("measured by a sweep" if i in used else "not measured by a sweep")
             self.table.setItem(i, 0, mark)
-            self.table.setItem(i, 1, QTableWidgetItem(p.category or "—"))
-            one_line = " ".join(p.text.split())
+            self.table.setItem(i, 1, QTableWidgetItem(plain(p.category or "—")))
+            one_line = plain(" ".join(p.text.split()))
             item = QTableWidgetItem(one_line if len(one_line) < 200 else one_line[:199] + "…")
-            item.setToolTip(p.text[:2000])
+            item.setToolTip(tooltip(p.text[:2000]))  # shown as written, never as HTML
             self.table.setItem(i, 2, item)
         self.editor.setPlainText(to_jsonl(ps))
         if announce:
@@ -175,7 +176,7 @@ class PromptsTab(QWidget):
             load_prompt_set(tmp)
         except Exception as exc:
             log.debug("edited prompts refused", exc_info=True)
-            self.error_label.setText(str(exc).replace(str(tmp), "editor"))
+            self.error_label.setText(plain(str(exc).replace(str(tmp), "editor")))
             tmp.unlink(missing_ok=True)
             return False
         tmp.replace(path)

@@ -1,6 +1,7 @@
-"""Serve tab: state, endpoint, the exact command line, copy buttons, log tail, and the serving
-settings (port, LAN exposure with its API key, prompt-cache RAM, start at login, serve at start,
-llama-server binary and the user's extra llama-server flags)."""
+"""Serve tab: state (with idle sleep: "sleeping — memory freed" and the first request's reload time), endpoint,
+the exact command line, copy buttons, log tail, and the serving settings (port, LAN exposure with its API key,
+prompt-cache RAM, idle sleep, start at login, serve at start, llama-server binary and the user's extra
+llama-server flags), and the capture of served requests (:mod:`tuner.ui.captures`)."""
 
 from __future__ import annotations
 
@@ -28,17 +29,21 @@ from PySide6.QtWidgets import (
 )
 
 from tuner import settings as settings_mod
-from tuner.options import DEFAULT_CACHE_RAM_WHY, server_defaults_text
+from tuner.options import DEFAULT_CACHE_RAM_WHY, IDLE_SLEEP_WHY, help_text, server_defaults_text
 from tuner.ui import flow
-from tuner.ui.controller import AppController
+from tuner.ui.captures import CaptureBox
+from tuner.ui.controller import AppController, sleep_text
 from tuner.ui.icons import STATE_COLORS
 from tuner.ui.options import spin_box, spin_value
+from tuner.ui.plaintext import plain, plain_label, rich
 from tuner.ui.state import AppState
 
 log = logging.getLogger(__name__)
 
 
 LOG_LINES = 300
+#: The state's colour while the served model sleeps (idle sleep): serving, but nothing loaded.
+SLEEPING_COLOR = "#0369a1"
 
 
 def web_pages_text(argv: tuple[str, ...] | list[str]) -> str:
@@ -67,9 +72,9 @@ class ServeTab(QWidget):
         form = QFormLayout(status)
         self.state_label = QLabel()
         form.addRow("State:", self.state_label)
-        self.model_label = QLabel("—")
+        self.model_label = plain_label(QLabel("—"))  # file names and the model's own words: never markup
         form.addRow("Serving:", self.model_label)
-        self.model_id_label = QLabel("—")
+        self.model_id_label = plain_label(QLabel("—"))
         self.model_id_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.model_id_label.setToolTip("The model name clients see in /v1/models and send as \"model\" (--alias)")
         form.addRow("Model id:", self.model_id_label)
@@ -95,10 +100,13 @@ class ServeTab(QWidget):
         self.copy_cmd_btn.clicked.connect(lambda: self._copy(self.cmd_edit.toPlainText()))
         cmd.addWidget(self.copy_cmd_btn, 0, Qt.AlignmentFlag.AlignTop)
         form.addRow("Command:", cmd)
-        self.web_pages_label = QLabel("—")
+        self.web_pages_label = plain_label(QLabel("—"))
         self.web_pages_label.setWordWrap(True)
         form.addRow("Web pages:", self.web_pages_label)
-        self.cpu_kernels_label = QLabel()  # only while the --no-repack workaround is in force
+        self.sleep_label = plain_label(QLabel())  # only once the served server slept (idle sleep)
+        self.sleep_label.setWordWrap(True)
+        form.addRow("Idle sleep:", self.sleep_label)
+        self.cpu_kernels_label = plain_label(QLabel())  # only while the --no-repack workaround is in force
         self.cpu_kernels_label.setWordWrap(True)
         form.addRow("CPU kernels:", self.cpu_kernels_label)
         btns = QHBoxLayout()
@@ -110,7 +118,7 @@ class ServeTab(QWidget):
         btns.addWidget(self.stop_btn)
         btns.addStretch(1)
         form.addRow("", btns)
-        self.error_label = QLabel()
+        self.error_label = plain_label(QLabel())  # a failure names files and quotes server lines
         self.error_label.setWordWrap(True)
         self.error_label.setStyleSheet("color: #b91c1c")
         self.error_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
@@ -118,16 +126,10 @@ class ServeTab(QWidget):
         self._status_form = form
         form.setRowVisible(self.error_label, False)  # no empty row under the buttons until a failure
         form.setRowVisible(self.cpu_kernels_label, False)
+        form.setRowVisible(self.sleep_label, False)
         lay.addWidget(status)
 
-        # the settings scroll when the window is short (a 768-pixel laptop screen): without this the tab alone
-        # needed 750 pixels and the window could not be made smaller than the screen
-        settings = QScrollArea()
-        settings.setWidgetResizable(True)
-        settings.setFrameShape(QFrame.Shape.NoFrame)
-        settings.setWidget(self._settings_box())
-        settings.setMinimumHeight(120)
-        lay.addWidget(settings, 3)
+        lay.addWidget(self._scrolled_settings(), 3)
 
         lay.addWidget(QLabel("<b>llama-server log</b> (last lines)"))
         self.log = QPlainTextEdit()
@@ -146,19 +148,30 @@ class ServeTab(QWidget):
 
         controller.state_changed.connect(lambda _s: self.refresh())
         controller.server_changed.connect(lambda _i: self.refresh())
-        controller.server_changed.connect(lambda _i: self._show_serve_at_start())
+        controller.sleep_changed.connect(lambda _s: self.refresh())
         controller.error.connect(self.show_error)
         self.refresh()
 
-    def _show_serve_at_start(self) -> None:
-        """The checkbox follows the setting (the first serve turns an unset one on)."""
-        self.serve_at_start_check.blockSignals(True)
-        self.serve_at_start_check.setChecked(bool(self.controller.settings.serve_at_start))
-        self.serve_at_start_check.blockSignals(False)
+    def _scrolled_settings(self) -> QScrollArea:
+        """The serving settings and the capture of served requests, scrolled when the window is short (a
+        768-pixel laptop screen): without it the tab alone needed 750 pixels and the window could not be made
+        smaller than the screen."""
+        inner = QWidget()
+        col = QVBoxLayout(inner)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.addWidget(self._settings_box())
+        self.capture_box = CaptureBox(self.controller)  # the capture of served requests: setting, indicator, list
+        col.addWidget(self.capture_box)
+        settings = QScrollArea()
+        settings.setWidgetResizable(True)
+        settings.setFrameShape(QFrame.Shape.NoFrame)
+        settings.setWidget(inner)
+        settings.setMinimumHeight(120)
+        return settings
 
     def show_error(self, text: str) -> None:
         """Show a failure under the Start/Stop buttons (the row is hidden while there is none)."""
-        self.error_label.setText(text)
+        self.error_label.setText(plain(text))
         self._status_form.setRowVisible(self.error_label, bool(text))
 
     # ------------------------------------------------------------------ settings
@@ -217,6 +230,7 @@ class ServeTab(QWidget):
         cram_help.setStyleSheet("color:#6b7280")
         cram_row.addWidget(cram_help, 1)
         form.addRow("Prompt cache:", cram_row)
+        self._idle_sleep_row(form, st)
         startup = QHBoxLayout()
         self.login_check = QCheckBox("Start Draftwise at login")
         self.login_check.setChecked(st.start_at_login)
@@ -242,12 +256,44 @@ class ServeTab(QWidget):
         binrow.addWidget(b)
         form.addRow("llama-server:", binrow)
         self._server_args_row(form, st)
-        self.settings_msg = QLabel()
+        self.settings_msg = plain_label(QLabel())  # settings errors quote the file's values
         self.settings_msg.setWordWrap(True)
         form.addRow("", self.settings_msg)
         self._settings_form = form
         form.setRowVisible(self.settings_msg, False)  # shown with the first message
         return box
+
+    def _idle_sleep_row(self, form: QFormLayout, st) -> None:
+        """Idle sleep (``idle_sleep_s``): off, or minutes without a request before the model is unloaded;
+        greyed out, with the reason, on a llama-server without ``--sleep-idle-seconds``."""
+        row = QHBoxLayout()
+        self.idle_sleep_spin = spin_box("idle_sleep_s", st.idle_sleep_s)  # its minimum shows "off"
+        self.idle_sleep_spin.setMinimumWidth(self.idle_sleep_spin.fontMetrics().horizontalAdvance("10080 min") + 40)
+        self.idle_sleep_spin.setSizePolicy(QSizePolicy.Policy.Fixed, QSizePolicy.Policy.Fixed)
+        self.idle_sleep_spin.editingFinished.connect(self._save_idle_sleep)
+        row.addWidget(self.idle_sleep_spin)
+        self.idle_sleep_help = QLabel("free the model's memory after this long without a request; the next "
+                                      "request then waits a few seconds while it loads again")
+        self.idle_sleep_help.setWordWrap(True)
+        self.idle_sleep_help.setStyleSheet("color:#6b7280")
+        row.addWidget(self.idle_sleep_help, 1)
+        form.addRow("Idle sleep:", row)
+        self.show_idle_sleep_support(self.controller.idle_sleep_problem())
+
+    def show_idle_sleep_support(self, problem: str | None) -> None:
+        """Grey the idle-sleep setting out with ``problem`` (why this llama-server cannot), or enable it."""
+        self.idle_sleep_spin.setEnabled(problem is None)
+        tip = f"{help_text('idle_sleep_s')}. {IDLE_SLEEP_WHY}"
+        self.idle_sleep_spin.setToolTip(f"Not available: {problem}." if problem else tip)
+        self.idle_sleep_help.setToolTip(self.idle_sleep_spin.toolTip())
+        self.idle_sleep_help.setText(f"not available: {problem}" if problem else
+                                     "free the model's memory after this long without a request; the next "
+                                     "request then waits a few seconds while it loads again")
+
+    def _save_idle_sleep(self) -> None:
+        new = spin_value(self.idle_sleep_spin)
+        if new != self.controller.settings.idle_sleep_s:
+            self._save(idle_sleep_s=new)
 
     def _server_args_row(self, form: QFormLayout, st) -> None:
         """The user's own llama-server flags (``server_args``): FLAG or FLAG=VALUE, separated by spaces."""
@@ -309,7 +355,7 @@ class ServeTab(QWidget):
 
     def _set_settings_msg(self, text: str) -> None:
         """Show a settings message (its row is hidden while there is none)."""
-        self.settings_msg.setText(text)
+        self.settings_msg.setText(plain(text))
         self._settings_form.setRowVisible(self.settings_msg, bool(text))
 
     def _save(self, **changes) -> bool:
@@ -413,17 +459,25 @@ class ServeTab(QWidget):
         if c.state is AppState.TUNING and getattr(c, "paused_for_retune", False):
             words = "paused for re-tune"
         elif c.state is AppState.TUNING and c.restoring is not None:
-            words = f"starting (serving {c.restoring.name} again)"
+            words = f"starting (serving {rich(c.restoring.name)} again)"
+        if c.state is AppState.SERVING and c.sleep.sleeping:
+            words = "waking up" if c.sleep.waking else "sleeping — memory freed"
+            color = SLEEPING_COLOR
         self.state_label.setText(f'<span style="color:{color}; font-weight:bold">● {words}</span>')
+        self.serve_at_start_check.blockSignals(True)  # it follows the setting: the first serve turns it on
+        self.serve_at_start_check.setChecked(bool(c.settings.serve_at_start))
+        self.serve_at_start_check.blockSignals(False)
         info = c.serving
         if info is not None:
-            self.model_label.setText(f"{info.model_name} — {info.spec_label}")
-            self.model_id_label.setText(getattr(info, "model_id", None) or "(the file path: this llama-server has no --alias)")
+            self.model_label.setText(plain(f"{info.model_name} — {info.spec_label}"))
+            self.model_id_label.setText(plain(getattr(info, "model_id", None)
+                                              or "(the file path: this llama-server has no --alias)"))
             self.endpoint_edit.setText(info.endpoint_url)
             argv = c.runner.argv or info.argv  # the live command line: a crash restart's own
-            self.cmd_edit.setPlainText(shlex.join(argv))
-            self.web_pages_label.setText(web_pages_text(argv))
+            self.cmd_edit.setPlainText(plain(shlex.join(argv)))
+            self.web_pages_label.setText(plain(web_pages_text(argv)))
             self._show_cpu_kernels(flow.cpu_kernels_text(argv))
+            self.show_idle_sleep_support(c.idle_sleep_problem())
             self.show_error("")
         else:
             self.model_label.setText("—")
@@ -431,13 +485,16 @@ class ServeTab(QWidget):
             self.endpoint_edit.setText("")
             self.web_pages_label.setText("—")
             self._show_cpu_kernels(None)
+        said = sleep_text(c.sleep, headline=False) if info is not None else None
+        self.sleep_label.setText(said or "")
+        self._status_form.setRowVisible(self.sleep_label, bool(said))
         self.start_btn.setEnabled(info is None and c.state is not AppState.TUNING)
         self.stop_btn.setEnabled(info is not None)
         self.copy_url_btn.setEnabled(info is not None)
         self.copy_cmd_btn.setEnabled(bool(self.cmd_edit.toPlainText()))
 
     def _show_cpu_kernels(self, text: str | None) -> None:
-        self.cpu_kernels_label.setText(text or "")
+        self.cpu_kernels_label.setText(plain(text or ""))
         self._status_form.setRowVisible(self.cpu_kernels_label, bool(text))
 
     def refresh_log(self) -> None:
@@ -448,6 +505,6 @@ class ServeTab(QWidget):
         if lines == self._last_log:
             return
         self._last_log = lines
-        self.log.setPlainText("\n".join(lines))
+        self.log.setPlainText("\n".join(plain(line) for line in lines))  # llama-server's lines, escaped
         sb = self.log.verticalScrollBar()
         sb.setValue(sb.maximum())

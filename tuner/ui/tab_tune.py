@@ -23,6 +23,7 @@ from tuner.ui import flow
 from tuner.ui.controller import AppController
 from tuner.ui.graphs import CandidateChart
 from tuner.ui.options import spin_box, spin_value
+from tuner.ui.plaintext import plain, plain_label
 from tuner.ui.state import AppState
 
 log = logging.getLogger(__name__)
@@ -83,7 +84,8 @@ class TuneTab(QWidget):
         self._tick = QTimer(self)
         self._tick.setInterval(1000)
         self._tick.timeout.connect(self._count_down)
-        self.step_label = QLabel("Press “Tune & serve” to measure which configuration is fastest on this machine.")
+        self.step_label = plain_label(QLabel("Press “Tune & serve” to measure which configuration is fastest on this "
+                                             "machine."))  # event messages name files
         self.step_label.setWordWrap(True)
         lay.addWidget(self.step_label)
 
@@ -105,11 +107,11 @@ class TuneTab(QWidget):
         head.addWidget(self.details_btn)
         head.addStretch(1)
         lay.addLayout(head)
-        self.decision_label = QLabel("No decision yet.")
+        self.decision_label = plain_label(QLabel("No decision yet."))  # names models and drafts
         self.decision_label.setWordWrap(True)
         self.decision_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.decision_label)
-        self.details_label = QLabel()
+        self.details_label = plain_label(QLabel())  # names models, drafts and files
         self.details_label.setWordWrap(True)
         self.details_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.details_label.setStyleSheet("color:#374151; margin-left:18px")
@@ -136,7 +138,7 @@ class TuneTab(QWidget):
                 self.controller.update_settings(st.replace(tune_budget_s=self._budget_s()))
             except Exception as exc:
                 log.debug("budget setting refused", exc_info=True)
-                self.step_label.setText(str(exc))
+                self.step_label.setText(plain(exc))
 
     def _reset(self) -> None:
         """A new sweep: no bars, no decision, the progress bar from 0 again."""
@@ -150,9 +152,9 @@ class TuneTab(QWidget):
 
     def set_decision(self, words: Rendered | None) -> None:
         """Show a decision: its plain first sentence, and the rest behind *Details* (collapsed); None: none yet."""
-        self.decision_label.setText(words.first if words is not None else "No decision yet.")
+        self.decision_label.setText(plain(words.first) if words is not None else "No decision yet.")
         details = words.details if words is not None else ()
-        self.details_label.setText("\n\n".join(details))
+        self.details_label.setText(plain("\n\n".join(details), keep="\n"))
         self.details_btn.setVisible(bool(details))
         self.details_btn.setChecked(False)
         self._show_details(False)
@@ -167,12 +169,12 @@ class TuneTab(QWidget):
         if self.controller.state is not AppState.TUNING:
             return  # another step failed (a scan, a stop): the Serve tab and the status bar say it
         self._finished_line = None
-        self.step_label.setText(f"Tune & serve did not finish: {message}")
+        self.step_label.setText(plain(f"Tune & serve did not finish: {message}"))
 
     def on_restore_refused(self, message: str) -> None:
         """*Serve at start* did not serve a stale profile: why, with *Re-tune* enabled next to it."""
         self._finished_line = None
-        self.step_label.setText(message)
+        self.step_label.setText(plain(message))
         self.on_state(self.controller.state)
 
     def _show_finished(self) -> None:
@@ -183,7 +185,7 @@ class TuneTab(QWidget):
         line = self._finished_line
         if serving is not None:
             line += f"; serving {serving.model_name} at {serving.endpoint_url}"
-        self.step_label.setText(line + ".")
+        self.step_label.setText(plain(line + "."))
 
     def start(self) -> None:
         """Start "Tune & serve"."""
@@ -223,7 +225,7 @@ class TuneTab(QWidget):
             self._last_progress = (time.monotonic(), p)
             self._show_progress(p.fraction, p.eta_s)
         if p.message:
-            self.step_label.setText(p.message)
+            self.step_label.setText(plain(p.message))
         if p.never is not None and p.never not in self.never:
             self.never.append(p.never)
         if p.result is not None or p.never is not None:

@@ -5,8 +5,9 @@ from __future__ import annotations
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
-from tuner.ui.controller import AppController
+from tuner.ui.controller import AppController, capture_text
 from tuner.ui.icons import state_icon
+from tuner.ui.plaintext import notification_body, plain, tooltip
 from tuner.ui.state import AppState
 
 #: Menu entries in order (text of the action), for tests and docs.
@@ -35,11 +36,13 @@ class Tray:
         self.menu.aboutToShow.connect(self.rebuild_menu)
         self.icon.setContextMenu(self.menu)
         self.icon.activated.connect(self._on_activated)
-        self.icon.messageClicked.connect(controller.notification_clicked)  # e.g. the re-tune a stale profile offers
+        self.icon.messageClicked.connect(controller.serve_at_start.clicked)  # e.g. the re-tune a stale profile offers
         self.rebuild_menu()
         self.refresh()
         controller.state_changed.connect(lambda _s: self.refresh())
-        controller.telemetry.connect(lambda _t: self.icon.setToolTip(controller.tooltip()))
+        controller.telemetry.connect(lambda _t: self.icon.setToolTip(tooltip(controller.tooltip())))
+        controller.sleep_changed.connect(lambda _s: self.icon.setToolTip(tooltip(controller.tooltip())))
+        controller.capture_changed.connect(lambda: self.icon.setToolTip(tooltip(controller.tooltip())))
         controller.notify.connect(self.notify)
         if self.available:
             self.icon.show()
@@ -47,7 +50,7 @@ class Tray:
     def refresh(self) -> None:
         """Update icon and tooltip from the controller's state."""
         self.icon.setIcon(state_icon(self.controller.state))
-        self.icon.setToolTip(self.controller.tooltip())
+        self.icon.setToolTip(tooltip(self.controller.tooltip()))  # model names and errors: never markup
 
     def rebuild_menu(self) -> None:
         """Recreate the menu for the current state (connected to ``aboutToShow``)."""
@@ -84,8 +87,13 @@ class Tray:
         a.triggered.connect(c.retune)
         m.addSeparator()
         if served is not None:
-            info = m.addAction(f"Serving {served.model_name}")
+            asleep = c.sleep.sleeping
+            info = m.addAction((f"Serving {plain(served.model_name)}"
+                                + (" — sleeping, memory freed" if asleep else "")).replace("&", "&&"))  # no mnemonic
             info.setEnabled(False)
+            capturing = capture_text(c.capture_status())
+            if capturing is not None:  # the indicator while served requests are kept
+                m.addAction(capturing[0].upper() + capturing[1:]).setEnabled(False)
         m.addAction("Quit").triggered.connect(self.quit_app)
 
     def actions(self) -> dict[str, QAction]:
@@ -100,7 +108,10 @@ class Tray:
 
     def notify(self, title: str, message: str) -> None:
         """Desktop notification through the tray (not shown without a tray; the last one is kept
-        in :attr:`last_notification` as ``(title, message)`` either way)."""
+        in :attr:`last_notification` as ``(title, message)`` as shown, either way): the title escaped
+        (:func:`tuner.ui.plaintext.plain`), the message escaped and HTML-escaped, since notification servers
+        read markup in it (:func:`tuner.ui.plaintext.notification_body`)."""
+        title, message = plain(title), notification_body(message)
         self.last_notification = (title, message)
         if self.available and QSystemTrayIcon.supportsMessages():
             self.icon.showMessage(title, message, state_icon(self.controller.state), 10000)

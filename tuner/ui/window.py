@@ -12,6 +12,7 @@ from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QTabWidget, QVBo
 
 from tuner.ui.controller import AppController
 from tuner.ui.icons import state_icon
+from tuner.ui.plaintext import plain
 from tuner.ui.state import AppState
 from tuner.ui.tab_chat import ChatTab
 from tuner.ui.tab_models import ModelsTab
@@ -117,7 +118,7 @@ class MainWindow(QMainWindow):
 
         self.models_tab.folder_chosen.connect(self._remember_folder)
         self.prompts_tab.prompts_changed.connect(self._remember_prompts)
-        controller.status.connect(lambda m: self.statusBar().showMessage(m, 15000))
+        controller.status.connect(lambda m: self.statusBar().showMessage(plain(m), 15000))  # names files
         controller.state_changed.connect(lambda s: self.setWindowIcon(state_icon(s)))
 
     def _update_file_menu(self) -> None:
@@ -152,10 +153,10 @@ class MainWindow(QMainWindow):
         try:
             paths.ensure_private_dir(folder)
         except OSError as exc:
-            self.statusBar().showMessage(f"Cannot create the log folder {folder}: {exc}")
+            self.statusBar().showMessage(plain(f"Cannot create the log folder {folder}: {exc}"))
             return folder
         if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
-            self.statusBar().showMessage(f"Log folder: {folder}")
+            self.statusBar().showMessage(plain(f"Log folder: {folder}"))
         return folder
 
     def show_about(self) -> None:
@@ -175,7 +176,7 @@ class MainWindow(QMainWindow):
                 c.update_settings(c.settings.replace(models_dir=folder))
             except Exception as exc:
                 log.debug("models folder setting refused", exc_info=True)
-                self.statusBar().showMessage(str(exc))
+                self.statusBar().showMessage(plain(exc))
 
     def _remember_prompts(self, path) -> None:
         c = self.controller
@@ -184,7 +185,7 @@ class MainWindow(QMainWindow):
                 c.update_settings(c.settings.replace(prompts_path=path))
             except Exception as exc:
                 log.debug("prompts setting refused", exc_info=True)
-                self.statusBar().showMessage(str(exc))
+                self.statusBar().showMessage(plain(exc))
 
     def bring_forward(self) -> None:
         """Show, un-minimise and raise the window (tray click, second launch)."""

@@ -13,13 +13,6 @@ from tests.synth import write_llama_gguf
 from tuner.cli import main
 
 
-@pytest.fixture(autouse=True)
-def _home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    home = tmp_path / "home"
-    monkeypatch.setenv("DRAFTWISE_HOME", str(home))
-    return home
-
-
 @pytest.fixture
 def twins(tmp_path: Path) -> Path:
     """A models folder with two different files called model.gguf (a/ and b/, same size)."""
@@ -184,7 +177,7 @@ def test_a_busy_port_is_reported_once(tmp_path: Path, stories260k: Path, llama_s
     import subprocess
     import sys
 
-    repo = Path(__file__).resolve().parents[1]
+    repo = Path(__file__).resolve().parents[2]
     with socket.socket() as held:
         held.bind(("127.0.0.1", 0))
         held.listen()
@@ -205,7 +198,7 @@ def test_a_busy_port_is_reported_once(tmp_path: Path, stories260k: Path, llama_s
 
 @pytest.mark.server
 def test_serve_target_reads_the_rpc_hosts_setting_and_reports_an_unreachable_host(
-        tmp_path: Path, _home: Path, stories260k: Path, llama_server_bin: Path) -> None:
+        tmp_path: Path, _draftwise_home: Path, stories260k: Path, llama_server_bin: Path) -> None:
     """``serve --target FILE`` without ``--rpc`` ignored the ``rpc_hosts`` setting (``serve --models`` reads
     it through the profile). A closed local port as the host: the command names it, then serves on this
     machine alone (the real llama-server, stopped with Ctrl-C)."""
@@ -218,8 +211,8 @@ def test_serve_target_reads_the_rpc_hosts_setting_and_reports_an_unreachable_hos
     from tuner import settings
     from tuner.process import free_port
 
-    repo = Path(__file__).resolve().parents[1]
-    env = {**os.environ, "DRAFTWISE_HOME": str(_home), "PYTHONPATH": str(repo)}
+    repo = Path(__file__).resolve().parents[2]
+    env = {**os.environ, "DRAFTWISE_HOME": str(_draftwise_home), "PYTHONPATH": str(repo)}
     closed = free_port()  # nothing listens there
     settings.save_settings(settings.Settings(rpc_hosts=(f"127.0.0.1:{closed}",)))
     p = subprocess.Popen([sys.executable, "-m", "tuner", "serve", "--target", str(stories260k), "--server",

@@ -289,3 +289,65 @@ def test_serve_gives_no_base_model_note_for_a_model_with_a_chat_template(tmp_pat
     finally:
         if p.poll() is None:
             p.kill()
+
+
+def _serve_lines(args: list[str], fake_server_bin: Path, model: Path) -> str:
+    """Run ``draftwise serve --target MODEL ARGS`` with the fake llama-server until it is ready, stop it with
+    Ctrl-C, and return its stderr."""
+    env = dict(os.environ, PYTHONPATH=str(REPO))
+    p = subprocess.Popen([sys.executable, "-m", "tuner.cli", "serve", "--target", str(model), "--server",
+                          str(fake_server_bin), *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                         env=env, cwd=REPO)
+    try:
+        assert p.stdout is not None and p.stdout.readline().strip().endswith("/v1")
+        p.send_signal(signal.SIGINT)
+        assert p.wait(30) == 0
+        assert p.stderr is not None
+        return p.stderr.read()
+    finally:
+        if p.poll() is None:
+            p.kill()
+
+
+def test_serve_captures_requests_only_with_the_flag(tmp_path: Path, fake_server_bin: Path,
+                                                     stories260k_session: Path, capsys, monkeypatch) -> None:
+    """``--capture-requests`` passes ``--log-prompts-dir`` to the model id's private folder, made before the
+    launch, and says where; without it the argv never carries the flag."""
+    import stat
+
+    from tuner.server.capture import captures_root
+
+    m = tmp_path / "t.gguf"
+    shutil.copyfile(stories260k_session, m)
+    monkeypatch.setenv("COLUMNS", "1000")  # argparse wraps at hyphens ("re-tune")
+    with pytest.raises(SystemExit):
+        cli_main(["serve", "--help"])
+    assert "Keeps your last 200 requests on this machine to re-tune on them" in " ".join(capsys.readouterr().out.split())
+    err = _serve_lines([], fake_server_bin, m)
+    argv_line = next(line for line in err.splitlines() if line.startswith("argv: "))
+    assert "--log-prompts-dir" not in argv_line and "capturing requests" not in err
+    assert not captures_root().exists()
+    err = _serve_lines(["--capture-requests"], fake_server_bin, m)
+    folder = captures_root() / "t"
+    argv_line = next(line for line in err.splitlines() if line.startswith("argv: "))
+    assert f"--log-prompts-dir {folder} " in argv_line
+    assert (f"capturing requests: Draftwise keeps your last 200 requests on this machine to re-tune on them, in "
+            f"{folder} (only you can read it; delete the folder to forget them)") in err
+    assert stat.S_IMODE(folder.stat().st_mode) == 0o700
+
+
+def test_capture_on_a_binary_without_the_flag_is_refused_with_the_reason(tmp_path: Path, capsys,
+                                                                        stories260k_session: Path) -> None:
+    from tests.server.conftest import DATA
+    from tuner.server.capture import captures_root
+
+    ik = tmp_path / "ik" / "llama-server"
+    ik.parent.mkdir()
+    ik.write_text(f"#!/bin/sh\ncat '{DATA / 'llama-server-help-ik-0.1.5.txt'}'\n", encoding="utf-8")
+    ik.chmod(0o755)
+    rc = cli_main(["serve", "--target", str(stories260k_session), "--server", str(ik), "--capture-requests"])
+    assert rc == 2
+    assert capsys.readouterr().err.strip().splitlines()[-1] == (
+        "draftwise serve: --capture-requests: ik_llama.cpp's llama-server has no --log-prompts-dir, so it cannot keep "
+        "the requests it serves (current llama.cpp builds can); serve without --capture-requests")
+    assert not captures_root().exists()

@@ -1,0 +1,78 @@
+"""The sweep's pure rules: n-gram types that never drafted, chains that would add nothing, clear losers, and
+the verdict on a baseline measured again."""
+
+from __future__ import annotations
+
+import pytest
+
+from tuner.calibration.candidates import Candidate
+from tuner.calibration.results import Measurement, Sample, synthetic_samples
+from tuner.calibration.search.record import Record
+from tuner.calibration.search.rules import (
+    BASELINE_DISAGREES,
+    NGRAM_MOD_N_MIN,
+    RecheckVerdict,
+    chain_member_never_drafted,
+    clear_loser,
+    never_drafted_type,
+    recheck_verdict,
+)
+
+DRAFT = Candidate(spec_type="draft-simple", draft_path="/m/good.gguf", n_max=4, p_min=0.0)
+
+
+def _never(c: Candidate) -> Measurement:
+    return Measurement(c, samples=synthetic_samples([10.0]), no_drafts_at="greedy", error="never drafted")
+
+
+@pytest.mark.parametrize("ran,candidate,skipped", [
+    (Candidate(spec_type="ngram-simple"), Candidate(spec_type="ngram-simple", ngram_n_max=16), True),
+    # ngram-mod drops a draft shorter than its n_min: a smaller n_min can draft where the default did not
+    (Candidate(spec_type="ngram-mod"), Candidate(spec_type="ngram-mod", ngram_n_max=16, ngram_n_min=12), False),
+    (Candidate(spec_type="ngram-mod", ngram_n_min=12), Candidate(spec_type="ngram-mod", ngram_n_max=16), True),
+    (Candidate(spec_type="ngram-mod"), Candidate(spec_type="ngram-mod", ngram_n_min=NGRAM_MOD_N_MIN + 8), True),
+    (Candidate(spec_type="ngram-simple"), Candidate(spec_type="ngram-map-k"), False),  # another type
+    (Candidate(spec_type="ngram-simple"), Candidate(spec_type="ngram-simple", placement="rpc-split"), False),
+    (Candidate(spec_type="ngram-mod"), DRAFT, False),  # a draft model never matches
+])
+def test_another_length_of_a_type_that_never_drafted(ran: Candidate, candidate: Candidate, skipped: bool) -> None:
+    record = Record(measurements=[_never(ran)])
+    found = never_drafted_type(record, candidate)
+    assert (found is not None) is skipped
+    if skipped:
+        assert found is not None and found.candidate == ran
+
+
+def test_a_chain_whose_ngram_member_never_drafted_alone() -> None:
+    chain = Candidate(spec_type="ngram-mod,draft-simple", draft_path="/m/good.gguf", n_max=4, p_min=0.0)
+    assert never_drafted_type(Record(measurements=[_never(Candidate(spec_type="ngram-mod"))]), chain) is None
+    assert chain_member_never_drafted(Record(measurements=[_never(Candidate(spec_type="ngram-mod"))]), chain)
+    assert chain_member_never_drafted(Record(measurements=[_never(Candidate(spec_type="ngram-simple"))]), chain) is None
+    drafted = Measurement(Candidate(spec_type="ngram-mod"), samples=synthetic_samples([10.0]))
+    assert chain_member_never_drafted(Record(measurements=[drafted]), chain) is None
+    assert chain_member_never_drafted(Record(measurements=[_never(Candidate(spec_type="ngram-mod"))]), DRAFT) is None
+
+
+def _sample(prompt: int, tps: float) -> Sample:
+    return Sample(prompt, "code", 0, tps, None, 128, 127 / tps * 1000)
+
+
+def test_a_clear_loser_is_below_the_ratio_on_the_same_requests() -> None:
+    base = Measurement(Candidate(), samples=(_sample(0, 100.0), _sample(1, 40.0)), stage="baseline")
+    record = Record(measurements=[base], base_tps=70.0)
+    assert clear_loser(record, [_sample(0, 45.0)], 0.5)  # 45 < 0.5 × 100 (the same request's baseline)
+    assert not clear_loser(record, [_sample(1, 25.0)], 0.5)  # 25 ≥ 0.5 × 40
+    assert clear_loser(record, [_sample(7, 30.0)], 0.5)  # a request the baseline never ran: its 70 tokens/s
+    assert not clear_loser(Record(), [_sample(0, 1.0)], 0.5)  # no baseline yet
+    assert not clear_loser(record, [], 0.5)
+
+
+@pytest.mark.parametrize("first,idle,again,verdict", [
+    (22.8, 741.7, 700.0, RecheckVerdict.SUPERSEDED),   # the stop-11 trial: the first launch was disturbed
+    (700.0, 22.8, 690.0, RecheckVerdict.FIRST_STANDS),  # the run that drafted nothing was
+    (100.0, 300.0, 180.0, RecheckVerdict.UNSTEADY),     # 1.8× the first, 0.6× the idle run: neither
+])
+def test_the_verdict_on_a_baseline_measured_again(first: float, idle: float, again: float,
+                                                  verdict: RecheckVerdict) -> None:
+    assert BASELINE_DISAGREES == 1.5  # the table's factor
+    assert recheck_verdict(first, idle, again) is verdict

@@ -1,0 +1,179 @@
+"""The sweep's time: the one budget holder (:class:`Budget`) and the estimates every step is planned from.
+
+Every step runs only when its estimated time fits the budget left (:meth:`Estimates.fits`); the screening
+stages leave enough of it for ``MIN_PAIRS + 1`` paired rounds of the leader (:meth:`Estimates.reserve_s`).
+Estimates come from what the sweep has seen: the first warm-up's speed, then the baseline's, and the mean
+load time. When they are wrong (a machine that slows down under another program's load), the hard time
+limit (:data:`HARD_LIMIT`) still ends the sweep in time.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+from ..measure import bounded_timeout
+from ..pairing import MIN_PAIRS
+from .protocol import Requests, rep_s
+from .record import Record
+
+HARD_LIMIT = 1.08
+"""The sweep's hard time limit, as a fraction of the budget (issue 10: first launch to decision within
+15 % of it). The stages plan from estimates (the warm-up's speed, the mean load time); on a busy machine
+those can be wrong by a factor (a 2-thread server on a 2-core box with one core taken by another program
+ran 30× slower than in the pause before), so from the end of the baseline launch on, a launch that has
+not become ready, a request in flight and every later step end at ``HARD_LIMIT × budget``: the requests
+completed so far are kept (``Measurement.cut_short``), the rest of the plan is reported as not measured,
+and the decision is made from what was measured. The margin to 15 % is for stopping the server and
+deciding."""
+
+DEFAULT_TPS = 20.0
+"""Tokens/s assumed before any speed was measured."""
+
+DEFAULT_LOAD_S = 5.0
+"""Seconds a model load is assumed to take before one was timed."""
+
+
+class _UntilDeadline(threading.Event):
+    """A cancel event for one launch's start-up wait: reads as set once ``cancel`` is set or
+    ``time.monotonic()`` passes ``deadline()`` (``None`` = no deadline yet). Only ``is_set`` is meaningful
+    (the supervisor's ready wait polls it)."""
+
+    def __init__(self, cancel: threading.Event, deadline: Callable[[], float | None]) -> None:
+        super().__init__()
+        self._cancel = cancel
+        self._deadline = deadline
+
+    def is_set(self) -> bool:
+        d = self._deadline()
+        return self._cancel.is_set() or (d is not None and time.monotonic() >= d)
+
+
+class Budget:
+    """The sweep's time budget, from its start (construction) to the decision.
+
+    Args:
+        budget_s: the budget in seconds (checked where the user gives it: ``tuner.options``).
+        clock: reads seconds (``time.monotonic``; tests give a simulated clock). The hard time limit runs
+            on ``time.monotonic`` whatever the clock: it bounds real waits (a launch, a request).
+
+    Attributes:
+        budget_s: the budget (seconds).
+        t0: the clock's reading when the sweep started.
+        hard_deadline_s: ``time.monotonic()`` value of the hard time limit (:data:`HARD_LIMIT`), set by
+            :meth:`arm_hard_limit` once the baseline was measured; ``None`` before.
+    """
+
+    def __init__(self, budget_s: float, clock: Callable[[], float] = time.monotonic) -> None:
+        self.budget_s = budget_s
+        self.clock = clock
+        self.t0 = clock()
+        self.hard_deadline_s: float | None = None
+
+    @property
+    def limit_s(self) -> float:
+        """The hard time limit in seconds from the start (``HARD_LIMIT × budget_s``)."""
+        return HARD_LIMIT * self.budget_s
+
+    def elapsed_s(self) -> float:
+        """Seconds since the sweep started."""
+        return self.clock() - self.t0
+
+    def remaining_s(self) -> float:
+        """Budget left in seconds (negative once overrun)."""
+        return self.budget_s - self.elapsed_s()
+
+    def arm_hard_limit(self) -> None:
+        """Start the hard time limit (:data:`HARD_LIMIT` × budget from the sweep's start)."""
+        self.hard_deadline_s = time.monotonic() + (self.limit_s - self.elapsed_s())
+
+    def past_hard_limit(self) -> bool:
+        """True once the hard time limit has passed."""
+        return self.hard_deadline_s is not None and time.monotonic() >= self.hard_deadline_s
+
+    def request_timeout(self, request_timeout_s: float) -> float:
+        """HTTP timeout (seconds) of the next request: ``request_timeout_s``, never past the hard time limit."""
+        return bounded_timeout(request_timeout_s, self.hard_deadline_s)
+
+    def until_deadline(self, cancel: threading.Event) -> threading.Event:
+        """A cancel event for a launch's start-up wait: set once ``cancel`` is, or the hard time limit passed."""
+        return _UntilDeadline(cancel, lambda: self.hard_deadline_s)
+
+
+@dataclass
+class Estimates:
+    """Estimated seconds of the sweep's next steps, from the speeds and load times seen so far.
+
+    Attributes:
+        requests: what every launch sends (prompts, ``n_predict``).
+        record: the sweep's record (the baseline's speed once measured).
+        side_by_side: paired rounds keep the baseline's server running next to the finalist's.
+        ngram_only: the plan has n-gram types only (the leader needs a fresh launch per pair).
+        load_s: every load time timed so far (seconds).
+        warmup_tps: the first launch's warm-up speed (tokens/s); ``None`` until timed.
+    """
+
+    requests: Requests
+    record: Record
+    side_by_side: bool = False
+    ngram_only: bool = False
+    load_s: list[float] = field(default_factory=list)
+    warmup_tps: float | None = None
+
+    def tps(self) -> float | None:
+        """The model's speed as far as known: the baseline's, else the first warm-up's (``None``: neither)."""
+        return self.record.base_tps or self.warmup_tps
+
+    def load(self) -> float:
+        """Mean load time (seconds; :data:`DEFAULT_LOAD_S` before one was timed)."""
+        return sum(self.load_s) / len(self.load_s) if self.load_s else DEFAULT_LOAD_S
+
+    def rep_s(self, gen_tokens_per_s: float | None = None) -> float:
+        """Estimated seconds of one repetition (every prompt once) at ``gen_tokens_per_s`` (default: :meth:`tps`)."""
+        tps = gen_tokens_per_s or self.tps() or DEFAULT_TPS
+        return rep_s(tps, len(self.requests.prompts), self.requests.n_predict)
+
+    def launch_s(self) -> float:
+        """Estimated seconds of a launch before its requests: the mean load and a 16-token warm-up."""
+        return self.load() + 16 / max(self.tps() or DEFAULT_TPS, 1e-3)
+
+    def estimate_s(self, gen_tokens_per_s: float | None, repetitions: int) -> float:
+        """Estimated seconds of one launch: mean load time + warm-up + requests at ``gen_tokens_per_s``."""
+        tps = gen_tokens_per_s or self.tps() or DEFAULT_TPS
+        return self.load() + 16 / max(tps, 1e-3) + self.rep_s(tps) * repetitions
+
+    def pair_s(self) -> float:
+        """Estimated seconds of one more adjacent pair: a repetition on each side, plus one launch when
+        launches alternate (each of them holds two repetitions) or the leader is an n-gram type (one
+        launch per pair); side by side with a draft model, no launch per pair."""
+        per_pair_launch = not self.side_by_side or self.ngram_only
+        return 2 * self.rep_s() + (self.launch_s() if per_pair_launch else 0.0)
+
+    def reserve_s(self, optional: bool, busy: bool) -> float:
+        """Budget the screening stages leave for the paired rounds: ``MIN_PAIRS + 1`` pairs of the
+        leader (side by side: ``MIN_PAIRS``, each one repetition) and the launches that open them.
+
+        ``optional``: the reserve of the optional stages (exploration, the ``p_min`` variant): twice
+        the pairs while the machine is ``busy`` (noisier pairs: more of them are needed); the refine
+        stage after its first length counts as optional. The probes and the first refine length keep
+        the plain reserve (one spare pair while busy): the length the probe's curve predicts fastest
+        is what the pairs then confirm. (Doubling it for them too left a busy 90 s sweep with
+        only the ``n_max`` 16 probe to confirm — every predicted-better length skipped at 34 s with
+        56 s left — and it ended inconclusive on that probe: "no speculation", 0.83 of the best.)"""
+        # busy: optional steps keep twice the pairs; the others one spare pair (the estimates made from
+        # screening speeds run short under load: a busy 60 s sweep got 2 of its 3 reserved pairs)
+        extra = (MIN_PAIRS if optional else 1) if busy else 0
+        if self.side_by_side:
+            return (MIN_PAIRS + extra) * self.pair_s() + 2 * self.launch_s()
+        return (MIN_PAIRS + 1 + extra) * self.pair_s() + self.estimate_s(None, 1)
+
+    def fits(self, budget: Budget, est_s: float, reserve: bool = True, optional: bool = False,
+             busy: bool = False) -> bool:
+        """True when a step of ``est_s`` seconds fits the budget left (screening steps keep
+        :meth:`reserve_s`; ``optional`` steps its busy-machine reserve)."""
+        return budget.remaining_s() - (self.reserve_s(optional, busy) if reserve else 0.0) >= est_s
+
+
+__all__ = ["DEFAULT_LOAD_S", "DEFAULT_TPS", "HARD_LIMIT", "Budget", "Estimates"]

@@ -1,0 +1,158 @@
+"""The paired rounds: the sequential test confirms (or not) the screened contenders against the baseline.
+
+DESIGN.md "Calibration method" step 5, ``confirm`` (``tuner.calibration.pairing``): the screened
+candidates are ranked on their ratio over the same requests as the baseline (stopped-early losers and
+those slower than the baseline are dropped); the top half (at most ``finalists``) is confirmed one after
+another in alternating launches ``A B B A A B B A …`` (baseline A, finalist B, two repetitions per launch,
+n-gram types one launch per repetition), so each finalist repetition is paired with the baseline
+repetition next to it in time. With ``SearchSettings.side_by_side`` (CPU: the weights are mmapped, so two
+servers on one GGUF share the page cache) the baseline's server instead stays up next to the finalist's
+(``tuner.calibration.search.side_by_side``). After every pair the sequential test looks; rounds go on while
+it is inconclusive, fewer than ``max_pairs`` pairs ran and the budget allows — on a busy machine the
+noise is larger and the same rule spends more of the budget on pairs.
+"""
+
+from __future__ import annotations
+
+import math
+import threading
+from collections.abc import Callable, Sequence
+
+from tuner.errors import Cancelled
+
+from ..candidates import Candidate
+from ..measure import needs_fresh_launch_per_repetition
+from ..pairing import compare
+from .budget import Budget, Estimates
+from .eta import ConfirmTracker, Eta
+from .events import SweepEvents
+from .measurer import Measurer
+from .record import Record
+from .settings import SearchSettings
+from .side_by_side import SideBySide
+
+
+class Confirmation:
+    """The paired rounds of one sweep (module docstring); :meth:`run` takes the screening's contenders."""
+
+    def __init__(self, settings: SearchSettings, measurer: Measurer, record: Record, tracker: ConfirmTracker,
+                 budget: Budget, estimates: Estimates, eta: Eta, events: SweepEvents, cancel: threading.Event,
+                 busy: Callable[[], bool]) -> None:
+        self.s = settings
+        self.measurer = measurer
+        self.record = record
+        self.tracker = tracker
+        self.budget = budget
+        self.estimates = estimates
+        self.eta = eta
+        self.events = events
+        self.cancel = cancel
+        self.busy = busy
+        self.side_by_side = SideBySide(settings, measurer, record, tracker, budget, estimates, eta, events, cancel,
+                                       busy)
+
+    def run(self, contenders: Sequence[tuple[float, Candidate]]) -> None:
+        """Paired rounds for each finalist in turn — the top half of ``contenders`` (``(screening ratio,
+        candidate)``, best first), at most ``finalists`` — until its sequential test is conclusive, it
+        reached ``max_pairs`` pairs, or the budget is spent; the rest are dropped (event ``"skipped"``).
+
+        Raises:
+            Cancelled: the user cancelled.
+        """
+        assert self.record.base_tps is not None
+        if not contenders:
+            self.events("skipped", "no speculative configuration beat the baseline on the same requests: "
+                        "nothing to confirm")
+            return
+        keep = max(1, min(self.s.finalists, math.ceil(len(contenders) / 2)))
+        finalists = [c for _sp, c in contenders[:keep]]
+        # the sequential test's error is shared by the finalists chosen here, from screening data only
+        # (independent of the pairs to come): fewer finalists, more error per look
+        self.tracker.finalists = len(finalists)
+        self.tracker.left = list(finalists)
+        for _sp, c in contenders[keep:]:
+            self.events("skipped", f"{c.label}: dropped after screening (successive halving)", candidate=c)
+        try:
+            if self.s.side_by_side:
+                self.side_by_side.run(finalists)
+            else:
+                self._alternating(finalists)
+        finally:
+            self.tracker.left = []
+
+    def _conclude(self, c: Candidate) -> tuple[bool, int]:
+        """``(the rounds of c end here, pairs so far)``: the sequential test's latest look over ``c``'s
+        adjacent pairs is conclusive (and no more pairs are wanted while busy), or ``max_pairs`` ran; each
+        ending is an event ``"confirmed"``."""
+        s, t = self.s, self.tracker
+        cmp_ = compare(self.record.measurements, c, s.min_gain, s.alpha, t.max_pairs, t.finalists, mix=self.record.mix)
+        n_pairs = len(cmp_.pairs) if cmp_ is not None and cmp_.paired else 0
+        look = cmp_.look if cmp_ is not None and cmp_.paired else None
+        if look is not None:
+            t.saw(look, self.budget.clock())
+        if (cmp_ is not None and look is not None and look.verdict != "inconclusive"
+                and not t.more_pairs_while_busy(look, self.busy, self.budget, self.estimates)):
+            self.events("confirmed", f"{c.label}: {look.verdict} than no speculation after {n_pairs} "
+                        f"adjacent pairs ({cmp_.speedup:.2f}×)", candidate=c,
+                        detail={"verdict": look.verdict, "pairs": n_pairs, "speedup": cmp_.speedup})
+            return True, n_pairs
+        if n_pairs >= t.max_pairs:
+            self.events("confirmed", f"{c.label}: still inconclusive after {n_pairs} adjacent pairs",
+                        candidate=c, detail={"verdict": "inconclusive", "pairs": n_pairs})
+            return True, n_pairs
+        return False, n_pairs
+
+    def _alternating(self, finalists: Sequence[Candidate]) -> None:
+        """Alternating launches ``A B B A …`` for each finalist (module docstring)."""
+        est = self.estimates
+        open_rep: int | None = None  # a baseline repetition of the last launch still without a partner
+        for n_f, c in enumerate(finalists):
+            self.tracker.next_finalist(c, self.budget.clock())
+            while True:
+                if self.cancel.is_set():
+                    raise Cancelled()
+                done, n_pairs = self._conclude(c)
+                if done:
+                    break
+                opening = 0.0 if open_rep is not None else est.estimate_s(None, 1)
+                block = opening + est.estimate_s(self.record.base_tps, 2) + est.estimate_s(None, 2)
+                if not est.fits(self.budget, block, reserve=False):
+                    self.events("skipped", f"{c.label}: paired round {n_pairs // 2 + 1} not run, the time budget "
+                                "is spent", candidate=c, detail={"pairs": n_pairs})
+                    return
+                self.eta.pending_s = block
+                if open_rep is None:
+                    open_rep = self.tracker.take_rep()
+                    if not self._run_baseline([open_rep]):
+                        return
+                r1 = open_rep
+                r2 = self.tracker.take_rep()
+                b_ok = self._run_candidate(c, [r1, r2])
+                # hold the next pair's baseline repetition in the same launch when another block fits
+                more = n_f + 1 < len(finalists) or n_pairs + 2 < self.tracker.max_pairs
+                # (this launch with two repetitions, then the next block's B and A)
+                hold = more and est.fits(self.budget, est.estimate_s(None, 2) + est.estimate_s(self.record.base_tps, 2)
+                                         + est.estimate_s(None, 1), reserve=False)
+                r3 = self.tracker.take_rep() if hold else None
+                if not self._run_baseline([r2] + ([r3] if r3 is not None else [])):
+                    return
+                open_rep = r3
+                if not b_ok:
+                    break
+        self.eta.pending_s = 0.0
+
+    def _run_baseline(self, reps: list[int]) -> bool:
+        m = self.measurer.measure(self.measurer.baseline, reps, "confirm", single_launch=True)
+        if m.ok:
+            self.record.keep_outputs(m)
+        return m.ok
+
+    def _run_candidate(self, c: Candidate, reps: list[int]) -> bool:
+        """One launch of ``c`` for ``reps`` (n-gram types: one launch per repetition, so their n-gram
+        pool never carries over; each launch stays its own measurement, adjacent to a baseline launch)."""
+        if needs_fresh_launch_per_repetition(c):
+            return all(self.measurer.measure(c, [r], "confirm", single_launch=True).ok for r in reps)
+        return self.measurer.measure(c, reps, "confirm", single_launch=True).ok
+
+
+__all__ = ["Confirmation"]

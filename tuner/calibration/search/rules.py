@@ -1,0 +1,123 @@
+"""The sweep's rules about what is worth a launch, as pure functions of its :class:`Record`.
+
+An n-gram type that never drafted on these prompts is not launched again at another length, nor as the
+n-gram member of a chain; a screening run far below the baseline on the same requests is stopped early;
+a run that drafted nothing is the model alone, so when it disagrees with the baseline launch the baseline
+is measured again, and :func:`recheck_verdict` says which launch to believe.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from enum import Enum
+
+from ..candidates import Candidate
+from ..results import Measurement, Sample
+from .record import Record
+
+BASELINE_DISAGREES = 1.5
+"""A run that drafted nothing is the model alone (plus a lookup that found nothing); when its tokens/s on
+the same requests differ from the baseline launch's by more than this factor either way, one of the two
+ran while something else had the machine, and the baseline is measured once more
+(:meth:`tuner.calibration.search.screening.Screening.recheck_baseline`). Seen on a busy 2-core box: the
+baseline's only launch at 22.8 tokens/s, an n-gram probe that never drafted at 741.7, the model's real
+speed ~700."""
+
+NGRAM_MOD_N_MIN = 48
+"""llama-server's default ``--spec-ngram-mod-n-min`` (common/common.h ``common_params_speculative_ngram_mod``)."""
+
+
+def agree(a: float, b: float) -> bool:
+    """True when two tokens/s figures of the model alone are within :data:`BASELINE_DISAGREES` of each other."""
+    return 1 / BASELINE_DISAGREES <= a / b <= BASELINE_DISAGREES
+
+
+def _ngram_run_that_never_drafted(record: Record, spec_type: str, c: Candidate) -> Measurement | None:
+    """An earlier run of the plain n-gram type ``spec_type`` at ``c``'s placement that never drafted, with
+    lookups no stricter than ``c``'s (for ngram-mod: an ``n_min`` no larger than ``c``'s), else ``None``."""
+    for m in record.measurements:
+        if not (m.no_drafts_at and m.candidate.spec_type == spec_type and m.candidate.placement == c.placement):
+            continue
+        if spec_type == "ngram-mod" and (c.ngram_n_min or NGRAM_MOD_N_MIN) < (m.candidate.ngram_n_min
+                                                                             or NGRAM_MOD_N_MIN):
+            continue
+        return m
+    return None
+
+
+def never_drafted_type(record: Record, c: Candidate) -> Measurement | None:
+    """An earlier run of the same plain n-gram type as ``c`` (same placement) that never drafted at the
+    served sampling, and whose lookups were no stricter than ``c``'s, else ``None``.
+
+    Whether an n-gram type drafts depends on its lookup finding a match, not on its draft length
+    (common/speculative.cpp ``common_speculative_impl_ngram_simple`` drafts the m-gram after a found
+    n-gram; ngram-map likewise). ngram-mod is the exception: it drops a draft shorter than its
+    ``n_min`` (``common_speculative_impl_ngram_mod::draft``), so a variant with a smaller
+    ``ngram_n_min`` than the run that drafted nothing (default 48) is still measured. Chains and draft
+    models never match."""
+    if not c.spec_type.startswith("ngram") or "," in c.spec_type:
+        return None
+    return _ngram_run_that_never_drafted(record, c.spec_type, c)
+
+
+def chain_member_never_drafted(record: Record, c: Candidate) -> Measurement | None:
+    """For a chain (``c.spec_types`` with an n-gram type and a draft model, ``--spec-type a,b``): an earlier
+    run of its n-gram member alone that never drafted on these prompts (same placement; for ngram-mod,
+    at an ``n_min`` no larger than the chain's), else ``None``. The chain then drafts only through
+    its other member, and serving it would add a lookup that finds nothing (measured on a slow target:
+    a chain with an ngram-mod that never drafted won over 3 pairs while the plain draft went
+    unconfirmed; the decision then named an n-gram lookup that contributed nothing)."""
+    if len(c.spec_types) < 2:
+        return None
+    for t in c.spec_types:
+        if t.startswith("ngram") and (m := _ngram_run_that_never_drafted(record, t, c)) is not None:
+            return m
+    return None
+
+
+def clear_loser(record: Record, samples: Sequence[Sample], ratio: float) -> bool:
+    """True when the requests so far run below ``ratio`` × the baseline's tokens/s on the same requests
+    (Σ tokens ÷ Σ time on each side; the screening baseline's speed when it ran none of them)."""
+    if record.base_tps is None or not samples:
+        return False
+    toks = sum(max(1, (s.predicted_n or 1) - 1) for s in samples)
+    secs = sum((s.predicted_ms or 0.0) for s in samples) / 1000.0
+    tps = toks / secs if secs > 0 else min(s.gen_tokens_per_s for s in samples)
+    ref = record.baseline_tps_on(samples) or record.base_tps
+    return tps < ratio * ref
+
+
+class RecheckVerdict(Enum):
+    """What a second launch of the model alone says about the first (:func:`recheck_verdict`)."""
+
+    FIRST_STANDS = "first_stands"
+    """It agrees with the first launch: the run that drafted nothing was the disturbed one."""
+    SUPERSEDED = "superseded"
+    """It agrees with the run that drafted nothing and not with the first: the first was disturbed."""
+    UNSTEADY = "unsteady"
+    """It agrees with neither: the model's own speed varied with the machine's load."""
+
+
+def recheck_verdict(first: float, idle: float, again: float) -> RecheckVerdict:
+    """The verdict on a baseline measured again, from the model alone's tokens/s on the same requests in
+    the ``first`` baseline launch, in the ``idle`` run (drafted nothing) and in the second launch
+    (``again``); each figure > 0."""
+    agrees_idle = agree(again, idle)
+    agrees_first = agree(again, first)
+    if agrees_idle and not agrees_first:
+        return RecheckVerdict.SUPERSEDED
+    if not agrees_first:
+        return RecheckVerdict.UNSTEADY
+    return RecheckVerdict.FIRST_STANDS
+
+
+__all__ = [
+    "BASELINE_DISAGREES",
+    "NGRAM_MOD_N_MIN",
+    "RecheckVerdict",
+    "agree",
+    "chain_member_never_drafted",
+    "clear_loser",
+    "never_drafted_type",
+    "recheck_verdict",
+]

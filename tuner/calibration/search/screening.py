@@ -1,0 +1,419 @@
+"""The screening stages: the baseline, one probe per candidate, the draft lengths worth measuring, and the
+contenders the paired rounds confirm.
+
+DESIGN.md "Calibration method" step 5. Each candidate one server launch:
+
+1. :meth:`Screening.baseline`: the target alone (``baseline_repetitions`` repetitions): the screening
+   reference. Its outputs are the reference for the lossless check.
+2. :meth:`Screening.probes`: per draft model one run at a long draft (``n_max`` 16, ``p_min`` 0): its
+   per-position acceptance counters predict accepted tokens per verification for every shorter draft,
+   and its measured step cost fits a :class:`~tuner.calibration.predict.CostModel`; together they
+   predict tokens/s for every ``n_max`` (event ``"predicted"``). n-gram types and ``draft-mtp`` get one
+   run. A run that drafted nothing is the model alone: when it disagrees with the baseline, the baseline
+   is measured again (:meth:`Screening.recheck_baseline`).
+3. :meth:`Screening.refine`: the draft lengths predicted fastest (and predicted to beat the baseline) are
+   measured, best prediction first; after each, the cost model is refitted on every measured length of
+   that draft and the curve re-predicted, so a better length found by the refit is measured too.
+   :meth:`Screening.explore`: while more than half the budget is left, the neighbours (±1) of every
+   length within 5 % of the draft's best are measured as well (``SearchSettings.explore_per_draft``): on
+   a noisy machine one unlucky run can otherwise end the refit on a local maximum.
+   :meth:`Screening.rescreen_near_ties` (busy machine only) measures near-tied lengths once more; then
+   :meth:`Screening.p_min_variants` measures the best length of each draft once more with ``p_min`` > 0.
+4. :meth:`Screening.contenders`: the screened candidates, ranked on their ratio over the same requests
+   as the baseline, for the paired rounds (``tuner.calibration.search.confirm``).
+
+Every step runs only when its estimated time fits (event ``"skipped"`` otherwise).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from dataclasses import replace
+
+from tuner.errors import Cancelled
+
+from ..candidates import Candidate, CandidatePlan
+from ..pairing import compare, pooled_tokens_per_s
+from ..predict import CostModel, fit_cost_model, predict_curve
+from ..results import Measurement
+from ..sentences import JsonValue, Sentence, Slot
+from .budget import Budget, Estimates
+from .eta import Eta
+from .events import SweepEvents
+from .measurer import Measurer
+from .record import Curve, Record
+from .rules import RecheckVerdict, agree, chain_member_never_drafted, never_drafted_type, recheck_verdict
+from .settings import BaselineFailed, SearchSettings
+
+
+class Screening:
+    """The screening stages of one sweep (module docstring); they talk to the rest of the sweep only through
+    its state objects and the :class:`~tuner.calibration.search.measurer.Measurer`."""
+
+    def __init__(self, plan: CandidatePlan, settings: SearchSettings, measurer: Measurer, record: Record,
+                 budget: Budget, estimates: Estimates, eta: Eta, events: SweepEvents, cancel: threading.Event,
+                 busy: Callable[[], bool]) -> None:
+        self.plan = plan
+        self.s = settings
+        self.measurer = measurer
+        self.record = record
+        self.budget = budget
+        self.estimates = estimates
+        self.eta = eta
+        self.events = events
+        self.cancel = cancel
+        self.busy = busy
+        self.reps = list(range(settings.probe_repetitions))
+        """Repetition ids of every probe and refine launch."""
+
+    def _fits(self, est_s: float, reserve: bool = True, optional: bool = False) -> bool:
+        return self.estimates.fits(self.budget, est_s, reserve, optional, reserve and self.busy())
+
+    def _check_cancel(self) -> None:
+        if self.cancel.is_set():
+            raise Cancelled()
+
+    def _probe_list(self) -> list[Candidate]:
+        """Drafts first (the first one always), then MTP, then n-gram types."""
+        return [*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp is not None else []), *self.plan.ngram]
+
+    def _draft_probes(self) -> list[Candidate]:
+        """The draft models' and MTP's probes that ran."""
+        return [c for c in (*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp else [])) if self.record.runs_of(c)]
+
+    # ---- 1. the baseline ----------------------------------------------------------------------------
+    def baseline(self) -> None:
+        """Measure the target alone; its speed is the screening reference and arms the hard time limit.
+
+        Raises:
+            BaselineFailed: the baseline could not be measured.
+        """
+        self.eta.queued_probes = (len(self._probe_list()), len(self.reps))
+        base = self.measurer.measure(self.plan.baseline, list(range(self.s.baseline_repetitions)), "baseline")
+        if not base.ok or not base.gen_tokens_per_s:
+            raise BaselineFailed(base)
+        self.record.base_tps = float(base.gen_tokens_per_s)
+        self.budget.arm_hard_limit()
+        self.record.keep_outputs(base)
+
+    # ---- 2. one probe per candidate -----------------------------------------------------------------
+    def probes(self) -> None:
+        """One run per draft (``n_max`` 16), MTP and n-gram type, budget permitting (the first always);
+        skips n-gram lengths and chains that cannot draft where their type never did."""
+        probes = self._probe_list()
+        for i, c in enumerate(probes):
+            est = self.estimates.estimate_s(None, len(self.reps))
+            self.eta.queued_probes = (len(probes) - i - 1, len(self.reps))
+            if c is not probes[0] and not self._fits(est, reserve=self.record.contender_seen()):
+                self.events("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
+                self.record.unmeasured.append(c)
+                continue
+            never = never_drafted_type(self.record, c)
+            if never is not None:
+                self.events("skipped", f"{c.label}: not measured, {never.candidate.label} never drafted on these "
+                            "prompts and this draft length cannot change that", candidate=c)
+                continue
+            useless = chain_member_never_drafted(self.record, c)
+            if useless is not None:
+                self.events("skipped", f"{c.label}: not measured, {useless.candidate.label} never drafted on these "
+                            "prompts, so the chain would be its other member alone", candidate=c)
+                continue
+            m = self.measurer.measure(c, self.reps, "probe")
+            if m.no_drafts_at and m.samples:
+                self.recheck_baseline(m)
+            if m.ok and c.spec_type.startswith("draft"):
+                self.predict(c)
+        self.eta.pending_s = 0.0
+
+    def recheck_baseline(self, idle_run: Measurement) -> None:
+        """Measure the baseline once more when ``idle_run`` — a speculative launch that drafted nothing,
+        so the model alone — ran more than :data:`~tuner.calibration.search.rules.BASELINE_DISAGREES` ×
+        faster or slower than the baseline's launch on the same requests (at most once per sweep, when it
+        fits the budget).
+
+        When the re-measurement agrees with ``idle_run`` and not with the first launch, the first is
+        marked ``superseded`` (kept in the record, never quoted as the model's speed nor used for
+        screening) and the re-measurement becomes the baseline; when it agrees with neither, both are
+        kept and the baseline is unsteady (:func:`~tuner.calibration.search.rules.recheck_verdict`). Either
+        way a sentence goes to the record's notes."""
+        found = self.record.screening_baseline()
+        if self.record.baseline_rechecked or found is None:
+            return
+        pos, first = found
+        keys = {(x.prompt_index, x.repetition) for x in idle_run.samples}
+        b1 = pooled_tokens_per_s([x for x in first.samples if (x.prompt_index, x.repetition) in keys])
+        n1 = pooled_tokens_per_s(idle_run.samples)
+        if not b1 or not n1 or agree(n1, b1):
+            return
+        self.record.baseline_rechecked = True
+        # the sentences quote each launch's own figure, as the launch table does (the check above compares
+        # the same requests)
+        f1, fn, label = first.gen_tokens_per_s or b1, idle_run.gen_tokens_per_s or n1, idle_run.candidate.label
+        said: dict[str, JsonValue] = {"first_tps": f1, "idle_tps": fn, "idle_label": label}
+        reps = sorted({x.repetition for x in first.samples})
+        if not self._fits(self.estimates.estimate_s(n1, len(reps)), reserve=False):
+            self.record.notes.append(Sentence(Slot.SWEEP, "sweep.baseline_unmeasurable", said))
+            self.record.baseline_unsteady = True
+            return
+        self.events("error", f"no speculation: measured again — {f1:.1f} tokens/s in its launch, {fn:.1f} in "
+                    f"{label}, which drafted nothing (the same model alone)")
+        again = self.measurer.measure(self.plan.baseline, reps, "baseline")
+        b2 = pooled_tokens_per_s([x for x in again.samples if (x.prompt_index, x.repetition) in keys]) if again.ok else None
+        if not b2:
+            return
+        f2 = again.gen_tokens_per_s or b2
+        said["again_tps"] = f2
+        verdict = recheck_verdict(b1, n1, b2)
+        if verdict is RecheckVerdict.SUPERSEDED:
+            self.record.supersede(pos, f"disturbed: {f1:.1f} tokens/s, while {label} (which drafted nothing) ran "
+                                       f"{fn:.1f} and a second baseline launch {f2:.1f}")
+            self.record.base_tps = float(f2)
+            self.record.keep_outputs(again)
+            self.record.notes.append(Sentence(Slot.SWEEP, "sweep.baseline_superseded", said))
+        elif verdict is RecheckVerdict.UNSTEADY:
+            self.record.notes.append(Sentence(Slot.SWEEP, "sweep.baseline_unsteady", said))
+            self.record.baseline_unsteady = True
+
+    def predict(self, probe: Candidate) -> Curve:
+        """(Re)fit the cost model of ``probe``'s draft and predict the curve; emits ``"predicted"``."""
+        runs = self.record.runs_of(probe)
+        long_run = next((m for m in runs if m.counts and m.counts.accepted_per_pos and m.counts.drafts_total), None)
+        if long_run is None or long_run.counts is None or self.record.base_tps is None:
+            self.record.curves[self.record.group(probe)] = []
+            return []
+        fit_pts = []
+        for m in runs:
+            if m.counts and m.counts.drafts_total and m.gen_tokens_per_s:
+                a = m.counts.accepted_tokens_total / m.counts.drafts_total
+                k_eff = m.counts.drafted_per_step or float(m.candidate.n_max or 1)
+                fit_pts.append((k_eff, a, float(m.gen_tokens_per_s)))
+        model: CostModel = fit_cost_model(self.record.base_tps, fit_pts)
+        curve = predict_curve(long_run.counts, model, self.s.draft_lengths)
+        self.record.curves[self.record.group(probe)] = curve
+        self.events(
+            "predicted",
+            f"{probe.label}: predicted best n_max " + (f"{max(curve, key=lambda t: t[2])[0]}" if curve else "unknown"),
+            candidate=probe,
+            detail={"curve": [list(t) for t in curve], "cost_per_draft_token": model.per_draft_token,
+                    "cost_per_step": model.per_step},
+        )
+        return curve
+
+    # ---- 3. draft lengths -----------------------------------------------------------------------------
+    def _refine_queue(self, bar: float) -> list[tuple[float, Candidate, Candidate]]:
+        """``(predicted tokens/s, probe, length to measure)`` of each draft's most promising lengths, best first;
+        without per-position counters (no /metrics), a few fixed lengths."""
+        queue: list[tuple[float, Candidate, Candidate]] = []
+        for probe in self._draft_probes():
+            curve = self.record.curves.get(self.record.group(probe)) or []
+            done = self.record.measured_n_max(probe)
+            promising = sorted((t for t in curve if t[2] > bar and t[0] not in done), key=lambda t: -t[2])
+            for k, _acc, tps in promising[: self.s.refine_per_draft]:
+                queue.append((tps, probe, probe.with_n_max(k)))
+            if not curve and not any(m.candidate.n_max != probe.n_max for m in self.record.runs_of(probe)):
+                for k in (4, 8):
+                    if k not in done:
+                        queue.append((0.0, probe, probe.with_n_max(k)))
+        queue.sort(key=lambda t: -t[0])
+        return queue
+
+    def refine(self) -> None:
+        """Measure the lengths each draft's curve predicts fastest (and faster than the baseline by half of
+        ``min_gain``), best first, refitting after each; a better length the refit finds is queued too
+        (at most two per draft). The first length keeps the plain reserve, the rest the busy one."""
+        assert self.record.base_tps is not None
+        bar = self.record.base_tps * (1.0 + self.s.min_gain / 2)
+        queue = self._refine_queue(bar)
+        extra_budget = {self.record.group(p): 2 for p in self._draft_probes()}
+        refined = 0
+        self.eta.pending_s = sum(self.estimates.estimate_s(t[0] or None, len(self.reps)) for t in queue)
+        while queue:
+            self._check_cancel()
+            predicted, probe, c = queue.pop(0)
+            est = self.estimates.estimate_s(predicted or None, len(self.reps))
+            self.eta.pending_s = max(0.0, self.eta.pending_s - est)
+            if c.n_max in self.record.measured_n_max(probe):
+                continue
+            if not self._fits(est, optional=refined > 0):
+                self.events("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
+                self.record.unmeasured.append(c)
+                continue
+            self.measurer.measure(c, self.reps, "refine", predicted or None)
+            refined += 1
+            curve = self.predict(probe)
+            done = self.record.measured_n_max(probe)
+            best_measured = max((m.gen_tokens_per_s or 0.0) for m in self.record.runs_of(probe))
+            better = [t for t in curve if t[0] not in done and t[2] > max(bar, best_measured * 1.02)]
+            g = self.record.group(probe)
+            if better and extra_budget[g] > 0 and not any(q[2].n_max == max(better, key=lambda t: t[2])[0]
+                                                          and self.record.group(q[2]) == g for q in queue):
+                k, _acc, tps = max(better, key=lambda t: t[2])
+                extra_budget[g] -= 1
+                queue.append((tps, probe, probe.with_n_max(k)))
+                queue.sort(key=lambda t: -t[0])
+                self.eta.pending_s += self.estimates.estimate_s(tps, len(self.reps))
+        self.eta.pending_s = 0.0
+
+    def explore_next(self, probe: Candidate) -> tuple[int, float] | None:
+        """The next draft length to explore for ``probe``'s draft: ``(n_max, predicted tokens/s or 0)``.
+
+        Unmeasured lengths next to (±1) a measured one whose tokens/s is within ``explore_within`` of
+        the best measured, and those the cost model's curve predicts within ``explore_within`` of it;
+        the one the curve ranks highest first (then the longer one).
+        None when there is none, or when the draft's best run does not beat the baseline (by half of
+        ``min_gain``, the refine stage's bar)."""
+        rated = [(n, tps) for m in self.record.runs_of(probe)
+                 if (tps := m.gen_tokens_per_s) and (n := m.candidate.n_max) is not None]
+        if not rated:
+            return None
+        best = max(tps for _, tps in rated)
+        base = self.record.base_tps
+        if base is None or best <= base * (1.0 + self.s.min_gain / 2):
+            return None  # a draft that does not beat the baseline anywhere: nothing worth a closer look
+        done = self.record.measured_n_max(probe)
+        near = {n for n, tps in rated if tps >= self.s.explore_within * best}
+        predicted = {t[0]: t[2] for t in self.record.curves.get(self.record.group(probe)) or []}
+        # the neighbours, and any length the refitted curve itself puts within reach of the best
+        # (one unlucky run next to it must not hide it)
+        likely = {n for n, tps in predicted.items() if tps >= self.s.explore_within * best}
+        options = ({k + d for k in near for d in (-1, 1)} | likely) & set(self.s.draft_lengths) - done
+        if not options:
+            return None
+        k = max(options, key=lambda n: (predicted.get(n, 0.0), n))
+        return k, predicted.get(k, 0.0)
+
+    def explore(self) -> None:
+        """Spare budget after the refine stage: measure neighbours of the best draft lengths, so a
+        noisy run or an imperfect cost model does not leave the search on a local maximum (see
+        :class:`~tuner.calibration.search.settings.SearchSettings` ``explore_per_draft``)."""
+        if self.s.explore_per_draft <= 0:
+            return
+        # On a busy machine one unlucky screening run is likelier still, so the exploration runs there
+        # too, but keeps the busy reserve (twice the pairs) for the paired rounds. (Skipping it while
+        # busy ended a sweep on n_max 2, 0.885 of the best length: bench/tune_quality.py --busy.)
+        busy = self.busy()
+        for probe in [c for c in self.plan.drafts if self.record.runs_of(c)]:
+            for _ in range(self.s.explore_per_draft):
+                self._check_cancel()
+                if self.budget.remaining_s() < self.s.explore_spare * self.budget.budget_s:
+                    return
+                nxt = self.explore_next(probe)
+                if nxt is None:
+                    break
+                k, predicted = nxt
+                if not self._fits(self.estimates.estimate_s(predicted or None, len(self.reps)), optional=True):
+                    if busy:
+                        self.events("skipped", "the machine is busy: no further draft lengths explored, the budget "
+                                    "left goes to more paired rounds")
+                    return
+                self.measurer.measure(probe.with_n_max(k), self.reps, "refine", predicted or None)
+                self.predict(probe)
+
+    def _near_ties(self) -> list[Candidate]:
+        """Draft-model (and MTP) configurations screened within ``rescreen_within`` of the best one's ratio
+        over the baseline (the best included, best first); none unless two or more."""
+        rated: list[tuple[float, Candidate]] = []
+        for m in self.record.measurements:
+            c = m.candidate
+            if not m.ok or m.stopped_early or c.is_baseline or not (c.draft_path or "draft-mtp" in c.spec_types):
+                continue
+            if any(r[1] == c for r in rated):
+                continue
+            cmp_ = compare(self.record.measurements, c, self.s.min_gain, mix=self.record.mix)
+            if cmp_ is not None and not cmp_.paired and cmp_.speedup and cmp_.speedup > 1.0:
+                rated.append((cmp_.speedup, c))
+        if len(rated) < 2:
+            return []
+        rated.sort(key=lambda t: -t[0])
+        ties = [c for sp, c in rated if sp >= self.s.rescreen_within * rated[0][0]]
+        return ties if len(ties) >= 2 else []
+
+    def rescreen_near_ties(self) -> None:
+        """On a busy machine, measure the draft-model (and MTP) configurations whose screening ratio is
+        within ``rescreen_within`` of the best one once more, the best included, on the same requests,
+        best first, while the optional stages' reserve allows; their screening comparisons then pool both
+        launches (:func:`tuner.calibration.pairing.compare`) before the finalists are chosen.
+
+        Why: one screening launch under another program's load decides which lengths reach the paired
+        rounds, and draft lengths next to each other differ by a few per cent. Measured with
+        ``bench/tune_quality.py --busy``: n_max 4, 3 and 5 screened at 96.7, 87.8 and 86.4 tokens/s, n_max 5
+        was dropped, and the referee then measured it 13 % faster than the n_max 4 served — with 60 s
+        of the budget unspent. The leader is measured again too: a second chance for the runners-up alone
+        would favour them. Screening data only: the paired test's error is unaffected. Only while more
+        than ``explore_spare`` of the budget is left, as for the exploration (a re-screen in a 45 s busy
+        sweep left 3 pairs for the leader, the fewest the sequential test decides on)."""
+        if not self.busy() or self.s.rescreen_within <= 0:
+            return
+        if self.budget.remaining_s() < self.s.explore_spare * self.budget.budget_s:
+            return
+        for c in self._near_ties():
+            self._check_cancel()
+            runs = [m for m in self.record.measurements if m.candidate == c and m.ok and m.stage in ("probe", "refine")]
+            if len(runs) >= 2:
+                continue
+            est = self.estimates.estimate_s(runs[0].gen_tokens_per_s if runs else None, len(self.reps))
+            if not self._fits(est, optional=True):
+                self.events("skipped", f"{c.label}: not measured again, the budget left goes to the paired rounds",
+                            candidate=c)
+                return
+            self.measurer.measure(c, self.reps, "refine", runs[0].gen_tokens_per_s if runs else None)
+
+    def p_min_variants(self) -> None:
+        """Measure ``p_min_variant`` at the best measured draft length of each draft (budget permitting).
+
+        Only where it can matter: a draft model (or MTP) whose best length is at least 4 and that is within
+        reach of the baseline (at least ``loser_ratio`` of its tokens/s). Not for DSpark heads: there
+        ``p_min`` is a threshold on the head's confidence output, not on the draft token's probability
+        (common/speculative.cpp ``common_speculative_impl_draft_dflash::draft``), and a head without a
+        trained confidence head then drafts nothing."""
+        assert self.record.base_tps is not None
+        pv = self.s.p_min_variant
+        if not pv or self.busy():
+            return
+        for probe in [c for c in self._draft_probes() if c.spec_type != "draft-dspark"]:
+            self._check_cancel()
+            best = max(self.record.runs_of(probe), key=lambda m: m.gen_tokens_per_s or 0.0)
+            n_max = best.candidate.n_max or 0
+            if n_max < 4 or (best.gen_tokens_per_s or 0.0) < self.s.loser_ratio * self.record.base_tps:
+                continue
+            c = replace(best.candidate, p_min=pv)
+            if any(m.candidate == c for m in self.record.measurements):
+                continue
+            est = self.estimates.estimate_s(best.gen_tokens_per_s, len(self.reps))
+            if not self._fits(est, optional=True):
+                self.events("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
+                self.record.unmeasured.append(c)
+                continue
+            self.eta.pending_s = est
+            self.measurer.measure(c, self.reps, "refine", best.gen_tokens_per_s)
+        self.eta.pending_s = 0.0
+
+    # ---- 4. what the paired rounds confirm ----------------------------------------------------------
+    def contenders(self) -> list[tuple[float, Candidate]]:
+        """Screened candidates worth confirming: ``(ratio on the same requests as the baseline,
+        candidate)``, fastest first; stopped-early losers, failures and those not faster than the
+        baseline are left out — except that when none is faster, the best one within screening noise
+        of the baseline (ratio ≥ ``confirm_within``, ``confirm_within_busy`` on a busy machine) is
+        still confirmed: one screening run each, not adjacent in time, cannot tell 0.95× from 1.3×
+        (measured on Gemma 3 270M under load: ngram-simple screened 0.95× with every draft accepted,
+        and nothing was confirmed). The finalists are chosen from screening data only, so the paired
+        test's error is unaffected; it alone decides."""
+        out: dict[tuple, tuple[float, Candidate]] = {}
+        near: dict[tuple, tuple[float, Candidate]] = {}
+        for m in self.record.measurements:
+            if not m.ok or m.candidate.is_baseline or m.stopped_early or m.candidate.key in out:
+                continue
+            cmp_ = compare(self.record.measurements, m.candidate, self.s.min_gain, mix=self.record.mix)
+            if cmp_ is None or cmp_.stopped_early or not cmp_.speedup:
+                continue
+            (out if cmp_.speedup > 1.0 else near)[m.candidate.key] = (cmp_.speedup, m.candidate)
+        if not out and near:
+            within = self.s.confirm_within_busy if self.busy() else self.s.confirm_within
+            best = max(near.values(), key=lambda t: t[0])
+            if best[0] >= within:
+                return [best]
+        return sorted(out.values(), key=lambda t: -t[0])
+
+
+__all__ = ["Screening"]

@@ -1,0 +1,203 @@
+"""Paired rounds side by side: the baseline's server stays up next to the finalist's, and every request of
+the finalist's launch is sent to the baseline's server right after, so the two sides of a pair are one
+request apart in time and drift of the machine's load cancels within each pair. For weights mmapped in
+host memory (CPU), where two servers on one GGUF share the page cache (``SearchSettings.side_by_side``).
+
+One repetition = one pair; the sequential test looks after each one (draft models: one launch for all a
+finalist's pairs, n-gram types: one launch per pair, so their n-gram pool never carries over).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable, Sequence
+from dataclasses import replace
+
+from tuner.errors import Cancelled
+
+from ..candidates import Candidate
+from ..measure import Launch, RequestError, first_divergence, measure_request, needs_fresh_launch_per_repetition
+from ..pairing import Look, pooled_tokens_per_s
+from ..results import Divergence, Measurement, Sample
+from .budget import Budget, Estimates
+from .eta import ConfirmTracker, Eta
+from .events import SweepEvents
+from .measurer import Measurer
+from .record import Record
+from .settings import SearchSettings
+
+
+class SideBySide:
+    """The side-by-side paired rounds of one sweep (module docstring; the caller:
+    :class:`~tuner.calibration.search.confirm.Confirmation`)."""
+
+    def __init__(self, settings: SearchSettings, measurer: Measurer, record: Record, tracker: ConfirmTracker,
+                 budget: Budget, estimates: Estimates, eta: Eta, events: SweepEvents, cancel: threading.Event,
+                 busy: Callable[[], bool]) -> None:
+        self.s = settings
+        self.measurer = measurer
+        self.record = record
+        self.tracker = tracker
+        self.budget = budget
+        self.estimates = estimates
+        self.eta = eta
+        self.events = events
+        self.cancel = cancel
+        self.busy = busy
+
+    def look(self, c: Candidate, extra: Sequence[float] = ()) -> Look:
+        """The sequential test's look at finalist ``c`` over its pairs so far and ``extra`` ratios."""
+        s, t = self.s, self.tracker
+        return self.record.look(c, s.min_gain, s.alpha, t.max_pairs, t.finalists, extra)
+
+    def wants_more(self, look: Look) -> bool:
+        """True while the finalist's rounds go on: the test is inconclusive (or says "faster" while busy and
+        the budget affords more) and fewer than ``max_pairs`` pairs ran."""
+        concluded = look.verdict != "inconclusive" and not self.tracker.more_pairs_while_busy(
+            look, self.busy, self.budget, self.estimates)
+        return not concluded and look.n < self.tracker.max_pairs
+
+    def run(self, finalists: Sequence[Candidate]) -> None:
+        """Paired rounds with the baseline's server kept running, for each finalist in turn.
+
+        Raises:
+            Cancelled: the user cancelled (both servers are stopped).
+        """
+        base_launch: Launch | None = None
+        est = self.estimates
+        try:
+            for c in finalists:
+                self.tracker.next_finalist(c, self.budget.clock())
+                while True:
+                    if self.cancel.is_set():
+                        raise Cancelled()
+                    look = self.look(c)
+                    if look.n:
+                        self.tracker.saw(look, self.budget.clock())
+                    n_pairs = look.n
+                    if not self.wants_more(look):
+                        self.events("confirmed", f"{c.label}: {look.verdict} than no speculation after {n_pairs} "
+                                    "pairs" if look.verdict != "inconclusive" else
+                                    f"{c.label}: still inconclusive after {n_pairs} pairs", candidate=c,
+                                    detail={"verdict": look.verdict, "pairs": n_pairs})
+                        break
+                    base_tps = self.record.base_tps
+                    pair = est.estimate_s(base_tps, 1) + est.rep_s(base_tps) \
+                        + (est.estimate_s(None, 0) if base_launch is None else 0.0)
+                    if not est.fits(self.budget, pair, reserve=False):
+                        self.events("skipped", f"{c.label}: no further pair, the time budget is spent", candidate=c,
+                                    detail={"pairs": n_pairs})
+                        return
+                    if base_launch is None:
+                        base_launch = self.measurer.open_baseline()
+                        if base_launch is None:
+                            return
+                    left = self.tracker.max_pairs - n_pairs
+                    reps = [self.tracker.take_rep() for _ in range(1 if needs_fresh_launch_per_repetition(c) else left)]
+                    self.eta.pending_s = pair
+                    if not self._launch(c, base_launch, reps):
+                        break
+        finally:
+            self.eta.pending_s = 0.0
+            if base_launch is not None:
+                base_launch.stop()
+
+    def _launch(self, c: Candidate, base: Launch, reps: list[int]) -> bool:
+        """One launch of ``c`` whose every request is repeated on the baseline's server ``base``; books the
+        baseline's and the finalist's measurements (adjacent). False when the finalist failed."""
+        pair = _Pair(self, c, base)
+        self.events("launch", f"confirm: starting {c.label} next to the running baseline", candidate=c)
+        m = self.measurer.paired_launch(c, reps, pair.on_request, pair.stop_if)
+        if self.budget.past_hard_limit():
+            m = replace(m, cut_short=True)
+            if not m.samples:
+                self.measurer.cut(c, measured=False)
+                return False
+        # stop_if ends a launch only at a repetition boundary (or on a baseline error): not a loser stop
+        m = pair.checked(replace(m, stopped_early=False))
+        m_a = Measurement(self.measurer.baseline, samples=tuple(pair.a_samples), stage="confirm", load_s=base.load_s,
+                          error=pair.a_error[0] if pair.a_error and not pair.a_samples else None)
+        for x in pair.a_samples:
+            if x.content is not None:
+                self.record.baseline_outputs[(x.prompt_index, x.repetition)] = x.content
+        self.record.add(m_a)
+        self.record.add(m)
+        if m.load_s is not None:
+            self.estimates.load_s.append(m.load_s)
+        self.events("measured", f"no speculation (paired): {m_a.gen_tokens_per_s or 0:.1f} tokens/s",
+                    candidate=self.measurer.baseline, measurement=m_a)
+        msg = f"{c.label} (paired): {m.gen_tokens_per_s or 0:.1f} tokens/s" if m.ok else f"{c.label} failed: {m.error}"
+        self.events("measured", msg, candidate=c, measurement=m)
+        return m.ok and not pair.a_error
+
+
+class _Pair:
+    """The baseline's side of one side-by-side launch: each finalist request repeated on the baseline's
+    server (:meth:`on_request`), the look after each complete repetition (:meth:`stop_if`), and the
+    lossless check of the finalist's outputs against the baseline's (:meth:`checked`)."""
+
+    def __init__(self, rounds: SideBySide, c: Candidate, base: Launch) -> None:
+        self.r = rounds
+        self.c = c
+        self.base = base
+        self.n_pr = len(rounds.measurer.requests.prompts)
+        self.prompt_of = dict(rounds.measurer.requests.prompts)
+        self.a_samples: list[Sample] = []
+        self.a_error: list[str] = []
+        self.sized: dict[int, str] = {}
+
+    def on_request(self, sample: Sample) -> None:
+        r = self.r
+        if r.budget.past_hard_limit():
+            return  # this repetition stays incomplete on the baseline's side: it pairs with nothing
+        try:
+            # the same request in the same shape (endpoint, sampling seed, sized long-context text)
+            a = measure_request(self.base.client, sample.prompt_index, self.prompt_of[sample.prompt_index],
+                                sample.repetition, r.measurer.requests.n_predict,
+                                r.budget.request_timeout(r.s.request_timeout_s), workload=r.measurer.workload,
+                                sized=self.sized)
+        except RequestError as exc:
+            if not r.budget.past_hard_limit():
+                self.a_error.append(str(exc))
+            return
+        self.a_samples.append(a)
+        r.events("progress", f"pair {sample.repetition}: {self.c.label} {sample.gen_tokens_per_s:.1f} vs no "
+                 f"speculation {a.gen_tokens_per_s:.1f} tokens/s on the same request", candidate=self.c)
+
+    def _ratios_so_far(self, samples: Sequence[Sample]) -> list[float]:
+        mix = self.r.record.mix
+        out = []
+        for rep in sorted({x.repetition for x in samples}):
+            bs = [x for x in samples if x.repetition == rep]
+            as_ = [x for x in self.a_samples if x.repetition == rep]
+            if len(bs) == self.n_pr and len(as_) == self.n_pr:
+                cb, ca = pooled_tokens_per_s(bs, mix), pooled_tokens_per_s(as_, mix)
+                if cb and ca:
+                    out.append(cb / ca)
+        return out
+
+    def stop_if(self, samples: Sequence[Sample]) -> bool:
+        r = self.r
+        if self.a_error or r.budget.past_hard_limit():
+            return True
+        if len(samples) % self.n_pr:
+            return False
+        look = r.look(self.c, self._ratios_so_far(samples))
+        r.tracker.saw(look, r.budget.clock())
+        if not r.wants_more(look):
+            return True
+        return not r.estimates.fits(r.budget, 2 * r.estimates.rep_s(r.record.base_tps), reserve=False)
+
+    def checked(self, m: Measurement) -> Measurement:
+        """``m`` with its outputs compared with the baseline's on the same requests (the lossless check)."""
+        by_key = {(x.prompt_index, x.repetition): x for x in self.a_samples}
+        divs = [Divergence(x.prompt_index, x.repetition, off) for x in m.samples
+                if x.content is not None and (a := by_key.get((x.prompt_index, x.repetition))) is not None
+                and a.content is not None and (off := first_divergence(a.content, x.content)) is not None]
+        compared = sum(1 for x in m.samples if x.content is not None and (x.prompt_index, x.repetition) in by_key)
+        if m.ok:
+            m = replace(m, divergences=tuple(divs), lossless=(not divs) if compared else None)
+        return m
+
+
+__all__ = ["SideBySide"]
