@@ -214,13 +214,17 @@ def test_decision_line_does_not_repeat_the_words():
     base = m(BASE, [240.0, 238.0, 243.0])
     slow = m(GOOD, [205.0, 210.0, 199.0], acceptance=0.41)
     line = decision_line(decide(SearchOutcome.of([base, slow])))
-    assert line.startswith("Decision: No speculation: ") and line.lower().count("no speculation") == 1
+    # the line is the plain first sentence only: no label, no figures (those are the details)
+    assert line == ("Decision: Fastest here: the model alone — speculation with the draft model good.gguf was "
+                    "slower on your prompts."), line
     fast = rounds(GOOD, [(240.0, 330.0), (236.0, 338.0), (244.0, 325.0), (240.0, 331.0)], acceptance=0.64)
-    line2 = decision_line(decide(SearchOutcome.of(fast)))
-    # a winner: the plain sentence first (what is served, how much faster), the label once, in the evidence
-    assert line2.startswith("Decision: Serving the draft model ") and line2.count(GOOD.label) == 1, line2
-    first = line2.split("The evidence:")[0]
-    assert "good.gguf, guessing up to 8 tokens ahead: about 1.4× as fast as the model alone" in first, first
+    d = decide(SearchOutcome.of(fast))
+    line2 = decision_line(d)
+    assert line2 == ("Decision: Fastest here: the draft model good.gguf, about 1.4× faster than the model alone on "
+                     "your prompts."), line2
+    # the whole reason: the first sentence, then the evidence naming the label once
+    assert d.reason.startswith(line2.removeprefix("Decision: ")) and d.reason.count(GOOD.label) == 1, d.reason
+    assert "good.gguf, guessing up to 8 tokens ahead: 331 against 240 tokens/s" in d.reason, d.reason
 
 
 def test_nothing_measured_for_lack_of_time_says_so():
@@ -286,11 +290,11 @@ def test_no_speculation_names_the_configurations_the_budget_left_unmeasured() ->
     skipped = [Candidate(spec_type="ngram-simple"), Candidate(spec_type="ngram-simple", ngram_n_max=16)]
     d = decide(SearchOutcome.of([base, mod], unmeasured=skipped))
     assert d.no_speculation
-    assert "no measured speculative configuration drafted any token" in d.reason, d.reason
+    assert "No measured speculative configuration drafted any token" in d.reason, d.reason
     assert "the time budget was spent before ngram-simple, ngram-simple ngram n_max 16 were measured" in d.reason
-    assert "a larger budget measures them" in d.reason
+    assert "a larger time budget measures them" in d.reason and "--force" not in d.reason
     # nothing unmeasured: the plain finding, as before
-    assert "No speculation: no speculative configuration drafted any token" in \
+    assert "speculation never got going on your prompts. No speculative configuration drafted any token" in \
         decide(SearchOutcome.of([base, mod])).reason
 
 
@@ -350,39 +354,42 @@ def test_a_run_that_drafted_nothing_gets_no_per_category_speedups():
 
 def test_never_drafted_types_with_different_reasons_are_not_merged():
     def never(t: str, greedy_draft_n: int | None) -> dict:
-        nd = NoDrafts("temperature 0.8", sampled=True, greedy_draft_n=greedy_draft_n)
+        nd = NoDrafts("temperature 0.8", sampled=True, greedy_draft_n=greedy_draft_n, requests=14)
         return never_entry(t, t, no_drafts_error(t, nd), "temperature 0.8", nd)
 
     same = never_text([never("ngram-mod", None), never("ngram-simple", None)])
-    assert same == "ngram-mod, ngram-simple never drafted at these sampling settings; no speedup is possible for " \
-                   "these requests"
+    assert same == "ngram-mod, ngram-simple drafted nothing in 14 requests at these sampling settings"
     differ = never_text([never("ngram-mod", 3), never("ngram-simple", 30)])
-    assert "ngram-mod never drafted at these sampling settings, although it drafted 3 tokens" in differ
-    assert "ngram-simple never drafted at these sampling settings, although it drafted 30 tokens" in differ
+    assert "ngram-mod drafted nothing in 14 requests at these sampling settings, although it drafted 3 tokens" in differ
+    assert "ngram-simple drafted nothing in 14 requests at these sampling settings, although it drafted 30 tokens" \
+        in differ
 
 
-def test_never_drafted_words_from_the_structured_field_and_from_an_older_errors_words_agree():
-    """The decision names the types that never drafted from ``Measurement.no_drafts``; a measurement
-    recorded before that field (its ``error`` words only) reads the same."""
+def test_never_drafted_words_from_the_structured_field_and_from_the_measurement_agree():
+    """The decision names the types that never drafted from ``Measurement.no_drafts``; a measurement recorded
+    without that field (the search does not fill it yet) reads the same from its own fields (``no_drafts_at``,
+    ``greedy_draft_n``, its samples), never from its ``error`` words: they claim more than was measured."""
+    at = "temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's defaults)"
+
     def measured(t: str, nd: NoDrafts | None) -> Measurement:
-        at = "temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's defaults)"
-        full = NoDrafts(at, sampled=True, greedy_draft_n=12)
         return Measurement(Candidate(spec_type=t), samples=synthetic_samples([10.0]), no_drafts_at=at,
-                           speculative_active=True, error=no_drafts_error(t, full), no_drafts=nd)
+                           speculative_active=True, greedy_draft_n=12, no_drafts=nd,
+                           error=f"{t} never drafted …: these prompts repeat no n-gram; no speedup is possible")
 
     base = m(BASE, [10.0, 10.1])
-    at = "temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's defaults)"
     typed = decide(SearchOutcome.of([base, measured("ngram-mod", NoDrafts(at, True, 12)),
                                      measured("ngram-simple", NoDrafts(at, True, 12))]))
-    text_only = decide(SearchOutcome.of([base, measured("ngram-mod", None), measured("ngram-simple", None)]))
-    assert typed.reason == text_only.reason == (
-        "No speculation: no speculative configuration drafted any token on these prompts: ngram-mod, ngram-simple "
-        "never drafted at these sampling settings, although it drafted 12 tokens at greedy settings (the lossless "
-        "check); no speedup is possible for these requests.")
+    from_fields = decide(SearchOutcome.of([base, measured("ngram-mod", None), measured("ngram-simple", None)]))
+    assert typed.reason == from_fields.reason == (
+        "Fastest here: the model alone — speculation never got going on your prompts. No speculative configuration "
+        "drafted any token: ngram-mod, ngram-simple drafted nothing in 1 request at these sampling settings, although "
+        "it drafted 12 tokens in the short greedy check (temperature 0).")
+    assert "repeat no" not in typed.reason and "no speedup is possible" not in typed.reason
     assert typed.kind == "alone_never_drafted" and typed.named == ("ngram-mod", "ngram-simple")
     assert Measurement.from_json(measured("ngram-mod", NoDrafts(at, True, 12)).to_json()).no_drafts == \
         NoDrafts(at, True, 12)
     assert "no_drafts" not in measured("ngram-mod", None).to_json()  # a profile's evidence as before
+
 
 KIND_OF_GOLDEN_CASE = {
     "winner": "speculate", "ngram winner": "speculate", "chain faster beyond noise": "speculate",

@@ -62,7 +62,7 @@ def test_a_chain_faster_on_medians_but_within_noise_of_the_single_is_not_served(
     assert d.speedup == pytest.approx(1.40, abs=0.02)
     assert "was not faster than draft-simple" in d.reason and "beyond noise" in d.reason, d.reason
     assert "so the simpler configuration is served" in d.reason
-    assert d.reason.startswith("Serving the draft model good.gguf")  # the served configuration leads
+    assert d.reason.startswith("Fastest here: the draft model good.gguf, ")  # the served configuration leads
     # the chain is still in the comparisons (the chart shows it), with its higher pooled speedup
     chain_cmp = next(c for c in d.comparisons if c.candidate == CHAIN)
     assert chain_cmp.paired and chain_cmp.speedup > d.speedup

@@ -281,5 +281,6 @@ def test_the_workload_is_the_sweeps_and_what_its_launches_learn_is_the_outcomes(
     never = first[ngram]
     assert never.no_drafts == NoDrafts(sampling_words, sampled=True, greedy_draft_n=0)
     assert never.no_drafts_at == sampling_words and never.error == no_drafts_error("ngram-simple", never.no_drafts)
-    assert never.error.endswith(", nor at greedy settings (the lossless check): these prompts repeat no n-gram; "
-                                "no speedup is possible for these requests")
+    # what was measured, never a general claim about the prompts (issue 26)
+    assert never.error.endswith(", nor in the short greedy check (temperature 0)"), never.error
+    assert "repeat no n-gram" not in never.error and "no speedup is possible" not in never.error

@@ -116,7 +116,7 @@ NEVER = "ngram-simple never drafted at the served sampling (greedy (temperature 
 
 def test_types_that_never_drafted_get_a_bar_less_row(qtbot):
     """An n-gram type that ran but proposed no token has no speed to draw: it still gets its row (after
-    the bars), with "never drafted" — the decision's words — and no bar."""
+    the bars), with "drafted nothing" — the decision's words — and no bar."""
     from tuner.ui.graphs import CandidateChart
 
     chart = CandidateChart()
@@ -126,7 +126,7 @@ def test_types_that_never_drafted_get_a_bar_less_row(qtbot):
     assert texts == ["no speculation", "draft-good n_max 4", "ngram-simple", "ngram-map-k"]
     assert len(chart._bars.opts["height"]) == 2  # bars only for the measured rows
     labels = [t.toPlainText() for t in chart._labels]
-    assert labels[2:] == ["never drafted", "never drafted"]
+    assert labels[2:] == ["drafted nothing", "drafted nothing"]
     (x0, x1), _y = chart.getPlotItem().viewRange()
     assert x0 < 0 and x1 > 3  # all four rows in view
     # a type both measured and listed as never drafted keeps its bar, not a second row
@@ -135,7 +135,7 @@ def test_types_that_never_drafted_get_a_bar_less_row(qtbot):
     # only never-drafted types (every n-gram type on prose, nothing else measured yet): rows, no blank axes
     chart.set_rows([], never=["ngram-mod"])
     assert not chart.placeholder.isVisible() and chart._bars is None
-    assert [t.toPlainText() for t in chart._labels] == ["never drafted"]
+    assert [t.toPlainText() for t in chart._labels] == ["drafted nothing"]
 
 
 def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
@@ -160,10 +160,13 @@ def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
                            elapsed_s=5.0, eta_s=20.0))
     tab.on_event(TuneEvent("measured", NEVER, measurement=never, progress=0.4, elapsed_s=10.0, eta_s=15.0))
     assert tab.chart.never == ["ngram-simple"]
+    # the line says what was measured, not the run's error words ("these prompts repeat no n-gram …")
+    assert tab.step_label.text() == ("ngram-simple: drafted nothing in 1 request at the served sampling (greedy "
+                                     "(temperature 0))")
     assert [r[0] for r in tab.chart.rows] == ["no speculation"]
     d = decide(SearchOutcome.of([base, never]))
-    assert "ngram-simple never drafted" in d.reason  # the chart's words are the decision's
+    assert "ngram-simple drafted nothing" in d.reason  # the chart's words are the decision's
     tab.on_done(TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=(base, never), elapsed_s=12.0))
     assert tab.chart.never == ["ngram-simple"]
-    assert "never drafted" in [t.toPlainText() for t in tab.chart._labels]
+    assert "drafted nothing" in [t.toPlainText() for t in tab.chart._labels]
     tab.on_state(AppState.IDLE)

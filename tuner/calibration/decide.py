@@ -401,7 +401,11 @@ def _nothing_compared(ev: _Evidence, outcome: SearchOutcome) -> Decision:
 
 
 def _entry(m: Measurement) -> dict[str, Any]:
-    return never_entry(m.candidate.label, m.candidate.spec_type, m.error, m.no_drafts_at, m.no_drafts)
+    """One type that never drafted (or failed), as the ``alone.*`` sentences hold it: for a type that never
+    drafted, what was measured (:class:`~tuner.calibration.results.NoDrafts`: the sampling, the requests in
+    which it drafted nothing, the greedy check's drafted tokens), from the measurement's own fields."""
+    nd = m.drafted_nothing() or m.no_drafts
+    return never_entry(m.candidate.label, m.candidate.spec_type, m.error, m.no_drafts_at, nd)
 
 
 def _winner(ev: _Evidence, winners: Sequence[Comparison], outcome: SearchOutcome) -> Decision:
@@ -476,8 +480,8 @@ def _no_speculation(ev: _Evidence, outcome: SearchOutcome) -> Decision:
 
 def _why_alone(best: Comparison, ev: _Evidence, outcome: SearchOutcome) -> tuple[str, dict[str, Any]]:
     """Why the best comparison does not win, as ``(kind, the sentence's params)``."""
-    params: dict[str, Any] = {"label": best.candidate.label, "figures": figures(best),
-                              "acceptance": _acceptance(best, ev.break_even)}
+    params: dict[str, Any] = {"label": best.candidate.label, "candidate": best.candidate.to_json(),
+                              "figures": figures(best), "acceptance": _acceptance(best, ev.break_even)}
     look, sp = best.look, best.speedup or 0.0
     if best.paired and look is not None and look.verdict == "inconclusive" and sp > 1.0 + outcome.min_gain:
         cost = _pair_cost_s(best, outcome.measurements)

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 from .candidates import Candidate
 from .decide import Decision
 from .outcome import SearchOutcome
-from .sentences import Sentence, Slot
+from .sentences import JsonValue, Sentence, Slot
 from .wording import words
 from .workload import Workload
 
@@ -138,9 +138,15 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
 
 
 def _measured_with(workload: Workload, server_sampling: Mapping[str, float | int]) -> Sentence:
+    """The measured requests (shape, sampling, context) and, at sampled settings, the short greedy check's size
+    (``Workload.greedy_check_prompts`` prompts of ``greedy_check_n_predict`` tokens: the sentences about a type
+    that drafted nothing say what that check measured)."""
+    greedy: dict[str, JsonValue] | None = None
+    if not workload.sampling.is_greedy and workload.greedy_check_prompts > 0:
+        greedy = {"prompts": workload.greedy_check_prompts, "tokens": workload.greedy_check_n_predict}
     return Sentence(Slot.SWEEP, "sweep.measured_with", {
         "chat": workload.chat, "raw_endpoint": workload.raw_endpoint, "n_ctx": workload.n_ctx,
-        "sampling": workload.sampling.describe(dict(server_sampling) or None)})
+        "sampling": workload.sampling.describe(dict(server_sampling) or None), "greedy_check": greedy})
 
 
 def _never_drafted(decision: Decision, outcome: SearchOutcome) -> Sentence | None:

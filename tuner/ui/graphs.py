@@ -211,13 +211,13 @@ class CandidateChart(pg.PlotWidget):
 
     #: The text of a bar-less row: a speculation type that ran but proposed no token (the decision's
     #: wording, tuner.calibration.wording.never_text).
-    NEVER_TEXT = "never drafted"
+    NEVER_TEXT = "drafted nothing"
 
     def set_rows(self, rows: list[tuple[str, float, float | None, bool]], winner: str | None = None,
                  never: Sequence[str] = ()) -> None:
         """``rows``: (label, gen tokens/s, acceptance 0..1 or None, is_baseline); ``winner``: the
         label of the chosen speculative candidate (drawn green, marked "chosen"), None for none;
-        ``never``: labels of speculation types that ran but never drafted, shown after the bars as
+        ``never``: labels of speculation types that ran but drafted nothing, shown after the bars as
         bar-less rows reading :attr:`NEVER_TEXT` (they have no speed of their own to draw)."""
         never = [n for n in dict.fromkeys(never) if n not in {r[0] for r in rows}]
         self.rows = list(rows)
