@@ -117,8 +117,9 @@ class Eta:
     Attributes:
         pending_s: estimated seconds of the step under way (a launch, or a stage's queue).
         launch_est: the launch under way: ``(its estimate in pending_s, predicted tokens/s, repetitions)``.
-        queued_probes: ``(probes not yet started, repetitions each)``: their estimate counts in the ETA from
-            the first warm-up on (before, the ETA during the baseline left them out and then jumped up).
+        queued_probes: ``(probes and planned refine launches not yet started, repetitions each)``: their
+            estimate counts in the ETA from the first warm-up on (before, the ETA during the baseline left them
+            out and then jumped up).
         confirming: the paired rounds have begun (the ETA is then :meth:`ConfirmTracker.expected_s`).
         finished: the search has ended.
         shown_progress: the progress last shown (it never moves back).
@@ -147,7 +148,7 @@ class Eta:
             return min(left, tracker.expected_s(estimates, budget, busy))
         n_q, reps_q = self.queued_probes
         queued = n_q * estimates.estimate_s(None, reps_q)  # probes beyond the budget are skipped: capped below
-        return max(pending, min(left, pending + queued + estimates.reserve_s(False, busy())))
+        return max(pending, min(left, pending + queued + estimates.rounds_s()))
 
     def progress(self, kind: str, elapsed_s: float, eta_s: float | None) -> float:
         """The progress (0..1) an event of ``kind`` shows: elapsed ÷ (elapsed + ETA), below 1 until

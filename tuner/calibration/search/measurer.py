@@ -213,15 +213,16 @@ class Measurer:
         return launch
 
     def paired_launch(self, c: Candidate, reps: Sequence[int], on_request: Callable[[Sample], None],
-                      stop_if: Callable[[Sequence[Sample]], bool]) -> Measurement:
+                      stop_if: Callable[[Sequence[Sample]], bool],
+                      before_request: Callable[[int, Prompt, int], None] | None = None) -> Measurement:
         """One confirm-stage launch of ``c`` whose requests the caller repeats on the baseline's running
-        server (``on_request``); ends when ``stop_if`` says so at a repetition boundary, or at the hard
-        time limit. Not booked: the side-by-side rounds book both sides together."""
-        m = measure_candidate(self.launch_fn, c, self.requests.prompts, reps, self.requests.n_predict, self.cancel,
-                              workload=self.workload, memory=self.record.memory, on_request=on_request,
-                              request_timeout_s=self.s.request_timeout_s, stage="confirm", stop_if=stop_if,
-                              hard_deadline_s=self.budget.hard_deadline_s)
-        return m
+        server (``before_request`` / ``on_request``: right before or right after each of ``c``'s); ends when
+        ``stop_if`` says so at a repetition boundary, or at the hard time limit. Not booked: the side-by-side
+        rounds book both sides together."""
+        return measure_candidate(self.launch_fn, c, self.requests.prompts, reps, self.requests.n_predict, self.cancel,
+                                 workload=self.workload, memory=self.record.memory, on_request=on_request,
+                                 request_timeout_s=self.s.request_timeout_s, stage="confirm", stop_if=stop_if,
+                                 hard_deadline_s=self.budget.hard_deadline_s, before_request=before_request)
 
 
 __all__ = ["Measurer"]

@@ -12,9 +12,10 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..candidates import Candidate
-from ..pairing import Look, Mix, adjacent_pairs, pooled_tokens_per_s, sequential_looks
+from ..pairing import SIDE_BY_SIDE, Look, Mix, Pair, adjacent_pairs, paired_requests, pooled_tokens_per_s
 from ..results import Measurement, Sample
 from ..sentences import Sentence, Slot
+from ..sequential import request_looks
 from ..workload import SweepMemory
 
 Curve = list[tuple[int, float, float]]
@@ -119,11 +120,12 @@ class Record:
                    for m in self.measurements)
 
     def look(self, c: Candidate, min_gain: float, alpha: float, max_pairs: int, finalists: int,
-             extra: Sequence[float] = ()) -> Look:
-        """The sequential test's latest look at finalist ``c``: its adjacent pairs' ratios so far (weighted
-        by :attr:`mix`), then ``extra`` ratios of pairs still running (``tuner.calibration.pairing``)."""
-        prior = [p.ratio for p in adjacent_pairs(self.measurements, c, self.mix) if p.ratio > 0]
-        return sequential_looks([*prior, *extra], min_gain, alpha, max_pairs, finalists)
+             extra: Sequence[Pair] = (), layout: str = SIDE_BY_SIDE) -> Look:
+        """The sequential test's latest look at finalist ``c`` (``tuner.calibration.sequential``): the paired
+        requests of its adjacent pairs so far (weighted by :attr:`mix`), then those of ``extra``, pairs of a
+        launch still running; ``layout`` is how the paired rounds run."""
+        pairs = [*adjacent_pairs(self.measurements, c, self.mix), *extra]
+        return request_looks(paired_requests(pairs), min_gain, alpha, max_pairs, finalists, layout)
 
     def sweep_notes(self, limit_s: float, budget_s: float) -> list[Sentence]:
         """The sentences about the sweep for the decision: :attr:`notes`, then which launches the hard time

@@ -78,6 +78,11 @@ class Screening:
         """Drafts first (the first one always), then MTP, then n-gram types."""
         return [*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp is not None else []), *self.plan.ngram]
 
+    def _planned_refine(self) -> int:
+        """Refine launches the plan expects (``refine_per_draft`` per draft model and MTP), counted in the ETA
+        until the refine stage has its own queue."""
+        return self.s.refine_per_draft * (len(self.plan.drafts) + (1 if self.plan.mtp is not None else 0))
+
     def _draft_probes(self) -> list[Candidate]:
         """The draft models' and MTP's probes that ran."""
         return [c for c in (*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp else [])) if self.record.runs_of(c)]
@@ -89,7 +94,7 @@ class Screening:
         Raises:
             BaselineFailed: the baseline could not be measured.
         """
-        self.eta.queued_probes = (len(self._probe_list()), len(self.reps))
+        self.eta.queued_probes = (len(self._probe_list()) + self._planned_refine(), len(self.reps))
         base = self.measurer.measure(self.plan.baseline, list(range(self.s.baseline_repetitions)), "baseline")
         if not base.ok or not base.gen_tokens_per_s:
             raise BaselineFailed(base)
@@ -104,7 +109,7 @@ class Screening:
         probes = self._probe_list()
         for i, c in enumerate(probes):
             est = self.estimates.estimate_s(None, len(self.reps))
-            self.eta.queued_probes = (len(probes) - i - 1, len(self.reps))
+            self.eta.queued_probes = (len(probes) - i - 1 + self._planned_refine(), len(self.reps))
             if c is not probes[0] and not self._fits(est, reserve=self.record.contender_seen()):
                 self.events("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
                 self.record.unmeasured.append(c)
@@ -227,6 +232,7 @@ class Screening:
         queue = self._refine_queue(bar)
         extra_budget = {self.record.group(p): 2 for p in self._draft_probes()}
         refined = 0
+        self.eta.queued_probes = (0, 0)  # the refine stage's own queue from here on
         self.eta.pending_s = sum(self.estimates.estimate_s(t[0] or None, len(self.reps)) for t in queue)
         while queue:
             self._check_cancel()
