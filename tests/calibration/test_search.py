@@ -283,3 +283,49 @@ def test_the_workload_is_the_sweeps_and_what_its_launches_learn_is_the_outcomes(
     assert never.no_drafts_at == sampling_words and never.error == no_drafts_error("ngram-simple", never.no_drafts)
     assert never.error.endswith(", nor at greedy settings (the lossless check): these prompts repeat no n-gram; "
                                 "no speedup is possible for these requests")
+
+
+def test_side_by_side_alternates_which_side_goes_first_and_relaunches_every_two_pairs():
+    """Side by side, the finalist and the baseline take turns going first (under a fixed order a load that
+    grows within a launch favours one side in every pair), and a draft model's server is started afresh
+    every LOOK_STEP pairs (a launch's own speed offset is then not shared by all its pairs)."""
+    from tuner.calibration.measure import WARMUP_PROMPT
+    from tuner.calibration.pairing import LOOK_STEP
+
+    order: list[tuple[str, str]] = []  # (side, prompt) of every measured request, in time order
+    n = [0]
+
+    def tps_of(c: Candidate) -> float:
+        n[0] += 1
+        return 100.0 if c.is_baseline else 100.0 * (1.3 + 0.4 * (n[0] % 3) / 3)  # a noisy 1.3-1.7x
+
+    scripted = ScriptedLaunch(tps_of, content="same text")
+
+    def launch(c, cancel):
+        ln = scripted(c, cancel)
+        inner = ln.client.completion
+
+        def completion(prompt, n_predict, timeout_s=120.0, **params):
+            if WARMUP_PROMPT not in prompt:
+                order.append(("b" if c.is_baseline else "c", prompt))
+            return inner(prompt, n_predict, timeout_s, **params)
+
+        ln.client.completion = completion
+        return ln
+
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
+    prompts = [(0, Prompt("p", "code")), (1, Prompt("q", "creative")), (2, Prompt("r", "math"))]
+    search = scripted_search(launch, plan, prompts, SearchSettings(n_predict=16, p_min_variant=None, side_by_side=True,
+                                                                  explore_per_draft=0), 600)
+    ms = search.run().measurements
+    cand = [m for m in ms if m.stage == "confirm" and not m.candidate.is_baseline]
+    assert len(cand) >= 2 and all(m.repetitions <= LOOK_STEP for m in cand), [m.repetitions for m in cand]
+    # the confirm stage's requests in time order: (c b) and (b c) take turns, each turn the same request
+    paired = order[-2 * sum(len(m.samples) for m in cand):]
+    turns = [paired[i:i + 2] for i in range(0, len(paired), 2)]
+    assert all(a[1] == b[1] and {a[0], b[0]} == {"b", "c"} for a, b in turns), turns
+    firsts = [a[0] for a, _b in turns]
+    assert firsts[:4] == ["c", "b", "c", "b"], firsts
+    d = decide(SearchOutcome.of(ms))
+    assert d.winner.draft_path == DRAFT and d.pairs == len(adjacent_pairs(ms, d.winner))
