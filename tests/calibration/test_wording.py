@@ -91,6 +91,11 @@ SAMPLES: dict[str, tuple[dict[str, Any], str]] = {
                          "The sweep stopped at its time limit (65 s for a 60 s budget: the estimates from the warm-up "
                          "ran short); cut short or kept from starting by it: ngram-simple, draft-simple good.gguf "
                          "n_max 8."),
+    "sweep.pruned": ({"pruned": [{"label": "ngram-simple", "at_most": 1.06, "basis": "ngram-simple ngram n_max 16",
+                                  "leader": GOOD.label, "leader_ratio": 1.38}]},
+                     "Not launched, because on these prompts they could not beat the best configuration screened so "
+                     "far: ngram-simple (at most 1.06× by ngram-simple ngram n_max 16's acceptance, below "
+                     "draft-simple good.gguf n_max 8 at 1.38×)."),
     "sweep.baseline_unmeasurable": ({"first_tps": 22.8, "idle_tps": 741.7, "idle_label": "ngram-mod"},
                                     "The model alone measured 22.8 tokens/s in the baseline launch but 741.7 in "
                                     "ngram-mod, which drafted nothing; the budget left no time to measure it again, "

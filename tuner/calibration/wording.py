@@ -20,7 +20,8 @@ Kinds, by slot:
 - MACHINE_LOAD: ``machine.load``; ``saved.measured_on``.
 - SWEEP: the search's own (``tuner.calibration.search``): ``sweep.baseline_superseded``,
   ``sweep.baseline_unsteady``, ``sweep.baseline_unmeasurable`` (a disturbed baseline launch measured again,
-  or not), ``sweep.time_limit``, ``sweep.long_context_left_out`` (``tuner.calibration.workload.LongContextPlan``);
+  or not), ``sweep.pruned`` (what was not launched because it could not beat the leader), ``sweep.time_limit``,
+  ``sweep.long_context_left_out`` (``tuner.calibration.workload.LongContextPlan``);
   the report's: ``sweep.measured_with``, ``sweep.depth``, ``sweep.never_drafted``, ``sweep.where_it_ran``.
 - any slot: ``text`` (words built before the sentence: the tune makes none; tests use it for a slot that
   has no kind yet).
@@ -416,6 +417,13 @@ def _where(p: Params) -> str:
     return "Where it ran: " + "; ".join(f"{run['label']}: {where_it_ran(run)}" for run in p["runs"]) + "."
 
 
+def _pruned(p: Params) -> str:
+    parts = [f"{e['label']} (at most {e['at_most']:.2f}× by {e['basis']}'s acceptance, below {e['leader']} at "
+             f"{e['leader_ratio']:.2f}×)" for e in p["pruned"]]
+    return "Not launched, because on these prompts they could not beat the best configuration screened so far: " \
+        + "; ".join(parts) + "."
+
+
 def _time_limit(p: Params) -> str:
     lim, budget = float(p["limit_s"]), float(p["budget_s"])
     lim_text = f"{lim:.0f}" if lim >= 20 else f"{lim:.1f}"
@@ -485,6 +493,7 @@ RENDERERS: Mapping[str, Renderer] = {
     "sweep.never_drafted": _never_drafted,
     "sweep.where_it_ran": _where,
     "sweep.time_limit": _time_limit,
+    "sweep.pruned": _pruned,
     "sweep.baseline_unmeasurable": _baseline_unmeasurable,
     "sweep.baseline_superseded": _baseline_superseded,
     "sweep.baseline_unsteady": _baseline_unsteady,

@@ -43,7 +43,17 @@ from .eta import Eta
 from .events import SweepEvents
 from .measurer import Measurer
 from .record import Curve, Record
-from .rules import RecheckVerdict, agree, chain_member_never_drafted, never_drafted_type, recheck_verdict
+from .rules import (
+    RecheckVerdict,
+    agree,
+    cannot_beat_leader,
+    chain_member_never_drafted,
+    draft_length,
+    leader,
+    never_drafted_type,
+    ngram_basis,
+    recheck_verdict,
+)
 from .settings import BaselineFailed, SearchSettings
 
 
@@ -75,8 +85,48 @@ class Screening:
             raise Cancelled()
 
     def _probe_list(self) -> list[Candidate]:
-        """Drafts first (the first one always), then MTP, then n-gram types."""
-        return [*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp is not None else []), *self.plan.ngram]
+        """Drafts first (the first one always), then MTP, then n-gram types — each type's shortest variant
+        first (for ngram-mod also the one with the smallest ``n_min``): its acceptance counters then predict the
+        type's longer variants (:func:`~tuner.calibration.search.rules.cannot_beat_leader`), while a shorter
+        variant cannot be predicted from a longer one that dropped short drafts — then the chains and the rest
+        in plan order."""
+        types = list(dict.fromkeys(c.spec_type for c in self.plan.ngram))
+
+        def order(c: Candidate) -> tuple[int, int, int]:
+            plain = c.spec_type.startswith("ngram") and not c.is_chained and not c.autotune
+            return (0, types.index(c.spec_type), draft_length(c) or 0) if plain else (1, 0, 0)
+
+        ngram = sorted(self.plan.ngram, key=order)  # stable: chains and the rest keep the plan's order
+        return [*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp is not None else []), *ngram]
+
+    def pruned(self, c: Candidate, basis: Measurement | None = None) -> bool:
+        """True (event ``"skipped"``, and the record's :attr:`~tuner.calibration.search.record.Record.pruned`)
+        when ``c`` cannot beat the leader on these prompts (:func:`~tuner.calibration.search.rules.cannot_beat_leader`):
+        an n-gram variant predicted from the same type's run at another length with that run's own cost of a
+        verification step; a draft length (``basis``: its draft's long run) with the draft's fitted cost model."""
+        if any(p["label"] == c.label for p in self.record.pruned):
+            return True  # said once
+        lead = leader(self.record)
+        if lead is None:
+            return False
+        if basis is None:
+            found = ngram_basis(self.record, c)
+            if found is None:
+                return False
+            basis, cost = found
+        else:
+            model = self.record.cost_models.get(self.record.group(basis.candidate))
+            if model is None:
+                return False
+            cost = model
+        why = cannot_beat_leader(c, basis, cost, lead)
+        if why is None:
+            return False
+        self.record.pruned.append(why.to_json())
+        self.events("skipped", f"{c.label}: not launched, it cannot beat {why.leader} ({why.leader_ratio:.2f}×) on "
+                    f"these prompts: at most {why.at_most:.2f}× by {why.basis}'s acceptance", candidate=c,
+                    detail={"pruned": why.to_json()})
+        return True
 
     def _planned_refine(self) -> int:
         """Refine launches the plan expects (``refine_per_draft`` per draft model and MTP), counted in the ETA
@@ -123,6 +173,8 @@ class Screening:
             if useless is not None:
                 self.events("skipped", f"{c.label}: not measured, {useless.candidate.label} never drafted on these "
                             "prompts, so the chain would be its other member alone", candidate=c)
+                continue
+            if self.pruned(c):
                 continue
             m = self.measurer.measure(c, self.reps, "probe")
             if m.no_drafts_at and m.samples:
@@ -180,10 +232,20 @@ class Screening:
             self.record.notes.append(Sentence(Slot.SWEEP, "sweep.baseline_unsteady", said))
             self.record.baseline_unsteady = True
 
+    def _long_run(self, probe: Candidate) -> Measurement | None:
+        """The run of ``probe``'s draft whose per-position counters predict its other lengths."""
+        return next((m for m in self.record.runs_of(probe)
+                     if m.counts and m.counts.accepted_per_pos and m.counts.drafts_total), None)
+
+    def _length_pruned(self, c: Candidate, probe: Candidate) -> bool:
+        """:meth:`pruned` for a draft length ``c`` of ``probe``'s draft (False without its long run)."""
+        basis = self._long_run(probe)
+        return basis is not None and self.pruned(c, basis)
+
     def predict(self, probe: Candidate) -> Curve:
         """(Re)fit the cost model of ``probe``'s draft and predict the curve; emits ``"predicted"``."""
         runs = self.record.runs_of(probe)
-        long_run = next((m for m in runs if m.counts and m.counts.accepted_per_pos and m.counts.drafts_total), None)
+        long_run = self._long_run(probe)
         if long_run is None or long_run.counts is None or self.record.base_tps is None:
             self.record.curves[self.record.group(probe)] = []
             return []
@@ -196,6 +258,7 @@ class Screening:
         model: CostModel = fit_cost_model(self.record.base_tps, fit_pts)
         curve = predict_curve(long_run.counts, model, self.s.draft_lengths)
         self.record.curves[self.record.group(probe)] = curve
+        self.record.cost_models[self.record.group(probe)] = model
         self.events(
             "predicted",
             f"{probe.label}: predicted best n_max " + (f"{max(curve, key=lambda t: t[2])[0]}" if curve else "unknown"),
@@ -239,7 +302,7 @@ class Screening:
             predicted, probe, c = queue.pop(0)
             est = self.estimates.estimate_s(predicted or None, len(self.reps))
             self.eta.pending_s = max(0.0, self.eta.pending_s - est)
-            if c.n_max in self.record.measured_n_max(probe):
+            if c.n_max in self.record.measured_n_max(probe) or self._length_pruned(c, probe):
                 continue
             if not self._fits(est, optional=refined > 0):
                 self.events("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
@@ -308,6 +371,8 @@ class Screening:
                 if nxt is None:
                     break
                 k, predicted = nxt
+                if self._length_pruned(probe.with_n_max(k), probe):
+                    break  # the draft's most promising length cannot beat the leader: nor can the rest
                 if not self._fits(self.estimates.estimate_s(predicted or None, len(self.reps)), optional=True):
                     if busy:
                         self.events("skipped", "the machine is busy: no further draft lengths explored, the budget "
