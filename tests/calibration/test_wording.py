@@ -56,6 +56,10 @@ SAMPLES: dict[str, tuple[dict[str, Any], str]] = {
     "alone.unmeasured": ({"unmeasured": ["ngram-mod"]}, "the time budget was spent before ngram-mod was measured"),
     "alone.nothing": ({}, "no speculative configuration was available to measure"),
     "saved.reason": ({"reason": "Words an older Draftwise saved."}, "Words an older Draftwise saved."),
+    "speed.varied": ({"label": "no speculation", "low": 127.0, "high": 694.0, "launches": 3, "others": 1},
+                     "The machine's speed varied too much for these figures to mean much: no speculation ran at 127 "
+                     "to 694 tokens/s in 3 launches on the same prompts (and 1 more configuration varied as much); a "
+                     "re-tune on a quieter machine, or with fewer threads, would help."),
     "evidence.paired": ({"label": GOOD.label, "figures": FIGURES, "acceptance": 0.64},
                         "1.38× over 4 adjacent pairs (4 requests, each run by both sides; sequential-test interval "
                         "1.27–1.49×), draft acceptance 64 %."),

@@ -16,8 +16,8 @@ the order in which a decision's sentences are read, whatever step of the tune ad
    unmeasurable baseline, what could not beat the leader and was not launched, then the time limit), "Measured with …", long-context requests left out, the
    speedup at depth, types that never drafted, where it ran.
 
-Sentences of one slot keep the order they were added in. The SPEED_VARIED, THREADS and CAPTURED slots
-are reserved for issues 25 and 28 (no kind yet). A sentence of kind :data:`TEXT` carries words built
+Sentences of one slot keep the order they were added in. The THREADS and CAPTURED slots are reserved for
+issues 25 and 28 (no kind yet). A sentence of kind :data:`TEXT` carries words built
 before it (``params = {"text": ...}``): the tune makes none (tests/test_structure.py counts them); tests use
 it for a slot that has no kind yet.
 """

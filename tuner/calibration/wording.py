@@ -12,7 +12,8 @@ Kinds, by slot:
 - HEADLINE: ``headline.serving``; one kind per reason for running the model alone (``alone.*``), which
   still holds its evidence in the same sentence until the plain first sentence is split from it;
   ``saved.reason`` (a profile saved before sentences were kept: its reason, verbatim).
-- EVIDENCE: ``evidence.paired``, ``evidence.chain_faster``, ``evidence.chain_not_faster``,
+- SPEED_VARIED: ``speed.varied`` (a configuration's launches ran more than 2× apart).
+- EVIDENCE: ``evidence.paired, ``evidence.chain_faster``, ``evidence.chain_not_faster``,
   ``evidence.divergence``.
 - CPU_WORKAROUND: ``cpu.no_repack`` (the words are ``tuner.hardware.repack.no_repack_sentence``'s, shared
   with ``draftwise doctor`` and the Serve tab).
@@ -26,7 +27,7 @@ Kinds, by slot:
 - any slot: ``text`` (words built before the sentence: the tune makes none; tests use it for a slot that
   has no kind yet).
 
-The SPEED_VARIED, THREADS and CAPTURED slots have no kind yet (issues 25 and 28 add them).
+The THREADS and CAPTURED slots have no kind yet (issues 25 and 28 add them).
 """
 
 from __future__ import annotations
@@ -278,6 +279,15 @@ def _alone_nothing(p: Params) -> str:
             "no n-gram type).")
 
 
+# ---- SPEED_VARIED -------------------------------------------------------------------------------------------
+def _speed_varied(p: Params) -> str:
+    others = int(p.get("others") or 0)
+    more = f" (and {others} more configuration{_s(others)} varied as much)" if others else ""
+    return (f"The machine's speed varied too much for these figures to mean much: {p['label']} ran at "
+            f"{plain_tps(p['low'])} to {plain_tps(p['high'])} tokens/s in {p['launches']} launches on the same "
+            f"prompts{more}; a re-tune on a quieter machine, or with fewer threads, would help.")
+
+
 # ---- EVIDENCE -----------------------------------------------------------------------------------------
 def _evidence_paired(p: Params) -> str:
     acc = f", draft acceptance {pct(p['acceptance'])}" if p.get("acceptance") is not None else ""
@@ -479,6 +489,7 @@ RENDERERS: Mapping[str, Renderer] = {
     "alone.unmeasured": _alone_unmeasured,
     "alone.nothing": _alone_nothing,
     "saved.reason": lambda p: str(p["reason"]),
+    "speed.varied": _speed_varied,
     "evidence.paired": _evidence_paired,
     "evidence.chain_faster": _chain_faster,
     "evidence.chain_not_faster": _chain_not_faster,
