@@ -102,6 +102,8 @@ def test_an_ngram_variant_that_cannot_beat_the_leader_is_pruned_by_its_types_run
     draft = Measurement(DRAFT, samples=_base(140.0).samples, stage="probe", speculative_active=True)
     record = Record(measurements=[_base(), run, draft], base_tps=100.0)
     assert leader(record) == (DRAFT.label, pytest.approx(1.4))
+    # a draft length is never ruled out against its own draft's run: the leader is then the best other one
+    assert leader(record, other_than=DRAFT.with_n_max(6)) == (short.label, pytest.approx(1.04))
     found = ngram_basis(record, default)
     assert found is not None and found[0] is run
     pruned = cannot_beat_leader(default, found[0], found[1], (DRAFT.label, 1.4))

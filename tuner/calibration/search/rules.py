@@ -39,6 +39,10 @@ PRUNE_SLACK = 0.10
 """A candidate is not launched when its predicted speedup, this much higher, is still below the leader's: the
 margin covers the noise of the one screening run each figure rests on and the prediction's own error."""
 
+PRUNE_SLACK_BUSY = 0.30
+"""The margin while other programs use the CPU: screening runs minutes apart then differ by far more (a probe
+at 3.05× the baseline's re-measured speed on a loaded 2-core box, its own lengths predicted at 2×)."""
+
 
 @dataclass(frozen=True)
 class Pruned:
@@ -103,12 +107,17 @@ def screening_ratio(record: Record, m: Measurement) -> float | None:
     return tps / base if base and tps else None
 
 
-def leader(record: Record) -> tuple[str, float] | None:
+def leader(record: Record, other_than: Candidate | None = None) -> tuple[str, float] | None:
     """The best screened speculative run so far: ``(label, speedup on the same requests as the baseline)``;
-    runs stopped early, failed or cut short do not lead."""
+    runs stopped early, failed or cut short do not lead, nor (``other_than``) those of the candidate's own draft
+    group (``Record.group``: its other lengths are what the prediction is made from, so a length is never ruled
+    out against its own draft's screening run, whose ratio carries the machine's drift since the baseline ran)."""
     best: tuple[str, float] | None = None
+    own = record.group(other_than) if other_than is not None else None
     for m in record.measurements:
         if m.candidate.is_baseline or not m.ok or m.stopped_early or m.cut_short or m.stage == "confirm":
+            continue
+        if own is not None and record.group(m.candidate) == own:
             continue
         r = screening_ratio(record, m)
         if r is not None and (best is None or r > best[1]):
@@ -226,6 +235,7 @@ __all__ = [
     "NGRAM_DEFAULT_N_MAX",
     "NGRAM_MOD_N_MIN",
     "PRUNE_SLACK",
+    "PRUNE_SLACK_BUSY",
     "Pruned",
     "RecheckVerdict",
     "agree",

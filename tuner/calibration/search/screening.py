@@ -44,6 +44,8 @@ from .events import SweepEvents
 from .measurer import Measurer
 from .record import Curve, Record
 from .rules import (
+    PRUNE_SLACK,
+    PRUNE_SLACK_BUSY,
     RecheckVerdict,
     agree,
     cannot_beat_leader,
@@ -103,11 +105,14 @@ class Screening:
         """True (event ``"skipped"``, and the record's :attr:`~tuner.calibration.search.record.Record.pruned`)
         when ``c`` cannot beat the leader on these prompts (:func:`~tuner.calibration.search.rules.cannot_beat_leader`):
         an n-gram variant predicted from the same type's run at another length with that run's own cost of a
-        verification step; a draft length (``basis``: its draft's long run) with the draft's fitted cost model."""
+        verification step; a draft length (``basis``: its draft's long run) with the draft's fitted cost model.
+        The leader is another draft group's best screening run; the margin is wider while the machine is busy,
+        and nothing is ruled out once the baseline had to be measured again (screening runs minutes apart then
+        say little)."""
         if any(p["label"] == c.label for p in self.record.pruned):
             return True  # said once
-        lead = leader(self.record)
-        if lead is None:
+        lead = leader(self.record, other_than=c)
+        if lead is None or self.record.baseline_rechecked:
             return False
         if basis is None:
             found = ngram_basis(self.record, c)
@@ -119,7 +124,7 @@ class Screening:
             if model is None:
                 return False
             cost = model
-        why = cannot_beat_leader(c, basis, cost, lead)
+        why = cannot_beat_leader(c, basis, cost, lead, PRUNE_SLACK_BUSY if self.busy() else PRUNE_SLACK)
         if why is None:
             return False
         self.record.pruned.append(why.to_json())

@@ -108,8 +108,14 @@ class SideBySide:
                     left = self.tracker.max_pairs - n_pairs
                     reps = [self.tracker.take_rep() for _ in range(max(1, min(per_launch, left)))]
                     self.eta.pending_s = pair
-                    if not self._launch(c, base_launch, reps):
-                        break
+                    n_req = len(self.measurer.requests.prompts) * len(reps)
+                    self.eta.start_step(self.budget.clock(), est.launch_s() + len(reps) * 2 * est.rep_s(base_tps),
+                                        est.launch_s(), n_req, base_tps, len(reps))
+                    try:
+                        if not self._launch(c, base_launch, reps):
+                            break
+                    finally:
+                        self.eta.end_step()
         finally:
             self.eta.pending_s = 0.0
             if base_launch is not None:
@@ -197,6 +203,7 @@ class _Pair:
             a = self._baseline_request(*key)
             if a is None:
                 return
+        self.r.eta.request_done(self.r.budget.clock())
         self.r.events("progress", f"pair {sample.repetition}: {self.c.label} {sample.gen_tokens_per_s:.1f} vs no "
                       f"speculation {a.gen_tokens_per_s:.1f} tokens/s on the same request", candidate=self.c)
 
