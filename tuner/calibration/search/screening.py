@@ -274,14 +274,24 @@ class Screening:
         return curve
 
     # ---- 3. draft lengths -----------------------------------------------------------------------------
+    def _curve_ratio(self, probe: Candidate, tps: float) -> float:
+        """A curve's predicted tokens/s as a ratio to the baseline it was predicted against (the cost model's:
+        a probe measured in the same disturbed minutes as a baseline launch the sweep later measured again is
+        compared with that launch, not with one measured minutes later at another speed)."""
+        model = self.record.cost_models.get(self.record.group(probe))
+        base = model.baseline_gen_tokens_per_s if model is not None else self.record.base_tps
+        return tps / base if base else 0.0
+
     def _refine_queue(self, bar: float) -> list[tuple[float, Candidate, Candidate]]:
-        """``(predicted tokens/s, probe, length to measure)`` of each draft's most promising lengths, best first;
-        without per-position counters (no /metrics), a few fixed lengths."""
+        """``(predicted tokens/s, probe, length to measure)`` of each draft's most promising lengths (predicted
+        above ``bar``, a ratio to the baseline), best first; without per-position counters (no /metrics), a few
+        fixed lengths."""
         queue: list[tuple[float, Candidate, Candidate]] = []
         for probe in self._draft_probes():
             curve = self.record.curves.get(self.record.group(probe)) or []
             done = self.record.measured_n_max(probe)
-            promising = sorted((t for t in curve if t[2] > bar and t[0] not in done), key=lambda t: -t[2])
+            promising = sorted((t for t in curve if self._curve_ratio(probe, t[2]) > bar and t[0] not in done),
+                               key=lambda t: -t[2])
             for k, _acc, tps in promising[: self.s.refine_per_draft]:
                 queue.append((tps, probe, probe.with_n_max(k)))
             if not curve and not any(m.candidate.n_max != probe.n_max for m in self.record.runs_of(probe)):
@@ -296,7 +306,7 @@ class Screening:
         ``min_gain``), best first, refitting after each; a better length the refit finds is queued too
         (at most two per draft). The first length keeps the plain reserve, the rest the busy one."""
         assert self.record.base_tps is not None
-        bar = self.record.base_tps * (1.0 + self.s.min_gain / 2)
+        bar = 1.0 + self.s.min_gain / 2  # a ratio to the baseline each curve was predicted against
         queue = self._refine_queue(bar)
         extra_budget = {self.record.group(p): 2 for p in self._draft_probes()}
         refined = 0
@@ -318,7 +328,8 @@ class Screening:
             curve = self.predict(probe)
             done = self.record.measured_n_max(probe)
             best_measured = max((m.gen_tokens_per_s or 0.0) for m in self.record.runs_of(probe))
-            better = [t for t in curve if t[0] not in done and t[2] > max(bar, best_measured * 1.02)]
+            better = [t for t in curve if t[0] not in done and self._curve_ratio(probe, t[2]) > bar
+                      and t[2] > best_measured * 1.02]
             g = self.record.group(probe)
             if better and extra_budget[g] > 0 and not any(q[2].n_max == max(better, key=lambda t: t[2])[0]
                                                           and self.record.group(q[2]) == g for q in queue):
