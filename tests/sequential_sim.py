@@ -116,16 +116,23 @@ def batch_look(y: np.ndarray, s: np.ndarray, g: int, layout: str, a_look: float)
 
 
 def sequential(y: np.ndarray, s: np.ndarray, layout: str = sq.SIDE_BY_SIDE, max_pairs: int = sq.MAX_PAIRS,
-               finalists: int = sq.FINALISTS) -> tuple[np.ndarray, np.ndarray]:
+               finalists: int = sq.FINALISTS, ends: np.ndarray | None = None) -> tuple[np.ndarray, np.ndarray]:
     """Per replication the first conclusive look's pair count (0: none) and its verdict (+1 "faster", −1 "not
-    faster", 0 none): the rounds stop at the first conclusive look, as the search's do on an idle machine."""
+    faster", 0 none): the rounds stop at the first conclusive look, as the search's do on an idle machine.
+    ``ends``: per replication the pair count at which the budget ends the rounds (default ``max_pairs``); the
+    decision's final look is there when it falls between look points (``request_test(final=True)``)."""
     a_look = sq.alpha_per_look(sq.ALPHA, max_pairs, finalists)
     r = y.shape[0]
+    ends = np.full(r, max_pairs) if ends is None else ends
+    points = sq.look_points(max_pairs)
     stop = np.zeros(r, int)
     verdict = np.zeros(r, int)
-    for g in sq.look_points(max_pairs):
+    for g in range(sq.MIN_PAIRS, max_pairs + 1):
+        at = (ends == g) if g not in points else (ends >= g)
+        if not at.any():
+            continue
         _th, lo, hi = batch_look(y, s, g, layout, a_look)
-        fast, slow = lo > BAR, hi < BAR
+        fast, slow = at & (lo > BAR), at & (hi < BAR)
         open_ = stop == 0
         verdict[open_ & fast] = 1
         verdict[open_ & slow & ~fast] = -1

@@ -57,6 +57,17 @@ def test_no_verdict_between_look_points_but_an_earlier_faster_stands():
     assert lk.mean_ratio == pytest.approx(request_test(rs, 0.03).mean_ratio)  # the figures: all pairs
 
 
+def test_the_decisions_final_look_is_at_the_pairs_there_are():
+    """The budget ended the rounds after 3 pairs: the search saw no verdict there (not a look point), the
+    decision's final look has one (it stands for the look at 4 that never came); never past max_pairs."""
+    rs = reqs([math.log(1.35)] * 3, sigma=0.1)
+    assert request_test(rs, 0.03).verdict == "inconclusive"
+    assert request_test(rs, 0.03, final=True).verdict == "faster"
+    assert request_looks(rs, 0.03, final=True).verdict == "faster"
+    seven = reqs([math.log(1.35)] * 7, sigma=0.1)
+    assert request_test(seven, 0.03, final=True).verdict == "inconclusive"  # beyond the last look
+
+
 def test_disagreeing_pairs_widen_the_interval():
     calm = request_test(reqs([0.30, 0.30, 0.30, 0.30]), 0.03)
     drift = request_test(reqs([0.05, 0.55, 0.05, 0.55]), 0.03)

@@ -40,9 +40,9 @@ def test_the_vectorised_test_is_the_modules():
     assert sim.check_batch(np.random.default_rng(1)) < 1e-9
 
 
-def _false_faster(y: np.ndarray, s: np.ndarray, layout: str) -> tuple[int, int]:
+def _false_faster(y: np.ndarray, s: np.ndarray, layout: str, ends: np.ndarray | None = None) -> tuple[int, int]:
     """``(sweeps with a false "faster", sweeps)``: the first half of the replications is finalist 1, the rest 2."""
-    _stop, verdict = sim.sequential(y, s, layout)
+    _stop, verdict = sim.sequential(y, s, layout, ends=ends)
     n = y.shape[0] // 2
     return int(((verdict[:n] == 1) | (verdict[n:] == 1)).sum()), n
 
@@ -56,6 +56,17 @@ def test_false_faster_at_most_5_percent_on_recorded_requests_at_the_bar(name):
     y, s = sim.residual_bootstrap(np.random.default_rng(26), REPS, name, math.log(1.3))
     _stop, verdict = sim.sequential(y, s)
     assert (verdict == 1).mean() > 0.3, name
+
+
+@pytest.mark.parametrize("name", ["aa_busy", "ab_idle"])
+def test_false_faster_at_most_5_percent_when_the_budget_ends_the_rounds_between_looks(name):
+    """The budget ends each finalist's rounds after 2 to 6 pairs (uniformly): the decision's final look is at
+    the pairs there are (3 or 5 included), in place of the looks that never came."""
+    rng = np.random.default_rng(31)
+    y, s = sim.residual_bootstrap(rng, 2 * REPS, name, sim.BAR)
+    ends = rng.integers(2, 7, size=2 * REPS)
+    k, n = _false_faster(y, s, SIDE_BY_SIDE, ends)
+    assert sim.upper_95(k, n) <= 0.05, (name, k / n)
 
 
 @pytest.mark.parametrize("sigma,launch_sd", [(0.31, 0.05), (0.05, 0.03), (0.05, 0.05)])

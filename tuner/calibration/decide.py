@@ -324,7 +324,7 @@ def _eligible(outcome: SearchOutcome) -> _Evidence:
     base_tps = float(baseline.gen_tokens_per_s)
     comps = [cmp_ for c in ok_by_key.values()
              if (cmp_ := compare(outcome.measurements, c, outcome.min_gain, outcome.alpha, outcome.max_pairs,
-                                 outcome.finalists, mix=outcome.mix, layout=outcome.layout)) is not None
+                                 outcome.finalists, mix=outcome.mix, layout=outcome.layout, final=True)) is not None
              and cmp_.speedup]
     comps.sort(key=lambda x: (not x.paired, -(x.speedup or 0.0)))
     failed = tuple(m for k, m in failed_by_key.items() if k not in ok_by_key and not m.candidate.is_baseline)

@@ -336,6 +336,7 @@ def compare(
     finalists: int = FINALISTS,
     mix: Mix | None = None,
     layout: str = SIDE_BY_SIDE,
+    final: bool = False,
 ) -> Comparison | None:
     """The :class:`Comparison` of ``candidate`` in a sweep (``measurements`` in launch order).
 
@@ -345,13 +346,14 @@ def compare(
     candidate's successful runs and the baseline's successful
     runs (not ``superseded`` ones: a disturbed launch that was measured again) both measured. ``None`` when there is no shared request at all. Every pooled figure and pair
     ratio is weighted by ``mix`` (the served share of long-context requests; ``None`` = every request
-    the same), so the speedup and the sequential test are about the served mix.
+    the same), so the speedup and the sequential test are about the served mix. ``final``: the paired rounds
+    have ended (the decision's look, at whatever pair count they reached: ``sequential.request_test``).
     """
     pairs = adjacent_pairs(measurements, candidate, mix)
     if pairs:
         cs = tuple(s for p in pairs for s in p.candidate_samples)
         bs = tuple(s for p in pairs for s in p.baseline_samples)
-        look = request_looks(paired_requests(pairs), min_gain, alpha, max_pairs, finalists, layout)
+        look = request_looks(paired_requests(pairs), min_gain, alpha, max_pairs, finalists, layout, final)
         c_tps, b_tps = pooled_tokens_per_s(cs, mix), pooled_tokens_per_s(bs, mix)
         return Comparison(candidate, True, tuple(pairs), cs, bs, c_tps, b_tps,
                           (c_tps / b_tps) if c_tps and b_tps else None, look, _acceptance(cs),

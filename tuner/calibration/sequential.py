@@ -32,7 +32,9 @@ Looks and the error rate: a one-sided test of ``H0: θ ≤ ln(1 + min_gain)`` at
 ``α_look = α ÷ (looks × finalists)`` (Bonferroni): "faster" when the interval's low end clears the bar, "not
 faster" when its high end is below it. The union bound makes the probability of declaring any finalist faster
 when none is more than ``min_gain`` faster at most ``α`` (5 %) for any rule of when to stop, so an earlier look's
-"faster" stands (:func:`request_looks`). Shown by simulation on recorded A/A and A/B requests shifted to exactly
+"faster" stands (:func:`request_looks`). When the rounds end between two look points (the budget was spent
+after 5 pairs), the decision's look (``final``) is at the pairs there are: it takes the place of the scheduled
+looks that never came, so a finalist still has at most ``len(look_points)`` looks and the bound holds. Shown by simulation on recorded A/A and A/B requests shifted to exactly
 the bar, idle and busy (tests/calibration/test_sequential_error.py; the A B B A layout of a GPU by simulation
 only). Outside the assumption (drift larger than ``max(τ₀, κσ̂)``) the error can exceed 5 %: the search therefore
 alternates which side goes first per request and starts a fresh candidate launch every two repetitions
@@ -294,7 +296,7 @@ def _pairs_needed(theta: float, se: float, df: float, g: int, a_look: float, bar
 
 
 def request_test(reqs: Sequence[PairedRequest], min_gain: float, alpha: float = ALPHA, max_pairs: int = MAX_PAIRS,
-                 finalists: int = FINALISTS, layout: str = SIDE_BY_SIDE) -> Look:
+                 finalists: int = FINALISTS, layout: str = SIDE_BY_SIDE, final: bool = False) -> Look:
     """One look of the test over the paired requests so far (module docstring).
 
     Args:
@@ -302,9 +304,12 @@ def request_test(reqs: Sequence[PairedRequest], min_gain: float, alpha: float = 
         min_gain: the bar is ``1 + min_gain`` (0.03: 1.03×).
         alpha, max_pairs, finalists: the total error and the looks it is spent over.
         layout: :data:`SIDE_BY_SIDE` or :data:`ALTERNATING`.
+        final: the rounds have ended (the decision's look): a verdict at any pair count from ``MIN_PAIRS`` to
+            ``max_pairs`` (module docstring), not only at the look points.
 
     Returns:
-        A :class:`Look`; "inconclusive" with no interval below two pairs, and no verdict between look points.
+        A :class:`Look`; "inconclusive" with no interval below two pairs, and (unless ``final``) no verdict
+        between look points.
 
     Raises:
         ValueError: an unknown layout, or a log ratio that is not finite.
@@ -323,14 +328,14 @@ def request_test(reqs: Sequence[PairedRequest], min_gain: float, alpha: float = 
     lo, hi = theta - q * se, theta + q * se
     bar = math.log1p(min_gain)
     verdict = "inconclusive"
-    if len(y) in look_points(max_pairs):
+    if len(y) in look_points(max_pairs) or (final and MIN_PAIRS <= len(y) <= max_pairs):
         verdict = "faster" if lo > bar else "not faster" if hi < bar else "inconclusive"
     return Look(len(y), verdict, math.exp(theta), math.exp(lo), math.exp(hi), a_look,
                 _pairs_needed(theta, se, df, len(y), a_look, bar), None, n_req, se, df, sigma)
 
 
 def request_looks(reqs: Sequence[PairedRequest], min_gain: float, alpha: float = ALPHA, max_pairs: int = MAX_PAIRS,
-                  finalists: int = FINALISTS, layout: str = SIDE_BY_SIDE) -> Look:
+                  finalists: int = FINALISTS, layout: str = SIDE_BY_SIDE, final: bool = False) -> Look:
     """The sequential rule over pairs in time order (repetition ids ascending): the last look, except that an
     earlier look's "faster" stands (``Look.decided_at``).
 
@@ -341,7 +346,7 @@ def request_looks(reqs: Sequence[PairedRequest], min_gain: float, alpha: float =
 
     Same arguments and errors as :func:`request_test`.
     """
-    last = request_test(reqs, min_gain, alpha, max_pairs, finalists, layout)
+    last = request_test(reqs, min_gain, alpha, max_pairs, finalists, layout, final)
     if last.verdict == "faster":
         return last
     order = sorted({r.pair for r in reqs})
