@@ -62,6 +62,10 @@ SAMPLES: dict[str, tuple[dict[str, Any], str]] = {
     "alone.unmeasured": ({"unmeasured": ["ngram-mod"]}, "the time budget was spent before ngram-mod was measured"),
     "alone.nothing": ({}, "there was nothing to speculate with (no compatible draft model, no n-gram type)"),
     "saved.reason": ({"reason": "Words an older Draftwise saved."}, "Words an older Draftwise saved."),
+    "speed.varied": ({"label": "no speculation", "low": 127.0, "high": 694.0, "launches": 3, "others": 1},
+                     "The machine's speed varied too much for these figures to mean much: no speculation ran at 127 "
+                     "to 694 tokens/s in 3 launches on the same prompts (and 1 more configuration varied as much); a "
+                     "re-tune on a quieter machine, or with fewer threads, would help."),
     "evidence.paired": ({"label": GOOD.label, "figures": FIGURES, "acceptance": 0.64},
                         "1.38× over 4 adjacent pairs (4 requests, each run by both sides; sequential-test interval "
                         "1.27–1.49×), draft acceptance 64 %."),
@@ -98,6 +102,11 @@ SAMPLES: dict[str, tuple[dict[str, Any], str]] = {
                          "The sweep stopped at its time limit (65 s for a 60 s budget: the estimates from the warm-up "
                          "ran short); cut short or kept from starting by it: ngram-simple, draft-simple good.gguf "
                          "n_max 8."),
+    "sweep.pruned": ({"pruned": [{"label": "ngram-simple", "at_most": 1.06, "basis": "ngram-simple ngram n_max 16",
+                                  "leader": GOOD.label, "leader_ratio": 1.38}]},
+                     "Not launched, because on these prompts they could not beat the best configuration screened so "
+                     "far: ngram-simple (at most 1.06× by ngram-simple ngram n_max 16's acceptance, below "
+                     "draft-simple good.gguf n_max 8 at 1.38×)."),
     "sweep.baseline_unmeasurable": ({"first_tps": 22.8, "idle_tps": 741.7, "idle_label": "ngram-mod"},
                                     "The model alone measured 22.8 tokens/s in the baseline launch but 741.7 in "
                                     "ngram-mod, which drafted nothing; the budget left no time to measure it again, "

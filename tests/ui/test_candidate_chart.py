@@ -170,3 +170,52 @@ def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
     assert tab.chart.never == ["ngram-simple"]
     assert "drafted nothing" in [t.toPlainText() for t in tab.chart._labels]
     tab.on_state(AppState.IDLE)
+
+
+def test_each_bar_draws_its_launches_and_their_count(qtbot):
+    """A pooled bar hides launches that disagree (one sweep's baseline launches read 694, 390 and 127 tokens/s
+    under a bar at 410): each launch is a point on its bar, spread over its width in launch order, and the
+    bar's label counts them; the view holds the fastest point."""
+    from tuner.ui.graphs import CandidateChart, point_offsets
+
+    chart = CandidateChart()
+    qtbot.addWidget(chart)
+    points = {"no speculation": [694.0, 390.0, 127.0], "draft-simple draft-good.gguf n_max 4": [91.0]}
+    chart.set_rows(ROWS[:2] + [("ngram-mod", 66.0, 0.89, False)], points=points)
+    assert chart.point_count() == 4
+    xs = [float(x) for x in chart._points.data["x"]]
+    ys = [float(y) for y in chart._points.data["y"]]
+    assert ys == [694.0, 390.0, 127.0, 91.0]
+    assert xs == pytest.approx([0.0 + d for d in point_offsets(3)] + [1.0])
+    assert all(abs(d) < 0.3 for d in point_offsets(3))  # on the bar (0.6 wide)
+    labels = [t.toPlainText() for t in chart._labels]
+    assert labels[0].endswith("3 launches") and labels[1].endswith("1 launch") and "launch" not in labels[2]
+    _x, (y0, y1) = chart.getPlotItem().viewRange()
+    assert y1 >= 694.0
+    chart.set_rows([])  # a new sweep: no points left over
+    assert chart.point_count() == 0
+
+
+def test_tune_tab_collects_each_launch_live_and_from_the_result(make_app):
+    from pathlib import Path
+
+    from tuner.calibration.candidates import Candidate
+    from tuner.calibration.decide import decide
+    from tuner.calibration.outcome import SearchOutcome
+    from tuner.calibration.results import Measurement, Sample
+    from tuner.calibration.tune import TuneEvent, TuneResult
+    from tuner.ui.state import AppState
+
+    tab = make_app(tray_available=False).window.tune_tab
+    tab.on_state(AppState.TUNING)
+    launches = [Measurement(Candidate(), samples=(Sample(0, "code", r, tps),), stage=stage)
+                for r, (tps, stage) in enumerate([(694.0, "baseline"), (390.0, "confirm"), (127.0, "confirm")])]
+    for i, m in enumerate(launches):
+        tab.on_event(TuneEvent("measured", "no speculation", measurement=m, progress=0.1 * (i + 1), elapsed_s=5.0 * i,
+                               eta_s=20.0))
+    assert tab.chart.points == {"no speculation": [694.0, 390.0, 127.0]} and tab.chart.point_count() == 3
+    d = decide(SearchOutcome.of(launches))
+    tab.on_done(TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=tuple(launches), elapsed_s=12.0))
+    assert tab.chart.points["no speculation"] == [694.0, 390.0, 127.0] and tab.chart.point_count() == 3
+    assert tab.chart._labels[0].toPlainText().endswith("3 launches")
+    tab.on_state(AppState.IDLE)

@@ -24,11 +24,11 @@ from .pairing import (
     Comparison,
     Mix,
     compare,
-    contrast_test,
     pooled_tokens_per_s,
 )
 from .results import Measurement, Sample
 from .sentences import Sentence, Slot, in_reading_order
+from .sequential import contrast as contrast_looks
 from .wording import never_entry, of_slot, render
 
 MIX_NOISE = 0.05
@@ -324,7 +324,8 @@ def _eligible(outcome: SearchOutcome) -> _Evidence:
     base_tps = float(baseline.gen_tokens_per_s)
     comps = [cmp_ for c in ok_by_key.values()
              if (cmp_ := compare(outcome.measurements, c, outcome.min_gain, outcome.alpha, outcome.max_pairs,
-                                 outcome.finalists, mix=outcome.mix)) is not None and cmp_.speedup]
+                                 outcome.finalists, mix=outcome.mix, layout=outcome.layout, final=True)) is not None
+             and cmp_.speedup]
     comps.sort(key=lambda x: (not x.paired, -(x.speedup or 0.0)))
     failed = tuple(m for k, m in failed_by_key.items() if k not in ok_by_key and not m.candidate.is_baseline)
     # Break-even per draft model / speculation type: the best-compared candidate of each group, on the
@@ -357,7 +358,7 @@ def decide(outcome: SearchOutcome) -> Decision:
     (pairing needs the order; exactly one candidate is the baseline, ``spec_type == "none"``); the
     candidates the budget left unmeasured (named when nothing speculative was measured); ``min_gain``,
     ``alpha``, ``max_pairs``, ``finalists`` (the sequential test's bar and how its error is spent:
-    :func:`tuner.calibration.pairing.sequential_test`); ``mix`` (the served share of long-context requests
+    :mod:`tuner.calibration.sequential`, under the search's ``layout``); ``mix`` (the served share of long-context requests
     every pooled figure, pair ratio and so the pick is weighted to; the sentences state the share, and the
     short and long-context speedups when they differ by more than :data:`MIX_NOISE`); ``baseline_unsteady``
     (the model alone measured inconsistently across launches: a "no speculation" that rests on screening
@@ -540,7 +541,7 @@ def _chain_rule(w: Comparison, winners: Sequence[Comparison], min_gain: float,
                 alpha: float) -> tuple[Comparison, Sentence | None]:
     """A chained candidate (several types in one ``--spec-type``) that came out fastest is served only
     when its pairs show it faster than the best single-type winner beyond noise
-    (:func:`tuner.calibration.pairing.contrast_test`: the low end of chain ÷ single above
+    (:func:`tuner.calibration.sequential.contrast` of their request-level looks: the low end of chain ÷ single above
     ``1 + min_gain``); otherwise the simpler candidate is served. Both must already have passed the
     sequential test against the baseline (``winners``). Returns ``(served comparison, sentence)``; the
     sentence is ``None`` when no chain was involved."""
@@ -550,8 +551,8 @@ def _chain_rule(w: Comparison, winners: Sequence[Comparison], min_gain: float,
     if not singles:
         return w, None
     single = max(singles, key=lambda c: c.speedup or 0.0)
-    look = contrast_test([p.ratio for p in w.pairs if p.ratio > 0], [p.ratio for p in single.pairs if p.ratio > 0],
-                         min_gain, alpha)
+    assert w.look is not None and single.look is not None  # both passed the sequential test
+    look = contrast_looks(w.look, single.look, min_gain, alpha)
     contrast: dict[str, Any] | None = None
     if look.mean_ratio is not None and look.low is not None and look.high is not None:
         contrast = {"mean": look.mean_ratio, "low": look.low, "high": look.high}

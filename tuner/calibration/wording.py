@@ -14,6 +14,7 @@ Kinds, by slot:
   model X, about 1.4× faster than the model alone on your prompts.") and its evidence, the first of the
   details (:data:`RENDERERS`); ``saved.reason`` (a profile saved before sentences were kept: its reason,
   verbatim, as its first sentence).
+- SPEED_VARIED: ``speed.varied`` (a configuration's launches ran more than 2× apart).
 - EVIDENCE: ``evidence.paired``, ``evidence.chain_faster``, ``evidence.chain_not_faster``,
   ``evidence.divergence``.
 - CPU_WORKAROUND: ``cpu.no_repack`` (the words are ``tuner.hardware.repack.no_repack_sentence``'s, shared
@@ -22,12 +23,13 @@ Kinds, by slot:
 - MACHINE_LOAD: ``machine.load``; ``saved.measured_on``.
 - SWEEP: the search's own (``tuner.calibration.search``): ``sweep.baseline_superseded``,
   ``sweep.baseline_unsteady``, ``sweep.baseline_unmeasurable`` (a disturbed baseline launch measured again,
-  or not), ``sweep.time_limit``, ``sweep.long_context_left_out`` (``tuner.calibration.workload.LongContextPlan``);
+  or not), ``sweep.pruned`` (what was not launched because it could not beat the leader), ``sweep.time_limit``,
+  ``sweep.long_context_left_out`` (``tuner.calibration.workload.LongContextPlan``);
   the report's: ``sweep.measured_with``, ``sweep.depth``, ``sweep.never_drafted``, ``sweep.where_it_ran``.
 - any slot: ``text`` (words built before the sentence: the tune makes none; tests use it for a slot that
   has no kind yet).
 
-The SPEED_VARIED, THREADS and CAPTURED slots have no kind yet (issues 25 and 28 add them).
+The THREADS and CAPTURED slots have no kind yet (issues 25 and 28 add them).
 """
 
 from __future__ import annotations
@@ -380,6 +382,15 @@ def _alone_nothing(p: Params) -> str:
     return ""  # the plain first sentence says it all
 
 
+# ---- SPEED_VARIED -------------------------------------------------------------------------------------------
+def _speed_varied(p: Params) -> str:
+    others = int(p.get("others") or 0)
+    more = f" (and {others} more configuration{_s(others)} varied as much)" if others else ""
+    return (f"The machine's speed varied too much for these figures to mean much: {p['label']} ran at "
+            f"{plain_tps(p['low'])} to {plain_tps(p['high'])} tokens/s in {p['launches']} launches on the same "
+            f"prompts{more}; a re-tune on a quieter machine, or with fewer threads, would help.")
+
+
 # ---- EVIDENCE -----------------------------------------------------------------------------------------
 def _evidence_paired(p: Params) -> str:
     acc = f", draft acceptance {pct(p['acceptance'])}" if p.get("acceptance") is not None else ""
@@ -525,6 +536,13 @@ def _where(p: Params) -> str:
     return "Where it ran: " + "; ".join(f"{run['label']}: {where_it_ran(run)}" for run in p["runs"]) + "."
 
 
+def _pruned(p: Params) -> str:
+    parts = [f"{e['label']} (at most {e['at_most']:.2f}× by {e['basis']}'s acceptance, below {e['leader']} at "
+             f"{e['leader_ratio']:.2f}×)" for e in p["pruned"]]
+    return "Not launched, because on these prompts they could not beat the best configuration screened so far: " \
+        + "; ".join(parts) + "."
+
+
 def _time_limit(p: Params) -> str:
     lim, budget = float(p["limit_s"]), float(p["budget_s"])
     lim_text = f"{lim:.0f}" if lim >= 20 else f"{lim:.1f}"
@@ -580,6 +598,7 @@ RENDERERS: Mapping[str, Renderer] = {
     "alone.unmeasured": _alone_unmeasured,
     "alone.nothing": _alone_nothing,
     "saved.reason": lambda p: str(p["reason"]),
+    "speed.varied": _speed_varied,
     "evidence.paired": _evidence_paired,
     "evidence.chain_faster": _chain_faster,
     "evidence.chain_not_faster": _chain_not_faster,
@@ -594,6 +613,7 @@ RENDERERS: Mapping[str, Renderer] = {
     "sweep.never_drafted": _never_drafted,
     "sweep.where_it_ran": _where,
     "sweep.time_limit": _time_limit,
+    "sweep.pruned": _pruned,
     "sweep.baseline_unmeasurable": _baseline_unmeasurable,
     "sweep.baseline_superseded": _baseline_superseded,
     "sweep.baseline_unsteady": _baseline_unsteady,

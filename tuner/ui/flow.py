@@ -762,6 +762,18 @@ def result_rows(result: TuneResult) -> list[ResultRow]:
     return [r for r in (measurement_row(m) for m in pooled.values()) if r is not None]
 
 
+def launch_points(result: TuneResult | None) -> dict[str, list[float]]:
+    """Each configuration's launches as the chart draws them on its bar: label → tokens/s of every launch that
+    measured a speed (:func:`measurement_row`), in launch order (the baseline's launches under its bar's label,
+    "no speculation")."""
+    out: dict[str, list[float]] = {}
+    for m in result.measurements if result is not None else ():
+        row = measurement_row(m)
+        if row is not None:
+            out.setdefault(row[0], []).append(row[1])
+    return out
+
+
 def never_drafted(result: TuneResult | None) -> list[str]:
     """Labels of the speculation types in a ``TuneResult`` that ran but never drafted (measurements with
     ``no_drafts_at``) and have no figures of their own, in measurement order: the chart's bar-less

@@ -50,6 +50,8 @@ class TuneTab(QWidget):
         self.results: dict[str, tuple[str, float, float | None, bool]] = {}
         self.never: list[str] = []
         """Labels of n-gram types that ran but never drafted (bar-less "never drafted" chart rows)."""
+        self.points: dict[str, list[float]] = {}
+        """Each configuration's launches so far (tokens/s per launch), drawn as points on its bar."""
         lay = QVBoxLayout(self)
         row = QHBoxLayout()
         row.addWidget(QLabel("Time budget:"))
@@ -144,6 +146,7 @@ class TuneTab(QWidget):
         """A new sweep: no bars, no decision, the progress bar from 0 again."""
         self.results.clear()
         self.never = []
+        self.points = {}
         self.chart.set_rows([])
         self.set_decision(None)
         self._finished_line = None
@@ -231,8 +234,9 @@ class TuneTab(QWidget):
         if p.result is not None or p.never is not None:
             if p.result is not None:
                 self.results[p.result[0]] = p.result
+                self.points.setdefault(p.result[0], []).append(p.result[1])  # one point per launch
             rows = sorted(self.results.values(), key=lambda r: (not r[3], -r[1]))
-            self.chart.set_rows(rows, never=self.never)
+            self.chart.set_rows(rows, never=self.never, points=self.points)
 
     #: While a sweep runs the bar stops short of 100 % (only the result fills it).
     MAX_WHILE_TUNING = 0.99
@@ -283,10 +287,11 @@ class TuneTab(QWidget):
             self.results = {r[0]: r for r in rows}
         if result is not None and result.measurements:
             self.never = flow.never_drafted(result)
+            self.points = flow.launch_points(result)
         d = result.decision if result is not None else None
         win_label = None
         if d is not None and d.winner is not None and d.winner.label in self.results:
             win_label = d.winner.label if not self.results[d.winner.label][3] else None
         # baseline first, then the chosen candidate, then the rest by speed
         self.chart.set_rows(sorted(self.results.values(), key=lambda r: (not r[3], r[0] != win_label, -r[1])),
-                            winner=win_label, never=self.never)
+                            winner=win_label, never=self.never, points=self.points)
