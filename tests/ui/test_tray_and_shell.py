@@ -55,7 +55,8 @@ def test_tray_menu_in_each_state(make_app, qtbot):
     c.set_state(AppState.SERVING)
     serving = enabled(tray)
     assert serving["Stop server"] and serving["Copy endpoint URL"] and serving["Re-tune"] and serving["Chat…"]
-    assert "Start server" not in serving and not serving["Tune & serve"]
+    # while serving, Tune & serve tunes the selected target and serves it too (issue 26 item 2)
+    assert "Start server" not in serving and serving["Tune & serve"]
     assert "Serving stories260K.gguf" in serving
     tray.actions()["Copy endpoint URL"].trigger()
     from PySide6.QtGui import QGuiApplication

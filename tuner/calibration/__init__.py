@@ -7,11 +7,13 @@ Modules: ``prompts`` (prompt sets), ``candidates`` (the plan), ``measure`` (the 
 (per-position acceptance → shorter drafts, cost model), ``search`` (probe / refine / confirm),
 ``decide`` (statistics, break-even, "no speculation"), ``report`` (the sentences about the machine and
 the sweep), ``sentences`` and ``wording`` (the decision's sentences as data, and their words: :func:`render`),
-``results`` (measurement records),
+``results`` (measurement records), ``routing`` (what one endpoint serves for a folder: the router plan),
 ``engine`` (composition behind ``tune``), ``command`` (``draftwise tune``).
 """
 
+from .routing import TargetChoice, break_even_rate, serving_plan, target_choices
 from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
 from .wording import Rendered, render
 
-__all__ = ["DEFAULT_BUDGET_S", "Rendered", "TuneError", "TuneEvent", "TuneResult", "render", "tune"]
+__all__ = ["DEFAULT_BUDGET_S", "Rendered", "TargetChoice", "TuneError", "TuneEvent", "TuneResult", "break_even_rate",
+           "render", "serving_plan", "target_choices", "tune"]

@@ -32,6 +32,7 @@ from tuner.profiles import Profile, ProfileError, ProfileStore
 from tuner.server.config import ServerConfig
 from tuner.server.dialect import Dialect
 from tuner.server.preset import PresetError, RouterModel, RouterPlan, model_id, section_pairs
+from tuner.server.router_launch import router_problem
 from tuner.serverargs import parse_server_args
 from tuner.settings import Settings
 from tuner.units import GIB, MIB, format_bytes
@@ -196,6 +197,35 @@ def router_plan(scan: ScanResult, settings: Settings, binary: Path | str, dialec
                       left_out=tuple(left_out))
 
 
+def serving_plan(scan: ScanResult, settings: Settings, binary: Path | str, dialect: Dialect, target: Path | str | None,
+                 api_key: str | None = None, devices: Devices | None = None) -> tuple[RouterPlan | None, str]:
+    """How the app serves ``target`` of the folder ``scan`` found: ``(plan, "")`` through llama-server's router
+    (every model of the folder from one endpoint, :func:`router_plan`), or ``(None, why)`` one model at a time —
+    a binary without router mode, a wrapper script or a LAN endpoint (:func:`tuner.server.router_launch.router_problem`),
+    RPC hosts set (the router cannot switch a model to its local fallback when a host is lost), fewer than two
+    models to serve, or ``target`` itself left out of the preset (the reason said). ``devices`` None = detected
+    now (``llama-server --list-devices``, cached probes only)."""
+    problem = router_problem(binary, dialect, settings.host)
+    if problem is not None:
+        return None, problem
+    if settings.rpc_hosts:
+        return None, "RPC hosts are set, and a placement over RPC hosts is served as one model"
+    if len(_llms(scan)) < 2:
+        return None, "the folder holds one model"
+    if devices is None:
+        from tuner.crosscheck.build import build_probes
+        from tuner.hardware.devices import detect_devices
+
+        devices = detect_devices(Path(binary), build_probes(probe=False))
+    plan = router_plan(scan, settings, binary, dialect, devices, api_key=api_key)
+    if target is not None and plan.model_for(target) is None:
+        why = next((w for p, w in plan.left_out if Path(p) == Path(target)), "it is not an LLM of the folder")
+        return None, f"{Path(target).name} cannot be served through the router: {why}"
+    if len(plan.models) < 2:
+        return None, "only one model of the folder can be served through the router"
+    return plan, ""
+
+
 def _memory_request(cfg: ServerConfig) -> MemoryRequest:
     """The memory plan's request for a section's configuration (``ngl`` words = all layers)."""
     def layers(v: int | str | None) -> int | None:
@@ -243,4 +273,5 @@ def models_max_for(models: Sequence[RouterModel], devices: Devices) -> tuple[int
 
 
 __all__ = ["MAX_MODELS", "RAM_MARGIN_FRACTION", "RAM_MARGIN_MIN_BYTES", "TargetChoice", "break_even_rate",
-           "decision_words", "models_max_for", "router_plan", "target_choices", "tuned_model", "untuned_config"]
+           "decision_words", "models_max_for", "router_plan", "serving_plan", "target_choices", "tuned_model",
+           "untuned_config"]

@@ -98,6 +98,8 @@ class AppController(QObject):
             :class:`tuner.server.SleepStatus`, also in :attr:`sleep`.
         capture_changed(): the capture of served requests was switched, applied, or requests were deleted
             (:meth:`capture_status` says where it stands).
+        targets_changed(object): the folder's targets for the *Serve* menu were read again: a list of
+            :class:`tuner.calibration.TargetChoice`, also in :attr:`targets`.
         notify(str, str): title and message for a desktop notification.
         error(str): a failure in plain words (also shown in the Serve tab).
     """
@@ -115,6 +117,7 @@ class AppController(QObject):
     notify = Signal(str, str)
     error = Signal(str)
     plan_ready = Signal(object, str)
+    targets_changed = Signal(object)
     _supervisor_state = Signal(object)
 
     def __init__(self, settings: Settings | None = None, poll_interval_s: float = 1.0) -> None:
@@ -141,6 +144,8 @@ class AppController(QObject):
         """True while a re-tune runs with the served server stopped (tray and Serve tab say so)."""
         self.sleep = SleepStatus()
         """Idle sleep of the served server (asleep now, the last reload's seconds)."""
+        self.targets: list[flow.TargetChoice] = []
+        """The folder's targets for the tray's *Serve* menu (read in a worker after each scan and serve)."""
 
     # ------------------------------------------------------------ state
     def set_state(self, state: AppState, message: str | None = None) -> None:
@@ -299,6 +304,7 @@ class AppController(QObject):
 
     def _on_scanned(self, result: flow.ScanResult) -> None:
         self.scan = result
+        self.refresh_targets()
         if self.selected_target is None or not any(m.path == self.selected_target for m in result.models):
             self.selected_target = flow.default_target(result)
         self.scan_done.emit(result)
@@ -365,6 +371,45 @@ class AppController(QObject):
         """Serve the selected target with its saved profile (tunes first when there is none)."""
         self.tune_and_serve(force_retune=False)
 
+    def refresh_targets(self) -> None:
+        """Read the folder's targets and their saved decisions again (a worker: it reads the profiles); the
+        answer arrives as :attr:`targets_changed`."""
+        scanned = self.scan
+        w = CallWorker(lambda ev, cancel: flow.serve_choices(scanned), "targets")
+        w.done.connect(self._targets_read)
+        w.failed.connect(lambda exc: log.warning("cannot read the folder's targets: %s", exc))
+        self._plan_workers = [x for x in self._plan_workers if x.isRunning()] + [w]
+        w.start()
+
+    def _targets_read(self, choices: list[flow.TargetChoice]) -> None:
+        self.targets = list(choices)
+        self.targets_changed.emit(self.targets)
+
+    def serve_target(self, target: Path) -> None:
+        """The tray's *Serve* menu: serve ``target``. The served router loads it (a worker); a target the
+        endpoint does not serve yet is tuned (or its fresh profile reused) and served, as *Tune & serve* does
+        for the selected target."""
+        router = self.runner.router
+        plan = router.plan if router is not None else None
+        if self.serving is None or plan is None or plan.model_for(target) is None:
+            self.selected_target = Path(target)
+            self.tune_and_serve()
+            return
+        self.status.emit(f"Loading {Path(target).name}")
+        self._start_work(lambda ev, cancel: flow.switch_target(self.runner, Path(target), cancel), "switch",
+                         self._on_switched)
+
+    def _on_switched(self, info: flow.ServingInfo) -> None:
+        """The router serves another model now (the user's pick, or a request named it)."""
+        if self.serving is not None and self.serving.model_id == info.model_id:
+            self.serving = info
+            return
+        self.serving = info
+        self.sleep = SleepStatus()
+        self.metrics_reset()  # another process: its counters start again
+        self.server_changed.emit(info)
+        self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")
+
     def _serving_started(self, info: flow.ServingInfo, samplers: flow.Samplers | None = None) -> None:
         self.serving = info
         self.sleep = SleepStatus()
@@ -373,6 +418,7 @@ class AppController(QObject):
         self._start_polling()
         self.server_changed.emit(info)
         self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")
+        self.refresh_targets()  # a new profile may have been saved
 
     def stop_server(self) -> None:
         """Stop llama-server (in a worker; the whole process tree goes)."""
@@ -402,6 +448,8 @@ class AppController(QObject):
             return
         state, prev = change.state, change.previous
         diag = change.diagnosis
+        if self._router_changed(change):
+            return
         if ServerState.SLEEPING in (state, prev) and state in (ServerState.SLEEPING, ServerState.READY):
             self._sleep_changed(change)
         elif state is ServerState.STARTING and prev is ServerState.READY and diag is not None \
@@ -440,6 +488,22 @@ class AppController(QObject):
             msg = flow.describe_supervisor_failure(self.runner)
             self.notify.emit("Draftwise: llama-server stopped", msg)
             self.set_state(AppState.ERROR, msg)
+
+    def _router_changed(self, change: StateChange) -> bool:
+        """The router loads another model, or serves one it did not: the views follow the current model (the
+        Monitor's figures, the Chat tab's ``model``). True when the change was this (handled)."""
+        router = self.runner.router
+        if router is None:
+            return False
+        if change.state is ServerState.SWITCHING:
+            self.status.emit(change.message)
+            return True
+        if change.state is ServerState.READY and router.current not in (None, self.serving and self.serving.model_id):
+            info = flow.router_serving_info(self.runner)
+            if info is not None:
+                self._on_switched(info)
+                return True
+        return False
 
     def _sleep_changed(self, change: StateChange) -> None:
         """The served server fell asleep, or woke (idle sleep): the views are told; the supervisor's status
