@@ -286,7 +286,7 @@ class RouterSupervisor(ModelFollower):
             self._gen += 1
             launch = self._launch
             child = launch.child if launch is not None else None
-            if child is None and self.state in (_S.STOPPED, _S.FAILED):
+            if self.state is _S.STOPPED or (child is None and self.state is _S.FAILED):
                 return None
             if self.state is not _S.STOPPING:
                 self._machine.change(_S.STOPPING, message="stopping")

@@ -146,6 +146,7 @@ class AppController(QObject):
         """Idle sleep of the served server (asleep now, the last reload's seconds)."""
         self.targets: list[flow.TargetChoice] = []
         """The folder's targets for the tray's *Serve* menu (read in a worker after each scan and serve)."""
+        self._targets_asked = 0
 
     # ------------------------------------------------------------ state
     def set_state(self, state: AppState, message: str | None = None) -> None:
@@ -375,23 +376,30 @@ class AppController(QObject):
         """Read the folder's targets and their saved decisions again (a worker: it reads the profiles); the
         answer arrives as :attr:`targets_changed`."""
         scanned = self.scan
+        if scanned is None:
+            return  # the scan's end reads them
+        self._targets_asked += 1
+        asked = self._targets_asked
         w = CallWorker(lambda ev, cancel: flow.serve_choices(scanned), "targets")
-        w.done.connect(self._targets_read)
+        w.done.connect(lambda choices: self._targets_read(asked, choices))
         w.failed.connect(lambda exc: log.warning("cannot read the folder's targets: %s", exc))
         self._plan_workers = [x for x in self._plan_workers if x.isRunning()] + [w]
         w.start()
 
-    def _targets_read(self, choices: list[flow.TargetChoice]) -> None:
+    def _targets_read(self, asked: int, choices: list[flow.TargetChoice]) -> None:
+        if asked != self._targets_asked:
+            return  # a later reading is on its way
         self.targets = list(choices)
         self.targets_changed.emit(self.targets)
 
     def serve_target(self, target: Path) -> None:
-        """The tray's *Serve* menu: serve ``target``. The served router loads it (a worker); a target the
-        endpoint does not serve yet is tuned (or its fresh profile reused) and served, as *Tune & serve* does
-        for the selected target."""
+        """The tray's *Serve* menu: serve ``target``. The served router loads a tuned one (a worker); an untuned
+        one, or one the endpoint does not serve, is tuned (or its fresh profile reused) and served, as *Tune &
+        serve* does for the selected target (a router adds it)."""
         router = self.runner.router
         plan = router.plan if router is not None else None
-        if self.serving is None or plan is None or plan.model_for(target) is None:
+        model = plan.model_for(target) if plan is not None else None
+        if self.serving is None or model is None or not model.tuned:  # untuned: "tune and serve"
             self.selected_target = Path(target)
             self.tune_and_serve()
             return
