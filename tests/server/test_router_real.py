@@ -130,3 +130,40 @@ def test_the_served_models_idle_sleep_is_followed_without_waking_it(tmp_path: Pa
         assert sup.sleep_status.last_reload_s is not None
     finally:
         sup.stop()
+
+
+def test_each_model_keeps_its_served_requests_in_its_own_folder(tmp_path: Path, stories260k: Path,
+                                                               llama_server_bin: Path) -> None:
+    from dataclasses import replace
+
+    from tuner.calibration import captured
+    from tuner.server import capture
+    from tuner.server.states import StateChange
+
+    folder = router_folder(tmp_path, stories260k)
+    settings = Settings(models_dir=folder, port=process.free_port(), idle_sleep_s=0, capture_requests=True)
+    plan, why = serving_plan(scan_models(folder), settings, llama_server_bin, probe_dialect(llama_server_bin),
+                             folder / "target.gguf", api_key=KEY)
+    assert plan is not None, why
+    changes: list[StateChange] = []
+    sup = RouterSupervisor(llama_server_bin, on_state=changes.append)
+    try:
+        sup.start_and_wait(plan, "target", timeout_s=120)
+        with sup.client(timeout_s=60) as c:
+            for model in TUNED:
+                c.completion(f"a request for {model}", 4, model=model, temperature=0)
+        for model in TUNED:  # each its own private folder; the readiness completion is not kept
+            kept = [p.read_text() for p in capture.capture_dir(model).iterdir() if p.suffix == ".txt"]
+            assert kept == [f"a request for {model}"], (model, kept)
+            assert stat.S_IMODE(capture.capture_dir(model).stat().st_mode) == 0o700
+        sup.switch("target")
+        off = replace(plan, models=tuple(captured(m, False) for m in plan.models))
+        sup.apply(off, "not keeping served requests")
+        assert [c.state for c in changes[-3:]] == [ServerState.APPLYING, ServerState.STARTING, ServerState.READY]
+        with sup.client(timeout_s=60) as c:
+            c.completion("not kept", 4, model="target", temperature=0)
+            args = next(r for r in c.router_models() if r["id"] == "target")["status"]["args"]
+        assert "--log-prompts-dir" not in args
+        assert [p.read_text() for p in capture.capture_dir("target").iterdir()] == ["a request for target"]
+    finally:
+        sup.stop()

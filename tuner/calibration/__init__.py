@@ -11,9 +11,9 @@ the sweep), ``sentences`` and ``wording`` (the decision's sentences as data, and
 ``engine`` (composition behind ``tune``), ``command`` (``draftwise tune``).
 """
 
-from .routing import TargetChoice, break_even_rate, serving_plan, target_choices
+from .routing import TargetChoice, break_even_rate, captured, serving_plan, target_choices
 from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
 from .wording import Rendered, render
 
 __all__ = ["DEFAULT_BUDGET_S", "Rendered", "TargetChoice", "TuneError", "TuneEvent", "TuneResult", "break_even_rate",
-           "render", "serving_plan", "target_choices", "tune"]
+           "captured", "render", "serving_plan", "target_choices", "tune"]

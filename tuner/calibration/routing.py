@@ -29,6 +29,7 @@ from tuner.errors import DraftwiseError
 from tuner.hardware.devices import Devices
 from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
 from tuner.profiles import Profile, ProfileError, ProfileStore
+from tuner.server.capture import CaptureError, log_prompts_dir
 from tuner.server.config import ServerConfig
 from tuner.server.dialect import Dialect
 from tuner.server.preset import PresetError, RouterModel, RouterPlan, model_id, section_pairs
@@ -191,10 +192,25 @@ def router_plan(scan: ScanResult, settings: Settings, binary: Path | str, dialec
             left_out.append((str(choice.path), why))
             continue
         models.append(model)
+    if settings.capture_requests and dialect.has_capture:
+        models = [captured(m) for m in models]
     n, why = models_max_for(models, devices) if devices is not None else (1, "one model at a time")
     return RouterPlan(tuple(models), n, why, host="127.0.0.1", port=settings.port, api_key=api_key,
                       cors_origins=settings.cors_origins_value(), sleep_idle_s=settings.idle_sleep_s or None,
                       left_out=tuple(left_out))
+
+
+def captured(model: RouterModel, on: bool = True) -> RouterModel:
+    """``model`` keeping the requests it serves in its own private folder (``--log-prompts-dir`` in its section:
+    :func:`tuner.server.log_prompts_dir` of its id, made now), or not (``on`` False). A folder that cannot be
+    made leaves the model without capture (logged), serving goes on."""
+    folder = None
+    if on:
+        try:
+            folder = log_prompts_dir(model.model_id)
+        except CaptureError:
+            log.warning("not keeping the requests %s serves", model.model_id, exc_info=True)
+    return replace(model, config=replace(model.config, log_prompts_dir=folder))
 
 
 def serving_plan(scan: ScanResult, settings: Settings, binary: Path | str, dialect: Dialect, target: Path | str | None,
@@ -272,6 +288,6 @@ def models_max_for(models: Sequence[RouterModel], devices: Devices) -> tuple[int
     return n, f"up to {n} models loaded at once: they need {gb(used)} of the {gb(free)} of RAM free (keeping {gb(margin)} free)"
 
 
-__all__ = ["MAX_MODELS", "RAM_MARGIN_FRACTION", "RAM_MARGIN_MIN_BYTES", "TargetChoice", "break_even_rate",
+__all__ = ["MAX_MODELS", "RAM_MARGIN_FRACTION", "RAM_MARGIN_MIN_BYTES", "TargetChoice", "break_even_rate", "captured",
            "decision_words", "models_max_for", "router_plan", "serving_plan", "target_choices", "tuned_model",
            "untuned_config"]

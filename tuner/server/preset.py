@@ -34,7 +34,7 @@ from pathlib import Path
 from tuner.errors import DraftwiseError
 from tuner.server.argv import UnsupportedConfigError, tuned_argv
 from tuner.server.config import ServerConfig, default_alias
-from tuner.server.dialect import IDLE_SLEEP_FLAG, Dialect
+from tuner.server.dialect import CAPTURE_FLAG, IDLE_SLEEP_FLAG, Dialect
 from tuner.serverargs import PROFILE_ARGS, USER_ONLY_ARGS
 
 #: The preset format's version line (common/preset.cpp skips ``version``; reserved for later formats).
@@ -70,6 +70,7 @@ FLAG_KEYS: dict[str, tuple[str, bool]] = {
     "--spec-ngram-map-k4v-size-m": ("spec-ngram-map-k4v-size-m", True),
     "--spec-ngram-mod-n-max": ("spec-ngram-mod-n-max", True),
     "--spec-ngram-mod-n-min": ("spec-ngram-mod-n-min", True),
+    CAPTURE_FLAG: ("log-prompts-dir", True),  # per section: each model's own capture folder (issue 28)
     **{flag: (flag.lstrip("-"), takes) for flag, takes in {**PROFILE_ARGS, **USER_ONLY_ARGS}.items()
        if flag not in ("-a", "--alias", "--repack", "--no-repack", "-nr", "-cram", "--cache-ram")},
 }

@@ -35,6 +35,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
+from dataclasses import replace
 from pathlib import Path
 
 from tuner import process
@@ -279,6 +280,44 @@ class RouterSupervisor(ModelFollower):
             self._to_loading(model, f"loading {model}")
         self._request_load(model)
         return self._wait_current(model, timeout_s if timeout_s is not None else self._load_limit_s(model), cancel)
+
+    def apply(self, plan: RouterPlan, setting: str, timeout_s: float | None = None) -> str:
+        """Serve ``plan``'s models from now on (the same listen address, port and key): a start-up setting of the
+        models changed (``setting`` in words, e.g. "keeping served requests"). The preset is written again and
+        read by the router (``GET /models?reload=1``: only the models whose section changed are unloaded), then
+        the current model is loaded again: ``ready`` / ``sleeping`` → ``applying`` → ``starting`` → ``ready``.
+
+        Raises:
+            RouterError: no router serves, or the current model is not in ``plan``.
+            tuner.server.preset.PresetError, OSError: the preset cannot be written (nothing changed).
+            ServerStartError: the current model did not load again (its diagnosis).
+        """
+        with self._lock:
+            old, current = self._plan, self._current or self._wanted
+            if self._launch is None or old is None or self.state not in (_S.READY, _S.SLEEPING):
+                raise RouterError("no llama-server router is serving: start it first")
+            if current is None or plan.model(current) is None:
+                raise RouterError(f"{current!r} is not one of the new plan's models")
+            plan = replace(plan, host=old.host, port=old.port, api_key=old.api_key, cors_origins=old.cors_origins)
+            self._plan, self._wanted = plan, current
+            for m in plan.models:
+                self._tracks.setdefault(m.model_id, ModelTrack(m)).model = m
+            try:
+                self._write(self._kept_plan() or plan)
+            except BaseException:
+                self._plan = old
+                raise
+            self._machine.change(_S.APPLYING, message=f"restarting {current} to apply: {setting}")
+        with self.client(timeout_s=60.0) as client:
+            statuses = parse_models(client.router_models(reload=True))
+        with self._lock:
+            track = self._tracks[current]
+            still = statuses.get(current)
+            self._machine.change(_S.STARTING, message=f"loading {current} again ({setting})")
+            if still is not None and still.running and still.port == track.port and track.ready_at_s is not None:
+                self._model_ready(current)  # its section did not change: the same process serves on
+        self._request_load(current)
+        return self._wait_current(current, timeout_s if timeout_s is not None else self._load_limit_s(current), None)
 
     def stop(self, grace_s: float = 10.0) -> int | None:
         """Stop the router and every model (SIGTERM to its process group, then SIGKILL); its exit status."""

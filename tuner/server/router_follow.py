@@ -20,15 +20,15 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from tuner.errors import DraftwiseError
+from tuner.server import capture, workarounds
 from tuner.server import restart_policy as policy
-from tuner.server import workarounds
 from tuner.server.client import ServerClient, ServerClientError, ServerHTTPError
 from tuner.server.diagnosis import Diagnosis, load_hang, startup_phase
 from tuner.server.dialect import Dialect
 from tuner.server.discovery import ServerBinary
 from tuner.server.oomcount import OomCounters
 from tuner.server.preset import RouterPlan
-from tuner.server.readiness import bring_up
+from tuner.server.readiness import READY_PROMPT, bring_up
 from tuner.server.router_child import RouterChild
 from tuner.server.router_crash import CrashFacts, classify, reproduce_alone, silent_end
 from tuner.server.router_launch import RouterLaunch, write_preset
@@ -201,6 +201,9 @@ class ModelFollower:
         except Exception as exc:  # a bug must not leave the model unchecked forever
             log.exception("internal error while checking %s", track.model_id)
             diag = Diagnosis("exited", f"internal error while checking {track.model_id}: {exc!r}")
+        folder = track.model.config.log_prompts_dir
+        if diag is None and folder is not None:  # the readiness completion is not a user's request
+            capture.drop_probe(folder, READY_PROMPT, track.load_began_unix_s)
         with self._lock:
             track.checking = False
             if not self._alive(gen) or track.child is not child or child.poll() is not None:
@@ -238,7 +241,10 @@ class ModelFollower:
             if track is None or not self._alive(gen):
                 return
             waking = track.sleep is not None and track.sleep.waking
-            ready_s = track.ended()
+            if track.child is not None and track.child.is_alive() and track.ended_port is not None:
+                ready_s = track.previous_ready_s  # a newer process serves it already: the old one ended
+            else:
+                ready_s = track.ended()
             if status == 0 and track.killed is None:
                 if model == self._current and self.state in (_S.READY, _S.SLEEPING):
                     self._machine.announce(f"{model} was unloaded; a request that names it loads it again")

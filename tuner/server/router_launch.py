@@ -36,6 +36,7 @@ from tuner.rpcaddr import is_loopback
 from tuner.server.client import ServerClient
 from tuner.server.diagnosis import CrashContext, Diagnosis, diagnose, load_hang
 from tuner.server.dialect import ROUTER_FLAG, Dialect
+from tuner.server.launch import CHILD_UMASK
 from tuner.server.preset import RouterPlan, render_preset
 from tuner.server.router_log import own_lines
 from tuner.storage import atomic_write_text
@@ -144,7 +145,8 @@ class RouterLaunch:
         """
         cache = paths.ensure_private_dir(router_dir() / "empty-model-cache")
         env = router_env(os.environ, self.plan.api_key, cache)
-        child = process.spawn(self.argv, env=env, log_path=self.log_path, tail_lines=tail_lines, on_line=on_line)
+        child = process.spawn(self.argv, env=env, log_path=self.log_path, tail_lines=tail_lines, on_line=on_line,
+                              umask=CHILD_UMASK)  # its models inherit it: captured requests are the user's only
         log.info("llama-server router pid %s started: %s", child.pid, redact(" ".join(self.argv)))
         self.child = child
         return child

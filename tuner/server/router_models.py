@@ -16,6 +16,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field, replace
 
+from tuner.server import capture
 from tuner.server.config import ServerConfig
 from tuner.server.diagnosis import Diagnosis
 from tuner.server.liveness import Liveness
@@ -63,8 +64,10 @@ class ModelTrack:
         model: its preset entry.
         status: the router's last word on it.
         child: its current process (None while not running or not found yet).
-        port / ended_port: the port of its current process, and of the last one that ended.
-        load_began_s: ``time.monotonic()`` when its current process was first seen.
+        port / ended_port: the port of its current process, and of the one before it (the last that ended).
+        previous_ready_s: how long the process before the current one had been ready (None = never).
+        load_began_s: ``time.monotonic()`` when its current process was first seen (``load_began_unix_s``: the
+            wall clock then, for the capture folder's files).
         oom_at_load: the kernel's OOM counters then.
         ready_at_s: when its current process passed the readiness checks (None = not yet).
         checking: the readiness checks run.
@@ -79,7 +82,9 @@ class ModelTrack:
     child: RouterChild | None = None
     port: int | None = None
     ended_port: int | None = None
+    previous_ready_s: float | None = None
     load_began_s: float | None = None
+    load_began_unix_s: float = 0.0
     oom_at_load: OomCounters = (None, None)
     ready_at_s: float | None = None
     checking: bool = False
@@ -92,6 +97,7 @@ class ModelTrack:
     sleep: SleepWatch | None = None
     liveness: Liveness | None = None
     router_log: RouterLog | None = None
+    pruner: capture.Pruner | None = None
 
     @property
     def model_id(self) -> str:
@@ -104,10 +110,14 @@ class ModelTrack:
         return self.sleep.status if self.sleep is not None else SleepStatus()
 
     def new_process(self, port: int, oom: OomCounters) -> None:
-        """A new process serves the model on ``port`` (its load just began)."""
+        """A new process serves the model on ``port`` (its load just began); the one before it, if it was still
+        followed, ended (a crash the router answered with a new load at once, or an unload and a load)."""
+        if self.port is not None and self.child is not None:
+            self.ended_port = self.port
+            self.previous_ready_s = time.monotonic() - self.ready_at_s if self.ready_at_s is not None else None
         self.close()
         self.child, self.port = None, port
-        self.load_began_s, self.oom_at_load = time.monotonic(), oom
+        self.load_began_s, self.load_began_unix_s, self.oom_at_load = time.monotonic(), time.time(), oom
         self.ready_at_s, self.checking, self.killed = None, False, None
 
     def ended(self) -> float | None:
@@ -131,6 +141,8 @@ class ModelTrack:
             self.sleep = SleepWatch(child.base_url, api_key, idle_s, interval_s=interval_s)
             self.router_log = router_log
             router_log.listen(child.port, self.sleep.on_line)
+        if self.model.config.log_prompts_dir is not None:
+            self.pruner = capture.Pruner(self.model.config.log_prompts_dir)
         if liveness_timeout_s is not None:
             self.liveness = Liveness(child, child.base_url, api_key=api_key, timeout_s=liveness_timeout_s,
                                      interval_s=interval_s, announce=announce)
@@ -140,6 +152,8 @@ class ModelTrack:
         """One round of the watches of a ready process: ``(hung diagnosis, idle-sleep change)``."""
         if self.child is None or self.ready_at_s is None:
             return None, None
+        if self.pruner is not None:
+            self.pruner.tick()
         event = self.sleep.poll() if self.sleep is not None else None
         if self.liveness is not None:
             self.liveness.sleeping = self.sleep is not None and self.sleep.status.sleeping
@@ -158,6 +172,7 @@ class ModelTrack:
         if self.liveness is not None:
             self.liveness.close()
         self.sleep = self.liveness = None
+        self.pruner = None
 
     def view(self, current: bool) -> ModelView:
         """A :class:`ModelView` snapshot."""

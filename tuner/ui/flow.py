@@ -27,7 +27,7 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.calibration import TargetChoice, break_even_rate, render, serving_plan, target_choices
+from tuner.calibration import TargetChoice, break_even_rate, captured, render, serving_plan, target_choices
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.request import (
     EventCallback,
@@ -333,7 +333,13 @@ class ServerRunner:
         """
         with self._lock:
             sup = self.supervisor
-        if not isinstance(sup, Supervisor) or sup.state not in (ServerState.READY, ServerState.SLEEPING):
+        if sup is None or sup.state not in (ServerState.READY, ServerState.SLEEPING):
+            return None
+        if isinstance(sup, RouterSupervisor):  # every model of the endpoint: capture is the app's setting
+            plan = sup.plan
+            if plan is not None:
+                on = config.log_prompts_dir is not None and sup.dialect.capture_problem() is None
+                sup.apply(replace(plan, models=tuple(captured(m, on) for m in plan.models)), setting, ready_timeout_s)
             return None
         sup.restart(_capturable(config, sup), applying=setting)
         sup.wait_ready(timeout_s=ready_timeout_s)
@@ -438,6 +444,9 @@ def capture_status(settings: Settings, runner: ServerRunner | None = None) -> Ca
     folder = None
     if argv and "--log-prompts-dir" in argv and argv.index("--log-prompts-dir") + 1 < len(argv):
         folder = Path(argv[argv.index("--log-prompts-dir") + 1])
+    router = runner.router if runner is not None and runner.pid is not None else None
+    if router is not None and router.config is not None:  # a router: the served model's own section
+        folder = router.config.log_prompts_dir
     files, size = captured_count()
     sup = runner.supervisor if runner is not None else None
     if sup is not None:
