@@ -333,6 +333,7 @@ class RouterSupervisor(ModelFollower):
         with self._lock:
             for track in self._tracks.values():
                 track.ended()
+                track.status = None  # nothing runs: no stale "loaded" in the menus
             if child is not None:
                 self._last_lines = child.log_lines()
             if self.state is _S.STOPPING:

@@ -122,7 +122,8 @@ class Tray:
         m.addSeparator()
         if served is not None:
             asleep = c.sleep.sleeping
-            info = m.addAction((f"Serving {plain(served.model_name)}"
+            paused = " — paused while tuning" if c.paused_for_retune else ""
+            info = m.addAction((f"Serving {plain(served.model_name)}{paused}"
                                 + (" — sleeping, memory freed" if asleep else "")).replace("&", "&&"))  # no mnemonic
             info.setEnabled(False)
             capturing = capture_text(c.capture_status())
