@@ -28,6 +28,7 @@ from tuner.server.supervisor import ServerState, StateChange
 from tuner.settings import Settings
 from tuner.telemetry.collector import Collector, TelemetryTick
 from tuner.ui import flow
+from tuner.ui.serve_targets import ServeTargets, follow_router, switched
 from tuner.ui.state import AppState
 from tuner.ui.workers import CallWorker, PollWorker
 
@@ -98,8 +99,6 @@ class AppController(QObject):
             :class:`tuner.server.SleepStatus`, also in :attr:`sleep`.
         capture_changed(): the capture of served requests was switched, applied, or requests were deleted
             (:meth:`capture_status` says where it stands).
-        targets_changed(object): the folder's targets for the *Serve* menu were read again: a list of
-            :class:`tuner.calibration.TargetChoice`, also in :attr:`targets`.
         notify(str, str): title and message for a desktop notification.
         error(str): a failure in plain words (also shown in the Serve tab).
     """
@@ -117,7 +116,6 @@ class AppController(QObject):
     notify = Signal(str, str)
     error = Signal(str)
     plan_ready = Signal(object, str)
-    targets_changed = Signal(object)
     _supervisor_state = Signal(object)
 
     def __init__(self, settings: Settings | None = None, poll_interval_s: float = 1.0) -> None:
@@ -144,9 +142,8 @@ class AppController(QObject):
         """True while a re-tune runs with the served server stopped (tray and Serve tab say so)."""
         self.sleep = SleepStatus()
         """Idle sleep of the served server (asleep now, the last reload's seconds)."""
-        self.targets: list[flow.TargetChoice] = []
+        self.serve_targets = ServeTargets()
         """The folder's targets for the tray's *Serve* menu (read in a worker after each scan and serve)."""
-        self._targets_asked = 0
 
     # ------------------------------------------------------------ state
     def set_state(self, state: AppState, message: str | None = None) -> None:
@@ -372,51 +369,27 @@ class AppController(QObject):
         """Serve the selected target with its saved profile (tunes first when there is none)."""
         self.tune_and_serve(force_retune=False)
 
-    def refresh_targets(self) -> None:
-        """Read the folder's targets and their saved decisions again (a worker: it reads the profiles); the
-        answer arrives as :attr:`targets_changed`."""
-        scanned = self.scan
-        if scanned is None:
-            return  # the scan's end reads them
-        self._targets_asked += 1
-        asked = self._targets_asked
-        w = CallWorker(lambda ev, cancel: flow.serve_choices(scanned), "targets")
-        w.done.connect(lambda choices: self._targets_read(asked, choices))
-        w.failed.connect(lambda exc: log.warning("cannot read the folder's targets: %s", exc))
-        self._plan_workers = [x for x in self._plan_workers if x.isRunning()] + [w]
-        w.start()
+    @property
+    def targets(self) -> list[flow.TargetChoice]:
+        """The folder's targets for the *Serve* menu (:attr:`serve_targets`)."""
+        return self.serve_targets.items
 
-    def _targets_read(self, asked: int, choices: list[flow.TargetChoice]) -> None:
-        if asked != self._targets_asked:
-            return  # a later reading is on its way
-        self.targets = list(choices)
-        self.targets_changed.emit(self.targets)
+    def refresh_targets(self) -> None:
+        """Read the folder's targets again (:meth:`ServeTargets.refresh`)."""
+        self.serve_targets.refresh(self.scan)
 
     def serve_target(self, target: Path) -> None:
-        """The tray's *Serve* menu: serve ``target``. The served router loads a tuned one (a worker); an untuned
-        one, or one the endpoint does not serve, is tuned (or its fresh profile reused) and served, as *Tune &
-        serve* does for the selected target (a router adds it)."""
+        """The *Serve* menu: the served router loads a tuned ``target`` (a worker); anything else is tuned (or its
+        fresh profile reused) and served, as *Tune & serve* does for the selected target (a router adds it)."""
         router = self.runner.router
-        plan = router.plan if router is not None else None
-        model = plan.model_for(target) if plan is not None else None
+        model = router.plan.model_for(target) if router is not None and router.plan is not None else None
         if self.serving is None or model is None or not model.tuned:  # untuned: "tune and serve"
             self.selected_target = Path(target)
             self.tune_and_serve()
             return
         self.status.emit(f"Loading {Path(target).name}")
         self._start_work(lambda ev, cancel: flow.switch_target(self.runner, Path(target), cancel), "switch",
-                         self._on_switched)
-
-    def _on_switched(self, info: flow.ServingInfo) -> None:
-        """The router serves another model now (the user's pick, or a request named it)."""
-        if self.serving is not None and self.serving.model_id == info.model_id:
-            self.serving = info
-            return
-        self.serving = info
-        self.sleep = SleepStatus()
-        self.metrics_reset()  # another process: its counters start again
-        self.server_changed.emit(info)
-        self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")
+                         lambda info: switched(self, info))
 
     def _serving_started(self, info: flow.ServingInfo, samplers: flow.Samplers | None = None) -> None:
         self.serving = info
@@ -456,7 +429,7 @@ class AppController(QObject):
             return
         state, prev = change.state, change.previous
         diag = change.diagnosis
-        if self._router_changed(change):
+        if follow_router(self, change):
             return
         if ServerState.SLEEPING in (state, prev) and state in (ServerState.SLEEPING, ServerState.READY):
             self._sleep_changed(change)
@@ -496,22 +469,6 @@ class AppController(QObject):
             msg = flow.describe_supervisor_failure(self.runner)
             self.notify.emit("Draftwise: llama-server stopped", msg)
             self.set_state(AppState.ERROR, msg)
-
-    def _router_changed(self, change: StateChange) -> bool:
-        """The router loads another model, or serves one it did not: the views follow the current model (the
-        Monitor's figures, the Chat tab's ``model``). True when the change was this (handled)."""
-        router = self.runner.router
-        if router is None:
-            return False
-        if change.state is ServerState.SWITCHING:
-            self.status.emit(change.message)
-            return True
-        if change.state is ServerState.READY and router.current not in (None, self.serving and self.serving.model_id):
-            info = flow.router_serving_info(self.runner)
-            if info is not None:
-                self._on_switched(info)
-                return True
-        return False
 
     def _sleep_changed(self, change: StateChange) -> None:
         """The served server fell asleep, or woke (idle sleep): the views are told; the supervisor's status
@@ -566,7 +523,7 @@ class AppController(QObject):
         if self._work is not None:
             self._work.cancel()
             self._work.wait(int(timeout_s * 1000))
-        for w in self._plan_workers:
+        for w in [*self._plan_workers, *self.serve_targets.workers]:
             w.wait(int(timeout_s * 1000))
         if self._poller is not None:
             self._poller.stop()
