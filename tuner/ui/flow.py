@@ -709,7 +709,7 @@ def router_serving_info(runner: ServerRunner) -> ServingInfo | None:
         base_url=base_url,
         argv=tuple(router.argv or ()),
         pid=router.pid,
-        spec_label=model.label if model.tuned else "no speculation (not tuned)",
+        spec_label=model.label if model.tuned else "no speculation",
         break_even_rate=model.break_even_rate,
         api_key=plan.api_key,
         model_id=model.model_id,
