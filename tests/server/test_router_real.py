@@ -167,3 +167,29 @@ def test_each_model_keeps_its_served_requests_in_its_own_folder(tmp_path: Path, 
         assert [p.read_text() for p in capture.capture_dir("target").iterdir()] == ["a request for target"]
     finally:
         sup.stop()
+
+
+def test_a_model_a_request_names_that_cannot_load_is_taken_off_the_endpoint(tmp_path: Path, stories260k: Path,
+                                                                         llama_server_bin: Path) -> None:
+    from openai import APIStatusError, BadRequestError, OpenAI
+
+    folder = router_folder(tmp_path, stories260k)
+    changes = []
+    sup = start(folder, llama_server_bin, on_state=changes.append)
+    try:
+        (folder / "stories260K.gguf").rename(tmp_path / "moved.gguf")  # the file is gone when a request names it
+        client = OpenAI(base_url=f"{sup.base_url}/v1", api_key=KEY, max_retries=0)
+        with pytest.raises(APIStatusError):
+            client.completions.create(model="stories260K", prompt="Once upon a time", max_tokens=8)
+        assert wait_for(lambda: any(v.model_id == "stories260K" and v.given_up for v in sup.models()), 60.0)
+        view = next(v for v in sup.models() if v.model_id == "stories260K")
+        assert view.problem.startswith("model file missing or unreadable") and "stories260K.gguf" in view.problem
+        # the endpoint goes on serving the current model; the broken one is gone from the router's list
+        assert wait_for(lambda: sup.state is ServerState.READY and sup.current == "target", 30.0)
+        assert [c.state for c in changes].count(ServerState.FAILED) == 0
+        with pytest.raises(BadRequestError, match="model 'stories260K' not found"):
+            client.completions.create(model="stories260K", prompt="x", max_tokens=4)
+        r = client.completions.create(model="target", prompt="Once upon a time", max_tokens=8, temperature=0)
+        assert r.model == "target"
+    finally:
+        sup.stop()

@@ -292,6 +292,7 @@ class ModelFollower:
                     self._machine.change(_S.FAILED, diag, message=text)
                 else:
                     self._machine.announce(text, diag)
+                    self._back_from_loading(model, diag)
             else:
                 self._restarts += 1
                 track.restarts += 1
@@ -305,6 +306,20 @@ class ModelFollower:
             self._rewrite(gen)
         elif mine and self._sleep(gen, getattr(step, "delay_s", 0.0)):
             self._request_load(model)
+
+    def _back_from_loading(self, model: str, diag: Diagnosis) -> None:
+        """A model a request named failed to load (caller holds the lock): the state goes back to what it was
+        before the load (``ready``: the current model is served, loaded again by the next request that names it;
+        ``failed`` when none was)."""
+        loading = any(t.status is not None and t.status.value == "loading" and t.model_id != model
+                      for t in self._tracks.values())
+        if loading:
+            return  # another load runs: its end says where the endpoint stands
+        if self.state is _S.SWITCHING and self._current is not None:
+            self._machine.change(_S.READY, message=f"{model} could not be loaded ({diag.short}); still serving "
+                                 f"{self._current}")
+        elif self.state is _S.STARTING and self._current is None and self._wanted not in (None, model):
+            self._machine.change(_S.FAILED, diag, message=f"{model} could not be loaded ({diag.short})")
 
     def _request_unload(self, model: str) -> None:
         try:
