@@ -187,6 +187,12 @@ def test_a_model_a_request_names_that_cannot_load_is_taken_off_the_endpoint(tmp_
         # the endpoint goes on serving the current model; the broken one is gone from the router's list
         assert wait_for(lambda: sup.state is ServerState.READY and sup.current == "target", 30.0)
         assert [c.state for c in changes].count(ServerState.FAILED) == 0
+
+        def listed() -> set[str]:
+            with sup.client() as c:
+                return {row["id"] for row in c.router_models()}
+
+        assert wait_for(lambda: "stories260K" not in listed(), 30.0)  # the preset was written again and re-read
         with pytest.raises(BadRequestError, match="model 'stories260K' not found"):
             client.completions.create(model="stories260K", prompt="x", max_tokens=4)
         r = client.completions.create(model="target", prompt="Once upon a time", max_tokens=8, temperature=0)
