@@ -27,7 +27,8 @@ UNTUNED = "draft-good"
 
 def save_profile(config: ServerConfig, speedup: float, store: ProfileStore | None = None) -> Profile:
     """Save a profile whose winner is ``config`` (a draft model), as a sweep would have."""
-    winner = {"spec_type": config.spec_type or "none", "draft_path": str(config.draft_path) if config.draft_path else None,
+    winner = {"spec_type": config.spec_type or "none",
+              "draft_path": str(config.draft_path) if config.draft_path else None,
               "n_max": config.n_max, "p_min": config.p_min}
     label = f"{config.spec_type} {Path(config.draft_path).name} n_max {config.n_max}" if config.draft_path else "none"
     keys = StalenessKeys("hw", "bin", "b11434", "d", (ModelFileKey.of(config.model_path),), "prompts",

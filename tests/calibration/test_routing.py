@@ -85,7 +85,8 @@ def test_models_max_from_the_memory_plan(folder: Path, binary: Path) -> None:
     assert models_max_for(plan.models, tight)[0] == 1
     gpu = Device(0, "CUDA0", "CUDA", 8 * GIB, 8 * GIB, 8 * GIB, "nvml")
     on_gpu = [replace(m, config=replace(m.config, ngl=99)) for m in plan.models]
-    assert models_max_for(on_gpu, replace(CPU, devices=(gpu,))) == (1, "one model at a time: each is planned to fill the GPU")
+    one_gpu = replace(CPU, devices=(gpu,))
+    assert models_max_for(on_gpu, one_gpu) == (1, "one model at a time: each is planned to fill the GPU")
 
 
 def test_when_the_app_serves_one_model_at_a_time(folder: Path, binary: Path, tmp_path: Path) -> None:

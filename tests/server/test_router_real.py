@@ -101,7 +101,8 @@ def test_a_crash_and_a_hang_are_classified_and_the_model_loaded_again(tmp_path: 
         assert wait_for(lambda: sup.state is ServerState.READY and sup.model_pid("target") not in (None, first))
         crash = [c for c in changes if c.state is ServerState.STARTING and c.diagnosis is not None][-1]
         # no line said why: one start of the same configuration alone came up, so something outside ended it
-        assert crash.diagnosis.code == "crash_not_reproduced" and crash.message.startswith("target: llama-server crashed")
+        assert crash.diagnosis.code == "crash_not_reproduced"
+        assert crash.message.startswith("target: llama-server crashed")
         second = sup.model_pid("target")
         assert second is not None
         os.kill(second, signal.SIGSTOP)

@@ -217,7 +217,8 @@ def serving_plan(scan: ScanResult, settings: Settings, binary: Path | str, diale
                  api_key: str | None = None, devices: Devices | None = None) -> tuple[RouterPlan | None, str]:
     """How the app serves ``target`` of the folder ``scan`` found: ``(plan, "")`` through llama-server's router
     (every model of the folder from one endpoint, :func:`router_plan`), or ``(None, why)`` one model at a time —
-    a binary without router mode, a wrapper script or a LAN endpoint (:func:`tuner.server.router_launch.router_problem`),
+    a binary without router mode, a wrapper script or a LAN endpoint
+    (:func:`tuner.server.router_launch.router_problem`),
     RPC hosts set (the router cannot switch a model to its local fallback when a host is lost), fewer than two
     models to serve, or ``target`` itself left out of the preset (the reason said). ``devices`` None = detected
     now (``llama-server --list-devices``, cached probes only)."""
@@ -285,7 +286,8 @@ def models_max_for(models: Sequence[RouterModel], devices: Devices) -> tuple[int
         return 1, "one model"
     if n == 1:
         return 1, f"one model at a time: two need more than the {gb(free)} of RAM free (keeping {gb(margin)} free)"
-    return n, f"up to {n} models loaded at once: they need {gb(used)} of the {gb(free)} of RAM free (keeping {gb(margin)} free)"
+    return n, (f"up to {n} models loaded at once: they need {gb(used)} of the {gb(free)} of RAM free "
+               f"(keeping {gb(margin)} free)")
 
 
 __all__ = ["MAX_MODELS", "RAM_MARGIN_FRACTION", "RAM_MARGIN_MIN_BYTES", "TargetChoice", "break_even_rate", "captured",

@@ -219,7 +219,8 @@ class RouterSupervisor(ModelFollower):
             OSError: the preset cannot be written.
         """
         if plan.model(initial) is None:
-            raise RouterError(f"{initial!r} is not one of the router's models ({', '.join(m.model_id for m in plan.models)})")
+            ids = ", ".join(m.model_id for m in plan.models)
+            raise RouterError(f"{initial!r} is not one of the router's models ({ids})")
         if self.state in LIVE:
             self.stop()
         plan = plan if plan.port is not None else plan.with_port(process.free_port(plan.host))
@@ -248,7 +249,8 @@ class RouterSupervisor(ModelFollower):
         lines = tuple(self.log_tail(20))
         if reached is _S.STOPPED or (cancel is not None and cancel.is_set()):
             self.stop(grace_s=2.0)
-            raise ServerStartError(Diagnosis("cancelled", "llama-server's router was stopped before it was ready", lines))
+            raise ServerStartError(Diagnosis("cancelled", "llama-server's router was stopped before it was ready",
+                                             lines))
         self.stop(grace_s=2.0)
         raise ServerStartError(load_hang(limit, list(lines)))
 
@@ -372,8 +374,8 @@ class RouterSupervisor(ModelFollower):
             try:
                 child = launch.spawn(process.DEFAULT_TAIL_LINES * 4, self._log.on_line)
             except OSError as exc:
-                self._machine.change(_S.FAILED, Diagnosis("not_executable", f"cannot execute {self.binary.path}: {exc}"),
-                                     message=f"cannot execute {self.binary.path}")
+                why = Diagnosis("not_executable", f"cannot execute {self.binary.path}: {exc}")
+                self._machine.change(_S.FAILED, why, message=f"cannot execute {self.binary.path}")
                 return
         threading.Thread(target=self._monitor, args=(gen, launch, child), name=f"llama-router-{child.pid}",
                          daemon=True).start()

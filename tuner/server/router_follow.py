@@ -82,7 +82,8 @@ class ModelFollower:
 
         Raises: PresetError, OSError (see :func:`tuner.server.router_launch.write_preset`).
         """
-        models = tuple(replace(m, config=workarounds.apply_workarounds(m.config, self.binary.path)) for m in plan.models)
+        binary = self.binary.path
+        models = tuple(replace(m, config=workarounds.apply_workarounds(m.config, binary)) for m in plan.models)
         return write_preset(replace(plan, models=models), self.binary.path, self.dialect, self._preset_dir)
 
     def _kept_plan(self) -> RouterPlan | None:
