@@ -476,15 +476,16 @@ def vram_sampler() -> VramSampler | None:
 def server_samplers(info: ServingInfo, runner: ServerRunner) -> Samplers:
     """``(MetricsSampler, ProcessSampler, AcceptanceWatch | None)`` for the served server. The ``/metrics``
     client may ask only what does not wake a sleeping server (:data:`tuner.server.client.NON_WAKING_PATHS`); on a
-    router it reads the current model's (``?model=ID&autoload=false``), and the process sampler the router's
-    whole tree (every loaded model)."""
+    router both follow the current model: its own ``/metrics`` (``?model=ID&autoload=false``) and its process (the
+    router's when none is loaded)."""
     client = ServerClient(info.base_url, api_key=info.api_key, paths=NON_WAKING_PATHS)
     metrics = MetricsSampler(client.metrics_text)
     if info.models:  # a router: the current model's own /metrics, never loading a model (autoload=false)
         metrics = MetricsSampler(lambda: client.metrics_text(model=runner.current_model() or info.model_id))
 
     def read_usage() -> ProcessUsage | None:
-        pid = runner.pid
+        router, current = runner.router, runner.current_model()
+        pid = (router.model_pid(current) if router is not None and current is not None else None) or runner.pid
         if pid is None:
             return None
         usage = tree_usage(pid)
