@@ -111,7 +111,7 @@ class ModelFollower:
             with self.client(timeout_s=10.0) as client:
                 client.load_model(model)
         except ServerHTTPError as exc:
-            if exc.status_code != 400:  # 400: it runs already (get_router_models' "model is already running")
+            if exc.status_code != 400:  # 400: it runs already (server-models.cpp ``post_router_models_load``)
                 log.warning("the router refused to load %s: %s", model, exc)
         except (ServerClientError, RuntimeError):
             log.warning("cannot ask the router to load %s", model, exc_info=True)

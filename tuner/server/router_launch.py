@@ -1,7 +1,7 @@
 """One llama-server router process: its preset file, argv, environment, spawn and readiness.
 
 The router is ``llama-server --models-preset FILE --models-max N --host H --port P --cors-origins O`` (no
-``-m``: tools/server/server.cpp ``llama_server`` runs :mod:`tools/server/server-models.cpp`'s routes). What is
+``-m``: tools/server/server.cpp ``llama_server`` runs the routes of tools/server/server-models.cpp). What is
 per model lives in the preset (:mod:`tuner.server.preset`), which Draftwise writes here and nowhere else:
 ``data_dir()/router/models.ini``, mode 0600 in a 0700 folder, rewritten before every start, so the router
 never reads a file someone else wrote. Security, from the router's source:
