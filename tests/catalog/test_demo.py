@@ -102,17 +102,10 @@ def test_same_recipe_same_bytes(tmp_path: Path) -> None:
     assert other.generated
 
 
-def test_real_recipe_draft_is_the_same_bytes_again(demo_cli, tmp_path: Path) -> None:
-    """The real recipe's draft written a second time (the target's determinism is the tiny recipe's test's:
-    the same code draws every tensor)."""
-    from tuner.catalog import synthetic
-
-    again = tmp_path / "draft.gguf"
-    r = demo.DEMO_RECIPE
-    synthetic.write_llama_gguf(again, r.shape(True), demo.demo_tokenizer(), general_name=read_header(
-        demo_cli[0] / demo.DRAFT_FILE).kv["general.name"], extra_kv={
-        "general.description": demo._description(True), demo.RECIPE_KEY: r.tag})
-    assert again.read_bytes() == (demo_cli[0] / demo.DRAFT_FILE).read_bytes()
+def test_the_real_recipe_gives_the_same_bytes_again(demo_cli, tmp_path: Path) -> None:
+    again = demo.write_demo_folder(tmp_path / "again")
+    assert again.generated
+    assert _digests(tmp_path / "again") == _digests(demo_cli[0])
 
 
 def test_a_changed_recipe_or_a_truncated_file_is_written_again(tmp_path: Path) -> None:
