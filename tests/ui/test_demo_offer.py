@@ -75,3 +75,14 @@ def test_a_failed_generation_says_why_and_allows_a_retry(make_app, qtbot, monkey
     qtbot.waitUntil(lambda: "could not be prepared" in tab.demo_note.text(), timeout=60_000)
     assert str(folder) in tab.demo_note.text() and "not a folder" in tab.demo_note.text()
     assert tab.demo_btn.isEnabled()
+
+
+def test_while_another_step_runs_the_offer_waits(make_app, qtbot, monkeypatch) -> None:
+    from tuner.ui.controller import AppController
+
+    app = make_app(tray_available=False)
+    monkeypatch.setattr(AppController, "busy", property(lambda self: True))
+    tab = app.window.models_tab
+    qtbot.mouseClick(tab.demo_btn, Qt.MouseButton.LeftButton)
+    assert "Another step is running" in tab.demo_note.text() and tab.demo_btn.isEnabled()
+    assert not (paths.data_dir() / "demo").exists()

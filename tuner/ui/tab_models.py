@@ -125,10 +125,12 @@ class ModelsTab(QWidget):
     def use_demo(self) -> None:
         """Write the demo folder in a worker (the generated pair on first use, with its progress shown
         here), then point at it and scan it."""
-        self.demo_note.setText("Preparing the demo models…")
         self.demo_note.setVisible(True)
         if self.controller.prepare_demo(self._demo_ready, self._demo_progress, self._demo_failed):
+            self.demo_note.setText("Preparing the demo models…")
             self.demo_btn.setEnabled(False)
+        else:
+            self.demo_note.setText("Another step is running: try again when it has finished.")
 
     def _demo_progress(self, p) -> None:
         self.demo_note.setText(f"Generating the demo models (first use only, {format_bytes(p.total_bytes)}): "
