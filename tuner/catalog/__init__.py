@@ -1,7 +1,8 @@
 """tuner.catalog: GGUF header reading, folder scan, classification, draft compatibility, families.
 
 Public API (see docs/architecture.md), importable from this package (loaded on first use):
-``read_header``, ``GGUFError``, ``has_chat_template``, ``scan_folder``, ``scan_file``, ``check_compatible``,
+``read_header``, ``GGUFError``, ``has_chat_template``, ``scan_folder``, ``scan_file``,
+``scan_models`` / ``ScanResult`` / ``default_target`` (a models folder as the front ends see it), ``check_compatible``,
 ``CompatVerdict``, ``group_families``, ``Family``, ``DraftCandidate``, ``ModelFile``, ``TokenizerInfo``;
 the demo folder: ``write_demo_folder``, ``demo_folder``, ``DemoFolder``, ``DemoProgress``, ``is_generated_demo``,
 ``DEMO_LABEL``.
@@ -19,6 +20,9 @@ _EXPORTS = {
     "has_chat_template": "tuner.catalog.header",
     "scan_folder": "tuner.catalog.scan",
     "scan_file": "tuner.catalog.scan",
+    "scan_models": "tuner.catalog.folder",
+    "ScanResult": "tuner.catalog.folder",
+    "default_target": "tuner.catalog.folder",
     "check_compatible": "tuner.catalog.compat",
     "CompatVerdict": "tuner.catalog.compat",
     "group_families": "tuner.catalog.families",
