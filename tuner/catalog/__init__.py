@@ -11,6 +11,23 @@ the demo folder: ``write_demo_folder``, ``demo_folder``, ``DemoFolder``, ``DemoP
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names as the type checker sees them; at run time __getattr__ loads them
+    from tuner.catalog.compat import CompatVerdict, check_compatible  # noqa: F401
+    from tuner.catalog.demo import (  # noqa: F401
+        DEMO_LABEL,
+        DemoFolder,
+        DemoProgress,
+        demo_folder,
+        is_generated_demo,
+        write_demo_folder,
+    )
+    from tuner.catalog.families import DraftCandidate, Family, TargetEntry, group_families  # noqa: F401
+    from tuner.catalog.folder import ScanResult, default_target, scan_models  # noqa: F401
+    from tuner.catalog.header import GGUFError, GGUFHeader, TensorInfo, has_chat_template, read_header  # noqa: F401
+    from tuner.catalog.model import ModelFile, TokenizerInfo  # noqa: F401
+    from tuner.catalog.scan import scan_file, scan_folder  # noqa: F401
 
 _EXPORTS = {
     "read_header": "tuner.catalog.header",
@@ -42,7 +59,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tuner.catalog' has no attribute {name!r}")

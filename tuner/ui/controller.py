@@ -273,8 +273,8 @@ class AppController(QObject):
             self.capture_changed.emit()
 
     # ------------------------------------------------------------ actions
-    def _start_work(self, fn: Callable[[EventCallback, threading.Event], Any], name: str,
-                    on_done: Callable[[Any], None], on_event: EventCallback | None = None,
+    def _start_work(self, fn: Callable[[Callable[[Any], None], threading.Event], Any], name: str,
+                    on_done: Callable[[Any], None], on_event: Callable[[Any], None] | None = None,
                     on_failed: Callable[[BaseException], None] | None = None) -> CallWorker | None:
         if self.busy:
             self.status.emit("Busy: wait for the current step or cancel it")
