@@ -32,7 +32,7 @@ from tuner.server.client import (
     ServerHTTPError,
     ServerUnreachableError,
 )
-from tuner.server.config import ServerConfig
+from tuner.server.config import ServerConfig, default_alias
 from tuner.server.diagnosis import Diagnosis, diagnose
 from tuner.server.dialect import Dialect, DialectError, cached_dialect, parse_help, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_server
@@ -51,6 +51,6 @@ __all__ = [
     "ServerClient",
     "ServerClientError", "ServerConfig", "ServerHTTPError", "ServerNotFoundError", "ServerStartError", "ServerState",
     "ServerUnreachableError", "SleepStatus", "StateChange", "Supervisor", "UnsupportedConfigError", "build_argv",
-    "cached_dialect", "clean_env", "diagnose", "find_server", "parse_help", "probe_dialect", "reload_words",
+    "cached_dialect", "clean_env", "default_alias", "diagnose", "find_server", "parse_help", "probe_dialect", "reload_words",
     "startup_timeout_for",
 ]

@@ -19,14 +19,13 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from tuner import settings as settings_mod
-from tuner.calibration.request import EventCallback, TuneResult
-from tuner.catalog.model import ModelFile
+from tuner.calibration import EventCallback, TuneResult
+from tuner.catalog import ModelFile
 from tuner.safetext import safe_text
 from tuner.server import MAX_CAPTURED_FILES as MAX_FILES
-from tuner.server import WAKING_MESSAGE, SleepStatus, reload_words
-from tuner.server.supervisor import ServerState, StateChange
+from tuner.server import WAKING_MESSAGE, ServerState, SleepStatus, StateChange, reload_words
 from tuner.settings import Settings
-from tuner.telemetry.collector import Collector, TelemetryTick
+from tuner.telemetry import Collector, TelemetryTick
 from tuner.ui import flow
 from tuner.ui.serve_at_start import ServeAtStart
 from tuner.ui.serve_targets import ServeTargets, switched
@@ -41,7 +40,7 @@ def activity_text(collector: Collector, now_s: float | None = None) -> str:
     """What the server is doing, in words, for the tray tooltip and the Monitor header:
     ``"31.2 tokens/s"`` while requests run, ``"idle (last reply 31.2 tokens/s, 3 min ago)"`` when
     no request ran in the last ``IDLE_AFTER_S`` seconds, ``"idle (no request yet)"``."""
-    from tuner.telemetry.collector import IDLE_AFTER_S
+    from tuner.telemetry import IDLE_AFTER_S
 
     now = collector.clock() if now_s is None else now_s
     series = collector.series["gen_tokens_per_s"]
@@ -274,8 +273,8 @@ class AppController(QObject):
             self.capture_changed.emit()
 
     # ------------------------------------------------------------ actions
-    def _start_work(self, fn: Callable[[EventCallback, threading.Event], Any], name: str,
-                    on_done: Callable[[Any], None], on_event: EventCallback | None = None,
+    def _start_work(self, fn: Callable[[Callable[[Any], None], threading.Event], Any], name: str,
+                    on_done: Callable[[Any], None], on_event: Callable[[Any], None] | None = None,
                     on_failed: Callable[[BaseException], None] | None = None) -> CallWorker | None:
         if self.busy:
             self.status.emit("Busy: wait for the current step or cancel it")

@@ -28,44 +28,57 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tuner import calibration
 from tuner.calibration import (
+    Candidate,
+    EventCallback,
+    Measurement,
     Rendered,
     TargetChoice,
-    break_even_rate,
-    captured,
-    measured_line,
-    reused_result,
-    saved_state,
-    serving_plan,
-    target_choices,
-)
-from tuner.calibration.candidates import Candidate
-from tuner.calibration.request import (
-    EventCallback,
     TuneEvent,
     TuneRequest,
     TuneResult,
+    break_even_rate,
+    captured,
+    measured_line,
+    profile_server_config,
+    reachable_config,
     request_from_settings,
+    reused_result,
+    rpc_fallback_config,
+    saved_state,
+    serving_plan,
+    target_choices,
+    with_served,
 )
-from tuner.calibration.results import Measurement
-from tuner.calibration.serving import profile_server_config, with_served
-from tuner.calibration.tune import tune
 from tuner.catalog import DEMO_LABEL as DEMO_LABEL  # re-exported for the Models tab
-from tuner.catalog import DemoFolder, DemoProgress, has_chat_template, is_generated_demo, write_demo_folder
-from tuner.catalog.folder import ScanResult, scan_models
-from tuner.catalog.folder import default_target as choose_default_target
-from tuner.catalog.model import ModelFile
-from tuner.crosscheck import build as cc_build
-from tuner.crosscheck.cpu_buffers import workaround_sentence
-from tuner.crosscheck.lines import plan_check_lines
+from tuner.catalog import (
+    DemoFolder,
+    DemoProgress,
+    ModelFile,
+    ScanResult,
+    has_chat_template,
+    is_generated_demo,
+    scan_models,
+    write_demo_folder,
+)
+from tuner.catalog import default_target as choose_default_target
+from tuner.crosscheck import build_probes, find_server_binary, plan_check_lines, workaround_sentence
 from tuner.ctxsize import DEFAULT_CTX_CAP, resolve_ctx_size
 from tuner.errors import (
     Cancelled,  # re-exported: the one cancellation type
     DraftwiseError,
 )
-from tuner.hardware import devices as hw_devices
-from tuner.hardware import nvml
-from tuner.hardware.memory import MemoryPlan, MemoryRequest, context_trade, load_model_spec, plan_memory
+from tuner.hardware import (
+    Devices,
+    MemoryPlan,
+    MemoryRequest,
+    context_trade,
+    detect_devices,
+    load_model_spec,
+    plan_memory,
+    used_bytes_total,
+)
 from tuner.process import tree_usage
 from tuner.profiles import Profile
 from tuner.server import (
@@ -73,32 +86,26 @@ from tuner.server import (
     RouterError,
     RouterPlan,
     RouterSupervisor,
+    ServerBinary,
+    ServerClient,
+    ServerConfig,
     ServerNotFoundError,
+    ServerStartError,
+    ServerState,
+    StateChange,
+    Supervisor,
     cached_dialect,
     captured_count,
+    default_alias,
+    find_server,
     log_prompts_dir,
     probe_dialect,
 )
 from tuner.server import delete_captured as delete_captured  # re-exported: the captured requests for the window
 from tuner.server import forget_captured as forget_captured
 from tuner.server import list_captured as list_captured
-from tuner.server.client import ServerClient
-from tuner.server.config import ServerConfig, default_alias
-from tuner.server.discovery import ServerBinary, find_server
-from tuner.server.supervisor import (
-    ServerStartError,
-    ServerState,
-    StateChange,
-    Supervisor,
-)
 from tuner.settings import Settings, server_api_key
-from tuner.telemetry.samplers import (
-    MetricsSampler,
-    ProcessSampler,
-    ProcessUsage,
-    VramSampler,
-)
-from tuner.telemetry.watch import AcceptanceWatch
+from tuner.telemetry import AcceptanceWatch, MetricsSampler, ProcessSampler, ProcessUsage, VramSampler
 from tuner.units import MIB, format_bytes
 
 log = logging.getLogger(__name__)
@@ -533,7 +540,7 @@ def capture_status(settings: Settings, runner: ServerRunner | None = None) -> Ca
 def vram_sampler() -> VramSampler | None:
     """A :class:`tuner.telemetry.samplers.VramSampler` over NVML (``tuner.hardware.nvml.used_bytes_total``);
     None when there is no reading (no NVML library, no NVIDIA GPU)."""
-    read = nvml.used_bytes_total
+    read = used_bytes_total
     try:
         if read() is None:  # no NVML library or no NVIDIA GPU: no VRAM series at all
             return None
@@ -688,7 +695,8 @@ def tune_and_serve(
 def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settings, runner: ServerRunner,
                      on_event: EventCallback, cancel: threading.Event, binary: ServerBinary) -> ServeOutcome:
     try:
-        result = tune(request, on_event=on_event, cancel=cancel, scanned=scanned, binary=binary)
+        # calibration.tune, not `from tuner.calibration import tune`: import-linter reads that as the module
+        result = calibration.tune(request, on_event=on_event, cancel=cancel, scanned=scanned, binary=binary)
     except Exception:
         if cancel.is_set():  # e.g. the baseline's server stopped by the cancel: not a failure to report
             raise Cancelled() from None
@@ -722,8 +730,6 @@ def _serve_one(profile: Profile, settings: Settings, models_dir: Path, runner: S
     """Serve the profile's winner as one llama-server (the settings' port, the RPC fallback where it has one);
     its drafts from ``models_dir``, the scanned folder."""
     config = serving_config(profile, settings, models_dir)
-    from tuner.calibration.serving import reachable_config, rpc_fallback_config
-
     fallback = rpc_fallback_config(config, profile)  # keeps the capture, idle sleep, the listen settings
     config, rpc_note = reachable_config(config, fallback)
     if rpc_note:
@@ -1063,7 +1069,7 @@ def plan_words(plan: MemoryPlan, n_layers: int) -> str:
     return f"{where}; host RAM: {format_bytes(h.total_bytes)} ({extra}). Verdict: {plan.verdict}."
 
 
-def _trade_words(request: MemoryRequest, devices: hw_devices.Devices) -> str | None:
+def _trade_words(request: MemoryRequest, devices: Devices) -> str | None:
     """The context-vs-layers trade with a GPU, in the app's words; None without a GPU."""
     trade = context_trade(request, devices)
     if trade.max_ngl_at_ctx is None:
@@ -1089,8 +1095,8 @@ def memory_plan_text(model: ModelFile, ctx_size: int | None = None, cache_ram_mi
     not mentioned). No command-line advice: a plan never checked against llama-server says so, nothing more."""
     try:
         n_ctx, _ = resolve_ctx_size(ctx_size, model.context_length)
-        binary = cc_build.find_server_binary()  # through the modules: tests replace them
-        devices = hw_devices.detect_devices(binary, cc_build.build_probes(probe=False))
+        binary = find_server_binary()
+        devices = detect_devices(binary, build_probes(probe=False))
         read_at = time.strftime("%H:%M:%S")
         spec = load_model_spec(model.path)
         cache_bytes = max(cache_ram_mib or 0, 0) * MIB

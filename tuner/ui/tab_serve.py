@@ -222,7 +222,7 @@ class ServeTab(QWidget):
                                     "besides the server's own page. Empty = pages from localhost only.")
         self.origin_edit.editingFinished.connect(self._save_origin)
         form.addRow("Web origin:", self.origin_edit)
-        from tuner.hardware.rpc import NO_AUTH_WARNING
+        from tuner.hardware import NO_AUTH_WARNING
 
         self.rpc_edit = QLineEdit(",".join(st.rpc_hosts))
         self.rpc_edit.setPlaceholderText("this machine only (e.g. 192.168.1.20:50052 running draftwise rpc-host)")
