@@ -86,8 +86,10 @@ class ServeTab(QWidget):
         self.state_label = QLabel()
         form.addRow("State:", self.state_label)
         self.model_label = plain_label(QLabel("—"))  # file names and the model's own words: never markup
+        self.model_label.setWordWrap(True)
         form.addRow("Serving:", self.model_label)
         self.model_id_label = plain_label(QLabel("—"))
+        self.model_id_label.setWordWrap(True)  # a router's ids and its memory note: never wider than the window
         self.model_id_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.model_id_label.setToolTip("The model name clients see in /v1/models and send as \"model\" (--alias)")
         form.addRow("Model id:", self.model_id_label)
