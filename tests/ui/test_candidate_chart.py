@@ -252,3 +252,17 @@ def test_ten_candidates_labels_fit_under_their_bars(qtbot):
     qtbot.waitUntil(lambda: chart.width() == 1070)
     wide = [t for _x, t in chart.getAxis("bottom")._tickLevels[0]]
     assert "draft-good\nn_max 5\nprobabilistic" in wide, wide
+
+
+def test_many_candidates_break_drafted_nothing(qtbot):
+    """Fourteen rows (a sweep that also tried every draft length): the bar-less rows' "drafted nothing" goes on two
+    lines, so two of them side by side do not run together."""
+    from tuner.ui.graphs import CandidateChart
+
+    chart = CandidateChart()
+    qtbot.addWidget(chart)
+    chart.resize(1070, 450)
+    rows = [("no speculation", 148.0, None, True)] + [
+        (f"draft-simple draft-good.gguf n_max {n}", 190.0, 0.8, False) for n in range(3, 14)]
+    chart.set_rows(rows, never=["ngram-mod ngram n_max 16", "ngram-simple ngram n_max 16"])
+    assert [t.toPlainText() for t in chart._labels][-2:] == ["drafted\nnothing", "drafted\nnothing"]

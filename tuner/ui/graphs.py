@@ -319,7 +319,8 @@ class CandidateChart(pg.PlotWidget):
             self._labels.append(t)
         for x, label in enumerate(never, start=len(rows)):
             ticks.append(chart_label(label))
-            t = pg.TextItem(self.NEVER_TEXT, color="#6b7280", anchor=(0.5, 1.0))
+            words = self.NEVER_TEXT if n_all <= 10 else self.NEVER_TEXT.replace(" ", "\n")  # narrow bars: 2 lines
+            t = pg.TextItem(words, color="#6b7280", anchor=(0.5, 1.0))
             t.setFont(font)
             t.setPos(x, 0.0)
             self.addItem(t)
