@@ -66,6 +66,8 @@ SAMPLES: dict[str, tuple[dict[str, Any], str]] = {
     "evidence.divergence": ({"prompt": 8, "repetition": 2, "char": 238, "more": 1},
                             "at prompt 9, repetition 3, character 238 (1 more request differed)"),
     "cpu.no_repack": ({"cause": "sigill", "build_types": ["AMX"]}, "Repacked CPU kernels are off"),
+    "captured.replayed": ({"requests": 30, "first_unix_s": 1.7e9, "last_unix_s": 1.7e9 + 1080, "model_id": "m"},
+                          "Tuned on 30 requests served "),
     "mix.not_applied": ({"share": 0.4}, "the long-context share of 40 % could not be applied"),
     "mix.all_long": ({}, "Every compared request was a long-context one."),
     "mix.share": ({"share": 0.5, "short": 1.4, "long": 1.05, "differ": True},
@@ -206,3 +208,19 @@ def test_where_a_candidate_ran() -> None:
     unnamed = {**RUN, "hosts": [], "offloaded": None, "local_gpus": True, "draft": "machine"}
     assert where_it_ran(unnamed) == ("the target over RPC on 192.168.1.20:50052 with the local GPUs for the rest, "
                                      "the draft on this machine")
+
+
+def test_the_captured_period_reads_today_another_day_or_across_days() -> None:
+    import time
+
+    from tuner.calibration.wording import captured_period
+
+    def local(d: int, h: int, m: int) -> float:
+        return time.mktime((2026, 12, d, h, m, 0, 0, 0, -1))
+
+    now = local(2, 15, 0)
+    assert captured_period(local(2, 14, 2), local(2, 14, 20), now) == "between 14:02 and 14:20 today"
+    assert captured_period(local(1, 14, 2), local(1, 14, 20), now) == "on 2026-12-01 between 14:02 and 14:20"
+    assert captured_period(local(2, 9, 5), local(2, 9, 5), now) == "at 09:05 today"
+    assert captured_period(local(1, 23, 50), local(2, 0, 10), now) == \
+        "between 2026-12-01 at 23:50 and 2026-12-02 at 00:10"

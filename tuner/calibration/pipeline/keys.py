@@ -18,10 +18,8 @@ if TYPE_CHECKING:
 
 
 def staleness_keys(inputs: TuneInputs) -> StalenessKeys:
-    """The keys of this tune (``tuner.profiles.StalenessKeys``); the prompt key hashes the set, the chosen
-    requests' indices, ``n_predict`` and whether the long-context requests were added."""
+    """The keys of this tune (``tuner.profiles.StalenessKeys``); the prompt key is :func:`prompt_key`."""
     request, binary = inputs.request, inputs.binary
-    prompts = inputs.prompts
     return StalenessKeys(
         hardware_fingerprint=hardware_fingerprint(inputs.devices) if inputs.devices is not None else None,
         server_binary=file_identity(Path(binary.path)),
@@ -29,15 +27,25 @@ def staleness_keys(inputs: TuneInputs) -> StalenessKeys:
         if binary.build is not None else None,
         dialect_fingerprint=inputs.dialect.help_sha256,
         model_files=(ModelFileKey.of(inputs.target_path), *(ModelFileKey.of(d.path) for d in inputs.drafts)),
-        prompt_set_sha256=hashlib.sha256(
-            (prompts.set.sha256 + ":" + ",".join(str(i) for i, _ in prompts.chosen) + f":{request.n_predict}"
-             + (":long-context" if request.long_context else "")).encode()
-        ).hexdigest(),
+        prompt_set_sha256=prompt_key(inputs),
         n_ctx=inputs.n_ctx,
         workload=inputs.workload.key(),
         long_share=inputs.long_share,
         server_args=tuple(request.server_args),
     )
+
+
+def prompt_key(inputs: TuneInputs) -> str:
+    """The prompt key: the set's hash, the chosen requests' indices, ``n_predict`` and whether the long-context
+    requests were added; for captured requests, their source and ``n_predict`` only (never their text or how
+    many there are: new captures do not make the profile stale, they only make a re-tune available)."""
+    prompts, request = inputs.prompts, inputs.request
+    if prompts.set.captured:
+        return hashlib.sha256(f"{prompts.set.sha256}:{request.n_predict}".encode()).hexdigest()
+    return hashlib.sha256(
+        (prompts.set.sha256 + ":" + ",".join(str(i) for i, _ in prompts.chosen) + f":{request.n_predict}"
+         + (":long-context" if request.long_context else "")).encode()
+    ).hexdigest()
 
 
 def hardware_fingerprint(devices: Devices) -> str:
