@@ -33,6 +33,10 @@ from tuner.ui.workers import CallWorker, PollWorker
 
 log = logging.getLogger(__name__)
 
+RETUNE_ON_SERVED_TIP = ("Measure again on the requests this model was sent while its requests were kept "
+                        "(replayed as they were served), and serve the fastest configuration for them")
+"""The tooltip of *Re-tune on recent requests* (the tray and the Tune tab)."""
+
 
 def activity_text(collector: Collector, now_s: float | None = None) -> str:
     """What the server is doing, in words, for the tray tooltip and the Monitor header:
@@ -316,13 +320,17 @@ class AppController(QObject):
         self._plan_workers = [x for x in self._plan_workers if x.isRunning()] + [w]
         w.start()
 
-    def tune_and_serve(self, force_retune: bool = False) -> None:
-        """One click: scan → tune (or reuse a fresh profile) → serve, in one cancellable worker."""
+    def tune_and_serve(self, force_retune: bool = False, served_model_id: str | None = None) -> None:
+        """One click: scan → tune (or reuse a fresh profile) → serve, in one cancellable worker.
+        ``served_model_id``: tune on that model id's captured requests instead of the prompt set."""
         folder = self.settings.models_dir or flow.demo_models_dir()
         target = self.selected_target
         st = self.settings
         prompts_path = self.prompts_path
         tune_options = dict(self.tune_options)
+        if served_model_id is not None:
+            prompts_path = None
+            tune_options.update(prompts_from_served=True, served_model_id=served_model_id)
         # re-tune while serving: flow.tune_and_serve stops the served server for the sweep
         self.paused_for_retune = self.serving is not None
         self.set_state(AppState.TUNING, "Serving paused for re-tune" if self.paused_for_retune else "Tuning…")
@@ -347,6 +355,28 @@ class AppController(QObject):
     def retune(self) -> None:
         """Tune again even when a fresh profile exists, then serve the new winner."""
         self.tune_and_serve(force_retune=True)
+
+    def served_model_id(self) -> str | None:
+        """The model id a re-tune on recent requests uses (:func:`tuner.ui.flow.served_model_id`): the served
+        model's, else the selected target's."""
+        return flow.served_model_id(self.serving, self.selected_target)
+
+    def recent_requests(self) -> int:
+        """How many captured requests the model of :meth:`served_model_id` has (0: the action is not offered)."""
+        return flow.captured_requests_of(self.served_model_id())
+
+    def can_retune_on_served(self) -> bool:
+        """*Re-tune on recent requests* is offered: not tuning, and captured requests exist for the model."""
+        return self.state is not AppState.TUNING and self.recent_requests() > 0
+
+    def retune_on_served(self) -> None:
+        """*Re-tune on recent requests*: a forced sweep on the captured requests of the served model (replayed as
+        raw completions, sampled over time: ``tune --prompts-from-served``), then serve the new winner."""
+        model_id = self.served_model_id()
+        if model_id is None or not self.can_retune_on_served():
+            self.status.emit("No captured requests to re-tune on")
+            return
+        self.tune_and_serve(force_retune=True, served_model_id=model_id)
 
     def _on_served(self, outcome: flow.ServeOutcome) -> None:
         """The worker finished: update the views in separate event-loop turns (each repaint is

@@ -5,13 +5,15 @@ from __future__ import annotations
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
-from tuner.ui.controller import AppController, capture_text
+from tuner.ui.controller import RETUNE_ON_SERVED_TIP, AppController, capture_text
 from tuner.ui.icons import state_icon
 from tuner.ui.plaintext import notification_body, plain, tooltip
 from tuner.ui.state import AppState
 
 #: Menu entries in order (text of the action), for tests and docs.
-MENU_ITEMS = ("Tune & serve", "Open Draftwise", "Chat…", "Start server", "Stop server", "Copy endpoint URL", "Re-tune", "Quit")
+MENU_ITEMS = ("Tune & serve", "Open Draftwise", "Chat…", "Start server", "Stop server", "Copy endpoint URL", "Re-tune",
+              "Re-tune on recent requests", "Quit")
+"""``Re-tune on recent requests`` is there only while captured requests exist for the served model."""
 
 
 class Tray:
@@ -84,6 +86,11 @@ class Tray:
         # nothing to re-tune before a first sweep or a served profile
         a.setEnabled(c.can_retune())
         a.triggered.connect(c.retune)
+        if c.recent_requests() > 0:  # only with captured requests of the served model
+            a = m.addAction("Re-tune on recent requests")
+            a.setToolTip(RETUNE_ON_SERVED_TIP)
+            a.setEnabled(not busy)
+            a.triggered.connect(c.retune_on_served)
         m.addSeparator()
         if served is not None:
             asleep = c.sleep.sleeping
