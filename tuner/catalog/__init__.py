@@ -1,7 +1,7 @@
 """tuner.catalog: GGUF header reading, folder scan, classification, draft compatibility, families.
 
 Public API (see docs/architecture.md), importable from this package (loaded on first use):
-``read_header``, ``GGUFError``, ``scan_folder``, ``scan_file``, ``check_compatible``,
+``read_header``, ``GGUFError``, ``has_chat_template``, ``scan_folder``, ``scan_file``, ``check_compatible``,
 ``CompatVerdict``, ``group_families``, ``Family``, ``DraftCandidate``, ``ModelFile``, ``TokenizerInfo``.
 """
 
@@ -14,6 +14,7 @@ _EXPORTS = {
     "GGUFError": "tuner.catalog.header",
     "GGUFHeader": "tuner.catalog.header",
     "TensorInfo": "tuner.catalog.header",
+    "has_chat_template": "tuner.catalog.header",
     "scan_folder": "tuner.catalog.scan",
     "scan_file": "tuner.catalog.scan",
     "check_compatible": "tuner.catalog.compat",

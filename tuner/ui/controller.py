@@ -28,6 +28,7 @@ from tuner.server.supervisor import ServerState, StateChange
 from tuner.settings import Settings
 from tuner.telemetry.collector import Collector, TelemetryTick
 from tuner.ui import flow
+from tuner.ui.serve_at_start import ServeAtStart
 from tuner.ui.state import AppState
 from tuner.ui.workers import CallWorker, PollWorker
 
@@ -104,6 +105,8 @@ class AppController(QObject):
             (:meth:`capture_status` says where it stands).
         notify(str, str): title and message for a desktop notification.
         error(str): a failure in plain words (also shown in the Serve tab).
+        plan_ready(object, str): a model and its memory plan in words.
+        restore_refused(str): *Serve at start* did not serve (a stale or missing profile), in one line.
     """
 
     state_changed = Signal(object)
@@ -119,6 +122,7 @@ class AppController(QObject):
     notify = Signal(str, str)
     error = Signal(str)
     plan_ready = Signal(object, str)
+    restore_refused = Signal(str)
     _supervisor_state = Signal(object)
 
     def __init__(self, settings: Settings | None = None, poll_interval_s: float = 1.0) -> None:
@@ -145,6 +149,13 @@ class AppController(QObject):
         """True while a re-tune runs with the served server stopped (tray and Serve tab say so)."""
         self.sleep = SleepStatus()
         """Idle sleep of the served server (asleep now, the last reload's seconds)."""
+        self.retune_offer: Path | None = None
+        """The target whose stale profile *Serve at start* did not serve: the re-tune it offers."""
+        self.restoring: Path | None = None
+        """The target *Serve at start* is serving again right now (the state is TUNING meanwhile: a worker runs),
+        None otherwise: the tray and the Serve tab say "starting", not "tuning"."""
+        self.serve_at_start = ServeAtStart(self)
+        """*Serve at start*: ``restore()`` at start, ``remember`` / ``forget`` as serving starts and stops."""
 
     # ------------------------------------------------------------ state
     def set_state(self, state: AppState, message: str | None = None) -> None:
@@ -164,9 +175,10 @@ class AppController(QObject):
         return self._work is not None and self._work.isRunning()
 
     def can_retune(self) -> bool:
-        """Re-tune makes sense once there is something to re-tune: a sweep ran in this session or a
-        profile is being served (before that, "Tune & serve" is the action)."""
-        return self.state is not AppState.TUNING and (self.serving is not None or self.last_tune is not None)
+        """Re-tune makes sense once there is something to re-tune: a sweep ran in this session, a profile is
+        being served, or a stale profile was not served at start (before that, "Tune & serve" is the action)."""
+        return self.state is not AppState.TUNING and (self.serving is not None or self.last_tune is not None
+                                                      or self.retune_offer is not None)
 
     def endpoint_url(self) -> str | None:
         """The served OpenAI-compatible URL, or None when not serving."""
@@ -175,6 +187,8 @@ class AppController(QObject):
     def tooltip(self) -> str:
         """Tray tooltip: state, model, endpoint and the current tokens/s, or "idle" when no request
         ran in the last :data:`tuner.telemetry.collector.IDLE_AFTER_S` seconds."""
+        if self.restoring is not None:
+            return f"Draftwise — starting\nServing {safe_text(self.restoring.name)} again (its saved profile)"
         lines = [f"Draftwise — {self.state.value}"]
         if self.serving and self.paused_for_retune:
             lines.append(f"{self.serving.model_name}: serving paused for re-tune")
@@ -279,6 +293,7 @@ class AppController(QObject):
             self._work = None
 
     def _on_failed(self, exc: BaseException) -> None:
+        self.restoring = None
         if self.paused_for_retune:
             # the previous configuration was started again (same port): a new process to show
             self.paused_for_retune = False
@@ -354,6 +369,7 @@ class AppController(QObject):
 
     def retune(self) -> None:
         """Tune again even when a fresh profile exists, then serve the new winner."""
+        self.retune_offer = None
         self.tune_and_serve(force_retune=True)
 
     def served_model_id(self) -> str | None:
@@ -384,9 +400,14 @@ class AppController(QObject):
         self.last_tune = outcome.tune_result
         self.paused_for_retune = False
         self._serving_started(outcome.serving, outcome.samplers)
-        if outcome.tune_result is not None:
-            QTimer.singleShot(60, self, lambda: self.tune_done.emit(outcome.tune_result))
-            QTimer.singleShot(120, self, lambda: self.notify.emit("Draftwise: tuning finished", outcome.decision_text))
+        result = outcome.tune_result
+        if result is not None:
+            QTimer.singleShot(60, self, lambda: self.tune_done.emit(result))
+            if result.reused:  # nothing was tuned: say what is served again, from when
+                title, line = "Draftwise", flow.served_again_text(outcome.serving, result.profile)
+            else:
+                title, line = "Draftwise: tuning finished", outcome.decision_text  # one line: the first sentence
+            QTimer.singleShot(120, self, lambda: self.notify.emit(title, line))
         scanned = outcome.scan
         if scanned is not None:
             QTimer.singleShot(180, self, lambda: self._on_scanned(scanned))
@@ -397,6 +418,8 @@ class AppController(QObject):
 
     def _serving_started(self, info: flow.ServingInfo, samplers: flow.Samplers | None = None) -> None:
         self.serving = info
+        self.retune_offer = None
+        self.serve_at_start.remember(info)
         self.sleep = SleepStatus()
         self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)),
                               sleeps=flow.sleep_counter(self.runner))
@@ -411,7 +434,8 @@ class AppController(QObject):
         def job(on_event: EventCallback, cancel: threading.Event) -> None:
             self.runner.stop()
 
-        self._start_work(job, "stop", lambda _r: self._serving_stopped())
+        if self._start_work(job, "stop", lambda _r: self._serving_stopped()) is not None:
+            self.serve_at_start.forget()
 
     def _serving_stopped(self) -> None:
         self._stopping = False

@@ -22,12 +22,13 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.calibration import render
+from tuner.calibration import Rendered, measured_line, reused_result, saved_state
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.request import (
     EventCallback,
@@ -39,6 +40,7 @@ from tuner.calibration.request import (
 from tuner.calibration.results import Measurement
 from tuner.calibration.serving import profile_server_config
 from tuner.calibration.tune import tune
+from tuner.catalog import has_chat_template
 from tuner.catalog.folder import ScanResult, scan_models
 from tuner.catalog.folder import default_target as choose_default_target
 from tuner.catalog.model import ModelFile
@@ -46,10 +48,13 @@ from tuner.crosscheck import build as cc_build
 from tuner.crosscheck.cpu_buffers import workaround_sentence
 from tuner.crosscheck.lines import plan_check_lines
 from tuner.ctxsize import DEFAULT_CTX_CAP, resolve_ctx_size
-from tuner.errors import Cancelled  # re-exported: the one cancellation type
+from tuner.errors import (
+    Cancelled,  # re-exported: the one cancellation type
+    DraftwiseError,
+)
 from tuner.hardware import devices as hw_devices
 from tuner.hardware import nvml
-from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
+from tuner.hardware.memory import MemoryPlan, MemoryRequest, context_trade, load_model_spec, plan_memory
 from tuner.process import tree_usage
 from tuner.profiles import Profile
 from tuner.server import (
@@ -112,6 +117,8 @@ class ServingInfo:
         api_key: the key clients must send, or None.
         model_id: the id the API reports for the model (``--alias``), used by the Chat tab.
         cache_ram_mib: the host prompt-cache limit passed (``--cache-ram``, MiB), None = server default.
+        base_model: the target has no chat template (a base model): llama-server wraps chat messages in its
+            ChatML fallback, which such a model does not know (the Chat tab says so).
     """
 
     model_name: str
@@ -125,12 +132,13 @@ class ServingInfo:
     api_key: str | None = None
     model_id: str | None = None
     cache_ram_mib: int | None = None
+    base_model: bool = False
 
 
 @dataclass(frozen=True)
 class ServeOutcome:
-    """Result of :func:`tune_and_serve`: the scan, the tune result (None when a fresh profile was
-    reused), the decision in words, and what is now being served."""
+    """Result of :func:`tune_and_serve`: the scan, the tune result (``tune_result.reused`` when a fresh profile
+    was served again without measuring), the decision's plain first sentence, and what is now being served."""
 
     scan: ScanResult | None
     tune_result: TuneResult
@@ -161,6 +169,29 @@ def default_target(result: ScanResult) -> Path | None:
     ``tuner.catalog.folder.default_target``); None when the folder has no LLM."""
     chosen = choose_default_target(result.models, result.families)
     return Path(chosen.path) if chosen is not None else None
+
+
+class FlowError(DraftwiseError, RuntimeError):
+    """A step of the one-click flow cannot run; the message is in the app's words (no command-line flags),
+    e.g. a selected model that is not in the scanned folder."""
+
+    bad_input = True
+
+
+def check_target(result: ScanResult, target: Path | None) -> None:
+    """The flow's own check before tuning, worded for the app: the folder holds an LLM, and ``target``
+    (None = the default choice) is one of the folder's LLMs.
+
+    Raises:
+        FlowError: no LLM in the folder, or ``target`` is not one of them (both named).
+    """
+    llms = [Path(m.path).resolve() for m in result.models if m.kind == "llm"]
+    if not llms:
+        raise FlowError(f"No model to tune in {result.folder}: the folder holds no language-model GGUF file "
+                        "(the Models tab lists what it holds).")
+    if target is not None and Path(target).resolve() not in llms:
+        raise FlowError(f"{Path(target).name} is not in the models folder {result.folder}: pick a model in the "
+                        "Models tab, or choose the folder that holds it.")
 
 
 def set_autostart(enabled: bool) -> None:
@@ -511,10 +542,12 @@ def tune_and_serve(
     Raises:
         Cancelled: ``cancel`` was set (tune stops every child process it started).
         FileNotFoundError: the models folder does not exist.
+        FlowError: the folder holds no LLM, or ``target`` is not in it (:func:`check_target`).
         tuner.calibration.tune.TuneError: no LLM, no server, baseline failed (with evidence).
         tuner.server.supervisor.ServerStartError: the winner did not start (with diagnosis).
     """
     scanned = scan(folder)
+    check_target(scanned, target)
     binary = find_server(settings.server_binary)  # one binary for the sweep and for serving
     if cancel.is_set():
         raise Cancelled()
@@ -550,6 +583,12 @@ def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settin
         raise
     if result.cancelled or cancel.is_set():
         raise Cancelled()
+    return _serve_result(scanned, result, settings, runner, on_event, cancel, binary)
+
+
+def _serve_result(scanned: ScanResult, result: TuneResult, settings: Settings, runner: ServerRunner,
+                  on_event: EventCallback, cancel: threading.Event, binary: ServerBinary) -> ServeOutcome:
+    """Serve the profile of ``result`` (a sweep's, or a fresh saved one) with the user's serving settings."""
     profile = result.profile
     if profile is None:
         raise RuntimeError(f"tuning {result.target_path} produced no profile")
@@ -580,6 +619,7 @@ def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settin
         api_key=config.api_key,
         model_id=config.alias if _argv_has(sup.argv, ("-a", "--alias")) else None,
         cache_ram_mib=config.cache_ram_mib if _argv_has(sup.argv, ("-cram", "--cache-ram")) else None,
+        base_model=not has_chat_template(profile.target_path),
     )
     return ServeOutcome(
         scan=scanned,
@@ -589,6 +629,63 @@ def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settin
         # built here, off the GUI thread: creating the HTTP client costs tens of ms of CPU
         samplers=server_samplers(info, runner),
     )
+
+
+@dataclass(frozen=True)
+class NotRestored:
+    """*Serve at start* did not serve: what was scanned (None when the folder could not be) and why, in the app's
+    words (``reasons``: why the saved profile is stale, each a phrase; ``problem``: why there is no profile to
+    serve, e.g. none saved or the model gone)."""
+
+    target_path: Path
+    scan: ScanResult | None
+    reasons: tuple[str, ...] = ()
+    problem: str | None = None
+
+    def message(self) -> str:
+        """One line: ``"Not serving gemma.gguf again: its profile is stale (the llama-server binary changed
+        (…)). Re-tune to serve it again."``."""
+        name = self.target_path.name
+        if self.reasons:
+            return (f"Not serving {name} again: its profile is stale ({'; '.join(self.reasons)}). "
+                    "Re-tune to serve it again.")
+        return f"Not serving {name} again: {self.problem or 'it cannot be served'}."
+
+
+def restore_serving(folder: Path, target: Path, settings: Settings, prompts_path: Path | None,
+                    runner: ServerRunner, on_event: EventCallback, cancel: threading.Event,
+                    tune_options: dict[str, Any] | None = None) -> ServeOutcome | NotRestored:
+    """*Serve at start*: serve ``target``'s saved profile again when it is still fresh for what a *Tune & serve*
+    of it would measure now (``tuner.calibration.saved_state``: the same keys a tune checks), without tuning.
+
+    Returns:
+        The :class:`ServeOutcome` (its ``tune_result`` is the reused profile's, ``reused`` True), or
+        :class:`NotRestored` when the profile is stale (with the reasons), missing, or the model is not in
+        ``folder`` any more: nothing was started.
+
+    Raises:
+        Cancelled: ``cancel`` was set.
+        tuner.server.discovery.ServerNotFoundError: no llama-server.
+        tuner.server.supervisor.ServerStartError: the profile's server did not start (with its diagnosis).
+    """
+    try:
+        scanned = scan(folder)
+    except FileNotFoundError:
+        return NotRestored(Path(target), None, problem=f"the models folder {folder} is gone")
+    try:
+        check_target(scanned, target)
+    except FlowError:
+        return NotRestored(Path(target), scanned, problem=f"it is not in the models folder {folder} any more")
+    binary = find_server(settings.server_binary)
+    request = request_from_settings(settings, folder, target=target, server=binary.path,
+                                    options=dict(TUNE_OPTIONS_DEFAULT, prompts=prompts_path, **(tune_options or {})))
+    state = saved_state(request, Path(target), binary, scanned)
+    if not state.fresh:
+        return NotRestored(state.target_path, scanned, state.reasons, state.problem)
+    if cancel.is_set():
+        raise Cancelled()
+    on_event(status_event(f"Serving {Path(target).name} again (profile of {profile_date(state.profile)})"))
+    return _serve_result(scanned, reused_result(state, request), settings, runner, on_event, cancel, binary)
 
 
 @dataclass(frozen=True)
@@ -633,14 +730,17 @@ def tune_progress(ev: TuneEvent) -> TuneProgress:
         return TuneProgress(message=ev.message)
     result = None
     never = None
+    message = ev.message
     m = ev.measurement
     if m is not None:
         row = measurement_row(m)
+        nd = m.drafted_nothing()
         if row is not None:
             result = row
-        elif m.no_drafts_at:
+        elif nd is not None:
             never = m.candidate.label
-    return TuneProgress(fraction=ev.progress, eta_s=ev.eta_s, message=ev.message, result=result,
+            message = measured_line(m.candidate.label, nd)  # what was measured, not a failure's words
+    return TuneProgress(fraction=ev.progress, eta_s=ev.eta_s, message=message, result=result,
                         elapsed_s=ev.elapsed_s, never=never)
 
 
@@ -677,6 +777,18 @@ def result_rows(result: TuneResult) -> list[ResultRow]:
     return [r for r in (measurement_row(m) for m in pooled.values()) if r is not None]
 
 
+def launch_points(result: TuneResult | None) -> dict[str, list[float]]:
+    """Each configuration's launches as the chart draws them on its bar: label → tokens/s of every launch that
+    measured a speed (:func:`measurement_row`), in launch order (the baseline's launches under its bar's label,
+    "no speculation")."""
+    out: dict[str, list[float]] = {}
+    for m in result.measurements if result is not None else ():
+        row = measurement_row(m)
+        if row is not None:
+            out.setdefault(row[0], []).append(row[1])
+    return out
+
+
 def never_drafted(result: TuneResult | None) -> list[str]:
     """Labels of the speculation types in a ``TuneResult`` that ran but never drafted (measurements with
     ``no_drafts_at``) and have no figures of their own, in measurement order: the chart's bar-less
@@ -693,16 +805,34 @@ def never_drafted(result: TuneResult | None) -> list[str]:
     return out
 
 
-def decision_text(result: TuneResult | None) -> str:
-    """The decision in words (its sentences rendered: ``tuner.calibration.wording.render``); for a reused
-    profile, that it was reused, then its words with the sweep's load dated."""
+def decision_words(result: TuneResult | None) -> Rendered:
+    """The decision in words (``TuneResult.rendered``: its sentences rendered by
+    ``tuner.calibration.wording.render``): ``first``, the plain first sentence the Tune tab shows and the
+    notification says; ``details``, the evidence and the rest, behind the Tune tab's *Details*. A reused
+    profile's first detail says it was reused, and its sentence about other programs is dated."""
     if result is None:
-        return "Served from a saved profile (still fresh)."
-    decision = result.decision
-    if decision is None:
-        return "No decision was recorded."
-    measured = result.profile.created_unix_s if result.reused and result.profile is not None else None
-    return render(decision.sentences, measured_unix_s=measured, reused=result.reused).text or "No decision was recorded."
+        return Rendered("Served from a saved profile (still fresh).", (), "Served from a saved profile (still fresh).")
+    words = result.rendered()
+    if not words.first:
+        return Rendered("No decision was recorded.", (), "No decision was recorded.")
+    return words
+
+
+def profile_date(profile: Profile | None) -> str:
+    """When a profile was measured, in local time (``"2026-05-01 14:30"``); ``"an unrecorded date"`` without."""
+    when = profile.created_unix_s if profile is not None else None
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if when else "an unrecorded date"
+
+
+def served_again_text(info: ServingInfo, profile: Profile | None) -> str:
+    """The one line a saved profile served again is announced with: ``"Serving gemma.gguf again (profile of
+    2026-05-01 14:30)."`` (nothing was tuned, so never "tuning finished")."""
+    return f"Serving {info.model_name} again (profile of {profile_date(profile)})."
+
+
+def decision_text(result: TuneResult | None) -> str:
+    """The decision's plain first sentence (:func:`decision_words`), one line: the notification's text."""
+    return decision_words(result).first
 
 
 def context_text(model: ModelFile, ctx_size: int | None = None) -> str:
@@ -723,25 +853,63 @@ def context_text(model: ModelFile, ctx_size: int | None = None) -> str:
     return f"Context size {n} tokens ({why})"
 
 
+def plan_words(plan: MemoryPlan, n_layers: int) -> str:
+    """Where a plan puts the model, in the app's words (no flags, no ``n_ctx`` / ``ngl``): each GPU's share of
+    the ``n_layers`` layers (llama.cpp's count: the repeating blocks and the output layer), host RAM with its KV
+    cache and prompt cache, then the verdict in the words ``draftwise plan`` prints (``MemoryPlan.verdict``)."""
+    parts = [f"{d.device_name}: {d.target_layers + (1 if d.output_on_device else 0)} of {n_layers} layers, "
+             f"{format_bytes(d.need.total_bytes)}" for d in plan.devices]
+    h = plan.host.need
+    kv = h.target_kv_bytes + h.draft_kv_bytes
+    extra = f"KV cache {format_bytes(kv)}" + (f", prompt cache up to {format_bytes(h.prompt_cache_bytes)}"
+                                             if h.prompt_cache_bytes else "")
+    where = "Everything runs on the CPU" if not plan.devices else "; ".join(parts)
+    return f"{where}; host RAM: {format_bytes(h.total_bytes)} ({extra}). Verdict: {plan.verdict}."
+
+
+def _trade_words(request: MemoryRequest, devices: hw_devices.Devices) -> str | None:
+    """The context-vs-layers trade with a GPU, in the app's words; None without a GPU."""
+    trade = context_trade(request, devices)
+    if trade.max_ngl_at_ctx is None:
+        return None
+    out = (f"At this context size {trade.max_ngl_at_ctx} of {trade.n_layers_all} layers fit on the GPU "
+           "(the output layer first).")
+    top = trade.max_ctx_all_on_gpu
+    if top == 0:
+        out += " The whole model does not fit on the GPU at any context size."
+    elif top is not None and top >= trade.ctx_ceiling:
+        out += f" The whole model stays on the GPU up to its training context ({trade.ctx_ceiling} tokens)."
+    elif top is not None:
+        out += f" The whole model stays on the GPU up to a context of {top} tokens."
+    return out
+
+
 def memory_plan_text(model: ModelFile, ctx_size: int | None = None, cache_ram_mib: int | None = None) -> str:
     """Where the model's weights and KV cache go on this machine at the context size it will be served
-    with (:func:`context_text`), in words (``tuner.hardware``), with the context-vs-layers trade and the
-    cached llama-server cross-check, plus the host RAM llama-server's prompt cache may take while serving
-    (``cache_ram_mib``, the ``--cache-ram`` limit; None = not mentioned)."""
+    with (:func:`context_text`), in the app's words (:func:`plan_words`; the verdict's words are
+    ``draftwise plan``'s, and the free memory it rests on is dated: it moves while other programs run), with
+    the context-vs-layers trade and what the cached llama-server cross-check said, plus the host RAM
+    llama-server's prompt cache may take while serving (``cache_ram_mib``, the ``--cache-ram`` limit; None =
+    not mentioned). No command-line advice: a plan never checked against llama-server says so, nothing more."""
     try:
         n_ctx, _ = resolve_ctx_size(ctx_size, model.context_length)
         binary = cc_build.find_server_binary()  # through the modules: tests replace them
         devices = hw_devices.detect_devices(binary, cc_build.build_probes(probe=False))
+        read_at = time.strftime("%H:%M:%S")
         spec = load_model_spec(model.path)
         cache_bytes = max(cache_ram_mib or 0, 0) * MIB
         plan = plan_memory(MemoryRequest(target=spec, n_ctx=n_ctx, prompt_cache_bytes=cache_bytes), devices)
     except Exception as exc:  # the Models tab shows why; the log keeps the traceback
         log.debug("memory plan unavailable for %s", model.path, exc_info=True)
         return f"Memory plan unavailable for {Path(model.path).name}: {exc}"
-    text = context_text(model, ctx_size) + ". " + plan.summary
+    text = (f"{context_text(model, ctx_size)}. {plan_words(plan, spec.n_layer + 1)} "
+            f"(Free memory as read at {read_at}.)")
+    spec_request = MemoryRequest(target=spec, n_ctx=n_ctx)
     try:  # the context-vs-layers trade and the cached llama-server cross-check (never runs the server)
-        spec_request = MemoryRequest(target=spec, n_ctx=n_ctx)
-        text = " ".join([text, *(line.text for line in plan_check_lines(spec_request, devices, binary))])
+        trade = _trade_words(spec_request, devices)
+        checks = [line.text if line.kind != "not_checked" else "Not yet checked against llama-server's own estimate."
+                  for line in plan_check_lines(spec_request, devices, binary) if line.kind != "trade"]
+        text = " ".join([text, *([trade] if trade else []), *checks])
     except Exception:  # noqa: BLE001 - the plan above stands on its own
         log.debug("plan check lines unavailable for %s", model.path, exc_info=True)
     if cache_ram_mib is not None:
@@ -749,5 +917,5 @@ def memory_plan_text(model: ModelFile, ctx_size: int | None = None, cache_ram_mi
             extra = f"up to {format_bytes(cache_ram_mib * MIB)} of host RAM, counted in the host RAM above"
         else:
             extra = "no limit on host RAM" if cache_ram_mib < 0 else "off"
-        text += f"\nWhile serving, llama-server's prompt cache (--cache-ram): {extra}."
+        text += f"\nWhile serving, llama-server's prompt cache: {extra}."
     return text

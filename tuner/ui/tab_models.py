@@ -3,6 +3,7 @@ rule, broken files with the reason, and the memory plan of the selected model.""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -106,6 +107,8 @@ class ModelsTab(QWidget):
         controller.scan_done.connect(self.show_scan)
         controller.plan_ready.connect(self._on_plan)
         self._plan_for = None
+        self._plan_model = None
+        self._plan_at = 0.0
 
     def show_first_run_prompt(self) -> None:
         """Ask for the models folder (first run: no folder in the settings yet)."""
@@ -117,21 +120,23 @@ class ModelsTab(QWidget):
         d = QFileDialog.getExistingDirectory(self, "Models folder", self.folder_edit.text() or str(Path.home()))
         if d:
             self.folder_edit.setText(d)
-            self.folder_chosen.emit(Path(d))
             self.scan()
 
     def use_demo(self) -> None:
         """Point at the bundled demo model and scan it."""
-        d = flow.demo_models_dir()
-        self.folder_edit.setText(str(d))
-        self.folder_chosen.emit(d)
+        self.folder_edit.setText(str(flow.demo_models_dir()))
         self.scan()
 
     def scan(self) -> None:
-        """Scan the folder in the edit box (worker thread)."""
+        """Scan the folder in the edit box (worker thread). A folder typed there is remembered like one
+        chosen with *Browse…* (``folder_chosen``), so *Tune & serve* tunes the folder the tab shows; a folder
+        that does not exist is not remembered (the scan's error names it)."""
         self.first_run.setVisible(False)
         text = self.folder_edit.text().strip()
-        self.controller.scan_models(Path(text) if text else None)
+        folder = Path(text).expanduser() if text else None
+        if folder is not None and folder.is_dir() and folder != self.controller.settings.models_dir:
+            self.folder_chosen.emit(folder)
+        self.controller.scan_models(folder)
 
     # -------------------------------------------------------------- display
     def show_scan(self, result: flow.ScanResult) -> None:
@@ -207,6 +212,10 @@ class ModelsTab(QWidget):
         if selected_item is not None:
             self.tree.setCurrentItem(selected_item)
 
+    #: A memory plan older than this (seconds) is computed again when the tab is shown: the free memory it
+    #: rests on moves while other programs run (GiBs within minutes on a busy machine).
+    PLAN_FRESH_S = 30.0
+
     def _on_current(self, item: QTreeWidgetItem | None, _prev) -> None:
         if item is None:
             return
@@ -215,8 +224,19 @@ class ModelsTab(QWidget):
             return
         self.controller.selected_target = Path(model.path)
         self._plan_for = model.path
+        self._plan_model = model
+        self._plan_at = time.monotonic()
         self.plan_label.setText(f"Computing the memory plan of {rich(Path(model.path).name)}…")
         self.controller.plan_memory(model)
+
+    def showEvent(self, ev) -> None:  # noqa: N802 - Qt override
+        """Coming back to the tab: a memory plan older than :attr:`PLAN_FRESH_S` is computed again, so its
+        free-memory figures are today's, as ``draftwise plan`` run now would read them."""
+        super().showEvent(ev)
+        model = self._plan_model
+        if model is not None and time.monotonic() - self._plan_at > self.PLAN_FRESH_S:
+            self._plan_at = time.monotonic()
+            self.controller.plan_memory(model)
 
     def _on_plan(self, model, text: str) -> None:
         if model.path == self._plan_for:

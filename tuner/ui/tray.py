@@ -38,6 +38,7 @@ class Tray:
         self.menu.aboutToShow.connect(self.rebuild_menu)
         self.icon.setContextMenu(self.menu)
         self.icon.activated.connect(self._on_activated)
+        self.icon.messageClicked.connect(controller.serve_at_start.clicked)  # e.g. the re-tune a stale profile offers
         self.rebuild_menu()
         self.refresh()
         controller.state_changed.connect(lambda _s: self.refresh())
