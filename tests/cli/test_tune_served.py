@@ -1,7 +1,7 @@
 """``draftwise tune --prompts-from-served`` (issue 28, item 2) on the real llama-server and stories260K: serve with
 capture on, send a few requests (one as a token array), re-tune on them; the profile records where its prompts
 came from (never their text), the decision says how many captured requests it rests on and over what period,
-and new captures do not make that profile stale. Without captures: a one-line error naming the flag."""
+the app's freshness check finds it fresh (with or without captures left), and new captures do not make it stale. Without captures: a one-line error naming the flag."""
 
 from __future__ import annotations
 
@@ -80,6 +80,22 @@ def test_tune_on_served_requests_records_the_source_and_says_how_many(tmp_path: 
     prompt_ns = {s["prompt_index"]: s["prompt_n"] for m in profile["evidence"] for s in m["samples"]
                  if s.get("prompt_n")}
     assert prompt_ns and all(v > 5 for v in prompt_ns.values())
+
+    # what the app checks before serving it again (Serve at start): the request the settings give (the built-in
+    # prompts) finds the profile tuned on served requests fresh, and it stays so with no capture left
+    from tuner.calibration.freshness import saved_state
+    from tuner.calibration.request import TuneRequest
+    from tuner.catalog.folder import scan_models
+    from tuner.server.discovery import find_named_server
+
+    def state():
+        request = TuneRequest.create(stories260k.parent, server=llama_server_bin, n_predict=32, n_ctx=512)
+        return saved_state(request, stories260k.resolve(), find_named_server(llama_server_bin),
+                           scan_models(stories260k.parent))
+
+    assert state().fresh, state().reasons
+    capture.forget_captured()
+    assert state().fresh, state().reasons
 
     # new captures make the re-tune available, never the profile stale
     _serve_and_send(stories260k, llama_server_bin)

@@ -11,6 +11,8 @@ from typing import TYPE_CHECKING
 
 from tuner.profiles import ModelFileKey, StalenessKeys
 
+from ..prompts import SERVED_SOURCE_PREFIX
+
 if TYPE_CHECKING:
     from tuner.hardware.devices import Devices
 
@@ -41,11 +43,18 @@ def prompt_key(inputs: TuneInputs) -> str:
     many there are: new captures do not make the profile stale, they only make a re-tune available)."""
     prompts, request = inputs.prompts, inputs.request
     if prompts.set.captured:
-        return hashlib.sha256(f"{prompts.set.sha256}:{request.n_predict}".encode()).hexdigest()
+        return served_prompt_key(prompts.set.source.removeprefix(SERVED_SOURCE_PREFIX), request.n_predict)
     return hashlib.sha256(
         (prompts.set.sha256 + ":" + ",".join(str(i) for i, _ in prompts.chosen) + f":{request.n_predict}"
          + (":long-context" if request.long_context else "")).encode()
     ).hexdigest()
+
+
+def served_prompt_key(model_id: str, n_predict: int) -> str:
+    """The prompt key of a tune on ``model_id``'s captured requests (no file is read: the key never depends on
+    what was captured, so a profile's freshness can be checked when none is kept any more)."""
+    source_sha = hashlib.sha256((SERVED_SOURCE_PREFIX + model_id).encode("utf-8")).hexdigest()
+    return hashlib.sha256(f"{source_sha}:{n_predict}".encode()).hexdigest()
 
 
 def hardware_fingerprint(devices: Devices) -> str:
