@@ -103,6 +103,10 @@ def test_tune_on_served_requests_records_the_source_and_says_how_many(tmp_path: 
                   "--budget", "40", "--n-predict", "32", "--ctx-size", "512")
     assert again.returncode == 0, again.stderr
     assert json.loads(again.stdout)["reused"] is True
+    # a tune naming no prompts (the app's Start server) serves it too; --force re-tunes on the newer requests
+    plain = _tune(stories260k.parent, home, "--server", str(llama_server_bin), "--budget", "40", "--n-predict", "32",
+                  "--ctx-size", "512")
+    assert plain.returncode == 0 and json.loads(plain.stdout)["reused"] is True, plain.stderr
 
 
 def test_tune_on_served_requests_without_captures_is_a_one_line_error(tmp_path: Path, stories260k: Path) -> None:

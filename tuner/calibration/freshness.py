@@ -98,17 +98,6 @@ def current_keys(request: TuneRequest, target_path: Path, binary: ServerBinary, 
     return staleness_keys(resolve_inputs(aimed, scanned=scanned, binary=binary, events=Events(None)))
 
 
-def served_keys(keys: StalenessKeys, request: TuneRequest, model_id: str) -> StalenessKeys:
-    """``keys`` (:func:`current_keys` of ``request``) as a tune of ``request`` on ``model_id``'s captured
-    requests records them: the prompt key of that source and the captured workload (raw completions at the
-    request's sampling). Reads no captured file: new or deleted captures never make such a profile stale."""
-    from .pipeline.keys import served_prompt_key
-    from .workload import Workload
-
-    return replace(keys, prompt_set_sha256=served_prompt_key(model_id, request.n_predict),
-                   workload=Workload(captured=True, sampling=request.sampling).key())
-
-
 def saved_state(request: TuneRequest, target_path: Path, binary: ServerBinary, scanned: ScanResult,
                 store: ProfileStore | None = None) -> SavedState:
     """The saved profile of ``target_path`` and why it is stale for ``request`` now (nothing is tuned or
@@ -122,11 +111,10 @@ def saved_state(request: TuneRequest, target_path: Path, binary: ServerBinary, s
         return SavedState(target_path, None, problem=f"its saved profile is unreadable ({exc.reason})")
     if profile is None:
         return SavedState(target_path, None, problem="it has no saved profile")
-    served = profile.decision.get("prompt_source") or {}
-    try:
-        keys = current_keys(request, target_path, binary, scanned)
-        if isinstance(served, dict) and served.get("kind") == "served" and isinstance(served.get("model_id"), str):
-            keys = served_keys(keys, request, served["model_id"])  # tuned on the served requests: still fresh
+    from .pipeline.keys import keys_for_saved_source
+
+    try:  # a profile tuned on served requests is checked against that source, whatever is captured now
+        keys = keys_for_saved_source(profile, request, current_keys(request, target_path, binary, scanned))
     except Exception as exc:  # noqa: BLE001 - a key that cannot be computed makes the profile stale, said why
         log.warning("staleness keys of %s unavailable", target_path, exc_info=True)
         return SavedState(target_path, profile, (f"what it was tuned for cannot be checked now ({exc})",))
@@ -150,5 +138,4 @@ def reused_result(state: SavedState, request: TuneRequest | None = None) -> Tune
                       request=request)
 
 
-__all__ = ["SavedState", "binary_keys", "binary_reasons", "current_keys", "reused_result", "saved_state",
-           "served_keys"]
+__all__ = ["SavedState", "binary_keys", "binary_reasons", "current_keys", "reused_result", "saved_state"]

@@ -6,16 +6,18 @@ user's extra flags). A new setting that changes what is measured becomes one mor
 from __future__ import annotations
 
 import hashlib
+from dataclasses import replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from tuner.profiles import ModelFileKey, StalenessKeys
+from tuner.profiles import ModelFileKey, Profile, StalenessKeys
 
 from ..prompts import SERVED_SOURCE_PREFIX
 
 if TYPE_CHECKING:
     from tuner.hardware.devices import Devices
 
+    from ..request import TuneRequest
     from .inputs import TuneInputs
 
 
@@ -55,6 +57,22 @@ def served_prompt_key(model_id: str, n_predict: int) -> str:
     what was captured, so a profile's freshness can be checked when none is kept any more)."""
     source_sha = hashlib.sha256((SERVED_SOURCE_PREFIX + model_id).encode("utf-8")).hexdigest()
     return hashlib.sha256(f"{source_sha}:{n_predict}".encode()).hexdigest()
+
+
+def keys_for_saved_source(saved: Profile, request: TuneRequest, keys: StalenessKeys) -> StalenessKeys:
+    """``keys`` (of ``request``) as the saved profile's own prompt source records them, when ``saved`` was tuned on
+    a model's captured requests (``decision.prompt_source``, kind ``served``) and ``request`` names no prompts of
+    its own (no file, not ``prompts_from_served``: the app's *Serve at start*, *Start server*, a plain ``tune``):
+    the prompt key of that source and the captured workload at the request's sampling. Reads no captured file, so
+    new or deleted captures never make such a profile stale; ``keys`` unchanged otherwise."""
+    source = saved.decision.get("prompt_source")
+    model_id = source.get("model_id") if isinstance(source, dict) and source.get("kind") == "served" else None
+    if not isinstance(model_id, str) or request.prompts is not None or request.prompts_from_served:
+        return keys
+    from ..workload import Workload
+
+    return replace(keys, prompt_set_sha256=served_prompt_key(model_id, request.n_predict),
+                   workload=Workload(captured=True, sampling=request.sampling).key())
 
 
 def hardware_fingerprint(devices: Devices) -> str:
