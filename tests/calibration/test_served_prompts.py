@@ -37,10 +37,11 @@ def test_captured_files_become_raw_prompts_token_arrays_stay_tokens_other_json_i
                    '[\n  "two",\n  "prompts"\n]', "<start_of_turn>user\nhi<end_of_turn>\n", "plain text"], t0)
     ps = captured_prompt_set("m")
     assert ps.source == "served:m" and ps.captured
-    # the repeated text once (its newest copy), oldest first; the several-prompts JSON left out
+    # the repeated text once (its newest copy); the several-prompts JSON left out; the oldest, the newest, then
+    # the middle (every prefix spans the period: a short sweep keeps the first ones)
     assert [p.token_ids for p in ps.prompts] == [(1, 2, 3), None, None]
-    assert [p.text for p in ps.prompts][1:] == ["<start_of_turn>user\nhi<end_of_turn>\n", "plain text"]
-    assert [p.captured_unix_s for p in ps.prompts] == pytest.approx([t0 + 60, t0 + 180, t0 + 240])
+    assert [p.text for p in ps.prompts][1:] == ["plain text", "<start_of_turn>user\nhi<end_of_turn>\n"]
+    assert [p.captured_unix_s for p in ps.prompts] == pytest.approx([t0 + 60, t0 + 240, t0 + 180])
     assert all(p.category == "served" and p.fill is None for p in ps.prompts)
 
 
@@ -48,7 +49,7 @@ def test_the_set_is_sampled_over_time_and_its_key_holds_no_text() -> None:
     t0 = time.time() - 3600
     _capture("m", [f"request {i}" for i in range(20)], t0)
     ps = captured_prompt_set("m", max_prompts=5)
-    assert [p.text for p in ps.prompts] == ["request 0", "request 5", "request 10", "request 14", "request 19"]
+    assert [p.text for p in ps.prompts] == ["request 0", "request 19", "request 10", "request 5", "request 14"]
     key = ps.sha256
     _capture("m", [f"other {i}" for i in range(3)], t0 + 7200)  # new captures
     assert captured_prompt_set("m", max_prompts=5).sha256 == key
@@ -78,3 +79,15 @@ def test_a_captured_request_is_long_by_its_prompt_tokens_against_the_context() -
 
     assert not mix.is_long(sample(0, 12)) and mix.is_long(sample(1, 600)) and not mix.is_long(sample(1, 499))
     assert mix.weights([sample(0, 12), sample(1, 600)]) == [1.0, 1.0]  # half and half: each weighs the same
+
+
+def test_every_prefix_of_the_spread_order_spans_the_range() -> None:
+    from tuner.calibration.prompts import spread_order
+
+    for n in range(12):
+        order = spread_order(n)
+        assert sorted(order) == list(range(n))
+        if n >= 2:
+            assert order[:2] == [0, n - 1]
+        if n >= 5:  # three kept of five or more: the oldest, the newest and one from the middle third
+            assert n / 3 <= order[2] <= 2 * n / 3

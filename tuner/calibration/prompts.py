@@ -323,11 +323,32 @@ def _captured_prompt(req: CapturedRequest) -> Prompt | None:
     return Prompt(text=req.text, category=SERVED_CATEGORY, captured_unix_s=req.mtime, token_ids=token_ids)
 
 
+def spread_order(n: int) -> list[int]:
+    """``0 … n−1`` reordered so that every prefix spreads over the whole range: the first, the last, then the
+    middles of the gaps left, widest first (``5`` → ``[0, 4, 2, 1, 3]``). The sweep's protocol may keep only
+    the first prompts of a set to fit its budget; in this order they still span the period served."""
+    if n <= 0:
+        return []
+    order, gaps = [0], [(0, n - 1)] if n > 1 else []
+    if n > 1:
+        order.append(n - 1)
+    while gaps:
+        gaps.sort(key=lambda g: g[1] - g[0], reverse=True)
+        lo, hi = gaps.pop(0)
+        if hi - lo < 2:
+            continue
+        mid = (lo + hi) // 2
+        order.append(mid)
+        gaps += [(lo, mid), (mid, hi)]
+    return order
+
+
 def captured_prompt_set(model_id: str, max_prompts: int | None = None) -> PromptSet:
     """The requests captured while serving ``model_id`` as a prompt set (``source`` ``"served:<model id>"``):
-    each text once, oldest first, at most ``max_prompts`` (default :data:`DEFAULT_SERVED_PROMPTS`, never more
-    than :data:`MAX_PROMPTS_PER_SWEEP`) sampled evenly over the time they were received
-    (:func:`tuner.server.capture.captured_requests`). A prompt llama-server logged as a JSON token array is
+    each text once, at most ``max_prompts`` (default :data:`DEFAULT_SERVED_PROMPTS`, never more than
+    :data:`MAX_PROMPTS_PER_SWEEP`) sampled evenly over the time they were received
+    (:func:`tuner.server.capture.captured_requests`), in :func:`spread_order` of that time (the first,
+    the last, the middle, …), so the first few a short sweep keeps still span the period. A prompt llama-server logged as a JSON token array is
     sent as that token array; other JSON (several prompts in one request) is left out.
 
     ``sha256`` hashes the source only, never the captured text: new captures do not make a profile tuned on
@@ -340,7 +361,8 @@ def captured_prompt_set(model_id: str, max_prompts: int | None = None) -> Prompt
 
     limit = min(max_prompts or DEFAULT_SERVED_PROMPTS, MAX_PROMPTS_PER_SWEEP)
     sample = captured_requests(model_id, limit=limit)
-    prompts = tuple(p for p in (_captured_prompt(r) for r in sample) if p is not None)
+    oldest_first = [p for p in (_captured_prompt(r) for r in sample) if p is not None]
+    prompts = tuple(oldest_first[i] for i in spread_order(len(oldest_first)))
     if not prompts:
         raise PromptFileError(capture_dir(model_id), None,
                               f"no captured requests of model {model_id!r} to re-tune on (serve it with "
