@@ -29,6 +29,8 @@ from tuner.settings import Settings
 from tuner.telemetry.collector import Collector, TelemetryTick
 from tuner.ui import flow
 from tuner.ui.serve_at_start import ServeAtStart
+from tuner.ui.serve_targets import ServeTargets, switched
+from tuner.ui.server_notices import on_state_change
 from tuner.ui.state import AppState
 from tuner.ui.workers import CallWorker, PollWorker
 
@@ -143,7 +145,8 @@ class AppController(QObject):
         self._poller: PollWorker | None = None
         self._work: CallWorker | None = None
         self._plan_workers: list[CallWorker] = []
-        self._stopping = False
+        self.stopping = False
+        """True while the app stops the served server itself (its transitions are no news)."""
         self.last_tick: TelemetryTick | None = None
         self.paused_for_retune = False
         """True while a re-tune runs with the served server stopped (tray and Serve tab say so)."""
@@ -156,6 +159,8 @@ class AppController(QObject):
         None otherwise: the tray and the Serve tab say "starting", not "tuning"."""
         self.serve_at_start = ServeAtStart(self)
         """*Serve at start*: ``restore()`` at start, ``remember`` / ``forget`` as serving starts and stops."""
+        self.serve_targets = ServeTargets()
+        """The folder's targets for the tray's *Serve* menu (read in a worker after each scan and serve)."""
 
     # ------------------------------------------------------------ state
     def set_state(self, state: AppState, message: str | None = None) -> None:
@@ -318,6 +323,7 @@ class AppController(QObject):
 
     def _on_scanned(self, result: flow.ScanResult) -> None:
         self.scan = result
+        self.refresh_targets()
         if self.selected_target is None or not any(m.path == self.selected_target for m in result.models):
             self.selected_target = flow.default_target(result)
         self.scan_done.emit(result)
@@ -416,6 +422,28 @@ class AppController(QObject):
         """Serve the selected target with its saved profile (tunes first when there is none)."""
         self.tune_and_serve(force_retune=False)
 
+    @property
+    def targets(self) -> list[flow.TargetChoice]:
+        """The folder's targets for the *Serve* menu (:attr:`serve_targets`)."""
+        return self.serve_targets.items
+
+    def refresh_targets(self) -> None:
+        """Read the folder's targets again (:meth:`ServeTargets.refresh`)."""
+        self.serve_targets.refresh(self.scan)
+
+    def serve_target(self, target: Path) -> None:
+        """The *Serve* menu: the served router loads a tuned ``target`` (a worker); anything else is tuned (or its
+        fresh profile reused) and served, as *Tune & serve* does for the selected target (a router adds it)."""
+        router = self.runner.router
+        model = router.plan.model_for(target) if router is not None and router.plan is not None else None
+        if self.serving is None or model is None or not model.tuned:  # untuned: "tune and serve"
+            self.selected_target = Path(target)
+            self.tune_and_serve()
+            return
+        self.status.emit(f"Loading {Path(target).name}")
+        self._start_work(lambda ev, cancel: flow.switch_target(self.runner, Path(target), cancel), "switch",
+                         lambda info: switched(self, info))
+
     def _serving_started(self, info: flow.ServingInfo, samplers: flow.Samplers | None = None) -> None:
         self.serving = info
         self.retune_offer = None
@@ -426,10 +454,11 @@ class AppController(QObject):
         self._start_polling()
         self.server_changed.emit(info)
         self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")
+        self.refresh_targets()  # a new profile may have been saved
 
     def stop_server(self) -> None:
         """Stop llama-server (in a worker; the whole process tree goes)."""
-        self._stopping = True
+        self.stopping = True
 
         def job(on_event: EventCallback, cancel: threading.Event) -> None:
             self.runner.stop()
@@ -438,7 +467,7 @@ class AppController(QObject):
             self.serve_at_start.forget()
 
     def _serving_stopped(self) -> None:
-        self._stopping = False
+        self.stopping = False
         self.serving = None
         self.sleep = SleepStatus()
         self.collector.detach()
@@ -451,60 +480,8 @@ class AppController(QObject):
             self._work.cancel()
 
     def _on_supervisor_state(self, change: StateChange) -> None:
-        """Supervisor transitions while serving: crash restarts and failures become notifications."""
-        if self.serving is None or self._stopping:
-            return
-        state, prev = change.state, change.previous
-        diag = change.diagnosis
-        if ServerState.SLEEPING in (state, prev) and state in (ServerState.SLEEPING, ServerState.READY):
-            self._sleep_changed(change)
-        elif state is ServerState.STARTING and prev is ServerState.READY and diag is not None \
-                and diag.code == "rpc_host_lost":
-            self.notify.emit("Draftwise: RPC host lost", f"{change.message}.")
-            self.status.emit(change.message)
-        elif state is ServerState.STARTING and prev in (ServerState.READY, ServerState.SLEEPING):
-            # the supervisor's message says what happened and what it does, in plain words: "llama-server
-            # crashed (killed by the system, probably for lack of memory); restarting in 2 s (restart 3)"
-            # or, after idle sleep, "crashed (could not load the model again after idle sleep); …"
-            self.sleep = SleepStatus()
-            what = "hung" if diag is not None and diag.code == "hung" else "crashed"
-            self.notify.emit(f"Draftwise: llama-server {what}", f"{change.message}.")
-            self.status.emit(change.message)
-        elif state is ServerState.STARTING and diag is not None:
-            # a restart that did not come up, tried again (or a --no-repack retry): each one is said
-            self.notify.emit("Draftwise: llama-server did not start", f"{change.message}.")
-            self.status.emit(change.message)
-        elif state is ServerState.READY and prev is ServerState.STARTING and change.restart_count:
-            self.metrics_reset()
-            self._serving_process_changed()
-            sup = self.runner.supervisor
-            lost = sup.rpc_lost if sup is not None else None
-            cfg = change.config
-            if lost and cfg is not None and not cfg.rpc:
-                msg = f"RPC host {lost} lost: serving on this machine only (the profile's local-only configuration)"
-                self.notify.emit("Draftwise: serving on this machine only", msg + ".")
-                self.set_state(AppState.SERVING, msg)
-            else:
-                self.notify.emit("Draftwise: llama-server restarted",
-                                 f"llama-server crashed and was restarted ({change.message}).")
-                self.set_state(AppState.SERVING, "llama-server restarted")
-        elif state is ServerState.APPLYING:
-            self.status.emit(change.message)  # "restarting llama-server to apply: keeping served requests"
-        elif state is ServerState.FAILED:
-            msg = flow.describe_supervisor_failure(self.runner)
-            self.notify.emit("Draftwise: llama-server stopped", msg)
-            self.set_state(AppState.ERROR, msg)
-
-    def _sleep_changed(self, change: StateChange) -> None:
-        """The served server fell asleep, or woke (idle sleep): the views are told; the supervisor's status
-        (read now) has the reload time of the wake."""
-        sup = self.runner.supervisor
-        status = sup.sleep_status if sup is not None else SleepStatus()
-        if change.state is ServerState.SLEEPING and not status.sleeping:
-            status = SleepStatus(sleeping=True, last_reload_s=status.last_reload_s, sleeps=status.sleeps)
-        self.sleep = status
-        self.sleep_changed.emit(status)
-        self.status.emit(change.message)
+        """Supervisor transitions while serving (:func:`tuner.ui.server_notices.on_state_change`)."""
+        on_state_change(self, change)
 
     def idle_sleep_problem(self) -> str | None:
         """Why the app's llama-server cannot unload an idle model (ik_llama.cpp, legacy builds), or None."""
@@ -548,12 +525,12 @@ class AppController(QObject):
         if self._work is not None:
             self._work.cancel()
             self._work.wait(int(timeout_s * 1000))
-        for w in self._plan_workers:
+        for w in [*self._plan_workers, *self.serve_targets.workers]:
             w.wait(int(timeout_s * 1000))
         if self._poller is not None:
             self._poller.stop()
             self._poller = None
-        self._stopping = True
+        self.stopping = True
         try:
             self.runner.stop()
         except Exception:

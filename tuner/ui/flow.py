@@ -28,7 +28,17 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.calibration import Rendered, measured_line, reused_result, saved_state
+from tuner.calibration import (
+    Rendered,
+    TargetChoice,
+    break_even_rate,
+    captured,
+    measured_line,
+    reused_result,
+    saved_state,
+    serving_plan,
+    target_choices,
+)
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.request import (
     EventCallback,
@@ -59,10 +69,14 @@ from tuner.process import tree_usage
 from tuner.profiles import Profile
 from tuner.server import (
     NON_WAKING_PATHS,
+    RouterError,
+    RouterPlan,
+    RouterSupervisor,
     ServerNotFoundError,
     cached_dialect,
     captured_count,
     log_prompts_dir,
+    probe_dialect,
 )
 from tuner.server import delete_captured as delete_captured  # re-exported: the captured requests for the window
 from tuner.server import forget_captured as forget_captured
@@ -119,6 +133,9 @@ class ServingInfo:
         cache_ram_mib: the host prompt-cache limit passed (``--cache-ram``, MiB), None = server default.
         base_model: the target has no chat template (a base model): llama-server wraps chat messages in its
             ChatML fallback, which such a model does not know (the Chat tab says so).
+        models: every model id the endpoint serves when it is llama-server's router (a request's ``model``
+            picks one); () when it serves one model.
+        models_why: how many models the router keeps loaded at once, in words ("" for one model).
     """
 
     model_name: str
@@ -133,6 +150,8 @@ class ServingInfo:
     model_id: str | None = None
     cache_ram_mib: int | None = None
     base_model: bool = False
+    models: tuple[str, ...] = ()
+    models_why: str = ""
 
 
 @dataclass(frozen=True)
@@ -214,16 +233,34 @@ def describe_error(exc: BaseException) -> str:
 
 
 def describe_supervisor_failure(runner: ServerRunner) -> str:
-    """Why the served llama-server stopped, from the supervisor's diagnosis."""
+    """Why the served llama-server stopped, from the supervisor's diagnosis (on a router: why the served model
+    stopped; the endpoint still serves the folder's other models)."""
     sup = runner.supervisor
     diag = sup.diagnosis if sup is not None else None
+    if runner.router is not None and runner.router.pid is not None:
+        why = diag.message if diag is not None and diag.message else "it stopped unexpectedly"
+        return f"The served model stopped ({why}); the endpoint still serves the folder's other models"
     if diag is not None and diag.message:
         return f"llama-server stopped: {diag.message}"
     return "llama-server stopped unexpectedly"
 
 
+@dataclass(frozen=True)
+class PausedRouter:
+    """A router stopped for a re-tune (:meth:`ServerRunner.pause`): its plan and the model it served."""
+
+    plan: RouterPlan
+    current: str
+
+    @property
+    def port(self) -> int | None:
+        """The router's port."""
+        return self.plan.port
+
+
 class ServerRunner:
-    """Holds the one served :class:`tuner.server.supervisor.Supervisor` (thread-safe start/stop).
+    """Holds the one served supervisor (thread-safe start/stop): a :class:`tuner.server.supervisor.Supervisor`
+    (one model), or a :class:`tuner.server.RouterSupervisor` (every model of the folder from one endpoint).
 
     Args:
         on_state: called with each ``tuner.server.supervisor.StateChange`` (from supervisor threads;
@@ -232,8 +269,61 @@ class ServerRunner:
 
     def __init__(self, on_state: Callable[[StateChange], None] | None = None) -> None:
         self.on_state = on_state
-        self.supervisor: Supervisor | None = None
+        self.supervisor: Supervisor | RouterSupervisor | None = None
         self._lock = threading.Lock()
+
+    @property
+    def router(self) -> RouterSupervisor | None:
+        """The served router, None when one model (or nothing) is served."""
+        sup = self.supervisor
+        return sup if isinstance(sup, RouterSupervisor) else None
+
+    def current_model(self) -> str | None:
+        """The id of the model the router serves now (None when not a router or none is ready)."""
+        router = self.router
+        return router.current if router is not None else None
+
+    def start_router(self, plan: RouterPlan, initial: str, binary: ServerBinary | Path | None = None,
+                     ready_timeout_s: float | None = None, cancel: threading.Event | None = None) -> RouterSupervisor:
+        """Stop any running server, start llama-server's router serving ``plan`` with ``initial`` loaded, and wait
+        until that model is ready.
+
+        Raises:
+            tuner.server.PresetError: a model cannot be written into the preset (nothing started).
+            tuner.server.supervisor.ServerStartError: the router or the model failed (with ``diagnosis``).
+            Cancelled: ``cancel`` was set while loading (everything is stopped).
+        """
+        self.stop()
+        sup = RouterSupervisor(binary, on_state=self._state_cb)
+        with self._lock:
+            self.supervisor = sup
+        try:
+            sup.start_and_wait(plan, initial, timeout_s=ready_timeout_s, cancel=cancel)
+        except ServerStartError:
+            if cancel is not None and cancel.is_set():
+                self.stop()
+                raise Cancelled() from None
+            raise
+        return sup
+
+    def switch(self, model: str, cancel: threading.Event | None = None) -> RouterSupervisor:
+        """Have the served router load ``model`` and serve it (the previous one may be unloaded).
+
+        Raises:
+            tuner.server.RouterError: no router serves, or ``model`` is not one of its models.
+            tuner.server.supervisor.ServerStartError: ``model`` failed to load (with ``diagnosis``).
+            Cancelled: ``cancel`` was set.
+        """
+        router = self.router
+        if router is None:
+            raise RouterError("no llama-server router is serving")
+        try:
+            router.switch(model, cancel=cancel)
+        except ServerStartError:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled() from None
+            raise
+        return router
 
     def _state_cb(self, change: StateChange) -> None:
         if self.on_state is not None:
@@ -286,23 +376,40 @@ class ServerRunner:
             sup = self.supervisor
         if sup is None or sup.state not in (ServerState.READY, ServerState.SLEEPING):
             return None
+        if isinstance(sup, RouterSupervisor):  # every model of the endpoint: capture is the app's setting
+            plan = sup.plan
+            if plan is not None:
+                on = config.log_prompts_dir is not None and sup.dialect.capture_problem() is None
+                sup.apply(replace(plan, models=tuple(captured(m, on) for m in plan.models)), setting, ready_timeout_s)
+            return None
         sup.restart(_capturable(config, sup), applying=setting)
         sup.wait_ready(timeout_s=ready_timeout_s)
         return sup
 
-    def pause(self) -> ServerConfig | None:
-        """Stop the served server for a re-tune and return its configuration (``None`` when nothing
-        was serving), so :meth:`start` can bring the same configuration back on the same port."""
+    def pause(self) -> ServerConfig | PausedRouter | None:
+        """Stop the served server for a re-tune and return what it served (``None`` when nothing was serving):
+        a configuration, or a router's plan and model, so :meth:`resume` brings it back on the same port."""
         with self._lock:
             sup = self.supervisor
         if sup is None:
             return None
         config = sup.config
-        if sup.state not in (ServerState.READY, ServerState.SLEEPING, ServerState.STARTING) or config is None:
+        live = (ServerState.READY, ServerState.SLEEPING, ServerState.STARTING, ServerState.SWITCHING)
+        if sup.state not in live or config is None:
             return None
         log.info("pausing the served llama-server (port %s) for a re-tune", config.port)
+        paused: ServerConfig | PausedRouter = config
+        if isinstance(sup, RouterSupervisor) and sup.plan is not None:
+            paused = PausedRouter(sup.plan, sup.current or config.alias or "")
         sup.stop()
-        return config
+        return paused
+
+    def resume(self, paused: ServerConfig | PausedRouter, binary: ServerBinary | Path | None = None) -> None:
+        """Start again what :meth:`pause` stopped (raises like :meth:`start` / :meth:`start_router`)."""
+        if isinstance(paused, PausedRouter):
+            self.start_router(paused.plan, paused.current, binary=binary)
+        else:
+            self.start(paused, binary=binary)
 
     def stop(self) -> None:
         """Stop the server and its whole process tree (no-op when none runs)."""
@@ -393,6 +500,9 @@ def capture_status(settings: Settings, runner: ServerRunner | None = None) -> Ca
     folder = None
     if argv and "--log-prompts-dir" in argv and argv.index("--log-prompts-dir") + 1 < len(argv):
         folder = Path(argv[argv.index("--log-prompts-dir") + 1])
+    router = runner.router if runner is not None and runner.pid is not None else None
+    if router is not None and router.config is not None:  # a router: the served model's own section
+        folder = router.config.log_prompts_dir
     files, size = captured_count()
     sup = runner.supervisor if runner is not None else None
     if sup is not None:
@@ -421,12 +531,17 @@ def vram_sampler() -> VramSampler | None:
 
 def server_samplers(info: ServingInfo, runner: ServerRunner) -> Samplers:
     """``(MetricsSampler, ProcessSampler, AcceptanceWatch | None)`` for the served server. The ``/metrics``
-    client may ask only what does not wake a sleeping server (:data:`tuner.server.client.NON_WAKING_PATHS`)."""
+    client may ask only what does not wake a sleeping server (:data:`tuner.server.client.NON_WAKING_PATHS`); on a
+    router both follow the current model: its own ``/metrics`` (``?model=ID&autoload=false``) and its process (the
+    router's when none is loaded)."""
     client = ServerClient(info.base_url, api_key=info.api_key, paths=NON_WAKING_PATHS)
     metrics = MetricsSampler(client.metrics_text)
+    if info.models:  # a router: the current model's own /metrics, never loading a model (autoload=false)
+        metrics = MetricsSampler(lambda: client.metrics_text(model=runner.current_model() or info.model_id))
 
     def read_usage() -> ProcessUsage | None:
-        pid = runner.pid
+        router, current = runner.router, runner.current_model()
+        pid = (router.model_pid(current) if router is not None and current is not None else None) or runner.pid
         if pid is None:
             return None
         usage = tree_usage(pid)
@@ -467,25 +582,6 @@ def idle_sleep_problem(settings: Settings, runner: ServerRunner | None = None) -
 #: Keyword arguments for :func:`tuner.calibration.tune.tune` that the GUI may override (tests use a
 #: small context and few tokens on the demo model).
 TUNE_OPTIONS_DEFAULT: dict[str, Any] = {}
-
-
-def _break_even_for(decision_json: dict[str, Any]) -> float | None:
-    """The winner's break-even acceptance (0..1) from a decision's JSON, None for the baseline/unknown."""
-    winner = decision_json.get("winner") or {}
-    if not winner or winner.get("spec_type", "none") == "none":
-        return None
-    best = None
-    for be in decision_json.get("break_even") or ():
-        cand = be.get("candidate") or {}
-        value = be.get("break_even_acceptance")
-        if value is None:
-            continue
-        same_type = cand.get("spec_type") == winner.get("spec_type") and cand.get("draft_path") == winner.get("draft_path")
-        if same_type:
-            best = value
-    if best is None or not 0.0 < best < 1.0:
-        return None
-    return float(best)
 
 
 def serving_config(profile: Profile, settings: Settings) -> ServerConfig:
@@ -563,7 +659,7 @@ def tune_and_serve(
     except BaseException:
         if paused is not None:  # cancelled or failed: the previous configuration comes back, same port
             try:
-                runner.start(paused, binary=binary)
+                runner.resume(paused, binary=binary)
                 on_event(status_event(
                     f"Re-tune did not finish: the previous configuration is serving again on port {paused.port}"))
             except Exception as exc:  # noqa: BLE001 - the sweep's own error is the one to report
@@ -592,6 +688,22 @@ def _serve_result(scanned: ScanResult, result: TuneResult, settings: Settings, r
     profile = result.profile
     if profile is None:
         raise RuntimeError(f"tuning {result.target_path} produced no profile")
+    info = _serve_router(scanned, Path(profile.target_path), settings, runner, on_event, cancel, binary)
+    if info is None:
+        info = _serve_one(profile, settings, runner, on_event, cancel, binary)
+    return ServeOutcome(
+        scan=scanned,
+        tune_result=result,
+        decision_text=decision_text(result),
+        serving=info,
+        # built here, off the GUI thread: creating the HTTP client costs tens of ms of CPU
+        samplers=server_samplers(info, runner),
+    )
+
+
+def _serve_one(profile: Profile, settings: Settings, runner: ServerRunner, on_event: EventCallback,
+               cancel: threading.Event, binary: ServerBinary) -> ServingInfo:
+    """Serve the profile's winner as one llama-server (the settings' port, the RPC fallback where it has one)."""
     config = serving_config(profile, settings)
     from tuner.calibration.serving import reachable_config, rpc_fallback_config
 
@@ -607,7 +719,7 @@ def _serve_result(scanned: ScanResult, result: TuneResult, settings: Settings, r
     base_url = sup.base_url
     if base_url is None:  # wait_ready returned: the child was launched, so it has an address
         raise RuntimeError("llama-server is ready but has no address")
-    info = ServingInfo(
+    return ServingInfo(
         model_name=Path(profile.target_path).name,
         target_path=Path(profile.target_path),
         endpoint_url=f"{base_url}/v1",
@@ -615,20 +727,89 @@ def _serve_result(scanned: ScanResult, result: TuneResult, settings: Settings, r
         argv=tuple(sup.argv or ()),
         pid=sup.pid,
         spec_label=str(decision_json.get("label") or "no speculation"),
-        break_even_rate=_break_even_for(decision_json),
+        break_even_rate=break_even_rate(decision_json),
         api_key=config.api_key,
         model_id=config.alias if _argv_has(sup.argv, ("-a", "--alias")) else None,
         cache_ram_mib=config.cache_ram_mib if _argv_has(sup.argv, ("-cram", "--cache-ram")) else None,
         base_model=not has_chat_template(profile.target_path),
     )
-    return ServeOutcome(
-        scan=scanned,
-        tune_result=result,
-        decision_text=decision_text(result),
-        serving=info,
-        # built here, off the GUI thread: creating the HTTP client costs tens of ms of CPU
-        samplers=server_samplers(info, runner),
+
+
+def _serve_router(scanned: ScanResult, target: Path, settings: Settings, runner: ServerRunner,
+                  on_event: EventCallback, cancel: threading.Event, binary: ServerBinary) -> ServingInfo | None:
+    """Serve every model of the folder from one endpoint with ``target`` loaded first
+    (:func:`tuner.calibration.serving_plan`); None when the folder is served one model at a time (why: logged
+    and said as a status event)."""
+    plan, why = serving_plan(scanned, settings, binary.path, probe_dialect(binary.path), target,
+                             api_key=server_api_key(settings))
+    if plan is None:
+        log.info("serving one model at a time: %s", why)
+        if len([m for m in scanned.models if m.kind == "llm"]) > 1:
+            on_event(status_event(f"Serving one model at a time: {why}"))
+        return None
+    initial = plan.model_for(target)
+    assert initial is not None  # serving_plan checked it
+    on_event(status_event(f"Starting llama-server's router for {len(plan.models)} models of the folder, "
+                          f"{initial.model_id} first, on port {plan.port}"))
+    runner.start_router(plan, initial.model_id, binary=binary, cancel=cancel)
+    info = router_serving_info(runner)
+    if info is None:
+        raise RuntimeError("llama-server's router is ready but serves no model")
+    return info
+
+
+def router_serving_info(runner: ServerRunner) -> ServingInfo | None:
+    """What the served router serves now (its current model, with every model id of the endpoint); None when
+    no router serves a ready model."""
+    router = runner.router
+    plan = router.plan if router is not None else None
+    current = router.current if router is not None else None
+    model = plan.model(current) if plan is not None and current is not None else None
+    base_url = router.base_url if router is not None else None
+    if router is None or plan is None or model is None or base_url is None:
+        return None
+    return ServingInfo(
+        model_name=Path(model.config.model_path).name,
+        target_path=Path(model.config.model_path),
+        endpoint_url=f"{base_url}/v1",
+        base_url=base_url,
+        argv=tuple(router.argv or ()),
+        pid=router.pid,
+        spec_label=model.label if model.tuned else "no speculation",
+        break_even_rate=model.break_even_rate,
+        api_key=plan.api_key,
+        model_id=model.model_id,
+        cache_ram_mib=model.config.cache_ram_mib,
+        models=tuple(m.model_id for m in plan.models),
+        models_why=plan.models_max_why,
     )
+
+
+def switch_target(runner: ServerRunner, target: Path, cancel: threading.Event) -> ServingInfo:
+    """Have the served router load the model of ``target`` and serve it (the tray's *Serve* menu); runs in a
+    worker.
+
+    Raises:
+        tuner.server.RouterError: no router serves, or ``target`` is not one of its models.
+        tuner.server.supervisor.ServerStartError: it failed to load (with ``diagnosis``).
+        Cancelled: ``cancel`` was set.
+    """
+    router = runner.router
+    plan = router.plan if router is not None else None
+    model = plan.model_for(target) if plan is not None else None
+    if model is None:
+        raise RouterError(f"{Path(target).name} is not served by the running endpoint")
+    runner.switch(model.model_id, cancel=cancel)
+    info = router_serving_info(runner)
+    if info is None:
+        raise RuntimeError(f"{model.model_id} is ready but the router serves no model")
+    return info
+
+
+def serve_choices(scan: ScanResult | None) -> list[TargetChoice]:
+    """The folder's targets for the tray's *Serve* menu (tuned ones with their decision in a few words); reads
+    the saved profiles, so it runs in a worker. [] without a scan."""
+    return target_choices(scan) if scan is not None else []
 
 
 @dataclass(frozen=True)

@@ -59,6 +59,19 @@ def web_pages_text(argv: tuple[str, ...] | list[str]) -> str:
     return f"pages from {value} (set in Settings); same-origin pages of the server itself"
 
 
+
+def model_id_text(info: flow.ServingInfo) -> str:
+    """The Serve tab's "Model id" row: the id clients send as ``model``; on llama-server's router, every id the
+    endpoint serves and how many it keeps loaded."""
+    mid = getattr(info, "model_id", None) or "(the file path: this llama-server has no --alias)"
+    models = getattr(info, "models", ())
+    if not models:
+        return mid
+    others = ", ".join(m for m in models if m != mid)
+    why = getattr(info, "models_why", "")
+    return (f"{mid} — this endpoint also serves {others}: a request's \"model\" picks one"
+            + (f" ({why})" if why else ""))
+
 class ServeTab(QWidget):
     """What is served and how; the log tail refreshes every second while visible."""
 
@@ -470,8 +483,7 @@ class ServeTab(QWidget):
         info = c.serving
         if info is not None:
             self.model_label.setText(plain(f"{info.model_name} — {info.spec_label}"))
-            self.model_id_label.setText(plain(getattr(info, "model_id", None)
-                                              or "(the file path: this llama-server has no --alias)"))
+            self.model_id_label.setText(plain(model_id_text(info)))
             self.endpoint_edit.setText(info.endpoint_url)
             argv = c.runner.argv or info.argv  # the live command line: a crash restart's own
             self.cmd_edit.setPlainText(plain(shlex.join(argv)))

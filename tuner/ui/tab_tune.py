@@ -226,8 +226,8 @@ class TuneTab(QWidget):
     def on_state(self, state: AppState) -> None:
         """Enable the buttons that make sense now."""
         tuning = state is AppState.TUNING
-        # the File and tray menus' rule: no second "Tune & serve" while serving (Re-tune measures again)
-        self.start_btn.setEnabled(not tuning and self.controller.serving is None)
+        # the File and tray menus' rule: while serving, "Tune & serve" tunes the selected target and serves it too
+        self.start_btn.setEnabled(not tuning)
         self.retune_btn.setEnabled(not tuning and self.controller.can_retune())
         self.show_served_action()
         self.cancel_btn.setEnabled(tuning)

@@ -110,7 +110,8 @@ class MainWindow(QMainWindow):
         self._stop_action = menu.addAction("Stop server", controller.stop_server)
         menu.addSeparator()
         menu.addAction("Quit", self._quit)
-        # Same rules as the tray menu: no second "Tune & serve" while tuning or serving (Re-tune is there).
+        # Same rules as the tray menu: no second "Tune & serve" while tuning; while serving it tunes the selected
+        # target and serves it too (one endpoint for the folder's models where llama-server's router runs).
         menu.aboutToShow.connect(self._update_file_menu)
         help_menu = self.menuBar().addMenu("&Help")
         self._log_action = help_menu.addAction("Open log folder", self.open_log_folder)
@@ -125,7 +126,7 @@ class MainWindow(QMainWindow):
         """Enable the File menu's actions for the current state (called on ``aboutToShow``)."""
         c = self.controller
         serving = c.serving is not None
-        self._tune_action.setEnabled(c.state is not AppState.TUNING and not serving)
+        self._tune_action.setEnabled(c.state is not AppState.TUNING)
         self._stop_action.setEnabled(serving)
 
     def prewarm(self) -> None:
