@@ -279,7 +279,8 @@ class AppController(QObject):
 
     # ------------------------------------------------------------ actions
     def _start_work(self, fn: Callable[[EventCallback, threading.Event], Any], name: str,
-                    on_done: Callable[[Any], None], on_event: EventCallback | None = None) -> CallWorker | None:
+                    on_done: Callable[[Any], None], on_event: EventCallback | None = None,
+                    on_failed: Callable[[BaseException], None] | None = None) -> CallWorker | None:
         if self.busy:
             self.status.emit("Busy: wait for the current step or cancel it")
             return None
@@ -287,6 +288,8 @@ class AppController(QObject):
         if on_event is not None:
             w.event.connect(on_event)
         w.done.connect(on_done)
+        if on_failed is not None:
+            w.failed.connect(on_failed)
         w.failed.connect(self._on_failed)
         w.finished.connect(lambda: self._work_finished(w))
         self._work = w
@@ -320,6 +323,15 @@ class AppController(QObject):
         folder = folder or self.settings.models_dir or flow.demo_models_dir()
         self.status.emit(f"Scanning {folder}")
         self._start_work(lambda ev, cancel: flow.scan(folder), "scan", self._on_scanned)
+
+    def prepare_demo(self, on_ready: Callable[[Any], None], on_progress: Callable[[Any], None],
+                     on_failed: Callable[[BaseException], None]) -> bool:
+        """Write the demo folder in a worker (:func:`tuner.ui.flow.prepare_demo`: the generated pair is made
+        on first use, some seconds). ``on_progress`` gets each :class:`~tuner.catalog.DemoProgress`,
+        ``on_ready`` the :class:`~tuner.catalog.DemoFolder`, ``on_failed`` the exception (after the usual
+        error report). Returns False when another step is running (nothing started)."""
+        self.status.emit("Preparing the demo models")
+        return self._start_work(flow.prepare_demo, "demo", on_ready, on_progress, on_failed) is not None
 
     def _on_scanned(self, result: flow.ScanResult) -> None:
         self.scan = result

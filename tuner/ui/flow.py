@@ -50,7 +50,8 @@ from tuner.calibration.request import (
 from tuner.calibration.results import Measurement
 from tuner.calibration.serving import profile_server_config
 from tuner.calibration.tune import tune
-from tuner.catalog import has_chat_template
+from tuner.catalog import DEMO_LABEL as DEMO_LABEL  # re-exported for the Models tab
+from tuner.catalog import DemoFolder, DemoProgress, has_chat_template, is_generated_demo, write_demo_folder
 from tuner.catalog.folder import ScanResult, scan_models
 from tuner.catalog.folder import default_target as choose_default_target
 from tuner.catalog.model import ModelFile
@@ -171,6 +172,23 @@ def demo_models_dir() -> Path:
     from tuner.resources import resource_path
 
     return resource_path("demo")
+
+
+def prepare_demo(on_event: Callable[[DemoProgress], None], cancel: threading.Event) -> DemoFolder:
+    """Write the app's demo folder (``data_dir()/demo``: a copy of the bundled stories260K and the generated
+    target + draft pair, generated on first use; :func:`tuner.catalog.demo.write_demo_folder`). Progress
+    arrives as :class:`~tuner.catalog.demo.DemoProgress` through ``on_event``.
+
+    Raises:
+        tuner.catalog.demo.DemoError: the folder cannot be written (names it and why).
+        Cancelled: ``cancel`` was set (the partial file is removed).
+    """
+    return write_demo_folder(progress=on_event, cancel=cancel)
+
+
+def is_demo_family(members: Sequence[ModelFile]) -> bool:
+    """Whether a family's models are all generated demo models (their label is :data:`DEMO_LABEL`)."""
+    return bool(members) and all(is_generated_demo(m.path) for m in members)
 
 
 def scan(folder: Path) -> ScanResult:

@@ -39,7 +39,10 @@ def _item(*texts: object) -> QTreeWidgetItem:
 
 
 def family_label(fam) -> str:
-    """A family's row label from its shared tokenizer, e.g. ``"llama tokenizer, 512 tokens"``."""
+    """A family's row label from its shared tokenizer, e.g. ``"llama tokenizer, 512 tokens"``; the generated
+    demo pair says what it is (:data:`tuner.ui.flow.DEMO_LABEL`)."""
+    if flow.is_demo_family(fam.members):
+        return flow.DEMO_LABEL[0].upper() + flow.DEMO_LABEL[1:]
     tok = fam.members[0].tokenizer if fam.members else None
     if tok is None:
         return "Shared tokenizer"
@@ -62,7 +65,8 @@ class ModelsTab(QWidget):
         lay = QVBoxLayout(self)
         self.first_run = QLabel(
             "<b>Welcome to Draftwise.</b> Choose the folder that holds your GGUF models (Browse…), "
-            "or try the whole flow on the bundled demo model. The folder is remembered."
+            "or try the whole flow on the demo models (Use demo model): a tiny real model, and a generated "
+            "model with a draft that shows speculation at work. The folder is remembered."
         )
         self.first_run.setWordWrap(True)
         self.first_run.setStyleSheet("background:#dbeafe; color:#1e3a8a; padding:8px; border-radius:4px")
@@ -77,13 +81,18 @@ class ModelsTab(QWidget):
         self.browse_btn.clicked.connect(self.browse)
         row.addWidget(self.browse_btn)
         self.demo_btn = QPushButton("Use demo model")
-        self.demo_btn.setToolTip("Try the whole flow on the bundled stories260K model")
+        self.demo_btn.setToolTip("Try the whole flow on the demo models: the bundled stories260K and a generated "
+                                 "target + draft pair (about 200 MB, made on first use; " + flow.DEMO_LABEL + ")")
         self.demo_btn.clicked.connect(self.use_demo)
         row.addWidget(self.demo_btn)
         self.scan_btn = QPushButton("Scan")
         self.scan_btn.clicked.connect(self.scan)
         row.addWidget(self.scan_btn)
         lay.addLayout(row)
+        self.demo_note = QLabel("")
+        self.demo_note.setWordWrap(True)
+        self.demo_note.setVisible(False)
+        lay.addWidget(self.demo_note)
 
         self.tree = QTreeWidget()
         self.tree.setColumnCount(5)
@@ -123,8 +132,29 @@ class ModelsTab(QWidget):
             self.scan()
 
     def use_demo(self) -> None:
-        """Point at the bundled demo model and scan it."""
-        self.folder_edit.setText(str(flow.demo_models_dir()))
+        """Write the demo folder in a worker (the generated pair on first use, with its progress shown
+        here), then point at it and scan it."""
+        self.demo_note.setVisible(True)
+        if self.controller.prepare_demo(self._demo_ready, self._demo_progress, self._demo_failed):
+            self.demo_note.setText("Preparing the demo models…")
+            self.demo_btn.setEnabled(False)
+        else:
+            self.demo_note.setText("Another step is running: try again when it has finished.")
+
+    def _demo_progress(self, p) -> None:
+        self.demo_note.setText(f"Generating the demo models (first use only, {format_bytes(p.total_bytes)}): "
+                               f"{100 * p.fraction:.0f} %")
+
+    def _demo_failed(self, exc: BaseException) -> None:
+        self.demo_btn.setEnabled(True)
+        self.demo_note.setText(f"The demo models could not be prepared: {exc}")
+
+    def _demo_ready(self, demo) -> None:
+        self.demo_btn.setEnabled(True)
+        self.demo_note.setText(f"Demo folder: {demo.bundled.name}, a tiny real model, and {demo.target.name} with "
+                               f"its draft {demo.draft.name}: {flow.DEMO_LABEL}.")
+        self.folder_edit.setText(str(demo.folder))
+        self.folder_chosen.emit(demo.folder)
         self.scan()
 
     def scan(self) -> None:
