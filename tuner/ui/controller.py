@@ -354,8 +354,7 @@ class AppController(QObject):
         w.start()
 
     def tune_and_serve(self, force_retune: bool = False, served_model_id: str | None = None) -> None:
-        """One click: scan → tune (or reuse a fresh profile) → serve, in one cancellable worker.
-        ``served_model_id``: tune on that model id's captured requests instead of the prompt set."""
+        """One click: scan → tune (or reuse a fresh profile) → serve, in one worker (``served_model_id``: on its captures)."""
         folder = self.settings.models_dir or flow.demo_models_dir()
         target = self.selected_target
         st = self.settings
@@ -390,24 +389,16 @@ class AppController(QObject):
         self.retune_offer = None
         self.tune_and_serve(force_retune=True)
 
-    def served_model_id(self) -> str | None:
-        """The model id a re-tune on recent requests uses (:func:`tuner.ui.flow.served_model_id`): the served
-        model's, else the selected target's."""
-        return flow.served_model_id(self.serving, self.selected_target)
-
     def recent_requests(self) -> int:
-        """How many captured requests the model of :meth:`served_model_id` has (0: the action is not offered)."""
-        return flow.captured_requests_of(self.served_model_id())
-
-    def can_retune_on_served(self) -> bool:
-        """*Re-tune on recent requests* is offered: not tuning, and captured requests exist for the model."""
-        return self.state is not AppState.TUNING and self.recent_requests() > 0
+        """How many captured requests the served model (else the selected target: :func:`tuner.ui.flow.served_model_id`)
+        has; *Re-tune on recent requests* is offered while above 0."""
+        return flow.captured_requests_of(flow.served_model_id(self.serving, self.selected_target))
 
     def retune_on_served(self) -> None:
-        """*Re-tune on recent requests*: a forced sweep on the captured requests of the served model (replayed as
-        raw completions, sampled over time: ``tune --prompts-from-served``), then serve the new winner."""
-        model_id = self.served_model_id()
-        if model_id is None or not self.can_retune_on_served():
+        """*Re-tune on recent requests*: a forced sweep on the served model's captured requests (replayed as raw
+        completions, sampled over time: ``tune --prompts-from-served``), then serve the new winner."""
+        model_id = flow.served_model_id(self.serving, self.selected_target)
+        if model_id is None or self.state is AppState.TUNING or not flow.captured_requests_of(model_id):
             self.status.emit("No captured requests to re-tune on")
             return
         self.tune_and_serve(force_retune=True, served_model_id=model_id)
