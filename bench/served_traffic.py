@@ -1,6 +1,6 @@
 """Re-tune on what was served (issue 28's "Done when" row on the real Gemma 3 270M Q4_K_M).
 
-    python -m bench.served_traffic [--server PATH] [--budget 240] [--threads 1] [--n-predict 96]
+    python -m bench.served_traffic [--server PATH] [--budget 300] [--threads 1] [--n-predict 96]
 
 1. Tune on the built-in prompts (greedy, no long-context requests): profile A (on this model usually "no
    speculation": the built-in prompts do not repeat themselves).
@@ -131,7 +131,10 @@ def _side_by_side(configs: dict[str, Any], binary: Any, n_predict: int) -> dict[
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     add_server_arg(ap)
-    ap.add_argument("--budget", type=float, default=240.0, help="each tune's time budget, seconds")
+    from tuner.calibration.request import DEFAULT_BUDGET_S
+
+    ap.add_argument("--budget", type=float, default=DEFAULT_BUDGET_S,
+                    help=f"each tune's time budget, seconds (default: the app's and tune's, {DEFAULT_BUDGET_S:.0f})")
     add_threads_arg(ap)
     ap.add_argument("--n-predict", type=int, default=96, help="tokens per request (tunes and served requests)")
     args = ap.parse_args(argv)
