@@ -134,7 +134,7 @@ _FIELD_TYPES = {
     "n_parallel": (int, type(None)), "cache_type_k": (str, type(None)), "cache_type_v": (str, type(None)),
     "threads": (int, type(None)), "fit": (bool, type(None)), "alias": (str, type(None)),
     "cache_ram_mib": (int, type(None)), "ngram_n_max": (int, type(None)), "ngram_n_min": (int, type(None)),
-    "spec_autotune": (bool,), "rpc": (list, tuple),
+    "spec_autotune": (bool,), "rpc": (list, tuple), "omp_passive": (bool,), "poll": (int, type(None)),
 }
 
 
