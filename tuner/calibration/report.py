@@ -17,6 +17,7 @@ from .candidates import Candidate
 from .decide import Decision
 from .outcome import SearchOutcome
 from .sentences import Sentence, Slot
+from .threads import threads_sentence
 from .wording import words
 from .workload import Workload
 
@@ -123,7 +124,8 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
     """``decision`` (from :func:`tuner.calibration.decide.decide`) with the report's sentences added: the
     machine's load (also its ``busy_note``), the sweep's notes, "Measured with …", why the long-context
     requests were left out, the speedup at depth, the types that never drafted (unless the decision named
-    them), the CPU workaround in force, and where the winner (and the baseline or the best speculative
+    them), the CPU workaround in force, the thread setting served and its trade
+    (``tuner.calibration.threads.threads_sentence``), and where the winner (and the baseline or the best speculative
     configuration) ran over RPC. Their order is their slots' (``tuner.calibration.sentences``)."""
     added = [s for s in (machine_sentence(facts.machine),) if s is not None]
     added += [*outcome.notes, _measured_with(facts.workload, outcome.server_sampling)]
@@ -134,6 +136,8 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
             "cause": facts.cpu_workaround.cause, "build_types": list(facts.cpu_workaround.build_types)}))
     if facts.placement is not None:
         added.append(_where_it_ran(decision, facts.placement))
+    if outcome.threads is not None and outcome.threads.served_label == decision.winner.label:
+        added.append(threads_sentence(outcome.threads))
     return decision.with_sentences([*decision.sentences, *added])
 
 
