@@ -102,6 +102,10 @@ class Settings:
             most 64 MiB per model, in a private folder: ``tuner.server.capture``) to re-tune on them; off by
             default. A start-up flag of llama-server (``--log-prompts-dir``): switching it restarts the served
             server, and switching it off deletes what was kept.
+        threads: CPU threads of llama-server (``-t``; ``-td`` too with a draft model) for tune and serve; None =
+            the tune measures the thread settings and serves the one that copes best with other busy programs
+            (``tuner.calibration.threads``). A number overrides it: the tune then measures only that count, and
+            serving uses it whatever the profile says (``serve --threads`` overrides this setting).
     """
 
     models_dir: Path | None = None
@@ -124,6 +128,7 @@ class Settings:
     server_args: tuple[str, ...] = ()
     idle_sleep_s: int = DEFAULT_IDLE_SLEEP_S
     capture_requests: bool = False
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -351,6 +356,15 @@ def load_settings_keeping_valid(repair: bool = True) -> LoadedSettings:
     except OSError:
         pass  # the valid keys are still in memory; the copy aside keeps the original
     return LoadedSettings(settings, tuple(problems), moved)
+
+
+def threads_value() -> int | None:
+    """The ``threads`` setting (None = tuned), for the command line's tune and serve when no ``--threads`` is
+    given. A bad or unreadable settings file gives None. Never raises."""
+    try:
+        return load_settings_keeping_valid(repair=False).settings.threads
+    except Exception:  # noqa: BLE001 - the tuned setting is the safe default
+        return None
 
 
 def served_values() -> tuple[str, int]:

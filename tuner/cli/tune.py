@@ -212,7 +212,7 @@ def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = (),
         n_predict=args.n_predict,
         repetitions=args.repetitions,
         n_ctx=args.n_ctx,
-        threads=args.threads,
+        threads=args.threads if args.threads is not None else _threads_setting(),
         max_prompts=args.max_prompts,
         sampling=Sampling.from_settings(args),
         long_context=args.long_context,
@@ -220,6 +220,12 @@ def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = (),
         rpc_hosts=tuple(rpc_hosts),
         server_args=tuple(server_args),
     )
+
+
+def _threads_setting() -> int | None:
+    from tuner.settings import threads_value
+
+    return threads_value()
 
 
 def run(args: argparse.Namespace) -> int:

@@ -446,7 +446,8 @@ def serving_config(profile: Profile, settings: Settings) -> ServerConfig:
     """The profile's winning ``ServerConfig`` with the user's port, listen address and API key, the
     friendly model id (``--alias`` = :func:`tuner.server.config.default_alias`), the prompt-cache
     limit (``settings.cache_ram_mib``), idle sleep (``settings.idle_sleep_s``; 0 = off; passed only where
-    the binary has ``--sleep-idle-seconds``) and the capture of served requests (``settings.capture_requests``:
+    the binary has ``--sleep-idle-seconds``), the user's ``threads`` setting over the tuned thread setting, and
+    the capture of served requests (``settings.capture_requests``:
     :func:`capture_config`, whose folder is made here).
 
     Raises:
@@ -459,6 +460,8 @@ def serving_config(profile: Profile, settings: Settings) -> ServerConfig:
                   cors_origins=settings.cors_origins_value(),
                   alias=cfg.alias or default_alias(cfg.model_path), cache_ram_mib=settings.cache_ram_mib,
                   sleep_idle_s=settings.idle_sleep_s or None)
+    if settings.threads is not None:  # the user's thread count overrides the tuned setting
+        cfg = replace(cfg, threads=settings.threads, omp_passive=False, poll=None)
     return capture_config(cfg, settings.capture_requests)
 
 
