@@ -5,10 +5,11 @@ The llama-server binary whose ``--list-devices`` it reads comes from the caller,
 what that build does with quantized weights (``tuner.crosscheck.build``); the checks of a plan against a
 running llama-server live in ``tuner.crosscheck``.
 
-Public API: :func:`detect_devices` → :class:`Devices`; :mod:`tuner.hardware.memory` for
+Public API: :func:`detect_devices` → :class:`Devices`; :class:`LoadWatcher` (other programs' CPU); :mod:`tuner.hardware.memory` for
 :func:`plan_memory` / :func:`max_target_ngl`.
 """
 
 from tuner.hardware.devices import Device, Devices, Probes, detect_devices
+from tuner.hardware.host import LoadWatcher
 
-__all__ = ["Device", "Devices", "Probes", "detect_devices"]
+__all__ = ["Device", "Devices", "LoadWatcher", "Probes", "detect_devices"]

@@ -47,8 +47,8 @@ from tuner.crosscheck.cpu_buffers import workaround_sentence
 from tuner.crosscheck.lines import plan_check_lines
 from tuner.ctxsize import DEFAULT_CTX_CAP, resolve_ctx_size
 from tuner.errors import Cancelled  # re-exported: the one cancellation type
+from tuner.hardware import LoadWatcher, nvml
 from tuner.hardware import devices as hw_devices
-from tuner.hardware import nvml
 from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
 from tuner.process import tree_usage
 from tuner.profiles import Profile
@@ -78,7 +78,7 @@ from tuner.telemetry.samplers import (
     ProcessUsage,
     VramSampler,
 )
-from tuner.telemetry.watch import AcceptanceWatch
+from tuner.telemetry.watch import AcceptanceWatch, CollapseWatch
 from tuner.units import MIB, format_bytes
 
 log = logging.getLogger(__name__)
@@ -112,6 +112,8 @@ class ServingInfo:
         api_key: the key clients must send, or None.
         model_id: the id the API reports for the model (``--alias``), used by the Chat tab.
         cache_ram_mib: the host prompt-cache limit passed (``--cache-ram``, MiB), None = server default.
+        profile_tps: the profile's generation tokens/s (its decision's), the collapse watch's reference; None
+            when unknown.
     """
 
     model_name: str
@@ -125,6 +127,7 @@ class ServingInfo:
     api_key: str | None = None
     model_id: str | None = None
     cache_ram_mib: int | None = None
+    profile_tps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -392,6 +395,19 @@ def server_samplers(info: ServingInfo, runner: ServerRunner) -> Samplers:
     return metrics, ProcessSampler(read_usage), watch
 
 
+def _positive(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def collapse_watch(info: ServingInfo) -> tuple[CollapseWatch | None, LoadWatcher | None]:
+    """The Monitor's collapse watch for ``info`` (``tuner.telemetry.watch.CollapseWatch`` on the profile's speed)
+    and a started meter of other programs' CPU (:class:`tuner.hardware.LoadWatcher`, the app's own process tree
+    left out, llama-server included; stop it when serving ends); ``(None, None)`` without the profile's speed."""
+    if info.profile_tps is None:
+        return None, None
+    return CollapseWatch(info.profile_tps), LoadWatcher(keep=60).start()
+
+
 def sleep_counter(runner: ServerRunner) -> Callable[[], int]:
     """How many times the served llama-server fell asleep (idle sleep) in its current launch, for
     :meth:`tuner.telemetry.collector.Collector.attach` (0 when none runs)."""
@@ -568,6 +584,7 @@ def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settin
         api_key=config.api_key,
         model_id=config.alias if _argv_has(sup.argv, ("-a", "--alias")) else None,
         cache_ram_mib=config.cache_ram_mib if _argv_has(sup.argv, ("-cram", "--cache-ram")) else None,
+        profile_tps=_positive(decision_json.get("gen_tokens_per_s")),
     )
     return ServeOutcome(
         scan=scanned,
