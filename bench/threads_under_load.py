@@ -42,7 +42,7 @@ from tuner.calibration.threads import settings_for
 from tuner.calibration.tune import tune
 from tuner.calibration.wording import of_slot, words
 from tuner.profiles import ProfileStore
-from tuner.server.argv import command_line
+from tuner.server.argv import command_line, server_env
 from tuner.server.config import ServerConfig
 from tuner.server.supervisor import Supervisor
 
@@ -97,7 +97,7 @@ def _side_by_side(binary, cfgs: dict[str, ServerConfig], rounds: int, n_predict:
             sup.start(replace(cfgs[name], port=None))
         for name, sup in sups.items():
             sup.wait_ready(timeout_s=300)
-            print(f"  {name}: {command_line(sup.argv or [], sup.env)}", flush=True)
+            print(f"  {name}: {command_line(sup.argv or [], server_env(sup.config))}", flush=True)
         clients = {name: sup.client(timeout_s=900) for name, sup in sups.items()}
         for c in clients.values():  # warm-up, discarded
             _request(c, PROMPTS[0], 8, seed=0)

@@ -8,7 +8,7 @@ from pathlib import Path
 
 import pytest
 
-from tuner.server.argv import command_line
+from tuner.server.argv import command_line, server_env
 from tuner.server.config import ServerConfig
 from tuner.server.supervisor import Supervisor
 
@@ -33,8 +33,8 @@ def test_passive_threads_reach_the_child(llama_server_bin: Path, stories260k_ses
         assert sup.pid is not None and _environ(sup.pid).get("OMP_WAIT_POLICY") == "PASSIVE"
         argv = sup.argv or []
         assert argv[argv.index("-t") + 1] == "2" and argv[argv.index("-td") + 1] == "2"
-        assert sup.env == {"OMP_WAIT_POLICY": "PASSIVE"}
-        assert command_line(argv, sup.env).startswith(f"OMP_WAIT_POLICY=PASSIVE {argv[0]}")
+        assert server_env(sup.config) == {"OMP_WAIT_POLICY": "PASSIVE"}
+        assert command_line(argv, server_env(sup.config)).startswith(f"OMP_WAIT_POLICY=PASSIVE {argv[0]}")
         with sup.client() as c:
             assert c.completion("Once upon a time", 8, temperature=0.0)["timings"]["predicted_n"] > 0
     finally:
@@ -49,6 +49,6 @@ def test_the_default_adds_nothing(llama_server_bin: Path, stories260k_session: P
     sup.wait_ready(timeout_s=120)
     try:
         assert sup.pid is not None and "OMP_WAIT_POLICY" not in _environ(sup.pid)
-        assert sup.env == {} and "-td" not in (sup.argv or [])  # no draft model: no draft threads
+        assert server_env(sup.config) == {} and "-td" not in (sup.argv or [])  # no draft model: no draft threads
     finally:
         sup.stop()

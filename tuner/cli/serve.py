@@ -40,7 +40,7 @@ from tuner.cli.options import (
     path_problem,
 )
 from tuner.safetext import error_text, safe_text
-from tuner.server.argv import UnsupportedConfigError, command_line, cors_locked
+from tuner.server.argv import UnsupportedConfigError, command_line, cors_locked, server_env
 from tuner.server.config import ServerConfig, default_alias
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_named_server, find_server
@@ -562,7 +562,7 @@ def _serve_until_done(args: argparse.Namespace, cfg: ServerConfig, sup: Supervis
     try:
         sup.start(cfg, startup_timeout_s=args.ready_timeout)
         shown = ["<api key>" if cfg.api_key and a == cfg.api_key else a for a in (sup.argv or [])]
-        _err("argv: " + command_line(shown, sup.env))  # OMP_WAIT_POLICY=PASSIVE in front when the profile says
+        _err("argv: " + command_line(shown, server_env(sup.config)))  # OMP_WAIT_POLICY=PASSIVE in front when the profile says
         sup.wait_ready(cancel=lines.done)
         while not lines.done.wait(0.5):
             if sup.state == ServerState.FAILED:

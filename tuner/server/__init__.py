@@ -2,7 +2,7 @@
 failure diagnosis. See docs/architecture.md ("server") for the contract."""
 
 from tuner.process import clean_env
-from tuner.server.argv import UnsupportedConfigError, build_argv
+from tuner.server.argv import UnsupportedConfigError, build_argv, command_line, server_env
 from tuner.server.capture import (
     KEEP_WORDS,
     CapturedFile,
@@ -46,6 +46,7 @@ __all__ = [
     "NON_WAKING_PATHS", "WAKING_MESSAGE", "Diagnosis", "Dialect", "DialectError", "Health", "IllegalTransition", "ServerBinary", "ServerClient",
     "ServerClientError", "ServerConfig", "ServerHTTPError", "ServerNotFoundError", "ServerStartError", "ServerState",
     "ServerUnreachableError", "SleepStatus", "StateChange", "Supervisor", "UnsupportedConfigError", "build_argv",
+    "command_line", "server_env",
     "cached_dialect", "clean_env", "diagnose", "find_server", "parse_help", "probe_dialect", "reload_words",
     "startup_timeout_for",
 ]

@@ -159,11 +159,12 @@ OMP_WAIT_POLICY = "OMP_WAIT_POLICY"
 start-up). The only variable a :class:`~tuner.server.config.ServerConfig` sets in llama-server's environment."""
 
 
-def server_env(config: ServerConfig) -> dict[str, str]:
+def server_env(config: ServerConfig | None) -> dict[str, str]:
     """The variables ``config`` sets in llama-server's environment on top of the cleaned one
-    (``tuner.process.clean_env``): ``{"OMP_WAIT_POLICY": "PASSIVE"}`` with ``config.omp_passive``, else ``{}``.
-    Pure. Every launch goes through it (``tuner.server.launch.Launch.spawn``); :func:`command_line` shows it."""
-    return {OMP_WAIT_POLICY: "PASSIVE"} if config.omp_passive else {}
+    (``tuner.process.clean_env``): ``{"OMP_WAIT_POLICY": "PASSIVE"}`` with ``config.omp_passive``, else ``{}``
+    (also for None). Pure. Every launch goes through it (``tuner.server.launch.Launch.spawn``); with a
+    supervisor's ``config`` it is what the current child got; :func:`command_line` shows it."""
+    return {OMP_WAIT_POLICY: "PASSIVE"} if config is not None and config.omp_passive else {}
 
 
 def command_line(argv: list[str] | tuple[str, ...], env: dict[str, str] | None = None) -> str:

@@ -189,12 +189,6 @@ class Supervisor:
         return list(self._current.argv) if self._current is not None else None
 
     @property
-    def env(self) -> dict[str, str]:
-        """The variables the current/last child got on top of the cleaned environment
-        (``tuner.server.argv.server_env``: ``OMP_WAIT_POLICY=PASSIVE`` or none)."""
-        return dict(self._current.env) if self._current is not None else {}
-
-    @property
     def pid(self) -> int | None:
         """Pid of the running child, or None."""
         child = self._child

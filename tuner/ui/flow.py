@@ -57,7 +57,9 @@ from tuner.server import (
     ServerNotFoundError,
     cached_dialect,
     captured_count,
+    command_line,
     log_prompts_dir,
+    server_env,
 )
 from tuner.server import delete_captured as delete_captured  # re-exported: the captured requests for the window
 from tuner.server import forget_captured as forget_captured
@@ -300,6 +302,12 @@ class ServerRunner:
         sup = self.supervisor
         argv = sup.argv if sup is not None else None
         return tuple(argv) if argv else None
+
+    def command_text(self, argv: Sequence[str]) -> str:
+        """``argv`` as the exact command line, the variables the running configuration sets in front
+        (``OMP_WAIT_POLICY=PASSIVE …``: ``tuner.server.command_line``)."""
+        sup = self.supervisor
+        return command_line(list(argv), server_env(sup.config if sup is not None else None))
 
 
 def _capturable(config: ServerConfig, sup: Supervisor) -> ServerConfig:

@@ -8,8 +8,9 @@ seconds (``tuner.hardware.burner.BoundedBurner``; the event says so). ``tuner.ca
 picks the setting; its sentence goes to the decision. The stage's time is kept back from the earlier stages
 (``Budget.held_s``, :data:`tuner.calibration.threads.SHARE` of the budget) and it never spends more; a setting
 that does not fit is skipped. Its launches are not measurements of the sweep: the decision's statistics never
-see them. A loaded request that runs past its time limit (a collapsed server: 66× slower was measured) counts
-as the tokens asked for over that limit, an upper bound ("at most").
+see them. Each request is sized to take about :data:`REQUEST_S` at the launch's warm-up speed and stopped after
+4× that (at least :data:`MIN_LIMIT_S`): a collapsed server (66× slower was measured) then counts as the tokens
+asked for over that limit, an upper bound ("at most"), so one slow setting costs seconds, not minutes.
 """
 
 from __future__ import annotations
@@ -33,16 +34,17 @@ from .events import SweepEvents
 from .protocol import Requests
 from .settings import SearchSettings
 
-N_PREDICT = 48
-"""At most this many tokens per request of the stage (fewer when the sweep's requests are shorter)."""
-
 PROMPTS = 2
 """Requests per setting idle, and as many with the burner running."""
 
-LOADED_LIMIT = 4.0
-"""A loaded request may take this many times the idle one (at least :data:`MIN_LIMIT_S`), then it stops."""
+REQUEST_S = 0.5
+"""Each request asks for the tokens this launch's warm-up speed makes in about this many seconds (8 to 48)."""
 
-MIN_LIMIT_S = 3.0
+MIN_LIMIT_S = 2.0
+"""A request stops after 4× its expected time, and never before this many seconds: a collapsed server
+(66× slower was measured) then counts as the tokens asked for over that limit, an upper bound."""
+
+WARM_UP_TOKENS = 4
 
 
 class ThreadStage:
@@ -112,13 +114,9 @@ class ThreadStage:
             out.append(self._measure(replace(c, threads=st.threads, omp_passive=st.omp_passive, poll=st.poll), st))
         return tuple(out)
 
-    def _n_predict(self) -> int:
-        return max(8, min(N_PREDICT, self.requests.n_predict))
-
     def _estimate_s(self) -> float:
         """One setting: a launch, a warm-up, the idle requests and the loaded ones at their time limit."""
-        idle_s = self._n_predict() / max(self.estimates.tps() or 10.0, 1e-3)
-        return self.estimates.launch_s() + PROMPTS * (idle_s + max(MIN_LIMIT_S, LOADED_LIMIT * idle_s))
+        return self.estimates.load() + 1.0 + PROMPTS * (REQUEST_S + MIN_LIMIT_S) + 0.3
 
     def _measure(self, cand: Candidate, st: ThreadSetting) -> ThreadFigures:
         try:
@@ -134,30 +132,34 @@ class ThreadStage:
         finally:
             launch.stop()
 
+    def _timed(self, launch: Launch, n: int, limit_s: float) -> tuple[float, bool]:
+        """``(tokens/s, at most)`` of the requests of ``n`` tokens, each stopped after ``limit_s`` seconds (then
+        the tokens asked for over the limit, an upper bound, and no more requests)."""
+        speeds: list[float] = []
+        for i, p in self.requests.prompts[:PROMPTS]:
+            t0 = time.monotonic()
+            try:
+                speeds.append(measure_request(launch.client, i, p, 0, n, limit_s, self.workload).gen_tokens_per_s)
+            except RequestError:
+                if time.monotonic() - t0 < 0.9 * limit_s:
+                    raise
+                return n / limit_s, True
+        return mean(speeds), False
+
     def _idle_and_loaded(self, launch: Launch, st: ThreadSetting) -> ThreadFigures:
-        n = self._n_predict()
-        prompts = self.requests.prompts[:PROMPTS]
-        idx, prompt = prompts[0]
+        idx, prompt = self.requests.prompts[0]
         timeout = self.budget.request_timeout(self.s.request_timeout_s)
-        measure_request(launch.client, idx, prompt, 0, 16, timeout, self.workload, greedy=True)  # warm-up
-        idle = mean(measure_request(launch.client, i, p, 0, n, timeout, self.workload).gen_tokens_per_s
-                    for i, p in prompts)
-        limit = max(MIN_LIMIT_S, LOADED_LIMIT * n / max(idle, 1e-3))
-        loaded: list[float] = []
-        at_most = False
-        with self.burner(min(MAX_S, len(prompts) * limit + 2.0)):
+        warm = measure_request(launch.client, idx, prompt, 0, WARM_UP_TOKENS, timeout, self.workload, greedy=True)
+        n = max(8, min(48, self.requests.n_predict, round(REQUEST_S * warm.gen_tokens_per_s)))
+        limit = max(MIN_LIMIT_S, 4 * n / max(warm.gen_tokens_per_s, 1e-3))
+        idle, idle_at_most = self._timed(launch, n, limit)
+        limit = max(MIN_LIMIT_S, 4 * n / max(idle, 1e-3))
+        with self.burner(min(MAX_S, PROMPTS * limit + 2.0)):
             time.sleep(0.2)  # the burner is spinning before the first token
-            for i, p in prompts:
-                t0 = time.monotonic()
-                try:
-                    loaded.append(measure_request(launch.client, i, p, 0, n, limit, self.workload).gen_tokens_per_s)
-                except RequestError:
-                    if time.monotonic() - t0 < 0.9 * limit:
-                        raise
-                    loaded.append(n / limit)  # collapsed: past its limit, so at most this fast
-                    at_most = True
-                    break
-        return ThreadFigures(st, idle, mean(loaded), at_most)
+            loaded, at_most = self._timed(launch, n, limit)
+        if idle_at_most:
+            return ThreadFigures(st, idle, min(loaded, idle), True)
+        return ThreadFigures(st, idle, loaded, at_most)
 
 
-__all__ = ["LOADED_LIMIT", "N_PREDICT", "PROMPTS", "ThreadStage"]
+__all__ = ["MIN_LIMIT_S", "PROMPTS", "REQUEST_S", "ThreadStage"]
