@@ -52,6 +52,14 @@ def test_the_default_kept_names_the_best_other_and_a_collapse_reads_at_most() ->
                     "and at most 4.0.")
 
 
+def test_without_time_for_the_default_the_sentence_quotes_the_sweep() -> None:
+    figs = (ThreadFigures(ThreadSetting(1), 50.4, 47.9), ThreadFigures(PASSIVE, 44, 30))
+    choice = ThreadChoice(choose(figs) or DEFAULT, figs, 2, "no speculation", sweep_default_tps=4.6)
+    assert render([threads_sentence(choice)]).text == (
+        "Threads: 1 core: 50 tokens/s idle, 48 with another busy program; the default was not tried with another "
+        "busy program in the time left (the sweep measured it at 4.6 tokens/s).")
+
+
 def test_the_chosen_setting_reaches_the_saved_configuration() -> None:
     from tuner.calibration.results import Measurement, Sample
 

@@ -121,6 +121,8 @@ class ThreadChoice:
         cores: the physical cores the settings were built for.
         served_label: the served candidate's label (``Candidate.label``).
         baseline: the model alone's figures per setting when it was measured too (the served one is speculative).
+        sweep_default_tps: the model alone's speed at the default threads as the sweep measured it (the
+            sentence quotes it when the stage had no time left for the default).
     """
 
     chosen: ThreadSetting
@@ -128,6 +130,7 @@ class ThreadChoice:
     cores: int
     served_label: str
     baseline: tuple[ThreadFigures, ...] = ()
+    sweep_default_tps: float | None = None
 
     def figures_of(self, setting: ThreadSetting) -> ThreadFigures | None:
         """The served candidate's figures of ``setting``, None when it was not measured."""
@@ -136,7 +139,8 @@ class ThreadChoice:
     def detail(self) -> dict[str, Any]:
         """Plain JSON for events and the profile."""
         return {"chosen": self.chosen.to_json(), "cores": self.cores, "served": self.served_label,
-                "figures": [f.to_json() for f in self.figures], "baseline": [f.to_json() for f in self.baseline]}
+                "figures": [f.to_json() for f in self.figures], "baseline": [f.to_json() for f in self.baseline],
+                "sweep_default_tps": self.sweep_default_tps}
 
 
 def choose(figures: Sequence[ThreadFigures]) -> ThreadSetting | None:
@@ -161,6 +165,7 @@ def threads_sentence(choice: ThreadChoice) -> Sentence:
         "default_idle_tps": default.idle_tps if default and not choice.chosen.is_default else None,
         "default_loaded_tps": default.loaded_tps if default and not choice.chosen.is_default else None,
         "default_loaded_at_most": default.loaded_at_most if default else False,
+        "sweep_default_tps": choice.sweep_default_tps if default is None else None,
     }
     if choice.chosen.is_default:
         others = [f for f in choice.figures if f.setting != DEFAULT and f.score is not None]

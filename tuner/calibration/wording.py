@@ -474,6 +474,9 @@ def _threads(p: Params) -> str:
     if p.get("default_idle_tps") is not None:
         return (f"{head}; the default would be {_tps(p.get('default_idle_tps'))} and "
                 f"{_loaded(p.get('default_loaded_tps'), p.get('default_loaded_at_most'))}.")
+    if p.get("sweep_default_tps") is not None:
+        return (f"{head}; the default was not tried with another busy program in the time left (the sweep measured "
+                f"it at {_tps(p.get('sweep_default_tps'))} tokens/s).")
     if p.get("other") is not None:
         return (f"{head}; {p['other']} would be {_tps(p.get('other_idle_tps'))} and "
                 f"{_tps(p.get('other_loaded_tps'))}.")

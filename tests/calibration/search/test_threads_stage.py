@@ -60,7 +60,7 @@ def test_the_model_alone_serves_passive_threads_and_says_the_trade() -> None:
     assert outcome.threads is not None
     assert outcome.threads.chosen == PASSIVE  # (59 + 50) / 2 over (51 + 52) / 2 and (99 + 1.5) / 2
     tried = [ThreadSetting(c.threads, c.omp_passive, c.poll) for c in launch.launched if c.is_baseline][-3:]
-    assert tried == [DEFAULT, ThreadSetting(1), PASSIVE]
+    assert tried == [ThreadSetting(1), PASSIVE, DEFAULT]  # the default last: on a busy machine it is the slow one
     assert len(FakeBurner.started) == 3 and all(0 < s <= 120 for s in FakeBurner.started)
     assert any(kind == "threads" and LOADING_MESSAGE in msg for kind, msg in events)
     from tuner.calibration.threads import threads_sentence

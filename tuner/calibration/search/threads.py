@@ -2,14 +2,15 @@
 
 After the paired rounds, the candidate the decision serves (``tuner.calibration.decide.decide`` on the sweep
 so far) and, when that one is speculative, the model alone are each launched once per thread setting
-(``tuner.calibration.threads.settings_for``: the default, one core fewer, all cores waiting politely) and
+(``tuner.calibration.threads.settings_for``: one core fewer, all cores waiting politely, then the default: on a
+machine that is busy already the default is the slow one, and the sweep measured it) and
 measured idle, then with one other busy program — a bounded burner this stage starts itself for a few
 seconds (``tuner.hardware.burner.BoundedBurner``; the event says so). ``tuner.calibration.threads.choose``
 picks the setting; its sentence goes to the decision. The stage's time is kept back from the earlier stages
 (``Budget.held_s``, :data:`tuner.calibration.threads.SHARE` of the budget) and it never spends more; a setting
 that does not fit is skipped. Its launches are not measurements of the sweep: the decision's statistics never
 see them. Each request is sized to take about :data:`REQUEST_S` at the launch's warm-up speed and stopped after
-4× that (at least :data:`MIN_LIMIT_S`): a collapsed server (66× slower was measured) then counts as the tokens
+3× that (at least :data:`MIN_LIMIT_S`): a collapsed server (66× slower was measured) then counts as the tokens
 asked for over that limit, an upper bound ("at most"), so one slow setting costs seconds, not minutes.
 """
 
@@ -38,10 +39,10 @@ PROMPTS = 2
 """Requests per setting idle, and as many with the burner running."""
 
 REQUEST_S = 0.5
-"""Each request asks for the tokens this launch's warm-up speed makes in about this many seconds (8 to 48)."""
+"""Each request asks for the tokens this launch's warm-up speed makes in about this many seconds (4 to 48)."""
 
 MIN_LIMIT_S = 2.0
-"""A request stops after 4× its expected time, and never before this many seconds: a collapsed server
+"""A request stops after 3× its expected time, and never before this many seconds: a collapsed server
 (66× slower was measured) then counts as the tokens asked for over that limit, an upper bound."""
 
 WARM_UP_TOKENS = 4
@@ -89,7 +90,8 @@ class ThreadStage:
         served = decide(outcome).winner
         baseline = next(m.candidate for m in outcome.measurements if m.candidate.is_baseline)
         end_s = self.budget.elapsed_s() + min(SHARE * self.budget.budget_s, max(0.0, self.budget.remaining_s()))
-        settings = settings_for(cores, self.s.thread_openmp)
+        # the default last: on a machine already busy it is the slow one, and the sweep measured it already
+        settings = tuple(sorted(settings_for(cores, self.s.thread_openmp), key=lambda st: st.is_default))
         self.events("threads", f"{LOADING_MESSAGE} ({len(settings)} thread settings of {served.label})",
                     detail={"settings": [st.to_json() for st in settings]})
         mine = self._measure_all(served, settings, end_s)
@@ -99,7 +101,9 @@ class ThreadStage:
             self.events("threads", "no thread setting could be measured in the time left: serving llama-server's "
                         "default threads")
             return
-        self.choice = ThreadChoice(chosen, mine, cores, served.label, base)
+        swept = [m.gen_tokens_per_s for m in outcome.measurements if m.candidate == served and m.ok and m.gen_tokens_per_s]
+        self.choice = ThreadChoice(chosen, mine, cores, served.label, base,
+                                   sweep_default_tps=mean(swept) if swept else None)
         self.events("threads", f"{served.label}: serving {chosen.words(cores)}", detail=self.choice.detail())
 
     def _measure_all(self, c: Candidate, settings: tuple[ThreadSetting, ...], end_s: float) -> tuple[ThreadFigures, ...]:
@@ -150,10 +154,10 @@ class ThreadStage:
         idx, prompt = self.requests.prompts[0]
         timeout = self.budget.request_timeout(self.s.request_timeout_s)
         warm = measure_request(launch.client, idx, prompt, 0, WARM_UP_TOKENS, timeout, self.workload, greedy=True)
-        n = max(8, min(48, self.requests.n_predict, round(REQUEST_S * warm.gen_tokens_per_s)))
-        limit = max(MIN_LIMIT_S, 4 * n / max(warm.gen_tokens_per_s, 1e-3))
+        n = max(4, min(48, self.requests.n_predict, round(REQUEST_S * warm.gen_tokens_per_s)))
+        limit = max(MIN_LIMIT_S, 3 * n / max(warm.gen_tokens_per_s, 1e-3))
         idle, idle_at_most = self._timed(launch, n, limit)
-        limit = max(MIN_LIMIT_S, 4 * n / max(idle, 1e-3))
+        limit = max(MIN_LIMIT_S, 3 * n / max(idle, 1e-3))
         with self.burner(min(MAX_S, PROMPTS * limit + 2.0)):
             time.sleep(0.2)  # the burner is spinning before the first token
             loaded, at_most = self._timed(launch, n, limit)
