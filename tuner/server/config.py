@@ -122,6 +122,8 @@ class ServerConfig:
         for name in ("no_repack", "omp_passive"):
             if not isinstance(getattr(self, name), bool):
                 raise TypeError(f"ServerConfig.{name} must be true or false, not {getattr(self, name)!r}")
+        if self.poll is not None and (isinstance(self.poll, bool) or not 0 <= self.poll <= 100):
+            raise ValueError(f"ServerConfig.poll must be 0 to 100 (--poll), not {self.poll!r}")
         object.__setattr__(self, "model_path", Path(self.model_path))
         object.__setattr__(self, "rpc", tuple(str(h) for h in self.rpc))
         if self.draft_path is not None:
