@@ -7,7 +7,8 @@ Progress goes to stderr (a one-line progress bar on a terminal, plain lines othe
 table to stdout; with ``--json`` stdout is exactly one JSON object::
 
     {"decision": {"spec_type", "draft", "n_max", "argv" (the tuned flags; no --host/--port: where to
-                  listen is serve's setting), "gen_tokens_per_s",
+                  listen is serve's setting), "env" (the variables the profile sets in llama-server's
+                  environment: {"OMP_WAIT_POLICY": "PASSIVE"} or {}), "gen_tokens_per_s",
                   "baseline_gen_tokens_per_s", "speedup", "reason"},
      "measurements": [{"candidate": {...}, "gen_tokens_per_s", "acceptance",
                        "speculative_active", "lossless", "divergences", "error", "no_drafts_at",
