@@ -1,10 +1,11 @@
 """Synthetic GGUF generator for the project's tests and benches.
 
-Writes real, loadable Llama GGUFs (``gguf.GGUFWriter`` + numpy) that reuse the real 512-token
-SentencePiece tokenizer of stories260K, so ``llama-server`` loads them and greedy outputs are
-ordinary text. Weights are random but deterministic: every tensor is drawn from a generator
-seeded with ``(seed, crc32(tensor name))``, so two files written with the same ``seed`` and
-shapes share identical tensors by name. That gives the "acceptance dial" of DESIGN.md:
+Writes real, loadable Llama GGUFs that reuse the real 512-token SentencePiece tokenizer of stories260K, so
+``llama-server`` loads them and greedy outputs are ordinary text. The Llama writer, the tokenizer and the
+seeded weights are the product's (:mod:`tuner.catalog.synthetic`, which also makes the app's generated demo
+models): every tensor is drawn from a generator seeded with ``(seed, crc32(tensor name))``, so two files
+written with the same ``seed`` and shapes share identical tensors by name. That gives the "acceptance
+dial" of DESIGN.md:
 
 - target: ``L`` blocks; blocks past the first ``k`` have ``attn_output``/``ffn_down`` scaled by
   ``eps`` (they nudge the residual stream by a small amount);
@@ -26,7 +27,6 @@ Usage::
 
 from __future__ import annotations
 
-import zlib
 from collections.abc import Iterator, Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, replace
@@ -36,73 +36,22 @@ from typing import Any
 
 import numpy as np
 
+from tuner.catalog import synthetic
+from tuner.catalog.synthetic import (  # noqa: F401 - re-exported for the tests and benches
+    EMBD_STD,
+    TOKEN_TYPE_NORMAL,
+    LlamaShape,
+    TokenizerSpec,
+    write_gguf,
+)
+from tuner.catalog.synthetic import add_tokenizer as _add_tokenizer
+from tuner.catalog.synthetic import normal_weights as _normal
+
 REPO = Path(__file__).resolve().parent.parent
 _STORIES_CANDIDATES = (
     REPO.parent / "shared" / "models" / "stories260K.gguf",
     REPO / "resources" / "demo" / "stories260K.gguf",
 )
-
-TOKEN_TYPE_NORMAL = 1
-# Standard deviation of the token embeddings. The blocks' outputs do not depend on it (each block
-# normalizes its input), so it sets how much the eps-scaled blocks move the residual stream
-# relative to the first blocks: a larger value → the draft agrees more often at a given eps.
-# 2.0 makes eps 0.05 match DESIGN.md's dial (measured: see make_family).
-EMBD_STD = 2.0
-
-
-@dataclass(frozen=True)
-class TokenizerSpec:
-    """A tokenizer to write into a GGUF.
-
-    ``add_bos`` / ``add_eos`` / ``pre`` / ``bos_id`` / ``eos_id`` set to ``None`` leave the key out
-    (llama.cpp then applies its per-vocab-type defaults). ``merges`` is needed for BPE (``gpt2``).
-    """
-
-    model: str
-    pre: str | None
-    tokens: tuple[str, ...]
-    scores: tuple[float, ...]
-    token_types: tuple[int, ...]
-    bos_id: int | None
-    eos_id: int | None
-    add_bos: bool | None
-    add_eos: bool | None
-    merges: tuple[str, ...] = ()
-
-    @property
-    def n_tokens(self) -> int:
-        """Vocabulary size."""
-        return len(self.tokens)
-
-    def with_token(self, token_id: int, text: str) -> TokenizerSpec:
-        """A copy whose token ``token_id`` has text ``text`` (keep texts unique: llama.cpp refuses duplicates)."""
-        tokens = list(self.tokens)
-        tokens[token_id] = text
-        return replace(self, tokens=tuple(tokens))
-
-    def with_extra_tokens(self, n: int, prefix: str = "<extra_", token_type: int = TOKEN_TYPE_NORMAL) -> TokenizerSpec:
-        """A copy with ``n`` more tokens appended (``<extra_0>``, ``<extra_1>``, ...) of ``token_type``.
-
-        Use a non-normal type (e.g. 5, unused) for a *draft* whose vocabulary is larger than the
-        target's: its output rows are then zero, so it never proposes an id the target lacks
-        (llama-server b11434 aborts in ``common_batch::get_sub_batch`` when a draft does).
-        """
-        extra = tuple(f"{prefix}{i}>" for i in range(n))
-        return replace(
-            self,
-            tokens=self.tokens + extra,
-            scores=self.scores + (0.0,) * n,
-            token_types=self.token_types + (token_type,) * n,
-        )
-
-    def truncated(self, n_tokens: int) -> TokenizerSpec:
-        """A copy with only the first ``n_tokens`` tokens."""
-        return replace(
-            self,
-            tokens=self.tokens[:n_tokens],
-            scores=self.scores[:n_tokens],
-            token_types=self.token_types[:n_tokens],
-        )
 
 
 @dataclass(frozen=True)
@@ -125,134 +74,13 @@ def stories_model_path() -> Path:
 @lru_cache(maxsize=1)
 def stories_tokenizer() -> TokenizerSpec:
     """The real 512-token SentencePiece tokenizer of stories260K (read once)."""
-    from gguf import GGUFReader
-
-    reader = GGUFReader(stories_model_path())
-
-    def field(name: str):
-        return reader.fields[name]
-
-    tok_field = field("tokenizer.ggml.tokens")
-    tokens = tuple(bytes(tok_field.parts[i]).decode("utf-8") for i in tok_field.data)
-    sc = field("tokenizer.ggml.scores")
-    scores = tuple(float(sc.parts[i][0]) for i in sc.data)
-    tt = field("tokenizer.ggml.token_type")
-    types = tuple(int(tt.parts[i][0]) for i in tt.data)
-    model_f = field("tokenizer.ggml.model")
-    model = bytes(model_f.parts[model_f.data[0]]).decode("utf-8")
-
-    def scalar(name: str) -> int | None:
-        f = reader.fields.get(name)
-        return None if f is None else int(f.parts[f.data[0]][0])
-
-    return TokenizerSpec(
-        model=model,
-        pre=None,
-        tokens=tokens,
-        scores=scores,
-        token_types=types,
-        bos_id=scalar("tokenizer.ggml.bos_token_id"),
-        eos_id=scalar("tokenizer.ggml.eos_token_id"),
-        add_bos=None,
-        add_eos=None,
-    )
+    return synthetic.read_tokenizer(stories_model_path())
 
 
 def bpe_tokenizer(base: TokenizerSpec | None = None, pre: str | None = "default") -> TokenizerSpec:
     """A BPE (``gpt2``) variant of ``base`` (default: stories) with a minimal merges list, loadable by llama.cpp."""
     base = base or stories_tokenizer()
     return replace(base, model="gpt2", pre=pre, merges=("▁ t", "h e"))
-
-
-def _rng(seed: int, name: str) -> np.random.Generator:
-    return np.random.default_rng([seed & 0xFFFFFFFF, zlib.crc32(name.encode("utf-8"))])
-
-
-def _normal(seed: int, name: str, shape: tuple[int, ...], std: float) -> np.ndarray:
-    return (_rng(seed, name).standard_normal(shape, dtype=np.float32) * np.float32(std)).astype(np.float32)
-
-
-def _gguf_value_type(value: Any):
-    from gguf import GGUFValueType
-
-    if isinstance(value, bool):
-        return GGUFValueType.BOOL, None
-    if isinstance(value, int):
-        if 0 <= value < 2**32:
-            return GGUFValueType.UINT32, None
-        return GGUFValueType.INT64, None
-    if isinstance(value, float):
-        return GGUFValueType.FLOAT32, None
-    if isinstance(value, str):
-        return GGUFValueType.STRING, None
-    if isinstance(value, (list, tuple)):
-        if not value:
-            return GGUFValueType.ARRAY, GGUFValueType.INT32
-        first = value[0]
-        if isinstance(first, str):
-            return GGUFValueType.ARRAY, GGUFValueType.STRING
-        if isinstance(first, float):
-            return GGUFValueType.ARRAY, GGUFValueType.FLOAT32
-        return GGUFValueType.ARRAY, GGUFValueType.INT32
-    raise TypeError(f"cannot write {type(value).__name__} as a GGUF value")
-
-
-def _add_tokenizer(writer, tok: TokenizerSpec) -> None:
-    writer.add_tokenizer_model(tok.model)
-    if tok.pre is not None:
-        writer.add_tokenizer_pre(tok.pre)
-    writer.add_token_list(list(tok.tokens))
-    writer.add_token_scores(list(tok.scores))
-    writer.add_token_types(list(tok.token_types))
-    if tok.merges:
-        writer.add_token_merges(list(tok.merges))
-    if tok.bos_id is not None:
-        writer.add_bos_token_id(tok.bos_id)
-    if tok.eos_id is not None:
-        writer.add_eos_token_id(tok.eos_id)
-    if tok.add_bos is not None:
-        writer.add_add_bos_token(tok.add_bos)
-    if tok.add_eos is not None:
-        writer.add_add_eos_token(tok.add_eos)
-
-
-def _add_extra_kv(writer, extra_kv: Mapping[str, Any] | None) -> None:
-    for key, value in (extra_kv or {}).items():
-        if value is None:
-            continue
-        vtype, sub = _gguf_value_type(value)
-        writer.add_key_value(key, list(value) if isinstance(value, tuple) else value, vtype, sub_type=sub)
-
-
-def write_gguf(
-    path: Path | str,
-    *,
-    architecture: str = "llama",
-    kv: Mapping[str, Any] | None = None,
-    tensors: Mapping[str, np.ndarray] | None = None,
-    tokenizer: TokenizerSpec | None = None,
-    general_name: str | None = None,
-) -> Path:
-    """Write an arbitrary GGUF: ``general.architecture``, optional tokenizer, ``kv`` (None values
-    skipped; types inferred: bool, uint32/int64, float32, string, arrays) and ``tensors`` (numpy,
-    float32 → F32, float16 → F16). Not necessarily loadable by llama.cpp; for catalog tests."""
-    import gguf
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(path, architecture)
-    if general_name:
-        writer.add_name(general_name)
-    if tokenizer is not None:
-        _add_tokenizer(writer, tokenizer)
-    _add_extra_kv(writer, kv)
-    for name, arr in (tensors or {}).items():
-        writer.add_tensor(name, arr)
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
 
 
 def write_vocab_gguf(path: Path | str, tokenizer: TokenizerSpec | None = None, *, architecture: str = "llama") -> Path:
@@ -313,116 +141,18 @@ def write_llama_gguf(
     tied_output: bool = False,
     embd_std: float | None = None,
 ) -> Path:
-    """Write a real, loadable Llama GGUF with deterministic random weights.
+    """Write a real, loadable Llama GGUF with deterministic random weights: keyword arguments over
+    :func:`tuner.catalog.synthetic.write_llama_gguf` (each shape argument is a field of its
+    :class:`~tuner.catalog.synthetic.LlamaShape`); ``tokenizer`` defaults to :func:`stories_tokenizer`.
 
-    Args:
-        path: output file.
-        n_embd, n_layers, n_head, n_head_kv: model shape (``n_embd`` divisible by ``n_head``).
-        n_ff: feed-forward width (default ``3 * n_embd``).
-        ctx_train: ``llama.context_length``.
-        dtype: ``"f32"`` or ``"f16"`` for the 2-D weights (norms stay F32).
-        seed: weight seed; same seed + same shapes = identical tensors by name.
-        tokenizer: default :func:`stories_tokenizer`.
-        eps: scale applied to ``attn_output``/``ffn_down`` of the blocks past ``keep_blocks``.
-        keep_blocks: number of leading blocks left unscaled (default: all blocks unscaled).
-        weights_from: an existing GGUF whose tensors of the same name and shape are copied
-            (before the ``eps`` scaling) instead of drawn.
-        extra_kv: more keys (``None`` values skipped); overrides nothing already written.
-        nextn_layers: append this many MTP/NextN blocks (``blk.N.nextn.eh_proj`` etc.) and set
-            ``<arch>.nextn_predict_layers``. Such a file is for catalog tests: llama.cpp's
-            ``llama`` loader does not expect these tensors and refuses to load it.
-        general_name: ``general.name``.
-        architecture: ``general.architecture`` (keys are written under this prefix).
-        output_scale: standard deviation of the logits before the final norm's gain (peakiness).
-        tied_output: leave out ``output.weight`` (llama.cpp then uses ``token_embd``).
-        embd_std: standard deviation of ``token_embd`` (default :data:`EMBD_STD`).
-
-    Returns:
-        ``path``.
-
-    Raises:
-        ValueError: a bad shape or ``dtype``.
+    Returns ``path``. Raises ValueError for a bad shape or ``dtype``.
     """
-    import gguf
-
-    if dtype not in ("f32", "f16"):
-        raise ValueError(f"dtype must be 'f32' or 'f16', not {dtype!r}")
-    if n_embd % n_head or n_head % n_head_kv:
-        raise ValueError(f"n_embd {n_embd} / n_head {n_head} / n_head_kv {n_head_kv} do not divide")
-    tok = tokenizer or stories_tokenizer()
-    n_vocab = tok.n_tokens
-    n_ff = n_ff or 3 * n_embd
-    head_dim = n_embd // n_head
-    n_embd_kv = head_dim * n_head_kv
-    keep = n_layers if keep_blocks is None else keep_blocks
-    wdtype = np.float16 if dtype == "f16" else np.float32
-    source: dict[str, np.ndarray] = {}
-    if weights_from is not None:
-        reader = gguf.GGUFReader(Path(weights_from))
-        for t in reader.tensors:
-            arr = np.asarray(t.data)
-            if arr.dtype in (np.float16, np.float32):
-                source[t.name] = arr.astype(np.float32)
-
-    def weight(name: str, shape: tuple[int, ...], std: float) -> np.ndarray:
-        src = source.get(name)
-        if src is not None and src.shape == shape:
-            return src.copy()
-        return _normal(seed, name, shape, std)
-
-    path = Path(path)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    writer = gguf.GGUFWriter(path, architecture)
-    writer.add_name(general_name or path.stem)
-    writer.add_context_length(ctx_train)
-    writer.add_embedding_length(n_embd)
-    writer.add_block_count(n_layers + nextn_layers)
-    writer.add_feed_forward_length(n_ff)
-    writer.add_head_count(n_head)
-    writer.add_head_count_kv(n_head_kv)
-    writer.add_rope_dimension_count(head_dim)
-    writer.add_layer_norm_rms_eps(1e-5)
-    writer.add_file_type(1 if dtype == "f16" else 0)
-    if nextn_layers:
-        writer.add_nextn_predict_layers(nextn_layers)
-    _add_tokenizer(writer, tok)
-    _add_extra_kv(writer, extra_kv)
-
-    inv = 1.0 / np.sqrt(n_embd)
-    emb = weight("token_embd.weight", (n_vocab, n_embd), 1.0) * np.float32(EMBD_STD if embd_std is None else embd_std)
-    writer.add_tensor("token_embd.weight", emb.astype(wdtype))
-    writer.add_tensor("output_norm.weight", np.ones(n_embd, dtype=np.float32))
-    if not tied_output:
-        out = weight("output.weight", (n_vocab, n_embd), output_scale * inv)
-        abnormal = np.array([t != TOKEN_TYPE_NORMAL for t in tok.token_types], dtype=bool)
-        out[abnormal, :] = 0.0
-        writer.add_tensor("output.weight", out.astype(wdtype))
-    for i in range(n_layers):
-        scale = 1.0 if i < keep else float(eps)
-        p = f"blk.{i}."
-        writer.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(p + "attn_q.weight", weight(p + "attn_q.weight", (n_embd, n_embd), inv).astype(wdtype))
-        writer.add_tensor(p + "attn_k.weight", weight(p + "attn_k.weight", (n_embd_kv, n_embd), inv).astype(wdtype))
-        writer.add_tensor(p + "attn_v.weight", weight(p + "attn_v.weight", (n_embd_kv, n_embd), inv).astype(wdtype))
-        wo = weight(p + "attn_output.weight", (n_embd, n_embd), inv) * np.float32(scale)
-        writer.add_tensor(p + "attn_output.weight", wo.astype(wdtype))
-        writer.add_tensor(p + "ffn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(p + "ffn_gate.weight", weight(p + "ffn_gate.weight", (n_ff, n_embd), inv).astype(wdtype))
-        writer.add_tensor(p + "ffn_up.weight", weight(p + "ffn_up.weight", (n_ff, n_embd), inv).astype(wdtype))
-        w2 = weight(p + "ffn_down.weight", (n_embd, n_ff), 2.0 / np.sqrt(n_ff)) * np.float32(scale)
-        writer.add_tensor(p + "ffn_down.weight", w2.astype(wdtype))
-    for j in range(nextn_layers):
-        p = f"blk.{n_layers + j}."
-        writer.add_tensor(p + "attn_norm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(p + "nextn.eh_proj.weight", weight(p + "nextn.eh_proj.weight", (n_embd, 2 * n_embd), inv).astype(wdtype))
-        writer.add_tensor(p + "nextn.enorm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(p + "nextn.hnorm.weight", np.ones(n_embd, dtype=np.float32))
-        writer.add_tensor(p + "nextn.shared_head_norm.weight", np.ones(n_embd, dtype=np.float32))
-    writer.write_header_to_file()
-    writer.write_kv_data_to_file()
-    writer.write_tensors_to_file()
-    writer.close()
-    return path
+    shape = LlamaShape(n_embd=n_embd, n_layers=n_layers, n_head=n_head, n_head_kv=n_head_kv, n_ff=n_ff,
+                       ctx_train=ctx_train, dtype=dtype, seed=seed, eps=eps, keep_blocks=keep_blocks,
+                       nextn_layers=nextn_layers, output_scale=output_scale, tied_output=tied_output,
+                       embd_std=embd_std)
+    return synthetic.write_llama_gguf(path, shape, tokenizer or stories_tokenizer(), general_name=general_name,
+                                      architecture=architecture, weights_from=weights_from, extra_kv=extra_kv)
 
 
 def write_moe_gguf(

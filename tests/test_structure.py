@@ -181,11 +181,6 @@ def prose_reads(root: Path, base: Path = REPO) -> Counter[tuple[str, str]]:
 
 
 OWN_PROSE_READS = Counter({
-    # a never-drafted measurement built without ``Measurement.no_drafts`` (measure.py records it now; the
-    # decision goldens' hand-built measurements do not): its error's words, read once to name the types (goes
-    # when those inputs carry the field, which re-records their words in decision_words.json)
-    ("tuner/calibration/wording.py", "error.partition(' never drafted ')"): 1,
-    ("tuner/calibration/wording.py", "rest.replace(f'at the served sampling ({at})', 'at these sampling settings', 1)"): 1,
     # the same pattern outside the decision
     ("tuner/ui/graphs.py", "' n_max ' in label"): 1,
     ("tuner/ui/graphs.py", "label.split(' ')"): 1,

@@ -595,6 +595,27 @@ def tree_usage(pid: int) -> tuple[int, float] | None:
     return rss, cpu
 
 
+def descendant_with_args(pid: int, words: Sequence[str]) -> int | None:
+    """The pid of a live descendant of ``pid`` whose command line holds ``words`` one after the other (e.g. a
+    router's model process: ``("--port", "4711")``); None when there is none or psutil may not look."""
+    want = list(words)
+    n = len(want)
+    try:
+        kids = psutil.Process(pid).children(recursive=True)
+    except (psutil.NoSuchProcess, psutil.AccessDenied):
+        return None
+    for kid in kids:
+        try:
+            cmd = kid.cmdline()
+            if kid.status() == psutil.STATUS_ZOMBIE:
+                continue
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        if any(cmd[i:i + n] == want for i in range(len(cmd) - n + 1)):
+            return kid.pid
+    return None
+
+
 def process_stopped(pid: int) -> bool | None:
     """True when ``pid`` is stopped (SIGSTOP / SIGTSTP: ``T`` state), False when running or
     sleeping, None when gone or unknown."""

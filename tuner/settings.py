@@ -102,6 +102,12 @@ class Settings:
             most 64 MiB per model, in a private folder: ``tuner.server.capture``) to re-tune on them; off by
             default. A start-up flag of llama-server (``--log-prompts-dir``): switching it restarts the served
             server, and switching it off deletes what was kept.
+        serve_at_start: serve again, when the app starts (at login too), what was served when it last ran:
+            ``None`` = not chosen yet (the first time a profile is served it becomes True), True, False (an
+            explicit off: later serves leave it off). A stale profile is not served: the app says why and offers
+            the re-tune.
+        served_target: the target GGUF being served (the one *Serve at start* serves again), None when the
+            server was stopped by hand or nothing was served yet.
         threads: CPU threads of llama-server (``-t``; ``-td`` too with a draft model) for tune and serve; None =
             the tune measures the thread settings and serves the one that copes best with other busy programs
             (``tuner.calibration.threads``). A number overrides it: the tune then measures only that count, and
@@ -128,6 +134,8 @@ class Settings:
     server_args: tuple[str, ...] = ()
     idle_sleep_s: int = DEFAULT_IDLE_SLEEP_S
     capture_requests: bool = False
+    serve_at_start: bool | None = None
+    served_target: Path | None = None
     threads: int | None = None
 
     def __post_init__(self) -> None:
@@ -151,7 +159,7 @@ class Settings:
         return dataclasses.replace(self, **changes)
 
 
-_PATH_KEYS = ("models_dir", "server_binary", "prompts_path")
+_PATH_KEYS = ("models_dir", "server_binary", "prompts_path", "served_target")
 #: One web origin: http(s)://host[:port], host a name, IPv4 or [IPv6] (no path, no comma list, no '*'); matched
 #: whole (``fullmatch``: a ``$`` anchor would admit a trailing newline, which then reached ``--cors-origins``).
 _ORIGIN = re.compile(r"https?://(\[[0-9A-Fa-f:.]+\]|[A-Za-z0-9](?:[A-Za-z0-9.-]{0,252}))(?::\d{1,5})?")
@@ -172,6 +180,9 @@ def validate(settings: Settings, path: Path | None = None) -> None:
     for key in ("expose_on_lan", "start_at_login", "keep_chat_history", "capture_requests"):
         if not isinstance(getattr(s, key), bool):
             raise SettingsError(key, f"expected true or false, got {getattr(s, key)!r}", path)
+    if s.serve_at_start is not None and not isinstance(s.serve_at_start, bool):
+        raise SettingsError("serve_at_start", f"expected true, false or null (not chosen yet), got "
+                            f"{s.serve_at_start!r}", path)
     if s.cors_origin is not None and (not isinstance(s.cors_origin, str) or not _ORIGIN.fullmatch(s.cors_origin)):
         raise SettingsError("cors_origin", f"expected one web origin such as http://localhost:3000 (scheme, "
                             f"host, optional port; no path, no list), got {s.cors_origin!r}", path)

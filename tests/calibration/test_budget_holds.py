@@ -267,3 +267,37 @@ def test_a_profile_whose_budget_ran_out_is_not_reused_by_a_larger_budget(tmp_pat
     assert not larger.reused
     stale = [m for k, m in kinds if k == "stale"]
     assert stale and "1 s budget was spent before" in stale[0] and "this sweep has 60 s" in stale[0], kinds
+
+
+def test_a_probe_from_the_disturbed_minutes_is_still_refined_after_the_baseline_is_measured_again():
+    """The first baseline (22.8 tokens/s) and the draft's probe (30, 1.3× it) ran while the machine was slow;
+    an n-gram probe that drafted nothing then ran at 700, and the baseline measured again agrees with it. The
+    draft's curve is compared with the baseline it was predicted against (a ratio), not with the fast one
+    measured minutes later: its promising lengths are still measured (before: none, every predicted figure was
+    below 700 tokens/s)."""
+    from tests.fakes.scripted_server import spec_metrics
+
+    clock = SimClock()
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    slow = {1: 22.8, 2: 30.0}  # the first two launches: the baseline, then the draft's probe
+
+    def per_launch(c: Candidate, n: int) -> dict:
+        return {"tps_of": lambda _c: slow[n]} if n in slow else {}
+
+    def metrics(client) -> str:  # 4 draft steps of 16 per request, half of the first tokens accepted
+        r = client.requests
+        return spec_metrics(4 * r, 64 * r, [4 * r, 3 * r, 2 * r, r]) if client.candidate.draft_path else ""
+
+    def drafts(c: Candidate, n: int):
+        return (n, n // 2) if c.draft_path else None
+
+    launch = ScriptedLaunch(lambda c: 700.0 if not c.draft_path else 900.0, clock=clock, load_s=1.0,
+                            overhead_s=0.01, drafts=drafts, metrics=metrics, per_launch=per_launch)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(Candidate(spec_type="ngram-mod"),), mtp=None,
+                         dropped=())
+    search = scripted_search(launch, plan, PROMPTS[:3], SearchSettings(n_predict=64, side_by_side=True), 120.0,
+                             clock=clock)
+    search.run()
+    assert search.record.baseline_rechecked and abs((search.record.base_tps or 0) - 700.0) < 1.0
+    refined = [m.candidate.n_max for m in search.record.measurements if m.stage == "refine"]
+    assert refined, [(m.candidate.label, m.stage) for m in search.record.measurements]

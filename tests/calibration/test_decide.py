@@ -3,14 +3,12 @@
 from __future__ import annotations
 
 import json
-import math
 
 import pytest
 
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.decide import break_even_acceptance, decide
 from tuner.calibration.outcome import SearchOutcome
-from tuner.calibration.pairing import sequential_test
 from tuner.calibration.results import (
     Measurement,
     NoDrafts,
@@ -118,7 +116,9 @@ def test_paired_repetitions_see_through_drift_of_the_machine():
     d = decide(SearchOutcome.of(rounds(GOOD, [(240.0, 280.0), (240.0, 282.0), (180.0, 210.0), (180.0, 209.0)],
                                        acceptance=0.75)))
     assert d.winner == GOOD
-    assert 1.15 < d.speedup_ci_low <= d.speedup <= d.speedup_ci_high < 1.19
+    # the interval keeps the drift the test assumes between pairs (at least 0.03 in ln ratio side by side:
+    # tuner.calibration.sequential.TAU0) however steady the pairs look
+    assert 1.10 < d.speedup_ci_low <= d.speedup <= d.speedup_ci_high < 1.25
 
 
 def test_failed_speculative_candidate_never_wins_however_fast():
@@ -214,13 +214,17 @@ def test_decision_line_does_not_repeat_the_words():
     base = m(BASE, [240.0, 238.0, 243.0])
     slow = m(GOOD, [205.0, 210.0, 199.0], acceptance=0.41)
     line = decision_line(decide(SearchOutcome.of([base, slow])))
-    assert line.startswith("Decision: No speculation: ") and line.lower().count("no speculation") == 1
+    # the line is the plain first sentence only: no label, no figures (those are the details)
+    assert line == ("Decision: Fastest here: the model alone — speculation with the draft model good.gguf was "
+                    "slower on your prompts."), line
     fast = rounds(GOOD, [(240.0, 330.0), (236.0, 338.0), (244.0, 325.0), (240.0, 331.0)], acceptance=0.64)
-    line2 = decision_line(decide(SearchOutcome.of(fast)))
-    # a winner: the plain sentence first (what is served, how much faster), the label once, in the evidence
-    assert line2.startswith("Decision: Serving the draft model ") and line2.count(GOOD.label) == 1, line2
-    first = line2.split("The evidence:")[0]
-    assert "good.gguf, guessing up to 8 tokens ahead: about 1.4× as fast as the model alone" in first, first
+    d = decide(SearchOutcome.of(fast))
+    line2 = decision_line(d)
+    assert line2 == ("Decision: Fastest here: the draft model good.gguf, about 1.4× faster than the model alone on "
+                     "your prompts."), line2
+    # the whole reason: the first sentence, then the evidence naming the label once
+    assert d.reason.startswith(line2.removeprefix("Decision: ")) and d.reason.count(GOOD.label) == 1, d.reason
+    assert "good.gguf, guessing up to 8 tokens ahead: 331 against 240 tokens/s" in d.reason, d.reason
 
 
 def test_nothing_measured_for_lack_of_time_says_so():
@@ -250,27 +254,13 @@ def test_a_single_fast_repetition_does_not_beat_a_confirmed_winner():
     assert d.winner == GOOD, d.reason
 
 
-def test_sequential_test_needs_min_pairs_and_spends_alpha_over_looks():
-    steady = [1.5, 1.5, 1.5]
-    assert sequential_test(steady[:2], 0.03).verdict == "inconclusive"  # two pairs never decide
-    assert sequential_test(steady, 0.03).verdict == "faster"
-    assert sequential_test([0.9, 0.92, 0.91], 0.03).verdict == "not faster"
-    wide = sequential_test([1.6, 1.1, 1.9], 0.03)
-    assert wide.verdict == "inconclusive" and wide.pairs_needed is not None and wide.pairs_needed > 3
-    # error control: under H0 (no gain, log-normal noise) the rule seldom says "faster", over all looks
-    import random
-
-    rng = random.Random(7)
-    false = 0
-    trials = 400
-    for _ in range(trials):
-        xs: list[float] = []
-        for n in range(1, 7):
-            xs.append(1.03 * rng.lognormvariate(0.0, 0.1))
-            if n >= 3 and sequential_test(xs, 0.03).verdict != "inconclusive":
-                false += sequential_test(xs, 0.03).verdict == "faster"
-                break
-    assert false / trials <= 0.05 / 2 + 0.015  # this candidate's share of the 5 % (2 finalists)
+def test_two_steady_pairs_of_many_requests_decide():
+    """The issue's case: two pairs of six paired requests at 1.34× and 1.36× conclude (the old rule on pair
+    ratios never gave a verdict before a third pair)."""
+    prompts = [[66.8 * f for f in (1.0, 0.9, 1.1, 1.05, 0.95, 1.0)], [66.6 * f for f in (1.0, 0.9, 1.1, 1.05, 0.95, 1.0)]]
+    pairs = [(prompts[0], [x * 1.34 for x in prompts[0]]), (prompts[1], [x * 1.36 for x in prompts[1]])]
+    d = decide(SearchOutcome.of(rounds(GOOD, pairs, acceptance=0.7)))
+    assert d.winner == GOOD and d.pairs == 2 and 1.34 <= d.speedup <= 1.36, d.reason
 
 
 def test_no_speculation_names_the_configurations_the_budget_left_unmeasured() -> None:
@@ -286,40 +276,24 @@ def test_no_speculation_names_the_configurations_the_budget_left_unmeasured() ->
     skipped = [Candidate(spec_type="ngram-simple"), Candidate(spec_type="ngram-simple", ngram_n_max=16)]
     d = decide(SearchOutcome.of([base, mod], unmeasured=skipped))
     assert d.no_speculation
-    assert "no measured speculative configuration drafted any token" in d.reason, d.reason
+    assert "No measured speculative configuration drafted any token" in d.reason, d.reason
     assert "the time budget was spent before ngram-simple, ngram-simple ngram n_max 16 were measured" in d.reason
-    assert "a larger budget measures them" in d.reason
+    assert "a larger time budget measures them" in d.reason and "--force" not in d.reason
     # nothing unmeasured: the plain finding, as before
-    assert "No speculation: no speculative configuration drafted any token" in \
+    assert "speculation never got going on your prompts. No speculative configuration drafted any token" in \
         decide(SearchOutcome.of([base, mod])).reason
 
 
-def test_an_earlier_faster_look_stands_and_the_error_stays_bounded():
+def test_an_earlier_faster_look_stands_in_the_decision():
     """A busy sweep pairs on after a conclusive look (to narrow the estimate): a later noisy pair cannot take
-    the verdict back, the figures are over all pairs, and — the looks' error being spent over all of
-    them — "faster" for a candidate exactly at the bar stays at or below alpha even when every trial runs
-    all six pairs and takes the verdict of any look."""
-    import random
-
-    from tuner.calibration.pairing import ALPHA, MAX_PAIRS, sequential_looks, sequential_test
-
-    ratios = [1.52, 1.50, 1.51, 0.95]
-    assert sequential_test(ratios[:3], 0.05).verdict == "faster"
-    assert sequential_test(ratios, 0.05).verdict != "faster"
-    look = sequential_looks(ratios, 0.05)
-    assert look.verdict == "faster" and look.decided_at == 3 and look.n == 4
-    assert look.low > 1.05  # the interval shown is the deciding look's: a served configuration's clears the bar
-    assert look.mean_ratio == pytest.approx(sequential_test(ratios, 0.05).mean_ratio)
-    assert sequential_looks([1.1, 0.9, 1.0, 1.05], 0.05).verdict != "faster"
-
-    rng = random.Random(7)
-    bar = 1.05
-    false = 0
-    trials = 3000
-    for _ in range(trials):
-        rs = [bar * math.exp(rng.gauss(0.0, 0.15)) for _ in range(MAX_PAIRS)]
-        false += sequential_looks(rs, 0.05).verdict == "faster"
-    assert false / trials <= ALPHA, false / trials
+    the verdict back; the figures are over all pairs, the interval is the deciding look's."""
+    steady = [([240.0, 250.0], [360.0, 372.0]), ([241.0, 249.0], [362.0, 376.0])]
+    late = steady + [([240.0, 250.0], [200.0, 210.0]), ([240.0, 250.0], [210.0, 200.0])]
+    d = decide(SearchOutcome.of(rounds(GOOD, late, acceptance=0.7)))
+    look = d.comparisons[0].look
+    assert d.winner == GOOD and look is not None and look.decided_at == 2 and look.n == 4
+    assert d.speedup_ci_low is not None and d.speedup_ci_low > 1.03
+    assert "faster beyond noise at the sequential test's look after 2 pairs" in d.reason
 
 
 def test_an_unsteady_baseline_makes_screening_figures_no_evidence_either_way():
@@ -350,39 +324,42 @@ def test_a_run_that_drafted_nothing_gets_no_per_category_speedups():
 
 def test_never_drafted_types_with_different_reasons_are_not_merged():
     def never(t: str, greedy_draft_n: int | None) -> dict:
-        nd = NoDrafts("temperature 0.8", sampled=True, greedy_draft_n=greedy_draft_n)
+        nd = NoDrafts("temperature 0.8", sampled=True, greedy_draft_n=greedy_draft_n, requests=14)
         return never_entry(t, t, no_drafts_error(t, nd), "temperature 0.8", nd)
 
     same = never_text([never("ngram-mod", None), never("ngram-simple", None)])
-    assert same == "ngram-mod, ngram-simple never drafted at these sampling settings; no speedup is possible for " \
-                   "these requests"
+    assert same == "ngram-mod, ngram-simple drafted nothing in 14 requests at these sampling settings"
     differ = never_text([never("ngram-mod", 3), never("ngram-simple", 30)])
-    assert "ngram-mod never drafted at these sampling settings, although it drafted 3 tokens" in differ
-    assert "ngram-simple never drafted at these sampling settings, although it drafted 30 tokens" in differ
+    assert "ngram-mod drafted nothing in 14 requests at these sampling settings, although it drafted 3 tokens" in differ
+    assert "ngram-simple drafted nothing in 14 requests at these sampling settings, although it drafted 30 tokens" \
+        in differ
 
 
-def test_never_drafted_words_from_the_structured_field_and_from_an_older_errors_words_agree():
-    """The decision names the types that never drafted from ``Measurement.no_drafts``; a measurement
-    recorded before that field (its ``error`` words only) reads the same."""
+def test_never_drafted_words_from_the_structured_field_and_from_the_measurement_agree():
+    """The decision names the types that never drafted from ``Measurement.no_drafts``; a measurement recorded
+    without that field (the search does not fill it yet) reads the same from its own fields (``no_drafts_at``,
+    ``greedy_draft_n``, its samples), never from its ``error`` words: they claim more than was measured."""
+    at = "temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's defaults)"
+
     def measured(t: str, nd: NoDrafts | None) -> Measurement:
-        at = "temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's defaults)"
-        full = NoDrafts(at, sampled=True, greedy_draft_n=12)
         return Measurement(Candidate(spec_type=t), samples=synthetic_samples([10.0]), no_drafts_at=at,
-                           speculative_active=True, error=no_drafts_error(t, full), no_drafts=nd)
+                           speculative_active=True, greedy_draft_n=12, no_drafts=nd,
+                           error=f"{t} never drafted …: these prompts repeat no n-gram; no speedup is possible")
 
     base = m(BASE, [10.0, 10.1])
-    at = "temperature 0.8, top_k 40, top_p 0.95, min_p 0.05 (llama-server's defaults)"
     typed = decide(SearchOutcome.of([base, measured("ngram-mod", NoDrafts(at, True, 12)),
                                      measured("ngram-simple", NoDrafts(at, True, 12))]))
-    text_only = decide(SearchOutcome.of([base, measured("ngram-mod", None), measured("ngram-simple", None)]))
-    assert typed.reason == text_only.reason == (
-        "No speculation: no speculative configuration drafted any token on these prompts: ngram-mod, ngram-simple "
-        "never drafted at these sampling settings, although it drafted 12 tokens at greedy settings (the lossless "
-        "check); no speedup is possible for these requests.")
+    from_fields = decide(SearchOutcome.of([base, measured("ngram-mod", None), measured("ngram-simple", None)]))
+    assert typed.reason == from_fields.reason == (
+        "Fastest here: the model alone — speculation never got going on your prompts. No speculative configuration "
+        "drafted any token: ngram-mod, ngram-simple drafted nothing in 1 request at these sampling settings, although "
+        "it drafted 12 tokens in the short greedy check (temperature 0).")
+    assert "repeat no" not in typed.reason and "no speedup is possible" not in typed.reason
     assert typed.kind == "alone_never_drafted" and typed.named == ("ngram-mod", "ngram-simple")
     assert Measurement.from_json(measured("ngram-mod", NoDrafts(at, True, 12)).to_json()).no_drafts == \
         NoDrafts(at, True, 12)
     assert "no_drafts" not in measured("ngram-mod", None).to_json()  # a profile's evidence as before
+
 
 KIND_OF_GOLDEN_CASE = {
     "winner": "speculate", "ngram winner": "speculate", "chain faster beyond noise": "speculate",

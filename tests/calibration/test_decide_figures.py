@@ -34,9 +34,9 @@ def _screen(c: Candidate, rows, acceptance=None, stage="probe", **kw) -> Measure
 
 
 def _quoted(reason: str) -> tuple[float, float]:
-    """The first tokens/s figures the reason quotes (a winner's plain first sentence gives them, rounded by
+    """The first tokens/s figures the reason quotes (a winner's "Serving …" sentence gives them, rounded by
     ``plain_tps``; its evidence part then gives the ratio, not the figures again)."""
-    found = re.search(r"([\d.]+) vs ([\d.]+) tokens/s", reason)
+    found = re.search(r"([\d.]+) against ([\d.]+) tokens/s", reason)
     assert found, reason
     return float(found.group(1)), float(found.group(2))
 
@@ -112,12 +112,13 @@ def test_chart_decision_and_per_category_lines_agree() -> None:
     assert rows[GOOD.label][1] == pytest.approx(d.gen_tokens_per_s)
     c_tps, b_tps = _quoted(d.reason)
     assert (plain_tps(c_tps), plain_tps(b_tps)) == (plain_tps(d.gen_tokens_per_s), plain_tps(d.baseline_gen_tokens_per_s))
-    # the plain first sentence quotes the same figures, rounded; the evidence does not repeat them
+    # the "Serving …" sentence quotes the same figures, rounded; the evidence does not repeat them
     plain, evidence = d.reason.split("The evidence:", 1)
     assert "tokens/s" not in evidence and f"{d.speedup:.2f}× over" in evidence
-    assert f"{plain_tps(d.gen_tokens_per_s)} vs {plain_tps(d.baseline_gen_tokens_per_s)} tokens/s" in plain
+    assert f"{plain_tps(d.gen_tokens_per_s)} against {plain_tps(d.baseline_gen_tokens_per_s)} tokens/s" in plain
     assert plain_tps(738.4) == "738" and plain_tps(7.44) == "7.4"
-    assert f"about {d.speedup:.1f}× as fast as the model alone" in plain
+    assert plain.startswith(f"Fastest here: the draft model good.gguf, about {d.speedup:.1f}× faster than the model "
+                            "alone on your prompts.")
     # no bar of another candidate stands above the winner's speedup, whatever its raw tokens/s
     for c in d.comparisons:
         assert c.speedup <= d.speedup + 1e-9
@@ -162,7 +163,7 @@ def test_a_reused_profile_prints_the_comparisons_it_saved() -> None:
     assert reused.per_category == d.per_category and reused.break_even == d.break_even
     again = TuneResult(target_path=Path("/m/t.gguf"), decision=reused, profile=prof, reused=True)
     out = io.StringIO()
-    print_table(again, out)
+    print_table(again, out, details=True)
     text = out.getvalue()
     # the app's chart of a reused profile: the bars it showed after the sweep (it showed none)
     from tuner.ui.flow import result_rows
@@ -186,12 +187,14 @@ def test_a_type_that_never_drafted_is_a_finding_not_a_failed_run() -> None:
                         no_drafts_at="greedy settings")
     d = decide(SearchOutcome.of([base, never]))
     assert d.no_speculation
-    assert "drafted any token on these prompts: ngram-mod never drafted at greedy settings" in d.reason, d.reason
-    assert "ran correctly" not in d.reason
+    assert "No speculative configuration drafted any token: ngram-mod drafted nothing at these sampling settings" \
+        in d.reason, d.reason
+    assert "speculation never got going" in d.reason and "ran correctly" not in d.reason
+    assert "repeat no n-gram" not in d.reason  # the error's general claim is not the decision's
     broken = Measurement(Candidate(spec_type="ngram-simple"), samples=(), speculative_active=True,
                          error="request failed (prompt 1, repetition 1): HTTP 500")
     d2 = decide(SearchOutcome.of([base, never, broken]))
-    assert "no speculative configuration ran correctly: ngram-simple: request failed" in d2.reason, d2.reason
+    assert "No speculative configuration ran correctly: ngram-simple: request failed" in d2.reason, d2.reason
 
 
 def test_table_without_comparisons_does_not_point_to_a_missing_table() -> None:
@@ -218,3 +221,4 @@ def test_table_without_comparisons_does_not_point_to_a_missing_table() -> None:
     assert "table below" not in text and "not a comparison" in text
     row = next(line for line in text.splitlines() if line.startswith("ngram-mod"))
     assert " yes " not in row, row
+    assert row.endswith("drafted nothing") and "no speedup is possible" not in row, row  # what was measured

@@ -267,19 +267,22 @@ DECISION_JSON_KEYS = (
 """The decision's JSON fields pinned here (``reason`` is pinned on its own; a field added later is not a change)."""
 
 
-def _gui_text(result: TuneResult) -> str:
-    from tuner.ui.flow import decision_text
+def _gui_text(result: TuneResult) -> dict[str, Any]:
+    """What the Tune tab shows: the first sentence, and the details behind its *Details* expander."""
+    from tuner.ui.flow import decision_words
 
-    return decision_text(result)
+    words = decision_words(result)
+    return {"first": words.first, "details": list(words.details)}
 
 
 def _words(d: Decision, *, reused: bool = False, profile: Any = None) -> dict[str, Any]:
-    """What a user reads of ``d``: the reason, the CLI's last line and table, the GUI's text, and the JSON."""
+    """What a user reads of ``d``: the reason, the CLI's last line and table (``--details``'s), the GUI's text,
+    and the JSON."""
     from tuner.cli.tune_report import decision_line, print_table
 
     result = TuneResult(target_path=Path("/m/t.gguf"), decision=d, reused=reused, profile=profile)
     table = io.StringIO()
-    print_table(result, table)
+    print_table(result, table, details=True)
     as_json = d.to_json()
     missing = set(DECISION_JSON_KEYS) - set(as_json)
     assert not missing, missing

@@ -85,7 +85,7 @@ def test_the_report_appends_its_sentences_after_the_decisions_words() -> None:
     load = ("Other programs used 40 % of the CPU during the sweep; figures are less certain. 2 other llama-server "
             "processes ran on this machine during the sweep and competed with it.")
     assert d.reason == (f"{plain.reason} {no_repack_sentence('sigsegv')} {load} A note on the sweep. Measured with "
-                        "raw completions (/completion) at greedy (temperature 0). ngram-mod never drafted at these "
+                        "raw completions (/completion) at greedy (temperature 0). ngram-mod drafted nothing at these "
                         "sampling settings.")
     assert d.busy_note == load and plain.busy_note is None
     assert [s.slot for s in d.sentences] == sorted(s.slot for s in d.sentences)

@@ -131,3 +131,33 @@ def test_parse_uses_the_one_metrics_parser():
     assert parse_metrics(gap).accepted_per_pos_total == (4.0, 0.0, 1.0)
     with pytest.raises(MetricsParseError):
         parse_spec_metrics("llamacpp:spec_decode_num_drafts_total {{{ not prometheus\n")
+
+
+def test_predicted_ratio_from_a_run_and_its_own_cost():
+    """A run's own cost of a verification step gives back its measured speedup at its length; shorter lengths
+    accept less, longer ones at most what every fully accepted step could add; free verification bounds all."""
+    from tuner.calibration.predict import (
+        FREE_VERIFICATION,
+        accepted_tokens_at,
+        fit_run_cost,
+        predicted_ratio,
+    )
+
+    # an n-gram run: 600 tokens generated, 40 draft steps of 6 tokens each on average, 90 accepted
+    counts = PerPositionCounts(drafts_total=40, draft_tokens_total=240, accepted_tokens_total=90,
+                               accepted_per_pos=(30, 25, 20, 10, 5, 0, 0, 0))
+    assert accepted_tokens_at(counts, 2) == 55 and accepted_tokens_at(counts, 8) == 90
+    assert accepted_tokens_at(counts, 12) == 90  # nothing accepted at the last position: nothing to extend
+    cost = fit_run_cost(counts, 600, 1.04)
+    assert cost is not None and cost.per_draft_token > 0
+    assert predicted_ratio(counts, 600, 8, cost) == pytest.approx(1.04)
+    assert predicted_ratio(counts, 600, 2, cost) < predicted_ratio(counts, 600, 8, cost) + 0.05
+    # at most the generated tokens over the steps left, whatever the cost
+    free = predicted_ratio(counts, 600, 8, FREE_VERIFICATION)
+    assert free == pytest.approx(600 / (600 - 90))
+    # a draft model drafts at every step: the curve's (1 + a) / step cost
+    always = PerPositionCounts(drafts_total=100, draft_tokens_total=400, accepted_tokens_total=200,
+                               accepted_per_pos=(80, 60, 40, 20))
+    model = CostModel(0.1, 0.0, 100.0)
+    assert predicted_ratio(always, 300, 4, model) == pytest.approx((1 + 2.0) / (1 + 0.1 * 4))
+    assert fit_run_cost(PerPositionCounts(0, 0, 0), 600, 1.0) is None

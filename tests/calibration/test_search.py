@@ -237,8 +237,9 @@ def _no_ngram_drafts(c: Candidate, n_predict: int) -> tuple[int, int] | None:
 
 def test_another_length_of_an_ngram_type_that_never_drafted_is_not_launched():
     """ngram-simple drafts after a found lookup whatever its draft length: once it drafted nothing, its
-    other length is skipped (a launch saved); ngram-mod's shorter variant has a smaller n_min (it drops
-    drafts shorter than n_min), so it can draft where the default did not and is still measured."""
+    other length is skipped (a launch saved). Each type's shortest variant runs first; for ngram-mod that is
+    also the one with the smallest n_min (it drops drafts shorter than n_min): where it drafted nothing, the
+    default (n_min 48) cannot draft either and is skipped; the other way round it could not be (see below)."""
     launch = ScriptedLaunch(_tps, content="same text", drafts=_no_ngram_drafts)
     launched = launch.launched
     events: list[str] = []
@@ -250,9 +251,21 @@ def test_another_length_of_an_ngram_type_that_never_drafted_is_not_launched():
                          dropped=())
     scripted_search(launch, plan, [(0, Prompt("p", "code"))], SearchSettings(n_predict=16, p_min_variant=None), 600,
                     emit=lambda kind, msg, **kw: events.append(f"{kind}: {msg}")).run()
-    assert simple in launched and mod in launched and mod16 in launched
-    assert simple16 not in launched, [c.label for c in launched]
-    assert any(e.startswith(f"skipped: {simple16.label}: not measured, ngram-simple never drafted") for e in events)
+    assert simple16 in launched and mod16 in launched
+    assert simple not in launched and mod not in launched, [c.label for c in launched]
+    assert launched.index(simple16) < launched.index(mod16)  # the plan's order of the types stands
+    assert any(e.startswith(f"skipped: {simple.label}: not measured, ngram-simple ngram n_max 16 never drafted")
+               for e in events), events
+    assert any(e.startswith(f"skipped: {mod.label}: not measured") for e in events)
+
+    # a larger n_min (the default's 48) cannot rule out the smaller one: measured the other way round
+    # (the default alone in the plan first, then the short variant), both run
+    from tuner.calibration.results import Measurement, Sample
+    from tuner.calibration.search.record import Record
+    from tuner.calibration.search.rules import never_drafted_type
+
+    rec = Record(measurements=[Measurement(mod, samples=(Sample(0, "code", 0, 100.0),), no_drafts_at="greedy")])
+    assert never_drafted_type(rec, mod16) is None
 
 
 def test_the_workload_is_the_sweeps_and_what_its_launches_learn_is_the_outcomes():
@@ -281,5 +294,117 @@ def test_the_workload_is_the_sweeps_and_what_its_launches_learn_is_the_outcomes(
     never = first[ngram]
     assert never.no_drafts == NoDrafts(sampling_words, sampled=True, greedy_draft_n=0)
     assert never.no_drafts_at == sampling_words and never.error == no_drafts_error("ngram-simple", never.no_drafts)
-    assert never.error.endswith(", nor at greedy settings (the lossless check): these prompts repeat no n-gram; "
-                                "no speedup is possible for these requests")
+    # what was measured, never a general claim about the prompts (issue 26)
+    assert never.error.endswith(", nor in the short greedy check (temperature 0)"), never.error
+    assert "repeat no n-gram" not in never.error and "no speedup is possible" not in never.error
+
+
+def test_side_by_side_alternates_which_side_goes_first_and_relaunches_every_two_pairs():
+    """Side by side, the finalist and the baseline take turns going first (under a fixed order a load that
+    grows within a launch favours one side in every pair), and a draft model's server is started afresh
+    every LOOK_STEP pairs (a launch's own speed offset is then not shared by all its pairs)."""
+    from tuner.calibration.measure import WARMUP_PROMPT
+    from tuner.calibration.pairing import LOOK_STEP
+
+    order: list[tuple[str, str]] = []  # (side, prompt) of every measured request, in time order
+    n = [0]
+
+    def tps_of(c: Candidate) -> float:
+        n[0] += 1
+        return 100.0 if c.is_baseline else 100.0 * (1.3 + 0.4 * (n[0] % 3) / 3)  # a noisy 1.3-1.7x
+
+    scripted = ScriptedLaunch(tps_of, content="same text")
+
+    def launch(c, cancel):
+        ln = scripted(c, cancel)
+        inner = ln.client.completion
+
+        def completion(prompt, n_predict, timeout_s=120.0, **params):
+            if WARMUP_PROMPT not in prompt:
+                order.append(("b" if c.is_baseline else "c", prompt))
+            return inner(prompt, n_predict, timeout_s, **params)
+
+        ln.client.completion = completion
+        return ln
+
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(), mtp=None, dropped=())
+    prompts = [(0, Prompt("p", "code")), (1, Prompt("q", "creative")), (2, Prompt("r", "math"))]
+    search = scripted_search(launch, plan, prompts, SearchSettings(n_predict=16, p_min_variant=None, side_by_side=True,
+                                                                  explore_per_draft=0), 600)
+    ms = search.run().measurements
+    cand = [m for m in ms if m.stage == "confirm" and not m.candidate.is_baseline]
+    assert len(cand) >= 2 and all(m.repetitions <= LOOK_STEP for m in cand), [m.repetitions for m in cand]
+    # the confirm stage's requests in time order: (c b) and (b c) take turns, each turn the same request
+    paired = order[-2 * sum(len(m.samples) for m in cand):]
+    turns = [paired[i:i + 2] for i in range(0, len(paired), 2)]
+    assert all(a[1] == b[1] and {a[0], b[0]} == {"b", "c"} for a, b in turns), turns
+    firsts = [a[0] for a, _b in turns]
+    assert firsts[:4] == ["c", "b", "c", "b"], firsts
+    d = decide(SearchOutcome.of(ms))
+    assert d.winner.draft_path == DRAFT and d.pairs == len(adjacent_pairs(ms, d.winner))
+
+
+def test_an_ngram_variant_that_cannot_beat_the_leader_is_not_launched_and_the_decision_says_so():
+    """The draft leads at 1.4x; ngram-simple at n_max 16 ran first and accepted a few tokens (1.04x), none at
+    its 16th position: at the server's default 48 it cannot do better, so that variant is not launched (a launch
+    saved), and the decision's sweep sentences say what was skipped and why."""
+    from tests.fakes.scripted_server import spec_metrics
+    from tuner.calibration.wording import words
+
+    def tps_of(c: Candidate) -> float:
+        return 100.0 if c.is_baseline else 104.0 if c.spec_type.startswith("ngram") else 140.0
+
+    def metrics(client) -> str:
+        if not client.candidate.spec_type.startswith("ngram"):
+            return ""
+        n = client.requests  # per request: 2 draft steps of 8 tokens, 3 accepted
+        return spec_metrics(2 * n, 16 * n, [2 * n, n] + [0] * 14)
+
+    launch = ScriptedLaunch(tps_of, content="same text", metrics=metrics)
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    simple, simple16 = Candidate(spec_type="ngram-simple"), Candidate(spec_type="ngram-simple", ngram_n_max=16)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,), ngram=(simple, simple16), mtp=None, dropped=())
+    events: list[str] = []
+    outcome = scripted_search(launch, plan, [(0, Prompt("p", "code")), (1, Prompt("q", "chat"))],
+                              SearchSettings(n_predict=16, p_min_variant=None), 600,
+                              emit=lambda kind, msg, **kw: events.append(f"{kind}: {msg}")).run()
+    assert simple16 in launch.launched and simple not in launch.launched, [c.label for c in launch.launched]
+    assert any(e.startswith(f"skipped: {simple.label}: not launched, it cannot beat {probe.label}") for e in events)
+    said = [words(s) for s in outcome.notes if s.kind == "sweep.pruned"]
+    assert len(said) == 1 and said[0].startswith("Not launched, because on these prompts they could not beat"), said
+    assert f"{simple.label} (at most 1.0" in said[0] and f"by {simple16.label}'s acceptance" in said[0]
+    assert decide(outcome).winner.draft_path == DRAFT
+
+
+def test_a_draft_length_that_cannot_beat_the_leader_is_not_refined():
+    """Two drafts: the good one leads at 1.4x; the other's probe (1.05x, acceptance 6 %) predicts its best
+    lengths at about 1.1x — above the baseline, so the refine stage used to measure them, but below the leader
+    even with the pruning slack: not launched."""
+    from tests.fakes.scripted_server import spec_metrics
+
+    other = Candidate(spec_type="draft-simple", draft_path="/m/other.gguf", n_max=16, p_min=0.0)
+
+    def tps_of(c: Candidate) -> float:
+        return 100.0 if c.is_baseline else 105.0 if c.draft_path == other.draft_path else 140.0
+
+    def metrics(client) -> str:
+        if client.candidate.draft_path != other.draft_path:
+            return ""
+        n = client.requests  # per request: 10 draft steps of 16 tokens, 1 accepted (at the first position)
+        return spec_metrics(10 * n, 160 * n, [n] + [0] * 15)
+
+    launch = ScriptedLaunch(tps_of, content="same text", metrics=metrics)
+    good = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=16, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(good, other), ngram=(), mtp=None, dropped=())
+    events: list[str] = []
+    search = scripted_search(launch, plan, [(0, Prompt("p", "code")), (1, Prompt("q", "chat"))],
+                             SearchSettings(n_predict=16, p_min_variant=None), 600,
+                             emit=lambda kind, msg, **kw: events.append(f"{kind}: {msg}"))
+    outcome = search.run()
+    other_lengths = [c.n_max for c in launch.launched if c.draft_path == other.draft_path]
+    assert other_lengths == [16], other_lengths  # its probe only
+    pruned = [p for p in search.record.pruned if p["basis"] == other.label]
+    assert pruned and all(p["leader"].startswith("draft-simple good.gguf") for p in pruned), search.record.pruned
+    assert all(float(p["at_most"]) * 1.1 < float(p["leader_ratio"]) for p in pruned)
+    assert decide(outcome).winner.draft_path == DRAFT

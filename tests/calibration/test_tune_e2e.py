@@ -94,7 +94,7 @@ def test_only_the_unrelated_draft_gives_no_speculation(tmp_path: Path, wide_fami
                       for m in res.measurements)
     assert d.winner.draft_path is None, f"{d.reason}\n{table}"
     if d.no_speculation:
-        assert d.reason.startswith("No speculation")
+        assert d.reason.startswith(("Fastest here: the model alone", "Serving the model alone")), d.reason
         assert "acceptance" in d.reason or "slower" in d.reason
     else:
         # Only an n-gram type that measured faster beyond the noise may win.

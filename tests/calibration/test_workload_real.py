@@ -269,7 +269,7 @@ def test_a_default_sweep_has_long_context_requests_and_reports_their_speedup(tmp
     if any(not m.stopped_early and m.ok for m in compared):
         assert rows["long document"].speedup and rows["long code"].speedup, d.per_category
     out = io.StringIO()
-    print_table(res, out)
+    print_table(res, out, details=True)  # the per-category lines are details (tune --details)
     assert "  long document: " in out.getvalue() and "  long code: " in out.getvalue()
     assert res.profile.keys.n_ctx == n_ctx and res.profile.keys.workload == "chat;temperature=0,top_k=1"
     assert "chat requests (/v1/chat/completions) at greedy (temperature 0), context 512" in d.reason

@@ -64,8 +64,8 @@ def test_memory_plan_text_counts_the_prompt_cache(stories260k_session):
 
     model = next(m for m in scan_folder(stories260k_session.parent) if m.is_llm)
     assert "--cache-ram" not in flow.memory_plan_text(model)
-    assert "prompt cache (--cache-ram): up to 1.0 GiB of host RAM" in flow.memory_plan_text(model, cache_ram_mib=1024)
-    assert "prompt cache (--cache-ram): off" in flow.memory_plan_text(model, cache_ram_mib=0)
+    assert "prompt cache: up to 1.0 GiB of host RAM" in flow.memory_plan_text(model, cache_ram_mib=1024)
+    assert "prompt cache: off" in flow.memory_plan_text(model, cache_ram_mib=0)
 
 
 def test_chat_sampling_reads_the_served_workload_keys_when_they_exist():

@@ -45,7 +45,7 @@ def test_plan_stories_cpu_only(stories260k_session, capsys):
     rc = cli.main(["plan", "--target", str(stories260k_session), "--ctx-size", "512"])
     out = capsys.readouterr().out
     assert rc == 0
-    assert "stories260K.gguf (5 blocks" in out and "host RAM" in out and "Verdict: FITS" in out
+    assert "stories260K.gguf (5 blocks" in out and "host RAM" in out and "Verdict: fits, headroom " in out
     assert cli.main(["plan", "--target", str(stories260k_session), "--ctx-size", "512", "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     spec = load_model_spec(stories260k_session)
@@ -60,7 +60,7 @@ def test_plan_that_does_not_fit_exits_1(stories260k_session, monkeypatch, capsys
     rc = cli.main(["plan", "--target", str(stories260k_session), "--draft", str(stories260k_session),
                    "--ctx-size", "512", "--server", _stand_in_binary(tmp_path)])
     out = capsys.readouterr().out
-    assert rc == 1 and "DOES NOT FIT" in out and "CUDA0" in out and "Largest target ngl" in out
+    assert rc == 1 and "does NOT fit, short by" in out and "CUDA0" in out and "Largest target ngl" in out
 
 
 def test_plan_bad_file_names_it(tmp_path, capsys):
@@ -188,3 +188,27 @@ def test_plan_takes_a_model_name_in_the_models_folder(stories260k_session, capsy
     assert cli.main(["plan", "--models", str(folder), "--target", "nope.gguf", "--no-cross-check"]) == 2
     err = capsys.readouterr().err
     assert "--target 'nope.gguf': no such model in" in err and "stories260K.gguf" in err
+
+
+def test_plan_without_target_plans_the_target_tune_picks(monkeypatch, capsys, tmp_path):
+    """``plan --models DIR`` without ``--target`` plans the target ``tune --models DIR`` would tune (the largest
+    model with a compatible draft), says which on stderr; without --models either, one line naming --target."""
+    from tests.synth import make_family
+    from tuner.catalog.folder import default_target, scan_models
+
+    make_family(tmp_path / "fam", n_embd=64, n_layers=4, draft_layers=1)
+    scanned = scan_models(tmp_path / "fam")
+    picked = default_target(scanned.models, scanned.families)
+    assert picked is not None and picked.path.name == "target.gguf"
+    monkeypatch.setattr(command, "detect_devices", lambda binary, *a, **k: gpu_devices(("CUDA0", 8192, 7000)))
+    rc = cli.main(["plan", "--models", str(tmp_path / "fam"), "--server", _stand_in_binary(tmp_path),
+                   "--no-cross-check"])
+    out, err = capsys.readouterr()
+    assert rc == 0, err
+    assert "target: target.gguf (the one tune picks" in err and "Plan: target target.gguf (4 blocks" in out
+    assert cli.main(["plan", "--no-cross-check"]) == 2
+    assert capsys.readouterr().err.strip() == ("draftwise plan: plan needs --target T (a path), or --models DIR to "
+                                               "plan the target tune picks there")
+    (tmp_path / "empty").mkdir()
+    assert cli.main(["plan", "--models", str(tmp_path / "empty"), "--no-cross-check"]) == 2
+    assert "no LLM GGUF file in this folder (give --target)" in capsys.readouterr().err

@@ -39,6 +39,9 @@ DraftsOf = Callable[[Candidate, int], "tuple[int, int] | None"]
 """``drafts(candidate, n_predict) -> (draft_n, draft_n_accepted)`` of one answer, ``None`` = the answer
 has no draft fields (a server that does not speculate)."""
 
+MetricsOf = Callable[["ScriptedClient"], str]
+"""``metrics(client) -> /metrics text`` at this moment (counters that grow with ``client.requests``)."""
+
 PerLaunch = Callable[[Candidate, int], Mapping[str, Any]]
 """``per_launch(candidate, launch) -> ScriptedClient keyword overrides`` for the ``launch``-th server
 (1-based, counted over all candidates): a machine that slows down after some launch, or one disturbed
@@ -48,6 +51,24 @@ launch."""
 def half_accepted(candidate: Candidate, n_predict: int) -> tuple[int, int] | None:
     """The default drafts: a speculative candidate drafts ``n_predict`` tokens and half are accepted."""
     return None if candidate.is_baseline else (n_predict, n_predict // 2)
+
+
+def spec_metrics(drafts: int, draft_tokens: int, per_pos: list[int] | tuple[int, ...]) -> str:
+    """llama-server's speculative counters as ``/metrics`` text (tools/server/server-task.cpp
+    ``server_task_result_metrics::to_metrics``): ``drafts`` verification steps, ``draft_tokens`` drafted,
+    ``per_pos[i]`` steps that accepted at least ``i + 1`` (their sum: the accepted tokens)."""
+    lines = [
+        "# TYPE llamacpp:spec_decode_num_draft_tokens_total counter",
+        f"llamacpp:spec_decode_num_draft_tokens_total {draft_tokens}",
+        "# TYPE llamacpp:spec_decode_num_accepted_tokens_total counter",
+        f"llamacpp:spec_decode_num_accepted_tokens_total {sum(per_pos)}",
+        "# TYPE llamacpp:spec_decode_num_drafts_total counter",
+        f"llamacpp:spec_decode_num_drafts_total {drafts}",
+        "# TYPE llamacpp:spec_decode_num_accepted_tokens_per_pos_total counter",
+    ]
+    lines += [f'llamacpp:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {v}'
+              for i, v in enumerate(per_pos)]
+    return "\n".join(lines) + "\n"
 
 
 def never_drafts(candidate: Candidate, n_predict: int) -> tuple[int, int] | None:
@@ -84,14 +105,14 @@ class ScriptedClient:
         drafts: the draft counts of each answer (see :data:`DraftsOf`).
         content: the generated text of every answer (the same for every candidate: lossless).
         metrics: the ``/metrics`` text (empty: no per-position counters, the search falls back to fixed
-            draft lengths).
+            draft lengths), or a function of the client giving it (see :data:`MetricsOf`, :func:`spec_metrics`).
         server_sampling: ``/props``' ``default_generation_settings.params`` (empty: unreadable).
     """
 
     def __init__(self, candidate: Candidate, tps_of: TpsOf, *, clock: SimClock | None = None,
                  sleep_s: float | None = None, overhead_s: float = 0.05,
                  request_s: Callable[[Mapping[str, float]], float] | None = None, drafts: DraftsOf = half_accepted,
-                 content: str = "same", metrics: str = "", server_sampling: Mapping[str, float] | None = None
+                 content: str = "same", metrics: str | MetricsOf = "", server_sampling: Mapping[str, float] | None = None
                  ) -> None:
         self.candidate = candidate
         self.tps_of = tps_of
@@ -150,7 +171,7 @@ class ScriptedClient:
 
     def metrics_text(self) -> str:
         """``GET /metrics`` (Prometheus text)."""
-        return self.metrics
+        return self.metrics(self) if callable(self.metrics) else self.metrics
 
     def props(self) -> dict:
         """``GET /props``: the server's sampling defaults."""

@@ -19,12 +19,13 @@ from tuner.server.supervisor import Supervisor
 
 S = ServerState
 #: The table as issue 24 gives it (the sleeping, switching and applying rows are for idle sleep, the
-#: router's model switch and restarting to apply a setting; a sleeping server may be restarted to apply one too).
+#: router's model switch and restarting to apply a setting; a sleeping server may be restarted to apply one too,
+#: and the router may load another model while the served one sleeps).
 EXPECTED = {
     S.STOPPED: {S.STARTING},
     S.STARTING: {S.STARTING, S.READY, S.FAILED, S.STOPPING},
     S.READY: {S.STARTING, S.FAILED, S.STOPPING, S.SLEEPING, S.SWITCHING, S.APPLYING},
-    S.SLEEPING: {S.READY, S.STARTING, S.FAILED, S.STOPPING, S.APPLYING},
+    S.SLEEPING: {S.READY, S.STARTING, S.SWITCHING, S.FAILED, S.STOPPING, S.APPLYING},
     S.SWITCHING: {S.READY, S.STARTING, S.FAILED, S.STOPPING},
     S.APPLYING: {S.STARTING, S.FAILED, S.STOPPING},
     S.STOPPING: {S.STOPPED},

@@ -27,7 +27,21 @@ def draftwise_home(tmp_path: Path, monkeypatch: pytest.MonkeyPatch, request: pyt
     monkeypatch.setenv("DRAFTWISE_HOME", str(home))
     monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path / "xdg-config"))
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path / "xdg-data"))
+    if request.node.get_closest_marker("server") is None:
+        _no_device_probe(monkeypatch)
     return home
+
+
+def _no_device_probe(monkeypatch: pytest.MonkeyPatch) -> None:
+    """A test that starts no llama-server must not let the app's Models tab ask the real binary
+    ``--list-devices`` either: a scan that lands late (the tab selects a target, the memory plan runs in a
+    worker) would start it during tear-down, where the server rule fails the test. The plan then says the
+    device list was not asked, as it does on a machine without llama-server."""
+    from tuner.hardware import devices as devices_mod
+    from tuner.hardware.listdevices import ListDevicesResult
+
+    monkeypatch.setattr(devices_mod, "run_list_devices",
+                        lambda binary, *a, **k: ListDevicesResult(False, (), "--list-devices not asked in this test"))
 
 
 @pytest.fixture

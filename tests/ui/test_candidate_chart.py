@@ -116,7 +116,7 @@ NEVER = "ngram-simple never drafted at the served sampling (greedy (temperature 
 
 def test_types_that_never_drafted_get_a_bar_less_row(qtbot):
     """An n-gram type that ran but proposed no token has no speed to draw: it still gets its row (after
-    the bars), with "never drafted" — the decision's words — and no bar."""
+    the bars), with "drafted nothing" — the decision's words — and no bar."""
     from tuner.ui.graphs import CandidateChart
 
     chart = CandidateChart()
@@ -126,7 +126,7 @@ def test_types_that_never_drafted_get_a_bar_less_row(qtbot):
     assert texts == ["no speculation", "draft-good n_max 4", "ngram-simple", "ngram-map-k"]
     assert len(chart._bars.opts["height"]) == 2  # bars only for the measured rows
     labels = [t.toPlainText() for t in chart._labels]
-    assert labels[2:] == ["never drafted", "never drafted"]
+    assert labels[2:] == ["drafted nothing", "drafted nothing"]
     (x0, x1), _y = chart.getPlotItem().viewRange()
     assert x0 < 0 and x1 > 3  # all four rows in view
     # a type both measured and listed as never drafted keeps its bar, not a second row
@@ -135,7 +135,7 @@ def test_types_that_never_drafted_get_a_bar_less_row(qtbot):
     # only never-drafted types (every n-gram type on prose, nothing else measured yet): rows, no blank axes
     chart.set_rows([], never=["ngram-mod"])
     assert not chart.placeholder.isVisible() and chart._bars is None
-    assert [t.toPlainText() for t in chart._labels] == ["never drafted"]
+    assert [t.toPlainText() for t in chart._labels] == ["drafted nothing"]
 
 
 def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
@@ -160,10 +160,62 @@ def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
                            elapsed_s=5.0, eta_s=20.0))
     tab.on_event(TuneEvent("measured", NEVER, measurement=never, progress=0.4, elapsed_s=10.0, eta_s=15.0))
     assert tab.chart.never == ["ngram-simple"]
+    # the line says what was measured, not the run's error words ("these prompts repeat no n-gram …")
+    assert tab.step_label.text() == ("ngram-simple: drafted nothing in 1 request at the served sampling (greedy "
+                                     "(temperature 0))")
     assert [r[0] for r in tab.chart.rows] == ["no speculation"]
     d = decide(SearchOutcome.of([base, never]))
-    assert "ngram-simple never drafted" in d.reason  # the chart's words are the decision's
+    assert "ngram-simple drafted nothing" in d.reason  # the chart's words are the decision's
     tab.on_done(TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=(base, never), elapsed_s=12.0))
     assert tab.chart.never == ["ngram-simple"]
-    assert "never drafted" in [t.toPlainText() for t in tab.chart._labels]
+    assert "drafted nothing" in [t.toPlainText() for t in tab.chart._labels]
+    tab.on_state(AppState.IDLE)
+
+
+def test_each_bar_draws_its_launches_and_their_count(qtbot):
+    """A pooled bar hides launches that disagree (one sweep's baseline launches read 694, 390 and 127 tokens/s
+    under a bar at 410): each launch is a point on its bar, spread over its width in launch order, and the
+    bar's label counts them; the view holds the fastest point."""
+    from tuner.ui.graphs import CandidateChart, point_offsets
+
+    chart = CandidateChart()
+    qtbot.addWidget(chart)
+    points = {"no speculation": [694.0, 390.0, 127.0], "draft-simple draft-good.gguf n_max 4": [91.0]}
+    chart.set_rows(ROWS[:2] + [("ngram-mod", 66.0, 0.89, False)], points=points)
+    assert chart.point_count() == 4
+    xs = [float(x) for x in chart._points.data["x"]]
+    ys = [float(y) for y in chart._points.data["y"]]
+    assert ys == [694.0, 390.0, 127.0, 91.0]
+    assert xs == pytest.approx([0.0 + d for d in point_offsets(3)] + [1.0])
+    assert all(abs(d) < 0.3 for d in point_offsets(3))  # on the bar (0.6 wide)
+    labels = [t.toPlainText() for t in chart._labels]
+    assert labels[0].endswith("3 launches") and labels[1].endswith("1 launch") and "launch" not in labels[2]
+    _x, (y0, y1) = chart.getPlotItem().viewRange()
+    assert y1 >= 694.0
+    chart.set_rows([])  # a new sweep: no points left over
+    assert chart.point_count() == 0
+
+
+def test_tune_tab_collects_each_launch_live_and_from_the_result(make_app):
+    from pathlib import Path
+
+    from tuner.calibration.candidates import Candidate
+    from tuner.calibration.decide import decide
+    from tuner.calibration.outcome import SearchOutcome
+    from tuner.calibration.results import Measurement, Sample
+    from tuner.calibration.tune import TuneEvent, TuneResult
+    from tuner.ui.state import AppState
+
+    tab = make_app(tray_available=False).window.tune_tab
+    tab.on_state(AppState.TUNING)
+    launches = [Measurement(Candidate(), samples=(Sample(0, "code", r, tps),), stage=stage)
+                for r, (tps, stage) in enumerate([(694.0, "baseline"), (390.0, "confirm"), (127.0, "confirm")])]
+    for i, m in enumerate(launches):
+        tab.on_event(TuneEvent("measured", "no speculation", measurement=m, progress=0.1 * (i + 1), elapsed_s=5.0 * i,
+                               eta_s=20.0))
+    assert tab.chart.points == {"no speculation": [694.0, 390.0, 127.0]} and tab.chart.point_count() == 3
+    d = decide(SearchOutcome.of(launches))
+    tab.on_done(TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=tuple(launches), elapsed_s=12.0))
+    assert tab.chart.points["no speculation"] == [694.0, 390.0, 127.0] and tab.chart.point_count() == 3
+    assert tab.chart._labels[0].toPlainText().endswith("3 launches")
     tab.on_state(AppState.IDLE)

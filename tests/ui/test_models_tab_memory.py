@@ -35,9 +35,12 @@ def test_models_tab_shows_the_trade_and_a_cached_disagreement(make_app, qtbot, m
     tab.show_scan(flow.scan(models_dir))
     qtbot.waitUntil(lambda: "Verdict" in tab.plan_label.text(), timeout=20000)
     text = tab.plan_label.text()
-    assert "At n_ctx 2048: 6 of 6 target layers fit on the GPU" in text
-    assert "stays on the GPU up to its training context (2048)" in text
-    assert "Not cross-checked with llama-server yet" in text
+    assert "At this context size 6 of 6 layers fit on the GPU" in text
+    assert "stays on the GPU up to its training context (2048 tokens)" in text
+    assert "Not yet checked against llama-server's own estimate." in text
+    # the app's words: no command-line advice, no flags or llama.cpp parameter names
+    assert "draftwise" not in text and "--server-check" not in text and "n_ctx" not in text and " ngl" not in text
+    assert "Verdict: fits, headroom " in text and "(CUDA0: " in text
 
     # a server report in the cache (as `draftwise plan --server-check` leaves it) whose compute is far
     # from the plan: the tab says so on the next selection, from the cache

@@ -46,7 +46,7 @@ def test_stop_by_user_does_not_notify(serving_controller):
     c = serving_controller
     got = []
     c.notify.connect(lambda t, m: got.append(t))
-    c._stopping = True
+    c.stopping = True
     c._on_supervisor_state(change(ServerState.STOPPING, ServerState.READY))
     c._on_supervisor_state(change(ServerState.STOPPED, ServerState.STOPPING))
     assert got == []

@@ -55,7 +55,8 @@ def test_tray_menu_in_each_state(make_app, qtbot):
     c.set_state(AppState.SERVING)
     serving = enabled(tray)
     assert serving["Stop server"] and serving["Copy endpoint URL"] and serving["Re-tune"] and serving["Chat…"]
-    assert "Start server" not in serving and not serving["Tune & serve"]
+    # while serving, Tune & serve tunes the selected target and serves it too (issue 26 item 2)
+    assert "Start server" not in serving and serving["Tune & serve"]
     assert "Serving stories260K.gguf" in serving
     tray.actions()["Copy endpoint URL"].trigger()
     from PySide6.QtGui import QGuiApplication
@@ -141,3 +142,29 @@ def test_second_instance_hands_over(make_app, qtbot, draftwise_home):
     assert proc.returncode == 0
     assert "already running" in err
     qtbot.waitUntil(first.window.isVisible, timeout=5000)
+
+
+def test_the_serve_menu_lists_the_targets_and_the_sweeps_progress(make_app) -> None:
+    from tuner.calibration import TargetChoice
+    from tuner.calibration.request import TuneEvent
+    from tuner.ui.tray import progress_words
+
+    a = make_app(tray_available=True)
+    c, tray = a.controller, a.tray
+    c.serve_targets.items = [TargetChoice(Path("/m/a.gguf"), "a.gguf", "a", True, "draft model d.gguf, 1.6× faster"),
+                             TargetChoice(Path("/m/b&c.gguf"), "b&c.gguf", "b-c", False)]
+    tray.menu.aboutToShow.emit()
+    assert list(tray.serve_actions()) == ["a.gguf — draft model d.gguf, 1.6× faster", "b&c.gguf — tune and serve"]
+    assert all(act.isEnabled() for act in tray.serve_actions().values())
+    c.selected_target = Path("/m/b&c.gguf")
+    c.set_state(AppState.TUNING)
+    c.tune_event.emit(TuneEvent("measured", "x", progress=0.45, elapsed_s=100.0, eta_s=122.0))
+    tray.menu.aboutToShow.emit()
+    entries = tray.serve_actions()
+    first = next(iter(entries))
+    assert first.startswith("Tuning b&c.gguf: 45%, about 2 min left") and not entries[first].isEnabled()
+    assert entries["Cancel tuning"].isEnabled() and not entries["a.gguf — draft model d.gguf, 1.6× faster"].isEnabled()
+    assert progress_words(None, 0.0, None) == "Tuning…"
+    c.set_state(AppState.IDLE)
+    tray.menu.aboutToShow.emit()
+    assert "Cancel tuning" not in tray.serve_actions()

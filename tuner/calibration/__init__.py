@@ -7,12 +7,17 @@ Modules: ``prompts`` (prompt sets), ``candidates`` (the plan), ``measure`` (the 
 (per-position acceptance → shorter drafts, cost model), ``search`` (probe / refine / confirm),
 ``decide`` (statistics, break-even, "no speculation"), ``report`` (the sentences about the machine and
 the sweep), ``sentences`` and ``wording`` (the decision's sentences as data, and their words: :func:`render`),
-``results`` (measurement records),
+``results`` (measurement records), ``freshness`` (is a saved profile still fresh, without tuning:
+:func:`saved_state`), ``routing`` (what one endpoint serves for a folder: the router plan),
 ``pipeline`` (the tune's steps behind ``tune``: inputs, staleness keys, reuse, plan and placement, launchers,
 sweep, decision, save).
 """
 
+from .freshness import SavedState, reused_result, saved_state
+from .routing import TargetChoice, break_even_rate, captured, serving_plan, target_choices
 from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
-from .wording import Rendered, render
+from .wording import Rendered, measured_line, render
 
-__all__ = ["DEFAULT_BUDGET_S", "Rendered", "TuneError", "TuneEvent", "TuneResult", "render", "tune"]
+__all__ = ["DEFAULT_BUDGET_S", "Rendered", "SavedState", "TargetChoice", "TuneError", "TuneEvent", "TuneResult",
+           "break_even_rate", "captured", "measured_line", "render", "reused_result", "saved_state", "serving_plan",
+           "target_choices", "tune"]

@@ -24,11 +24,11 @@ from .pairing import (
     Comparison,
     Mix,
     compare,
-    contrast_test,
     pooled_tokens_per_s,
 )
 from .results import Measurement, Sample
 from .sentences import Sentence, Slot, in_reading_order
+from .sequential import contrast as contrast_looks
 from .wording import never_entry, of_slot, render
 
 MIX_NOISE = 0.05
@@ -324,7 +324,8 @@ def _eligible(outcome: SearchOutcome) -> _Evidence:
     base_tps = float(baseline.gen_tokens_per_s)
     comps = [cmp_ for c in ok_by_key.values()
              if (cmp_ := compare(outcome.measurements, c, outcome.min_gain, outcome.alpha, outcome.max_pairs,
-                                 outcome.finalists, mix=outcome.mix)) is not None and cmp_.speedup]
+                                 outcome.finalists, mix=outcome.mix, layout=outcome.layout, final=True)) is not None
+             and cmp_.speedup]
     comps.sort(key=lambda x: (not x.paired, -(x.speedup or 0.0)))
     failed = tuple(m for k, m in failed_by_key.items() if k not in ok_by_key and not m.candidate.is_baseline)
     # Break-even per draft model / speculation type: the best-compared candidate of each group, on the
@@ -357,7 +358,7 @@ def decide(outcome: SearchOutcome) -> Decision:
     (pairing needs the order; exactly one candidate is the baseline, ``spec_type == "none"``); the
     candidates the budget left unmeasured (named when nothing speculative was measured); ``min_gain``,
     ``alpha``, ``max_pairs``, ``finalists`` (the sequential test's bar and how its error is spent:
-    :func:`tuner.calibration.pairing.sequential_test`); ``mix`` (the served share of long-context requests
+    :mod:`tuner.calibration.sequential`, under the search's ``layout``); ``mix`` (the served share of long-context requests
     every pooled figure, pair ratio and so the pick is weighted to; the sentences state the share, and the
     short and long-context speedups when they differ by more than :data:`MIX_NOISE`); ``baseline_unsteady``
     (the model alone measured inconsistently across launches: a "no speculation" that rests on screening
@@ -401,7 +402,11 @@ def _nothing_compared(ev: _Evidence, outcome: SearchOutcome) -> Decision:
 
 
 def _entry(m: Measurement) -> dict[str, Any]:
-    return never_entry(m.candidate.label, m.candidate.spec_type, m.error, m.no_drafts_at, m.no_drafts)
+    """One type that never drafted (or failed), as the ``alone.*`` sentences hold it: for a type that never
+    drafted, what was measured (:class:`~tuner.calibration.results.NoDrafts`: the sampling, the requests in
+    which it drafted nothing, the greedy check's drafted tokens), from the measurement's own fields."""
+    nd = m.drafted_nothing() or m.no_drafts
+    return never_entry(m.candidate.label, m.candidate.spec_type, m.error, m.no_drafts_at, nd)
 
 
 def _winner(ev: _Evidence, winners: Sequence[Comparison], outcome: SearchOutcome) -> Decision:
@@ -476,8 +481,8 @@ def _no_speculation(ev: _Evidence, outcome: SearchOutcome) -> Decision:
 
 def _why_alone(best: Comparison, ev: _Evidence, outcome: SearchOutcome) -> tuple[str, dict[str, Any]]:
     """Why the best comparison does not win, as ``(kind, the sentence's params)``."""
-    params: dict[str, Any] = {"label": best.candidate.label, "figures": figures(best),
-                              "acceptance": _acceptance(best, ev.break_even)}
+    params: dict[str, Any] = {"label": best.candidate.label, "candidate": best.candidate.to_json(),
+                              "figures": figures(best), "acceptance": _acceptance(best, ev.break_even)}
     look, sp = best.look, best.speedup or 0.0
     if best.paired and look is not None and look.verdict == "inconclusive" and sp > 1.0 + outcome.min_gain:
         cost = _pair_cost_s(best, outcome.measurements)
@@ -536,7 +541,7 @@ def _chain_rule(w: Comparison, winners: Sequence[Comparison], min_gain: float,
                 alpha: float) -> tuple[Comparison, Sentence | None]:
     """A chained candidate (several types in one ``--spec-type``) that came out fastest is served only
     when its pairs show it faster than the best single-type winner beyond noise
-    (:func:`tuner.calibration.pairing.contrast_test`: the low end of chain ÷ single above
+    (:func:`tuner.calibration.sequential.contrast` of their request-level looks: the low end of chain ÷ single above
     ``1 + min_gain``); otherwise the simpler candidate is served. Both must already have passed the
     sequential test against the baseline (``winners``). Returns ``(served comparison, sentence)``; the
     sentence is ``None`` when no chain was involved."""
@@ -546,8 +551,8 @@ def _chain_rule(w: Comparison, winners: Sequence[Comparison], min_gain: float,
     if not singles:
         return w, None
     single = max(singles, key=lambda c: c.speedup or 0.0)
-    look = contrast_test([p.ratio for p in w.pairs if p.ratio > 0], [p.ratio for p in single.pairs if p.ratio > 0],
-                         min_gain, alpha)
+    assert w.look is not None and single.look is not None  # both passed the sequential test
+    look = contrast_looks(w.look, single.look, min_gain, alpha)
     contrast: dict[str, Any] | None = None
     if look.mean_ratio is not None and look.low is not None and look.high is not None:
         contrast = {"mean": look.mean_ratio, "low": look.low, "high": look.high}

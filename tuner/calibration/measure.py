@@ -117,6 +117,9 @@ class Launch:
 AfterWarmup = Callable[[float, "float | None"], "tuple[Sequence[tuple[int, Prompt]], int] | None"]
 """``after_warmup(load_s, warmup_gen_tokens_per_s) -> (prompts, n_predict) | None`` (see measure_candidate)."""
 
+BeforeRequest = Callable[[int, Prompt, int], None]
+"""``before_request(prompt_index, prompt, repetition)``: called right before a measured request (see measure_candidate)."""
+
 LaunchFn = Callable[[Candidate, threading.Event], Launch]
 """``launch(candidate, cancel) -> Launch``; raises :class:`LaunchError` or :class:`Cancelled`."""
 
@@ -274,6 +277,7 @@ def measure_candidate(
     stop_if: Callable[[Sequence[Sample]], bool] | None = None,
     after_warmup: AfterWarmup | None = None,
     hard_deadline_s: float | None = None,
+    before_request: BeforeRequest | None = None,
 ) -> Measurement:
     """Launch ``candidate``, run the protocol, stop the server; never leaves the server running.
 
@@ -307,6 +311,9 @@ def measure_candidate(
             passes (each request's HTTP timeout is bounded by it), and the measurement keeps the
             complete requests so far, marked ``cut_short``. (The launch itself is bounded by the
             ``cancel`` the caller passes: see ``tuner.calibration.search.budget.Budget.until_deadline``.)
+        before_request: called with ``(prompt index, prompt, repetition)`` right before each measured
+            request is sent (after a long-context request was kept): the side-by-side paired rounds send the
+            same request to the baseline's server first there, every other request.
 
     Returns:
         A :class:`Measurement`; failures (launch error, speculation inactive, nothing drafted, a
@@ -338,7 +345,7 @@ def measure_candidate(
         if warmed is not None:
             prompts, n_predict = warmed
         loop = _Loop(run)
-        loop.run(prompts, repetitions, n_predict, baseline_outputs, on_request, stop_if, deadline_s)
+        loop.run(prompts, repetitions, n_predict, baseline_outputs, on_request, stop_if, deadline_s, before_request)
         return loop.result(base)
     finally:
         launch.stop()
@@ -431,7 +438,8 @@ class _Loop:
 
     def run(self, prompts: Sequence[tuple[int, Prompt]], repetitions: Sequence[int], n_predict: int,
             baseline_outputs: Mapping[tuple[int, int], str] | None, on_request: Callable[[Sample], None] | None,
-            stop_if: Callable[[Sequence[Sample]], bool] | None, deadline_s: float | None) -> None:
+            stop_if: Callable[[Sequence[Sample]], bool] | None, deadline_s: float | None,
+            before_request: BeforeRequest | None = None) -> None:
         """Every prompt of every repetition in turn, until a stop (deadline, time limit, error, loser); then
         the ``/metrics`` counters and, for a sampled workload, the greedy lossless pass."""
         speculative = not self.r.candidate.is_baseline
@@ -441,7 +449,7 @@ class _Loop:
             if n_rep > 0 and deadline_s is not None and time.monotonic() > deadline_s:
                 break
             for idx, prompt in prompts:
-                measured = self._one(idx, prompt, rep, prompts, n_predict, sized, baseline_outputs)
+                measured = self._one(idx, prompt, rep, prompts, n_predict, sized, baseline_outputs, before_request)
                 if self.error or self.cut:
                     break
                 if not measured:
@@ -460,7 +468,8 @@ class _Loop:
         self._greedy_check(prompts, repetitions)
 
     def _one(self, idx: int, prompt: Prompt, rep: int, prompts: Sequence[tuple[int, Prompt]], n_predict: int,
-             sized: dict[int, str], baseline_outputs: Mapping[tuple[int, int], str] | None) -> bool:
+             sized: dict[int, str], baseline_outputs: Mapping[tuple[int, int], str] | None,
+             before_request: BeforeRequest | None = None) -> bool:
         """One measured request; False when none was measured (a long one left out; or the loop ends,
         :attr:`cut` or :attr:`error` set)."""
         r = self.r
@@ -471,6 +480,8 @@ class _Loop:
             raise Cancelled()
         if prompt.fill is not None and not _keep_long(r.memory, r.workload, prompts, self.samples, n_predict):
             return False
+        if before_request is not None:
+            before_request(idx, prompt, rep)
         try:
             s = measure_request(r.launch.client, idx, prompt, rep, n_predict, r.timeout(), workload=r.workload,
                                 sized=sized)

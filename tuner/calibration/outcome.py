@@ -13,7 +13,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .candidates import Candidate
-from .pairing import ALPHA, FINALISTS, MAX_PAIRS, MIN_GAIN, Mix
+from .pairing import ALPHA, FINALISTS, MAX_PAIRS, MIN_GAIN, SIDE_BY_SIDE, Mix
 from .results import Measurement
 from .sentences import Sentence
 from .threads import ThreadChoice
@@ -30,6 +30,8 @@ class SearchOutcome:
         alpha: the sequential test's total error.
         max_pairs: looks per finalist of the sequential test (the decision must use the search's).
         finalists: finalists the paired rounds were planned for (the error is split over them).
+        layout: how the paired rounds ran (``tuner.calibration.sequential.SIDE_BY_SIDE``: both servers up, one
+            request apart; ``ALTERNATING``: launches A B B A): the sequential test's drift prior follows it.
         mix: the served mix every ratio was weighted by (``None`` = every request the same).
         baseline_unsteady: the model alone measured inconsistently across launches and no
             re-measurement settled it (screening comparisons are then no evidence either way).
@@ -47,6 +49,7 @@ class SearchOutcome:
     alpha: float = ALPHA
     max_pairs: int = MAX_PAIRS
     finalists: int = FINALISTS
+    layout: str = SIDE_BY_SIDE
     mix: Mix | None = None
     baseline_unsteady: bool = False
     notes: tuple[Sentence, ...] = ()

@@ -23,44 +23,38 @@ Terms (DESIGN.md "Calibration method" step 6):
   configuration that is fastest over it. Without a share every request weighs the same (the prompt
   set's own share, e.g. 2 long of 7 requests in the built-in set).
 
-Sequential stopping rule (:func:`sequential_test`), with its error rate
--------------------------------------------------------------------------
-After each new pair, with ``n ≥ MIN_PAIRS`` pairs, a one-sided t test on ``x_j = ln r_j`` of
-H0: ``E[x] ≤ ln(1 + min_gain)``. Looks are allowed at ``n = MIN_PAIRS … max_pairs`` for each of at
-most ``finalists`` candidates; the error is spent equally over all those looks (Bonferroni):
-``α_look = α ÷ (looks × finalists)``. The union bound makes the total probability of declaring any
-candidate faster when none is more than ``min_gain`` faster at most ``α`` (5 % by default) — for any
-rule of when to stop, continue or switch candidates, as long as "faster" is only declared at a look
-whose own test passes. Assumption: the log pair ratios are independent and normal (adjacent pairs
-cancel slow drift of the machine's load; what remains is treated as noise). A look whose upper
-bound is below the bar ends the candidate's rounds as "not faster" (futility; that error, missing a
-real gain, is not bounded by α). Before ``MIN_PAIRS`` pairs no verdict is given: a bootstrap of 2–4
-pairs says nothing about the noise.
+The sequential test (``tuner.calibration.sequential``) takes the paired requests of the pairs
+(:func:`paired_requests`) as its units, the pairs as blocks that carry the machine's drift; :func:`compare`
+runs it over a candidate's pairs.
 """
 
 from __future__ import annotations
 
-import functools
 import math
-import statistics
 from collections.abc import Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass
 from typing import Any
 
 from .candidates import Candidate
 from .prompts import Prompt
 from .results import Measurement, Sample
-
-ALPHA = 0.05
-"""Total one-sided error of the sequential test: P(a candidate declared faster | none is)."""
-MIN_PAIRS = 3
-"""No verdict before this many pairs (a t test on 2 pairs has 1 degree of freedom)."""
-MAX_PAIRS = 6
-"""Looks per finalist: at n = MIN_PAIRS … MAX_PAIRS pairs."""
-FINALISTS = 2
-"""Candidates whose paired rounds share the error ``ALPHA``."""
-MIN_GAIN = 0.03
-"""A winner must be at least this much faster than the baseline at the low end of its interval."""
+from .sequential import (
+    ALPHA,
+    ALTERNATING,
+    FINALISTS,
+    LOOK_STEP,
+    MAX_PAIRS,
+    MIN_GAIN,
+    MIN_PAIRS,
+    SIDE_BY_SIDE,
+    Look,
+    PairedRequest,
+    alpha_per_look,
+    look_points,
+    request_looks,
+    t_cdf,
+    t_quantile,
+)
 
 RequestKey = tuple[int, int]
 """``(prompt_index, repetition)``."""
@@ -177,6 +171,24 @@ class Pair:
         return self.candidate_tokens_per_s / b if b > 0 else 0.0
 
 
+def paired_requests(pairs: Sequence[Pair]) -> list[PairedRequest]:
+    """The paired requests of ``pairs``, the sequential test's units (``tuner.calibration.sequential``): per
+    request ``ln(candidate tokens/s ÷ baseline tokens/s)`` (:func:`sample_tokens_and_s` on each side), its
+    pair's repetition id, the candidate's launch, the served mix's weight (:meth:`Mix.weights` over the pair's
+    requests) and ``√(candidate s · baseline s)``. A request without a positive time or token count on either
+    side is left out (its pair is then incomplete and the test leaves it out too)."""
+    out: list[PairedRequest] = []
+    for p in pairs:
+        weights = p.mix.weights(p.candidate_samples) if p.mix is not None else [1.0] * len(p.candidate_samples)
+        for c, b, w in zip(p.candidate_samples, p.baseline_samples, weights):
+            (tc, dc), (tb, db) = sample_tokens_and_s(c), sample_tokens_and_s(b)
+            if min(tc, dc, tb, db) <= 0 or not all(map(math.isfinite, (tc, dc, tb, db))):
+                continue
+            out.append(PairedRequest(c.prompt_index, p.repetition, p.candidate_launch,
+                                     math.log((tc / dc) / (tb / db)), w, math.sqrt(dc * db)))
+    return out
+
+
 def _by_rep(m: Measurement) -> dict[int, dict[int, Sample]]:
     out: dict[int, dict[int, Sample]] = {}
     for s in m.samples:
@@ -220,224 +232,6 @@ def adjacent_pairs(measurements: Sequence[Measurement], candidate: Candidate, mi
                                   mix))
     pairs.sort(key=lambda p: (min(p.candidate_launch, p.baseline_launch), p.repetition))
     return pairs
-
-
-# ---- Student's t (no scipy): the CDF for integer degrees of freedom, and its quantile ----------------
-
-def t_cdf(t: float, df: int) -> float:
-    """P(T ≤ t) for Student's t with ``df ≥ 1`` integer degrees of freedom (closed form of
-    Abramowitz & Stegun 26.7.3/26.7.4 for ``A(t|ν) = P(|T| < t)``)."""
-    if df < 1:
-        raise ValueError("df must be ≥ 1")
-    x = abs(t)
-    theta = math.atan(x / math.sqrt(df))
-    s, c = math.sin(theta), math.cos(theta)
-    if df % 2 == 1:
-        total = 0.0
-        if df > 1:
-            term = c
-            total = term
-            for k in range(3, df - 1, 2):
-                term *= c * c * (k - 1) / k
-                total += term
-            total *= s
-        a = 2.0 / math.pi * (theta + total)
-    else:
-        term = 1.0
-        total = 1.0
-        for k in range(2, df - 1, 2):
-            term *= c * c * (k - 1) / k
-            total += term
-        a = s * total
-    a = min(1.0, max(0.0, a))
-    return 0.5 + 0.5 * a if t >= 0 else 0.5 - 0.5 * a
-
-
-@functools.lru_cache(maxsize=1024)
-def t_quantile(p: float, df: int) -> float:
-    """The ``p`` quantile (0.5 < p < 1) of Student's t with ``df`` degrees of freedom (bisection on
-    :func:`t_cdf`, to 1e-9)."""
-    if not 0.5 < p < 1.0:
-        raise ValueError("p must be in (0.5, 1)")
-    lo, hi = 0.0, 1.0
-    while t_cdf(hi, df) < p:
-        hi *= 2.0
-        if hi > 1e12:
-            return hi
-    for _ in range(200):
-        mid = (lo + hi) / 2
-        if t_cdf(mid, df) < p:
-            lo = mid
-        else:
-            hi = mid
-        if hi - lo < 1e-9 * max(1.0, hi):
-            break
-    return (lo + hi) / 2
-
-
-@dataclass(frozen=True)
-class Look:
-    """The sequential test after ``n`` pairs.
-
-    Attributes:
-        n: pairs so far.
-        verdict: ``"faster"`` (the lower bound clears ``1 + min_gain``), ``"not faster"`` (the upper
-            bound is below it), ``"inconclusive"`` (neither, or fewer than ``MIN_PAIRS`` pairs).
-        mean_ratio: geometric mean of the pair ratios (``exp`` of the mean log ratio).
-        low: lower bound of the ratio at the look's level (``None`` below 2 pairs).
-        high: upper bound.
-        alpha_look: one-sided error spent at this look.
-        pairs_needed: at the current mean and spread, about how many pairs in all would make the
-            test conclude "faster" (``None`` when the mean gain is not above the bar, or unknown).
-        decided_at: when an earlier look (over the first ``decided_at`` pairs) said "faster" and this
-            one alone would not, that number of pairs; the verdict is then "faster", ``low`` / ``high`` are
-            the deciding look's interval (a served configuration's interval clears the bar) and
-            ``mean_ratio`` stays this look's, over all ``n`` pairs (:func:`sequential_looks`).
-    """
-
-    n: int
-    verdict: str
-    mean_ratio: float | None
-    low: float | None
-    high: float | None
-    alpha_look: float
-    pairs_needed: int | None = None
-    decided_at: int | None = None
-
-
-def alpha_per_look(alpha: float = ALPHA, max_pairs: int = MAX_PAIRS, finalists: int = FINALISTS) -> float:
-    """Bonferroni share of ``alpha`` for one look (see the module docstring)."""
-    looks = max(1, max_pairs - MIN_PAIRS + 1)
-    return alpha / (looks * max(1, finalists))
-
-
-def _verdict(n: int, lo: float, hi: float, bar: float) -> str:
-    """``"faster"`` when the interval's low end (log scale) clears ``bar``, ``"not faster"`` when its high
-    end stays below it, else ``"inconclusive"``; never decided on fewer than ``MIN_PAIRS`` pairs."""
-    if n >= MIN_PAIRS:
-        if lo > bar:
-            return "faster"
-        if hi < bar:
-            return "not faster"
-    return "inconclusive"
-
-
-def sequential_test(
-    ratios: Sequence[float],
-    min_gain: float,
-    alpha: float = ALPHA,
-    max_pairs: int = MAX_PAIRS,
-    finalists: int = FINALISTS,
-) -> Look:
-    """One look of the sequential rule over the pair ratios so far (module docstring).
-
-    Args:
-        ratios: pair ratios (candidate ÷ baseline tokens/s), > 0.
-        min_gain: the bar is ``1 + min_gain``.
-        alpha, max_pairs, finalists: the error and how it is spent.
-
-    Raises:
-        ValueError: a ratio ≤ 0.
-    """
-    if any(r <= 0 for r in ratios):
-        raise ValueError("pair ratios must be positive")
-    a_look = alpha_per_look(alpha, max_pairs, finalists)
-    n = len(ratios)
-    if n == 0:
-        return Look(0, "inconclusive", None, None, None, a_look)
-    xs = [math.log(r) for r in ratios]
-    mean = statistics.fmean(xs)
-    if n < 2:
-        return Look(n, "inconclusive", math.exp(mean), None, None, a_look)
-    sd = statistics.stdev(xs)
-    se = sd / math.sqrt(n)
-    q = t_quantile(1.0 - a_look, n - 1)
-    lo, hi = mean - q * se, mean + q * se
-    bar = math.log(1.0 + min_gain)
-    verdict = _verdict(n, lo, hi, bar)
-    needed = None
-    if mean > bar:
-        for k in range(max(n, MIN_PAIRS), 61):
-            if mean - t_quantile(1.0 - a_look, k - 1) * max(sd, 1e-6) / math.sqrt(k) > bar:
-                needed = k
-                break
-    return Look(n, verdict, math.exp(mean), math.exp(lo), math.exp(hi), a_look, needed)
-
-
-def sequential_looks(
-    ratios: Sequence[float],
-    min_gain: float,
-    alpha: float = ALPHA,
-    max_pairs: int = MAX_PAIRS,
-    finalists: int = FINALISTS,
-) -> Look:
-    """The sequential rule's verdict over pair ratios in time order: the last look, except that a
-    "faster" verdict of an earlier look stands (``Look.decided_at``).
-
-    Why that is sound: the error is spent over every look ``n = MIN_PAIRS … max_pairs`` (module
-    docstring), so the probability that *any* look declares "faster" when the candidate is not more than
-    ``min_gain`` faster is at most ``alpha`` — whatever happens after it. A busy sweep goes on pairing
-    after a conclusive look to narrow the estimate (``tuner.calibration.search``); those pairs refine the
-    figures, and cannot take back a verdict already reached at its error level.
-
-    Same arguments and errors as :func:`sequential_test`.
-    """
-    last = sequential_test(ratios, min_gain, alpha, max_pairs, finalists)
-    if last.verdict == "faster" or len(ratios) <= MIN_PAIRS:
-        return last
-    for k in range(MIN_PAIRS, len(ratios)):
-        early = sequential_test(ratios[:k], min_gain, alpha, max_pairs, finalists)
-        if early.verdict == "faster":
-            # the interval is the deciding look's (it clears the bar); the mean is over all pairs
-            return replace(last, verdict="faster", decided_at=k, low=early.low, high=early.high)
-    return last
-
-
-def contrast_test(
-    ratios_a: Sequence[float],
-    ratios_b: Sequence[float],
-    min_gain: float,
-    alpha: float = ALPHA,
-) -> Look:
-    """Whether candidate A is faster than candidate B beyond noise, from each one's pair ratios
-    against the baseline (the decision's rule for a chained candidate against the best single one).
-
-    Each pair ratio already cancels the machine's drift (its baseline ran next to it), so the two
-    sets of log ratios are compared as independent samples: a one-sided Welch t test of
-    H0: ``E[ln a] − E[ln b] ≤ ln(1 + min_gain)``, at error ``alpha`` (one test, made once at decision
-    time). Degrees of freedom: Welch–Satterthwaite, rounded down (at least 1).
-
-    Args:
-        ratios_a, ratios_b: pair ratios (candidate ÷ baseline tokens/s) of A and of B, > 0.
-        min_gain: A must be more than ``1 + min_gain`` times B at the low end of the interval.
-        alpha: the test's one-sided error.
-
-    Returns:
-        A :class:`Look` of the ratio A ÷ B: ``mean_ratio`` = exp of the difference of mean log ratios,
-        ``low`` / ``high`` its bounds at ``1 − alpha`` each side, ``verdict`` ``"faster"`` (low above
-        the bar), ``"not faster"`` (high below it) or ``"inconclusive"`` (neither, or fewer than
-        ``MIN_PAIRS`` pairs on a side); ``n`` = the smaller number of pairs.
-
-    Raises:
-        ValueError: a ratio ≤ 0.
-    """
-    if any(r <= 0 for r in list(ratios_a) + list(ratios_b)):
-        raise ValueError("pair ratios must be positive")
-    n = min(len(ratios_a), len(ratios_b))
-    if n < 2:
-        return Look(n, "inconclusive", None, None, None, alpha)
-    xa = [math.log(r) for r in ratios_a]
-    xb = [math.log(r) for r in ratios_b]
-    diff = statistics.fmean(xa) - statistics.fmean(xb)
-    va, vb = statistics.variance(xa) / len(xa), statistics.variance(xb) / len(xb)
-    se = math.sqrt(va + vb)
-    if se <= 0:
-        se = 1e-9
-    df_f = (va + vb) ** 2 / ((va * va) / (len(xa) - 1) + (vb * vb) / (len(xb) - 1)) if va + vb > 0 else 1.0
-    q = t_quantile(1.0 - alpha, max(1, int(df_f)))
-    lo, hi = diff - q * se, diff + q * se
-    verdict = _verdict(n, lo, hi, math.log(1.0 + min_gain))
-    return Look(n, verdict, math.exp(diff), math.exp(lo), math.exp(hi), alpha)
 
 
 @dataclass(frozen=True)
@@ -541,6 +335,8 @@ def compare(
     max_pairs: int = MAX_PAIRS,
     finalists: int = FINALISTS,
     mix: Mix | None = None,
+    layout: str = SIDE_BY_SIDE,
+    final: bool = False,
 ) -> Comparison | None:
     """The :class:`Comparison` of ``candidate`` in a sweep (``measurements`` in launch order).
 
@@ -550,13 +346,14 @@ def compare(
     candidate's successful runs and the baseline's successful
     runs (not ``superseded`` ones: a disturbed launch that was measured again) both measured. ``None`` when there is no shared request at all. Every pooled figure and pair
     ratio is weighted by ``mix`` (the served share of long-context requests; ``None`` = every request
-    the same), so the speedup and the sequential test are about the served mix.
+    the same), so the speedup and the sequential test are about the served mix. ``final``: the paired rounds
+    have ended (the decision's look, at whatever pair count they reached: ``sequential.request_test``).
     """
     pairs = adjacent_pairs(measurements, candidate, mix)
     if pairs:
         cs = tuple(s for p in pairs for s in p.candidate_samples)
         bs = tuple(s for p in pairs for s in p.baseline_samples)
-        look = sequential_looks([p.ratio for p in pairs if p.ratio > 0], min_gain, alpha, max_pairs, finalists)
+        look = request_looks(paired_requests(pairs), min_gain, alpha, max_pairs, finalists, layout, final)
         c_tps, b_tps = pooled_tokens_per_s(cs, mix), pooled_tokens_per_s(bs, mix)
         return Comparison(candidate, True, tuple(pairs), cs, bs, c_tps, b_tps,
                           (c_tps / b_tps) if c_tps and b_tps else None, look, _acceptance(cs),
@@ -585,20 +382,25 @@ def compare(
 
 __all__ = [
     "ALPHA",
+    "ALTERNATING",
     "Comparison",
     "FINALISTS",
+    "LOOK_STEP",
     "Look",
     "MAX_PAIRS",
+    "MIN_GAIN",
     "MIN_PAIRS",
     "Mix",
     "Pair",
+    "PairedRequest",
+    "SIDE_BY_SIDE",
     "adjacent_pairs",
     "alpha_per_look",
     "compare",
-    "contrast_test",
+    "look_points",
+    "paired_requests",
     "pooled_tokens_per_s",
-    "sequential_looks",
-    "sequential_test",
+    "sample_tokens_and_s",
     "t_cdf",
     "t_quantile",
 ]

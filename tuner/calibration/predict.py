@@ -20,6 +20,7 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass
+from typing import Protocol
 
 from tuner.telemetry.prom import parse_metrics
 
@@ -128,8 +129,78 @@ class CostModel:
 
     def predict_gen_tokens_per_s(self, accepted_per_step: float, k: float) -> float:
         """Predicted tokens/s at draft length ``k`` yielding ``accepted_per_step`` accepted tokens per step."""
-        step_cost = 1.0 + self.per_step + self.per_draft_token * k
-        return self.baseline_gen_tokens_per_s * (1.0 + accepted_per_step) / step_cost
+        return self.baseline_gen_tokens_per_s * (1.0 + accepted_per_step) / self.step_cost(k)
+
+    def step_cost(self, k: float) -> float:
+        """Cost of one verification step drafting ``k`` tokens, in target-token times: ``1 + w + u·k``."""
+        return 1.0 + self.per_step + self.per_draft_token * k
+
+
+class StepCost(Protocol):
+    """What a cost of verification can be asked (:func:`predicted_ratio`): :class:`CostModel` (fitted to
+    measured runs), or a measured verify-cost curve of the target."""
+
+    def step_cost(self, k: float) -> float:
+        """Cost of one verification step drafting ``k`` tokens, in target-token times (≥ 1 for ``k`` ≥ 0)."""
+        ...
+
+
+FREE_VERIFICATION = CostModel(0.0, 0.0, 1.0)
+"""The optimistic cost: a verification step costs one plain step whatever it drafts (an upper bound on any
+speedup, since verifying ``k`` drafted tokens never costs less than decoding one)."""
+
+
+def accepted_tokens_at(counts: PerPositionCounts, k: int) -> float | None:
+    """Accepted tokens over the run at draft length ``k`` from a run at length ``K`` (its per-position
+    counters): ``Σ_{i<k} per_pos[i]`` for ``k ≤ K``; beyond ``K`` every step that accepted all ``K`` is taken
+    to accept the next ``k − K`` too (an upper bound). ``None`` without counters."""
+    pp = counts.accepted_per_pos
+    if not pp or k < 1:
+        return None
+    if k <= len(pp):
+        return float(sum(pp[:k]))
+    return float(sum(pp) + pp[-1] * (k - len(pp)))
+
+
+def _draft_share(counts: PerPositionCounts, generated: float) -> float | None:
+    """Share of the run's verification steps that verified a draft: ``D ÷ S`` with ``S = n − A`` steps (each
+    yields its accepted tokens and one more); ``None`` without drafts."""
+    steps = generated - counts.accepted_tokens_total
+    if not counts.drafts_total or steps <= 0:
+        return None
+    return min(1.0, counts.drafts_total / steps)
+
+
+def predicted_ratio(counts: PerPositionCounts, generated: float, k: int, cost: StepCost) -> float | None:
+    """Predicted speedup over the target alone at draft length ``k``, from a measured run's counters.
+
+    Per step, in target-token times: a share ``f`` of the steps verify a draft (the run's ``D ÷ S``: every
+    step for a draft model, few for an n-gram lookup that rarely matches) at ``cost.step_cost(k_eff)``,
+    yielding ``1 + a(k)`` tokens (``a(k)`` accepted per draft step, :func:`accepted_tokens_at` ÷ ``D``), the
+    rest cost one and yield one: ``(1 + f·a(k)) ÷ ((1 − f) + f·cost(k_eff))`` with ``k_eff = min(k, drafted
+    tokens per step)``. At ``f`` = 1 this is the curve's ``(1 + a) ÷ step cost``. ``generated``: the run's
+    generated tokens (Σ ``predicted_n − 1``). ``None`` without counters or drafts.
+    """
+    a_k = accepted_tokens_at(counts, k)
+    f = _draft_share(counts, generated)
+    dps = counts.drafted_per_step
+    if a_k is None or f is None or not dps:
+        return None
+    a = a_k / counts.drafts_total
+    return (1.0 + f * a) / ((1.0 - f) + f * cost.step_cost(min(float(k), dps)))
+
+
+def fit_run_cost(counts: PerPositionCounts, generated: float, ratio: float) -> CostModel | None:
+    """The :class:`CostModel` (``w`` = 0) under which :func:`predicted_ratio` at the run's own length gives its
+    measured speedup ``ratio`` (its verification steps' cost, whatever share of the steps drafted: an n-gram
+    type too); ``None`` without counters, drafts or a ratio."""
+    f = _draft_share(counts, generated)
+    dps = counts.drafted_per_step
+    if f is None or not dps or ratio <= 0 or not counts.accepted_per_pos:
+        return None
+    a = counts.accepted_tokens_total / counts.drafts_total
+    per_step = ((1.0 + f * a) / ratio - (1.0 - f)) / f  # one verification step, in target-token times
+    return CostModel(max(0.0, (per_step - 1.0) / dps), 0.0, 1.0)
 
 
 def step_cost_ratio(gen_tokens_per_s: float, baseline_gen_tokens_per_s: float, accepted_per_step: float) -> float:

@@ -16,7 +16,9 @@ from typing import TYPE_CHECKING, Any
 from .candidates import Candidate
 from .decide import Decision
 from .outcome import SearchOutcome
-from .sentences import Sentence, Slot
+from .pairing import pooled_tokens_per_s
+from .results import Measurement
+from .sentences import JsonValue, Sentence, Slot
 from .threads import threads_sentence
 from .wording import words
 from .workload import Workload
@@ -102,6 +104,40 @@ def machine_sentence(machine: MachineLoad | None) -> Sentence | None:
     return Sentence(Slot.MACHINE_LOAD, "machine.load", {"load": figures, "competing": len(machine.competing_pids)})
 
 
+SPEED_VARIED = 2.0
+"""A configuration whose launches ran more than this factor apart on the same prompts: the machine's speed varied
+too much for the figures to mean much (issue 25: one sweep's baseline launches read 694, 390 and 127 tokens/s)."""
+
+
+def launch_speeds(measurements: Sequence[Measurement]) -> dict[str, list[float]]:
+    """Each configuration's tokens/s per launch (label → figures in launch order), each over the prompts every
+    launch of that configuration ran (Σ tokens ÷ Σ time), so a launch cut short after one prompt is compared on
+    that prompt; launches that failed or measured nothing are left out."""
+    by: dict[str, list[Measurement]] = {}
+    for m in measurements:
+        if m.samples and (m.error is None or m.no_drafts_at is not None):
+            by.setdefault(m.candidate.label, []).append(m)
+    out: dict[str, list[float]] = {}
+    for label, ms in by.items():
+        common = set.intersection(*({s.prompt_index for s in m.samples} for m in ms))
+        speeds = [pooled_tokens_per_s([s for s in m.samples if s.prompt_index in common]) for m in ms]
+        out[label] = [x for x in speeds if x]
+    return out
+
+
+def speed_varied_sentence(measurements: Sequence[Measurement], factor: float = SPEED_VARIED) -> Sentence | None:
+    """The sentence (slot SPEED_VARIED) when a configuration's launches ran more than ``factor`` apart on the same
+    prompts (:func:`launch_speeds`): the one that varied most, its slowest and fastest figure and its launches,
+    and how many configurations varied so; ``None`` when none did."""
+    spread = [(max(v) / min(v), label, v) for label, v in launch_speeds(measurements).items() if len(v) >= 2]
+    varied = sorted((t for t in spread if t[0] > factor), key=lambda t: -t[0])
+    if not varied:
+        return None
+    _r, label, v = varied[0]
+    return Sentence(Slot.SPEED_VARIED, "speed.varied", {"label": label, "low": min(v), "high": max(v),
+                                                        "launches": len(v), "others": len(varied) - 1})
+
+
 def depth_sentence(decision: Decision, categories: Sequence[str], noise: float = 0.05) -> Sentence | None:
     """The speedup of the long-context requests (``categories``) when it differs from the overall one by
     more than ``noise`` (relative); ``None`` when they agree or were not measured. The overall figure is
@@ -122,12 +158,14 @@ def describe_depth(decision: Decision, categories: tuple[str, ...], noise: float
 
 def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFacts) -> Decision:
     """``decision`` (from :func:`tuner.calibration.decide.decide`) with the report's sentences added: the
-    machine's load (also its ``busy_note``), the sweep's notes, "Measured with …", why the long-context
+    machine's speed when a configuration's launches varied more than :data:`SPEED_VARIED`, the machine's load
+    (also its ``busy_note``), the sweep's notes, "Measured with …", why the long-context
     requests were left out, the speedup at depth, the types that never drafted (unless the decision named
     them), the CPU workaround in force, the thread setting served and its trade
     (``tuner.calibration.threads.threads_sentence``), and where the winner (and the baseline or the best speculative
     configuration) ran over RPC. Their order is their slots' (``tuner.calibration.sentences``)."""
-    added = [s for s in (machine_sentence(facts.machine),) if s is not None]
+    first = (speed_varied_sentence(outcome.measurements), machine_sentence(facts.machine))
+    added = [s for s in first if s is not None]
     added += [*outcome.notes, _measured_with(facts.workload, outcome.server_sampling)]
     later = (outcome.long_context, depth_sentence(decision, facts.depth_categories), _never_drafted(decision, outcome))
     added += [s for s in later if s is not None]
@@ -142,9 +180,15 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
 
 
 def _measured_with(workload: Workload, server_sampling: Mapping[str, float | int]) -> Sentence:
+    """The measured requests (shape, sampling, context) and, at sampled settings, the short greedy check's size
+    (``Workload.greedy_check_prompts`` prompts of ``greedy_check_n_predict`` tokens: the sentences about a type
+    that drafted nothing say what that check measured)."""
+    greedy: dict[str, JsonValue] | None = None
+    if not workload.sampling.is_greedy and workload.greedy_check_prompts > 0:
+        greedy = {"prompts": workload.greedy_check_prompts, "tokens": workload.greedy_check_n_predict}
     return Sentence(Slot.SWEEP, "sweep.measured_with", {
         "chat": workload.chat, "raw_endpoint": workload.raw_endpoint, "n_ctx": workload.n_ctx,
-        "sampling": workload.sampling.describe(dict(server_sampling) or None)})
+        "sampling": workload.sampling.describe(dict(server_sampling) or None), "greedy_check": greedy})
 
 
 def _never_drafted(decision: Decision, outcome: SearchOutcome) -> Sentence | None:
@@ -218,6 +262,7 @@ def _saved_sentences(obj: object) -> tuple[Sentence, ...] | None:
 
 
 __all__ = [
+    "SPEED_VARIED",
     "MachineLoad",
     "NoRepack",
     "ReportFacts",
@@ -225,6 +270,8 @@ __all__ = [
     "depth_sentence",
     "describe_depth",
     "finish_decision",
+    "launch_speeds",
     "machine_sentence",
     "reused_decision",
+    "speed_varied_sentence",
 ]

@@ -29,6 +29,7 @@ if TYPE_CHECKING:  # annotations only: these modules import nothing from here
     from .candidates import Candidate, DroppedCandidate
     from .decide import Decision
     from .results import Measurement
+    from .wording import Rendered
 
 DEFAULT_BUDGET_S = float(option("budget_s").default or 0)
 """The one default time budget of a sweep, seconds, first launch to decision (CLI ``--budget``, the app's
@@ -359,6 +360,19 @@ class TuneResult:
         if self.reused and self.profile is not None:
             return [c for c in self.profile.decision.get("comparisons") or [] if isinstance(c, dict)]
         return []
+
+    def rendered(self) -> Rendered:
+        """The decision in words (:func:`tuner.calibration.wording.render` of its sentences): ``first`` is the
+        plain first sentence (the app's decision line and notification, ``draftwise tune``'s ``Decision:``
+        line), ``details`` the evidence and the rest (the app's *Details*, ``tune --details``). A reused
+        profile's first detail says so, and its sentence about other programs is dated. Empty without a
+        decision (cancelled)."""
+        from .wording import Rendered, render
+
+        if self.decision is None:
+            return Rendered("", (), "")
+        measured = self.profile.created_unix_s if self.reused and self.profile is not None else None
+        return render(self.decision.sentences, measured_unix_s=measured, reused=self.reused)
 
 
 EventCallback = Callable[[TuneEvent], None]

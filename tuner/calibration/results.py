@@ -77,15 +77,21 @@ class NoDrafts:
             spelled out with "(llama-server's defaults)" after them).
         sampled: the served sampling is not greedy (so the lossless check ran at greedy settings).
         greedy_draft_n: tokens the same type drafted in that greedy check; ``None`` when it did not run.
+        requests: the measured requests in which it drafted nothing (``None`` when not recorded).
     """
 
     sampling: str
     sampled: bool
     greedy_draft_n: int | None = None
+    requests: int | None = None
 
     def to_json(self) -> dict[str, Any]:
-        """Plain-JSON form."""
-        return {"sampling": self.sampling, "sampled": self.sampled, "greedy_draft_n": self.greedy_draft_n}
+        """Plain-JSON form (``requests`` only when recorded)."""
+        out: dict[str, Any] = {"sampling": self.sampling, "sampled": self.sampled,
+                               "greedy_draft_n": self.greedy_draft_n}
+        if self.requests is not None:
+            out["requests"] = self.requests
+        return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> NoDrafts:
@@ -94,8 +100,9 @@ class NoDrafts:
         Raises:
             KeyError, TypeError: ``obj`` is not such a dict.
         """
-        n = obj.get("greedy_draft_n")
-        return cls(str(obj["sampling"]), bool(obj["sampled"]), None if n is None else int(n))
+        n, r = obj.get("greedy_draft_n"), obj.get("requests")
+        return cls(str(obj["sampling"]), bool(obj["sampled"]), None if n is None else int(n),
+                   None if r is None else int(r))
 
 
 @dataclass(frozen=True)
@@ -156,6 +163,16 @@ class Measurement:
     def ok(self) -> bool:
         """True when the candidate ran and passed the speculative checks."""
         return self.error is None and bool(self.samples)
+
+    def drafted_nothing(self) -> NoDrafts | None:
+        """What was measured of a speculative run that drafted nothing (``no_drafts_at`` set), as facts: the
+        recorded :attr:`no_drafts`, else built from this measurement's own fields (the sampling words, the greedy
+        check's drafted tokens, the requests measured); ``None`` for any other run."""
+        if self.no_drafts_at is None:
+            return None
+        nd = self.no_drafts or NoDrafts(self.no_drafts_at, sampled=self.greedy_draft_n is not None,
+                                        greedy_draft_n=self.greedy_draft_n)
+        return nd if nd.requests is not None else replace(nd, requests=len(self.samples))
 
     @property
     def repetitions(self) -> int:

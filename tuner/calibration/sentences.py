@@ -13,11 +13,11 @@ the order in which a decision's sentences are read, whatever step of the tune ad
    :attr:`Slot.MIX` (the served mix of short and long-context requests).
 5. :attr:`Slot.MACHINE_LOAD`: other programs on the machine during the sweep.
 6. :attr:`Slot.SWEEP`: about the sweep itself, in this order: the search's own (a re-measured, unsteady or
-   unmeasurable baseline, then the time limit), "Measured with …", long-context requests left out, the
+   unmeasurable baseline, what could not beat the leader and was not launched, then the time limit), "Measured with …", long-context requests left out, the
    speedup at depth, types that never drafted, where it ran.
 
-Sentences of one slot keep the order they were added in. The SPEED_VARIED, THREADS and CAPTURED slots
-are reserved for issues 25 and 28 (no kind yet). A sentence of kind :data:`TEXT` carries words built
+Sentences of one slot keep the order they were added in. The THREADS and CAPTURED slots are reserved for
+issues 25 and 28 (no kind yet). A sentence of kind :data:`TEXT` carries words built
 before it (``params = {"text": ...}``): the tune makes none (tests/test_structure.py counts them); tests use
 it for a slot that has no kind yet.
 """

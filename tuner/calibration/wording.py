@@ -9,9 +9,12 @@ them back.
 
 Kinds, by slot:
 
-- HEADLINE: ``headline.serving``; one kind per reason for running the model alone (``alone.*``), which
-  still holds its evidence in the same sentence until the plain first sentence is split from it;
-  ``saved.reason`` (a profile saved before sentences were kept: its reason, verbatim).
+- HEADLINE: ``headline.serving``; one kind per reason for running the model alone (``alone.*``). Each has
+  two renderers: its plain first sentence in a desktop user's words (:data:`PLAIN`: "Fastest here: the draft
+  model X, about 1.4× faster than the model alone on your prompts.") and its evidence, the first of the
+  details (:data:`RENDERERS`); ``saved.reason`` (a profile saved before sentences were kept: its reason,
+  verbatim, as its first sentence).
+- SPEED_VARIED: ``speed.varied`` (a configuration's launches ran more than 2× apart).
 - EVIDENCE: ``evidence.paired``, ``evidence.chain_faster``, ``evidence.chain_not_faster``,
   ``evidence.divergence``.
 - THREADS: ``threads.trade`` (the thread setting served and what it costs idle and gains with another
@@ -22,12 +25,13 @@ Kinds, by slot:
 - MACHINE_LOAD: ``machine.load``; ``saved.measured_on``.
 - SWEEP: the search's own (``tuner.calibration.search``): ``sweep.baseline_superseded``,
   ``sweep.baseline_unsteady``, ``sweep.baseline_unmeasurable`` (a disturbed baseline launch measured again,
-  or not), ``sweep.time_limit``, ``sweep.long_context_left_out`` (``tuner.calibration.workload.LongContextPlan``);
+  or not), ``sweep.pruned`` (what was not launched because it could not beat the leader), ``sweep.time_limit``,
+  ``sweep.long_context_left_out`` (``tuner.calibration.workload.LongContextPlan``);
   the report's: ``sweep.measured_with``, ``sweep.depth``, ``sweep.never_drafted``, ``sweep.where_it_ran``.
 - any slot: ``text`` (words built before the sentence: the tune makes none; tests use it for a slot that
   has no kind yet).
 
-The SPEED_VARIED and CAPTURED slots have no kind yet (issues 25 and 28 add them).
+The CAPTURED slot has no kind yet (issue 28 adds it).
 """
 
 from __future__ import annotations
@@ -133,11 +137,11 @@ def break_even_words(acceptance: float | None, break_even_acceptance: float | No
 
 
 def unmeasured_text(labels: Sequence[str]) -> str:
-    """``"the time budget was spent before ngram-simple, … were measured (a larger budget measures them: …)"``
-    (the first four labels named)."""
+    """``"the time budget was spent before ngram-simple, … were measured (a re-tune with a larger time budget
+    measures them)"`` (the first four labels named; no command-line advice: the app shows it too)."""
     names = ", ".join(labels[:4]) + (" and others" if len(labels) > 4 else "")
     return (f"the time budget was spent before {names} {'was' if len(labels) == 1 else 'were'} measured "
-            "(a larger budget measures them: re-tune with it, --force on the command line)")
+            "(a re-tune with a larger time budget measures them)")
 
 
 def _s(n: int) -> str:
@@ -145,22 +149,44 @@ def _s(n: int) -> str:
 
 
 # ---- types that never drafted ----------------------------------------------------------------------------
-def _no_drafts_why(nd: NoDrafts) -> str:
-    if nd.sampled and nd.greedy_draft_n:
-        return f", although it drafted {nd.greedy_draft_n} tokens at greedy settings (the lossless check)"
-    if nd.sampled and nd.greedy_draft_n == 0:
-        return ", nor at greedy settings (the lossless check): these prompts repeat no n-gram"
-    if not nd.sampled:
-        return ": these prompts repeat no n-gram it could continue"
-    return ""
+def _requests_words(nd: NoDrafts) -> str:
+    n = nd.requests
+    return f" in {n} request{_s(n)}" if n else ""
+
+
+def _greedy_words(nd: NoDrafts) -> str:
+    """What the short greedy check measured for a type that drafted nothing at the served sampling."""
+    if nd.greedy_draft_n is None:
+        return ""
+    if nd.greedy_draft_n == 0:
+        return ", nor in the short greedy check (temperature 0)"
+    return f", although it drafted {nd.greedy_draft_n} tokens in the short greedy check (temperature 0)"
 
 
 def no_drafts_error(spec_type: str, nd: NoDrafts) -> str:
-    """The measurement's ``error`` for an n-gram type that ran but never drafted, e.g. ``"ngram-mod never
-    drafted at the served sampling (<Sampling.describe's words>), although it drafted 12 tokens at greedy settings
-    (the lossless check); no speedup is possible for these requests"``."""
-    return (f"{spec_type} never drafted at the served sampling ({nd.sampling}){_no_drafts_why(nd)}; "
-            "no speedup is possible for these requests")
+    """What an n-gram type that ran but never drafted measured, e.g. ``"ngram-mod drafted nothing in 14 requests
+    at the served sampling (<Sampling.describe's words>), nor in the short greedy check (temperature 0)"``: only
+    what was measured, never a claim about the prompts in general."""
+    return f"{spec_type} drafted nothing{_requests_words(nd)} at the served sampling ({nd.sampling}){_greedy_words(nd)}"
+
+
+def measured_line(label: str, nd: NoDrafts) -> str:
+    """The progress line of a run that drafted nothing (the sweep's "measured" event, shown by the app's Tune tab
+    and ``draftwise tune``'s progress instead of the run's error words), e.g. ``"ngram-mod: drafted nothing in 5
+    requests at the served sampling (<Sampling.describe's words>), nor in the short greedy check (temperature
+    0)"``."""
+    return f"{label}: {no_drafts_error('', nd).lstrip()}"
+
+
+def no_drafts_note(greedy_draft_n: int | None) -> str:
+    """A launch that drafted nothing, as a table note (``draftwise tune``'s launches): ``"drafted nothing"``, with
+    what the short greedy check drafted when it ran (``"drafted nothing; nothing in the short greedy check
+    either"``, ``"drafted nothing; 12 tokens in the short greedy check"``)."""
+    if greedy_draft_n is None:
+        return "drafted nothing"
+    if greedy_draft_n == 0:
+        return "drafted nothing; nothing in the short greedy check either"
+    return f"drafted nothing; {greedy_draft_n} tokens in the short greedy check"
 
 
 def never_entry(label: str, spec_type: str, error: str | None, no_drafts_at: str | None,
@@ -172,42 +198,123 @@ def never_entry(label: str, spec_type: str, error: str | None, no_drafts_at: str
 
 def _error_words(e: Params) -> str:
     nd = e.get("no_drafts")
-    return no_drafts_error(str(e["spec_type"]), NoDrafts.from_json(nd)) if nd else str(e.get("error") or "")
+    if nd:
+        return no_drafts_error(str(e["spec_type"]), NoDrafts.from_json(nd))
+    if e.get("no_drafts_at"):  # a saved profile's entry from before the facts were kept: what was measured
+        return f"{e['spec_type']} drafted nothing at the served sampling ({e['no_drafts_at']})"
+    return str(e.get("error") or "")
 
 
 def _never_rest(e: Params) -> str | None:
-    """What follows "… never drafted " for one entry, the served sampling named as "these sampling
-    settings" (the "Measured with …" sentence names it once); ``None`` when it cannot be told."""
+    """What follows "<type> " for one entry that never drafted, the served sampling named as "these sampling
+    settings" (the "Measured with …" sentence names it once); ``None`` when the entry is not one."""
     nd = e.get("no_drafts")
     if nd:
-        why = _no_drafts_why(NoDrafts.from_json(nd))
-        return f"at these sampling settings{why}; no speedup is possible for these requests"
-    # A measurement built without ``Measurement.no_drafts`` (measure.py records it for every sweep; the
-    # decision goldens' hand-built measurements do not): its error's words. Goes with those goldens' inputs.
-    error = str(e.get("error") or "")
-    _, sep, rest = error.partition(" never drafted ")
-    if not sep:
-        return None
-    at = e.get("no_drafts_at")
-    return rest.replace(f"at the served sampling ({at})", "at these sampling settings", 1) if at else rest
+        facts = NoDrafts.from_json(nd)
+        return f"drafted nothing{_requests_words(facts)} at these sampling settings{_greedy_words(facts)}"
+    return "drafted nothing at these sampling settings" if e.get("no_drafts_at") else None
 
 
 def never_text(entries: Sequence[Params]) -> str:
-    """The types that ran but never drafted, named once, with their shared reason stated once, e.g.
-    ``"ngram-mod, ngram-simple never drafted at these sampling settings; no speedup is possible …"``."""
+    """The types that ran but never drafted, named once, with what they measured stated once when they share
+    it, e.g. ``"ngram-mod, ngram-simple drafted nothing in 14 requests at these sampling settings, nor in the
+    short greedy check (temperature 0)"``."""
     rests = [_never_rest(e) for e in entries]
     if any(r is None for r in rests):
         return "; ".join(f"{e['label']}: {_error_words(e)}" for e in entries)
-    if len(set(rests)) == 1:  # one shared reason: stated once
-        return f"{', '.join(str(e['label']) for e in entries)} never drafted {rests[0]}"
-    return "; ".join(f"{e['label']} never drafted {r}" for e, r in zip(entries, rests))
+    if len(set(rests)) == 1:  # one shared finding: stated once
+        return f"{', '.join(str(e['label']) for e in entries)} {rests[0]}"
+    return "; ".join(f"{e['label']} {r}" for e, r in zip(entries, rests))
 
 
 # ---- HEADLINE ------------------------------------------------------------------------------------------
+# Each HEADLINE kind has two renderers: its plain first sentence (:data:`PLAIN`, the words a desktop user
+# reads first: the GUI's decision line, the notification, ``draftwise tune``'s last line) and the sentence of
+# evidence behind it (:data:`RENDERERS`, the first of the details).
+def short_label(c: Candidate) -> str:
+    """What a candidate is, in a desktop user's words and without its settings (the plain first sentence),
+    e.g. ``"the draft model good.gguf"``, ``"n-gram lookup (reusing text already in the conversation)"``,
+    ``"the model's own multi-token prediction (MTP)"``; the baseline is ``"the model alone"``."""
+    if c.is_baseline:
+        return "the model alone"
+    types = c.spec_types
+    ngram = any(t.startswith("ngram") for t in types)
+    if "draft-mtp" in types:
+        out = "the model's own multi-token prediction (MTP)"
+    elif c.draft_path:
+        out = f"the draft model {Path(c.draft_path).name}"
+    elif ngram:
+        return "n-gram lookup (reusing text already in the conversation)"
+    else:
+        out = c.label
+    return out + (" with n-gram lookup" if ngram else "")
+
+
+def faster_words(speedup: float | None) -> str:
+    """A speedup in plain words: ``1.43`` → ``"about 1.4× faster"``, ``1.08`` → ``"about 8 % faster"`` (below
+    1.15× a "1.1×" reads as nothing)."""
+    sp = speedup or 1.0
+    if sp < 1.15:
+        return f"about {max(1, round(100 * (sp - 1))):.0f} % faster"
+    return f"about {sp:.1f}× faster"
+
+
+def _tried(p: Params) -> str:
+    """The best speculative configuration of an ``alone.*`` sentence in plain words (its candidate, when the
+    sentence holds it; a sentence saved before it did says "the best speculation tried")."""
+    c = p.get("candidate")
+    return f"speculation with {short_label(Candidate.from_json(c))}" if c else "the best speculation tried"
+
+
+def _plain_serving(p: Params) -> str:
+    c = Candidate.from_json(p["candidate"])
+    return f"Fastest here: {short_label(c)}, {faster_words(p['speedup'])} than the model alone on your prompts."
+
+
+def _plain_not_enough(p: Params) -> str:
+    sp = (p.get("figures") or {}).get("speedup")
+    return (f"Serving the model alone for now: {_tried(p)} looked {faster_words(sp)} on your prompts, but the "
+            "measurements were too few to be sure (a longer tune can settle it).")
+
+
+def _plain_never_drafted(p: Params) -> str:
+    if p.get("unmeasured"):
+        return ("Serving the model alone: the speculation measured never got going on your prompts, and the time "
+                "budget ran out before the rest was measured.")
+    return "Fastest here: the model alone — speculation never got going on your prompts."
+
+
+def _plain_screening(p: Params) -> str:
+    sp = (p.get("figures") or {}).get("speedup") or 0.0
+    if sp >= 1.05 and p.get("acceptance"):  # it drafted, and its bar stands taller on the chart: say what it is
+        return (f"Serving the model alone: {_tried(p)} looked {faster_words(sp)} in a first quick measurement, but "
+                "that was never confirmed on your prompts.")
+    return "Serving the model alone: no speculation was confirmed faster on your prompts."
+
+
+PLAIN: Mapping[str, Renderer] = {
+    "headline.serving": _plain_serving,
+    "alone.not_enough_evidence": _plain_not_enough,
+    "alone.unsteady": lambda p: ("Serving the model alone: its own speed changed too much during the tune to tell "
+                                 "whether speculation helps on your prompts."),
+    "alone.slower": lambda p: f"Fastest here: the model alone — {_tried(p)} was slower on your prompts.",
+    "alone.screening_only": lambda p: _plain_screening(p),
+    "alone.within_noise": lambda p: (f"Serving the model alone: {_tried(p)} was no faster beyond measurement noise "
+                                     "on your prompts."),
+    "alone.never_drafted": _plain_never_drafted,
+    "alone.failed": lambda p: "Serving the model alone: speculation did not run correctly on this machine.",
+    "alone.unmeasured": lambda p: "Serving the model alone: the time budget ran out before any speculation was measured.",
+    "alone.nothing": lambda p: ("Serving the model alone: there was nothing to speculate with (no compatible draft "
+                                "model, no n-gram type)."),
+}
+"""The plain first sentence of each HEADLINE kind (a saved profile's ``saved.reason`` has none: its words are
+shown as they were saved)."""
+
+
 def _serving(p: Params) -> str:
     c = Candidate.from_json(p["candidate"])
-    return (f"Serving {plain_label(c)}: about {p['speedup'] or 1.0:.1f}× as fast as the model alone "
-            f"({plain_tps(p['tps'])} vs {plain_tps(p['base_tps'])} tokens/s on these prompts).")
+    return (f"Serving {plain_label(c)}: {plain_tps(p['tps'])} against {plain_tps(p['base_tps'])} tokens/s for the "
+            "model alone on these prompts.")
 
 
 def _acceptance_clause(a: Params | None) -> str:
@@ -223,7 +330,7 @@ def _acceptance_clause(a: Params | None) -> str:
 
 
 def _alone_not_enough(p: Params) -> str:
-    out = (f"No speculation: the evidence was not enough to serve {p['label']} ({figures_text(p['figures'])}); "
+    out = (f"The evidence was not enough to serve {p['label']} ({figures_text(p['figures'])}); "
            f"a paired test at a {100 * p['alpha']:.0f} % error rate needs more pairs")
     if p.get("pairs_needed") is not None and p.get("more_s") is not None:
         out += (f": about {p['pairs_needed']} pairs in all, about {p['more_s']:.0f} s more "
@@ -234,24 +341,24 @@ def _alone_not_enough(p: Params) -> str:
 
 
 def _alone_unsteady(p: Params) -> str:
-    return (f"No speculation: no speculative configuration was confirmed in paired rounds; the screening figures "
+    return (f"No speculative configuration was confirmed in paired rounds; the screening figures "
             f"({p['label']}: {figures_text(p['figures'])}) come from launches minutes apart while the model's own "
             "speed varied, so they are not evidence either way" + _acceptance_clause(p.get("acceptance")) + ".")
 
 
 def _alone_slower(p: Params) -> str:
-    return (f"No speculation: the best speculative configuration ({p['label']}) was slower than the target alone "
+    return (f"The best speculative configuration ({p['label']}) was slower than the target alone "
             f"({figures_text(p['figures'])})" + _acceptance_clause(p.get("acceptance")) + ".")
 
 
 def _alone_screening_only(p: Params) -> str:
-    return (f"No speculation: no speculative configuration was confirmed in paired rounds; the best screening "
+    return (f"No speculative configuration was confirmed in paired rounds; the best screening "
             f"result was {p['label']} ({figures_text(p['figures'])}), which is not evidence enough to serve it"
             + _acceptance_clause(p.get("acceptance")) + ".")
 
 
 def _alone_within_noise(p: Params) -> str:
-    return (f"No speculation: the best speculative configuration ({p['label']}) was within the measurement noise "
+    return (f"The best speculative configuration ({p['label']}) was within the measurement noise "
             f"of the target alone ({figures_text(p['figures'])}; needs more than {1 + p['min_gain']:.2f}×)"
             + _acceptance_clause(p.get("acceptance")) + ".")
 
@@ -260,23 +367,30 @@ def _alone_never_drafted(p: Params) -> str:
     never = never_text(p["never"])
     if p.get("unmeasured"):
         # the measured ones proposed no token, the rest never ran: say both, not "none drafted"
-        return ("No speculation: no measured speculative configuration drafted any token on these prompts: "
-                f"{never}; {unmeasured_text(p['unmeasured'])}.")
-    return f"No speculation: no speculative configuration drafted any token on these prompts: {never}."
+        return f"No measured speculative configuration drafted any token: {never}; {unmeasured_text(p['unmeasured'])}."
+    return f"No speculative configuration drafted any token: {never}."
 
 
 def _alone_failed(p: Params) -> str:
-    return ("No speculation: no speculative configuration ran correctly: "
+    return ("No speculative configuration ran correctly: "
             + "; ".join(f"{e['label']}: {_error_words(e)}" for e in p["failed"]) + ".")
 
 
 def _alone_unmeasured(p: Params) -> str:
-    return f"No speculation: no speculative configuration was measured: {unmeasured_text(p['unmeasured'])}."
+    return f"No speculative configuration was measured: {unmeasured_text(p['unmeasured'])}."
 
 
 def _alone_nothing(p: Params) -> str:
-    return ("No speculation: no speculative configuration was available to measure (no compatible draft, "
-            "no n-gram type).")
+    return ""  # the plain first sentence says it all
+
+
+# ---- SPEED_VARIED -------------------------------------------------------------------------------------------
+def _speed_varied(p: Params) -> str:
+    others = int(p.get("others") or 0)
+    more = f" (and {others} more configuration{_s(others)} varied as much)" if others else ""
+    return (f"The machine's speed varied too much for these figures to mean much: {p['label']} ran at "
+            f"{plain_tps(p['low'])} to {plain_tps(p['high'])} tokens/s in {p['launches']} launches on the same "
+            f"prompts{more}; a re-tune on a quieter machine, or with fewer threads, would help.")
 
 
 # ---- EVIDENCE -----------------------------------------------------------------------------------------
@@ -383,7 +497,13 @@ def describe_workload(chat: bool, raw_endpoint: str, sampling: str, n_ctx: int |
 
 
 def _measured_with(p: Params) -> str:
-    return f"Measured with {describe_workload(p['chat'], p['raw_endpoint'], p['sampling'], p['n_ctx'])}."
+    out = f"Measured with {describe_workload(p['chat'], p['raw_endpoint'], p['sampling'], p['n_ctx'])}"
+    g = p.get("greedy_check")
+    if g:
+        n, t = int(g["prompts"]), int(g["tokens"])
+        out += (f"; each configuration's first launch also ran a short greedy check (up to {n} prompt{_s(n)} of "
+                f"{t} tokens at temperature 0), its output compared with the model alone's")
+    return out + "."
 
 
 def _depth(p: Params) -> str:
@@ -392,7 +512,7 @@ def _depth(p: Params) -> str:
 
 
 def _never_drafted(p: Params) -> str:
-    return f"{', '.join(p['labels'])} never drafted at these sampling settings."
+    return f"{', '.join(p['labels'])} drafted nothing at these sampling settings."
 
 
 def where_it_ran(run: Params) -> str:
@@ -416,6 +536,13 @@ def where_it_ran(run: Params) -> str:
 
 def _where(p: Params) -> str:
     return "Where it ran: " + "; ".join(f"{run['label']}: {where_it_ran(run)}" for run in p["runs"]) + "."
+
+
+def _pruned(p: Params) -> str:
+    parts = [f"{e['label']} (at most {e['at_most']:.2f}× by {e['basis']}'s acceptance, below {e['leader']} at "
+             f"{e['leader_ratio']:.2f}×)" for e in p["pruned"]]
+    return "Not launched, because on these prompts they could not beat the best configuration screened so far: " \
+        + "; ".join(parts) + "."
 
 
 def _time_limit(p: Params) -> str:
@@ -499,6 +626,7 @@ RENDERERS: Mapping[str, Renderer] = {
     "alone.unmeasured": _alone_unmeasured,
     "alone.nothing": _alone_nothing,
     "saved.reason": lambda p: str(p["reason"]),
+    "speed.varied": _speed_varied,
     "evidence.paired": _evidence_paired,
     "evidence.chain_faster": _chain_faster,
     "evidence.chain_not_faster": _chain_not_faster,
@@ -514,6 +642,7 @@ RENDERERS: Mapping[str, Renderer] = {
     "sweep.never_drafted": _never_drafted,
     "sweep.where_it_ran": _where,
     "sweep.time_limit": _time_limit,
+    "sweep.pruned": _pruned,
     "sweep.baseline_unmeasurable": _baseline_unmeasurable,
     "sweep.baseline_superseded": _baseline_superseded,
     "sweep.baseline_unsteady": _baseline_unsteady,
@@ -532,40 +661,52 @@ KINDS = frozenset(RENDERERS) | frozenset(DATED)
 """Every sentence kind :func:`render` knows."""
 
 
+def _texts(sentence: Sentence, measured_unix_s: float | None) -> list[str]:
+    """One sentence's words as the sentences a reader sees: a HEADLINE kind's plain first sentence, then its
+    evidence; any other kind one sentence (empty ones left out)."""
+    if sentence.kind in DATED:
+        texts = [DATED[sentence.kind](sentence.params, measured_unix_s)]
+    else:
+        renderer = RENDERERS.get(sentence.kind)
+        if renderer is None:
+            raise ValueError(f"no renderer for the decision's sentence kind {sentence.kind!r}")
+        plain = PLAIN.get(sentence.kind)
+        texts = [plain(sentence.params)] if plain is not None else []
+        texts.append(renderer(sentence.params))
+    return [t for t in texts if t]
+
+
 def words(sentence: Sentence, measured_unix_s: float | None = None) -> str:
-    """One sentence's words.
+    """One sentence's words (a HEADLINE kind: its plain first sentence, then its evidence).
 
     Raises:
         ValueError: no renderer for ``sentence.kind`` (e.g. a profile written by a newer Draftwise).
     """
-    if sentence.kind in DATED:
-        return DATED[sentence.kind](sentence.params, measured_unix_s)
-    renderer = RENDERERS.get(sentence.kind)
-    if renderer is None:
-        raise ValueError(f"no renderer for the decision's sentence kind {sentence.kind!r}")
-    return renderer(sentence.params)
+    return " ".join(_texts(sentence, measured_unix_s))
 
 
-REUSED_PREFIX = "Using the saved profile (still fresh):"
+REUSED_NOTE = "Using the saved profile (still fresh): nothing was measured again."
+"""The first detail of a saved profile's decision served again (its first sentence stays the plain one)."""
 
 
 def render(sentences: Iterable[Sentence], *, measured_unix_s: float | None = None, reused: bool = False) -> Rendered:
-    """``sentences`` in words, in reading order (:func:`tuner.calibration.sentences.in_reading_order`).
+    """``sentences`` in words, in reading order (:func:`tuner.calibration.sentences.in_reading_order`): the
+    HEADLINE's plain first sentence (:data:`PLAIN`) is :attr:`Rendered.first`; its evidence and every later
+    sentence are the details.
 
     Args:
         sentences: a decision's sentences, in any order.
         measured_unix_s: when the profile behind them was measured, for a decision shown again later: the
             sentence about other programs on the machine then says when ("This profile was measured on
             2026-12-01 at 11:50 UTC; other programs used …"); ``None`` = the sweep that just ran.
-        reused: the decision is a saved profile's, served again: the first sentence starts with
-            "Using the saved profile (still fresh):".
+        reused: the decision is a saved profile's, served again: :data:`REUSED_NOTE` is the first detail.
 
     Raises:
         ValueError: a sentence of a kind without a renderer.
     """
-    texts = [t for t in (words(s, measured_unix_s) for s in in_reading_order(sentences)) if t]
+    texts = [t for s in in_reading_order(sentences) for t in _texts(s, measured_unix_s)]
     if reused:
-        texts = [f"{REUSED_PREFIX} {texts[0] if texts else 'no reason recorded'}", *texts[1:]]
+        texts = [texts[0] if texts else "No reason was recorded.", REUSED_NOTE, *texts[1:]]
     if not texts:
         return Rendered("", (), "")
     return Rendered(texts[0], tuple(texts[1:]), " ".join(texts))
@@ -580,19 +721,24 @@ __all__ = [
     "DATED",
     "KINDS",
     "RENDERERS",
-    "REUSED_PREFIX",
+    "PLAIN",
+    "REUSED_NOTE",
     "Rendered",
     "break_even_words",
     "describe_workload",
+    "faster_words",
     "figures_text",
     "never_entry",
+    "measured_line",
     "never_text",
     "no_drafts_error",
+    "no_drafts_note",
     "of_slot",
     "pct",
     "plain_label",
     "plain_tps",
     "render",
+    "short_label",
     "unmeasured_text",
     "where_it_ran",
     "words",

@@ -5,7 +5,8 @@ The catalog needs only the package's constants: the architecture names llama.cpp
 and the file-type names (``LlamaFileType``). Importing the ``gguf`` package itself pulls in
 numpy and its reader (about 0.1-0.4 s), too slow for a scan command, so when the package is
 not already imported we load its ``constants.py`` module on its own (it imports nothing but
-the standard library). The writer (``gguf.GGUFWriter``) is used only by tests and benches.
+the standard library). The writer and the full reader (:func:`new_writer`, :func:`open_reader`, used by
+:mod:`tuner.catalog.synthetic` to generate the demo models) import the whole package, on first use only.
 """
 
 from __future__ import annotations
@@ -13,7 +14,9 @@ from __future__ import annotations
 import importlib.util
 import sys
 from functools import lru_cache
+from pathlib import Path
 from types import ModuleType
+from typing import Any
 
 from tuner.errors import DraftwiseError
 
@@ -98,3 +101,49 @@ def file_type_names() -> dict[int, str]:
                 name = name[len(prefix):]
         out[int(member)] = name
     return out
+
+
+def _package() -> ModuleType:
+    """The whole ``gguf`` package (imported on first use: it pulls in numpy).
+
+    Raises:
+        GGUFPackageError: the package is not installed.
+    """
+    try:
+        import gguf
+    except ImportError as exc:
+        raise GGUFPackageError(f"the 'gguf' package is not installed (pip install gguf): {exc}") from exc
+    return gguf
+
+
+def new_writer(path: str | Path, architecture: str) -> Any:
+    """A ``gguf.GGUFWriter`` for ``path`` with ``general.architecture`` = ``architecture`` (nothing is
+    written until its ``write_header_to_file``). The writer's API is gguf-py's (llama.cpp gguf-py/gguf/
+    gguf_writer.py): ``add_*`` keys, ``add_tensor_info`` then ``write_tensor_data`` to stream tensors.
+
+    Raises:
+        GGUFPackageError: the package is not installed.
+    """
+    return _package().GGUFWriter(Path(path), architecture)
+
+
+def open_reader(path: str | Path) -> Any:
+    """A ``gguf.GGUFReader`` on ``path`` (memory-mapped; ``fields`` and ``tensors`` as gguf-py gives them).
+
+    Raises:
+        GGUFPackageError: the package is not installed.
+        OSError: the file cannot be opened; ValueError: it is not a GGUF file gguf-py can read.
+    """
+    return _package().GGUFReader(Path(path))
+
+
+def value_type(name: str) -> Any:
+    """The ``gguf.GGUFValueType`` member called ``name`` (``"UINT32"``, ``"STRING"``, ``"ARRAY"``, …).
+
+    Raises:
+        GGUFPackageError: the package is not installed or has no such member.
+    """
+    try:
+        return _package().GGUFValueType[name]
+    except KeyError as exc:
+        raise GGUFPackageError(f"gguf.GGUFValueType has no member {name!r}") from exc

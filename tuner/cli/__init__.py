@@ -2,7 +2,7 @@
 
 With no sub-command it starts the tray app (``tuner.app.main``). The command-line glue lives in this
 package, above the core: one module per command group (``catalog``, ``hardware``, ``serve``, ``tune``,
-``packaging``), each exposing ``register(subparsers) -> None``; each registered parser sets ``func`` to a
+``packaging``, ``demo``), each exposing ``register(subparsers) -> None``; each registered parser sets ``func`` to a
 callable ``func(args) -> int`` (the exit status). Only this package and ``tuner.ui`` parse arguments or
 print to the terminal; the core packages below never import from here (import-linter contracts in
 ``pyproject.toml``).
@@ -31,6 +31,7 @@ COMMAND_MODULES = (
     "tuner.cli.serve",      # serve, doctor
     "tuner.cli.tune",       # tune
     "tuner.cli.packaging",  # install-desktop-entry, autostart
+    "tuner.cli.demo",       # demo
 )
 
 # Which module registers which sub-command. When the first argument names one of these,
@@ -47,6 +48,7 @@ COMMAND_OWNERS = {
     "tune": "tuner.cli.tune",
     "install-desktop-entry": "tuner.cli.packaging",
     "autostart": "tuner.cli.packaging",
+    "demo": "tuner.cli.demo",
 }
 
 

@@ -102,8 +102,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
     p.set_defaults(func=cmd_devices)
 
     p = subparsers.add_parser("plan", help="memory plan of one configuration: where every byte goes, does it fit")
-    p.add_argument("--target", required=True, metavar="NAME|PATH",
-                   help="target model GGUF: a path, or a file name / stem in --models DIR (as for tune)")
+    p.add_argument("--target", metavar="NAME|PATH",
+                   help="target model GGUF: a path, or a file name / stem in --models DIR (as for tune); default "
+                   "with --models: the target tune picks (the largest model that has a compatible draft)")
     p.add_argument("--draft", metavar="NAME|PATH",
                    help="draft model GGUF, path or name in --models DIR (implies --spec-type draft-simple)")
     p.add_argument("--models", metavar="DIR", help="models folder where --target / --draft names are looked up")
@@ -392,6 +393,29 @@ def _model_path(given: str, models_dir: str | None, flag: str) -> Path:
                      + (", ".join(names[:20]) or "none"))
 
 
+def _default_target(models_dir: str | None) -> Path:
+    """The target ``plan`` plans without ``--target``: the one ``tune --models DIR`` tunes
+    (``tuner.catalog.folder.default_target``), said on stderr.
+
+    Raises:
+        ValueError: no ``--models`` either, or no LLM in the folder (names the flag).
+    """
+    from tuner.catalog.folder import default_target, default_target_note, scan_models
+
+    if models_dir is None:
+        raise ValueError("plan needs --target T (a path), or --models DIR to plan the target tune picks there")
+    if not Path(models_dir).is_dir():
+        raise ValueError(f"--models {models_dir}: no such folder")
+    scanned = scan_models(Path(models_dir))
+    chosen = default_target(scanned.models, scanned.families)
+    if chosen is None:
+        raise ValueError(f"--models {models_dir}: no LLM GGUF file in this folder (give --target)")
+    note = default_target_note(scanned.models, chosen)
+    print(note or f"target: {Path(chosen.path).name} (the one tune picks: the largest model with a compatible "
+          "draft, else the largest; --target names another)", file=sys.stderr)
+    return Path(chosen.path)
+
+
 def _load_spec(given: str, models_dir: str | None, flag: str) -> ModelMemorySpec:
     """The memory spec of the model ``flag`` names (:func:`_model_path`). Raises ValueError naming the flag,
     its value and the file for a file that is no usable GGUF."""
@@ -467,6 +491,8 @@ def _plan_inputs(args: argparse.Namespace) -> _PlanInputs | None:
         print(f"draftwise plan: {problem}", file=sys.stderr)
         return None
     try:
+        if args.target is None:
+            args.target = str(_default_target(args.models))
         target = _load_spec(args.target, args.models, "--target")
         draft = _load_spec(args.draft, args.models, "--draft") if args.draft else None
     except Exception as exc:  # noqa: BLE001 - GGUFError / ValueError name the flag and file
@@ -610,10 +636,7 @@ def _print_plan(args: argparse.Namespace, inputs: _PlanInputs, plan: MemoryPlan,
               + f"; {_mib(p.margin_bytes)} kept free")
     if not devs.devices:
         print("  CPU-only: everything in host RAM (budget = available RAM)")
-    if plan.fits:
-        print(f"Verdict: FITS, headroom {_mib(plan.margin_bytes)}")
-    else:
-        print(f"Verdict: DOES NOT FIT, short by {_mib(-plan.margin_bytes if plan.margin_bytes is not None else None)}")
+    print(f"Verdict: {plan.verdict}")  # the app's Models tab says the same words
     if max_ngl is not None:
         print(f"Largest target ngl that fits at n_ctx {plan.n_ctx}{' next to this draft placement' if draft else ''}: "
               f"{max_ngl} (of {target.n_layer + 1})")

@@ -471,6 +471,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     try:
         _preflight(cfg, args, from_profile)
         binary, sup = _supervisor(args, fallback)
+        if from_profile:
+            _check_tuned_binary(args, binary)
         cfg = _with_capture(cfg, args)
         if fallback is not None and cfg.log_prompts_dir is not None:  # a lost RPC host does not stop the capture
             sup.set_rpc_fallback(dataclasses.replace(fallback, log_prompts_dir=cfg.log_prompts_dir))
@@ -478,6 +480,27 @@ def cmd_serve(args: argparse.Namespace) -> int:
         _err(f"draftwise serve: {error_text(exc)}")
         return 2
     return _serve(args, cfg, binary, sup)
+
+
+def _check_tuned_binary(args: argparse.Namespace, binary: ServerBinary) -> None:
+    """A profile served with ``--models`` runs on the llama-server it was tuned with: another file, build or flag
+    dialect (e.g. a profile tuned with ``tune --server WRAPPER``, served with the default binary) would serve an
+    unmeasured configuration, so the profile is stale for it (``tuner.calibration.freshness.binary_reasons``).
+
+    Raises:
+        ValueError: the profile is stale for ``binary`` (the reason, and what to run instead).
+    """
+    from tuner.calibration.freshness import binary_reasons
+    from tuner.calibration.serving import find_profile
+
+    prof = find_profile(Path(args.models), args.target)
+    reasons = binary_reasons(prof.keys, binary)
+    if reasons:
+        raise ValueError(
+            f"the profile for {Path(prof.target_path).name} is stale for {binary.path}: {'; '.join(reasons)}. "
+            f"Serve it with the llama-server it was tuned with (--server PATH), or re-tune with this one: "
+            f"draftwise tune --models {args.models}" + (f" --target {args.target}" if args.target else "")
+            + (f" --server {args.server}" if args.server else ""))
 
 
 class _StateLines:

@@ -1,17 +1,20 @@
 """``draftwise tune``: calibrate on the user's machine and save the profile (headless front end of ``tune``).
 
     draftwise tune --models DIR [--target NAME|PATH] [--prompts FILE] [--budget SECONDS] [--force] [--json]
-                   [--server-arg=FLAG[=VALUE] ...]
+                   [--details] [--server-arg=FLAG[=VALUE] ...]
 
 Progress goes to stderr (a one-line progress bar on a terminal, plain lines otherwise), the final
-table to stdout; with ``--json`` stdout is exactly one JSON object::
+table and the decision's plain first sentence to stdout (``--details``: the evidence behind it too; the
+global ``--verbose`` is debug logging, not this); with ``--json`` stdout is exactly one JSON object::
 
     {"decision": {"spec_type", "draft", "n_max", "argv" (the tuned flags; no --host/--port: where to
                   listen is serve's setting), "env" (the variables the profile sets in llama-server's
                   environment: {"OMP_WAIT_POLICY": "PASSIVE"} or {}), "gen_tokens_per_s",
-                  "baseline_gen_tokens_per_s", "speedup", "reason"},
+                  "baseline_gen_tokens_per_s", "speedup", "reason" (every sentence of the decision),
+                  "first_sentence" (its plain first sentence, the table's ``Decision:`` line)},
      "measurements": [{"candidate": {...}, "gen_tokens_per_s", "acceptance",
                        "speculative_active", "lossless", "divergences", "error", "no_drafts_at",
+                       "greedy_draft_n" (tokens a type that drafted nothing drafted in the short greedy check),
                        "cut_short" (the hard time limit ended the launch), "superseded" (a disturbed
                        baseline launch measured again: why it is not the model's speed)}],
      "profile_path": "..."}
@@ -40,6 +43,7 @@ from tuner.calibration.request import (
 )
 from tuner.calibration.sampling import Sampling
 from tuner.calibration.tune import tune
+from tuner.calibration.wording import measured_line
 from tuner.cli.options import add_option, check_options, folder_problem, path_problem
 from tuner.cli.tune_report import print_table, result_to_json
 from tuner.safetext import error_text, safe_text
@@ -62,6 +66,9 @@ def register(subparsers: Any) -> None:
     add_option(p, "budget_s", "--budget", dest="budget")
     p.add_argument("--force", action="store_true", help="re-tune even when a fresh profile exists")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
+    p.add_argument("--details", action="store_true",
+                   help="after the decision's first sentence, the evidence behind it (pairs, intervals, acceptance "
+                   "and break-even, per category, the machine's load, how it was measured)")
     p.add_argument("--server", metavar="PATH", help="llama-server binary (default: discovered)")
     add_option(p, "n_predict", "--n-predict", dest="n_predict")
     add_option(p, "repetitions", "--repetitions", dest="repetitions")
@@ -138,7 +145,11 @@ class _Progress:
         # "error" events are non-fatal by contract (fatal problems raise TuneError): say "note" so a
         # notice such as the model's short training context does not read as a broken sweep
         label = "note" if ev.kind == "error" else ev.kind
-        self.stream.write(f"[{ev.elapsed_s:6.1f}s] {label}: {safe_text(ev.message)}{eta}\n")
+        message, m = ev.message, ev.measurement
+        nd = m.drafted_nothing() if m is not None else None
+        if m is not None and nd is not None:  # a run that drafted nothing: what was measured, not a failure's words
+            message = measured_line(m.candidate.label, nd)
+        self.stream.write(f"[{ev.elapsed_s:6.1f}s] {label}: {safe_text(message)}{eta}\n")
         if ev.kind == "plan":
             for d in ev.detail.get("dropped", []):
                 self.stream.write(f"          dropped {safe_text(d['label'])}: {safe_text(d['reason'])}\n")
@@ -297,5 +308,5 @@ def run(args: argparse.Namespace) -> int:
     if args.json:
         sys.stdout.write(json.dumps(result_to_json(result)) + "\n")
     else:
-        print_table(result, sys.stdout)
+        print_table(result, sys.stdout, details=args.details)
     return 130 if result.cancelled else 0

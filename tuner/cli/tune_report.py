@@ -1,5 +1,7 @@
 """What ``draftwise tune`` prints when the sweep is done: the ``--json`` object, the table of launches and
-comparisons, and the closing ``Decision:`` line (the words come from the decision; nothing here decides).
+comparisons, and the closing ``Decision:`` line with the decision's plain first sentence (``--details``: the
+break-even and per-category lines and the rest of its sentences; the words come from the decision; nothing here
+decides).
 
 The ``--json`` object's fields are listed in ``tuner.cli.tune``'s docstring.
 """
@@ -11,7 +13,7 @@ from typing import Any, TextIO
 
 from tuner.calibration.decide import Decision
 from tuner.calibration.request import TuneResult
-from tuner.calibration.wording import break_even_words
+from tuner.calibration.wording import break_even_words, no_drafts_note, render
 from tuner.safetext import safe_text
 
 
@@ -29,6 +31,7 @@ def result_to_json(result: TuneResult) -> dict[str, Any]:
         "baseline_gen_tokens_per_s": d.baseline_gen_tokens_per_s if d else None,
         "speedup": d.speedup if d else None,
         "reason": d.reason if d else ("cancelled" if result.cancelled else None),
+        "first_sentence": result.rendered().first or None,
         "n_ctx": prof.keys.n_ctx if prof else None,
         "workload": prof.keys.workload if prof else None,
         "long_share": prof.keys.long_share if prof else None,
@@ -71,6 +74,7 @@ def _measurement_json(m: dict[str, Any]) -> dict[str, Any]:
         "divergences": m.get("divergences") or [],
         "error": m.get("error"),
         "no_drafts_at": m.get("no_drafts_at"),
+        "greedy_draft_n": m.get("greedy_draft_n"),
         "cut_short": bool(m.get("cut_short")),
         "superseded": m.get("superseded"),
     }
@@ -81,17 +85,18 @@ def _fmt(v: float | None, spec: str) -> str:
 
 
 def decision_line(d: Decision) -> str:
-    """The final line: ``Decision: <the decision's words>``. Every decision's first sentence says what is
-    served ("Serving n-gram lookup (ngram-mod) …: about 1.3× as fast …", "No speculation: …"; a profile saved
-    before the sentences were kept shows its own words), so the label is not repeated in front of it; only a
-    decision without words gets its label."""
-    text = safe_text(d.reason.strip())
+    """The closing line: ``Decision: <the decision's plain first sentence>`` ("Fastest here: the draft model
+    good.gguf, about 1.4× faster than the model alone on your prompts."; a profile saved before the sentences
+    were kept shows its own words); only a decision without words gets its label."""
+    text = safe_text(render(d.sentences).first.strip() or d.reason.strip())
     return f"Decision: {text}" if text else f"Decision: {safe_text(d.winner.label)}."
 
 
-def print_table(result: TuneResult, out: TextIO) -> None:
-    """Human-readable summary: one row per launch, one per configuration compared with no speculation,
-    the break-even and per-category lines, then the decision's line and the profile's path."""
+def print_table(result: TuneResult, out: TextIO, details: bool = False) -> None:
+    """Human-readable summary: one row per launch, one per configuration compared with no speculation, then the
+    decision's line and the profile's path. ``details``: the break-even and per-category lines before the
+    decision, and after its first sentence the rest of its sentences, one per line (``tune --details``);
+    without it, one line says how to see them."""
     comparisons = result.comparison_figures()
     out.write(_launches_heading(result, bool(comparisons)))
     out.write(f"{'configuration':<46} {'stage':<8} {'tokens/s':>9} {'accept':>7} {'lossless':>8}  note\n")
@@ -105,8 +110,15 @@ def print_table(result: TuneResult, out: TextIO) -> None:
     d = result.decision
     if d is not None:
         out.write("\n")
-        _write_details(d, out)
-        out.write(f"\n{decision_line(d)}\n")
+        if details:
+            _write_details(d, out)
+            out.write("\n")
+        out.write(f"{decision_line(d)}\n")
+        rest = result.rendered().details
+        if details:
+            out.writelines(f"  {safe_text(line)}\n" for line in rest)
+        elif rest:
+            out.write("(--details: the evidence behind it)\n")
     if result.profile_path:
         out.write(f"Profile: {safe_text(result.profile_path)}" + (" (reused)" if result.reused else "") + "\n")
 
@@ -128,7 +140,8 @@ def _launch_row(m: dict[str, Any]) -> str:
     """One launch (a measurement's ``--json`` object) as a row of the first table."""
     # a run that drafted nothing cannot differ from the target alone: "yes" there would say nothing
     lossless = "-" if m["lossless"] is None or m.get("no_drafts_at") else ("yes" if m["lossless"] else "differs")
-    note = safe_text(m["error"] or "")
+    # a type that drafted nothing: what was measured (the error's words may claim more than that)
+    note = no_drafts_note(m.get("greedy_draft_n")) if m.get("no_drafts_at") else safe_text(m["error"] or "")
     if m.get("superseded"):
         note = f"not used ({safe_text(m['superseded'])})"
     elif m.get("cut_short") and not note:

@@ -268,8 +268,29 @@ class MemoryPlan:
         return self.host.need.total_bytes + sum(d.need.total_bytes for d in self.devices)
 
     @property
+    def verdict(self) -> str:
+        """The verdict in the one wording ``draftwise plan`` and the app's Models tab share, naming the place
+        with the least room (a GPU: its budget less the margin kept free; host RAM: the RAM available when the
+        devices were read), e.g. ``"fits, headroom 21.5 GiB (host RAM: 1.3 GiB of 22.8 GiB available)"``,
+        ``"does NOT fit, short by 2.1 GiB (CUDA0: 9.9 GiB of 7.8 GiB available after a 512 MiB margin)"``;
+        ``"fits (no memory budget known)"`` when no place has one."""
+        places = [(d.headroom_bytes, d.device_name, d.need.total_bytes, d.budget_bytes, d.margin_bytes)
+                  for d in self.devices if d.headroom_bytes is not None]
+        if self.host.headroom_bytes is not None:
+            places.append((self.host.headroom_bytes, "host RAM", self.host.need.total_bytes,
+                           self.host.ram_available_bytes, 0))
+        if not places:
+            return "fits (no memory budget known)" if self.fits else "does NOT fit"
+        head, name, need, budget, margin = min(places, key=lambda x: x[0])
+        room = (f"{name}: {format_bytes(need)} of {format_bytes(budget)} available"
+                + (f" after a {format_bytes(margin)} margin" if margin else "") + ")")
+        if head >= 0:
+            return f"fits, headroom {format_bytes(head)} ({room}"
+        return f"does NOT fit, short by {format_bytes(-head)} ({room}"
+
+    @property
     def summary(self) -> str:
-        """One or two sentences for the UI: where things go and the verdict."""
+        """One or two sentences for the UI: where things go and the verdict (:attr:`verdict`)."""
         def mib(n: int | None) -> str:
             return format_bytes(n, "unknown", smallest="MiB", decimals={"MiB": 0})
 
@@ -282,9 +303,7 @@ class MemoryPlan:
         parts.append(f"host RAM: {mib(self.host.need.total_bytes)} (KV "
                      f"{mib(self.host.need.target_kv_bytes + self.host.need.draft_kv_bytes)}"
                      + (f", prompt cache up to {mib(cache)}" if cache else "") + ")")
-        verdict = (f"fits with {mib(self.margin_bytes)} to spare" if self.fits
-                   else f"does NOT fit: short by {mib(-self.margin_bytes if self.margin_bytes is not None else None)}")
-        return f"n_ctx {self.n_ctx}, target ngl {self.target_ngl}. " + "; ".join(parts) + f". Verdict: {verdict}."
+        return f"n_ctx {self.n_ctx}, target ngl {self.target_ngl}. " + "; ".join(parts) + f". Verdict: {self.verdict}."
 
 
 # --------------------------------------------------------------------------------------------------

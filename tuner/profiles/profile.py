@@ -146,11 +146,17 @@ def stale_reasons(saved: StalenessKeys, current: StalenessKeys) -> list[str]:
     reasons: list[str] = []
     if saved.hardware_fingerprint != current.hardware_fingerprint:
         reasons.append("the hardware changed (devices or memory differ from when it was tuned)")
-    if saved.server_binary != current.server_binary or saved.server_build != current.server_build:
+    tuned_with, running = _binary_path(saved.server_binary), _binary_path(current.server_binary)
+    if tuned_with != running:  # another file (e.g. tuned through a wrapper script): name both
+        reasons.append(f"the llama-server binary changed (tuned with {tuned_with}"
+                       f"{_build_text(saved.server_build)}, now {running}{_build_text(current.server_build)})")
+    elif saved.server_build != current.server_build:
         reasons.append(
             f"the llama-server binary changed (tuned with build {saved.server_build or 'unknown'}, "
             f"now {current.server_build or 'unknown'})"
         )
+    elif saved.server_binary != current.server_binary:
+        reasons.append(f"the llama-server binary changed ({running} was replaced since it was tuned)")
     elif saved.dialect_fingerprint != current.dialect_fingerprint:
         reasons.append("the llama-server speculative flags changed")
     saved_models = {m.path: m for m in saved.model_files}
@@ -178,6 +184,19 @@ def stale_reasons(saved: StalenessKeys, current: StalenessKeys) -> list[str]:
         reasons.append(f"the extra llama-server flags changed (tuned with {_words_text(saved.server_args)}, now "
                        f"{_words_text(current.server_args)})")
     return reasons
+
+
+def _binary_path(identity: str | None) -> str:
+    """The file of a ``server_binary`` key (``path:size:mtime_ns``, as the tune records it; a bare path for a
+    file it could not stat); ``"an unknown file"`` for none."""
+    if not identity:
+        return "an unknown file"
+    path, *rest = identity.rsplit(":", 2)
+    return path if len(rest) == 2 and all(x.isdigit() for x in rest) else identity
+
+
+def _build_text(build: str | None) -> str:
+    return f" (build {build})" if build else ""
 
 
 def _words(v: Any) -> tuple[str, ...]:

@@ -36,6 +36,9 @@ from tuner.server.config import ServerConfig
 from tuner.server.diagnosis import Diagnosis, diagnose
 from tuner.server.dialect import Dialect, DialectError, cached_dialect, parse_help, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_server
+from tuner.server.preset import PresetError, RouterModel, RouterPlan
+from tuner.server.router import RouterError, RouterSupervisor
+from tuner.server.router_models import ModelView
 from tuner.server.sleep import WAKING_MESSAGE, SleepStatus, reload_words
 from tuner.server.states import IllegalTransition, ServerState, StateChange
 from tuner.server.supervisor import ServerStartError, Supervisor, startup_timeout_for
@@ -43,7 +46,9 @@ from tuner.server.supervisor import ServerStartError, Supervisor, startup_timeou
 __all__ = [
     "KEEP_WORDS", "MAX_CAPTURED_BYTES", "MAX_CAPTURED_FILES", "CaptureError", "CapturedFile", "CapturedRequest", "CapturedSample", "capture_dir", "captured_count",
     "captured_requests", "captures_root", "delete_captured", "forget_captured", "list_captured", "log_prompts_dir",
-    "NON_WAKING_PATHS", "WAKING_MESSAGE", "Diagnosis", "Dialect", "DialectError", "Health", "IllegalTransition", "ServerBinary", "ServerClient",
+    "NON_WAKING_PATHS", "WAKING_MESSAGE", "Diagnosis", "Dialect", "DialectError", "Health", "IllegalTransition",
+    "ModelView", "PresetError", "RouterError", "RouterModel", "RouterPlan", "RouterSupervisor", "ServerBinary",
+    "ServerClient",
     "ServerClientError", "ServerConfig", "ServerHTTPError", "ServerNotFoundError", "ServerStartError", "ServerState",
     "ServerUnreachableError", "SleepStatus", "StateChange", "Supervisor", "UnsupportedConfigError", "build_argv",
     "command_line", "server_env",

@@ -7,6 +7,13 @@ tools/server/server-context.cpp): ``/health`` (503 while loading, 200 when ready
 ``/v1/chat/completions`` (final answer carries ``timings``).
 Proxy variables are ignored (``trust_env=False``): the server is local.
 
+Router mode (``llama-server --models-preset FILE``, :mod:`tuner.server.router`): the router proxies ``/props``,
+``/metrics`` and ``/slots`` to the model named by ``?model=ID`` (tools/server/server-models.cpp
+``server_models_routes::init_routes``, ``proxy_get``); a GET for a model that is not loaded would load it
+(``is_autoload``), so every request this client makes with ``model=`` adds ``autoload=false`` (a model not
+loaded answers 400 "model is not loaded"). ``/models`` lists the router's models with their status;
+``POST /models/load`` / ``/models/unload`` load and unload one.
+
 Idle sleep (``--sleep-idle-seconds``): only :data:`NON_WAKING_PATHS` are answered without waking a sleeping
 server; every other route loads the model again first. A client made with ``paths=NON_WAKING_PATHS`` (the
 telemetry, liveness and sleep pollers) refuses any other path, so a poller cannot wake the model by mistake.
@@ -19,6 +26,7 @@ import threading
 from collections.abc import Iterator
 from dataclasses import dataclass
 from typing import Any
+from urllib.parse import quote
 
 import httpx
 
@@ -158,33 +166,67 @@ class ServerClient:
             return Health(200, True, "ok")
         return Health(resp.status_code, False, _error_message(resp))
 
-    def props(self, timeout_s: float | None = None) -> dict:
+    def props(self, timeout_s: float | None = None, model: str | None = None) -> dict:
         """``GET /props`` as a dict (``model_path``, ``build_info``, ``total_slots``, ``is_sleeping``, …);
-        ``timeout_s`` None = the client's default.
+        ``timeout_s`` None = the client's default. ``model``: on a router, that model's own ``/props``
+        (never loading it: :func:`model_query`); None on a router = the router's own stub (``role`` "router").
 
-        Raises: ServerUnreachableError, ServerHTTPError.
+        Raises: ServerUnreachableError, ServerHTTPError (400 on a router: no such model, or not loaded).
         """
-        return self._json("GET", "/props", timeout_s=timeout_s)
+        return self._json("GET", "/props" + model_query(model), timeout_s=timeout_s)
 
-    def slots(self) -> list[dict]:
-        """``GET /slots``: one dict per slot (``speculative`` bool, ``n_ctx``, ``params``).
+    def slots(self, model: str | None = None) -> list[dict]:
+        """``GET /slots``: one dict per slot (``speculative`` bool, ``n_ctx``, ``params``); ``model``: on a
+        router, that loaded model's slots. ``/slots`` wakes a sleeping server: never a poller's request.
 
         Raises: ServerUnreachableError, ServerHTTPError (501 when the server has slots disabled).
         """
-        data = self._json("GET", "/slots")
+        path = "/slots" + model_query(model)
+        data = self._json("GET", path)
         if not isinstance(data, list):
-            raise ServerHTTPError(self.base_url + "/slots", 200, f"expected a list, got {type(data).__name__}")
+            raise ServerHTTPError(self.base_url + path, 200, f"expected a list, got {type(data).__name__}")
         return data
 
-    def metrics_text(self) -> str:
-        """``GET /metrics`` Prometheus text (``llamacpp:`` metrics).
+    def metrics_text(self, model: str | None = None) -> str:
+        """``GET /metrics`` Prometheus text (``llamacpp:`` metrics); ``model``: on a router, that loaded
+        model's own counters (a model not loaded answers 400, it is never loaded for this).
 
         Raises: ServerUnreachableError, ServerHTTPError (501 without ``--metrics``).
         """
-        resp = self._request("GET", "/metrics")
+        path = "/metrics" + model_query(model)
+        resp = self._request("GET", path)
         if resp.status_code != 200:
-            raise ServerHTTPError(self.base_url + "/metrics", resp.status_code, _error_message(resp))
+            raise ServerHTTPError(self.base_url + path, resp.status_code, _error_message(resp))
         return resp.text
+
+    def router_models(self, reload: bool = False) -> list[dict]:
+        """``GET /models`` of a router: one dict per model (``id``, ``aliases``, ``tags``, ``status`` with
+        ``value`` — ``unloaded``, ``loading``, ``loaded``, ``sleeping`` —, ``args``, and ``failed`` /
+        ``exit_code`` after a crash; tools/server/server-models.cpp ``get_router_models``). ``reload``:
+        ``?reload=1``, the router reads its preset file again first (``server_models::load_models``: a
+        changed or removed section's running model is unloaded, a new one becomes servable).
+
+        Raises: ServerUnreachableError, ServerHTTPError (500 when a reloaded preset is refused: the router
+        keeps its old list).
+        """
+        data = self._json("GET", "/models?reload=1" if reload else "/models")
+        rows = data.get("data") if isinstance(data, dict) else None
+        return [r for r in rows or () if isinstance(r, dict)]
+
+    def load_model(self, model: str) -> None:
+        """``POST /models/load`` on a router: start loading ``model`` (the answer comes at once; the least
+        recently used idle model is unloaded first when ``--models-max`` are loaded).
+
+        Raises: ServerUnreachableError, ServerHTTPError (404 unknown model, 400 already running).
+        """
+        self._json("POST", "/models/load", json={"model": model})
+
+    def unload_model(self, model: str) -> None:
+        """``POST /models/unload`` on a router: stop ``model``'s process.
+
+        Raises: ServerUnreachableError, ServerHTTPError (400 not running).
+        """
+        self._json("POST", "/models/unload", json={"model": model})
 
     def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: Any) -> dict:
         """``POST /completion`` (not streamed); returns the answer with ``content`` and ``timings``
@@ -309,6 +351,12 @@ class ServerClient:
         if not isinstance(tokens, list):
             raise ServerClientError(self.base_url + "/tokenize", "answer has no 'tokens' list")
         return [int(t) if not isinstance(t, dict) else int(t.get("id", 0)) for t in tokens]
+
+
+def model_query(model: str | None) -> str:
+    """The query string that names ``model`` on a router without loading it: ``?model=ID&autoload=false``
+    (tools/server/server-models.cpp ``is_autoload``, ``router_validate_model``); ``""`` for None."""
+    return "" if model is None else f"?model={quote(model, safe='')}&autoload=false"
 
 
 def _chat_delta(obj: dict) -> ChatDelta:

@@ -32,6 +32,9 @@ IDLE_SLEEP_FLAG = "--sleep-idle-seconds"
 #: ``server_routes::handle_completions_impl``): Draftwise's opt-in capture of served requests.
 CAPTURE_FLAG = "--log-prompts-dir"
 
+#: llama-server's router-mode flag (b11434 common/arg.cpp ``--models-preset``: an INI file of model sections).
+ROUTER_FLAG = "--models-preset"
+
 #: Description column of llama.cpp's help printer (common/arg.cpp ``common_arg::to_string``).
 _REMOVED_MARK = "the argument has been removed"
 
@@ -126,6 +129,22 @@ class Dialect:
         which = {"ik": "ik_llama.cpp's llama-server", "legacy": "this older llama.cpp build"}.get(
             self.spec_style, "this llama-server build")
         return f"{which} has no {CAPTURE_FLAG}, so it cannot keep the requests it serves (current llama.cpp builds can)"
+
+    @property
+    def has_router(self) -> bool:
+        """True when the binary can serve several models from one endpoint: llama-server's router mode,
+        ``llama-server`` without ``-m`` and with :data:`ROUTER_FLAG` (b11434 tools/server/server.cpp
+        ``llama_server``, tools/server/server-models.cpp ``server_models::load_models``). ik_llama.cpp and
+        older builds have no router."""
+        return ROUTER_FLAG in self.flags and "--models-max" in self.flags
+
+    def router_problem(self) -> str | None:
+        """Why this binary cannot serve several models from one endpoint, in words; None when it can."""
+        if self.has_router:
+            return None
+        which = {"ik": "ik_llama.cpp's llama-server", "legacy": "this older llama.cpp build"}.get(
+            self.spec_style, "this llama-server build")
+        return f"{which} has no {ROUTER_FLAG} (llama-server's router mode), so it serves one model at a time"
 
     @property
     def draft_counts_endpoint(self) -> str:

@@ -21,6 +21,7 @@ from collections.abc import Callable
 from tuner import process
 from tuner.server.client import NON_WAKING_PATHS, ServerClient
 from tuner.server.diagnosis import Diagnosis
+from tuner.server.watched import WatchedProcess
 
 log = logging.getLogger(__name__)
 
@@ -43,7 +44,7 @@ class Liveness:
             and when it answers again (the supervisor's announcement, no state change).
     """
 
-    def __init__(self, child: process.ChildProcess, base_url: str, *, api_key: str | None, timeout_s: float,
+    def __init__(self, child: WatchedProcess, base_url: str, *, api_key: str | None, timeout_s: float,
                  interval_s: float, announce: Callable[[str], None]) -> None:
         self.child = child
         self.timeout_s = timeout_s

@@ -21,11 +21,11 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
-from tuner import process
 from tuner.server.client import ServerClient, ServerClientError, ServerHTTPError
 from tuner.server.config import ServerConfig
 from tuner.server.diagnosis import Diagnosis, diagnose, load_hang, speculation_reason, speculators_initialized
 from tuner.server.dialect import Dialect
+from tuner.server.watched import WatchedProcess
 
 #: Prompt of the readiness completion (any text works; this one suits the demo model).
 READY_PROMPT = "Once upon a time"
@@ -44,7 +44,7 @@ def _same_path(a: str | Path, b: str | Path) -> bool:
         return os.path.normpath(os.path.abspath(str(a))) == os.path.normpath(os.path.abspath(str(b)))
 
 
-def identity_problem(client: ServerClient, child: process.ChildProcess, cfg: ServerConfig) -> str | None:
+def identity_problem(client: ServerClient, child: WatchedProcess, cfg: ServerConfig) -> str | None:
     """None when the server answering at ``client`` is ``child`` serving ``cfg.model_path``; else what
     answered instead (one line: "/props failed: …", "model_path '…' is not '…'", "the listening socket
     belongs to another process"). ``cfg.port`` must be set."""
@@ -61,7 +61,7 @@ def identity_problem(client: ServerClient, child: process.ChildProcess, cfg: Ser
     return None
 
 
-def _wait_healthy(child: process.ChildProcess, cfg: ServerConfig, client: ServerClient, deadline: float,
+def _wait_healthy(child: WatchedProcess, cfg: ServerConfig, client: ServerClient, deadline: float,
                   timeout_s: float, alive: Callable[[], bool], died: DiedFn) -> Diagnosis | None:
     """Checks 1 and 2: None once our child answers ``/health``; a diagnosis when it exited, did not
     answer by ``deadline`` (``load_hang``), another server kept answering (``not_ours``) or the launch was
@@ -84,7 +84,7 @@ def _wait_healthy(child: process.ChildProcess, cfg: ServerConfig, client: Server
         time.sleep(POLL_S)
 
 
-def _first_completion(child: process.ChildProcess, client: ServerClient, deadline: float, n_predict: int,
+def _first_completion(child: WatchedProcess, client: ServerClient, deadline: float, n_predict: int,
                       died: DiedFn) -> Diagnosis | None:
     """Check 3: one short greedy completion; a diagnosis when it failed (the child's death when it died)."""
     try:
@@ -99,7 +99,7 @@ def _first_completion(child: process.ChildProcess, client: ServerClient, deadlin
     return None
 
 
-def _speculation_problem(child: process.ChildProcess, client: ServerClient, dialect: Dialect,
+def _speculation_problem(child: WatchedProcess, client: ServerClient, dialect: Dialect,
                          died: DiedFn) -> Diagnosis | None:
     """Check 4: None when every slot has a speculator; else ``speculation_inactive`` with the log's reason."""
     try:
@@ -126,7 +126,7 @@ def _speculation_problem(child: process.ChildProcess, client: ServerClient, dial
                      "--spec-type", None, None)
 
 
-def bring_up(child: process.ChildProcess, cfg: ServerConfig, client: ServerClient, dialect: Dialect, *,
+def bring_up(child: WatchedProcess, cfg: ServerConfig, client: ServerClient, dialect: Dialect, *,
              deadline: float, timeout_s: float, alive: Callable[[], bool], died: DiedFn,
              n_predict: int = 4) -> Diagnosis | None:
     """Run the readiness checks of the module docstring on a just-spawned child.

@@ -14,7 +14,7 @@ The table (:data:`TRANSITIONS`; tests/server/test_states.py checks this copy aga
     stopped     starting
     starting    starting, ready, failed, stopping
     ready       starting, failed, stopping, sleeping, switching, applying
-    sleeping    ready, starting, failed, stopping, applying
+    sleeping    ready, starting, switching, failed, stopping, applying
     switching   ready, starting, failed, stopping
     applying    starting, failed, stopping
     stopping    stopped
@@ -24,9 +24,10 @@ Three states are for features built on this table: ``sleeping`` (llama-server's 
 ``--sleep-idle-seconds``: the model is unloaded until the next request; ``/props`` says
 ``is_sleeping``, tools/server/server-context.cpp ``get_res_props``, and a reload that fails is a
 crash), ``switching`` (router mode, ``llama-server`` without ``-m``: another model is being loaded,
-tools/server/server-models.cpp ``server_models::load``) and ``applying`` (the served server is
-restarted to apply a start-up setting, such as ``--log-prompts-dir`` or a changed ``--server-arg``:
-``Supervisor.restart(config, applying=…)``, from ready or from sleeping, on the same port).
+tools/server/server-models.cpp ``server_models::load``; :class:`tuner.server.router.RouterSupervisor`) and
+``applying`` (the served server is restarted to apply a start-up setting, such as ``--log-prompts-dir`` or a
+changed ``--server-arg``: ``Supervisor.restart(config, applying=…)``, from ready or from sleeping, on the same
+port).
 """
 
 from __future__ import annotations
@@ -64,14 +65,15 @@ _S = ServerState
 #: ``TRANSITIONS[a]``: the states the supervisor may change to from ``a``. Why each exists:
 #: starting → starting: a taken port retried on another, a healing retry, a restart after its back-off;
 #: ready → starting: a crash, a hung server, an RPC host lost; sleeping → starting: the reload after
-#: sleep crashed; failed → starting: a new ``start()``; ready / sleeping → applying → starting: a restart
-#: that applies a start-up setting; * → stopping: ``stop()`` (failed too: a child may be left); stopping →
-#: stopped only.
+#: sleep crashed; sleeping → switching: the router loads another model while the served one sleeps (a request
+#: named it, or the user picked it); failed → starting: a new ``start()``; ready / sleeping → applying →
+#: starting: a restart that applies a start-up setting; * → stopping: ``stop()`` (failed too: a child may be
+#: left); stopping → stopped only.
 TRANSITIONS: Mapping[ServerState, frozenset[ServerState]] = MappingProxyType({
     _S.STOPPED: frozenset({_S.STARTING}),
     _S.STARTING: frozenset({_S.STARTING, _S.READY, _S.FAILED, _S.STOPPING}),
     _S.READY: frozenset({_S.STARTING, _S.FAILED, _S.STOPPING, _S.SLEEPING, _S.SWITCHING, _S.APPLYING}),
-    _S.SLEEPING: frozenset({_S.READY, _S.STARTING, _S.FAILED, _S.STOPPING, _S.APPLYING}),
+    _S.SLEEPING: frozenset({_S.READY, _S.STARTING, _S.SWITCHING, _S.FAILED, _S.STOPPING, _S.APPLYING}),
     _S.SWITCHING: frozenset({_S.READY, _S.STARTING, _S.FAILED, _S.STOPPING}),
     _S.APPLYING: frozenset({_S.STARTING, _S.FAILED, _S.STOPPING}),
     _S.STOPPING: frozenset({_S.STOPPED}),

@@ -142,7 +142,7 @@ def build(single_instance: bool = True, tray_available: bool | None = None) -> D
     if st.models_dir is None:
         window.tabs.setCurrentWidget(window.models_tab)
         window.models_tab.show_first_run_prompt()
-    else:
+    elif not controller.serve_at_start.restore():  # Serve at start: what was served comes back (it scans too)
         controller.scan_models(st.models_dir)
     return app
 

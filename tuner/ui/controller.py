@@ -30,6 +30,9 @@ from tuner.settings import Settings
 from tuner.telemetry import collapse_words
 from tuner.telemetry.collector import Collector, TelemetryTick
 from tuner.ui import flow
+from tuner.ui.serve_at_start import ServeAtStart
+from tuner.ui.serve_targets import ServeTargets, switched
+from tuner.ui.server_notices import on_state_change
 from tuner.ui.state import AppState
 from tuner.ui.workers import CallWorker, PollWorker
 
@@ -102,6 +105,8 @@ class AppController(QObject):
             (:meth:`capture_status` says where it stands).
         notify(str, str): title and message for a desktop notification.
         error(str): a failure in plain words (also shown in the Serve tab).
+        plan_ready(object, str): a model and its memory plan in words.
+        restore_refused(str): *Serve at start* did not serve (a stale or missing profile), in one line.
     """
 
     state_changed = Signal(object)
@@ -117,6 +122,7 @@ class AppController(QObject):
     notify = Signal(str, str)
     error = Signal(str)
     plan_ready = Signal(object, str)
+    restore_refused = Signal(str)
     _supervisor_state = Signal(object)
 
     def __init__(self, settings: Settings | None = None, poll_interval_s: float = 1.0) -> None:
@@ -138,12 +144,22 @@ class AppController(QObject):
         self._load_meter: LoadWatcher | None = None  # other programs' CPU while serving (the collapse watch)
         self._work: CallWorker | None = None
         self._plan_workers: list[CallWorker] = []
-        self._stopping = False
+        self.stopping = False
+        """True while the app stops the served server itself (its transitions are no news)."""
         self.last_tick: TelemetryTick | None = None
         self.paused_for_retune = False
         """True while a re-tune runs with the served server stopped (tray and Serve tab say so)."""
         self.sleep = SleepStatus()
         """Idle sleep of the served server (asleep now, the last reload's seconds)."""
+        self.retune_offer: Path | None = None
+        """The target whose stale profile *Serve at start* did not serve: the re-tune it offers."""
+        self.restoring: Path | None = None
+        """The target *Serve at start* is serving again right now (the state is TUNING meanwhile: a worker runs),
+        None otherwise: the tray and the Serve tab say "starting", not "tuning"."""
+        self.serve_at_start = ServeAtStart(self)
+        """*Serve at start*: ``restore()`` at start, ``remember`` / ``forget`` as serving starts and stops."""
+        self.serve_targets = ServeTargets()
+        """The folder's targets for the tray's *Serve* menu (read in a worker after each scan and serve)."""
 
     # ------------------------------------------------------------ state
     def set_state(self, state: AppState, message: str | None = None) -> None:
@@ -163,9 +179,10 @@ class AppController(QObject):
         return self._work is not None and self._work.isRunning()
 
     def can_retune(self) -> bool:
-        """Re-tune makes sense once there is something to re-tune: a sweep ran in this session or a
-        profile is being served (before that, "Tune & serve" is the action)."""
-        return self.state is not AppState.TUNING and (self.serving is not None or self.last_tune is not None)
+        """Re-tune makes sense once there is something to re-tune: a sweep ran in this session, a profile is
+        being served, or a stale profile was not served at start (before that, "Tune & serve" is the action)."""
+        return self.state is not AppState.TUNING and (self.serving is not None or self.last_tune is not None
+                                                      or self.retune_offer is not None)
 
     def endpoint_url(self) -> str | None:
         """The served OpenAI-compatible URL, or None when not serving."""
@@ -174,6 +191,8 @@ class AppController(QObject):
     def tooltip(self) -> str:
         """Tray tooltip: state, model, endpoint and the current tokens/s, or "idle" when no request
         ran in the last :data:`tuner.telemetry.collector.IDLE_AFTER_S` seconds."""
+        if self.restoring is not None:
+            return f"Draftwise — starting\nServing {safe_text(self.restoring.name)} again (its saved profile)"
         lines = [f"Draftwise — {self.state.value}"]
         if self.serving and self.paused_for_retune:
             lines.append(f"{self.serving.model_name}: serving paused for re-tune")
@@ -259,7 +278,8 @@ class AppController(QObject):
 
     # ------------------------------------------------------------ actions
     def _start_work(self, fn: Callable[[EventCallback, threading.Event], Any], name: str,
-                    on_done: Callable[[Any], None], on_event: EventCallback | None = None) -> CallWorker | None:
+                    on_done: Callable[[Any], None], on_event: EventCallback | None = None,
+                    on_failed: Callable[[BaseException], None] | None = None) -> CallWorker | None:
         if self.busy:
             self.status.emit("Busy: wait for the current step or cancel it")
             return None
@@ -267,6 +287,8 @@ class AppController(QObject):
         if on_event is not None:
             w.event.connect(on_event)
         w.done.connect(on_done)
+        if on_failed is not None:
+            w.failed.connect(on_failed)
         w.failed.connect(self._on_failed)
         w.finished.connect(lambda: self._work_finished(w))
         self._work = w
@@ -278,6 +300,7 @@ class AppController(QObject):
             self._work = None
 
     def _on_failed(self, exc: BaseException) -> None:
+        self.restoring = None
         if self.paused_for_retune:
             # the previous configuration was started again (same port): a new process to show
             self.paused_for_retune = False
@@ -300,8 +323,18 @@ class AppController(QObject):
         self.status.emit(f"Scanning {folder}")
         self._start_work(lambda ev, cancel: flow.scan(folder), "scan", self._on_scanned)
 
+    def prepare_demo(self, on_ready: Callable[[Any], None], on_progress: Callable[[Any], None],
+                     on_failed: Callable[[BaseException], None]) -> bool:
+        """Write the demo folder in a worker (:func:`tuner.ui.flow.prepare_demo`: the generated pair is made
+        on first use, some seconds). ``on_progress`` gets each :class:`~tuner.catalog.DemoProgress`,
+        ``on_ready`` the :class:`~tuner.catalog.DemoFolder`, ``on_failed`` the exception (after the usual
+        error report). Returns False when another step is running (nothing started)."""
+        self.status.emit("Preparing the demo models")
+        return self._start_work(flow.prepare_demo, "demo", on_ready, on_progress, on_failed) is not None
+
     def _on_scanned(self, result: flow.ScanResult) -> None:
         self.scan = result
+        self.refresh_targets()
         if self.selected_target is None or not any(m.path == self.selected_target for m in result.models):
             self.selected_target = flow.default_target(result)
         self.scan_done.emit(result)
@@ -349,6 +382,7 @@ class AppController(QObject):
 
     def retune(self) -> None:
         """Tune again even when a fresh profile exists, then serve the new winner."""
+        self.retune_offer = None
         self.tune_and_serve(force_retune=True)
 
     def _on_served(self, outcome: flow.ServeOutcome) -> None:
@@ -357,9 +391,14 @@ class AppController(QObject):
         self.last_tune = outcome.tune_result
         self.paused_for_retune = False
         self._serving_started(outcome.serving, outcome.samplers)
-        if outcome.tune_result is not None:
-            QTimer.singleShot(60, self, lambda: self.tune_done.emit(outcome.tune_result))
-            QTimer.singleShot(120, self, lambda: self.notify.emit("Draftwise: tuning finished", outcome.decision_text))
+        result = outcome.tune_result
+        if result is not None:
+            QTimer.singleShot(60, self, lambda: self.tune_done.emit(result))
+            if result.reused:  # nothing was tuned: say what is served again, from when
+                title, line = "Draftwise", flow.served_again_text(outcome.serving, result.profile)
+            else:
+                title, line = "Draftwise: tuning finished", outcome.decision_text  # one line: the first sentence
+            QTimer.singleShot(120, self, lambda: self.notify.emit(title, line))
         scanned = outcome.scan
         if scanned is not None:
             QTimer.singleShot(180, self, lambda: self._on_scanned(scanned))
@@ -368,8 +407,32 @@ class AppController(QObject):
         """Serve the selected target with its saved profile (tunes first when there is none)."""
         self.tune_and_serve(force_retune=False)
 
+    @property
+    def targets(self) -> list[flow.TargetChoice]:
+        """The folder's targets for the *Serve* menu (:attr:`serve_targets`)."""
+        return self.serve_targets.items
+
+    def refresh_targets(self) -> None:
+        """Read the folder's targets again (:meth:`ServeTargets.refresh`)."""
+        self.serve_targets.refresh(self.scan)
+
+    def serve_target(self, target: Path) -> None:
+        """The *Serve* menu: the served router loads a tuned ``target`` (a worker); anything else is tuned (or its
+        fresh profile reused) and served, as *Tune & serve* does for the selected target (a router adds it)."""
+        router = self.runner.router
+        model = router.plan.model_for(target) if router is not None and router.plan is not None else None
+        if self.serving is None or model is None or not model.tuned:  # untuned: "tune and serve"
+            self.selected_target = Path(target)
+            self.tune_and_serve()
+            return
+        self.status.emit(f"Loading {Path(target).name}")
+        self._start_work(lambda ev, cancel: flow.switch_target(self.runner, Path(target), cancel), "switch",
+                         lambda info: switched(self, info))
+
     def _serving_started(self, info: flow.ServingInfo, samplers: flow.Samplers | None = None) -> None:
         self.serving = info
+        self.retune_offer = None
+        self.serve_at_start.remember(info)
         self.sleep = SleepStatus()
         self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)),
                               sleeps=flow.sleep_counter(self.runner))
@@ -377,15 +440,17 @@ class AppController(QObject):
         self._start_polling()
         self.server_changed.emit(info)
         self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")
+        self.refresh_targets()  # a new profile may have been saved
 
     def stop_server(self) -> None:
         """Stop llama-server (in a worker; the whole process tree goes)."""
-        self._stopping = True
+        self.stopping = True
 
         def job(on_event: EventCallback, cancel: threading.Event) -> None:
             self.runner.stop()
 
-        self._start_work(job, "stop", lambda _r: self._serving_stopped())
+        if self._start_work(job, "stop", lambda _r: self._serving_stopped()) is not None:
+            self.serve_at_start.forget()
 
     def _watch_collapse(self, info: flow.ServingInfo | None) -> None:
         """(Re)start the collapse watch and its meter of other programs' CPU for ``info`` (None: stop them)."""
@@ -395,7 +460,7 @@ class AppController(QObject):
         self.collector.watch_collapse(watch, self._load_meter.latest_other_cores if self._load_meter else None)
 
     def _serving_stopped(self) -> None:
-        self._stopping = False
+        self.stopping = False
         self.serving = None
         self.sleep = SleepStatus()
         self._watch_collapse(None)
@@ -409,60 +474,8 @@ class AppController(QObject):
             self._work.cancel()
 
     def _on_supervisor_state(self, change: StateChange) -> None:
-        """Supervisor transitions while serving: crash restarts and failures become notifications."""
-        if self.serving is None or self._stopping:
-            return
-        state, prev = change.state, change.previous
-        diag = change.diagnosis
-        if ServerState.SLEEPING in (state, prev) and state in (ServerState.SLEEPING, ServerState.READY):
-            self._sleep_changed(change)
-        elif state is ServerState.STARTING and prev is ServerState.READY and diag is not None \
-                and diag.code == "rpc_host_lost":
-            self.notify.emit("Draftwise: RPC host lost", f"{change.message}.")
-            self.status.emit(change.message)
-        elif state is ServerState.STARTING and prev in (ServerState.READY, ServerState.SLEEPING):
-            # the supervisor's message says what happened and what it does, in plain words: "llama-server
-            # crashed (killed by the system, probably for lack of memory); restarting in 2 s (restart 3)"
-            # or, after idle sleep, "crashed (could not load the model again after idle sleep); …"
-            self.sleep = SleepStatus()
-            what = "hung" if diag is not None and diag.code == "hung" else "crashed"
-            self.notify.emit(f"Draftwise: llama-server {what}", f"{change.message}.")
-            self.status.emit(change.message)
-        elif state is ServerState.STARTING and diag is not None:
-            # a restart that did not come up, tried again (or a --no-repack retry): each one is said
-            self.notify.emit("Draftwise: llama-server did not start", f"{change.message}.")
-            self.status.emit(change.message)
-        elif state is ServerState.READY and prev is ServerState.STARTING and change.restart_count:
-            self.metrics_reset()
-            self._serving_process_changed()
-            sup = self.runner.supervisor
-            lost = sup.rpc_lost if sup is not None else None
-            cfg = change.config
-            if lost and cfg is not None and not cfg.rpc:
-                msg = f"RPC host {lost} lost: serving on this machine only (the profile's local-only configuration)"
-                self.notify.emit("Draftwise: serving on this machine only", msg + ".")
-                self.set_state(AppState.SERVING, msg)
-            else:
-                self.notify.emit("Draftwise: llama-server restarted",
-                                 f"llama-server crashed and was restarted ({change.message}).")
-                self.set_state(AppState.SERVING, "llama-server restarted")
-        elif state is ServerState.APPLYING:
-            self.status.emit(change.message)  # "restarting llama-server to apply: keeping served requests"
-        elif state is ServerState.FAILED:
-            msg = flow.describe_supervisor_failure(self.runner)
-            self.notify.emit("Draftwise: llama-server stopped", msg)
-            self.set_state(AppState.ERROR, msg)
-
-    def _sleep_changed(self, change: StateChange) -> None:
-        """The served server fell asleep, or woke (idle sleep): the views are told; the supervisor's status
-        (read now) has the reload time of the wake."""
-        sup = self.runner.supervisor
-        status = sup.sleep_status if sup is not None else SleepStatus()
-        if change.state is ServerState.SLEEPING and not status.sleeping:
-            status = SleepStatus(sleeping=True, last_reload_s=status.last_reload_s, sleeps=status.sleeps)
-        self.sleep = status
-        self.sleep_changed.emit(status)
-        self.status.emit(change.message)
+        """Supervisor transitions while serving (:func:`tuner.ui.server_notices.on_state_change`)."""
+        on_state_change(self, change)
 
     def idle_sleep_problem(self) -> str | None:
         """Why the app's llama-server cannot unload an idle model (ik_llama.cpp, legacy builds), or None."""
@@ -509,13 +522,13 @@ class AppController(QObject):
         if self._work is not None:
             self._work.cancel()
             self._work.wait(int(timeout_s * 1000))
-        for w in self._plan_workers:
+        for w in [*self._plan_workers, *self.serve_targets.workers]:
             w.wait(int(timeout_s * 1000))
         if self._poller is not None:
             self._poller.stop()
             self._poller = None
         self._watch_collapse(None)
-        self._stopping = True
+        self.stopping = True
         try:
             self.runner.stop()
         except Exception:

@@ -22,12 +22,23 @@ from __future__ import annotations
 
 import logging
 import threading
+import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
-from tuner.calibration import render
+from tuner.calibration import (
+    Rendered,
+    TargetChoice,
+    break_even_rate,
+    captured,
+    measured_line,
+    reused_result,
+    saved_state,
+    serving_plan,
+    target_choices,
+)
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.request import (
     EventCallback,
@@ -39,6 +50,8 @@ from tuner.calibration.request import (
 from tuner.calibration.results import Measurement
 from tuner.calibration.serving import profile_server_config
 from tuner.calibration.tune import tune
+from tuner.catalog import DEMO_LABEL as DEMO_LABEL  # re-exported for the Models tab
+from tuner.catalog import DemoFolder, DemoProgress, has_chat_template, is_generated_demo, write_demo_folder
 from tuner.catalog.folder import ScanResult, scan_models
 from tuner.catalog.folder import default_target as choose_default_target
 from tuner.catalog.model import ModelFile
@@ -46,19 +59,26 @@ from tuner.crosscheck import build as cc_build
 from tuner.crosscheck.cpu_buffers import workaround_sentence
 from tuner.crosscheck.lines import plan_check_lines
 from tuner.ctxsize import DEFAULT_CTX_CAP, resolve_ctx_size
-from tuner.errors import Cancelled  # re-exported: the one cancellation type
+from tuner.errors import (
+    Cancelled,  # re-exported: the one cancellation type
+    DraftwiseError,
+)
 from tuner.hardware import LoadWatcher, nvml
 from tuner.hardware import devices as hw_devices
-from tuner.hardware.memory import MemoryRequest, load_model_spec, plan_memory
+from tuner.hardware.memory import MemoryPlan, MemoryRequest, context_trade, load_model_spec, plan_memory
 from tuner.process import tree_usage
 from tuner.profiles import Profile
 from tuner.server import (
     NON_WAKING_PATHS,
+    RouterError,
+    RouterPlan,
+    RouterSupervisor,
     ServerNotFoundError,
     cached_dialect,
     captured_count,
     command_line,
     log_prompts_dir,
+    probe_dialect,
     server_env,
 )
 from tuner.server import delete_captured as delete_captured  # re-exported: the captured requests for the window
@@ -114,6 +134,11 @@ class ServingInfo:
         api_key: the key clients must send, or None.
         model_id: the id the API reports for the model (``--alias``), used by the Chat tab.
         cache_ram_mib: the host prompt-cache limit passed (``--cache-ram``, MiB), None = server default.
+        base_model: the target has no chat template (a base model): llama-server wraps chat messages in its
+            ChatML fallback, which such a model does not know (the Chat tab says so).
+        models: every model id the endpoint serves when it is llama-server's router (a request's ``model``
+            picks one); () when it serves one model.
+        models_why: how many models the router keeps loaded at once, in words ("" for one model).
         profile_tps: the profile's generation tokens/s (its decision's), the collapse watch's reference; None
             when unknown.
     """
@@ -129,13 +154,16 @@ class ServingInfo:
     api_key: str | None = None
     model_id: str | None = None
     cache_ram_mib: int | None = None
+    base_model: bool = False
+    models: tuple[str, ...] = ()
+    models_why: str = ""
     profile_tps: float | None = None
 
 
 @dataclass(frozen=True)
 class ServeOutcome:
-    """Result of :func:`tune_and_serve`: the scan, the tune result (None when a fresh profile was
-    reused), the decision in words, and what is now being served."""
+    """Result of :func:`tune_and_serve`: the scan, the tune result (``tune_result.reused`` when a fresh profile
+    was served again without measuring), the decision's plain first sentence, and what is now being served."""
 
     scan: ScanResult | None
     tune_result: TuneResult
@@ -149,6 +177,23 @@ def demo_models_dir() -> Path:
     from tuner.resources import resource_path
 
     return resource_path("demo")
+
+
+def prepare_demo(on_event: Callable[[DemoProgress], None], cancel: threading.Event) -> DemoFolder:
+    """Write the app's demo folder (``data_dir()/demo``: a copy of the bundled stories260K and the generated
+    target + draft pair, generated on first use; :func:`tuner.catalog.demo.write_demo_folder`). Progress
+    arrives as :class:`~tuner.catalog.demo.DemoProgress` through ``on_event``.
+
+    Raises:
+        tuner.catalog.demo.DemoError: the folder cannot be written (names it and why).
+        Cancelled: ``cancel`` was set (the partial file is removed).
+    """
+    return write_demo_folder(progress=on_event, cancel=cancel)
+
+
+def is_demo_family(members: Sequence[ModelFile]) -> bool:
+    """Whether a family's models are all generated demo models (their label is :data:`DEMO_LABEL`)."""
+    return bool(members) and all(is_generated_demo(m.path) for m in members)
 
 
 def scan(folder: Path) -> ScanResult:
@@ -166,6 +211,29 @@ def default_target(result: ScanResult) -> Path | None:
     ``tuner.catalog.folder.default_target``); None when the folder has no LLM."""
     chosen = choose_default_target(result.models, result.families)
     return Path(chosen.path) if chosen is not None else None
+
+
+class FlowError(DraftwiseError, RuntimeError):
+    """A step of the one-click flow cannot run; the message is in the app's words (no command-line flags),
+    e.g. a selected model that is not in the scanned folder."""
+
+    bad_input = True
+
+
+def check_target(result: ScanResult, target: Path | None) -> None:
+    """The flow's own check before tuning, worded for the app: the folder holds an LLM, and ``target``
+    (None = the default choice) is one of the folder's LLMs.
+
+    Raises:
+        FlowError: no LLM in the folder, or ``target`` is not one of them (both named).
+    """
+    llms = [Path(m.path).resolve() for m in result.models if m.kind == "llm"]
+    if not llms:
+        raise FlowError(f"No model to tune in {result.folder}: the folder holds no language-model GGUF file "
+                        "(the Models tab lists what it holds).")
+    if target is not None and Path(target).resolve() not in llms:
+        raise FlowError(f"{Path(target).name} is not in the models folder {result.folder}: pick a model in the "
+                        "Models tab, or choose the folder that holds it.")
 
 
 def set_autostart(enabled: bool) -> None:
@@ -188,16 +256,34 @@ def describe_error(exc: BaseException) -> str:
 
 
 def describe_supervisor_failure(runner: ServerRunner) -> str:
-    """Why the served llama-server stopped, from the supervisor's diagnosis."""
+    """Why the served llama-server stopped, from the supervisor's diagnosis (on a router: why the served model
+    stopped; the endpoint still serves the folder's other models)."""
     sup = runner.supervisor
     diag = sup.diagnosis if sup is not None else None
+    if runner.router is not None and runner.router.pid is not None:
+        why = diag.message if diag is not None and diag.message else "it stopped unexpectedly"
+        return f"The served model stopped ({why}); the endpoint still serves the folder's other models"
     if diag is not None and diag.message:
         return f"llama-server stopped: {diag.message}"
     return "llama-server stopped unexpectedly"
 
 
+@dataclass(frozen=True)
+class PausedRouter:
+    """A router stopped for a re-tune (:meth:`ServerRunner.pause`): its plan and the model it served."""
+
+    plan: RouterPlan
+    current: str
+
+    @property
+    def port(self) -> int | None:
+        """The router's port."""
+        return self.plan.port
+
+
 class ServerRunner:
-    """Holds the one served :class:`tuner.server.supervisor.Supervisor` (thread-safe start/stop).
+    """Holds the one served supervisor (thread-safe start/stop): a :class:`tuner.server.supervisor.Supervisor`
+    (one model), or a :class:`tuner.server.RouterSupervisor` (every model of the folder from one endpoint).
 
     Args:
         on_state: called with each ``tuner.server.supervisor.StateChange`` (from supervisor threads;
@@ -206,8 +292,61 @@ class ServerRunner:
 
     def __init__(self, on_state: Callable[[StateChange], None] | None = None) -> None:
         self.on_state = on_state
-        self.supervisor: Supervisor | None = None
+        self.supervisor: Supervisor | RouterSupervisor | None = None
         self._lock = threading.Lock()
+
+    @property
+    def router(self) -> RouterSupervisor | None:
+        """The served router, None when one model (or nothing) is served."""
+        sup = self.supervisor
+        return sup if isinstance(sup, RouterSupervisor) else None
+
+    def current_model(self) -> str | None:
+        """The id of the model the router serves now (None when not a router or none is ready)."""
+        router = self.router
+        return router.current if router is not None else None
+
+    def start_router(self, plan: RouterPlan, initial: str, binary: ServerBinary | Path | None = None,
+                     ready_timeout_s: float | None = None, cancel: threading.Event | None = None) -> RouterSupervisor:
+        """Stop any running server, start llama-server's router serving ``plan`` with ``initial`` loaded, and wait
+        until that model is ready.
+
+        Raises:
+            tuner.server.PresetError: a model cannot be written into the preset (nothing started).
+            tuner.server.supervisor.ServerStartError: the router or the model failed (with ``diagnosis``).
+            Cancelled: ``cancel`` was set while loading (everything is stopped).
+        """
+        self.stop()
+        sup = RouterSupervisor(binary, on_state=self._state_cb)
+        with self._lock:
+            self.supervisor = sup
+        try:
+            sup.start_and_wait(plan, initial, timeout_s=ready_timeout_s, cancel=cancel)
+        except ServerStartError:
+            if cancel is not None and cancel.is_set():
+                self.stop()
+                raise Cancelled() from None
+            raise
+        return sup
+
+    def switch(self, model: str, cancel: threading.Event | None = None) -> RouterSupervisor:
+        """Have the served router load ``model`` and serve it (the previous one may be unloaded).
+
+        Raises:
+            tuner.server.RouterError: no router serves, or ``model`` is not one of its models.
+            tuner.server.supervisor.ServerStartError: ``model`` failed to load (with ``diagnosis``).
+            Cancelled: ``cancel`` was set.
+        """
+        router = self.router
+        if router is None:
+            raise RouterError("no llama-server router is serving")
+        try:
+            router.switch(model, cancel=cancel)
+        except ServerStartError:
+            if cancel is not None and cancel.is_set():
+                raise Cancelled() from None
+            raise
+        return router
 
     def _state_cb(self, change: StateChange) -> None:
         if self.on_state is not None:
@@ -260,23 +399,40 @@ class ServerRunner:
             sup = self.supervisor
         if sup is None or sup.state not in (ServerState.READY, ServerState.SLEEPING):
             return None
+        if isinstance(sup, RouterSupervisor):  # every model of the endpoint: capture is the app's setting
+            plan = sup.plan
+            if plan is not None:
+                on = config.log_prompts_dir is not None and sup.dialect.capture_problem() is None
+                sup.apply(replace(plan, models=tuple(captured(m, on) for m in plan.models)), setting, ready_timeout_s)
+            return None
         sup.restart(_capturable(config, sup), applying=setting)
         sup.wait_ready(timeout_s=ready_timeout_s)
         return sup
 
-    def pause(self) -> ServerConfig | None:
-        """Stop the served server for a re-tune and return its configuration (``None`` when nothing
-        was serving), so :meth:`start` can bring the same configuration back on the same port."""
+    def pause(self) -> ServerConfig | PausedRouter | None:
+        """Stop the served server for a re-tune and return what it served (``None`` when nothing was serving):
+        a configuration, or a router's plan and model, so :meth:`resume` brings it back on the same port."""
         with self._lock:
             sup = self.supervisor
         if sup is None:
             return None
         config = sup.config
-        if sup.state not in (ServerState.READY, ServerState.SLEEPING, ServerState.STARTING) or config is None:
+        live = (ServerState.READY, ServerState.SLEEPING, ServerState.STARTING, ServerState.SWITCHING)
+        if sup.state not in live or config is None:
             return None
         log.info("pausing the served llama-server (port %s) for a re-tune", config.port)
+        paused: ServerConfig | PausedRouter = config
+        if isinstance(sup, RouterSupervisor) and sup.plan is not None:
+            paused = PausedRouter(sup.plan, sup.current or config.alias or "")
         sup.stop()
-        return config
+        return paused
+
+    def resume(self, paused: ServerConfig | PausedRouter, binary: ServerBinary | Path | None = None) -> None:
+        """Start again what :meth:`pause` stopped (raises like :meth:`start` / :meth:`start_router`)."""
+        if isinstance(paused, PausedRouter):
+            self.start_router(paused.plan, paused.current, binary=binary)
+        else:
+            self.start(paused, binary=binary)
 
     def stop(self) -> None:
         """Stop the server and its whole process tree (no-op when none runs)."""
@@ -358,6 +514,9 @@ def capture_status(settings: Settings, runner: ServerRunner | None = None) -> Ca
     folder = None
     if argv and "--log-prompts-dir" in argv and argv.index("--log-prompts-dir") + 1 < len(argv):
         folder = Path(argv[argv.index("--log-prompts-dir") + 1])
+    router = runner.router if runner is not None and runner.pid is not None else None
+    if router is not None and router.config is not None:  # a router: the served model's own section
+        folder = router.config.log_prompts_dir
     files, size = captured_count()
     sup = runner.supervisor if runner is not None else None
     if sup is not None:
@@ -386,12 +545,17 @@ def vram_sampler() -> VramSampler | None:
 
 def server_samplers(info: ServingInfo, runner: ServerRunner) -> Samplers:
     """``(MetricsSampler, ProcessSampler, AcceptanceWatch | None)`` for the served server. The ``/metrics``
-    client may ask only what does not wake a sleeping server (:data:`tuner.server.client.NON_WAKING_PATHS`)."""
+    client may ask only what does not wake a sleeping server (:data:`tuner.server.client.NON_WAKING_PATHS`); on a
+    router both follow the current model: its own ``/metrics`` (``?model=ID&autoload=false``) and its process (the
+    router's when none is loaded)."""
     client = ServerClient(info.base_url, api_key=info.api_key, paths=NON_WAKING_PATHS)
     metrics = MetricsSampler(client.metrics_text)
+    if info.models:  # a router: the current model's own /metrics, never loading a model (autoload=false)
+        metrics = MetricsSampler(lambda: client.metrics_text(model=runner.current_model() or info.model_id))
 
     def read_usage() -> ProcessUsage | None:
-        pid = runner.pid
+        router, current = runner.router, runner.current_model()
+        pid = (router.model_pid(current) if router is not None and current is not None else None) or runner.pid
         if pid is None:
             return None
         usage = tree_usage(pid)
@@ -445,25 +609,6 @@ def idle_sleep_problem(settings: Settings, runner: ServerRunner | None = None) -
 #: Keyword arguments for :func:`tuner.calibration.tune.tune` that the GUI may override (tests use a
 #: small context and few tokens on the demo model).
 TUNE_OPTIONS_DEFAULT: dict[str, Any] = {}
-
-
-def _break_even_for(decision_json: dict[str, Any]) -> float | None:
-    """The winner's break-even acceptance (0..1) from a decision's JSON, None for the baseline/unknown."""
-    winner = decision_json.get("winner") or {}
-    if not winner or winner.get("spec_type", "none") == "none":
-        return None
-    best = None
-    for be in decision_json.get("break_even") or ():
-        cand = be.get("candidate") or {}
-        value = be.get("break_even_acceptance")
-        if value is None:
-            continue
-        same_type = cand.get("spec_type") == winner.get("spec_type") and cand.get("draft_path") == winner.get("draft_path")
-        if same_type:
-            best = value
-    if best is None or not 0.0 < best < 1.0:
-        return None
-    return float(best)
 
 
 def serving_config(profile: Profile, settings: Settings) -> ServerConfig:
@@ -523,10 +668,12 @@ def tune_and_serve(
     Raises:
         Cancelled: ``cancel`` was set (tune stops every child process it started).
         FileNotFoundError: the models folder does not exist.
+        FlowError: the folder holds no LLM, or ``target`` is not in it (:func:`check_target`).
         tuner.calibration.tune.TuneError: no LLM, no server, baseline failed (with evidence).
         tuner.server.supervisor.ServerStartError: the winner did not start (with diagnosis).
     """
     scanned = scan(folder)
+    check_target(scanned, target)
     binary = find_server(settings.server_binary)  # one binary for the sweep and for serving
     if cancel.is_set():
         raise Cancelled()
@@ -542,7 +689,7 @@ def tune_and_serve(
     except BaseException:
         if paused is not None:  # cancelled or failed: the previous configuration comes back, same port
             try:
-                runner.start(paused, binary=binary)
+                runner.resume(paused, binary=binary)
                 on_event(status_event(
                     f"Re-tune did not finish: the previous configuration is serving again on port {paused.port}"))
             except Exception as exc:  # noqa: BLE001 - the sweep's own error is the one to report
@@ -562,9 +709,31 @@ def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settin
         raise
     if result.cancelled or cancel.is_set():
         raise Cancelled()
+    return _serve_result(scanned, result, settings, runner, on_event, cancel, binary)
+
+
+def _serve_result(scanned: ScanResult, result: TuneResult, settings: Settings, runner: ServerRunner,
+                  on_event: EventCallback, cancel: threading.Event, binary: ServerBinary) -> ServeOutcome:
+    """Serve the profile of ``result`` (a sweep's, or a fresh saved one) with the user's serving settings."""
     profile = result.profile
     if profile is None:
         raise RuntimeError(f"tuning {result.target_path} produced no profile")
+    info = _serve_router(scanned, Path(profile.target_path), settings, runner, on_event, cancel, binary)
+    if info is None:
+        info = _serve_one(profile, settings, runner, on_event, cancel, binary)
+    return ServeOutcome(
+        scan=scanned,
+        tune_result=result,
+        decision_text=decision_text(result),
+        serving=info,
+        # built here, off the GUI thread: creating the HTTP client costs tens of ms of CPU
+        samplers=server_samplers(info, runner),
+    )
+
+
+def _serve_one(profile: Profile, settings: Settings, runner: ServerRunner, on_event: EventCallback,
+               cancel: threading.Event, binary: ServerBinary) -> ServingInfo:
+    """Serve the profile's winner as one llama-server (the settings' port, the RPC fallback where it has one)."""
     config = serving_config(profile, settings)
     from tuner.calibration.serving import reachable_config, rpc_fallback_config
 
@@ -580,7 +749,7 @@ def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settin
     base_url = sup.base_url
     if base_url is None:  # wait_ready returned: the child was launched, so it has an address
         raise RuntimeError("llama-server is ready but has no address")
-    info = ServingInfo(
+    return ServingInfo(
         model_name=Path(profile.target_path).name,
         target_path=Path(profile.target_path),
         endpoint_url=f"{base_url}/v1",
@@ -588,20 +757,147 @@ def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settin
         argv=tuple(sup.argv or ()),
         pid=sup.pid,
         spec_label=str(decision_json.get("label") or "no speculation"),
-        break_even_rate=_break_even_for(decision_json),
+        break_even_rate=break_even_rate(decision_json),
         api_key=config.api_key,
         model_id=config.alias if _argv_has(sup.argv, ("-a", "--alias")) else None,
         cache_ram_mib=config.cache_ram_mib if _argv_has(sup.argv, ("-cram", "--cache-ram")) else None,
+        base_model=not has_chat_template(profile.target_path),
         profile_tps=_positive(decision_json.get("gen_tokens_per_s")),
     )
-    return ServeOutcome(
-        scan=scanned,
-        tune_result=result,
-        decision_text=decision_text(result),
-        serving=info,
-        # built here, off the GUI thread: creating the HTTP client costs tens of ms of CPU
-        samplers=server_samplers(info, runner),
+
+
+def _serve_router(scanned: ScanResult, target: Path, settings: Settings, runner: ServerRunner,
+                  on_event: EventCallback, cancel: threading.Event, binary: ServerBinary) -> ServingInfo | None:
+    """Serve every model of the folder from one endpoint with ``target`` loaded first
+    (:func:`tuner.calibration.serving_plan`); None when the folder is served one model at a time (why: logged
+    and said as a status event)."""
+    plan, why = serving_plan(scanned, settings, binary.path, probe_dialect(binary.path), target,
+                             api_key=server_api_key(settings))
+    if plan is None:
+        log.info("serving one model at a time: %s", why)
+        if len([m for m in scanned.models if m.kind == "llm"]) > 1:
+            on_event(status_event(f"Serving one model at a time: {why}"))
+        return None
+    initial = plan.model_for(target)
+    assert initial is not None  # serving_plan checked it
+    on_event(status_event(f"Starting llama-server's router for {len(plan.models)} models of the folder, "
+                          f"{initial.model_id} first, on port {plan.port}"))
+    runner.start_router(plan, initial.model_id, binary=binary, cancel=cancel)
+    info = router_serving_info(runner)
+    if info is None:
+        raise RuntimeError("llama-server's router is ready but serves no model")
+    return info
+
+
+def router_serving_info(runner: ServerRunner) -> ServingInfo | None:
+    """What the served router serves now (its current model, with every model id of the endpoint); None when
+    no router serves a ready model."""
+    router = runner.router
+    plan = router.plan if router is not None else None
+    current = router.current if router is not None else None
+    model = plan.model(current) if plan is not None and current is not None else None
+    base_url = router.base_url if router is not None else None
+    if router is None or plan is None or model is None or base_url is None:
+        return None
+    return ServingInfo(
+        model_name=Path(model.config.model_path).name,
+        target_path=Path(model.config.model_path),
+        endpoint_url=f"{base_url}/v1",
+        base_url=base_url,
+        argv=tuple(router.argv or ()),
+        pid=router.pid,
+        spec_label=model.label if model.tuned else "no speculation",
+        break_even_rate=model.break_even_rate,
+        api_key=plan.api_key,
+        model_id=model.model_id,
+        cache_ram_mib=model.config.cache_ram_mib,
+        models=tuple(m.model_id for m in plan.models),
+        models_why=plan.models_max_why,
     )
+
+
+def switch_target(runner: ServerRunner, target: Path, cancel: threading.Event) -> ServingInfo:
+    """Have the served router load the model of ``target`` and serve it (the tray's *Serve* menu); runs in a
+    worker.
+
+    Raises:
+        tuner.server.RouterError: no router serves, or ``target`` is not one of its models.
+        tuner.server.supervisor.ServerStartError: it failed to load (with ``diagnosis``).
+        Cancelled: ``cancel`` was set.
+    """
+    router = runner.router
+    plan = router.plan if router is not None else None
+    model = plan.model_for(target) if plan is not None else None
+    if model is None:
+        raise RouterError(f"{Path(target).name} is not served by the running endpoint")
+    runner.switch(model.model_id, cancel=cancel)
+    info = router_serving_info(runner)
+    if info is None:
+        raise RuntimeError(f"{model.model_id} is ready but the router serves no model")
+    return info
+
+
+def serve_choices(scan: ScanResult | None) -> list[TargetChoice]:
+    """The folder's targets for the tray's *Serve* menu (tuned ones with their decision in a few words); reads
+    the saved profiles, so it runs in a worker. [] without a scan."""
+    return target_choices(scan) if scan is not None else []
+
+
+@dataclass(frozen=True)
+class NotRestored:
+    """*Serve at start* did not serve: what was scanned (None when the folder could not be) and why, in the app's
+    words (``reasons``: why the saved profile is stale, each a phrase; ``problem``: why there is no profile to
+    serve, e.g. none saved or the model gone)."""
+
+    target_path: Path
+    scan: ScanResult | None
+    reasons: tuple[str, ...] = ()
+    problem: str | None = None
+
+    def message(self) -> str:
+        """One line: ``"Not serving gemma.gguf again: its profile is stale (the llama-server binary changed
+        (…)). Re-tune to serve it again."``."""
+        name = self.target_path.name
+        if self.reasons:
+            return (f"Not serving {name} again: its profile is stale ({'; '.join(self.reasons)}). "
+                    "Re-tune to serve it again.")
+        return f"Not serving {name} again: {self.problem or 'it cannot be served'}."
+
+
+def restore_serving(folder: Path, target: Path, settings: Settings, prompts_path: Path | None,
+                    runner: ServerRunner, on_event: EventCallback, cancel: threading.Event,
+                    tune_options: dict[str, Any] | None = None) -> ServeOutcome | NotRestored:
+    """*Serve at start*: serve ``target``'s saved profile again when it is still fresh for what a *Tune & serve*
+    of it would measure now (``tuner.calibration.saved_state``: the same keys a tune checks), without tuning.
+
+    Returns:
+        The :class:`ServeOutcome` (its ``tune_result`` is the reused profile's, ``reused`` True), or
+        :class:`NotRestored` when the profile is stale (with the reasons), missing, or the model is not in
+        ``folder`` any more: nothing was started.
+
+    Raises:
+        Cancelled: ``cancel`` was set.
+        tuner.server.discovery.ServerNotFoundError: no llama-server.
+        tuner.server.supervisor.ServerStartError: the profile's server did not start (with its diagnosis).
+    """
+    try:
+        scanned = scan(folder)
+    except FileNotFoundError:
+        return NotRestored(Path(target), None, problem=f"the models folder {folder} is gone")
+    try:
+        check_target(scanned, target)
+    except FlowError:
+        return NotRestored(Path(target), scanned, problem=f"it is not in the models folder {folder} any more")
+    binary = find_server(settings.server_binary)
+    request = request_from_settings(settings, folder, target=target, server=binary.path,
+                                    options=dict(TUNE_OPTIONS_DEFAULT, prompts=prompts_path, **(tune_options or {})))
+    state = saved_state(request, Path(target), binary, scanned)
+    if not state.fresh:
+        return NotRestored(state.target_path, scanned, state.reasons, state.problem)
+    if cancel.is_set():
+        raise Cancelled()
+    on_event(status_event(f"Serving {Path(target).name} again (profile of {profile_date(state.profile)})"))
+    return _serve_result(scanned, reused_result(state, request), settings, runner, on_event, cancel, binary)
 
 
 @dataclass(frozen=True)
@@ -646,14 +942,17 @@ def tune_progress(ev: TuneEvent) -> TuneProgress:
         return TuneProgress(message=ev.message)
     result = None
     never = None
+    message = ev.message
     m = ev.measurement
     if m is not None:
         row = measurement_row(m)
+        nd = m.drafted_nothing()
         if row is not None:
             result = row
-        elif m.no_drafts_at:
+        elif nd is not None:
             never = m.candidate.label
-    return TuneProgress(fraction=ev.progress, eta_s=ev.eta_s, message=ev.message, result=result,
+            message = measured_line(m.candidate.label, nd)  # what was measured, not a failure's words
+    return TuneProgress(fraction=ev.progress, eta_s=ev.eta_s, message=message, result=result,
                         elapsed_s=ev.elapsed_s, never=never)
 
 
@@ -690,6 +989,18 @@ def result_rows(result: TuneResult) -> list[ResultRow]:
     return [r for r in (measurement_row(m) for m in pooled.values()) if r is not None]
 
 
+def launch_points(result: TuneResult | None) -> dict[str, list[float]]:
+    """Each configuration's launches as the chart draws them on its bar: label → tokens/s of every launch that
+    measured a speed (:func:`measurement_row`), in launch order (the baseline's launches under its bar's label,
+    "no speculation")."""
+    out: dict[str, list[float]] = {}
+    for m in result.measurements if result is not None else ():
+        row = measurement_row(m)
+        if row is not None:
+            out.setdefault(row[0], []).append(row[1])
+    return out
+
+
 def never_drafted(result: TuneResult | None) -> list[str]:
     """Labels of the speculation types in a ``TuneResult`` that ran but never drafted (measurements with
     ``no_drafts_at``) and have no figures of their own, in measurement order: the chart's bar-less
@@ -706,16 +1017,34 @@ def never_drafted(result: TuneResult | None) -> list[str]:
     return out
 
 
-def decision_text(result: TuneResult | None) -> str:
-    """The decision in words (its sentences rendered: ``tuner.calibration.wording.render``); for a reused
-    profile, that it was reused, then its words with the sweep's load dated."""
+def decision_words(result: TuneResult | None) -> Rendered:
+    """The decision in words (``TuneResult.rendered``: its sentences rendered by
+    ``tuner.calibration.wording.render``): ``first``, the plain first sentence the Tune tab shows and the
+    notification says; ``details``, the evidence and the rest, behind the Tune tab's *Details*. A reused
+    profile's first detail says it was reused, and its sentence about other programs is dated."""
     if result is None:
-        return "Served from a saved profile (still fresh)."
-    decision = result.decision
-    if decision is None:
-        return "No decision was recorded."
-    measured = result.profile.created_unix_s if result.reused and result.profile is not None else None
-    return render(decision.sentences, measured_unix_s=measured, reused=result.reused).text or "No decision was recorded."
+        return Rendered("Served from a saved profile (still fresh).", (), "Served from a saved profile (still fresh).")
+    words = result.rendered()
+    if not words.first:
+        return Rendered("No decision was recorded.", (), "No decision was recorded.")
+    return words
+
+
+def profile_date(profile: Profile | None) -> str:
+    """When a profile was measured, in local time (``"2026-05-01 14:30"``); ``"an unrecorded date"`` without."""
+    when = profile.created_unix_s if profile is not None else None
+    return time.strftime("%Y-%m-%d %H:%M", time.localtime(when)) if when else "an unrecorded date"
+
+
+def served_again_text(info: ServingInfo, profile: Profile | None) -> str:
+    """The one line a saved profile served again is announced with: ``"Serving gemma.gguf again (profile of
+    2026-05-01 14:30)."`` (nothing was tuned, so never "tuning finished")."""
+    return f"Serving {info.model_name} again (profile of {profile_date(profile)})."
+
+
+def decision_text(result: TuneResult | None) -> str:
+    """The decision's plain first sentence (:func:`decision_words`), one line: the notification's text."""
+    return decision_words(result).first
 
 
 def context_text(model: ModelFile, ctx_size: int | None = None) -> str:
@@ -736,25 +1065,63 @@ def context_text(model: ModelFile, ctx_size: int | None = None) -> str:
     return f"Context size {n} tokens ({why})"
 
 
+def plan_words(plan: MemoryPlan, n_layers: int) -> str:
+    """Where a plan puts the model, in the app's words (no flags, no ``n_ctx`` / ``ngl``): each GPU's share of
+    the ``n_layers`` layers (llama.cpp's count: the repeating blocks and the output layer), host RAM with its KV
+    cache and prompt cache, then the verdict in the words ``draftwise plan`` prints (``MemoryPlan.verdict``)."""
+    parts = [f"{d.device_name}: {d.target_layers + (1 if d.output_on_device else 0)} of {n_layers} layers, "
+             f"{format_bytes(d.need.total_bytes)}" for d in plan.devices]
+    h = plan.host.need
+    kv = h.target_kv_bytes + h.draft_kv_bytes
+    extra = f"KV cache {format_bytes(kv)}" + (f", prompt cache up to {format_bytes(h.prompt_cache_bytes)}"
+                                             if h.prompt_cache_bytes else "")
+    where = "Everything runs on the CPU" if not plan.devices else "; ".join(parts)
+    return f"{where}; host RAM: {format_bytes(h.total_bytes)} ({extra}). Verdict: {plan.verdict}."
+
+
+def _trade_words(request: MemoryRequest, devices: hw_devices.Devices) -> str | None:
+    """The context-vs-layers trade with a GPU, in the app's words; None without a GPU."""
+    trade = context_trade(request, devices)
+    if trade.max_ngl_at_ctx is None:
+        return None
+    out = (f"At this context size {trade.max_ngl_at_ctx} of {trade.n_layers_all} layers fit on the GPU "
+           "(the output layer first).")
+    top = trade.max_ctx_all_on_gpu
+    if top == 0:
+        out += " The whole model does not fit on the GPU at any context size."
+    elif top is not None and top >= trade.ctx_ceiling:
+        out += f" The whole model stays on the GPU up to its training context ({trade.ctx_ceiling} tokens)."
+    elif top is not None:
+        out += f" The whole model stays on the GPU up to a context of {top} tokens."
+    return out
+
+
 def memory_plan_text(model: ModelFile, ctx_size: int | None = None, cache_ram_mib: int | None = None) -> str:
     """Where the model's weights and KV cache go on this machine at the context size it will be served
-    with (:func:`context_text`), in words (``tuner.hardware``), with the context-vs-layers trade and the
-    cached llama-server cross-check, plus the host RAM llama-server's prompt cache may take while serving
-    (``cache_ram_mib``, the ``--cache-ram`` limit; None = not mentioned)."""
+    with (:func:`context_text`), in the app's words (:func:`plan_words`; the verdict's words are
+    ``draftwise plan``'s, and the free memory it rests on is dated: it moves while other programs run), with
+    the context-vs-layers trade and what the cached llama-server cross-check said, plus the host RAM
+    llama-server's prompt cache may take while serving (``cache_ram_mib``, the ``--cache-ram`` limit; None =
+    not mentioned). No command-line advice: a plan never checked against llama-server says so, nothing more."""
     try:
         n_ctx, _ = resolve_ctx_size(ctx_size, model.context_length)
         binary = cc_build.find_server_binary()  # through the modules: tests replace them
         devices = hw_devices.detect_devices(binary, cc_build.build_probes(probe=False))
+        read_at = time.strftime("%H:%M:%S")
         spec = load_model_spec(model.path)
         cache_bytes = max(cache_ram_mib or 0, 0) * MIB
         plan = plan_memory(MemoryRequest(target=spec, n_ctx=n_ctx, prompt_cache_bytes=cache_bytes), devices)
     except Exception as exc:  # the Models tab shows why; the log keeps the traceback
         log.debug("memory plan unavailable for %s", model.path, exc_info=True)
         return f"Memory plan unavailable for {Path(model.path).name}: {exc}"
-    text = context_text(model, ctx_size) + ". " + plan.summary
+    text = (f"{context_text(model, ctx_size)}. {plan_words(plan, spec.n_layer + 1)} "
+            f"(Free memory as read at {read_at}.)")
+    spec_request = MemoryRequest(target=spec, n_ctx=n_ctx)
     try:  # the context-vs-layers trade and the cached llama-server cross-check (never runs the server)
-        spec_request = MemoryRequest(target=spec, n_ctx=n_ctx)
-        text = " ".join([text, *(line.text for line in plan_check_lines(spec_request, devices, binary))])
+        trade = _trade_words(spec_request, devices)
+        checks = [line.text if line.kind != "not_checked" else "Not yet checked against llama-server's own estimate."
+                  for line in plan_check_lines(spec_request, devices, binary) if line.kind != "trade"]
+        text = " ".join([text, *([trade] if trade else []), *checks])
     except Exception:  # noqa: BLE001 - the plan above stands on its own
         log.debug("plan check lines unavailable for %s", model.path, exc_info=True)
     if cache_ram_mib is not None:
@@ -762,5 +1129,5 @@ def memory_plan_text(model: ModelFile, ctx_size: int | None = None, cache_ram_mi
             extra = f"up to {format_bytes(cache_ram_mib * MIB)} of host RAM, counted in the host RAM above"
         else:
             extra = "no limit on host RAM" if cache_ram_mib < 0 else "off"
-        text += f"\nWhile serving, llama-server's prompt cache (--cache-ram): {extra}."
+        text += f"\nWhile serving, llama-server's prompt cache: {extra}."
     return text

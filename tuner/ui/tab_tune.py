@@ -1,5 +1,6 @@
 """Tune tab: budget, start / cancel, progress with ETA, a live chart of each candidate's tokens/s
-against the baseline with its acceptance rate, and the decision in words."""
+against the baseline with its acceptance rate, and the decision in words: its plain first sentence, the
+evidence behind a *Details* expander."""
 
 from __future__ import annotations
 
@@ -12,10 +13,12 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QToolButton,
     QVBoxLayout,
     QWidget,
 )
 
+from tuner.calibration import Rendered
 from tuner.ui import flow
 from tuner.ui.controller import AppController
 from tuner.ui.graphs import CandidateChart
@@ -47,6 +50,8 @@ class TuneTab(QWidget):
         self.results: dict[str, tuple[str, float, float | None, bool]] = {}
         self.never: list[str] = []
         """Labels of n-gram types that ran but never drafted (bar-less "never drafted" chart rows)."""
+        self.points: dict[str, list[float]] = {}
+        """Each configuration's launches so far (tokens/s per launch), drawn as points on its bar."""
         lay = QVBoxLayout(self)
         row = QHBoxLayout()
         row.addWidget(QLabel("Time budget:"))
@@ -89,15 +94,40 @@ class TuneTab(QWidget):
         self.chart = CandidateChart()
         lay.addWidget(self.chart, 1)
 
-        lay.addWidget(QLabel("<b>Decision</b>"))
+        head = QHBoxLayout()
+        head.addWidget(QLabel("<b>Decision</b>"))
+        # the first sentence is for everyone; the evidence (pairs, intervals, acceptance, how it was
+        # measured) is one click away
+        self.details_btn = QToolButton()
+        self.details_btn.setText("Details")
+        self.details_btn.setCheckable(True)
+        self.details_btn.setToolButtonStyle(Qt.ToolButtonStyle.ToolButtonTextBesideIcon)
+        self.details_btn.setArrowType(Qt.ArrowType.RightArrow)
+        self.details_btn.setAutoRaise(True)
+        self.details_btn.toggled.connect(self._show_details)
+        self.details_btn.setVisible(False)
+        head.addWidget(self.details_btn)
+        head.addStretch(1)
+        lay.addLayout(head)
         self.decision_label = plain_label(QLabel("No decision yet."))  # names models and drafts
         self.decision_label.setWordWrap(True)
         self.decision_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.decision_label)
+        self.details_label = plain_label(QLabel())  # names models, drafts and files
+        self.details_label.setWordWrap(True)
+        self.details_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
+        self.details_label.setStyleSheet("color:#374151; margin-left:18px")
+        self.details_label.setVisible(False)
+        lay.addWidget(self.details_label)
+        self._finished_line: str | None = None
+        """The "Tuning finished …" line of the last sweep (the serving part is added while it serves)."""
 
         controller.tune_event.connect(self.on_event)
         controller.tune_done.connect(self.on_done)
         controller.state_changed.connect(self.on_state)
+        controller.server_changed.connect(lambda _info: self._show_finished())
+        controller.error.connect(self.on_error)
+        controller.restore_refused.connect(self.on_restore_refused)
         self.on_state(controller.state)
 
     def _budget_s(self) -> int:
@@ -116,9 +146,49 @@ class TuneTab(QWidget):
         """A new sweep: no bars, no decision, the progress bar from 0 again."""
         self.results.clear()
         self.never = []
+        self.points = {}
         self.chart.set_rows([])
-        self.decision_label.setText("No decision yet.")
+        self.set_decision(None)
+        self._finished_line = None
+        self.step_label.setText("Starting…")
         self._shown_fraction = 0.0
+
+    def set_decision(self, words: Rendered | None) -> None:
+        """Show a decision: its plain first sentence, and the rest behind *Details* (collapsed); None: none yet."""
+        self.decision_label.setText(plain(words.first) if words is not None else "No decision yet.")
+        details = words.details if words is not None else ()
+        self.details_label.setText(plain("\n\n".join(details), keep="\n"))
+        self.details_btn.setVisible(bool(details))
+        self.details_btn.setChecked(False)
+        self._show_details(False)
+
+    def _show_details(self, shown: bool) -> None:
+        self.details_btn.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
+        self.details_label.setVisible(shown and bool(self.details_label.text()))
+
+    def on_error(self, message: str) -> None:
+        """A *Tune & serve* that failed: its words replace the step line (and any "serving …" of a sweep before),
+        the decision of the failed attempt is none."""
+        if self.controller.state is not AppState.TUNING:
+            return  # another step failed (a scan, a stop): the Serve tab and the status bar say it
+        self._finished_line = None
+        self.step_label.setText(plain(f"Tune & serve did not finish: {message}"))
+
+    def on_restore_refused(self, message: str) -> None:
+        """*Serve at start* did not serve a stale profile: why, with *Re-tune* enabled next to it."""
+        self._finished_line = None
+        self.step_label.setText(plain(message))
+        self.on_state(self.controller.state)
+
+    def _show_finished(self) -> None:
+        """The last sweep's line, with what is served now (nothing, once the server stopped)."""
+        if self._finished_line is None or self.controller.state is AppState.TUNING:
+            return
+        serving = self.controller.serving
+        line = self._finished_line
+        if serving is not None:
+            line += f"; serving {serving.model_name} at {serving.endpoint_url}"
+        self.step_label.setText(plain(line + "."))
 
     def start(self) -> None:
         """Start "Tune & serve"."""
@@ -135,8 +205,8 @@ class TuneTab(QWidget):
     def on_state(self, state: AppState) -> None:
         """Enable the buttons that make sense now."""
         tuning = state is AppState.TUNING
-        # the File and tray menus' rule: no second "Tune & serve" while serving (Re-tune measures again)
-        self.start_btn.setEnabled(not tuning and self.controller.serving is None)
+        # the File and tray menus' rule: while serving, "Tune & serve" tunes the selected target and serves it too
+        self.start_btn.setEnabled(not tuning)
         self.retune_btn.setEnabled(not tuning and self.controller.can_retune())
         self.cancel_btn.setEnabled(tuning)
         self.budget.setEnabled(not tuning)
@@ -145,7 +215,7 @@ class TuneTab(QWidget):
         else:
             self._tick.stop()
             self._last_progress = None
-        if not tuning and self.progress.format() not in ("done",):
+        if not tuning and self.progress.format() not in ("done", "saved profile"):
             if state is AppState.ERROR:
                 self.progress.setFormat("failed")
             elif self.progress.value() < 1000:
@@ -164,8 +234,9 @@ class TuneTab(QWidget):
         if p.result is not None or p.never is not None:
             if p.result is not None:
                 self.results[p.result[0]] = p.result
+                self.points.setdefault(p.result[0], []).append(p.result[1])  # one point per launch
             rows = sorted(self.results.values(), key=lambda r: (not r[3], -r[1]))
-            self.chart.set_rows(rows, never=self.never)
+            self.chart.set_rows(rows, never=self.never, points=self.points)
 
     #: While a sweep runs the bar stops short of 100 % (only the result fills it).
     MAX_WHILE_TUNING = 0.99
@@ -196,28 +267,31 @@ class TuneTab(QWidget):
         self._show_progress(frac, eta, overdue=overdue)
 
     def on_done(self, result) -> None:
-        """Show the decision in words."""
+        """Show the decision: its first sentence, the rest behind *Details*. A saved profile served again says so
+        ("Using the saved profile of DATE"), never "tuning finished": nothing was tuned."""
         self._tick.stop()  # the countdown must not overwrite "done" before the state change arrives
         self._last_progress = None
         self.progress.setValue(1000)
-        self.progress.setFormat("done")
-        took = getattr(result, "elapsed_s", None)
-        serving = self.controller.serving
-        msg = "Tuning finished" + (f" in {took:.0f} s" if took else "")
-        if serving is not None:
-            msg += f"; serving {serving.model_name} at {serving.endpoint_url}"
-        self.step_label.setText(plain(msg + "."))
-        self.decision_label.setText(plain(flow.decision_text(result), keep="\n"))
+        if result is not None and result.reused:
+            self.progress.setFormat("saved profile")
+            self._finished_line = f"Using the saved profile of {flow.profile_date(result.profile)} (still fresh)"
+        else:
+            self.progress.setFormat("done")
+            took = result.elapsed_s if result is not None else None
+            self._finished_line = "Tuning finished" + (f" in {took:.0f} s" if took else "")
+        self._show_finished()
+        self.set_decision(flow.decision_words(result))
         rows = flow.result_rows(result) if result is not None else []
         if rows:
             # the decision's pooled figures replace the live per-launch ones (chart = decision)
             self.results = {r[0]: r for r in rows}
-        if result is not None and getattr(result, "measurements", None):
+        if result is not None and result.measurements:
             self.never = flow.never_drafted(result)
-        d = getattr(result, "decision", None)
+            self.points = flow.launch_points(result)
+        d = result.decision if result is not None else None
         win_label = None
         if d is not None and d.winner is not None and d.winner.label in self.results:
             win_label = d.winner.label if not self.results[d.winner.label][3] else None
         # baseline first, then the chosen candidate, then the rest by speed
         self.chart.set_rows(sorted(self.results.values(), key=lambda r: (not r[3], r[0] != win_label, -r[1])),
-                            winner=win_label, never=self.never)
+                            winner=win_label, never=self.never, points=self.points)

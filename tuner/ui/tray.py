@@ -1,17 +1,47 @@
-"""The tray icon and its menu (rebuilt every time it opens, from the controller's current state)."""
+"""The tray icon and its menu (rebuilt every time it opens, from the controller's current state).
+
+The *Serve* submenu lists the folder's targets (the controller's :attr:`~tuner.ui.controller.AppController.targets`,
+read in a worker): a tuned one with its decision in a few words, an untuned one as "tune and serve"; the one
+served now is checked, and each says whether the router has it loaded or asleep. Picking one serves it
+(:meth:`~tuner.ui.controller.AppController.serve_target`: the served router loads it, else it is tuned or its
+profile reused). While a sweep runs the submenu shows its progress and *Cancel tuning*.
+"""
 
 from __future__ import annotations
+
+import time
 
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
+from tuner.ui import flow
 from tuner.ui.controller import AppController, capture_text
 from tuner.ui.icons import state_icon
 from tuner.ui.plaintext import notification_body, plain, tooltip
 from tuner.ui.state import AppState
 
 #: Menu entries in order (text of the action), for tests and docs.
-MENU_ITEMS = ("Tune & serve", "Open Draftwise", "Chat…", "Start server", "Stop server", "Copy endpoint URL", "Re-tune", "Quit")
+MENU_ITEMS = ("Tune & serve", "Serve", "Open Draftwise", "Chat…", "Start server", "Stop server", "Copy endpoint URL",
+              "Re-tune", "Quit")
+#: The router's word for a model's process → what the *Serve* menu adds after its name.
+_STATUS_WORDS = {"loaded": "loaded", "sleeping": "asleep, memory freed", "loading": "loading…"}
+
+
+def _menu_text(text: str) -> str:
+    """A menu entry's text shown as written (a single "&" would mark a mnemonic)."""
+    return text.replace("&", "&&")
+
+
+def progress_words(progress: flow.TuneProgress | None, seconds_later: float, target: str | None) -> str:
+    """The sweep's progress in the tray: "Tuning X: 45 %, about 2 min left" (what is known of it)."""
+    what = f"Tuning {target}" if target else "Tuning"
+    if progress is None:
+        return f"{what}…"
+    fraction, eta = progress.at(seconds_later)
+    parts = [f"{fraction:.0%}"] if fraction is not None else []
+    if eta is not None:
+        parts.append(f"about {eta:.0f} s left" if eta < 90 else f"about {eta / 60:.0f} min left")
+    return f"{what}: {', '.join(parts)}" if parts else f"{what}…"
 
 
 class Tray:
@@ -31,11 +61,14 @@ class Tray:
         self.quit_app = quit_app
         self.available = QSystemTrayIcon.isSystemTrayAvailable()
         self.last_notification: tuple[str, str] | None = None
+        self._progress: tuple[flow.TuneProgress, float] | None = None  # the sweep's last progress, when it came
         self.icon = QSystemTrayIcon(state_icon(controller.state))
         self.menu = QMenu()
+        self.serve_menu = QMenu("Serve", self.menu)  # one submenu, refilled with the menu (no leak per opening)
         self.menu.aboutToShow.connect(self.rebuild_menu)
         self.icon.setContextMenu(self.menu)
         self.icon.activated.connect(self._on_activated)
+        self.icon.messageClicked.connect(controller.serve_at_start.clicked)  # e.g. the re-tune a stale profile offers
         self.rebuild_menu()
         self.refresh()
         controller.state_changed.connect(lambda _s: self.refresh())
@@ -43,6 +76,8 @@ class Tray:
         controller.sleep_changed.connect(lambda _s: self.icon.setToolTip(tooltip(controller.tooltip())))
         controller.capture_changed.connect(lambda: self.icon.setToolTip(tooltip(controller.tooltip())))
         controller.notify.connect(self.notify)
+        controller.tune_event.connect(self._on_tune_event)
+        controller.state_changed.connect(self._forget_progress)
         if self.available:
             self.icon.show()
 
@@ -61,8 +96,9 @@ class Tray:
         serving = served is not None
 
         a = m.addAction("Tune && serve")  # "&&" shows one "&" (a single "&" marks a mnemonic)
-        a.setEnabled(not busy and not serving)
+        a.setEnabled(not busy)  # while serving: tunes the selected target and serves it too
         a.triggered.connect(c.tune_and_serve)
+        self._add_serve_menu(m)
         if busy:
             m.addAction("Cancel tuning").triggered.connect(c.cancel)
         m.addAction("Open Draftwise").triggered.connect(self.show_window)
@@ -87,7 +123,8 @@ class Tray:
         m.addSeparator()
         if served is not None:
             asleep = c.sleep.sleeping
-            info = m.addAction((f"Serving {plain(served.model_name)}"
+            paused = " — paused while tuning" if c.paused_for_retune else ""
+            info = m.addAction((f"Serving {plain(served.model_name)}{paused}"
                                 + (" — sleeping, memory freed" if asleep else "")).replace("&", "&&"))  # no mnemonic
             info.setEnabled(False)
             capturing = capture_text(c.capture_status())
@@ -98,6 +135,52 @@ class Tray:
     def actions(self) -> dict[str, QAction]:
         """The current menu's actions by text (separators left out)."""
         return {a.text().replace("&&", "&"): a for a in self.menu.actions() if not a.isSeparator()}
+
+    def serve_actions(self) -> dict[str, QAction]:
+        """The *Serve* submenu's actions by text (separators left out; empty before the menu was built)."""
+        return {a.text().replace("&&", "&"): a for a in self.serve_menu.actions() if not a.isSeparator()}
+
+    def _add_serve_menu(self, m: QMenu) -> None:
+        """The *Serve* submenu (see the module docstring)."""
+        c = self.controller
+        sub = self.serve_menu
+        sub.clear()
+        m.addMenu(sub)
+        busy = c.state is AppState.TUNING
+        if busy:
+            target = c.selected_target.name if c.selected_target is not None else None
+            seconds = time.monotonic() - self._progress[1] if self._progress is not None else 0.0
+            sub.addAction(_menu_text(plain(progress_words(self._progress[0] if self._progress else None, seconds,
+                                                          target)))).setEnabled(False)
+            sub.addAction("Cancel tuning").triggered.connect(c.cancel)
+            sub.addSeparator()
+        router = c.runner.router
+        views = {v.model_id: v for v in router.models()} if router is not None else {}
+        served = c.serving.model_id if c.serving is not None else None
+        for t in c.targets:
+            v = views.get(t.model_id)
+            text = f"{t.name} — {t.words}" if t.tuned else f"{t.name} — tune and serve"
+            status = _STATUS_WORDS.get(v.status, "") if v is not None else ""
+            if v is not None and v.given_up:
+                status = f"could not be served: {v.problem}"
+            a = sub.addAction(_menu_text(plain(f"{text} ({status})" if status else text)))
+            a.setCheckable(True)
+            a.setChecked(t.model_id == served or (c.serving is not None and t.path == c.serving.target_path))
+            a.setEnabled(not busy and not (v is not None and v.given_up))
+            a.setToolTip(tooltip(t.problem or (v.problem if v is not None else "")))
+            a.triggered.connect(lambda _checked=False, path=t.path: c.serve_target(path))
+        if not c.targets:
+            sub.addAction("No models yet: choose a folder in the Models tab").setEnabled(False)
+
+    def _on_tune_event(self, event) -> None:
+        """Keep the sweep's last progress for the *Serve* menu (the flow's own status steps carry none)."""
+        progress = flow.tune_progress(event)
+        if progress.fraction is not None or progress.eta_s is not None:
+            self._progress = (progress, time.monotonic())
+
+    def _forget_progress(self, state: AppState) -> None:
+        if state is not AppState.TUNING:
+            self._progress = None
 
     def copy_endpoint(self) -> None:
         """Put the endpoint URL on the clipboard."""

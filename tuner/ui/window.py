@@ -8,7 +8,7 @@ from pathlib import Path
 
 from PySide6.QtCore import Qt, QUrl
 from PySide6.QtGui import QDesktopServices
-from PySide6.QtWidgets import QLabel, QMainWindow, QTabWidget, QVBoxLayout, QWidget
+from PySide6.QtWidgets import QLabel, QMainWindow, QMessageBox, QTabWidget, QVBoxLayout, QWidget
 
 from tuner.ui.controller import AppController
 from tuner.ui.icons import state_icon
@@ -32,8 +32,42 @@ NO_TRAY_HINT = (
 TAB_NAMES = ("Models", "Prompts", "Tune", "Serve", "Chat", "Monitor")
 
 
+def docs_path() -> Path | None:
+    """The README of the Draftwise checkout this app runs from (``pip install -e .``, the README's set-up), None
+    where it is not beside the package (a wheel or a bundle without it)."""
+    import tuner
+
+    readme = Path(tuner.__file__).resolve().parent.parent / "README.md"
+    return readme if readme.is_file() else None
+
+
+def about_text() -> str:
+    """Help ▸ About's words (rich text): the version, what Draftwise does, a link to the documentation and the
+    folders it keeps its settings, profiles and log in."""
+    import html
+
+    from tuner import __version__, paths
+    from tuner.logs import log_path
+
+    readme = docs_path()
+    docs = (f'<a href="{QUrl.fromLocalFile(str(readme)).toString()}">{html.escape(str(readme))}</a> (set-up, using '
+            "the app, uninstalling and upgrading, troubleshooting)" if readme is not None
+            else "README.md in the Draftwise source folder")
+
+    def folder(p: Path) -> str:
+        return f'<a href="{QUrl.fromLocalFile(str(p)).toString()}">{html.escape(str(p))}</a>'
+
+    return (f"<b>Draftwise {html.escape(__version__)}</b><br>"
+            "Finds out whether speculative decoding makes llama.cpp's llama-server faster on this machine, and "
+            "serves the fastest configuration (often the model alone).<br><br>"
+            f"Documentation: {docs}<br>"
+            f"Settings: {folder(paths.config_dir())}<br>"
+            f"Profiles: {folder(paths.profiles_dir())}<br>"
+            f"Log: {folder(log_path().parent)}")
+
+
 class MainWindow(QMainWindow):
-    """The Draftwise window.
+    """The Draftwise window (menus: File ▸ Tune & serve / Stop server / Quit; Help ▸ Open log folder / About).
 
     Args:
         controller: the app controller.
@@ -76,10 +110,12 @@ class MainWindow(QMainWindow):
         self._stop_action = menu.addAction("Stop server", controller.stop_server)
         menu.addSeparator()
         menu.addAction("Quit", self._quit)
-        # Same rules as the tray menu: no second "Tune & serve" while tuning or serving (Re-tune is there).
+        # Same rules as the tray menu: no second "Tune & serve" while tuning; while serving it tunes the selected
+        # target and serves it too (one endpoint for the folder's models where llama-server's router runs).
         menu.aboutToShow.connect(self._update_file_menu)
         help_menu = self.menuBar().addMenu("&Help")
         self._log_action = help_menu.addAction("Open log folder", self.open_log_folder)
+        self._about_action = help_menu.addAction("About Draftwise", self.show_about)
 
         self.models_tab.folder_chosen.connect(self._remember_folder)
         self.prompts_tab.prompts_changed.connect(self._remember_prompts)
@@ -90,7 +126,7 @@ class MainWindow(QMainWindow):
         """Enable the File menu's actions for the current state (called on ``aboutToShow``)."""
         c = self.controller
         serving = c.serving is not None
-        self._tune_action.setEnabled(c.state is not AppState.TUNING and not serving)
+        self._tune_action.setEnabled(c.state is not AppState.TUNING)
         self._stop_action.setEnabled(serving)
 
     def prewarm(self) -> None:
@@ -123,6 +159,16 @@ class MainWindow(QMainWindow):
         if not QDesktopServices.openUrl(QUrl.fromLocalFile(str(folder))):
             self.statusBar().showMessage(plain(f"Log folder: {folder}"))
         return folder
+
+    def show_about(self) -> None:
+        """Help ▸ About Draftwise: :func:`about_text` in a dialog."""
+        box = QMessageBox(self)
+        box.setWindowTitle("About Draftwise")
+        box.setTextFormat(Qt.TextFormat.RichText)
+        box.setText(about_text())
+        box.setTextInteractionFlags(Qt.TextInteractionFlag.TextBrowserInteraction)
+        box.setIconPixmap(state_icon(AppState.SERVING).pixmap(48, 48))
+        box.exec()
 
     def _remember_folder(self, folder: Path) -> None:
         c = self.controller

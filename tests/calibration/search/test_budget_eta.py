@@ -14,7 +14,7 @@ import pytest
 
 from tests.fakes.scripted_server import SimClock
 from tuner.calibration.candidates import Candidate
-from tuner.calibration.pairing import MAX_PAIRS, MIN_PAIRS, Look
+from tuner.calibration.pairing import LOOK_STEP, MAX_PAIRS, MIN_PAIRS, Look
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.search import HARD_LIMIT, Budget
 from tuner.calibration.search.budget import Estimates
@@ -79,7 +79,8 @@ def test_speeds_come_from_the_baseline_then_the_warm_up_then_a_default() -> None
 
 
 @pytest.mark.parametrize("side_by_side,ngram_only,pair_s", [
-    (True, False, 8.2),            # a repetition on each side, both servers up: no launch per pair
+    (True, False, 8.2 + 2.32 / 2),  # a repetition on each side, both servers up: a fresh candidate launch
+                                    # every LOOK_STEP (2) pairs
     (True, True, 8.2 + 2.32),      # an n-gram leader: a fresh launch per pair (its pool must not carry over)
     (False, False, 8.2 + 2.32),    # alternating launches
 ])
@@ -90,14 +91,15 @@ def test_a_pair_costs_two_repetitions_and_maybe_a_launch(side_by_side: bool, ngr
 
 
 @pytest.mark.parametrize("side_by_side,optional,busy,pairs", [
-    (True, False, False, 3), (True, True, False, 3),   # idle: MIN_PAIRS side by side
-    (True, False, True, 4), (True, True, True, 6),     # busy: one spare pair; optional steps twice the pairs
-    (False, False, False, 4), (False, True, True, 7),  # alternating: MIN_PAIRS + 1, plus the busy extra
+    (True, False, False, 4), (True, True, False, 4),   # idle: two looks of the sequential test (2 and 4 pairs)
+    (True, False, True, 4), (True, True, True, 6),     # busy: the same; optional steps a third look
+    (False, False, False, 4), (False, True, True, 6),  # alternating: the same pairs
 ])
 def test_the_paired_rounds_reserve(side_by_side: bool, optional: bool, busy: bool, pairs: int) -> None:
-    assert MIN_PAIRS == 3  # the table's figures
+    assert (MIN_PAIRS, LOOK_STEP) == (2, 2)  # the table's figures
     e = estimates(side_by_side)
-    opening = 2 * 2.32 if side_by_side else 2.0 + 16 / 50 + 4.1  # two servers started / one more launch
+    # side by side the baseline's server (the candidate's launches are in pair_s); alternating the first launch
+    opening = 2.32 if side_by_side else 2.0 + 16 / 50 + 4.1
     assert e.reserve_s(optional, busy) == pytest.approx(pairs * e.pair_s() + opening)
 
 
@@ -105,10 +107,11 @@ def test_a_step_fits_the_budget_left_less_the_reserve() -> None:
     clock = SimClock()
     budget = Budget(60.0, clock)
     e = estimates()
-    reserve = e.reserve_s(False, False)  # 29.24 s
+    reserve = e.reserve_s(False, False)  # 39.76 s
     assert e.fits(budget, 60.0 - reserve) and not e.fits(budget, 60.0 - reserve + 0.1)
     assert e.fits(budget, 60.0, reserve=False)  # the paired rounds themselves keep nothing back
-    assert not e.fits(budget, 60.0 - reserve, busy=True)  # busy: a spare pair more
+    assert e.fits(budget, 60.0 - reserve, busy=True)  # busy: the same for a screening step…
+    assert not e.fits(budget, 60.0 - reserve, optional=True, busy=True)  # …an optional one keeps a look more
     clock.advance(59.0)
     assert not e.fits(budget, 2.0, reserve=False)
 
@@ -121,7 +124,10 @@ def test_the_eta_is_unknown_until_a_speed_is_known_and_then_counts_pending_work(
     assert eta.remaining_s(budget, e, tracker, idle) is None
     e.warmup_tps = 50.0
     eta.queued_probes = (2, 1)  # two probes of one repetition still to run: 6.42 s each
-    assert eta.remaining_s(budget, e, tracker, idle) == pytest.approx(20.0 + 2 * 6.42 + e.reserve_s(False, False))
+    # then the paired rounds' first look: MIN_PAIRS pairs and the baseline's server
+    rounds = MIN_PAIRS * e.pair_s() + e.launch_s()
+    assert e.rounds_s() == pytest.approx(rounds)
+    assert eta.remaining_s(budget, e, tracker, idle) == pytest.approx(20.0 + 2 * 6.42 + rounds)
     eta.finished = True
     assert eta.remaining_s(budget, e, tracker, idle) == 20.0
 
@@ -144,7 +150,7 @@ def _look(n: int, verdict: str, pairs_needed: int | None = None) -> Look:
     (_look(3, "faster"), False, 100.0, False),         # idle: a conclusive look ends the rounds
     (_look(3, "inconclusive"), True, 100.0, False),    # only a "faster" verdict is extended
     (_look(MAX_PAIRS, "faster"), True, 100.0, False),  # the last look
-    (_look(3, "faster"), True, 8.0, False),            # no room for another pair (8.2 s)
+    (_look(3, "faster"), True, 9.0, False),            # no room for another pair (9.36 s)
     (None, True, 100.0, False),
 ])
 def test_more_pairs_while_busy(look: Look | None, busy: bool, left_s: float, more: bool) -> None:
@@ -158,18 +164,19 @@ def test_the_confirm_eta_is_the_pairs_the_test_needs_not_the_budget_left() -> No
     clock = SimClock()
     budget = Budget(300.0, clock)
     e = estimates()
+    pair = 8.2 + 2.32 / 2  # side by side: a candidate launch every two pairs
     tracker = ConfirmTracker(MAX_PAIRS, 2, next_rep=1, left=[GOOD, OTHER])
     idle = lambda: False  # noqa: E731
-    later = MIN_PAIRS * 8.2 + 2.32  # the second finalist: MIN_PAIRS pairs and its launch
+    later = MIN_PAIRS * pair + 2.32  # the second finalist: MIN_PAIRS pairs and its launch
     tracker.next_finalist(GOOD, clock())
     # before its first look: MIN_PAIRS pairs and the server to start
-    assert tracker.expected_s(e, budget, idle) == pytest.approx(MIN_PAIRS * 8.2 + 2.32 + later)
+    assert tracker.expected_s(e, budget, idle) == pytest.approx(MIN_PAIRS * pair + 2.32 + later)
     clock.advance(5.0)  # 5 s into a pair
-    tracker.saw(_look(3, "inconclusive", pairs_needed=5), clock() - 5.0)
-    assert tracker.expected_s(e, budget, idle) == pytest.approx((8.2 - 5.0) + 1 * 8.2 + later)
+    tracker.saw(_look(2, "inconclusive", pairs_needed=4), clock() - 5.0)
+    assert tracker.expected_s(e, budget, idle) == pytest.approx((pair - 5.0) + 1 * pair + later)
     tracker.saw(_look(4, "faster"), clock())  # concluded: nothing more for this one
     assert tracker.expected_s(e, budget, idle) == pytest.approx(later)
     tracker.next_finalist(OTHER, clock())
     assert tracker.left == [OTHER] and tracker.look is None
-    assert tracker.expected_s(e, budget, idle) == pytest.approx(MIN_PAIRS * 8.2 + 2.32)
+    assert tracker.expected_s(e, budget, idle) == pytest.approx(MIN_PAIRS * pair + 2.32)
     assert [tracker.take_rep(), tracker.take_rep()] == [1, 2]

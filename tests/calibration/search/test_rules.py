@@ -76,3 +76,56 @@ def test_the_verdict_on_a_baseline_measured_again(first: float, idle: float, aga
                                                   verdict: RecheckVerdict) -> None:
     assert BASELINE_DISAGREES == 1.5  # the table's factor
     assert recheck_verdict(first, idle, again) is verdict
+
+
+def _ngram_run(c: Candidate, tps: float, per_pos: tuple[int, ...], drafts: int, drafted: int) -> Measurement:
+    from tuner.calibration.predict import PerPositionCounts
+
+    samples = tuple(Sample(p, "code", 0, tps, None, 101, 100 / tps * 1000, drafted // 2, sum(per_pos) // 2)
+                    for p in range(2))
+    counts = PerPositionCounts(drafts, drafted, sum(per_pos), per_pos)
+    return Measurement(c, samples=samples, counts=counts, speculative_active=True, stage="probe")
+
+
+def _base(tps: float = 100.0) -> Measurement:
+    return Measurement(Candidate(), samples=tuple(Sample(p, "code", 0, tps, None, 101, 100 / tps * 1000)
+                                                  for p in range(2)), stage="baseline")
+
+
+def test_an_ngram_variant_that_cannot_beat_the_leader_is_pruned_by_its_types_run() -> None:
+    from tuner.calibration.search.rules import Pruned, cannot_beat_leader, leader, ngram_basis
+
+    short = Candidate(spec_type="ngram-simple", ngram_n_max=16)
+    default = Candidate(spec_type="ngram-simple")  # 48 tokens: the server's default
+    # 200 tokens generated, 10 draft steps, 14 accepted: 1.04x measured; nothing accepted at the 16th position
+    run = _ngram_run(short, 104.0, (6, 4, 2, 1, 1) + (0,) * 11, drafts=10, drafted=80)
+    draft = Measurement(DRAFT, samples=_base(140.0).samples, stage="probe", speculative_active=True)
+    record = Record(measurements=[_base(), run, draft], base_tps=100.0)
+    assert leader(record) == (DRAFT.label, pytest.approx(1.4))
+    # a draft length is never ruled out against its own draft's run: the leader is then the best other one
+    assert leader(record, other_than=DRAFT.with_n_max(6)) == (short.label, pytest.approx(1.04))
+    found = ngram_basis(record, default)
+    assert found is not None and found[0] is run
+    pruned = cannot_beat_leader(default, found[0], found[1], (DRAFT.label, 1.4))
+    assert isinstance(pruned, Pruned) and pruned.basis == short.label and pruned.at_most == pytest.approx(1.04)
+    assert pruned.to_json()["leader"] == DRAFT.label
+    # a leader within reach (1.04 × 1.1 ≥ 1.14): launched
+    assert cannot_beat_leader(default, found[0], found[1], (DRAFT.label, 1.14)) is None
+    # steps that accepted all 16 can accept more at 48: the bound grows with them, and it is launched
+    full = _ngram_run(short, 104.0, (10,) * 16, drafts=10, drafted=160)
+    rec2 = Record(measurements=[_base(), full, draft], base_tps=100.0)
+    basis, cost = ngram_basis(rec2, default)  # type: ignore[misc]
+    assert cannot_beat_leader(default, basis, cost, (DRAFT.label, 1.4)) is None
+
+
+def test_a_variant_with_looser_lookups_has_no_basis() -> None:
+    from tuner.calibration.search.rules import ngram_basis
+
+    mod = Candidate(spec_type="ngram-mod")  # n_min 48
+    short = Candidate(spec_type="ngram-mod", ngram_n_max=16, ngram_n_min=12)
+    run = _ngram_run(mod, 104.0, (6, 4, 2, 1), drafts=10, drafted=80)
+    record = Record(measurements=[_base(), run], base_tps=100.0)
+    assert ngram_basis(record, short) is None  # it can draft where the default dropped short drafts
+    run16 = _ngram_run(short, 104.0, (6, 4, 2, 1), drafts=10, drafted=80)
+    assert ngram_basis(Record(measurements=[_base(), run16], base_tps=100.0), mod) is not None
+    assert ngram_basis(record, DRAFT) is None and ngram_basis(record, Candidate(spec_type="ngram-simple")) is None

@@ -132,6 +132,7 @@ class Search:
             alpha=s.alpha,
             max_pairs=self.tracker.max_pairs,
             finalists=self.tracker.finalists,
+            layout=s.layout,
             mix=r.mix,
             baseline_unsteady=r.baseline_unsteady,
             notes=tuple(r.sweep_notes(self.budget.limit_s, self.budget.budget_s)),

@@ -1,7 +1,7 @@
 """The sweep's time: the one budget holder (:class:`Budget`) and the estimates every step is planned from.
 
 Every step runs only when its estimated time fits the budget left (:meth:`Estimates.fits`); the screening
-stages leave enough of it for ``MIN_PAIRS + 1`` paired rounds of the leader (:meth:`Estimates.reserve_s`).
+stages leave enough of it for :data:`RESERVE_PAIRS` paired rounds of the leader (:meth:`Estimates.reserve_s`).
 Estimates come from what the sweep has seen: the first warm-up's speed, then the baseline's, and the mean
 load time. When they are wrong (a machine that slows down under another program's load), the hard time
 limit (:data:`HARD_LIMIT`) still ends the sweep in time.
@@ -15,7 +15,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..measure import bounded_timeout
-from ..pairing import MIN_PAIRS
+from ..pairing import LOOK_STEP, MIN_PAIRS
 from .protocol import Requests, rep_s
 from .record import Record
 
@@ -28,6 +28,10 @@ not become ready, a request in flight and every later step end at ``HARD_LIMIT �
 completed so far are kept (``Measurement.cut_short``), the rest of the plan is reported as not measured,
 and the decision is made from what was measured. The margin to 15 % is for stopping the server and
 deciding."""
+
+RESERVE_PAIRS = MIN_PAIRS + LOOK_STEP
+"""Pairs the screening stages leave time for: two looks of the sequential test (``tuner.calibration.sequential``:
+two consistent pairs decide on a quiet machine, a noisier one needs the second look)."""
 
 DEFAULT_TPS = 20.0
 """Tokens/s assumed before any speed was measured."""
@@ -148,29 +152,38 @@ class Estimates:
         return self.load() + 16 / max(tps, 1e-3) + self.rep_s(tps) * repetitions
 
     def pair_s(self) -> float:
-        """Estimated seconds of one more adjacent pair: a repetition on each side, plus one launch when
-        launches alternate (each of them holds two repetitions) or the leader is an n-gram type (one
-        launch per pair); side by side with a draft model, no launch per pair."""
-        per_pair_launch = not self.side_by_side or self.ngram_only
-        return 2 * self.rep_s() + (self.launch_s() if per_pair_launch else 0.0)
+        """Estimated seconds of one more adjacent pair: a repetition on each side, plus its share of the
+        launches: alternating launches hold two repetitions each (one launch per pair), an n-gram leader gets a
+        fresh launch per pair (its pool must not carry over), and side by side a draft model's server is
+        started afresh every :data:`~tuner.calibration.pairing.LOOK_STEP` pairs."""
+        if not self.side_by_side or self.ngram_only:
+            return 2 * self.rep_s() + self.launch_s()
+        return 2 * self.rep_s() + self.launch_s() / LOOK_STEP
 
     def reserve_s(self, optional: bool, busy: bool) -> float:
-        """Budget the screening stages leave for the paired rounds: ``MIN_PAIRS + 1`` pairs of the
-        leader (side by side: ``MIN_PAIRS``, each one repetition) and the launches that open them.
+        """Budget the screening stages leave for the paired rounds: :data:`RESERVE_PAIRS` pairs of the
+        leader (two looks: the second is the spare for a noisier machine) and the launch that opens them
+        (side by side: the baseline's server; alternating: the first baseline launch).
 
-        ``optional``: the reserve of the optional stages (exploration, the ``p_min`` variant): twice
-        the pairs while the machine is ``busy`` (noisier pairs: more of them are needed); the refine
-        stage after its first length counts as optional. The probes and the first refine length keep
-        the plain reserve (one spare pair while busy): the length the probe's curve predicts fastest
-        is what the pairs then confirm. (Doubling it for them too left a busy 90 s sweep with
-        only the ``n_max`` 16 probe to confirm — every predicted-better length skipped at 34 s with
-        56 s left — and it ended inconclusive on that probe: "no speculation", 0.83 of the best.)"""
-        # busy: optional steps keep twice the pairs; the others one spare pair (the estimates made from
-        # screening speeds run short under load: a busy 60 s sweep got 2 of its 3 reserved pairs)
-        extra = (MIN_PAIRS if optional else 1) if busy else 0
-        if self.side_by_side:
-            return (MIN_PAIRS + extra) * self.pair_s() + 2 * self.launch_s()
-        return (MIN_PAIRS + 1 + extra) * self.pair_s() + self.estimate_s(None, 1)
+        ``optional``: the reserve of the optional stages (exploration, the ``p_min`` variant): on a ``busy``
+        machine one more look's pairs (noisier pairs: more of them are needed); the refine stage after its
+        first length counts as optional. The probes and the first refine length keep the plain reserve
+        while busy: the length the probe's curve predicts fastest is what the pairs then confirm. (Doubling
+        the reserve for them too left a busy 90 s sweep with only the ``n_max`` 16 probe to confirm — every
+        predicted-better length skipped at 34 s with 56 s left — and it ended inconclusive on that probe.)"""
+        extra = LOOK_STEP if (optional and busy) else 0
+        return (RESERVE_PAIRS + extra) * self.pair_s() + self.opening_s()
+
+    def opening_s(self) -> float:
+        """The launch that opens the paired rounds: side by side the baseline's server, alternating the first
+        baseline launch (one repetition)."""
+        return self.launch_s() if self.side_by_side else self.estimate_s(None, 1)
+
+    def rounds_s(self) -> float:
+        """What the paired rounds are expected to take before they begin (the ETA of the screening stages):
+        the first look's ``MIN_PAIRS`` pairs and the launch that opens them (the ETA while they run follows the
+        sequential test: ``tuner.calibration.search.eta.ConfirmTracker.expected_s``)."""
+        return MIN_PAIRS * self.pair_s() + self.opening_s()
 
     def fits(self, budget: Budget, est_s: float, reserve: bool = True, optional: bool = False,
              busy: bool = False) -> bool:
@@ -179,4 +192,4 @@ class Estimates:
         return budget.remaining_s() - (self.reserve_s(optional, busy) if reserve else 0.0) >= est_s
 
 
-__all__ = ["DEFAULT_LOAD_S", "DEFAULT_TPS", "HARD_LIMIT", "Budget", "Estimates"]
+__all__ = ["DEFAULT_LOAD_S", "DEFAULT_TPS", "HARD_LIMIT", "RESERVE_PAIRS", "Budget", "Estimates"]

@@ -85,7 +85,8 @@ class Confirmation:
         adjacent pairs is conclusive (and no more pairs are wanted while busy), or ``max_pairs`` ran; each
         ending is an event ``"confirmed"``."""
         s, t = self.s, self.tracker
-        cmp_ = compare(self.record.measurements, c, s.min_gain, s.alpha, t.max_pairs, t.finalists, mix=self.record.mix)
+        cmp_ = compare(self.record.measurements, c, s.min_gain, s.alpha, t.max_pairs, t.finalists, mix=self.record.mix,
+                       layout=s.layout)
         n_pairs = len(cmp_.pairs) if cmp_ is not None and cmp_.paired else 0
         look = cmp_.look if cmp_ is not None and cmp_.paired else None
         if look is not None:

@@ -6,6 +6,12 @@ decision; while the paired rounds run it asks the :class:`ConfirmTracker` — th
 finalists left, the sequential test's latest look, when the current pair began — how many pairs the test
 is expected to need. Progress events never report 100 % while work remains, and the ETA is unknown
 (``None``) until the first warm-up has been timed.
+
+The ETA follows reality (issue 25 item 5: it read "9 s" at 120 s into a sweep whose launches ran far
+longer than planned): the launch under way counts its requests (:meth:`Eta.start_step`,
+:meth:`Eta.request_done`), and when they come later than its estimate planned, the ETA scales that launch
+and everything after it by the observed slowdown (:attr:`Eta.slow`: a machine that is slow now stays slow
+for a while), up to the hard time limit, where every step ends.
 """
 
 from __future__ import annotations
@@ -16,6 +22,10 @@ from dataclasses import dataclass, field
 from ..candidates import Candidate
 from ..pairing import MIN_PAIRS, Look
 from .budget import Budget, Estimates
+
+MAX_SLOWDOWN = 50.0
+"""The largest slowdown the ETA believes (a 2-thread server with another program on one of 2 cores ran 66×
+slower; the hard time limit bounds the rest)."""
 
 
 @dataclass
@@ -73,19 +83,21 @@ class ConfirmTracker:
         later = max(0, len(self.left) - 1) * (MIN_PAIRS * per_pair + estimates.launch_s())
         return budget.remaining_s() - later >= per_pair
 
-    def expected_s(self, estimates: Estimates, budget: Budget, busy: Callable[[], bool]) -> float:
+    def expected_s(self, estimates: Estimates, budget: Budget, busy: Callable[[], bool], slow: float = 1.0) -> float:
         """Expected seconds of the paired rounds still to run (the ETA while confirming).
 
         For the current finalist: the pairs its sequential test is expected to need — ``pairs_needed``
         of the latest look (at the current mean and spread), at least ``MIN_PAIRS``, at most
         ``max_pairs``; ``max_pairs`` when its mean gain is not above the bar (it runs on until a
         futility verdict or the last look); ``MIN_PAIRS`` before two pairs give a spread — less the
-        time the current pair has already run. Each later finalist: ``MIN_PAIRS`` pairs and its
-        launches. The caller caps this at the budget left. (Before: the whole budget left, so the bar
+        time the current pair has already run, as far as the budget left affords them. Each later
+        finalist: ``MIN_PAIRS`` pairs and its launches, within the budget left. Every estimate is
+        ``slow`` times the planned one (:attr:`Eta.slow`). (Before: the whole budget left, so the bar
         jumped to the end whenever the test concluded early.)"""
         if not self.left:
             return 0.0
-        per_pair = estimates.pair_s()
+        per_pair = estimates.pair_s() * slow
+        launch = estimates.launch_s() * slow
         look = self.look
         n = look.n if look is not None else 0
         if look is None or n < 2:
@@ -99,15 +111,34 @@ class ConfirmTracker:
         # the pair under way (less what it has run; an overrun one is still under way: not below 0),
         # then the rest, as far as the budget left affords them (a pair that does not fit is not run)
         if want > n:
-            now = max(0.0, per_pair - ran)
+            # right after a look the next pair starts only when its estimate fits the budget left
+            under_way = ran > 0.0 or budget.remaining_s() >= estimates.pair_s()
+            now = max(0.0, per_pair - ran) if under_way else 0.0
             fit = int(max(0.0, budget.remaining_s() - now) // per_pair)
             current = now + min(want - n - 1, fit) * per_pair
         else:
             current = 0.0
         if look is None:
-            current += estimates.launch_s()  # the finalist's (and, side by side, the baseline's) server to start
-        later = (len(self.left) - 1) * (MIN_PAIRS * per_pair + estimates.launch_s())
-        return current + later
+            current += launch  # the finalist's (and, side by side, the baseline's) server to start
+        later = (len(self.left) - 1) * (MIN_PAIRS * per_pair + launch)
+        return current + min(later, max(0.0, budget.remaining_s() - current))
+
+
+@dataclass
+class Step:
+    """The launch under way, as the ETA follows it.
+
+    Attributes:
+        t0: clock reading at its start.
+        setup_s: its estimated load and warm-up (seconds).
+        requests: the requests it plans.
+        done: the requests done so far.
+    """
+
+    t0: float
+    setup_s: float
+    requests: int
+    done: int = 0
 
 
 @dataclass
@@ -117,11 +148,15 @@ class Eta:
     Attributes:
         pending_s: estimated seconds of the step under way (a launch, or a stage's queue).
         launch_est: the launch under way: ``(its estimate in pending_s, predicted tokens/s, repetitions)``.
-        queued_probes: ``(probes not yet started, repetitions each)``: their estimate counts in the ETA from
-            the first warm-up on (before, the ETA during the baseline left them out and then jumped up).
+        queued_probes: ``(probes and planned refine launches not yet started, repetitions each)``: their
+            estimate counts in the ETA from the first warm-up on (before, the ETA during the baseline left them
+            out and then jumped up).
         confirming: the paired rounds have begun (the ETA is then :meth:`ConfirmTracker.expected_s`).
         finished: the search has ended.
         shown_progress: the progress last shown (it never moves back).
+        step: the launch under way whose requests are counted (``None`` between launches).
+        slow: how much slower than estimated the latest launch ran (≥ 1, at most :data:`MAX_SLOWDOWN`): the
+            seconds it took to reach its last request ÷ the seconds its estimate planned for that far.
     """
 
     pending_s: float = 0.0
@@ -130,24 +165,59 @@ class Eta:
     confirming: bool = False
     finished: bool = False
     shown_progress: float = 0.0
+    step: Step | None = None
+    slow: float = 1.0
+
+    def start_step(self, now: float, est_s: float, setup_s: float, requests: int, predicted: float | None = None,
+                   repetitions: int = 1) -> None:
+        """A launch of ``est_s`` estimated seconds begins at ``now``: ``setup_s`` of them load and warm it up,
+        the rest are its ``requests`` (``predicted``, ``repetitions``: :attr:`launch_est`)."""
+        self.launch_est = (est_s, predicted, repetitions)
+        self.step = Step(now, setup_s, max(1, requests))
+
+    def request_done(self, now: float) -> None:
+        """One request of the launch under way ended at ``now``: :attr:`slow` from how late it came."""
+        st = self.step
+        if st is None:
+            return
+        st.done += 1
+        per_request = max(0.0, self.launch_est[0] - st.setup_s) / st.requests
+        planned = st.setup_s + st.done * per_request
+        if planned > 0:
+            self.slow = min(MAX_SLOWDOWN, max(1.0, (now - st.t0) / planned))
+
+    def end_step(self) -> None:
+        """The launch under way ended."""
+        self.step = None
+
+    def _current(self, now: float) -> tuple[float, float]:
+        """``(seconds the launch under way still needs at the observed pace, its estimate)``; zeros without one."""
+        if self.step is None:
+            return 0.0, 0.0
+        est = self.launch_est[0]
+        return max(0.0, est * self.slow - (now - self.step.t0)), est
 
     def remaining_s(self, budget: Budget, estimates: Estimates, tracker: ConfirmTracker,
                     busy: Callable[[], bool]) -> float | None:
-        """Estimated seconds until the decision: the current step, then the rest of the budget (the
-        paired rounds use what is left while the test is inconclusive), or less when little is planned.
-        ``None`` before the first warm-up was timed."""
+        """Estimated seconds until the decision: the launch under way at its observed pace, then what is
+        pending and queued and the paired rounds, each :attr:`slow` times its estimate, as far as the budget
+        left affords them (while confirming: :meth:`ConfirmTracker.expected_s`); never past the hard time
+        limit, where every step ends. ``None`` before the first warm-up was timed."""
         if estimates.tps() is None:
             return None
+        hard_left = max(0.0, budget.limit_s - budget.elapsed_s())
         pending = max(0.0, self.pending_s)
         if self.finished:
-            return pending
-        left = max(0.0, budget.remaining_s())
+            return min(pending, hard_left)
         if self.confirming:
             # the current pair's own estimate is inside (less what it has run): no pending on top
-            return min(left, tracker.expected_s(estimates, budget, busy))
+            return min(hard_left, tracker.expected_s(estimates, budget, busy, self.slow))
+        current, step_est = self._current(budget.clock())
         n_q, reps_q = self.queued_probes
-        queued = n_q * estimates.estimate_s(None, reps_q)  # probes beyond the budget are skipped: capped below
-        return max(pending, min(left, pending + queued + estimates.reserve_s(False, busy())))
+        queued = n_q * estimates.estimate_s(None, reps_q)
+        rest = (max(0.0, pending - step_est) + queued + estimates.rounds_s()) * self.slow
+        # steps beyond the budget left are skipped: the rest is capped by it, the launch under way is not
+        return min(hard_left, current + min(rest, max(0.0, budget.remaining_s() - current)))
 
     def progress(self, kind: str, elapsed_s: float, eta_s: float | None) -> float:
         """The progress (0..1) an event of ``kind`` shows: elapsed ÷ (elapsed + ETA), below 1 until
@@ -163,4 +233,4 @@ class Eta:
         return progress
 
 
-__all__ = ["ConfirmTracker", "Eta"]
+__all__ = ["MAX_SLOWDOWN", "ConfirmTracker", "Eta", "Step"]

@@ -100,13 +100,15 @@ class Measurer:
         """
         est = self.estimates.estimate_s(predicted, len(reps))
         self.eta.pending_s += est
-        self.eta.launch_est = (est, predicted, len(reps))
+        self.eta.start_step(self.budget.clock(), est, self.estimates.launch_s(), len(self.requests.prompts) * len(reps),
+                            predicted, len(reps))
         self.events("launch", f"{stage}: starting {c.label}", candidate=c)
         done = [0]
 
         def on_request(sample: Sample) -> None:
             # a running figure of one request: the chart waits for the whole launch ("measured")
             done[0] += 1
+            self.eta.request_done(self.budget.clock())
             total = len(self.requests.prompts) * len(reps)
             self.events("progress", f"{c.label}: request {done[0]} of {total}, {sample.gen_tokens_per_s:.1f} "
                         "tokens/s", candidate=c)
@@ -126,6 +128,7 @@ class Measurer:
             )
         finally:
             self.eta.pending_s -= self.eta.launch_est[0]
+            self.eta.end_step()
         if not m.samples and (m.cut_short or self.budget.past_hard_limit()):
             self.cut(c, measured=False)
             return m
@@ -182,7 +185,8 @@ class Measurer:
         old_est, predicted, n_reps = self.eta.launch_est
         new_est = self.estimates.rep_s(predicted or warmup_tps) * n_reps
         self.eta.pending_s += new_est - old_est
-        self.eta.launch_est = (new_est, predicted, n_reps)
+        # the launch's requests from now on (its load and warm-up are done)
+        self.eta.start_step(self.budget.clock(), new_est, 0.0, len(req.prompts) * n_reps, predicted, n_reps)
         self.events("budget", p.message, detail=p.detail())
         return (req.prompts, p.n_predict) if changed else None
 
@@ -213,15 +217,16 @@ class Measurer:
         return launch
 
     def paired_launch(self, c: Candidate, reps: Sequence[int], on_request: Callable[[Sample], None],
-                      stop_if: Callable[[Sequence[Sample]], bool]) -> Measurement:
+                      stop_if: Callable[[Sequence[Sample]], bool],
+                      before_request: Callable[[int, Prompt, int], None] | None = None) -> Measurement:
         """One confirm-stage launch of ``c`` whose requests the caller repeats on the baseline's running
-        server (``on_request``); ends when ``stop_if`` says so at a repetition boundary, or at the hard
-        time limit. Not booked: the side-by-side rounds book both sides together."""
-        m = measure_candidate(self.launch_fn, c, self.requests.prompts, reps, self.requests.n_predict, self.cancel,
-                              workload=self.workload, memory=self.record.memory, on_request=on_request,
-                              request_timeout_s=self.s.request_timeout_s, stage="confirm", stop_if=stop_if,
-                              hard_deadline_s=self.budget.hard_deadline_s)
-        return m
+        server (``before_request`` / ``on_request``: right before or right after each of ``c``'s); ends when
+        ``stop_if`` says so at a repetition boundary, or at the hard time limit. Not booked: the side-by-side
+        rounds book both sides together."""
+        return measure_candidate(self.launch_fn, c, self.requests.prompts, reps, self.requests.n_predict, self.cancel,
+                                 workload=self.workload, memory=self.record.memory, on_request=on_request,
+                                 request_timeout_s=self.s.request_timeout_s, stage="confirm", stop_if=stop_if,
+                                 hard_deadline_s=self.budget.hard_deadline_s, before_request=before_request)
 
 
 __all__ = ["Measurer"]

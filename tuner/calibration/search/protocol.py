@@ -14,7 +14,7 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 
 from ..candidates import CandidatePlan
-from ..pairing import MIN_PAIRS
+from ..pairing import LOOK_STEP, MIN_PAIRS
 from ..prompts import Prompt
 from .settings import SearchSettings
 
@@ -98,10 +98,12 @@ def plan_protocol(plan: CandidatePlan, settings: SearchSettings, budget_s: float
     The sweep's cost in repetitions (``R`` = every prompt once at ``n_predict``) and launches (``L``
     = a load and a warm-up): the baseline's screening launch, one probe per planned candidate, and
     ``refine_per_draft`` refine launches per draft model (the lengths its probe predicts fastest:
-    without them the pairs could only confirm the ``n_max`` 16 probe), and the leader's pairs (side
-    by side ``MIN_PAIRS + 1``, or ``max_pairs`` while the machine is busy: two repetitions each and two
-    launches in all; alternating: ``MIN_PAIRS + 1`` pairs, one launch each) — for ``P`` probes, ``F``
-    refine launches and ``N`` pairs side by side about ``(1 + P + F + 2·N) · R + (3 + P + F) · L``
+    without them the pairs could only confirm the ``n_max`` 16 probe), and the leader's pairs (two looks
+    of the sequential test, ``MIN_PAIRS + LOOK_STEP``, or ``max_pairs`` while the machine is busy side by
+    side; two repetitions each; side by side the baseline's server and a candidate launch per ``LOOK_STEP``
+    pairs, an n-gram leader one per pair; alternating one launch per pair and the first) — for ``P``
+    probes, ``F`` refine launches and ``N`` pairs side by side about
+    ``(1 + P + F + 2·N) · R + (2 + P + F + N/2) · L``
     seconds. When that exceeds :data:`PLAN_SHARE` of the budget, ``n_predict`` is lowered first (to
     ``min_n_predict``; with n-gram types in the plan first to ``min_n_predict_ngram``, then the prompts,
     then further), then the prompts (to ``min_prompts``); when even that does not fit, the plan says the
@@ -117,22 +119,23 @@ def plan_protocol(plan: CandidatePlan, settings: SearchSettings, budget_s: float
     """
     n_probes = len(plan.drafts) + len(plan.ngram) + (1 if plan.mtp else 0)
     launch = load_s + 16 / warmup_tps
-    # the pairs to plan for: MIN_PAIRS is the least that can decide; on a busy machine the pairs are
-    # noisier, and a t test on 3 pairs has 2 degrees of freedom, so plan for the most pairs instead
-    # (shorter requests, more of them): a few more pairs decide far more often than longer ones
+    # the pairs to plan for: two looks of the sequential test; on a busy machine the pairs are noisier, so
+    # side by side plan for the most pairs instead (shorter requests, more of them): a few more pairs
+    # decide far more often than longer ones
     side = settings.side_by_side
-    pairs = (settings.max_pairs if busy else MIN_PAIRS + 1) if side else MIN_PAIRS + 1
+    two_looks = MIN_PAIRS + LOOK_STEP
+    pairs = (max(two_looks, settings.max_pairs) if busy else two_looks) if side else two_looks
     n_refine = settings.refine_per_draft * (len(plan.drafts) + (1 if plan.mtp else 0))
     reps = 1 + n_probes + n_refine + 2 * pairs
-    launches = 1 + n_probes + n_refine + ((pairs if ngram_only(plan) else 2) if side else 1 + MIN_PAIRS)
+    pair_launches = (pairs if ngram_only(plan) else 1 + math.ceil(pairs / LOOK_STEP)) if side else 1 + pairs
+    launches = 1 + n_probes + n_refine + pair_launches
 
     def cost(n_prompts: int, n_predict: int) -> float:
         return reps * rep_s(warmup_tps, n_prompts, n_predict) + launches * launch
 
     n_prompts, n_predict = _fit(cost, PLAN_SHARE * budget_s, plan, settings, len(prompts), n_predict)
-    # the smallest comparison: the baseline, the first probe and the leader's pairs
-    least = MIN_PAIRS if side else MIN_PAIRS + 1
-    smallest = ((2 + 2 * least) * rep_s(warmup_tps, n_prompts, n_predict)
+    # the smallest comparison: the baseline, the first probe and the leader's first look (MIN_PAIRS pairs)
+    smallest = ((2 + 2 * MIN_PAIRS) * rep_s(warmup_tps, n_prompts, n_predict)
                 + (2 + (2 if side else 1 + MIN_PAIRS)) * launch)
     msg = (f"protocol planned from the warm-up ({warmup_tps:.1f} tokens/s, load {load_s:.1f} s): "
            f"{n_prompts} prompt{'s' if n_prompts != 1 else ''} × {n_predict} tokens per repetition, room for "

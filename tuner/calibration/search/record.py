@@ -12,9 +12,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field, replace
 
 from ..candidates import Candidate
-from ..pairing import Look, Mix, adjacent_pairs, pooled_tokens_per_s, sequential_looks
+from ..pairing import SIDE_BY_SIDE, Look, Mix, Pair, adjacent_pairs, paired_requests, pooled_tokens_per_s
+from ..predict import CostModel
 from ..results import Measurement, Sample
-from ..sentences import Sentence, Slot
+from ..sentences import JsonValue, Sentence, Slot
+from ..sequential import request_looks
 from ..workload import SweepMemory
 
 Curve = list[tuple[int, float, float]]
@@ -36,6 +38,9 @@ class Record:
         baseline_outputs: ``(prompt index, repetition) → text`` of the baseline (the lossless check).
         base_tps: the screening baseline's tokens/s (``None`` before it ran).
         curves: each draft group's predicted curve (:meth:`group` → :data:`Curve`).
+        cost_models: each draft group's fitted cost of a verification step (the curve's; the pruning rule's).
+        pruned: candidates not launched because they could not beat the leader on these prompts
+            (``tuner.calibration.search.rules.Pruned.to_json``), in the order they were skipped.
         baseline_rechecked: the baseline was already measured again once (at most once per sweep).
         baseline_unsteady: the model alone measured inconsistently across launches and no
             re-measurement settled it: screening comparisons are then not evidence either way.
@@ -50,6 +55,8 @@ class Record:
     baseline_outputs: dict[tuple[int, int], str] = field(default_factory=dict)
     base_tps: float | None = None
     curves: dict[str, Curve] = field(default_factory=dict)
+    cost_models: dict[str, CostModel] = field(default_factory=dict)
+    pruned: list[dict[str, JsonValue]] = field(default_factory=list)
     baseline_rechecked: bool = False
     baseline_unsteady: bool = False
 
@@ -119,16 +126,20 @@ class Record:
                    for m in self.measurements)
 
     def look(self, c: Candidate, min_gain: float, alpha: float, max_pairs: int, finalists: int,
-             extra: Sequence[float] = ()) -> Look:
-        """The sequential test's latest look at finalist ``c``: its adjacent pairs' ratios so far (weighted
-        by :attr:`mix`), then ``extra`` ratios of pairs still running (``tuner.calibration.pairing``)."""
-        prior = [p.ratio for p in adjacent_pairs(self.measurements, c, self.mix) if p.ratio > 0]
-        return sequential_looks([*prior, *extra], min_gain, alpha, max_pairs, finalists)
+             extra: Sequence[Pair] = (), layout: str = SIDE_BY_SIDE) -> Look:
+        """The sequential test's latest look at finalist ``c`` (``tuner.calibration.sequential``): the paired
+        requests of its adjacent pairs so far (weighted by :attr:`mix`), then those of ``extra``, pairs of a
+        launch still running; ``layout`` is how the paired rounds run."""
+        pairs = [*adjacent_pairs(self.measurements, c, self.mix), *extra]
+        return request_looks(paired_requests(pairs), min_gain, alpha, max_pairs, finalists, layout)
 
     def sweep_notes(self, limit_s: float, budget_s: float) -> list[Sentence]:
-        """The sentences about the sweep for the decision: :attr:`notes`, then which launches the hard time
-        limit (``limit_s`` of a ``budget_s`` budget, seconds) cut short or kept from starting."""
+        """The sentences about the sweep for the decision: :attr:`notes`, what was not launched because it could
+        not beat the leader, then which launches the hard time limit (``limit_s`` of a ``budget_s`` budget,
+        seconds) cut short or kept from starting."""
         out = list(self.notes)
+        if self.pruned:
+            out.append(Sentence(Slot.SWEEP, "sweep.pruned", {"pruned": list(self.pruned)}))
         if self.cut_by_budget:
             out.append(Sentence(Slot.SWEEP, "sweep.time_limit", {
                 "limit_s": limit_s, "budget_s": budget_s, "cut": list(dict.fromkeys(self.cut_by_budget))}))

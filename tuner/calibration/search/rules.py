@@ -1,18 +1,23 @@
 """The sweep's rules about what is worth a launch, as pure functions of its :class:`Record`.
 
 An n-gram type that never drafted on these prompts is not launched again at another length, nor as the
-n-gram member of a chain; a screening run far below the baseline on the same requests is stopped early;
-a run that drafted nothing is the model alone, so when it disagrees with the baseline launch the baseline
-is measured again, and :func:`recheck_verdict` says which launch to believe.
+n-gram member of a chain; an n-gram variant or a draft length that cannot beat the leader on these prompts is
+not launched (:func:`cannot_beat_leader`); a screening run far below the baseline on the same requests is
+stopped early; a run that drafted nothing is the model alone, so when it disagrees with the baseline launch
+the baseline is measured again, and :func:`recheck_verdict` says which launch to believe.
 """
 
 from __future__ import annotations
 
 from collections.abc import Sequence
+from dataclasses import dataclass
 from enum import Enum
 
 from ..candidates import Candidate
+from ..pairing import pooled_tokens_per_s
+from ..predict import CostModel, StepCost, fit_run_cost, predicted_ratio
 from ..results import Measurement, Sample
+from ..sentences import JsonValue
 from .record import Record
 
 BASELINE_DISAGREES = 1.5
@@ -25,6 +30,120 @@ speed ~700."""
 
 NGRAM_MOD_N_MIN = 48
 """llama-server's default ``--spec-ngram-mod-n-min`` (common/common.h ``common_params_speculative_ngram_mod``)."""
+
+NGRAM_DEFAULT_N_MAX = {"ngram-mod": 64, "ngram-simple": 48, "ngram-map-k": 48, "ngram-map-k4v": 48, "ngram-cache": 8}
+"""llama-server's default draft length per n-gram type (common/common.h ``common_params_speculative_ngram_mod``
+``n_max``, ``common_params_speculative_ngram_map`` ``size_m``; ngram-cache drafts 8)."""
+
+PRUNE_SLACK = 0.10
+"""A candidate is not launched when its predicted speedup, this much higher, is still below the leader's: the
+margin covers the noise of the one screening run each figure rests on and the prediction's own error."""
+
+PRUNE_SLACK_BUSY = 0.30
+"""The margin while other programs use the CPU: screening runs minutes apart then differ by far more (a probe
+at 3.05× the baseline's re-measured speed on a loaded 2-core box, its own lengths predicted at 2×)."""
+
+
+@dataclass(frozen=True)
+class Pruned:
+    """A candidate the search did not launch because it could not beat the leader on these prompts.
+
+    Attributes:
+        label: the candidate's label.
+        at_most: its predicted speedup over the target alone (:func:`~tuner.calibration.predict.predicted_ratio`).
+        basis: the label of the measured run the prediction rests on (its per-position acceptance counters).
+        leader: the label of the best screened configuration so far; leader_ratio: its screening speedup.
+    """
+
+    label: str
+    at_most: float
+    basis: str
+    leader: str
+    leader_ratio: float
+
+    def to_json(self) -> dict[str, JsonValue]:
+        """The facts as the ``sweep.pruned`` sentence holds them."""
+        return {"label": self.label, "at_most": self.at_most, "basis": self.basis, "leader": self.leader,
+                "leader_ratio": self.leader_ratio}
+
+
+def _generated(m: Measurement) -> float:
+    """Tokens a run generated after each request's first (Σ ``predicted_n − 1``, as its timings count them)."""
+    return float(sum(max(1, (s.predicted_n or 1) - 1) for s in m.samples))
+
+
+def draft_length(c: Candidate) -> int | None:
+    """The draft length ``c`` verifies per step: ``n_max`` for a draft model or MTP, ``ngram_n_max`` (or the
+    server's default, :data:`NGRAM_DEFAULT_N_MAX`) for a plain n-gram type; ``None`` for a chain or autotune."""
+    if c.is_chained or c.autotune:
+        return None
+    if c.spec_type.startswith("ngram"):
+        return c.ngram_n_max or NGRAM_DEFAULT_N_MAX.get(c.spec_type)
+    return c.n_max
+
+
+def cannot_beat_leader(c: Candidate, basis: Measurement, cost: StepCost, leader: tuple[str, float],
+                       slack: float = PRUNE_SLACK) -> Pruned | None:
+    """The one pruning rule: ``c`` is not launched when its predicted speedup at its draft length — from the
+    per-position acceptance counters of ``basis`` (a measured run of the same draft or n-gram type at another
+    length) and the cost of a verification step ``cost`` (:class:`~tuner.calibration.predict.StepCost`: the
+    draft's fitted :class:`~tuner.calibration.predict.CostModel`, the n-gram run's own, or a measured
+    verify-cost curve of the target) — is below the ``leader``'s ``(label, screening speedup)`` even when
+    ``slack`` higher (:data:`PRUNE_SLACK`). ``None``: launch it (also when nothing can be predicted)."""
+    k = draft_length(c)
+    if k is None or basis.counts is None or not basis.samples:
+        return None
+    ratio = predicted_ratio(basis.counts, _generated(basis), k, cost)
+    if ratio is None or ratio * (1.0 + slack) >= leader[1]:
+        return None
+    return Pruned(c.label, ratio, basis.candidate.label, leader[0], leader[1])
+
+
+def screening_ratio(record: Record, m: Measurement) -> float | None:
+    """``m``'s tokens/s ÷ the baseline's on the same requests (Σ tokens ÷ Σ time each), ``None`` when the
+    baseline ran none of them."""
+    base = record.baseline_tps_on(m.samples)
+    tps = pooled_tokens_per_s(m.samples)
+    return tps / base if base and tps else None
+
+
+def leader(record: Record, other_than: Candidate | None = None) -> tuple[str, float] | None:
+    """The best screened speculative run so far: ``(label, speedup on the same requests as the baseline)``;
+    runs stopped early, failed or cut short do not lead, nor (``other_than``) those of the candidate's own draft
+    group (``Record.group``: its other lengths are what the prediction is made from, so a length is never ruled
+    out against its own draft's screening run, whose ratio carries the machine's drift since the baseline ran)."""
+    best: tuple[str, float] | None = None
+    own = record.group(other_than) if other_than is not None else None
+    for m in record.measurements:
+        if m.candidate.is_baseline or not m.ok or m.stopped_early or m.cut_short or m.stage == "confirm":
+            continue
+        if own is not None and record.group(m.candidate) == own:
+            continue
+        r = screening_ratio(record, m)
+        if r is not None and (best is None or r > best[1]):
+            best = (m.candidate.label, r)
+    return best
+
+
+def ngram_basis(record: Record, c: Candidate) -> tuple[Measurement, CostModel] | None:
+    """For a plain n-gram type ``c``: an earlier screening run of the same type and placement at another length,
+    with acceptance counters, whose lookups were no stricter than ``c``'s (ngram-mod drops drafts shorter than
+    its ``n_min``: a variant with a smaller ``n_min`` can draft where that run did not, so it has none), and that
+    run's own cost of a verification step (:func:`~tuner.calibration.predict.fit_run_cost`); else ``None``."""
+    if not c.spec_type.startswith("ngram") or c.is_chained or c.autotune:
+        return None
+    for m in record.measurements:
+        mc = m.candidate
+        if (mc.spec_type != c.spec_type or mc.placement != c.placement or mc.autotune or not m.ok
+                or m.counts is None or not m.counts.drafts_total or mc == c):
+            continue
+        if c.spec_type == "ngram-mod" and (c.ngram_n_min or NGRAM_MOD_N_MIN) < (mc.ngram_n_min or NGRAM_MOD_N_MIN):
+            continue
+        ratio = screening_ratio(record, m)
+        cost = fit_run_cost(m.counts, _generated(m), ratio) if ratio else None
+        if cost is not None:
+            return m, cost
+    return None
 
 
 def agree(a: float, b: float) -> bool:
@@ -113,11 +232,20 @@ def recheck_verdict(first: float, idle: float, again: float) -> RecheckVerdict:
 
 __all__ = [
     "BASELINE_DISAGREES",
+    "NGRAM_DEFAULT_N_MAX",
     "NGRAM_MOD_N_MIN",
+    "PRUNE_SLACK",
+    "PRUNE_SLACK_BUSY",
+    "Pruned",
     "RecheckVerdict",
     "agree",
+    "cannot_beat_leader",
     "chain_member_never_drafted",
     "clear_loser",
+    "draft_length",
+    "leader",
     "never_drafted_type",
+    "ngram_basis",
     "recheck_verdict",
+    "screening_ratio",
 ]

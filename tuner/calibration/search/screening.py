@@ -43,7 +43,19 @@ from .eta import Eta
 from .events import SweepEvents
 from .measurer import Measurer
 from .record import Curve, Record
-from .rules import RecheckVerdict, agree, chain_member_never_drafted, never_drafted_type, recheck_verdict
+from .rules import (
+    PRUNE_SLACK,
+    PRUNE_SLACK_BUSY,
+    RecheckVerdict,
+    agree,
+    cannot_beat_leader,
+    chain_member_never_drafted,
+    draft_length,
+    leader,
+    never_drafted_type,
+    ngram_basis,
+    recheck_verdict,
+)
 from .settings import BaselineFailed, SearchSettings
 
 
@@ -75,8 +87,56 @@ class Screening:
             raise Cancelled()
 
     def _probe_list(self) -> list[Candidate]:
-        """Drafts first (the first one always), then MTP, then n-gram types."""
-        return [*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp is not None else []), *self.plan.ngram]
+        """Drafts first (the first one always), then MTP, then n-gram types — each type's shortest variant
+        first (for ngram-mod also the one with the smallest ``n_min``): its acceptance counters then predict the
+        type's longer variants (:func:`~tuner.calibration.search.rules.cannot_beat_leader`), while a shorter
+        variant cannot be predicted from a longer one that dropped short drafts — then the chains and the rest
+        in plan order."""
+        types = list(dict.fromkeys(c.spec_type for c in self.plan.ngram))
+
+        def order(c: Candidate) -> tuple[int, int, int]:
+            plain = c.spec_type.startswith("ngram") and not c.is_chained and not c.autotune
+            return (0, types.index(c.spec_type), draft_length(c) or 0) if plain else (1, 0, 0)
+
+        ngram = sorted(self.plan.ngram, key=order)  # stable: chains and the rest keep the plan's order
+        return [*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp is not None else []), *ngram]
+
+    def pruned(self, c: Candidate, basis: Measurement | None = None) -> bool:
+        """True (event ``"skipped"``, and the record's :attr:`~tuner.calibration.search.record.Record.pruned`)
+        when ``c`` cannot beat the leader on these prompts (:func:`~tuner.calibration.search.rules.cannot_beat_leader`):
+        an n-gram variant predicted from the same type's run at another length with that run's own cost of a
+        verification step; a draft length (``basis``: its draft's long run) with the draft's fitted cost model.
+        The leader is another draft group's best screening run; the margin is wider while the machine is busy,
+        and nothing is ruled out once the baseline had to be measured again (screening runs minutes apart then
+        say little)."""
+        if any(p["label"] == c.label for p in self.record.pruned):
+            return True  # said once
+        lead = leader(self.record, other_than=c)
+        if lead is None or self.record.baseline_rechecked:
+            return False
+        if basis is None:
+            found = ngram_basis(self.record, c)
+            if found is None:
+                return False
+            basis, cost = found
+        else:
+            model = self.record.cost_models.get(self.record.group(basis.candidate))
+            if model is None:
+                return False
+            cost = model
+        why = cannot_beat_leader(c, basis, cost, lead, PRUNE_SLACK_BUSY if self.busy() else PRUNE_SLACK)
+        if why is None:
+            return False
+        self.record.pruned.append(why.to_json())
+        self.events("skipped", f"{c.label}: not launched, it cannot beat {why.leader} ({why.leader_ratio:.2f}×) on "
+                    f"these prompts: at most {why.at_most:.2f}× by {why.basis}'s acceptance", candidate=c,
+                    detail={"pruned": why.to_json()})
+        return True
+
+    def _planned_refine(self) -> int:
+        """Refine launches the plan expects (``refine_per_draft`` per draft model and MTP), counted in the ETA
+        until the refine stage has its own queue."""
+        return self.s.refine_per_draft * (len(self.plan.drafts) + (1 if self.plan.mtp is not None else 0))
 
     def _draft_probes(self) -> list[Candidate]:
         """The draft models' and MTP's probes that ran."""
@@ -89,7 +149,7 @@ class Screening:
         Raises:
             BaselineFailed: the baseline could not be measured.
         """
-        self.eta.queued_probes = (len(self._probe_list()), len(self.reps))
+        self.eta.queued_probes = (len(self._probe_list()) + self._planned_refine(), len(self.reps))
         base = self.measurer.measure(self.plan.baseline, list(range(self.s.baseline_repetitions)), "baseline")
         if not base.ok or not base.gen_tokens_per_s:
             raise BaselineFailed(base)
@@ -104,7 +164,7 @@ class Screening:
         probes = self._probe_list()
         for i, c in enumerate(probes):
             est = self.estimates.estimate_s(None, len(self.reps))
-            self.eta.queued_probes = (len(probes) - i - 1, len(self.reps))
+            self.eta.queued_probes = (len(probes) - i - 1 + self._planned_refine(), len(self.reps))
             if c is not probes[0] and not self._fits(est, reserve=self.record.contender_seen()):
                 self.events("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
                 self.record.unmeasured.append(c)
@@ -118,6 +178,8 @@ class Screening:
             if useless is not None:
                 self.events("skipped", f"{c.label}: not measured, {useless.candidate.label} never drafted on these "
                             "prompts, so the chain would be its other member alone", candidate=c)
+                continue
+            if self.pruned(c):
                 continue
             m = self.measurer.measure(c, self.reps, "probe")
             if m.no_drafts_at and m.samples:
@@ -175,10 +237,20 @@ class Screening:
             self.record.notes.append(Sentence(Slot.SWEEP, "sweep.baseline_unsteady", said))
             self.record.baseline_unsteady = True
 
+    def _long_run(self, probe: Candidate) -> Measurement | None:
+        """The run of ``probe``'s draft whose per-position counters predict its other lengths."""
+        return next((m for m in self.record.runs_of(probe)
+                     if m.counts and m.counts.accepted_per_pos and m.counts.drafts_total), None)
+
+    def _length_pruned(self, c: Candidate, probe: Candidate) -> bool:
+        """:meth:`pruned` for a draft length ``c`` of ``probe``'s draft (False without its long run)."""
+        basis = self._long_run(probe)
+        return basis is not None and self.pruned(c, basis)
+
     def predict(self, probe: Candidate) -> Curve:
         """(Re)fit the cost model of ``probe``'s draft and predict the curve; emits ``"predicted"``."""
         runs = self.record.runs_of(probe)
-        long_run = next((m for m in runs if m.counts and m.counts.accepted_per_pos and m.counts.drafts_total), None)
+        long_run = self._long_run(probe)
         if long_run is None or long_run.counts is None or self.record.base_tps is None:
             self.record.curves[self.record.group(probe)] = []
             return []
@@ -191,6 +263,7 @@ class Screening:
         model: CostModel = fit_cost_model(self.record.base_tps, fit_pts)
         curve = predict_curve(long_run.counts, model, self.s.draft_lengths)
         self.record.curves[self.record.group(probe)] = curve
+        self.record.cost_models[self.record.group(probe)] = model
         self.events(
             "predicted",
             f"{probe.label}: predicted best n_max " + (f"{max(curve, key=lambda t: t[2])[0]}" if curve else "unknown"),
@@ -201,14 +274,24 @@ class Screening:
         return curve
 
     # ---- 3. draft lengths -----------------------------------------------------------------------------
+    def _curve_ratio(self, probe: Candidate, tps: float) -> float:
+        """A curve's predicted tokens/s as a ratio to the baseline it was predicted against (the cost model's:
+        a probe measured in the same disturbed minutes as a baseline launch the sweep later measured again is
+        compared with that launch, not with one measured minutes later at another speed)."""
+        model = self.record.cost_models.get(self.record.group(probe))
+        base = model.baseline_gen_tokens_per_s if model is not None else self.record.base_tps
+        return tps / base if base else 0.0
+
     def _refine_queue(self, bar: float) -> list[tuple[float, Candidate, Candidate]]:
-        """``(predicted tokens/s, probe, length to measure)`` of each draft's most promising lengths, best first;
-        without per-position counters (no /metrics), a few fixed lengths."""
+        """``(predicted tokens/s, probe, length to measure)`` of each draft's most promising lengths (predicted
+        above ``bar``, a ratio to the baseline), best first; without per-position counters (no /metrics), a few
+        fixed lengths."""
         queue: list[tuple[float, Candidate, Candidate]] = []
         for probe in self._draft_probes():
             curve = self.record.curves.get(self.record.group(probe)) or []
             done = self.record.measured_n_max(probe)
-            promising = sorted((t for t in curve if t[2] > bar and t[0] not in done), key=lambda t: -t[2])
+            promising = sorted((t for t in curve if self._curve_ratio(probe, t[2]) > bar and t[0] not in done),
+                               key=lambda t: -t[2])
             for k, _acc, tps in promising[: self.s.refine_per_draft]:
                 queue.append((tps, probe, probe.with_n_max(k)))
             if not curve and not any(m.candidate.n_max != probe.n_max for m in self.record.runs_of(probe)):
@@ -223,17 +306,18 @@ class Screening:
         ``min_gain``), best first, refitting after each; a better length the refit finds is queued too
         (at most two per draft). The first length keeps the plain reserve, the rest the busy one."""
         assert self.record.base_tps is not None
-        bar = self.record.base_tps * (1.0 + self.s.min_gain / 2)
+        bar = 1.0 + self.s.min_gain / 2  # a ratio to the baseline each curve was predicted against
         queue = self._refine_queue(bar)
         extra_budget = {self.record.group(p): 2 for p in self._draft_probes()}
         refined = 0
+        self.eta.queued_probes = (0, 0)  # the refine stage's own queue from here on
         self.eta.pending_s = sum(self.estimates.estimate_s(t[0] or None, len(self.reps)) for t in queue)
         while queue:
             self._check_cancel()
             predicted, probe, c = queue.pop(0)
             est = self.estimates.estimate_s(predicted or None, len(self.reps))
             self.eta.pending_s = max(0.0, self.eta.pending_s - est)
-            if c.n_max in self.record.measured_n_max(probe):
+            if c.n_max in self.record.measured_n_max(probe) or self._length_pruned(c, probe):
                 continue
             if not self._fits(est, optional=refined > 0):
                 self.events("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
@@ -244,7 +328,8 @@ class Screening:
             curve = self.predict(probe)
             done = self.record.measured_n_max(probe)
             best_measured = max((m.gen_tokens_per_s or 0.0) for m in self.record.runs_of(probe))
-            better = [t for t in curve if t[0] not in done and t[2] > max(bar, best_measured * 1.02)]
+            better = [t for t in curve if t[0] not in done and self._curve_ratio(probe, t[2]) > bar
+                      and t[2] > best_measured * 1.02]
             g = self.record.group(probe)
             if better and extra_budget[g] > 0 and not any(q[2].n_max == max(better, key=lambda t: t[2])[0]
                                                           and self.record.group(q[2]) == g for q in queue):
@@ -302,6 +387,8 @@ class Screening:
                 if nxt is None:
                     break
                 k, predicted = nxt
+                if self._length_pruned(probe.with_n_max(k), probe):
+                    break  # the draft's most promising length cannot beat the leader: nor can the rest
                 if not self._fits(self.estimates.estimate_s(predicted or None, len(self.reps)), optional=True):
                     if busy:
                         self.events("skipped", "the machine is busy: no further draft lengths explored, the budget "

@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tuner.errors import DraftwiseError
 
 from ..candidates import DRAFT_LENGTHS
-from ..pairing import ALPHA, MAX_PAIRS, MIN_GAIN
+from ..pairing import ALPHA, ALTERNATING, MAX_PAIRS, MIN_GAIN, SIDE_BY_SIDE
 from ..results import Measurement
 
 
@@ -101,6 +101,12 @@ class SearchSettings:
     long_share: float | None = None
     thread_cores: int | None = None
     thread_openmp: bool | None = None
+
+    @property
+    def layout(self) -> str:
+        """How the paired rounds run, as the sequential test's drift prior needs it
+        (``tuner.calibration.sequential``): side by side or alternating launches."""
+        return SIDE_BY_SIDE if self.side_by_side else ALTERNATING
 
 
 Emit = Callable[..., None]

@@ -1,10 +1,18 @@
 """Paired rounds side by side: the baseline's server stays up next to the finalist's, and every request of
-the finalist's launch is sent to the baseline's server right after, so the two sides of a pair are one
-request apart in time and drift of the machine's load cancels within each pair. For weights mmapped in
-host memory (CPU), where two servers on one GGUF share the page cache (``SearchSettings.side_by_side``).
+the finalist's launch is also sent to the baseline's server, right before or right after it, so the two sides
+of a paired request are one request apart in time and drift of the machine's load cancels within it. For
+weights mmapped in host memory (CPU), where two servers on one GGUF share the page cache
+(``SearchSettings.side_by_side``).
 
-One repetition = one pair; the sequential test looks after each one (draft models: one launch for all a
-finalist's pairs, n-gram types: one launch per pair, so their n-gram pool never carries over).
+One repetition = one pair; the sequential test (``tuner.calibration.sequential``) looks at its look points
+(every ``LOOK_STEP`` pairs). Two rules keep drift from reading as a speedup (the simulation behind issue 25):
+
+* which side goes first alternates from request to request (candidate then baseline, baseline then
+  candidate, …): under a fixed order a load that grows or shrinks within a launch favours one side in every
+  pair, a bias no variance can show (a speed halving in 20 s: 0.54 % false "faster" fixed, 0.06 % alternated);
+* a draft model's server is started afresh every ``LOOK_STEP`` pairs (n-gram types every pair, so their pool
+  never carries over): a launch's own speed offset (a placement, a page-cache state) is then not shared by
+  every pair of the finalist (a launch-level SD of 0.10: 13 % false "faster" in one launch, 3.7 % this way).
 """
 
 from __future__ import annotations
@@ -17,7 +25,8 @@ from tuner.errors import Cancelled
 
 from ..candidates import Candidate
 from ..measure import Launch, RequestError, first_divergence, measure_request, needs_fresh_launch_per_repetition
-from ..pairing import Look, pooled_tokens_per_s
+from ..pairing import LOOK_STEP, Look, Pair
+from ..prompts import Prompt
 from ..results import Divergence, Measurement, Sample
 from .budget import Budget, Estimates
 from .eta import ConfirmTracker, Eta
@@ -44,11 +53,14 @@ class SideBySide:
         self.events = events
         self.cancel = cancel
         self.busy = busy
+        self.requests_sent = 0
+        """Paired requests sent so far: the even ones go to the finalist first, the odd ones to the baseline."""
 
-    def look(self, c: Candidate, extra: Sequence[float] = ()) -> Look:
-        """The sequential test's look at finalist ``c`` over its pairs so far and ``extra`` ratios."""
+    def look(self, c: Candidate, extra: Sequence[Pair] = ()) -> Look:
+        """The sequential test's look at finalist ``c`` over its pairs so far and ``extra`` pairs of the launch
+        under way."""
         s, t = self.s, self.tracker
-        return self.record.look(c, s.min_gain, s.alpha, t.max_pairs, t.finalists, extra)
+        return self.record.look(c, s.min_gain, s.alpha, t.max_pairs, t.finalists, extra, s.layout)
 
     def wants_more(self, look: Look) -> bool:
         """True while the finalist's rounds go on: the test is inconclusive (or says "faster" while busy and
@@ -92,11 +104,18 @@ class SideBySide:
                         base_launch = self.measurer.open_baseline()
                         if base_launch is None:
                             return
+                    per_launch = 1 if needs_fresh_launch_per_repetition(c) else LOOK_STEP
                     left = self.tracker.max_pairs - n_pairs
-                    reps = [self.tracker.take_rep() for _ in range(1 if needs_fresh_launch_per_repetition(c) else left)]
+                    reps = [self.tracker.take_rep() for _ in range(max(1, min(per_launch, left)))]
                     self.eta.pending_s = pair
-                    if not self._launch(c, base_launch, reps):
-                        break
+                    n_req = len(self.measurer.requests.prompts) * len(reps)
+                    self.eta.start_step(self.budget.clock(), est.launch_s() + len(reps) * 2 * est.rep_s(base_tps),
+                                        est.launch_s(), n_req, base_tps, len(reps))
+                    try:
+                        if not self._launch(c, base_launch, reps):
+                            break
+                    finally:
+                        self.eta.end_step()
         finally:
             self.eta.pending_s = 0.0
             if base_launch is not None:
@@ -107,7 +126,7 @@ class SideBySide:
         baseline's and the finalist's measurements (adjacent). False when the finalist failed."""
         pair = _Pair(self, c, base)
         self.events("launch", f"confirm: starting {c.label} next to the running baseline", candidate=c)
-        m = self.measurer.paired_launch(c, reps, pair.on_request, pair.stop_if)
+        m = self.measurer.paired_launch(c, reps, pair.on_request, pair.stop_if, pair.before_request)
         if self.budget.past_hard_limit():
             m = replace(m, cut_short=True)
             if not m.samples:
@@ -133,8 +152,9 @@ class SideBySide:
 
 class _Pair:
     """The baseline's side of one side-by-side launch: each finalist request repeated on the baseline's
-    server (:meth:`on_request`), the look after each complete repetition (:meth:`stop_if`), and the
-    lossless check of the finalist's outputs against the baseline's (:meth:`checked`)."""
+    server, right before it (:meth:`before_request`, every other request) or right after it
+    (:meth:`on_request`); the look after each complete repetition (:meth:`stop_if`), and the lossless check of
+    the finalist's outputs against the baseline's (:meth:`checked`)."""
 
     def __init__(self, rounds: SideBySide, c: Candidate, base: Launch) -> None:
         self.r = rounds
@@ -145,35 +165,59 @@ class _Pair:
         self.a_samples: list[Sample] = []
         self.a_error: list[str] = []
         self.sized: dict[int, str] = {}
+        self.first: set[tuple[int, int]] = set()
+        """Requests the baseline ran first."""
 
-    def on_request(self, sample: Sample) -> None:
+    def _baseline_request(self, idx: int, rep: int) -> Sample | None:
+        """The request ``(idx, rep)`` on the baseline's server, in the same shape (endpoint, sampling seed,
+        sized long-context text); ``None`` past the hard time limit or on an error (kept in :attr:`a_error`)."""
         r = self.r
         if r.budget.past_hard_limit():
-            return  # this repetition stays incomplete on the baseline's side: it pairs with nothing
+            return None  # this repetition stays incomplete on the baseline's side: it pairs with nothing
         try:
-            # the same request in the same shape (endpoint, sampling seed, sized long-context text)
-            a = measure_request(self.base.client, sample.prompt_index, self.prompt_of[sample.prompt_index],
-                                sample.repetition, r.measurer.requests.n_predict,
+            a = measure_request(self.base.client, idx, self.prompt_of[idx], rep, r.measurer.requests.n_predict,
                                 r.budget.request_timeout(r.s.request_timeout_s), workload=r.measurer.workload,
                                 sized=self.sized)
         except RequestError as exc:
             if not r.budget.past_hard_limit():
                 self.a_error.append(str(exc))
-            return
+            return None
         self.a_samples.append(a)
-        r.events("progress", f"pair {sample.repetition}: {self.c.label} {sample.gen_tokens_per_s:.1f} vs no "
-                 f"speculation {a.gen_tokens_per_s:.1f} tokens/s on the same request", candidate=self.c)
+        return a
 
-    def _ratios_so_far(self, samples: Sequence[Sample]) -> list[float]:
+    def before_request(self, idx: int, _prompt: Prompt, rep: int) -> None:
+        """Every other paired request: the baseline's side first."""
+        r = self.r
+        r.requests_sent += 1
+        if r.requests_sent % 2 == 0 and not self.a_error:
+            if self._baseline_request(idx, rep) is not None:
+                self.first.add((idx, rep))
+
+    def on_request(self, sample: Sample) -> None:
+        key = (sample.prompt_index, sample.repetition)
+        a = next((x for x in self.a_samples if (x.prompt_index, x.repetition) == key), None) \
+            if key in self.first else None
+        if a is None:
+            if self.a_error:
+                return
+            a = self._baseline_request(*key)
+            if a is None:
+                return
+        self.r.eta.request_done(self.r.budget.clock())
+        self.r.events("progress", f"pair {sample.repetition}: {self.c.label} {sample.gen_tokens_per_s:.1f} vs no "
+                      f"speculation {a.gen_tokens_per_s:.1f} tokens/s on the same request", candidate=self.c)
+
+    def _pairs_so_far(self, samples: Sequence[Sample]) -> list[Pair]:
+        """The complete repetitions of this launch so far, as pairs (``tuner.calibration.pairing.Pair``; the
+        launch is not booked yet: its positions are the next two in the record)."""
         mix = self.r.record.mix
+        pos = len(self.r.record.measurements)
         out = []
         for rep in sorted({x.repetition for x in samples}):
-            bs = [x for x in samples if x.repetition == rep]
-            as_ = [x for x in self.a_samples if x.repetition == rep]
+            bs = sorted((x for x in samples if x.repetition == rep), key=lambda x: x.prompt_index)
+            as_ = sorted((x for x in self.a_samples if x.repetition == rep), key=lambda x: x.prompt_index)
             if len(bs) == self.n_pr and len(as_) == self.n_pr:
-                cb, ca = pooled_tokens_per_s(bs, mix), pooled_tokens_per_s(as_, mix)
-                if cb and ca:
-                    out.append(cb / ca)
+                out.append(Pair(rep, pos + 1, pos, tuple(bs), tuple(as_), mix))
         return out
 
     def stop_if(self, samples: Sequence[Sample]) -> bool:
@@ -182,7 +226,7 @@ class _Pair:
             return True
         if len(samples) % self.n_pr:
             return False
-        look = r.look(self.c, self._ratios_so_far(samples))
+        look = r.look(self.c, self._pairs_so_far(samples))
         r.tracker.saw(look, r.budget.clock())
         if not r.wants_more(look):
             return True
