@@ -88,7 +88,7 @@ class ThreadStage:
         if cores is None or not outcome.measurements:
             return
         served = decide(outcome).winner
-        baseline = next(m.candidate for m in outcome.measurements if m.candidate.is_baseline)
+        baseline = next((m.candidate for m in outcome.measurements if m.candidate.is_baseline), served)
         end_s = self.budget.elapsed_s() + min(SHARE * self.budget.budget_s, max(0.0, self.budget.remaining_s()))
         # the default last: on a machine already busy it is the slow one, and the sweep measured it already
         settings = tuple(sorted(settings_for(cores, self.s.thread_openmp), key=lambda st: st.is_default))
