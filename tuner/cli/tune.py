@@ -81,7 +81,9 @@ def register(subparsers: Any) -> None:
     add_option(p, "long_share", "--long-share", dest="long_share",
                help="share of your requests that are long-context ones; the pick is the fastest configuration "
                "over that mix")
-    add_option(p, "threads", "--threads", dest="threads")
+    add_option(p, "threads", "--threads", dest="threads",
+               default_help="default: the threads setting, else the tune measures the thread settings idle and with "
+               "one core busy and serves the one that copes best")
     from tuner.cli.hardware import add_server_arg_argument
 
     add_server_arg_argument(p)
