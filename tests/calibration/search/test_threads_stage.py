@@ -102,3 +102,18 @@ def test_no_thread_stage_without_cores_and_none_past_its_share() -> None:
     staged = [c for c in launch.launched if c.threads is not None or c.omp_passive]
     assert len(staged) < 2  # 3 s of a 20 s budget: room for one setting at most (a launch is 1 s here)
     assert any(kind == "skipped" and "thread setting" in msg for kind, msg in events)
+
+
+def test_the_eta_counts_the_share_kept_for_the_stage() -> None:
+    search, _launch, _ = _search(draft=False, thread_cores=2, thread_openmp=True)
+    search.estimates.warmup_tps = 50.0
+    search.eta.confirming = True
+
+    def eta() -> float:
+        v = search.eta.remaining_s(search.budget, search.estimates, search.tracker, lambda: False)
+        assert v is not None
+        return v
+
+    with_share = eta()
+    search.budget.held_s = 0.0
+    assert with_share - eta() == SHARE * 600
