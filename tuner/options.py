@@ -143,6 +143,7 @@ class Option:
     in_request: bool = False
 
 
+_LONGEST_DRAFT = 64  # issue 27: the longest draft n_max a flag, a setting or a profile may ask for
 # llama.cpp's own values the declarations below cite:
 _LLAMA_MAX_SEQ = 256  # src/llama-cparams.h LLAMA_MAX_SEQ: the most sequences (server slots) a context holds
 _NO_LIMIT = -1  # --cache-ram -1: no size limit (common/arg.cpp "--cache-ram"; server-context.cpp sizes the cache)
@@ -190,8 +191,14 @@ def _serving_options() -> list[Option]:
     gpu_layers = Limit("blocks", add=1, words="{model}'s {n} blocks + 1")
     return [
         # n_max: issue 27's bound; llama.cpp itself refuses only a negative one (common/arg.cpp --spec-draft-n-max)
-        Option("n_max", int, 1, 64, unset="llama-server's default for the type",
+        Option("n_max", int, 1, _LONGEST_DRAFT, unset="llama-server's default for the type",
                help="draft length n_max (--spec-draft-n-max)"),
+        # a saved profile's shortest draft and its draft-probability cut (tuner/calibration/profile_checks.py);
+        # common/arg.cpp --spec-draft-n-min, --spec-ngram-mod-n-min and --spec-draft-p-min
+        Option("n_min", int, 0, _LONGEST_DRAFT, unset="llama-server's default for the type",
+               help="shortest draft kept (--spec-draft-n-min, --spec-ngram-mod-n-min)"),
+        Option("p_min", float, 0, 1, unset="llama-server's default", metavar="P", decimals=2, step=0.05,
+               help="stop drafting when the draft's top-1 probability is below P (--spec-draft-p-min)"),
         Option("ngl", int, 0, limit=gpu_layers, unset="all", keywords=("auto", "all"), help="target GPU layers"),
         Option("draft_ngl", int, 0, limit=gpu_layers, unset="all", keywords=("auto", "all"),
                help="draft GPU layers"),

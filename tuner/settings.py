@@ -425,6 +425,35 @@ def save_settings(settings: Settings) -> Path:
     return p
 
 
+def allow_rpc_hosts(hosts: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Add ``hosts`` (``host:port`` strings, as ``--rpc`` parsed them) to the ``rpc_hosts`` setting: the hosts a
+    saved profile may send the model's layers to (``tuner.calibration.profile_checks``), and the ones a tune
+    without ``--rpc`` and the app use. ``draftwise tune --rpc H`` calls it, since the user named H.
+
+    Returns:
+        The hosts added (in the given order; empty when each was there already, compared as parsed endpoints).
+
+    Raises:
+        SettingsError: the settings file has a bad value (named), or cannot be saved as it is (LAN exposure
+            without an API key); nothing is written.
+        tuner.storage.CorruptFileError: the settings file is not JSON (kept aside).
+        OSError: the settings file cannot be read or written.
+        tuner.rpcaddr.RpcHostError: an entry of ``hosts`` is not ``host:port`` (named as ``--rpc``).
+    """
+    from tuner.rpcaddr import parse_rpc_hosts
+
+    current = load_settings()
+    have = set(parse_rpc_hosts(list(current.rpc_hosts), where="rpc_hosts"))
+    added: list[str] = []
+    for ep in parse_rpc_hosts(list(hosts)):
+        if ep not in have:
+            have.add(ep)
+            added.append(str(ep))
+    if added:
+        save_settings(dataclasses.replace(current, rpc_hosts=(*current.rpc_hosts, *added)))
+    return tuple(added)
+
+
 # ---------------------------------------------------------------- API key
 
 

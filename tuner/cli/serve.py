@@ -421,15 +421,15 @@ def _preflight(cfg: ServerConfig, args: argparse.Namespace, from_profile: bool) 
         raise ValueError(problem)
 
 
-def _supervisor(args: argparse.Namespace, fallback: ServerConfig | None) -> tuple[ServerBinary, Supervisor]:
+def _supervisor(args: argparse.Namespace) -> tuple[ServerBinary, Supervisor]:
     """The llama-server binary (``--server`` or discovered) and its supervisor, checked against the user's
     flags. Raises ValueError with the line to print."""
     from tuner.serverargs import ServerArgError, check_known
 
     try:
         binary = find_named_server(args.server) if args.server else find_server()
-        sup = Supervisor(binary, auto_restart=True, liveness_timeout_s=args.liveness_timeout or None,
-                         rpc_fallback=fallback)  # --liveness-timeout 0: off
+        sup = Supervisor(binary, auto_restart=True,
+                         liveness_timeout_s=args.liveness_timeout or None)  # --liveness-timeout 0: off
     except (ServerNotFoundError, DialectError) as exc:
         raise ValueError(_server_error(exc, args.server)) from None
     try:  # a flag this build does not list would make it exit 1 ("invalid argument")
@@ -467,15 +467,14 @@ def cmd_serve(args: argparse.Namespace) -> int:
     except Exception as exc:  # ValueError, NoProfileError, ProfileError, ImportError, OSError (a path)
         _err(f"draftwise serve: {error_text(exc)}")
         return 2
-    cfg, fallback = _with_rpc_fallback(cfg, args, from_profile)
     try:
         _preflight(cfg, args, from_profile)
-        binary, sup = _supervisor(args, fallback)
+        binary, sup = _supervisor(args)
         if from_profile:
             _check_tuned_binary(args, binary)
         cfg = _with_capture(cfg, args)
-        if fallback is not None and cfg.log_prompts_dir is not None:  # a lost RPC host does not stop the capture
-            sup.set_rpc_fallback(dataclasses.replace(fallback, log_prompts_dir=cfg.log_prompts_dir))
+        cfg, fallback = _with_rpc_fallback(cfg, args, from_profile)  # every serving setting of cfg: the capture too
+        sup.set_rpc_fallback(fallback)
     except (ValueError, OSError) as exc:
         _err(f"draftwise serve: {error_text(exc)}")
         return 2

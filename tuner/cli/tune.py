@@ -242,6 +242,24 @@ def _threads_setting() -> int | None:
     return threads_value()
 
 
+def _allow_named_rpc_hosts(hosts: tuple[str, ...]) -> None:
+    """The ``--rpc`` hosts the user named, added to the ``rpc_hosts`` setting (:func:`tuner.settings.allow_rpc_hosts`)
+    so that the profile this tune saves may be served with them; a line on stderr says what was added, or why
+    nothing could be (serving such a profile is then refused until the hosts are added). Raises nothing."""
+    from tuner.errors import DraftwiseError
+    from tuner.settings import allow_rpc_hosts
+
+    try:
+        added = allow_rpc_hosts(hosts)
+    except (DraftwiseError, OSError) as exc:  # a bad settings file (named), an unwritable folder
+        sys.stderr.write(f"draftwise tune: could not add --rpc {','.join(hosts)} to the rpc_hosts setting "
+                         f"({safe_text(exc)}): serving a profile that uses them is refused until they are added\n")
+        return
+    if added:
+        sys.stderr.write(f"draftwise tune: added {', '.join(added)} to the rpc_hosts setting (named by --rpc): "
+                         "saved profiles may use it, and tunes without --rpc use it too; remove it there to stop\n")
+
+
 def run(args: argparse.Namespace) -> int:
     """Entry of ``draftwise tune``; returns the exit status (2 for bad input, see the module docstring)."""
     bad = check_args(args)
@@ -259,6 +277,8 @@ def run(args: argparse.Namespace) -> int:
     except TuneError as exc:
         sys.stderr.write(f"draftwise tune: {safe_text(exc)}\n")
         return 2
+    if getattr(args, "rpc", None) is not None:
+        _allow_named_rpc_hosts(rpc_hosts)
     progress = _Progress(sys.stderr)
     cancel = threading.Event()
     box: dict[str, Any] = {}

@@ -48,7 +48,7 @@ from tuner.calibration.request import (
     request_from_settings,
 )
 from tuner.calibration.results import Measurement
-from tuner.calibration.serving import profile_server_config
+from tuner.calibration.serving import profile_server_config, with_served
 from tuner.calibration.tune import tune
 from tuner.catalog import DEMO_LABEL as DEMO_LABEL  # re-exported for the Models tab
 from tuner.catalog import DemoFolder, DemoProgress, has_chat_template, is_generated_demo, write_demo_folder
@@ -293,6 +293,7 @@ class ServerRunner:
     def __init__(self, on_state: Callable[[StateChange], None] | None = None) -> None:
         self.on_state = on_state
         self.supervisor: Supervisor | RouterSupervisor | None = None
+        self._rpc_fallback: ServerConfig | None = None
         self._lock = threading.Lock()
 
     @property
@@ -373,9 +374,12 @@ class ServerRunner:
             Cancelled: ``cancel`` was set while loading (the process tree is stopped).
         """
         self.stop()
-        sup = Supervisor(binary, auto_restart=True, on_state=self._state_cb, rpc_fallback=rpc_fallback)
+        sup = Supervisor(binary, auto_restart=True, on_state=self._state_cb)
+        if rpc_fallback is not None:  # without a capture this build cannot do, as the configuration itself
+            sup.set_rpc_fallback(_capturable(rpc_fallback, sup))
         with self._lock:
             self.supervisor = sup
+            self._rpc_fallback = rpc_fallback
         sup.start(_capturable(config, sup))
         try:
             sup.wait_ready(timeout_s=ready_timeout_s, cancel=cancel)
@@ -392,11 +396,16 @@ class ServerRunner:
         (:meth:`Supervisor.restart`); waits until ready. None when nothing is served (the setting then applies at
         the next start).
 
+        The local-only fallback of an RPC configuration takes the same serving settings
+        (``tuner.calibration.serving.with_served``): a capture switched off stays off when a host is lost.
+
         Raises:
             tuner.server.supervisor.ServerStartError: the new configuration did not start (with ``diagnosis``).
         """
         with self._lock:
             sup = self.supervisor
+            fallback = self._rpc_fallback = (with_served(self._rpc_fallback, config)
+                                             if self._rpc_fallback is not None else None)
         if sup is None or sup.state not in (ServerState.READY, ServerState.SLEEPING):
             return None
         if isinstance(sup, RouterSupervisor):  # every model of the endpoint: capture is the app's setting
@@ -405,6 +414,8 @@ class ServerRunner:
                 on = config.log_prompts_dir is not None and sup.dialect.capture_problem() is None
                 sup.apply(replace(plan, models=tuple(captured(m, on) for m in plan.models)), setting, ready_timeout_s)
             return None
+        if fallback is not None:
+            sup.set_rpc_fallback(_capturable(fallback, sup))
         sup.restart(_capturable(config, sup), applying=setting)
         sup.wait_ready(timeout_s=ready_timeout_s)
         return sup
@@ -611,20 +622,22 @@ def idle_sleep_problem(settings: Settings, runner: ServerRunner | None = None) -
 TUNE_OPTIONS_DEFAULT: dict[str, Any] = {}
 
 
-def serving_config(profile: Profile, settings: Settings) -> ServerConfig:
+def serving_config(profile: Profile, settings: Settings, models_dir: Path | None = None) -> ServerConfig:
     """The profile's winning ``ServerConfig`` with the user's port, listen address and API key, the
     friendly model id (``--alias`` = :func:`tuner.server.config.default_alias`), the prompt-cache
     limit (``settings.cache_ram_mib``), idle sleep (``settings.idle_sleep_s``; 0 = off; passed only where
     the binary has ``--sleep-idle-seconds``), the user's ``threads`` setting over the tuned thread setting, and
-    the capture of served requests (``settings.capture_requests``:
-    :func:`capture_config`, whose folder is made here).
+    the capture of served requests (``settings.capture_requests``: :func:`capture_config`, whose folder is made
+    here). ``models_dir``: the folder served from, whose drafts alone the profile may use (None = the target's
+    own folder); its RPC hosts: loopback or ``settings.rpc_hosts``.
 
     Raises:
         tuner.settings.SettingsError: LAN exposure without an API key.
-        tuner.profiles.ProfileError: the profile sets an option a profile may not (named).
+        tuner.profiles.ProfileError: the profile sets an option a profile may not, names another model, a draft
+            outside the folder, an RPC host not allowed or a number out of range (the field named).
         tuner.server.CaptureError: the capture folder cannot be made private.
     """
-    cfg = profile_server_config(profile)  # raises ProfileError for a tampered profile (option named)
+    cfg = profile_server_config(profile, models_dir, rpc_allowed=settings.rpc_hosts)
     cfg = replace(cfg, port=settings.port, host=settings.host, api_key=server_api_key(settings),
                   cors_origins=settings.cors_origins_value(),
                   alias=cfg.alias or default_alias(cfg.model_path), cache_ram_mib=settings.cache_ram_mib,
@@ -720,7 +733,7 @@ def _serve_result(scanned: ScanResult, result: TuneResult, settings: Settings, r
         raise RuntimeError(f"tuning {result.target_path} produced no profile")
     info = _serve_router(scanned, Path(profile.target_path), settings, runner, on_event, cancel, binary)
     if info is None:
-        info = _serve_one(profile, settings, runner, on_event, cancel, binary)
+        info = _serve_one(profile, settings, scanned.folder, runner, on_event, cancel, binary)
     return ServeOutcome(
         scan=scanned,
         tune_result=result,
@@ -731,15 +744,14 @@ def _serve_result(scanned: ScanResult, result: TuneResult, settings: Settings, r
     )
 
 
-def _serve_one(profile: Profile, settings: Settings, runner: ServerRunner, on_event: EventCallback,
-               cancel: threading.Event, binary: ServerBinary) -> ServingInfo:
-    """Serve the profile's winner as one llama-server (the settings' port, the RPC fallback where it has one)."""
-    config = serving_config(profile, settings)
+def _serve_one(profile: Profile, settings: Settings, models_dir: Path, runner: ServerRunner,
+               on_event: EventCallback, cancel: threading.Event, binary: ServerBinary) -> ServingInfo:
+    """Serve the profile's winner as one llama-server (the settings' port, the RPC fallback where it has one);
+    its drafts from ``models_dir``, the scanned folder."""
+    config = serving_config(profile, settings, models_dir)
     from tuner.calibration.serving import reachable_config, rpc_fallback_config
 
-    fallback = rpc_fallback_config(config, profile)
-    if fallback is not None:  # a lost RPC host does not stop the capture of served requests
-        fallback = replace(fallback, log_prompts_dir=config.log_prompts_dir)
+    fallback = rpc_fallback_config(config, profile)  # keeps the capture, idle sleep, the listen settings
     config, rpc_note = reachable_config(config, fallback)
     if rpc_note:
         on_event(status_event(rpc_note))
