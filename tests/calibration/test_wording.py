@@ -76,6 +76,11 @@ SAMPLES: dict[str, tuple[dict[str, Any], str]] = {
     "evidence.divergence": ({"prompt": 8, "repetition": 2, "char": 238, "more": 1},
                             "at prompt 9, repetition 3, character 238 (1 more request differed)"),
     "cpu.no_repack": ({"cause": "sigill", "build_types": ["AMX"]}, "Repacked CPU kernels are off"),
+    "threads.trade": ({"setting": "all 2 cores, waiting politely", "default": False, "idle_tps": 59.2,
+                       "loaded_tps": 50.1, "loaded_at_most": False, "default_idle_tps": 99.0,
+                       "default_loaded_tps": 1.5, "default_loaded_at_most": False},
+                      "Threads: all 2 cores, waiting politely: 59 tokens/s idle, 50 with another busy program; "
+                      "the default would be 99 and 1.5."),
     "mix.not_applied": ({"share": 0.4}, "the long-context share of 40 % could not be applied"),
     "mix.all_long": ({}, "Every compared request was a long-context one."),
     "mix.share": ({"share": 0.5, "short": 1.4, "long": 1.05, "differ": True},

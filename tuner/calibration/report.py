@@ -19,6 +19,7 @@ from .outcome import SearchOutcome
 from .pairing import pooled_tokens_per_s
 from .results import Measurement
 from .sentences import JsonValue, Sentence, Slot
+from .threads import threads_sentence
 from .wording import words
 from .workload import Workload
 
@@ -160,7 +161,8 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
     machine's speed when a configuration's launches varied more than :data:`SPEED_VARIED`, the machine's load
     (also its ``busy_note``), the sweep's notes, "Measured with …", why the long-context
     requests were left out, the speedup at depth, the types that never drafted (unless the decision named
-    them), the CPU workaround in force, and where the winner (and the baseline or the best speculative
+    them), the CPU workaround in force, the thread setting served and its trade
+    (``tuner.calibration.threads.threads_sentence``), and where the winner (and the baseline or the best speculative
     configuration) ran over RPC. Their order is their slots' (``tuner.calibration.sentences``)."""
     first = (speed_varied_sentence(outcome.measurements), machine_sentence(facts.machine))
     added = [s for s in first if s is not None]
@@ -172,6 +174,8 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
             "cause": facts.cpu_workaround.cause, "build_types": list(facts.cpu_workaround.build_types)}))
     if facts.placement is not None:
         added.append(_where_it_ran(decision, facts.placement))
+    if outcome.threads is not None and outcome.threads.served_label == decision.winner.label:
+        added.append(threads_sentence(outcome.threads))
     return decision.with_sentences([*decision.sentences, *added])
 
 

@@ -8,7 +8,8 @@ table and the decision's plain first sentence to stdout (``--details``: the evid
 global ``--verbose`` is debug logging, not this); with ``--json`` stdout is exactly one JSON object::
 
     {"decision": {"spec_type", "draft", "n_max", "argv" (the tuned flags; no --host/--port: where to
-                  listen is serve's setting), "gen_tokens_per_s",
+                  listen is serve's setting), "env" (the variables the profile sets in llama-server's
+                  environment: {"OMP_WAIT_POLICY": "PASSIVE"} or {}), "gen_tokens_per_s",
                   "baseline_gen_tokens_per_s", "speedup", "reason" (every sentence of the decision),
                   "first_sentence" (its plain first sentence, the table's ``Decision:`` line)},
      "measurements": [{"candidate": {...}, "gen_tokens_per_s", "acceptance",
@@ -80,7 +81,9 @@ def register(subparsers: Any) -> None:
     add_option(p, "long_share", "--long-share", dest="long_share",
                help="share of your requests that are long-context ones; the pick is the fastest configuration "
                "over that mix")
-    add_option(p, "threads", "--threads", dest="threads")
+    add_option(p, "threads", "--threads", dest="threads",
+               default_help="default: the threads setting, else the tune measures the thread settings idle and with "
+               "one core busy and serves the one that copes best")
     from tuner.cli.hardware import add_server_arg_argument
 
     add_server_arg_argument(p)
@@ -223,7 +226,7 @@ def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = (),
         n_predict=args.n_predict,
         repetitions=args.repetitions,
         n_ctx=args.n_ctx,
-        threads=args.threads,
+        threads=args.threads if args.threads is not None else _threads_setting(),
         max_prompts=args.max_prompts,
         sampling=Sampling.from_settings(args),
         long_context=args.long_context,
@@ -231,6 +234,12 @@ def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = (),
         rpc_hosts=tuple(rpc_hosts),
         server_args=tuple(server_args),
     )
+
+
+def _threads_setting() -> int | None:
+    from tuner.settings import threads_value
+
+    return threads_value()
 
 
 def _allow_named_rpc_hosts(hosts: tuple[str, ...]) -> None:

@@ -21,11 +21,12 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from tuner import settings as settings_mod
 from tuner.calibration import EventCallback, TuneResult
 from tuner.catalog import ModelFile
+from tuner.hardware import LoadWatcher
 from tuner.safetext import safe_text
 from tuner.server import MAX_CAPTURED_FILES as MAX_FILES
 from tuner.server import WAKING_MESSAGE, ServerState, SleepStatus, StateChange, reload_words
 from tuner.settings import Settings
-from tuner.telemetry import Collector, TelemetryTick
+from tuner.telemetry import Collector, TelemetryTick, collapse_words
 from tuner.ui import flow
 from tuner.ui.serve_at_start import ServeAtStart
 from tuner.ui.serve_targets import ServeTargets, switched
@@ -138,6 +139,7 @@ class AppController(QObject):
         self.poll_interval_s = poll_interval_s
         self.tune_options: dict[str, Any] = {}
         self._poller: PollWorker | None = None
+        self._load_meter: LoadWatcher | None = None  # other programs' CPU while serving (the collapse watch)
         self._work: CallWorker | None = None
         self._plan_workers: list[CallWorker] = []
         self.stopping = False
@@ -432,6 +434,7 @@ class AppController(QObject):
         self.sleep = SleepStatus()
         self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)),
                               sleeps=flow.sleep_counter(self.runner))
+        self._watch_collapse(info)
         self._start_polling()
         self.server_changed.emit(info)
         self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")
@@ -447,10 +450,18 @@ class AppController(QObject):
         if self._start_work(job, "stop", lambda _r: self._serving_stopped()) is not None:
             self.serve_at_start.forget()
 
+    def _watch_collapse(self, info: flow.ServingInfo | None) -> None:
+        """(Re)start the collapse watch and its meter of other programs' CPU for ``info`` (None: stop them)."""
+        if self._load_meter is not None:
+            self._load_meter.stop()
+        watch, self._load_meter = flow.collapse_watch(info) if info is not None else (None, None)
+        self.collector.watch_collapse(watch, self._load_meter.latest_other_cores if self._load_meter else None)
+
     def _serving_stopped(self) -> None:
         self.stopping = False
         self.serving = None
         self.sleep = SleepStatus()
+        self._watch_collapse(None)
         self.collector.detach()
         self.server_changed.emit(None)
         self.set_state(AppState.IDLE, "Server stopped")
@@ -492,6 +503,9 @@ class AppController(QObject):
         self.last_tick = tick
         self.telemetry.emit(tick)
         watch = self.collector.watch
+        collapse = self.collector.collapse
+        if tick.collapse is not None and tick.collapse.alert and collapse is not None:
+            self.notify.emit(*collapse_words(tick.collapse, collapse.profile_tps))
         if tick.watch is not None and tick.watch.alert and watch is not None:
             rate = tick.watch.acceptance_rate or 0.0
             self.notify.emit(
@@ -511,6 +525,7 @@ class AppController(QObject):
         if self._poller is not None:
             self._poller.stop()
             self._poller = None
+        self._watch_collapse(None)
         self.stopping = True
         try:
             self.runner.stop()
