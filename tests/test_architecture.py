@@ -68,8 +68,28 @@ def test_request_refuses_bad_values_naming_the_field(tmp_path: Path) -> None:
         TuneRequest.create(tmp_path, n_gpu=3)
 
 
-def test_every_project_error_derives_from_the_root() -> None:
-    """Every exception class defined under tuner/ (outside the UI) derives from DraftwiseError."""
+def _error_tree_in_docstring() -> set[tuple[str, str, str, tuple[str, ...]]]:
+    """``tuner/errors.py``'s tree as (class, module, parent, builtins it also derives from)."""
+    import re
+
+    import tuner.errors
+
+    block = (tuner.errors.__doc__ or "").split("::\n", 1)[1]
+    rows, parents = set(), []
+    for line in block.splitlines():
+        m = re.match(r"( *)(\w+) +(tuner[\w.]*)(?: \(also ([\w, ]+)\))?$", line)
+        if m is None:
+            continue
+        depth = (len(m.group(1)) - 4) // 4
+        parents[depth:] = [m.group(2)]
+        also = tuple(sorted(b.strip() for b in (m.group(4) or "").split(",") if b.strip()))
+        rows.add((m.group(2), m.group(3), parents[depth - 1] if depth else "", also))
+    return rows
+
+
+def test_every_project_error_derives_from_the_root_and_the_tree_in_errors_py_is_whole() -> None:
+    """Every exception class defined under tuner/ (outside the Qt modules of the UI) derives from
+    DraftwiseError, and errors.py's docstring draws each one under its parent, with its module."""
     import importlib
     import inspect
     import pkgutil
@@ -78,7 +98,7 @@ def test_every_project_error_derives_from_the_root() -> None:
 
     found = []
     for info in pkgutil.walk_packages(tuner.__path__, "tuner."):
-        if info.name.startswith("tuner.ui") or info.name.endswith("__main__"):
+        if (info.name.startswith("tuner.ui") and info.name != "tuner.ui.flow") or info.name.endswith("__main__"):
             continue
         module = importlib.import_module(info.name)
         for _, obj in inspect.getmembers(module, inspect.isclass):
@@ -86,6 +106,14 @@ def test_every_project_error_derives_from_the_root() -> None:
                 found.append(obj)
     assert len(found) >= 20
     assert [c.__name__ for c in found if not issubclass(c, DraftwiseError)] == []
+    walked = set()
+    for cls in found:
+        project = [b for b in cls.__bases__ if issubclass(b, DraftwiseError)]
+        also = tuple(sorted(b.__name__ for b in cls.__bases__ if not issubclass(b, DraftwiseError)))
+        walked.add((cls.__name__, cls.__module__, project[0].__name__, also) if project
+                   else (cls.__name__, cls.__module__, "", ()))  # the root itself: Exception
+    drawn = _error_tree_in_docstring()
+    assert sorted(walked - drawn) == [] and sorted(drawn - walked) == [], "update the tree in tuner/errors.py"
     from tuner.calibration import measure
     from tuner.ui import flow
 

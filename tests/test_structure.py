@@ -338,6 +338,37 @@ def test_the_new_contracts_catch_a_circle_a_face_bypass_and_hardware_running_the
         assert expected in run.stdout, (expected, run.stdout)
 
 
+# ---- the package faces the UI imports from ---------------------------------------------------------------
+FACES = ("tuner.calibration", "tuner.catalog", "tuner.crosscheck", "tuner.hardware", "tuner.profiles",
+         "tuner.server", "tuner.telemetry")
+#: face -> the modules it loads only when one of their names is first asked for (start-up import time)
+LAZY = {"tuner.catalog": ("tuner.catalog.folder", "tuner.catalog.demo", "tuner.catalog.families"),
+        "tuner.crosscheck": ("tuner.crosscheck.build", "tuner.crosscheck.lines", "tuner.crosscheck.cpu_buffers"),
+        "tuner.hardware": ("tuner.hardware.memory",),
+        "tuner.telemetry": ("tuner.telemetry.collector", "tuner.telemetry.watch", "tuner.telemetry.samplers")}
+
+
+def test_every_name_a_face_exports_resolves_and_lazy_faces_load_nothing_early() -> None:
+    """Each name in a face's ``__all__`` resolves (a stale entry of a lazy map would only fail when the GUI
+    first uses it), and importing a lazy face loads none of its lazy modules (a fresh interpreter)."""
+    import importlib
+    import subprocess
+    import sys
+
+    for face in FACES:
+        module = importlib.import_module(face)
+        missing = [name for name in module.__all__ if not hasattr(module, name)]
+        assert not missing, (face, missing)
+    code = ("import sys, importlib; before = set(sys.modules); "
+            f"lazy = {LAZY!r}; early = []\n"
+            "for face, mods in lazy.items():\n"
+            "    importlib.import_module(face); early += [m for m in mods if m in sys.modules and m not in before]\n"
+            "print(early)")
+    run = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, cwd=REPO, timeout=120)
+    assert run.returncode == 0, run.stderr
+    assert run.stdout.strip() == "[]", run.stdout
+
+
 if __name__ == "__main__":  # `python -m tests.test_structure`: today's findings, to update the lists by hand
     print("oversized:", *sorted(oversized(TUNER)), sep="\n  ")
     for title, counts in (("getattr defaults:", getattr_defaults(TUNER / "calibration")),

@@ -143,6 +143,7 @@ class Option:
     in_request: bool = False
 
 
+_LONGEST_DRAFT = 64  # issue 27: the longest draft n_max a flag, a setting or a profile may ask for
 # llama.cpp's own values the declarations below cite:
 _LLAMA_MAX_SEQ = 256  # src/llama-cparams.h LLAMA_MAX_SEQ: the most sequences (server slots) a context holds
 _NO_LIMIT = -1  # --cache-ram -1: no size limit (common/arg.cpp "--cache-ram"; server-context.cpp sizes the cache)
@@ -164,7 +165,9 @@ def _tuning_options() -> list[Option]:
         Option("max_prompts", int, 1, unset="all of a prompt file, 5 of the built-in set", in_request=True,
                help="use at most N prompts of the set"),
         Option("threads", int, 1, limit=Limit("logical_cpus", factor=4, words="4 × the {n} logical CPUs"),
-               unset="llama-server's default", help="CPU threads of each launch", in_request=True),
+               unset="tuned (llama-server's default when untuned)", setting="threads", in_request=True,
+               help="CPU threads of llama-server (-t, and -td for a draft model); overrides the thread setting "
+               "the tune measures and serves"),
         Option("long_share", float, 0, 1, unset="the prompt set's own", metavar="FRACTION",
                help="share of your requests that are long-context ones", setting="long_share", in_request=True,
                step=1, gui_scale=100, gui_suffix=" %"),
@@ -188,8 +191,14 @@ def _serving_options() -> list[Option]:
     gpu_layers = Limit("blocks", add=1, words="{model}'s {n} blocks + 1")
     return [
         # n_max: issue 27's bound; llama.cpp itself refuses only a negative one (common/arg.cpp --spec-draft-n-max)
-        Option("n_max", int, 1, 64, unset="llama-server's default for the type",
+        Option("n_max", int, 1, _LONGEST_DRAFT, unset="llama-server's default for the type",
                help="draft length n_max (--spec-draft-n-max)"),
+        # a saved profile's shortest draft and its draft-probability cut (tuner/calibration/profile_checks.py);
+        # common/arg.cpp --spec-draft-n-min, --spec-ngram-mod-n-min and --spec-draft-p-min
+        Option("n_min", int, 0, _LONGEST_DRAFT, unset="llama-server's default for the type",
+               help="shortest draft kept (--spec-draft-n-min, --spec-ngram-mod-n-min)"),
+        Option("p_min", float, 0, 1, unset="llama-server's default", metavar="P", decimals=2, step=0.05,
+               help="stop drafting when the draft's top-1 probability is below P (--spec-draft-p-min)"),
         Option("ngl", int, 0, limit=gpu_layers, unset="all", keywords=("auto", "all"), help="target GPU layers"),
         Option("draft_ngl", int, 0, limit=gpu_layers, unset="all", keywords=("auto", "all"),
                help="draft GPU layers"),

@@ -108,6 +108,10 @@ class Settings:
             the re-tune.
         served_target: the target GGUF being served (the one *Serve at start* serves again), None when the
             server was stopped by hand or nothing was served yet.
+        threads: CPU threads of llama-server (``-t``; ``-td`` too with a draft model) for tune and serve; None =
+            the tune measures the thread settings and serves the one that copes best with other busy programs
+            (``tuner.calibration.threads``). A number overrides it: the tune then measures only that count, and
+            serving uses it whatever the profile says (``serve --threads`` overrides this setting).
     """
 
     models_dir: Path | None = None
@@ -132,6 +136,7 @@ class Settings:
     capture_requests: bool = False
     serve_at_start: bool | None = None
     served_target: Path | None = None
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -364,6 +369,15 @@ def load_settings_keeping_valid(repair: bool = True) -> LoadedSettings:
     return LoadedSettings(settings, tuple(problems), moved)
 
 
+def threads_value() -> int | None:
+    """The ``threads`` setting (None = tuned), for the command line's tune and serve when no ``--threads`` is
+    given. A bad or unreadable settings file gives None. Never raises."""
+    try:
+        return load_settings_keeping_valid(repair=False).settings.threads
+    except Exception:  # noqa: BLE001 - the tuned setting is the safe default
+        return None
+
+
 def served_values() -> tuple[str, int]:
     """What serving takes from the user's settings, whichever front end serves or plans (``draftwise
     serve``, ``draftwise plan``, the app): the ``--cors-origins`` value (the ``cors_origin`` setting, default
@@ -409,6 +423,35 @@ def save_settings(settings: Settings) -> Path:
     p = settings_path()
     storage.atomic_write_json(p, to_json(settings), mode=0o600)
     return p
+
+
+def allow_rpc_hosts(hosts: list[str] | tuple[str, ...]) -> tuple[str, ...]:
+    """Add ``hosts`` (``host:port`` strings, as ``--rpc`` parsed them) to the ``rpc_hosts`` setting: the hosts a
+    saved profile may send the model's layers to (``tuner.calibration.profile_checks``), and the ones a tune
+    without ``--rpc`` and the app use. ``draftwise tune --rpc H`` calls it, since the user named H.
+
+    Returns:
+        The hosts added (in the given order; empty when each was there already, compared as parsed endpoints).
+
+    Raises:
+        SettingsError: the settings file has a bad value (named), or cannot be saved as it is (LAN exposure
+            without an API key); nothing is written.
+        tuner.storage.CorruptFileError: the settings file is not JSON (kept aside).
+        OSError: the settings file cannot be read or written.
+        tuner.rpcaddr.RpcHostError: an entry of ``hosts`` is not ``host:port`` (named as ``--rpc``).
+    """
+    from tuner.rpcaddr import parse_rpc_hosts
+
+    current = load_settings()
+    have = set(parse_rpc_hosts(list(current.rpc_hosts), where="rpc_hosts"))
+    added: list[str] = []
+    for ep in parse_rpc_hosts(list(hosts)):
+        if ep not in have:
+            have.add(ep)
+            added.append(str(ep))
+    if added:
+        save_settings(dataclasses.replace(current, rpc_hosts=(*current.rpc_hosts, *added)))
+    return tuple(added)
 
 
 # ---------------------------------------------------------------- API key

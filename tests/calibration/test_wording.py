@@ -78,6 +78,11 @@ SAMPLES: dict[str, tuple[dict[str, Any], str]] = {
     "cpu.no_repack": ({"cause": "sigill", "build_types": ["AMX"]}, "Repacked CPU kernels are off"),
     "captured.replayed": ({"requests": 30, "first_unix_s": 1.7e9, "last_unix_s": 1.7e9 + 1080, "model_id": "m"},
                           "Tuned on 30 requests served "),
+    "threads.trade": ({"setting": "all 2 cores, waiting politely", "default": False, "idle_tps": 59.2,
+                       "loaded_tps": 50.1, "loaded_at_most": False, "default_idle_tps": 99.0,
+                       "default_loaded_tps": 1.5, "default_loaded_at_most": False},
+                      "Threads: all 2 cores, waiting politely: 59 tokens/s idle, 50 with another busy program; "
+                      "the default would be 99 and 1.5."),
     "mix.not_applied": ({"share": 0.4}, "the long-context share of 40 % could not be applied"),
     "mix.all_long": ({}, "Every compared request was a long-context one."),
     "mix.share": ({"share": 0.5, "short": 1.4, "long": 1.05, "differ": True},

@@ -13,14 +13,13 @@ pytestmark = [pytest.mark.gui]
 @pytest.mark.server
 def test_models_tab_shows_the_trade_and_a_cached_disagreement(make_app, qtbot, models_dir, monkeypatch,
                                                               llama_server_bin):
-    from tuner.crosscheck import build, server_check
-    from tuner.hardware import devices as devices_mod
+    from tuner.crosscheck import server_check
     from tuner.hardware.memory import MemoryRequest, load_model_spec
     from tuner.ui import flow
 
     gpu = gpu_devices(("CUDA0", 8192, 7800))
-    monkeypatch.setattr(devices_mod, "detect_devices", lambda *a, **k: gpu)
-    monkeypatch.setattr(build, "find_server_binary", lambda: llama_server_bin)
+    monkeypatch.setattr(flow, "detect_devices", lambda *a, **k: gpu)  # where the Models tab's plan looks them up
+    monkeypatch.setattr(flow, "find_server_binary", lambda: llama_server_bin)
     target = models_dir / "stories260K.gguf"
     started = []
 

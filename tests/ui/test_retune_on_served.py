@@ -43,7 +43,7 @@ def _recording_tune(monkeypatch: pytest.MonkeyPatch, server: Path) -> list[TuneR
         requests.append(request)
         raise flow.Cancelled()
 
-    monkeypatch.setattr(flow, "tune", tune)
+    monkeypatch.setattr(flow.calibration, "tune", tune)
     monkeypatch.setattr(flow, "find_server", lambda *_a, **_k: ServerBinary(path=server, source="setting", build=None, commit=None, version_text=""))
     return requests
 

@@ -13,11 +13,19 @@ the sweep), ``sentences`` and ``wording`` (the decision's sentences as data, and
 sweep, decision, save).
 """
 
+from .candidates import Candidate
 from .freshness import SavedState, reused_result, saved_state
+from .prompts import DEFAULT_SET_PROMPTS, PromptFileError, default_prompts, load_prompts, select_prompts
+from .request import EventCallback, TuneRequest, request_from_settings
+from .results import Measurement
 from .routing import TargetChoice, break_even_rate, captured, serving_plan, target_choices
+from .serving import profile_server_config, reachable_config, rpc_fallback_config, with_served
 from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
 from .wording import Rendered, measured_line, render
 
-__all__ = ["DEFAULT_BUDGET_S", "Rendered", "SavedState", "TargetChoice", "TuneError", "TuneEvent", "TuneResult",
-           "break_even_rate", "captured", "measured_line", "render", "reused_result", "saved_state", "serving_plan",
-           "target_choices", "tune"]
+__all__ = ["Candidate", "DEFAULT_BUDGET_S", "DEFAULT_SET_PROMPTS", "EventCallback", "Measurement", "PromptFileError",
+           "Rendered", "SavedState", "TargetChoice", "TuneError", "TuneEvent", "TuneRequest", "TuneResult",
+           "break_even_rate", "captured", "default_prompts", "load_prompts", "measured_line",
+           "profile_server_config", "reachable_config", "render", "request_from_settings", "reused_result",
+           "rpc_fallback_config", "saved_state", "select_prompts", "serving_plan", "target_choices", "tune",
+           "with_served"]

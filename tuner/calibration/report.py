@@ -19,6 +19,7 @@ from .outcome import SearchOutcome
 from .pairing import pooled_tokens_per_s
 from .results import Measurement
 from .sentences import JsonValue, Sentence, Slot
+from .threads import threads_sentence
 from .wording import words
 from .workload import Workload
 
@@ -165,7 +166,8 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
     machine's speed when a configuration's launches varied more than :data:`SPEED_VARIED`, the machine's load
     (also its ``busy_note``), the sweep's notes, "Measured with …", why the long-context
     requests were left out, the speedup at depth, the types that never drafted (unless the decision named
-    them), the CPU workaround in force, and where the winner (and the baseline or the best speculative
+    them), the CPU workaround in force, the thread setting served and its trade
+    (``tuner.calibration.threads.threads_sentence``), and where the winner (and the baseline or the best speculative
     configuration) ran over RPC. Their order is their slots' (``tuner.calibration.sentences``)."""
     first = (speed_varied_sentence(outcome.measurements), machine_sentence(facts.machine))
     added = [s for s in first if s is not None]
@@ -180,6 +182,8 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
     captured = captured_sentence(outcome, facts.captured, facts.served_model_id)
     if captured is not None:
         added.append(captured)
+    if outcome.threads is not None and outcome.threads.served_label == decision.winner.label:
+        added.append(threads_sentence(outcome.threads))
     return decision.with_sentences([*decision.sentences, *added])
 
 

@@ -232,7 +232,8 @@ def request_from_settings(settings: Settings, models_dir: str | Path, target: st
                           force: bool = False, server: str | Path | None = None,
                           options: Mapping[str, Any] | None = None) -> TuneRequest:
     """The app's request: the Settings' budget (``tune_budget_s``), context size (``ctx_size``), sampling
-    (``temperature``, ``top_p``, ``top_k``, ``min_p``), long-context share (``long_share``), RPC hosts
+    (``temperature``, ``top_p``, ``top_k``, ``min_p``), long-context share (``long_share``), CPU threads
+    (``threads``: None = the tune's thread stage chooses), RPC hosts
     (``rpc_hosts``), the user's llama-server flags (``server_args``, as argv words) and prompt file
     (``prompts_path``), then ``options``
     (field name → value, e.g. ``{"max_prompts": 2}``) over them.
@@ -257,6 +258,7 @@ def request_from_settings(settings: Settings, models_dir: str | Path, target: st
         "n_ctx": settings.ctx_size,
         "sampling": Sampling.from_settings(settings),
         "long_share": settings.long_share,
+        "threads": settings.threads,
         "rpc_hosts": tuple(settings.rpc_hosts),
         "server_args": _setting_words(settings),
     }

@@ -148,17 +148,23 @@ def untuned_config(model: ModelFile, settings: Settings) -> ServerConfig:
                         extra_args=parse_server_args(settings.server_args, "the server_args setting"))
 
 
-def tuned_model(choice: TargetChoice, profile: Profile, settings: Settings) -> RouterModel:
-    """A tuned target's section: its profile's configuration with the user's prompt-cache limit.
+def tuned_model(choice: TargetChoice, profile: Profile, settings: Settings,
+                models_dir: Path | None = None) -> RouterModel:
+    """A tuned target's section: its profile's configuration with the user's prompt-cache limit, checked as
+    ``serve --models`` checks it (:func:`tuner.calibration.serving.profile_server_config`: its drafts from
+    ``models_dir``, None = the target's own folder; RPC hosts loopback or ``settings.rpc_hosts``).
 
     Raises:
-        ProfileError: the profile sets an option a profile may not (named).
+        ProfileError: the profile sets an option a profile may not, names another model, a draft outside the
+            folder, an RPC host not allowed or a number out of range (the field named).
     """
-    cfg = replace(profile_server_config(profile), cache_ram_mib=settings.cache_ram_mib, alias=None)
+    cfg = replace(profile_server_config(profile, models_dir, rpc_allowed=settings.rpc_hosts),
+                  cache_ram_mib=settings.cache_ram_mib, alias=None)
     return RouterModel(choice.model_id, cfg, True, choice.label, choice.words, choice.break_even_rate)
 
 
-def _model_for(choice: TargetChoice, model: ModelFile, settings: Settings, store: ProfileStore) -> RouterModel:
+def _model_for(choice: TargetChoice, model: ModelFile, settings: Settings, store: ProfileStore,
+               models_dir: Path) -> RouterModel:
     """The section of one choice (tuned from its profile, else the model alone).
 
     Raises: ProfileError, OSError, ValueError, ServerArgError (the caller leaves the model out with the words).
@@ -166,7 +172,7 @@ def _model_for(choice: TargetChoice, model: ModelFile, settings: Settings, store
     if choice.tuned:
         prof = store.load(choice.path, keep_aside=False)
         if prof is not None:
-            return tuned_model(choice, prof, settings)
+            return tuned_model(choice, prof, settings, models_dir)
     return RouterModel(choice.model_id, untuned_config(model, settings), False, "no speculation", "")
 
 
@@ -184,7 +190,7 @@ def router_plan(scan: ScanResult, settings: Settings, binary: Path | str, dialec
     left_out: list[tuple[str, str]] = []
     for choice in target_choices(scan, store):
         try:
-            model = _model_for(choice, files[str(choice.path)], settings, store)
+            model = _model_for(choice, files[str(choice.path)], settings, store, scan.folder)
             section_pairs(model, binary, dialect)  # the preset can carry it (raises PresetError)
         except (DraftwiseError, OSError, ValueError) as exc:
             why = str(exc) if isinstance(exc, PresetError) else f"{choice.name}: {exc}"

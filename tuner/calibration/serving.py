@@ -6,6 +6,8 @@
 from __future__ import annotations
 
 import os
+from collections.abc import Collection
+from dataclasses import replace
 from pathlib import Path
 
 from tuner.errors import DraftwiseError
@@ -14,6 +16,7 @@ from tuner.server.config import ServerConfig
 from tuner.serverargs import PROFILE_EXTRA_ARGS_ALLOWED, SERVER_ARGS_ALLOWED
 
 from .candidates import Candidate
+from .profile_checks import SERVED_FIELDS, check_server_config
 
 
 class NoProfileError(DraftwiseError, LookupError):
@@ -35,7 +38,8 @@ def candidate_config(
     is 4 slots). The baseline also uses 1 slot so both are compared on equal terms. A candidate's
     ``draft_sampling`` becomes ``--spec-draft-sampling VALUE`` (b11434 common/arg.cpp). ``server_args``: the
     user's own flags as argv words (checked by ``tuner.serverargs.parse_server_args``), appended to
-    ``extra_args`` of every candidate alike, the baseline included.
+    ``extra_args`` of every candidate alike, the baseline included. The candidate's own thread setting (the
+    thread stage's launches) goes before ``threads``.
     """
     spec = candidate.spec_type
     has_draft = any(t.startswith("draft") for t in candidate.spec_types)
@@ -54,7 +58,9 @@ def candidate_config(
         draft_ngl=candidate.draft_ngl if candidate.draft_path else None,
         n_ctx=n_ctx,
         n_parallel=1,
-        threads=threads,
+        threads=candidate.threads if candidate.threads is not None else threads,
+        omp_passive=candidate.omp_passive,
+        poll=candidate.poll,
         extra_args=(("--spec-draft-sampling", candidate.draft_sampling) if candidate.draft_sampling else ())
         + tuple(server_args),
         rpc=tuple(candidate.rpc),
@@ -87,10 +93,6 @@ def config_from_json(obj: dict) -> ServerConfig:
     if "rpc" in kw:
         kw["rpc"] = tuple(kw["rpc"] or ())
     return ServerConfig(**kw)
-
-
-#: ServerConfig fields a profile may set; the others come from the user's settings and flags only.
-_PROFILE_FIXED = {"host": "127.0.0.1", "api_key": None, "port": None}
 
 
 def check_profile_extra_args(extra_args: object, where: str) -> tuple[str, ...]:
@@ -127,56 +129,32 @@ def check_profile_extra_args(extra_args: object, where: str) -> tuple[str, ...]:
     return tuple(extra_args)
 
 
-_FIELD_TYPES = {
-    "model_path": (str,), "draft_path": (str, type(None)), "spec_type": (str, type(None)),
-    "n_max": (int, type(None)), "n_min": (int, type(None)), "p_min": (int, float, type(None)),
-    "ngl": (int, str, type(None)), "draft_ngl": (int, str, type(None)), "n_ctx": (int, type(None)),
-    "n_parallel": (int, type(None)), "cache_type_k": (str, type(None)), "cache_type_v": (str, type(None)),
-    "threads": (int, type(None)), "fit": (bool, type(None)), "alias": (str, type(None)),
-    "cache_ram_mib": (int, type(None)), "ngram_n_max": (int, type(None)), "ngram_n_min": (int, type(None)),
-    "spec_autotune": (bool,), "rpc": (list, tuple),
-}
+def profile_server_config(prof: Profile, models_dir: str | Path | None = None,
+                          rpc_allowed: Collection[str] | None = None) -> ServerConfig:
+    """The :class:`ServerConfig` a saved profile holds, checked (:mod:`tuner.calibration.profile_checks`):
+    field types; the extra-arguments allow-list; no listen address, port, API key, CORS origin, idle sleep or
+    folder of kept requests of its own (the caller applies the user's settings and flags); only its own target
+    and a draft from the models folder; RPC hosts on this machine or in the ``rpc_hosts`` setting; every number
+    within its option's bounds (:mod:`tuner.options`). Used by ``serve --models``, the app and the router.
 
-
-def profile_server_config(prof: Profile) -> ServerConfig:
-    """The :class:`ServerConfig` a saved profile holds, checked: field types, the extra-arguments
-    allow-list, and no listen address, port, API key or CORS origin of its own (host
-    ``127.0.0.1``, port None, api_key None, cors_origins the default; the caller applies the user's
-    settings and flags). Used by ``serve --models`` and by the app.
+    Args:
+        prof: the profile.
+        models_dir: the folder it is served from; None = the target's own folder.
+        rpc_allowed: the RPC hosts the user allowed (``host:port``); None = the ``rpc_hosts`` setting (a bad
+            setting allows none: only loopback hosts pass).
 
     Raises:
-        ProfileError: a field has the wrong type, ``extra_args`` holds an option outside the
-            allow-list, or the profile sets host / api_key / cors_origins (each named).
+        ProfileError: named by the target, the reason naming the field (a wrong type, an option outside the
+            allow-list, a serving setting, another model, a draft outside the folder, a foreign RPC host and how
+            to allow it, a number out of range).
     """
-    where = prof.target_path
-    obj = prof.server_config
-    if not isinstance(obj, dict):
-        raise ProfileError(where, "server_config is not a JSON object")
-    for key, types in _FIELD_TYPES.items():
-        if key in obj and not isinstance(obj[key], types):
-            raise ProfileError(where, f"server_config.{key} = {obj[key]!r} has the wrong type")
-        if key in obj and isinstance(obj[key], bool) and bool not in types:
-            raise ProfileError(where, f"server_config.{key} = {obj[key]!r} has the wrong type")
-    for key, allowed in _PROFILE_FIXED.items():
-        if key == "port":
-            continue  # tune records the port it used; serving always picks its own
-        if obj.get(key, allowed) not in (allowed, ""):
-            raise ProfileError(where, f"server_config.{key} = {obj[key]!r}: a profile cannot choose the "
-                               f"{'listen address' if key == 'host' else 'API key'}; it comes from the settings "
-                               "and command line only")
-    if "cors_origins" in obj and obj["cors_origins"] not in (None, ServerConfig.cors_origins):
-        raise ProfileError(where, f"server_config.cors_origins = {obj['cors_origins']!r}: a profile cannot "
-                           "choose which web pages may use the server")
-    if obj.get("rpc"):
-        from tuner.hardware.rpc import RpcHostError, parse_rpc_hosts
+    if rpc_allowed is None:
+        from tuner.settings import load_settings_keeping_valid
 
-        try:
-            parse_rpc_hosts(list(obj["rpc"]), where=f"{where}: server_config.rpc")
-        except RpcHostError as exc:
-            raise ProfileError(where, str(exc)) from exc
-    extra = check_profile_extra_args(obj.get("extra_args"), where)
-    clean = {k: v for k, v in obj.items() if k not in ("host", "api_key", "port", "cors_origins")}
-    clean["extra_args"] = extra
+        rpc_allowed = load_settings_keeping_valid(repair=False).settings.rpc_hosts  # a bad key is left out
+    where = prof.target_path
+    clean = check_server_config(prof, Path(models_dir) if models_dir is not None else None, rpc_allowed)
+    clean["extra_args"] = check_profile_extra_args(clean.get("extra_args"), where)
     try:
         return config_from_json(clean)
     except (KeyError, TypeError, ValueError) as exc:
@@ -292,7 +270,7 @@ def config_from_profile(
         AmbiguousModelError: the ``target`` name fits two different files (see :func:`find_profile`).
     """
     prof = find_profile(models_dir, target, store)
-    return profile_server_config(prof)
+    return profile_server_config(prof, models_dir)
 
 
 def rpc_fallback_config(config: ServerConfig, profile: Profile | None = None) -> ServerConfig | None:
@@ -301,11 +279,10 @@ def rpc_fallback_config(config: ServerConfig, profile: Profile | None = None) ->
 
     With the ``profile`` that ``config`` came from: the fastest local-only candidate its evidence
     measured (:func:`tuner.calibration.remote.local_fallback`), else the winner without ``--rpc`` on
-    this machine's CPU. Listen address, port, key, CORS, alias and prompt cache are kept from ``config``, and
+    this machine's CPU. Every serving setting of ``config`` is kept (:func:`with_served`: listen address,
+    port, key, CORS, model id, prompt cache, idle sleep, the capture of served requests, ``--no-repack``), and
     the user's own flags the profile was tuned with (``keys.server_args``) stay on the fallback's argv.
     """
-    from dataclasses import replace as _replace
-
     if not config.rpc:
         return None
     from .remote import local_fallback
@@ -316,13 +293,18 @@ def rpc_fallback_config(config: ServerConfig, profile: Profile | None = None) ->
         except (TypeError, ValueError):
             winner = Candidate()
         cand = local_fallback(profile.evidence, winner)
-        local = candidate_config(cand, config.model_path, n_ctx=config.n_ctx, threads=config.threads,
-                                 server_args=profile.keys.server_args)
+        local = replace(candidate_config(cand, config.model_path, n_ctx=config.n_ctx, threads=config.threads,
+                                         server_args=profile.keys.server_args),
+                        omp_passive=config.omp_passive, poll=config.poll)  # the thread setting served
     else:
-        local = _replace(config, rpc=(), ngl=0, draft_ngl=0 if config.draft_path else None)
-    return _replace(local, host=config.host, port=config.port, api_key=config.api_key,
-                    cors_origins=config.cors_origins, alias=config.alias, cache_ram_mib=config.cache_ram_mib,
-                    rpc=())
+        local = replace(config, ngl=0, draft_ngl=0 if config.draft_path else None)
+    return replace(with_served(local, config), rpc=())
+
+
+def with_served(config: ServerConfig, served: ServerConfig) -> ServerConfig:
+    """``config`` with every serving setting of ``served`` (:data:`SERVED_FIELDS`, the fields a serving path
+    sets and the tune never does): how a fallback or a re-applied configuration keeps what the user chose."""
+    return replace(config, **{name: getattr(served, name) for name in SERVED_FIELDS})
 
 
 def reachable_config(config: ServerConfig, fallback: ServerConfig | None,
@@ -351,6 +333,8 @@ def reachable_config(config: ServerConfig, fallback: ServerConfig | None,
 __all__ = [
     "NoProfileError",
     "rpc_fallback_config",
+    "with_served",
+    "SERVED_FIELDS",
     "reachable_config",
     "candidate_config",
     "config_from_json",

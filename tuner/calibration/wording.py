@@ -17,6 +17,8 @@ Kinds, by slot:
 - SPEED_VARIED: ``speed.varied`` (a configuration's launches ran more than 2× apart).
 - EVIDENCE: ``evidence.paired``, ``evidence.chain_faster``, ``evidence.chain_not_faster``,
   ``evidence.divergence``.
+- THREADS: ``threads.trade`` (the thread setting served and what it costs idle and gains with another
+  busy program: ``tuner.calibration.threads``).
 - CPU_WORKAROUND: ``cpu.no_repack`` (the words are ``tuner.hardware.repack.no_repack_sentence``'s, shared
   with ``draftwise doctor`` and the Serve tab).
 - MIX: ``mix.not_applied``, ``mix.all_long``, ``mix.share``, ``mix.compared``.
@@ -29,7 +31,7 @@ Kinds, by slot:
 - any slot: ``text`` (words built before the sentence: the tune makes none; tests use it for a slot that
   has no kind yet).
 
-The THREADS and CAPTURED slots have no kind yet (issues 25 and 28 add them).
+The CAPTURED slot has no kind yet (issue 28 adds it).
 """
 
 from __future__ import annotations
@@ -606,6 +608,32 @@ def _cpu_no_repack(p: Params) -> str:
     return no_repack_sentence(p.get("cause"), tuple(p.get("build_types") or ()))
 
 
+def _tps(tps: object) -> str:
+    """Tokens/s of the thread sentence: whole numbers from 10 up (``59.2`` → ``"59"``), one decimal below."""
+    v = float(tps) if isinstance(tps, (int, float)) else 0.0
+    return f"{v:.0f}" if v >= 10 else f"{v:.1f}"
+
+
+def _loaded(tps: object, at_most: object) -> str:
+    return ("at most " if at_most else "") + _tps(tps)
+
+
+def _threads(p: Params) -> str:
+    """The thread stage's trade (``tuner.calibration.threads.threads_sentence``)."""
+    head = (f"Threads: {p['setting']}: {_tps(p.get('idle_tps'))} tokens/s idle, "
+            f"{_loaded(p.get('loaded_tps'), p.get('loaded_at_most'))} with another busy program")
+    if p.get("default_idle_tps") is not None:
+        return (f"{head}; the default would be {_tps(p.get('default_idle_tps'))} and "
+                f"{_loaded(p.get('default_loaded_tps'), p.get('default_loaded_at_most'))}.")
+    if p.get("sweep_default_tps") is not None:
+        return (f"{head}; the default was not tried with another busy program in the time left (the sweep measured "
+                f"it at {_tps(p.get('sweep_default_tps'))} tokens/s).")
+    if p.get("other") is not None:
+        return (f"{head}; {p['other']} would be {_tps(p.get('other_idle_tps'))} and "
+                f"{_tps(p.get('other_loaded_tps'))}.")
+    return f"{head}."
+
+
 def _text(p: Params) -> str:
     return str(p["text"])  # words built before the sentence (tests: a slot without a kind yet)
 
@@ -629,6 +657,7 @@ RENDERERS: Mapping[str, Renderer] = {
     "evidence.divergence": _divergence,
     "cpu.no_repack": _cpu_no_repack,
     "captured.replayed": _captured,
+    "threads.trade": _threads,
     "mix.not_applied": _mix_not_applied,
     "mix.all_long": _mix_all_long,
     "mix.share": _mix_share,

@@ -1,7 +1,8 @@
 """tuner.catalog: GGUF header reading, folder scan, classification, draft compatibility, families.
 
 Public API (see docs/architecture.md), importable from this package (loaded on first use):
-``read_header``, ``GGUFError``, ``has_chat_template``, ``scan_folder``, ``scan_file``, ``check_compatible``,
+``read_header``, ``GGUFError``, ``has_chat_template``, ``scan_folder``, ``scan_file``,
+``scan_models`` / ``ScanResult`` / ``default_target`` (a models folder as the front ends see it), ``check_compatible``,
 ``CompatVerdict``, ``group_families``, ``Family``, ``DraftCandidate``, ``ModelFile``, ``TokenizerInfo``;
 the demo folder: ``write_demo_folder``, ``demo_folder``, ``DemoFolder``, ``DemoProgress``, ``is_generated_demo``,
 ``DEMO_LABEL``.
@@ -10,6 +11,23 @@ the demo folder: ``write_demo_folder``, ``demo_folder``, ``DemoFolder``, ``DemoP
 from __future__ import annotations
 
 import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names as the type checker sees them; at run time __getattr__ loads them
+    from tuner.catalog.compat import CompatVerdict, check_compatible  # noqa: F401
+    from tuner.catalog.demo import (  # noqa: F401
+        DEMO_LABEL,
+        DemoFolder,
+        DemoProgress,
+        demo_folder,
+        is_generated_demo,
+        write_demo_folder,
+    )
+    from tuner.catalog.families import DraftCandidate, Family, TargetEntry, group_families  # noqa: F401
+    from tuner.catalog.folder import ScanResult, default_target, scan_models  # noqa: F401
+    from tuner.catalog.header import GGUFError, GGUFHeader, TensorInfo, has_chat_template, read_header  # noqa: F401
+    from tuner.catalog.model import ModelFile, TokenizerInfo  # noqa: F401
+    from tuner.catalog.scan import scan_file, scan_folder  # noqa: F401
 
 _EXPORTS = {
     "read_header": "tuner.catalog.header",
@@ -19,6 +37,9 @@ _EXPORTS = {
     "has_chat_template": "tuner.catalog.header",
     "scan_folder": "tuner.catalog.scan",
     "scan_file": "tuner.catalog.scan",
+    "scan_models": "tuner.catalog.folder",
+    "ScanResult": "tuner.catalog.folder",
+    "default_target": "tuner.catalog.folder",
     "check_compatible": "tuner.catalog.compat",
     "CompatVerdict": "tuner.catalog.compat",
     "group_families": "tuner.catalog.families",
@@ -38,7 +59,7 @@ _EXPORTS = {
 __all__ = sorted(_EXPORTS)
 
 
-def __getattr__(name: str):
+def __getattr__(name: str) -> Any:
     module = _EXPORTS.get(name)
     if module is None:
         raise AttributeError(f"module 'tuner.catalog' has no attribute {name!r}")

@@ -8,7 +8,8 @@ table and the decision's plain first sentence to stdout (``--details``: the evid
 global ``--verbose`` is debug logging, not this); with ``--json`` stdout is exactly one JSON object::
 
     {"decision": {"spec_type", "draft", "n_max", "argv" (the tuned flags; no --host/--port: where to
-                  listen is serve's setting), "gen_tokens_per_s",
+                  listen is serve's setting), "env" (the variables the profile sets in llama-server's
+                  environment: {"OMP_WAIT_POLICY": "PASSIVE"} or {}), "gen_tokens_per_s",
                   "baseline_gen_tokens_per_s", "speedup", "reason" (every sentence of the decision),
                   "first_sentence" (its plain first sentence, the table's ``Decision:`` line)},
      "measurements": [{"candidate": {...}, "gen_tokens_per_s", "acceptance",
@@ -86,7 +87,9 @@ def register(subparsers: Any) -> None:
     add_option(p, "long_share", "--long-share", dest="long_share",
                help="share of your requests that are long-context ones; the pick is the fastest configuration "
                "over that mix")
-    add_option(p, "threads", "--threads", dest="threads")
+    add_option(p, "threads", "--threads", dest="threads",
+               default_help="default: the threads setting, else the tune measures the thread settings idle and with "
+               "one core busy and serves the one that copes best")
     from tuner.cli.hardware import add_server_arg_argument
 
     add_server_arg_argument(p)
@@ -229,7 +232,7 @@ def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = (),
         n_predict=args.n_predict,
         repetitions=args.repetitions,
         n_ctx=args.n_ctx,
-        threads=args.threads,
+        threads=args.threads if args.threads is not None else _threads_setting(),
         max_prompts=args.max_prompts,
         sampling=Sampling.from_settings(args),
         long_context=args.long_context,
@@ -239,6 +242,30 @@ def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = (),
         prompts_from_served=getattr(args, "prompts_from_served", None) is not None,
         served_model_id=getattr(args, "prompts_from_served", None) or None,
     )
+
+
+def _threads_setting() -> int | None:
+    from tuner.settings import threads_value
+
+    return threads_value()
+
+
+def _allow_named_rpc_hosts(hosts: tuple[str, ...]) -> None:
+    """The ``--rpc`` hosts the user named, added to the ``rpc_hosts`` setting (:func:`tuner.settings.allow_rpc_hosts`)
+    so that the profile this tune saves may be served with them; a line on stderr says what was added, or why
+    nothing could be (serving such a profile is then refused until the hosts are added). Raises nothing."""
+    from tuner.errors import DraftwiseError
+    from tuner.settings import allow_rpc_hosts
+
+    try:
+        added = allow_rpc_hosts(hosts)
+    except (DraftwiseError, OSError) as exc:  # a bad settings file (named), an unwritable folder
+        sys.stderr.write(f"draftwise tune: could not add --rpc {','.join(hosts)} to the rpc_hosts setting "
+                         f"({safe_text(exc)}): serving a profile that uses them is refused until they are added\n")
+        return
+    if added:
+        sys.stderr.write(f"draftwise tune: added {', '.join(added)} to the rpc_hosts setting (named by --rpc): "
+                         "saved profiles may use it, and tunes without --rpc use it too; remove it there to stop\n")
 
 
 def run(args: argparse.Namespace) -> int:
@@ -258,6 +285,8 @@ def run(args: argparse.Namespace) -> int:
     except TuneError as exc:
         sys.stderr.write(f"draftwise tune: {safe_text(exc)}\n")
         return 2
+    if getattr(args, "rpc", None) is not None:
+        _allow_named_rpc_hosts(rpc_hosts)
     progress = _Progress(sys.stderr)
     cancel = threading.Event()
     box: dict[str, Any] = {}

@@ -11,4 +11,36 @@ server's argv for a plan and runs llama-server or ``llama-fit-params`` on this m
   recorded ``--no-repack`` workaround.
 - build.py: :func:`~tuner.crosscheck.build.find_server_binary` and
   :func:`~tuner.crosscheck.build.build_probes` (the probes ``tuner.hardware.detect_devices`` is given).
+
+The names the front ends use are importable from this package, each module loaded on first use (a tune
+loads ``build`` alone; the cross-checks load the llama-server launch code): ``find_server_binary``,
+``build_probes``, ``plan_check_lines``, ``CheckLine``, ``workaround_sentence``, ``recorded_no_repack``.
 """
+
+from __future__ import annotations
+
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:  # the names as the type checker sees them; at run time __getattr__ loads them
+    from tuner.crosscheck.build import build_probes, find_server_binary  # noqa: F401
+    from tuner.crosscheck.cpu_buffers import recorded_no_repack, workaround_sentence  # noqa: F401
+    from tuner.crosscheck.lines import CheckLine, plan_check_lines  # noqa: F401
+
+_EXPORTS = {
+    "find_server_binary": "tuner.crosscheck.build",
+    "build_probes": "tuner.crosscheck.build",
+    "workaround_sentence": "tuner.crosscheck.cpu_buffers",
+    "recorded_no_repack": "tuner.crosscheck.cpu_buffers",
+    "plan_check_lines": "tuner.crosscheck.lines",
+    "CheckLine": "tuner.crosscheck.lines",
+}
+
+__all__ = sorted(_EXPORTS)
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module 'tuner.crosscheck' has no attribute {name!r}")
+    return getattr(importlib.import_module(module), name)

@@ -30,6 +30,22 @@ def _load(path: Path, keep_aside: bool) -> Any:
     return load_json(path, keep_aside=keep_aside, limit_bytes=MAX_PROFILE_BYTES, what="a profile")
 
 
+def _resolved(path: Path | str) -> Path:
+    try:
+        return Path(path).resolve()
+    except (OSError, RuntimeError):
+        return Path(path).absolute()
+
+
+def _check_own_target(profile: Profile, target_path: Path | str, path: Path) -> None:
+    """The profile read for ``target_path`` says it is for that file (its ``target_path`` resolves to the
+    same one). Raises ProfileError naming ``target_path`` otherwise: a profile file copied or edited to stand
+    for another model is never served for this one."""
+    if _resolved(profile.target_path) != _resolved(target_path):
+        raise ProfileError(path, f"target_path {profile.target_path!r} is not {str(target_path)!r}, the model this "
+                           "profile file stands for; re-tune")
+
+
 class ProfileStore:
     """Load and save :class:`Profile` objects, one per target model path.
 
@@ -64,9 +80,10 @@ class ProfileStore:
                 starts clean; read-only callers (``serve``) pass False and nothing is renamed.
 
         Raises:
-            ProfileError: the file is corrupt, not a regular file, or has another schema (a
-                profile from a newer Draftwise says so); with ``keep_aside`` it has been moved
-                (``moved_to``). Corrupt is never reported as missing.
+            ProfileError: the file is corrupt, not a regular file, has another schema (a
+                profile from a newer Draftwise says so), or its ``target_path`` is another model than
+                ``target_path``; with ``keep_aside`` it has been moved (``moved_to``). Corrupt is never
+                reported as missing.
         """
         path = self.path_for(target_path)
         try:
@@ -80,7 +97,9 @@ class ProfileStore:
         if obj is None:
             return None
         try:
-            return Profile.from_json(obj, path)
+            profile = Profile.from_json(obj, path)
+            _check_own_target(profile, target_path, path)
+            return profile
         except ProfileError as exc:
             moved = keep_aside_file(path) if keep_aside else None
             raise ProfileError(path, exc.reason, moved) from exc

@@ -19,15 +19,16 @@ from typing import Any
 from PySide6.QtCore import QObject, QTimer, Signal
 
 from tuner import settings as settings_mod
-from tuner.calibration.request import EventCallback, TuneResult
-from tuner.catalog.model import ModelFile
+from tuner.calibration import EventCallback, TuneResult
+from tuner.catalog import ModelFile
+from tuner.hardware import LoadWatcher
 from tuner.safetext import safe_text
 from tuner.server import MAX_CAPTURED_FILES as MAX_FILES
-from tuner.server import WAKING_MESSAGE, SleepStatus, reload_words
-from tuner.server.supervisor import ServerState, StateChange
+from tuner.server import WAKING_MESSAGE, ServerState, SleepStatus, StateChange, reload_words
 from tuner.settings import Settings
-from tuner.telemetry.collector import Collector, TelemetryTick
+from tuner.telemetry import Collector, TelemetryTick, collapse_words
 from tuner.ui import flow
+from tuner.ui.recent_requests import RecentRequests
 from tuner.ui.serve_at_start import ServeAtStart
 from tuner.ui.serve_targets import ServeTargets, switched
 from tuner.ui.server_notices import on_state_change
@@ -36,16 +37,12 @@ from tuner.ui.workers import CallWorker, PollWorker
 
 log = logging.getLogger(__name__)
 
-RETUNE_ON_SERVED_TIP = ("Measure again on the requests this model was sent while its requests were kept "
-                        "(replayed as they were served), and serve the fastest configuration for them")
-"""The tooltip of *Re-tune on recent requests* (the tray and the Tune tab)."""
-
 
 def activity_text(collector: Collector, now_s: float | None = None) -> str:
     """What the server is doing, in words, for the tray tooltip and the Monitor header:
     ``"31.2 tokens/s"`` while requests run, ``"idle (last reply 31.2 tokens/s, 3 min ago)"`` when
     no request ran in the last ``IDLE_AFTER_S`` seconds, ``"idle (no request yet)"``."""
-    from tuner.telemetry.collector import IDLE_AFTER_S
+    from tuner.telemetry import IDLE_AFTER_S
 
     now = collector.clock() if now_s is None else now_s
     series = collector.series["gen_tokens_per_s"]
@@ -143,6 +140,7 @@ class AppController(QObject):
         self.poll_interval_s = poll_interval_s
         self.tune_options: dict[str, Any] = {}
         self._poller: PollWorker | None = None
+        self._load_meter: LoadWatcher | None = None  # other programs' CPU while serving (the collapse watch)
         self._work: CallWorker | None = None
         self._plan_workers: list[CallWorker] = []
         self.stopping = False
@@ -158,6 +156,7 @@ class AppController(QObject):
         """The target *Serve at start* is serving again right now (the state is TUNING meanwhile: a worker runs),
         None otherwise: the tray and the Serve tab say "starting", not "tuning"."""
         self.serve_at_start = ServeAtStart(self)
+        self.recent = RecentRequests(self)  # Re-tune on recent requests
         """*Serve at start*: ``restore()`` at start, ``remember`` / ``forget`` as serving starts and stops."""
         self.serve_targets = ServeTargets()
         """The folder's targets for the tray's *Serve* menu (read in a worker after each scan and serve)."""
@@ -278,8 +277,8 @@ class AppController(QObject):
             self.capture_changed.emit()
 
     # ------------------------------------------------------------ actions
-    def _start_work(self, fn: Callable[[EventCallback, threading.Event], Any], name: str,
-                    on_done: Callable[[Any], None], on_event: EventCallback | None = None,
+    def _start_work(self, fn: Callable[[Callable[[Any], None], threading.Event], Any], name: str,
+                    on_done: Callable[[Any], None], on_event: Callable[[Any], None] | None = None,
                     on_failed: Callable[[BaseException], None] | None = None) -> CallWorker | None:
         if self.busy:
             self.status.emit("Busy: wait for the current step or cancel it")
@@ -358,11 +357,9 @@ class AppController(QObject):
         folder = self.settings.models_dir or flow.demo_models_dir()
         target = self.selected_target
         st = self.settings
-        prompts_path = self.prompts_path
-        tune_options = dict(self.tune_options)
-        if served_model_id is not None:
-            prompts_path = None
-            tune_options.update(prompts_from_served=True, served_model_id=served_model_id)
+        prompts_path, tune_options = self.prompts_path, dict(self.tune_options)
+        if served_model_id is not None:  # tune on its captured requests (tuner.ui.recent_requests)
+            prompts_path, tune_options = None, {**tune_options, "prompts_from_served": True, "served_model_id": served_model_id}
         # re-tune while serving: flow.tune_and_serve stops the served server for the sweep
         self.paused_for_retune = self.serving is not None
         self.set_state(AppState.TUNING, "Serving paused for re-tune" if self.paused_for_retune else "Tuning…")
@@ -389,19 +386,6 @@ class AppController(QObject):
         self.retune_offer = None
         self.tune_and_serve(force_retune=True)
 
-    def recent_requests(self) -> int:
-        """How many captured requests the served model (else the selected target: :func:`tuner.ui.flow.served_model_id`)
-        has; *Re-tune on recent requests* is offered while above 0."""
-        return flow.captured_requests_of(flow.served_model_id(self.serving, self.selected_target))
-
-    def retune_on_served(self) -> None:
-        """*Re-tune on recent requests*: a forced sweep on the served model's captured requests (replayed as raw
-        completions, sampled over time: ``tune --prompts-from-served``), then serve the new winner."""
-        model_id = flow.served_model_id(self.serving, self.selected_target)
-        if model_id is None or self.state is AppState.TUNING or not flow.captured_requests_of(model_id):
-            self.status.emit("No captured requests to re-tune on")
-            return
-        self.tune_and_serve(force_retune=True, served_model_id=model_id)
 
     def _on_served(self, outcome: flow.ServeOutcome) -> None:
         """The worker finished: update the views in separate event-loop turns (each repaint is
@@ -454,6 +438,7 @@ class AppController(QObject):
         self.sleep = SleepStatus()
         self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)),
                               sleeps=flow.sleep_counter(self.runner))
+        self._watch_collapse(info)
         self._start_polling()
         self.server_changed.emit(info)
         self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")
@@ -469,10 +454,18 @@ class AppController(QObject):
         if self._start_work(job, "stop", lambda _r: self._serving_stopped()) is not None:
             self.serve_at_start.forget()
 
+    def _watch_collapse(self, info: flow.ServingInfo | None) -> None:
+        """(Re)start the collapse watch and its meter of other programs' CPU for ``info`` (None: stop them)."""
+        if self._load_meter is not None:
+            self._load_meter.stop()
+        watch, self._load_meter = flow.collapse_watch(info) if info is not None else (None, None)
+        self.collector.watch_collapse(watch, self._load_meter.latest_other_cores if self._load_meter else None)
+
     def _serving_stopped(self) -> None:
         self.stopping = False
         self.serving = None
         self.sleep = SleepStatus()
+        self._watch_collapse(None)
         self.collector.detach()
         self.server_changed.emit(None)
         self.set_state(AppState.IDLE, "Server stopped")
@@ -514,6 +507,9 @@ class AppController(QObject):
         self.last_tick = tick
         self.telemetry.emit(tick)
         watch = self.collector.watch
+        collapse = self.collector.collapse
+        if tick.collapse is not None and tick.collapse.alert and collapse is not None:
+            self.notify.emit(*collapse_words(tick.collapse, collapse.profile_tps))
         if tick.watch is not None and tick.watch.alert and watch is not None:
             rate = tick.watch.acceptance_rate or 0.0
             self.notify.emit(
@@ -533,6 +529,7 @@ class AppController(QObject):
         if self._poller is not None:
             self._poller.stop()
             self._poller = None
+        self._watch_collapse(None)
         self.stopping = True
         try:
             self.runner.stop()

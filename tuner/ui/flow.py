@@ -28,44 +28,58 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
+from tuner import calibration
 from tuner.calibration import (
+    Candidate,
+    EventCallback,
+    Measurement,
     Rendered,
     TargetChoice,
-    break_even_rate,
-    captured,
-    measured_line,
-    reused_result,
-    saved_state,
-    serving_plan,
-    target_choices,
-)
-from tuner.calibration.candidates import Candidate
-from tuner.calibration.request import (
-    EventCallback,
     TuneEvent,
     TuneRequest,
     TuneResult,
+    break_even_rate,
+    captured,
+    measured_line,
+    profile_server_config,
+    reachable_config,
     request_from_settings,
+    reused_result,
+    rpc_fallback_config,
+    saved_state,
+    serving_plan,
+    target_choices,
+    with_served,
 )
-from tuner.calibration.results import Measurement
-from tuner.calibration.serving import profile_server_config
-from tuner.calibration.tune import tune
 from tuner.catalog import DEMO_LABEL as DEMO_LABEL  # re-exported for the Models tab
-from tuner.catalog import DemoFolder, DemoProgress, has_chat_template, is_generated_demo, write_demo_folder
-from tuner.catalog.folder import ScanResult, scan_models
-from tuner.catalog.folder import default_target as choose_default_target
-from tuner.catalog.model import ModelFile
-from tuner.crosscheck import build as cc_build
-from tuner.crosscheck.cpu_buffers import workaround_sentence
-from tuner.crosscheck.lines import plan_check_lines
+from tuner.catalog import (
+    DemoFolder,
+    DemoProgress,
+    ModelFile,
+    ScanResult,
+    has_chat_template,
+    is_generated_demo,
+    scan_models,
+    write_demo_folder,
+)
+from tuner.catalog import default_target as choose_default_target
+from tuner.crosscheck import build_probes, find_server_binary, plan_check_lines, workaround_sentence
 from tuner.ctxsize import DEFAULT_CTX_CAP, resolve_ctx_size
 from tuner.errors import (
     Cancelled,  # re-exported: the one cancellation type
     DraftwiseError,
 )
-from tuner.hardware import devices as hw_devices
-from tuner.hardware import nvml
-from tuner.hardware.memory import MemoryPlan, MemoryRequest, context_trade, load_model_spec, plan_memory
+from tuner.hardware import (
+    Devices,
+    LoadWatcher,
+    MemoryPlan,
+    MemoryRequest,
+    context_trade,
+    detect_devices,
+    load_model_spec,
+    plan_memory,
+    used_bytes_total,
+)
 from tuner.process import tree_usage
 from tuner.profiles import Profile
 from tuner.server import (
@@ -73,32 +87,28 @@ from tuner.server import (
     RouterError,
     RouterPlan,
     RouterSupervisor,
+    ServerBinary,
+    ServerClient,
+    ServerConfig,
     ServerNotFoundError,
-    cached_dialect,
-    captured_count,
-    log_prompts_dir,
-    probe_dialect,
-)
-from tuner.server import delete_captured as delete_captured  # re-exported: the captured requests for the window
-from tuner.server import forget_captured as forget_captured
-from tuner.server import list_captured as list_captured
-from tuner.server.client import ServerClient
-from tuner.server.config import ServerConfig, default_alias
-from tuner.server.discovery import ServerBinary, find_server
-from tuner.server.supervisor import (
     ServerStartError,
     ServerState,
     StateChange,
     Supervisor,
+    cached_dialect,
+    captured_count,
+    command_line,
+    default_alias,
+    find_server,
+    log_prompts_dir,
+    probe_dialect,
+    server_env,
 )
+from tuner.server import delete_captured as delete_captured  # re-exported: the captured requests for the window
+from tuner.server import forget_captured as forget_captured
+from tuner.server import list_captured as list_captured
 from tuner.settings import Settings, server_api_key
-from tuner.telemetry.samplers import (
-    MetricsSampler,
-    ProcessSampler,
-    ProcessUsage,
-    VramSampler,
-)
-from tuner.telemetry.watch import AcceptanceWatch
+from tuner.telemetry import AcceptanceWatch, CollapseWatch, MetricsSampler, ProcessSampler, ProcessUsage, VramSampler
 from tuner.units import MIB, format_bytes
 
 log = logging.getLogger(__name__)
@@ -137,6 +147,8 @@ class ServingInfo:
         models: every model id the endpoint serves when it is llama-server's router (a request's ``model``
             picks one); () when it serves one model.
         models_why: how many models the router keeps loaded at once, in words ("" for one model).
+        profile_tps: the profile's generation tokens/s (its decision's), the collapse watch's reference; None
+            when unknown.
     """
 
     model_name: str
@@ -153,6 +165,7 @@ class ServingInfo:
     base_model: bool = False
     models: tuple[str, ...] = ()
     models_why: str = ""
+    profile_tps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -288,6 +301,7 @@ class ServerRunner:
     def __init__(self, on_state: Callable[[StateChange], None] | None = None) -> None:
         self.on_state = on_state
         self.supervisor: Supervisor | RouterSupervisor | None = None
+        self._rpc_fallback: ServerConfig | None = None
         self._lock = threading.Lock()
 
     @property
@@ -368,9 +382,12 @@ class ServerRunner:
             Cancelled: ``cancel`` was set while loading (the process tree is stopped).
         """
         self.stop()
-        sup = Supervisor(binary, auto_restart=True, on_state=self._state_cb, rpc_fallback=rpc_fallback)
+        sup = Supervisor(binary, auto_restart=True, on_state=self._state_cb)
+        if rpc_fallback is not None:  # without a capture this build cannot do, as the configuration itself
+            sup.set_rpc_fallback(_capturable(rpc_fallback, sup))
         with self._lock:
             self.supervisor = sup
+            self._rpc_fallback = rpc_fallback
         sup.start(_capturable(config, sup))
         try:
             sup.wait_ready(timeout_s=ready_timeout_s, cancel=cancel)
@@ -387,11 +404,16 @@ class ServerRunner:
         (:meth:`Supervisor.restart`); waits until ready. None when nothing is served (the setting then applies at
         the next start).
 
+        The local-only fallback of an RPC configuration takes the same serving settings
+        (``tuner.calibration.serving.with_served``): a capture switched off stays off when a host is lost.
+
         Raises:
             tuner.server.supervisor.ServerStartError: the new configuration did not start (with ``diagnosis``).
         """
         with self._lock:
             sup = self.supervisor
+            fallback = self._rpc_fallback = (with_served(self._rpc_fallback, config)
+                                             if self._rpc_fallback is not None else None)
         if sup is None or sup.state not in (ServerState.READY, ServerState.SLEEPING):
             return None
         if isinstance(sup, RouterSupervisor):  # every model of the endpoint: capture is the app's setting
@@ -400,6 +422,8 @@ class ServerRunner:
                 on = config.log_prompts_dir is not None and sup.dialect.capture_problem() is None
                 sup.apply(replace(plan, models=tuple(captured(m, on) for m in plan.models)), setting, ready_timeout_s)
             return None
+        if fallback is not None:
+            sup.set_rpc_fallback(_capturable(fallback, sup))
         sup.restart(_capturable(config, sup), applying=setting)
         sup.wait_ready(timeout_s=ready_timeout_s)
         return sup
@@ -453,6 +477,12 @@ class ServerRunner:
         sup = self.supervisor
         argv = sup.argv if sup is not None else None
         return tuple(argv) if argv else None
+
+    def command_text(self, argv: Sequence[str]) -> str:
+        """``argv`` as the exact command line, the variables the running configuration sets in front
+        (``OMP_WAIT_POLICY=PASSIVE …``: ``tuner.server.command_line``)."""
+        sup = self.supervisor
+        return command_line(list(argv), server_env(sup.config if sup is not None else None))
 
 
 def _capturable(config: ServerConfig, sup: Supervisor) -> ServerConfig:
@@ -537,7 +567,7 @@ def capture_status(settings: Settings, runner: ServerRunner | None = None) -> Ca
 def vram_sampler() -> VramSampler | None:
     """A :class:`tuner.telemetry.samplers.VramSampler` over NVML (``tuner.hardware.nvml.used_bytes_total``);
     None when there is no reading (no NVML library, no NVIDIA GPU)."""
-    read = nvml.used_bytes_total
+    read = used_bytes_total
     try:
         if read() is None:  # no NVML library or no NVIDIA GPU: no VRAM series at all
             return None
@@ -571,6 +601,19 @@ def server_samplers(info: ServingInfo, runner: ServerRunner) -> Samplers:
     return metrics, ProcessSampler(read_usage), watch
 
 
+def _positive(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def collapse_watch(info: ServingInfo) -> tuple[CollapseWatch | None, LoadWatcher | None]:
+    """The Monitor's collapse watch for ``info`` (``tuner.telemetry.watch.CollapseWatch`` on the profile's speed)
+    and a started meter of other programs' CPU (:class:`tuner.hardware.LoadWatcher`, the app's own process tree
+    left out, llama-server included; stop it when serving ends); ``(None, None)`` without the profile's speed."""
+    if info.profile_tps is None:
+        return None, None
+    return CollapseWatch(info.profile_tps), LoadWatcher(keep=60).start()
+
+
 def sleep_counter(runner: ServerRunner) -> Callable[[], int]:
     """How many times the served llama-server fell asleep (idle sleep) in its current launch, for
     :meth:`tuner.telemetry.collector.Collector.attach` (0 when none runs)."""
@@ -602,23 +645,28 @@ def idle_sleep_problem(settings: Settings, runner: ServerRunner | None = None) -
 TUNE_OPTIONS_DEFAULT: dict[str, Any] = {}
 
 
-def serving_config(profile: Profile, settings: Settings) -> ServerConfig:
+def serving_config(profile: Profile, settings: Settings, models_dir: Path | None = None) -> ServerConfig:
     """The profile's winning ``ServerConfig`` with the user's port, listen address and API key, the
     friendly model id (``--alias`` = :func:`tuner.server.config.default_alias`), the prompt-cache
     limit (``settings.cache_ram_mib``), idle sleep (``settings.idle_sleep_s``; 0 = off; passed only where
-    the binary has ``--sleep-idle-seconds``) and the capture of served requests (``settings.capture_requests``:
-    :func:`capture_config`, whose folder is made here).
+    the binary has ``--sleep-idle-seconds``), the user's ``threads`` setting over the tuned thread setting, and
+    the capture of served requests (``settings.capture_requests``: :func:`capture_config`, whose folder is made
+    here). ``models_dir``: the folder served from, whose drafts alone the profile may use (None = the target's
+    own folder); its RPC hosts: loopback or ``settings.rpc_hosts``.
 
     Raises:
         tuner.settings.SettingsError: LAN exposure without an API key.
-        tuner.profiles.ProfileError: the profile sets an option a profile may not (named).
+        tuner.profiles.ProfileError: the profile sets an option a profile may not, names another model, a draft
+            outside the folder, an RPC host not allowed or a number out of range (the field named).
         tuner.server.CaptureError: the capture folder cannot be made private.
     """
-    cfg = profile_server_config(profile)  # raises ProfileError for a tampered profile (option named)
+    cfg = profile_server_config(profile, models_dir, rpc_allowed=settings.rpc_hosts)
     cfg = replace(cfg, port=settings.port, host=settings.host, api_key=server_api_key(settings),
                   cors_origins=settings.cors_origins_value(),
                   alias=cfg.alias or default_alias(cfg.model_path), cache_ram_mib=settings.cache_ram_mib,
                   sleep_idle_s=settings.idle_sleep_s or None)
+    if settings.threads is not None:  # the user's thread count overrides the tuned setting
+        cfg = replace(cfg, threads=settings.threads, omp_passive=False, poll=None)
     return capture_config(cfg, settings.capture_requests)
 
 
@@ -690,7 +738,8 @@ def tune_and_serve(
 def _tune_then_serve(scanned: ScanResult, request: TuneRequest, settings: Settings, runner: ServerRunner,
                      on_event: EventCallback, cancel: threading.Event, binary: ServerBinary) -> ServeOutcome:
     try:
-        result = tune(request, on_event=on_event, cancel=cancel, scanned=scanned, binary=binary)
+        # calibration.tune, not `from tuner.calibration import tune`: import-linter reads that as the module
+        result = calibration.tune(request, on_event=on_event, cancel=cancel, scanned=scanned, binary=binary)
     except Exception:
         if cancel.is_set():  # e.g. the baseline's server stopped by the cancel: not a failure to report
             raise Cancelled() from None
@@ -708,7 +757,7 @@ def _serve_result(scanned: ScanResult, result: TuneResult, settings: Settings, r
         raise RuntimeError(f"tuning {result.target_path} produced no profile")
     info = _serve_router(scanned, Path(profile.target_path), settings, runner, on_event, cancel, binary)
     if info is None:
-        info = _serve_one(profile, settings, runner, on_event, cancel, binary)
+        info = _serve_one(profile, settings, scanned.folder, runner, on_event, cancel, binary)
     return ServeOutcome(
         scan=scanned,
         tune_result=result,
@@ -719,15 +768,12 @@ def _serve_result(scanned: ScanResult, result: TuneResult, settings: Settings, r
     )
 
 
-def _serve_one(profile: Profile, settings: Settings, runner: ServerRunner, on_event: EventCallback,
-               cancel: threading.Event, binary: ServerBinary) -> ServingInfo:
-    """Serve the profile's winner as one llama-server (the settings' port, the RPC fallback where it has one)."""
-    config = serving_config(profile, settings)
-    from tuner.calibration.serving import reachable_config, rpc_fallback_config
-
-    fallback = rpc_fallback_config(config, profile)
-    if fallback is not None:  # a lost RPC host does not stop the capture of served requests
-        fallback = replace(fallback, log_prompts_dir=config.log_prompts_dir)
+def _serve_one(profile: Profile, settings: Settings, models_dir: Path, runner: ServerRunner,
+               on_event: EventCallback, cancel: threading.Event, binary: ServerBinary) -> ServingInfo:
+    """Serve the profile's winner as one llama-server (the settings' port, the RPC fallback where it has one);
+    its drafts from ``models_dir``, the scanned folder."""
+    config = serving_config(profile, settings, models_dir)
+    fallback = rpc_fallback_config(config, profile)  # keeps the capture, idle sleep, the listen settings
     config, rpc_note = reachable_config(config, fallback)
     if rpc_note:
         on_event(status_event(rpc_note))
@@ -750,6 +796,7 @@ def _serve_one(profile: Profile, settings: Settings, runner: ServerRunner, on_ev
         model_id=config.alias if _argv_has(sup.argv, ("-a", "--alias")) else None,
         cache_ram_mib=config.cache_ram_mib if _argv_has(sup.argv, ("-cram", "--cache-ram")) else None,
         base_model=not has_chat_template(profile.target_path),
+        profile_tps=_positive(decision_json.get("gen_tokens_per_s")),
     )
 
 
@@ -1066,7 +1113,7 @@ def plan_words(plan: MemoryPlan, n_layers: int) -> str:
     return f"{where}; host RAM: {format_bytes(h.total_bytes)} ({extra}). Verdict: {plan.verdict}."
 
 
-def _trade_words(request: MemoryRequest, devices: hw_devices.Devices) -> str | None:
+def _trade_words(request: MemoryRequest, devices: Devices) -> str | None:
     """The context-vs-layers trade with a GPU, in the app's words; None without a GPU."""
     trade = context_trade(request, devices)
     if trade.max_ngl_at_ctx is None:
@@ -1092,8 +1139,8 @@ def memory_plan_text(model: ModelFile, ctx_size: int | None = None, cache_ram_mi
     not mentioned). No command-line advice: a plan never checked against llama-server says so, nothing more."""
     try:
         n_ctx, _ = resolve_ctx_size(ctx_size, model.context_length)
-        binary = cc_build.find_server_binary()  # through the modules: tests replace them
-        devices = hw_devices.detect_devices(binary, cc_build.build_probes(probe=False))
+        binary = find_server_binary()
+        devices = detect_devices(binary, build_probes(probe=False))
         read_at = time.strftime("%H:%M:%S")
         spec = load_model_spec(model.path)
         cache_bytes = max(cache_ram_mib or 0, 0) * MIB

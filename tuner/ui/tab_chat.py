@@ -265,7 +265,7 @@ class ChatTab(QWidget):
         base_url, api_key = info.base_url, info.api_key
 
         def job(on_event, cancel):
-            from tuner.server.client import ServerClient
+            from tuner.server import ServerClient
 
             timings = None
             with ServerClient(base_url, api_key=api_key) as client:

@@ -21,8 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from tuner.telemetry.collector import NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S
-from tuner.telemetry.ring import with_breaks
+from tuner.telemetry import NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S, with_breaks
 from tuner.ui.controller import AppController, activity_text, sleep_text
 from tuner.ui.graphs import TimePlot
 from tuner.ui.plaintext import plain, plain_label, rich, rich_label

@@ -42,9 +42,9 @@ def load_prompt_set(path: Path | None):
     Raises:
         tuner.calibration.prompts.PromptFileError: names the file and line.
     """
-    from tuner.calibration import prompts as core
+    from tuner.calibration import default_prompts, load_prompts
 
-    return core.load_prompts(path) if path is not None else core.default_prompts()
+    return load_prompts(path) if path is not None else default_prompts()
 
 
 def to_jsonl(prompt_set) -> str:
@@ -154,7 +154,7 @@ class PromptsTab(QWidget):
         """Indices of the prompts a sweep measures: the calibration's own choice
         (``tuner.calibration.prompts.select_prompts``; the built-in set uses ``DEFAULT_SET_PROMPTS``
         of its prompts unless the tune options set ``max_prompts``)."""
-        from tuner.calibration.prompts import DEFAULT_SET_PROMPTS, select_prompts
+        from tuner.calibration import DEFAULT_SET_PROMPTS, select_prompts
 
         max_p = (getattr(self.controller, "tune_options", None) or {}).get("max_prompts")
         if max_p is None and path is None:

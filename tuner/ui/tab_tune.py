@@ -20,10 +20,11 @@ from PySide6.QtWidgets import (
 
 from tuner.calibration import Rendered
 from tuner.ui import flow
-from tuner.ui.controller import RETUNE_ON_SERVED_TIP, AppController
+from tuner.ui.controller import AppController
 from tuner.ui.graphs import CandidateChart
 from tuner.ui.options import spin_box, spin_value
 from tuner.ui.plaintext import plain, plain_label
+from tuner.ui.recent_requests import TIP as RECENT_TIP
 from tuner.ui.state import AppState
 
 log = logging.getLogger(__name__)
@@ -68,7 +69,7 @@ class TuneTab(QWidget):
         self.retune_btn.clicked.connect(self.retune)
         row.addWidget(self.retune_btn)
         self.served_btn = QPushButton("Re-tune on recent requests")  # shown only with captured requests
-        self.served_btn.setToolTip(RETUNE_ON_SERVED_TIP)
+        self.served_btn.setToolTip(RECENT_TIP)
         self.served_btn.clicked.connect(self.retune_on_served)
         row.addWidget(self.served_btn)
         self.cancel_btn = QPushButton("Cancel")
@@ -212,16 +213,16 @@ class TuneTab(QWidget):
         """Start *Re-tune on recent requests* (a sweep on the served model's captured requests)."""
         self._apply_budget()
         self._reset()
-        self.controller.retune_on_served()
+        self.controller.recent.retune()
 
     def show_served_action(self) -> None:
         """*Re-tune on recent requests* is shown while captured requests exist for the served model (its count in
         the tooltip), enabled while no sweep runs."""
-        n = self.controller.recent_requests()
+        n = self.controller.recent.count()
         self.served_btn.setVisible(n > 0)
         self.served_btn.setEnabled(n > 0 and self.controller.state is not AppState.TUNING)
         if n:
-            self.served_btn.setToolTip(f"{RETUNE_ON_SERVED_TIP} ({n} request{'' if n == 1 else 's'} kept)")
+            self.served_btn.setToolTip(f"{RECENT_TIP} ({n} request{'' if n == 1 else 's'} kept)")
 
     def on_state(self, state: AppState) -> None:
         """Enable the buttons that make sense now."""

@@ -15,9 +15,10 @@ from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
 from tuner.ui import flow
-from tuner.ui.controller import RETUNE_ON_SERVED_TIP, AppController, capture_text
+from tuner.ui.controller import AppController, capture_text
 from tuner.ui.icons import state_icon
 from tuner.ui.plaintext import notification_body, plain, tooltip
+from tuner.ui.recent_requests import TIP as RECENT_TIP
 from tuner.ui.state import AppState
 
 #: Menu entries in order (text of the action), for tests and docs.
@@ -121,11 +122,11 @@ class Tray:
         # nothing to re-tune before a first sweep or a served profile
         a.setEnabled(c.can_retune())
         a.triggered.connect(c.retune)
-        if c.recent_requests() > 0:  # only with captured requests of the served model
+        if c.recent.count() > 0:  # only with captured requests of the served model
             a = m.addAction("Re-tune on recent requests")
-            a.setToolTip(RETUNE_ON_SERVED_TIP)
+            a.setToolTip(RECENT_TIP)
             a.setEnabled(not busy)
-            a.triggered.connect(c.retune_on_served)
+            a.triggered.connect(c.recent.retune)
         m.addSeparator()
         if served is not None:
             asleep = c.sleep.sleeping
