@@ -121,6 +121,15 @@ class TuneRequest:
             :func:`tuner.serverargs.parse_server_args`), added to every launch, the baseline's included, and
             saved with the winner; a staleness key of the profile. The sweep also refuses a flag the installed
             binary does not list (:func:`tuner.serverargs.check_known`).
+        prompts_from_served: measure on the requests captured while serving the target (``tune
+            --prompts-from-served``, the app's *Re-tune on recent requests*) instead of ``prompts``: each sent as
+            llama-server logged it (after the chat template; a token array as token ids), as a raw completion, at
+            ``sampling`` (the clients' own sampling is not recorded); the built-in long-context requests are not
+            added (``long_context`` is ignored), and a captured prompt filling at least half of ``n_ctx`` counts as
+            a long-context one for ``long_share``. At most ``max_prompts`` (default 8) of them, sampled evenly
+            over time (:func:`tuner.calibration.prompts.captured_prompt_set`).
+        served_model_id: the served model id whose captured requests are used (the ``--alias``); ``None`` = the
+            target's default id (:func:`tuner.server.config.default_alias`).
     """
 
     models_dir: Path
@@ -140,6 +149,8 @@ class TuneRequest:
     long_share: float | None = None
     rpc_hosts: tuple[str, ...] = ()
     server_args: tuple[str, ...] = ()
+    prompts_from_served: bool = False
+    served_model_id: str | None = None
 
     @classmethod
     def create(cls, models_dir: str | Path, **fields: Any) -> TuneRequest:
@@ -192,7 +203,9 @@ class TuneRequest:
                 check(opt.name, value, where=opt.name, limits=machine_limits())
             except OptionError as exc:
                 raise TuneError(str(exc), bad_input=True) from None
-        _check_long_share(self.long_share, self.long_context)
+        _check_long_share(self.long_share, self.long_context or self.prompts_from_served)
+        if self.prompts_from_served and self.prompts is not None:
+            raise TuneError("--prompts-from-served replaces --prompts: give one of the two", bad_input=True)
         from tuner.serverargs import ServerArgError, check_server_argv
 
         try:

@@ -488,6 +488,30 @@ def _saved_measured_on(p: Params, measured_unix_s: float | None) -> str:
     return when + "."
 
 
+def captured_period(first_unix_s: float, last_unix_s: float, now_unix_s: float | None = None) -> str:
+    """``"between 14:02 and 14:20 today"`` (local time; ``"on 2026-12-01 between …"`` for another day, ``"at
+    14:02 today"`` for one moment, ``"between 2026-11-30 at 23:50 and 2026-12-01 at 00:10"`` across days)."""
+    first, last = time.localtime(first_unix_s), time.localtime(last_unix_s)
+    today = time.localtime(time.time() if now_unix_s is None else now_unix_s)[:3]
+
+    def day(t: time.struct_time) -> str:
+        return "today" if t[:3] == today else time.strftime("on %Y-%m-%d", t)
+
+    a, b = time.strftime("%H:%M", first), time.strftime("%H:%M", last)
+    if first[:3] != last[:3]:
+        return f"between {time.strftime('%Y-%m-%d at %H:%M', first)} and {time.strftime('%Y-%m-%d at %H:%M', last)}"
+    if a == b:
+        return f"at {a} {day(first)}"
+    return f"between {a} and {b} {day(first)}" if day(first) == "today" else f"{day(first)} between {a} and {b}"
+
+
+def _captured(p: Params) -> str:
+    n = int(p.get("requests") or 0)
+    first, last = p.get("first_unix_s"), p.get("last_unix_s")
+    when = f" served {captured_period(float(first), float(last))}" if first is not None and last is not None else ""
+    return f"Tuned on {n} request{_s(n)}{when}."
+
+
 # ---- SWEEP ----------------------------------------------------------------------------------------------
 def describe_workload(chat: bool, raw_endpoint: str, sampling: str, n_ctx: int | None) -> str:
     """The measured requests in words, e.g. ``"chat requests (/v1/chat/completions) at greedy (temperature 0),
@@ -632,6 +656,7 @@ RENDERERS: Mapping[str, Renderer] = {
     "evidence.chain_not_faster": _chain_not_faster,
     "evidence.divergence": _divergence,
     "cpu.no_repack": _cpu_no_repack,
+    "captured.replayed": _captured,
     "threads.trade": _threads,
     "mix.not_applied": _mix_not_applied,
     "mix.all_long": _mix_all_long,

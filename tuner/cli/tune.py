@@ -1,7 +1,7 @@
 """``draftwise tune``: calibrate on the user's machine and save the profile (headless front end of ``tune``).
 
-    draftwise tune --models DIR [--target NAME|PATH] [--prompts FILE] [--budget SECONDS] [--force] [--json]
-                   [--details] [--server-arg=FLAG[=VALUE] ...]
+    draftwise tune --models DIR [--target NAME|PATH] [--prompts FILE | --prompts-from-served [MODEL_ID]]
+                   [--budget SECONDS] [--force] [--json] [--details] [--server-arg=FLAG[=VALUE] ...]
 
 Progress goes to stderr (a one-line progress bar on a terminal, plain lines otherwise), the final
 table and the decision's plain first sentence to stdout (``--details``: the evidence behind it too; the
@@ -63,6 +63,12 @@ def register(subparsers: Any) -> None:
                    "default: the largest model that has a compatible draft")
     p.add_argument("--prompts", metavar="FILE", help="prompt file: JSONL with 'prompt' (+ 'category') or text "
                    "with prompts separated by lines holding only '---' (default: built-in set)")
+    p.add_argument("--prompts-from-served", nargs="?", const="", default=None, metavar="MODEL_ID",
+                   help="re-tune on the requests captured while serving the target (serve --capture-requests): each "
+                   "replayed as the server logged it, as a raw completion, at the sampling given here; at most "
+                   "--max-prompts of them (default 8), sampled over time; no built-in long-context requests. "
+                   "MODEL_ID: the served model id (default: the target's file name without .gguf). A profile "
+                   "tuned on them stays fresh as new requests come: --force re-tunes on the newer ones")
     add_option(p, "budget_s", "--budget", dest="budget")
     p.add_argument("--force", action="store_true", help="re-tune even when a fresh profile exists")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -233,6 +239,8 @@ def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = (),
         long_share=args.long_share,
         rpc_hosts=tuple(rpc_hosts),
         server_args=tuple(server_args),
+        prompts_from_served=getattr(args, "prompts_from_served", None) is not None,
+        served_model_id=getattr(args, "prompts_from_served", None) or None,
     )
 
 

@@ -28,6 +28,7 @@ from tuner.server import WAKING_MESSAGE, ServerState, SleepStatus, StateChange, 
 from tuner.settings import Settings
 from tuner.telemetry import Collector, TelemetryTick, collapse_words
 from tuner.ui import flow
+from tuner.ui.recent_requests import RecentRequests
 from tuner.ui.serve_at_start import ServeAtStart
 from tuner.ui.serve_targets import ServeTargets, switched
 from tuner.ui.server_notices import on_state_change
@@ -155,6 +156,7 @@ class AppController(QObject):
         """The target *Serve at start* is serving again right now (the state is TUNING meanwhile: a worker runs),
         None otherwise: the tray and the Serve tab say "starting", not "tuning"."""
         self.serve_at_start = ServeAtStart(self)
+        self.recent = RecentRequests(self)  # Re-tune on recent requests
         """*Serve at start*: ``restore()`` at start, ``remember`` / ``forget`` as serving starts and stops."""
         self.serve_targets = ServeTargets()
         """The folder's targets for the tray's *Serve* menu (read in a worker after each scan and serve)."""
@@ -350,13 +352,14 @@ class AppController(QObject):
         self._plan_workers = [x for x in self._plan_workers if x.isRunning()] + [w]
         w.start()
 
-    def tune_and_serve(self, force_retune: bool = False) -> None:
-        """One click: scan → tune (or reuse a fresh profile) → serve, in one cancellable worker."""
+    def tune_and_serve(self, force_retune: bool = False, served_model_id: str | None = None) -> None:
+        """One click: scan → tune (or reuse a fresh profile) → serve, in one worker (``served_model_id``: on its captures)."""
         folder = self.settings.models_dir or flow.demo_models_dir()
         target = self.selected_target
         st = self.settings
-        prompts_path = self.prompts_path
-        tune_options = dict(self.tune_options)
+        prompts_path, tune_options = self.prompts_path, dict(self.tune_options)
+        if served_model_id is not None:  # tune on its captured requests (tuner.ui.recent_requests)
+            prompts_path, tune_options = None, {**tune_options, "prompts_from_served": True, "served_model_id": served_model_id}
         # re-tune while serving: flow.tune_and_serve stops the served server for the sweep
         self.paused_for_retune = self.serving is not None
         self.set_state(AppState.TUNING, "Serving paused for re-tune" if self.paused_for_retune else "Tuning…")
@@ -382,6 +385,7 @@ class AppController(QObject):
         """Tune again even when a fresh profile exists, then serve the new winner."""
         self.retune_offer = None
         self.tune_and_serve(force_retune=True)
+
 
     def _on_served(self, outcome: flow.ServeOutcome) -> None:
         """The worker finished: update the views in separate event-loop turns (each repaint is

@@ -526,6 +526,21 @@ class CaptureStatus:
     problem: str | None
 
 
+def served_model_id(serving: ServingInfo | None, target: Path | None) -> str | None:
+    """The model id whose captured requests a re-tune on recent requests uses: the served one's (its
+    ``--alias``, else its file's default id, as :func:`capture_config` names its folder), else the selected
+    target's default id; ``None`` when there is neither."""
+    if serving is not None:  # read as attributes: a view may hold a partial stand-in before serving starts
+        model_id, served = getattr(serving, "model_id", None), getattr(serving, "target_path", None)
+        return model_id or (default_alias(served) if served is not None else None)
+    return default_alias(target) if target is not None else None
+
+
+def captured_requests_of(model_id: str | None) -> int:
+    """How many captured requests ``model_id`` has (0 for ``None``); reads the folder's listing, never a file."""
+    return captured_count(model_id)[0] if model_id else 0
+
+
 def capture_status(settings: Settings, runner: ServerRunner | None = None) -> CaptureStatus:
     """Where the capture of served requests stands: the setting, the live argv, the files kept, and why the
     llama-server cannot (the served supervisor's dialect, else the binary's cached ``--help``; never runs it)."""

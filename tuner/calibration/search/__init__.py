@@ -41,7 +41,7 @@ from ..measure import LaunchFn
 from ..outcome import SearchOutcome
 from ..pairing import Mix
 from ..prompts import Prompt
-from ..workload import LongContextPlan, SweepMemory, Workload
+from ..workload import LongContextPlan, SweepMemory, Workload, long_prompt_tokens
 from .budget import HARD_LIMIT, Budget, Estimates
 from .confirm import Confirmation
 from .eta import ConfirmTracker, Eta
@@ -84,7 +84,8 @@ class Search:
         self.s = settings
         requests = Requests(list(prompts), settings.n_predict)
         memory = SweepMemory(long_plan=LongContextPlan(budget_s=budget.budget_s))
-        self.record = Record(mix=Mix.of(requests.prompts, settings.long_share), memory=memory)
+        self.record = Record(mix=Mix.of(requests.prompts, settings.long_share, long_prompt_tokens(workload.n_ctx)),
+                             memory=memory)
         self.budget = budget
         self.estimates = Estimates(requests, self.record, settings.side_by_side, ngram_only(plan))
         self.eta = Eta()
