@@ -66,11 +66,14 @@ HAND = ("llama.cpp draft defaults", "seed guide", "--spec-default")
 
 
 def configs(served: ServerConfig, target: Path, draft: Path, n_ctx: int, threads: int | None) -> dict[str, ServerConfig]:
-    """The five configurations, each with the same ``-c``, ``-np 1`` and ``-t``."""
-    base = ServerConfig(target, n_ctx=n_ctx, n_parallel=1, threads=threads)
+    """The five configurations, each with the same ``-c``, ``-np 1`` and thread setting: ``threads`` when given,
+    else the one the tune served (its ``-t`` and ``OMP_WAIT_POLICY``; the speculation is what is compared here)."""
+    mine = threads is None
+    t, passive, poll = (served.threads, served.omp_passive, served.poll) if mine else (threads, False, None)
+    base = ServerConfig(target, n_ctx=n_ctx, n_parallel=1, threads=t, omp_passive=passive, poll=poll)
     return {
         ALONE: base,
-        "Draftwise": replace(served, n_ctx=n_ctx, n_parallel=1, threads=threads, port=None),
+        "Draftwise": replace(served, n_ctx=n_ctx, n_parallel=1, port=None, threads=t, omp_passive=passive, poll=poll),
         HAND[0]: replace(base, draft_path=draft, spec_type="draft-simple"),
         HAND[1]: replace(base, draft_path=draft, spec_type="draft-simple", n_max=5, p_min=0.75),
         HAND[2]: replace(base, extra_args=("--spec-default",)),

@@ -165,7 +165,9 @@ def _tuning_options() -> list[Option]:
         Option("max_prompts", int, 1, unset="all of a prompt file, 5 of the built-in set", in_request=True,
                help="use at most N prompts of the set"),
         Option("threads", int, 1, limit=Limit("logical_cpus", factor=4, words="4 × the {n} logical CPUs"),
-               unset="llama-server's default", help="CPU threads of each launch", in_request=True),
+               unset="tuned (llama-server's default when untuned)", setting="threads", in_request=True,
+               help="CPU threads of llama-server (-t, and -td for a draft model); overrides the thread setting "
+               "the tune measures and serves"),
         Option("long_share", float, 0, 1, unset="the prompt set's own", metavar="FRACTION",
                help="share of your requests that are long-context ones", setting="long_share", in_request=True,
                step=1, gui_scale=100, gui_suffix=" %"),

@@ -108,6 +108,10 @@ class Settings:
             the re-tune.
         served_target: the target GGUF being served (the one *Serve at start* serves again), None when the
             server was stopped by hand or nothing was served yet.
+        threads: CPU threads of llama-server (``-t``; ``-td`` too with a draft model) for tune and serve; None =
+            the tune measures the thread settings and serves the one that copes best with other busy programs
+            (``tuner.calibration.threads``). A number overrides it: the tune then measures only that count, and
+            serving uses it whatever the profile says (``serve --threads`` overrides this setting).
     """
 
     models_dir: Path | None = None
@@ -132,6 +136,7 @@ class Settings:
     capture_requests: bool = False
     serve_at_start: bool | None = None
     served_target: Path | None = None
+    threads: int | None = None
 
     def __post_init__(self) -> None:
         validate(self)
@@ -362,6 +367,15 @@ def load_settings_keeping_valid(repair: bool = True) -> LoadedSettings:
     except OSError:
         pass  # the valid keys are still in memory; the copy aside keeps the original
     return LoadedSettings(settings, tuple(problems), moved)
+
+
+def threads_value() -> int | None:
+    """The ``threads`` setting (None = tuned), for the command line's tune and serve when no ``--threads`` is
+    given. A bad or unreadable settings file gives None. Never raises."""
+    try:
+        return load_settings_keeping_valid(repair=False).settings.threads
+    except Exception:  # noqa: BLE001 - the tuned setting is the safe default
+        return None
 
 
 def served_values() -> tuple[str, int]:

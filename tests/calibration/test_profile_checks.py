@@ -206,7 +206,7 @@ def test_the_rpc_fallback_keeps_every_serving_setting(models: Path, with_profile
 #: ServerConfig fields a tune's winner sets (tuner/calibration/serving.py ``candidate_config``).
 _TUNED_FIELDS = {"model_path", "draft_path", "spec_type", "n_max", "n_min", "p_min", "ngl", "draft_ngl", "n_ctx",
                  "n_parallel", "cache_type_k", "cache_type_v", "threads", "fit", "extra_args", "ngram_n_max",
-                 "ngram_n_min", "spec_autotune", "rpc"}
+                 "ngram_n_min", "spec_autotune", "rpc", "omp_passive", "poll"}
 
 
 def test_every_server_config_field_is_tuned_or_served() -> None:

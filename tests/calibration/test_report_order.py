@@ -53,17 +53,18 @@ def test_the_new_sentences_of_issues_25_23_and_28_take_their_places_in_a_tuned_d
                                notes=[Sentence.text(Slot.SWEEP, "The sweep stopped at its time limit.")])
     d = finish_decision(decide(outcome), outcome, ReportFacts(
         workload=Workload(), machine=MachineLoad(LoadSummary(10, 0.4, 0.45, 0.0, 0.5)),
-        cpu_workaround=NoRepack("sigill", ("AMX",))))
-    # what issues 25 and 28 will add, in whatever step adds it
-    later = [Sentence.text(Slot.CAPTURED, "CAPTURED."), Sentence.text(Slot.THREADS, "THREADS."),
-             Sentence.text(Slot.SPEED_VARIED, "SPEED_VARIED.")]
+        cpu_workaround=NoRepack("sigill", ("AMX",)), captured={0: 1.7e9, 1: 1.7e9 + 60, 7: 1.7e9 + 120},
+        served_model_id="m"))
+    # what issue 25 will add, in whatever step adds it
+    later = [Sentence.text(Slot.THREADS, "THREADS."), Sentence.text(Slot.SPEED_VARIED, "SPEED_VARIED.")]
     full = d.with_sentences([*later, *d.sentences])
     kinds = [s.kind for s in full.sentences]
     assert [s.slot for s in full.sentences] == sorted(s.slot for s in full.sentences)
-    assert kinds == ["headline.serving", "text", "evidence.paired", "text", "cpu.no_repack", "text", "mix.share",
-                     "machine.load", "text", "sweep.measured_with"]
+    assert kinds == ["headline.serving", "text", "evidence.paired", "text", "cpu.no_repack", "captured.replayed",
+                     "mix.share", "machine.load", "text", "sweep.measured_with"]
     parts = [words(s) for s in full.sentences]
-    assert parts[1] == "SPEED_VARIED." and parts[3] == "THREADS." and parts[5] == "CAPTURED."
+    # the captured requests the launches measured (prompts 0 and 1; request 7 was never sent)
+    assert parts[1] == "SPEED_VARIED." and parts[3] == "THREADS." and parts[5].startswith("Tuned on 2 requests served ")
     assert parts[4] == no_repack_sentence("sigill", ("AMX",))
     assert full.reason == " ".join(parts) and full.busy_note == parts[7]
     # saved (in reading order) and shown again: the same words

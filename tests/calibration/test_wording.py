@@ -76,6 +76,13 @@ SAMPLES: dict[str, tuple[dict[str, Any], str]] = {
     "evidence.divergence": ({"prompt": 8, "repetition": 2, "char": 238, "more": 1},
                             "at prompt 9, repetition 3, character 238 (1 more request differed)"),
     "cpu.no_repack": ({"cause": "sigill", "build_types": ["AMX"]}, "Repacked CPU kernels are off"),
+    "captured.replayed": ({"requests": 30, "first_unix_s": 1.7e9, "last_unix_s": 1.7e9 + 1080, "model_id": "m"},
+                          "Tuned on 30 requests served "),
+    "threads.trade": ({"setting": "all 2 cores, waiting politely", "default": False, "idle_tps": 59.2,
+                       "loaded_tps": 50.1, "loaded_at_most": False, "default_idle_tps": 99.0,
+                       "default_loaded_tps": 1.5, "default_loaded_at_most": False},
+                      "Threads: all 2 cores, waiting politely: 59 tokens/s idle, 50 with another busy program; "
+                      "the default would be 99 and 1.5."),
     "mix.not_applied": ({"share": 0.4}, "the long-context share of 40 % could not be applied"),
     "mix.all_long": ({}, "Every compared request was a long-context one."),
     "mix.share": ({"share": 0.5, "short": 1.4, "long": 1.05, "differ": True},
@@ -313,3 +320,19 @@ def test_plain_labels_and_speed_words() -> None:
     assert short_label(Candidate(spec_type="ngram-simple")) == "n-gram lookup (reusing text already in the conversation)"
     assert (faster_words(1.43), faster_words(1.08), faster_words(1.004)) == (
         "about 1.4× faster", "about 8 % faster", "about 1 % faster")
+
+
+def test_the_captured_period_reads_today_another_day_or_across_days() -> None:
+    import time
+
+    from tuner.calibration.wording import captured_period
+
+    def local(d: int, h: int, m: int) -> float:
+        return time.mktime((2026, 12, d, h, m, 0, 0, 0, -1))
+
+    now = local(2, 15, 0)
+    assert captured_period(local(2, 14, 2), local(2, 14, 20), now) == "between 14:02 and 14:20 today"
+    assert captured_period(local(1, 14, 2), local(1, 14, 20), now) == "on 2026-12-01 between 14:02 and 14:20"
+    assert captured_period(local(2, 9, 5), local(2, 9, 5), now) == "at 09:05 today"
+    assert captured_period(local(1, 23, 50), local(2, 0, 10), now) == \
+        "between 2026-12-01 at 23:50 and 2026-12-02 at 00:10"

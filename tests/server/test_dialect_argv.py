@@ -186,3 +186,17 @@ def test_a_damaged_dialect_cache_is_ignored(content: str, fake_server_bin: Path)
     for f in (paths.cache_dir() / "dialect").glob("*.json"):
         f.write_text(content)
     assert dialect_mod.probe_dialect(fake_server_bin, use_cache=True) == first
+
+
+def test_thread_setting_on_argv_draft_threads_follow_and_poll_is_checked() -> None:
+    base = ServerConfig(model_path=Path("/m/t.gguf"), threads=2, port=8080)
+    argv = build_argv("llama-server", base, CURRENT)
+    assert argv[argv.index("-t") + 1] == "2" and "-td" not in argv and "--poll" not in argv
+    drafted = ServerConfig(model_path=Path("/m/t.gguf"), draft_path=Path("/m/d.gguf"), spec_type="draft-simple",
+                           threads=1, poll=0, port=8080)
+    argv = build_argv("llama-server", drafted, CURRENT)
+    assert argv[argv.index("-td") + 1] == "1" and argv[argv.index("--poll") + 1] == "0"
+    with pytest.raises(ValueError, match="poll"):
+        ServerConfig(model_path=Path("/m/t.gguf"), poll=101)
+    with pytest.raises(TypeError, match="omp_passive"):
+        ServerConfig(model_path=Path("/m/t.gguf"), omp_passive="yes")  # type: ignore[arg-type]

@@ -54,6 +54,7 @@ def test_a_section_says_what_the_single_model_argv_says() -> None:
     assert [w for w in single if w not in ("--metrics", "--slots", "--cors-origins", "localhost")] == words
     pairs = dict(section_pairs(RouterModel("target", TUNED, True), BIN, B11434))
     assert pairs == {"model": "/m/target.gguf", "ctx-size": "512", "parallel": "1", "threads": "1",
+                     "spec-draft-threads": "1",
                      "repack": "false", "cache-ram": "1024", "spec-type": "draft-simple",
                      "spec-draft-model": "/m/draft.gguf", "spec-draft-n-max": "4", "spec-draft-p-min": "0",
                      "spec-draft-sampling": "temp=0.8", "tb": "2", "tags": "tuned"}

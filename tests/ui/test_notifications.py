@@ -132,3 +132,46 @@ def test_each_restart_is_said_with_why(serving_controller):
     c._on_supervisor_state(StateChange(ServerState.STARTING, ServerState.STARTING, None, hang, None, 2, again,
                                        time.time()))
     assert got[-1] == ("Draftwise: llama-server did not start", again + ".") and status[-1] == again
+
+
+def test_a_collapse_under_other_programs_notifies_once_with_what_to_do(serving_controller):
+    """Issue 25: the live speed below 0.3× the profile's for 10 s while other programs use more than half a
+    core; the notice says what happened, then what to do."""
+    from tuner.telemetry.watch import CollapseWatch
+
+    c = serving_controller
+
+    class SlowMetrics:
+        def sample(self, t):
+            return MetricsRates(t_s=t, gen_tokens_per_s=1.5, generated_tokens=1.5)
+
+    clock = [0.0]
+    c.collector = Collector(clock=lambda: clock[0])
+    c.collector.attach(SlowMetrics(), None)
+    busy = [0.2]
+    c.collector.watch_collapse(CollapseWatch(99.0), lambda: busy[0])
+    got = []
+    c.notify.connect(lambda t, m: got.append((t, m)))
+    for i in range(15):  # slow, but the others use 0.2 core: not a collapse
+        clock[0] = float(i)
+        c._on_tick(c.collector.poll())
+    busy[0] = 1.0
+    for i in range(15, 40):
+        clock[0] = float(i)
+        c._on_tick(c.collector.poll())
+    assert len(got) == 1
+    title, body = got[0]
+    assert "slowing the model down" in title and "1.5 tokens/s instead of the 99" in body and "--threads" in body
+
+
+def test_serving_starts_the_collapse_watch_from_the_profile_speed(qapp):
+    info = flow.ServingInfo("m.gguf", Path("m.gguf"), "http://127.0.0.1:1/v1", "http://127.0.0.1:1", (), None,
+                            "no speculation", profile_tps=59.0)
+    watch, meter = flow.collapse_watch(info)
+    try:
+        assert watch is not None and watch.profile_tps == 59.0 and meter is not None
+    finally:
+        if meter is not None:
+            meter.stop()
+    assert flow.collapse_watch(info.__class__(*[getattr(info, f) for f in ("model_name", "target_path",
+                               "endpoint_url", "base_url", "argv", "pid", "spec_label")])) == (None, None)

@@ -81,6 +81,10 @@ class Candidate:
             only. With RPC hosts the placements are ``"rpc-split"`` (target layers over the remote and
             local devices, the draft on this machine) and ``"local-only"`` (no ``--rpc``: the target on
             this machine's devices as far as it fits, the rest on its CPU, the draft local too).
+        threads, omp_passive, poll: the CPU thread setting of the launch (``-t``/``-td``,
+            ``OMP_WAIT_POLICY=PASSIVE``, ``--poll``: ``tuner.calibration.threads.ThreadSetting``); set only by the
+            thread stage (``tuner.calibration.search.threads``); unset = the tune's ``threads`` (or the server's
+            default). Left out of :meth:`to_json` while unset.
     """
 
     spec_type: str = "none"
@@ -96,6 +100,9 @@ class Candidate:
     ngram_n_min: int | None = None
     autotune: bool = False
     rpc: tuple[str, ...] = ()
+    threads: int | None = None
+    omp_passive: bool = False
+    poll: int | None = None
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rpc", tuple(str(h) for h in self.rpc))
@@ -129,7 +136,7 @@ class Candidate:
     def label(self) -> str:
         """Short human label, e.g. ``"no speculation"``, ``"ngram-mod"``, ``"draft-simple d.gguf n_max 8"``."""
         if self.is_baseline:
-            return "no speculation"
+            return "no speculation" + self._thread_words()
         parts = [self.spec_type]
         if self.ngram_n_max is not None:
             parts.append(f"ngram n_max {self.ngram_n_max}")
@@ -145,11 +152,22 @@ class Candidate:
             parts.append(f"{self.draft_sampling} drafts")
         if self.autotune:
             parts.append("adaptive n_max")  # ik_llama.cpp --spec-autotune: n_max adapted at run time
-        return " ".join(parts)
+        return " ".join(parts) + self._thread_words()
+
+    def _thread_words(self) -> str:
+        """`` -t 2 waiting politely`` for a launch of the thread stage, else empty."""
+        words = (f" -t {self.threads}" if self.threads is not None else "") + (" waiting politely" if self.omp_passive
+                                                                               else "")
+        return words + (f" --poll {self.poll}" if self.poll is not None else "")
 
     def to_json(self) -> dict[str, Any]:
-        """Plain-JSON dict of all fields (used by the CLI ``--json`` output and the profile)."""
-        return asdict(self)
+        """Plain-JSON dict of all fields (used by the CLI ``--json`` output and the profile); the thread
+        setting only when set."""
+        out = asdict(self)
+        for name, unset in (("threads", None), ("omp_passive", False), ("poll", None)):
+            if out[name] == unset:
+                del out[name]
+        return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Candidate:
@@ -165,7 +183,7 @@ class Candidate:
 def astuple_key(c: Candidate) -> tuple:
     """Identity tuple of a candidate (field values in declaration order)."""
     return (c.spec_type, c.draft_path, c.n_max, c.n_min, c.p_min, c.ngl, c.draft_ngl, c.placement,
-            c.ngram_n_max, c.ngram_n_min, c.autotune, c.draft_sampling, c.rpc)
+            c.ngram_n_max, c.ngram_n_min, c.autotune, c.draft_sampling, c.rpc, c.threads, c.omp_passive, c.poll)
 
 
 @dataclass(frozen=True)

@@ -111,8 +111,10 @@ def saved_state(request: TuneRequest, target_path: Path, binary: ServerBinary, s
         return SavedState(target_path, None, problem=f"its saved profile is unreadable ({exc.reason})")
     if profile is None:
         return SavedState(target_path, None, problem="it has no saved profile")
-    try:
-        keys = current_keys(request, target_path, binary, scanned)
+    from .pipeline.keys import keys_for_saved_source
+
+    try:  # a profile tuned on served requests is checked against that source, whatever is captured now
+        keys = keys_for_saved_source(profile, request, current_keys(request, target_path, binary, scanned))
     except Exception as exc:  # noqa: BLE001 - a key that cannot be computed makes the profile stale, said why
         log.warning("staleness keys of %s unavailable", target_path, exc_info=True)
         return SavedState(target_path, profile, (f"what it was tuned for cannot be checked now ({exc})",))

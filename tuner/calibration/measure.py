@@ -75,7 +75,7 @@ class LaunchError(DraftwiseError, RuntimeError):
 class CompletionClient(Protocol):
     """What the protocol needs from ``tuner.server.client.ServerClient``."""
 
-    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict: ...
+    def completion(self, prompt: str | list[int], n_predict: int, timeout_s: float = 120.0, **params: object) -> dict: ...
 
     def slots(self) -> list[dict]: ...
 
@@ -196,7 +196,10 @@ def send_request(
         send = client.completion
         if workload.raw_endpoint == "/v1/completions":
             send = client.oai_completion  # type: ignore[attr-defined]
-        resp = send(repetition_prompt(Prompt(text=body), repetition), n_predict, timeout_s=timeout_s, **params)
+        sent: str | list[int] = repetition_prompt(Prompt(text=body), repetition)
+        if prompt.captured_unix_s is not None:  # as the server logged it: templated, or token ids
+            sent = list(prompt.token_ids) if prompt.token_ids is not None else prompt.text
+        resp = send(sent, n_predict, timeout_s=timeout_s, **params)
         content = resp.get("content")
     return (resp.get("timings") or {}), (content if isinstance(content, str) else None)
 

@@ -16,6 +16,7 @@ from .candidates import Candidate
 from .pairing import ALPHA, FINALISTS, MAX_PAIRS, MIN_GAIN, SIDE_BY_SIDE, Mix
 from .results import Measurement
 from .sentences import Sentence
+from .threads import ThreadChoice
 
 
 @dataclass(frozen=True)
@@ -39,6 +40,7 @@ class SearchOutcome:
         server_sampling: the server's own sampling defaults as ``/props`` gave them (for wording).
         long_context: why the long-context requests were left out, ``None`` when they were kept.
         cancelled: the user cancelled: ``measurements`` holds what ran before, nothing is decided.
+        threads: the thread stage's finding (``tuner.calibration.search.threads``); None when it did not run.
     """
 
     measurements: tuple[Measurement, ...]
@@ -55,6 +57,7 @@ class SearchOutcome:
     server_sampling: Mapping[str, float | int] = field(default_factory=dict)
     long_context: Sentence | None = None
     cancelled: bool = False
+    threads: ThreadChoice | None = None
 
     @classmethod
     def of(cls, measurements: Iterable[Measurement], **fields: Any) -> SearchOutcome:

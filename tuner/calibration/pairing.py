@@ -78,24 +78,36 @@ class Mix:
             ``long_share`` setting, ``tune --long-share``); ``None`` = the prompt set's own share (every
             measured request weighs the same).
         long_prompts: prompt indices of the long-context requests (``Prompt.fill`` set).
+        captured_long_tokens: for captured requests (``Prompt.captured_unix_s`` set), the prompt tokens
+            (``Sample.prompt_n``, as the server counted them) from which one is long-context; ``None`` = none.
+        captured_prompts: prompt indices of the captured requests.
     """
 
     long_share: float | None = None
     long_prompts: frozenset[int] = frozenset()
+    captured_long_tokens: int | None = None
+    captured_prompts: frozenset[int] = frozenset()
 
     @classmethod
-    def of(cls, prompts: Sequence[tuple[int, Prompt]], long_share: float | None = None) -> Mix:
-        """The mix of a sweep's ``(index, prompt)`` list: its long-context prompts are those with ``fill``.
+    def of(cls, prompts: Sequence[tuple[int, Prompt]], long_share: float | None = None,
+           captured_long_tokens: int | None = None) -> Mix:
+        """The mix of a sweep's ``(index, prompt)`` list: its long-context prompts are those with ``fill``, and
+        the captured ones whose prompt has at least ``captured_long_tokens`` tokens
+        (``tuner.calibration.workload.long_prompt_tokens`` of the served context).
 
         Raises:
             ValueError: ``long_share`` outside 0..1.
         """
         if long_share is not None and not (math.isfinite(long_share) and 0.0 <= long_share <= 1.0):
             raise ValueError(f"long-context share {long_share!r}: must be between 0 and 1")
-        return cls(long_share, frozenset(i for i, p in prompts if p.fill is not None))
+        return cls(long_share, frozenset(i for i, p in prompts if p.fill is not None), captured_long_tokens,
+                   frozenset(i for i, p in prompts if p.captured_unix_s is not None))
 
     def is_long(self, s: Sample) -> bool:
-        """True when ``s`` is a long-context request."""
+        """True when ``s`` is a long-context request (a captured one by its prompt tokens)."""
+        if s.prompt_index in self.captured_prompts:
+            return (self.captured_long_tokens is not None and s.prompt_n is not None
+                    and s.prompt_n >= self.captured_long_tokens)
         return s.prompt_index in self.long_prompts
 
     def weights(self, samples: Sequence[Sample]) -> list[float]:

@@ -43,7 +43,8 @@ _FIELD_TYPES: dict[str, tuple[type, ...]] = {
     "n_parallel": (int, type(None)), "cache_type_k": (str, type(None)), "cache_type_v": (str, type(None)),
     "threads": (int, type(None)), "fit": (bool, type(None)), "alias": (str, type(None)),
     "cache_ram_mib": (int, type(None)), "ngram_n_max": (int, type(None)), "ngram_n_min": (int, type(None)),
-    "spec_autotune": (bool,), "rpc": (list, tuple), "no_repack": (bool,),
+    "spec_autotune": (bool,), "rpc": (list, tuple), "no_repack": (bool,), "omp_passive": (bool,),
+    "poll": (int, type(None)),
 }
 
 # A profile's own value of these is refused (None / the default is what the tune writes); the words say

@@ -22,9 +22,13 @@ import json
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from tuner.errors import DraftwiseError
 from tuner.resources import resource_path
+
+if TYPE_CHECKING:
+    from tuner.server.capture import CapturedRequest
 
 DEFAULT_PROMPTS = ("prompts", "default.jsonl")
 #: Largest prompt file read (bytes).
@@ -36,6 +40,16 @@ MAX_PROMPTS_PER_SWEEP = 200
 
 DEFAULT_SET_PROMPTS = 5
 """Prompts used from the built-in set (one per category) unless ``max_prompts`` says otherwise."""
+
+DEFAULT_SERVED_PROMPTS = 8
+"""Captured requests a re-tune on served traffic measures unless ``max_prompts`` says otherwise (sampled
+evenly over the time they were received: :func:`tuner.server.capture.captured_requests`)."""
+
+SERVED_SOURCE_PREFIX = "served:"
+"""``PromptSet.source`` of captured requests: ``"served:<model id>"``."""
+
+SERVED_CATEGORY = "served"
+"""The category of a captured request."""
 
 
 class PromptFileError(DraftwiseError, ValueError):
@@ -63,6 +77,10 @@ class Prompt:
         fill: for a long-context request: the fraction of the served context its prompt fills (``text``
             is the source document, sized at launch time); ``None`` for an ordinary prompt.
         question: for a long-context request: the question appended after the document.
+        captured_unix_s: for a request captured while serving (:func:`captured_prompt_set`): when the server
+            received it (unix seconds); it is sent as it was logged (already templated), as a raw completion.
+        token_ids: for a captured request whose prompt was a JSON token array: the token ids to send (``text``
+            then holds the JSON as logged).
     """
 
     text: str
@@ -71,6 +89,8 @@ class Prompt:
     messages: tuple[tuple[str, str], ...] | None = None
     fill: float | None = None
     question: str | None = None
+    captured_unix_s: float | None = None
+    token_ids: tuple[int, ...] | None = None
 
 
 @dataclass(frozen=True)
@@ -87,6 +107,11 @@ class PromptSet:
     prompts: tuple[Prompt, ...]
     source: str
     sha256: str
+
+    @property
+    def captured(self) -> bool:
+        """True when the prompts are requests captured while serving (``source`` ``"served:<model id>"``)."""
+        return self.source.startswith(SERVED_SOURCE_PREFIX)
 
     @property
     def categories(self) -> tuple[str, ...]:
@@ -276,6 +301,74 @@ def default_prompts() -> PromptSet:
         raise PromptFileError("/".join(DEFAULT_PROMPTS), None, str(exc)) from exc
     ps = load_prompts(path)
     return PromptSet(prompts=ps.prompts, source="default", sha256=ps.sha256)
+
+
+def _captured_prompt(req: CapturedRequest) -> Prompt | None:
+    """One captured request as a prompt: the text as logged, or the token ids of a JSON token array;
+    ``None`` for other JSON (several prompts, mixed arrays: not one completion's prompt)."""
+    token_ids: tuple[int, ...] | None = None
+    if req.looks_like_json:
+        try:
+            value = json.loads(req.text)
+        except (ValueError, RecursionError):
+            value = req.text  # a string that merely looks like JSON: sent as the client sent it
+        if isinstance(value, list):
+            if not value or not all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in value):
+                return None
+            token_ids = tuple(value)
+        elif not isinstance(value, str):
+            return None
+    if token_ids is None and not req.text.strip():
+        return None
+    return Prompt(text=req.text, category=SERVED_CATEGORY, captured_unix_s=req.mtime, token_ids=token_ids)
+
+
+def spread_order(n: int) -> list[int]:
+    """``0 … n−1`` reordered so that every prefix spreads over the whole range: the first, the last, then the
+    middles of the gaps left, widest first (``5`` → ``[0, 4, 2, 1, 3]``). The sweep's protocol may keep only
+    the first prompts of a set to fit its budget; in this order they still span the period served."""
+    if n <= 0:
+        return []
+    order, gaps = [0], [(0, n - 1)] if n > 1 else []
+    if n > 1:
+        order.append(n - 1)
+    while gaps:
+        gaps.sort(key=lambda g: g[1] - g[0], reverse=True)
+        lo, hi = gaps.pop(0)
+        if hi - lo < 2:
+            continue
+        mid = (lo + hi) // 2
+        order.append(mid)
+        gaps += [(lo, mid), (mid, hi)]
+    return order
+
+
+def captured_prompt_set(model_id: str, max_prompts: int | None = None) -> PromptSet:
+    """The requests captured while serving ``model_id`` as a prompt set (``source`` ``"served:<model id>"``):
+    each text once, at most ``max_prompts`` (default :data:`DEFAULT_SERVED_PROMPTS`, never more than
+    :data:`MAX_PROMPTS_PER_SWEEP`) sampled evenly over the time they were received
+    (:func:`tuner.server.capture.captured_requests`), in :func:`spread_order` of that time (the first,
+    the last, the middle, …), so the first few a short sweep keeps still span the period. A prompt llama-server logged as a JSON token array is
+    sent as that token array; other JSON (several prompts in one request) is left out.
+
+    ``sha256`` hashes the source only, never the captured text: new captures do not make a profile tuned on
+    them stale (they only make a re-tune available).
+
+    Raises:
+        PromptFileError: no captured request of ``model_id`` can be used (names the folder and the switch).
+    """
+    from tuner.server.capture import capture_dir, captured_requests
+
+    limit = min(max_prompts or DEFAULT_SERVED_PROMPTS, MAX_PROMPTS_PER_SWEEP)
+    sample = captured_requests(model_id, limit=limit)
+    oldest_first = [p for p in (_captured_prompt(r) for r in sample) if p is not None]
+    prompts = tuple(oldest_first[i] for i in spread_order(len(oldest_first)))
+    if not prompts:
+        raise PromptFileError(capture_dir(model_id), None,
+                              f"no captured requests of model {model_id!r} to re-tune on (serve it with "
+                              "capture on: the setting 'Keep served requests' or serve --capture-requests)")
+    source = SERVED_SOURCE_PREFIX + model_id
+    return PromptSet(prompts=prompts, source=source, sha256=hashlib.sha256(source.encode("utf-8")).hexdigest())
 
 
 def select_prompts(ps: PromptSet, max_prompts: int | None) -> list[tuple[int, Prompt]]:

@@ -10,7 +10,7 @@ sweep itself (what was measured with what, what was left out, where it ran), and
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from typing import TYPE_CHECKING, Any
 
 from .candidates import Candidate
@@ -19,6 +19,7 @@ from .outcome import SearchOutcome
 from .pairing import pooled_tokens_per_s
 from .results import Measurement
 from .sentences import JsonValue, Sentence, Slot
+from .threads import threads_sentence
 from .wording import words
 from .workload import Workload
 
@@ -80,6 +81,9 @@ class ReportFacts:
         placement: the RPC placement, ``None`` when the sweep ran on this machine only.
         machine: other programs and llama-servers during the sweep, ``None`` when none were watched.
         cpu_workaround: the CPU workaround every launch ran with, ``None`` when none was in force.
+        captured: for a re-tune on served traffic, the captured requests' prompt indices → when each was
+            received (unix seconds); empty otherwise.
+        served_model_id: the served model id whose captured requests were replayed (``None`` otherwise).
     """
 
     workload: Workload
@@ -87,6 +91,8 @@ class ReportFacts:
     placement: RpcPlacement | None = None
     machine: MachineLoad | None = None
     cpu_workaround: NoRepack | None = None
+    captured: Mapping[int, float] = field(default_factory=dict)
+    served_model_id: str | None = None
 
 
 def machine_sentence(machine: MachineLoad | None) -> Sentence | None:
@@ -160,7 +166,8 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
     machine's speed when a configuration's launches varied more than :data:`SPEED_VARIED`, the machine's load
     (also its ``busy_note``), the sweep's notes, "Measured with …", why the long-context
     requests were left out, the speedup at depth, the types that never drafted (unless the decision named
-    them), the CPU workaround in force, and where the winner (and the baseline or the best speculative
+    them), the CPU workaround in force, the thread setting served and its trade
+    (``tuner.calibration.threads.threads_sentence``), and where the winner (and the baseline or the best speculative
     configuration) ran over RPC. Their order is their slots' (``tuner.calibration.sentences``)."""
     first = (speed_varied_sentence(outcome.measurements), machine_sentence(facts.machine))
     added = [s for s in first if s is not None]
@@ -172,7 +179,24 @@ def finish_decision(decision: Decision, outcome: SearchOutcome, facts: ReportFac
             "cause": facts.cpu_workaround.cause, "build_types": list(facts.cpu_workaround.build_types)}))
     if facts.placement is not None:
         added.append(_where_it_ran(decision, facts.placement))
+    captured = captured_sentence(outcome, facts.captured, facts.served_model_id)
+    if captured is not None:
+        added.append(captured)
+    if outcome.threads is not None and outcome.threads.served_label == decision.winner.label:
+        added.append(threads_sentence(outcome.threads))
     return decision.with_sentences([*decision.sentences, *added])
+
+
+def captured_sentence(outcome: SearchOutcome, received: Mapping[int, float], model_id: str | None) -> Sentence | None:
+    """How many captured requests the decision rests on and over what period: those of ``received`` (prompt
+    index → unix seconds it was received) that some launch measured; ``None`` when the sweep replayed none
+    (kind ``captured.replayed``; params ``requests``, ``first_unix_s``, ``last_unix_s``, ``model_id``)."""
+    measured = {s.prompt_index for m in outcome.measurements for s in m.samples} & set(received)
+    if not measured:
+        return None
+    times = sorted(received[i] for i in measured)
+    return Sentence(Slot.CAPTURED, "captured.replayed", {
+        "requests": len(measured), "first_unix_s": times[0], "last_unix_s": times[-1], "model_id": model_id})
 
 
 def _measured_with(workload: Workload, server_sampling: Mapping[str, float | int]) -> Sentence:

@@ -121,6 +121,15 @@ class TuneRequest:
             :func:`tuner.serverargs.parse_server_args`), added to every launch, the baseline's included, and
             saved with the winner; a staleness key of the profile. The sweep also refuses a flag the installed
             binary does not list (:func:`tuner.serverargs.check_known`).
+        prompts_from_served: measure on the requests captured while serving the target (``tune
+            --prompts-from-served``, the app's *Re-tune on recent requests*) instead of ``prompts``: each sent as
+            llama-server logged it (after the chat template; a token array as token ids), as a raw completion, at
+            ``sampling`` (the clients' own sampling is not recorded); the built-in long-context requests are not
+            added (``long_context`` is ignored), and a captured prompt filling at least half of ``n_ctx`` counts as
+            a long-context one for ``long_share``. At most ``max_prompts`` (default 8) of them, sampled evenly
+            over time (:func:`tuner.calibration.prompts.captured_prompt_set`).
+        served_model_id: the served model id whose captured requests are used (the ``--alias``); ``None`` = the
+            target's default id (:func:`tuner.server.config.default_alias`).
     """
 
     models_dir: Path
@@ -140,6 +149,8 @@ class TuneRequest:
     long_share: float | None = None
     rpc_hosts: tuple[str, ...] = ()
     server_args: tuple[str, ...] = ()
+    prompts_from_served: bool = False
+    served_model_id: str | None = None
 
     @classmethod
     def create(cls, models_dir: str | Path, **fields: Any) -> TuneRequest:
@@ -192,7 +203,9 @@ class TuneRequest:
                 check(opt.name, value, where=opt.name, limits=machine_limits())
             except OptionError as exc:
                 raise TuneError(str(exc), bad_input=True) from None
-        _check_long_share(self.long_share, self.long_context)
+        _check_long_share(self.long_share, self.long_context or self.prompts_from_served)
+        if self.prompts_from_served and self.prompts is not None:
+            raise TuneError("--prompts-from-served replaces --prompts: give one of the two", bad_input=True)
         from tuner.serverargs import ServerArgError, check_server_argv
 
         try:
@@ -219,7 +232,8 @@ def request_from_settings(settings: Settings, models_dir: str | Path, target: st
                           force: bool = False, server: str | Path | None = None,
                           options: Mapping[str, Any] | None = None) -> TuneRequest:
     """The app's request: the Settings' budget (``tune_budget_s``), context size (``ctx_size``), sampling
-    (``temperature``, ``top_p``, ``top_k``, ``min_p``), long-context share (``long_share``), RPC hosts
+    (``temperature``, ``top_p``, ``top_k``, ``min_p``), long-context share (``long_share``), CPU threads
+    (``threads``: None = the tune's thread stage chooses), RPC hosts
     (``rpc_hosts``), the user's llama-server flags (``server_args``, as argv words) and prompt file
     (``prompts_path``), then ``options``
     (field name → value, e.g. ``{"max_prompts": 2}``) over them.
@@ -244,6 +258,7 @@ def request_from_settings(settings: Settings, models_dir: str | Path, target: st
         "n_ctx": settings.ctx_size,
         "sampling": Sampling.from_settings(settings),
         "long_share": settings.long_share,
+        "threads": settings.threads,
         "rpc_hosts": tuple(settings.rpc_hosts),
         "server_args": _setting_words(settings),
     }

@@ -38,7 +38,8 @@ def candidate_config(
     is 4 slots). The baseline also uses 1 slot so both are compared on equal terms. A candidate's
     ``draft_sampling`` becomes ``--spec-draft-sampling VALUE`` (b11434 common/arg.cpp). ``server_args``: the
     user's own flags as argv words (checked by ``tuner.serverargs.parse_server_args``), appended to
-    ``extra_args`` of every candidate alike, the baseline included.
+    ``extra_args`` of every candidate alike, the baseline included. The candidate's own thread setting (the
+    thread stage's launches) goes before ``threads``.
     """
     spec = candidate.spec_type
     has_draft = any(t.startswith("draft") for t in candidate.spec_types)
@@ -57,7 +58,9 @@ def candidate_config(
         draft_ngl=candidate.draft_ngl if candidate.draft_path else None,
         n_ctx=n_ctx,
         n_parallel=1,
-        threads=threads,
+        threads=candidate.threads if candidate.threads is not None else threads,
+        omp_passive=candidate.omp_passive,
+        poll=candidate.poll,
         extra_args=(("--spec-draft-sampling", candidate.draft_sampling) if candidate.draft_sampling else ())
         + tuple(server_args),
         rpc=tuple(candidate.rpc),
@@ -290,8 +293,9 @@ def rpc_fallback_config(config: ServerConfig, profile: Profile | None = None) ->
         except (TypeError, ValueError):
             winner = Candidate()
         cand = local_fallback(profile.evidence, winner)
-        local = candidate_config(cand, config.model_path, n_ctx=config.n_ctx, threads=config.threads,
-                                 server_args=profile.keys.server_args)
+        local = replace(candidate_config(cand, config.model_path, n_ctx=config.n_ctx, threads=config.threads,
+                                         server_args=profile.keys.server_args),
+                        omp_passive=config.omp_passive, poll=config.poll)  # the thread setting served
     else:
         local = replace(config, ngl=0, draft_ngl=0 if config.draft_path else None)
     return replace(with_served(local, config), rpc=())

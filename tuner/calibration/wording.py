@@ -17,6 +17,8 @@ Kinds, by slot:
 - SPEED_VARIED: ``speed.varied`` (a configuration's launches ran more than 2× apart).
 - EVIDENCE: ``evidence.paired``, ``evidence.chain_faster``, ``evidence.chain_not_faster``,
   ``evidence.divergence``.
+- THREADS: ``threads.trade`` (the thread setting served and what it costs idle and gains with another
+  busy program: ``tuner.calibration.threads``).
 - CPU_WORKAROUND: ``cpu.no_repack`` (the words are ``tuner.hardware.repack.no_repack_sentence``'s, shared
   with ``draftwise doctor`` and the Serve tab).
 - MIX: ``mix.not_applied``, ``mix.all_long``, ``mix.share``, ``mix.compared``.
@@ -29,7 +31,7 @@ Kinds, by slot:
 - any slot: ``text`` (words built before the sentence: the tune makes none; tests use it for a slot that
   has no kind yet).
 
-The THREADS and CAPTURED slots have no kind yet (issues 25 and 28 add them).
+The CAPTURED slot has no kind yet (issue 28 adds it).
 """
 
 from __future__ import annotations
@@ -486,6 +488,30 @@ def _saved_measured_on(p: Params, measured_unix_s: float | None) -> str:
     return when + "."
 
 
+def captured_period(first_unix_s: float, last_unix_s: float, now_unix_s: float | None = None) -> str:
+    """``"between 14:02 and 14:20 today"`` (local time; ``"on 2026-12-01 between …"`` for another day, ``"at
+    14:02 today"`` for one moment, ``"between 2026-11-30 at 23:50 and 2026-12-01 at 00:10"`` across days)."""
+    first, last = time.localtime(first_unix_s), time.localtime(last_unix_s)
+    today = time.localtime(time.time() if now_unix_s is None else now_unix_s)[:3]
+
+    def day(t: time.struct_time) -> str:
+        return "today" if t[:3] == today else time.strftime("on %Y-%m-%d", t)
+
+    a, b = time.strftime("%H:%M", first), time.strftime("%H:%M", last)
+    if first[:3] != last[:3]:
+        return f"between {time.strftime('%Y-%m-%d at %H:%M', first)} and {time.strftime('%Y-%m-%d at %H:%M', last)}"
+    if a == b:
+        return f"at {a} {day(first)}"
+    return f"between {a} and {b} {day(first)}" if day(first) == "today" else f"{day(first)} between {a} and {b}"
+
+
+def _captured(p: Params) -> str:
+    n = int(p.get("requests") or 0)
+    first, last = p.get("first_unix_s"), p.get("last_unix_s")
+    when = f" served {captured_period(float(first), float(last))}" if first is not None and last is not None else ""
+    return f"Tuned on {n} request{_s(n)}{when}."
+
+
 # ---- SWEEP ----------------------------------------------------------------------------------------------
 def describe_workload(chat: bool, raw_endpoint: str, sampling: str, n_ctx: int | None) -> str:
     """The measured requests in words, e.g. ``"chat requests (/v1/chat/completions) at greedy (temperature 0),
@@ -582,6 +608,32 @@ def _cpu_no_repack(p: Params) -> str:
     return no_repack_sentence(p.get("cause"), tuple(p.get("build_types") or ()))
 
 
+def _tps(tps: object) -> str:
+    """Tokens/s of the thread sentence: whole numbers from 10 up (``59.2`` → ``"59"``), one decimal below."""
+    v = float(tps) if isinstance(tps, (int, float)) else 0.0
+    return f"{v:.0f}" if v >= 10 else f"{v:.1f}"
+
+
+def _loaded(tps: object, at_most: object) -> str:
+    return ("at most " if at_most else "") + _tps(tps)
+
+
+def _threads(p: Params) -> str:
+    """The thread stage's trade (``tuner.calibration.threads.threads_sentence``)."""
+    head = (f"Threads: {p['setting']}: {_tps(p.get('idle_tps'))} tokens/s idle, "
+            f"{_loaded(p.get('loaded_tps'), p.get('loaded_at_most'))} with another busy program")
+    if p.get("default_idle_tps") is not None:
+        return (f"{head}; the default would be {_tps(p.get('default_idle_tps'))} and "
+                f"{_loaded(p.get('default_loaded_tps'), p.get('default_loaded_at_most'))}.")
+    if p.get("sweep_default_tps") is not None:
+        return (f"{head}; the default was not tried with another busy program in the time left (the sweep measured "
+                f"it at {_tps(p.get('sweep_default_tps'))} tokens/s).")
+    if p.get("other") is not None:
+        return (f"{head}; {p['other']} would be {_tps(p.get('other_idle_tps'))} and "
+                f"{_tps(p.get('other_loaded_tps'))}.")
+    return f"{head}."
+
+
 def _text(p: Params) -> str:
     return str(p["text"])  # words built before the sentence (tests: a slot without a kind yet)
 
@@ -604,6 +656,8 @@ RENDERERS: Mapping[str, Renderer] = {
     "evidence.chain_not_faster": _chain_not_faster,
     "evidence.divergence": _divergence,
     "cpu.no_repack": _cpu_no_repack,
+    "captured.replayed": _captured,
+    "threads.trade": _threads,
     "mix.not_applied": _mix_not_applied,
     "mix.all_long": _mix_all_long,
     "mix.share": _mix_share,

@@ -143,6 +143,9 @@ class Workload:
         raw_endpoint: where a raw completion (no chat template) goes: ``/completion``, or
             ``/v1/completions`` on a build whose ``/completion`` answer lacks the draft counts
             (ik_llama.cpp: ``tuner.server.dialect.Dialect.draft_counts_endpoint``).
+        captured: the prompts are requests captured while serving: each is sent exactly as llama-server
+            logged it (already templated; a token array as token ids), as a raw completion (``chat`` False),
+            with no per-repetition prefix (``cache_prompt`` is off, so the server reuses nothing).
     """
 
     chat: bool = False
@@ -151,6 +154,7 @@ class Workload:
     greedy_check_prompts: int = 2
     greedy_check_n_predict: int = 32
     raw_endpoint: str = "/completion"
+    captured: bool = False
 
     @property
     def endpoint(self) -> str:
@@ -162,12 +166,21 @@ class Workload:
         context 8192"`` (:meth:`tuner.calibration.sampling.Sampling.describe`; ``server_sampling``: the
         server's own defaults as ``/props`` gave them, :attr:`SweepMemory.server_sampling`)."""
         shape = "chat requests (/v1/chat/completions)" if self.chat else f"raw completions ({self.raw_endpoint})"
+        if self.captured:
+            shape = f"captured requests replayed as raw completions ({self.raw_endpoint})"
         ctx = f", context {self.n_ctx}" if self.n_ctx else ""
         return f"{shape} at {self.sampling.describe(server_sampling or None)}{ctx}"
 
     def key(self) -> str:
         """Stable string for profile staleness (request shape and sampling; the context has its own key)."""
-        return f"{'chat' if self.chat else 'completion'};{self.sampling.key()}"
+        shape = "captured-completion" if self.captured else "chat" if self.chat else "completion"
+        return f"{shape};{self.sampling.key()}"
+
+
+def long_prompt_tokens(n_ctx: int | None) -> int | None:
+    """Prompt tokens from which a captured request counts as a long-context one: :data:`LONG_CONTEXT_FILL`
+    of the served context, as the built-in long-context requests are sized (``None`` without a context)."""
+    return int(math.ceil(LONG_CONTEXT_FILL * n_ctx)) if n_ctx else None
 
 
 def request_seed(prompt_index: int, repetition: int) -> int:
@@ -281,6 +294,7 @@ __all__ = [
     "Workload",
     "chat_messages",
     "fit_long_prompt",
+    "long_prompt_tokens",
     "long_context_prompts",
     "request_seed",
 ]

@@ -40,7 +40,7 @@ from tuner.cli.options import (
     path_problem,
 )
 from tuner.safetext import error_text, safe_text
-from tuner.server.argv import UnsupportedConfigError, cors_locked
+from tuner.server.argv import UnsupportedConfigError, command_line, cors_locked, server_env
 from tuner.server.config import ServerConfig, default_alias
 from tuner.server.dialect import Dialect, DialectError, probe_dialect
 from tuner.server.discovery import ServerBinary, ServerNotFoundError, find_named_server, find_server
@@ -94,6 +94,9 @@ def register(subparsers: argparse._SubParsersAction) -> None:
 
     add_server_arg_argument(p, serve_models=True)
     add_option(p, "liveness_timeout_s", "--liveness-timeout", dest="liveness_timeout")
+    add_option(p, "threads", "--threads", dest="threads", default=None,
+               default_help="default: the threads setting, else the profile's tuned setting (with --models), else "
+               "llama-server's")
     add_option(p, "idle_sleep_s", "--idle-sleep", dest="idle_sleep", default=None,
                default_help="default: off, the model stays loaded (the app's default: 15 min)")
     from tuner.server.capture import KEEP_WORDS, MAX_BYTES, MAX_FILES, captures_root
@@ -285,6 +288,9 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
             over["api_key"] = key
         if not cfg.alias:
             over["alias"] = default_alias(cfg.model_path)
+        threads = _threads_asked(args)
+        if threads is not None:  # the user's count overrides the tuned thread setting
+            over.update(threads=threads, omp_passive=False, poll=None)
         if over:
             from dataclasses import replace
 
@@ -325,7 +331,18 @@ def config_from_args(args: argparse.Namespace) -> ServerConfig:
         alias=default_alias(target),
         extra_args=tuple(getattr(args, "server_words", None) or ()),
         sleep_idle_s=getattr(args, "idle_sleep", None) or None,
+        threads=_threads_asked(args),
     )
+
+
+def _threads_asked(args: argparse.Namespace) -> int | None:
+    """``--threads``, else the ``threads`` setting (``tuner.settings.threads_value``), else None."""
+    given = getattr(args, "threads", None)
+    if given is not None:
+        return int(given)
+    from tuner.settings import threads_value
+
+    return threads_value()
 
 
 def _settings_served() -> tuple[str, int]:
@@ -567,7 +584,7 @@ def _serve_until_done(args: argparse.Namespace, cfg: ServerConfig, sup: Supervis
     try:
         sup.start(cfg, startup_timeout_s=args.ready_timeout)
         shown = ["<api key>" if cfg.api_key and a == cfg.api_key else a for a in (sup.argv or [])]
-        _err("argv: " + " ".join(shown))
+        _err("argv: " + command_line(shown, server_env(sup.config)))  # OMP_WAIT_POLICY=PASSIVE in front when the profile says
         sup.wait_ready(cancel=lines.done)
         while not lines.done.wait(0.5):
             if sup.state == ServerState.FAILED:

@@ -1,14 +1,15 @@
 """``draftwise tune``: calibrate on the user's machine and save the profile (headless front end of ``tune``).
 
-    draftwise tune --models DIR [--target NAME|PATH] [--prompts FILE] [--budget SECONDS] [--force] [--json]
-                   [--details] [--server-arg=FLAG[=VALUE] ...]
+    draftwise tune --models DIR [--target NAME|PATH] [--prompts FILE | --prompts-from-served [MODEL_ID]]
+                   [--budget SECONDS] [--force] [--json] [--details] [--server-arg=FLAG[=VALUE] ...]
 
 Progress goes to stderr (a one-line progress bar on a terminal, plain lines otherwise), the final
 table and the decision's plain first sentence to stdout (``--details``: the evidence behind it too; the
 global ``--verbose`` is debug logging, not this); with ``--json`` stdout is exactly one JSON object::
 
     {"decision": {"spec_type", "draft", "n_max", "argv" (the tuned flags; no --host/--port: where to
-                  listen is serve's setting), "gen_tokens_per_s",
+                  listen is serve's setting), "env" (the variables the profile sets in llama-server's
+                  environment: {"OMP_WAIT_POLICY": "PASSIVE"} or {}), "gen_tokens_per_s",
                   "baseline_gen_tokens_per_s", "speedup", "reason" (every sentence of the decision),
                   "first_sentence" (its plain first sentence, the table's ``Decision:`` line)},
      "measurements": [{"candidate": {...}, "gen_tokens_per_s", "acceptance",
@@ -62,6 +63,12 @@ def register(subparsers: Any) -> None:
                    "default: the largest model that has a compatible draft")
     p.add_argument("--prompts", metavar="FILE", help="prompt file: JSONL with 'prompt' (+ 'category') or text "
                    "with prompts separated by lines holding only '---' (default: built-in set)")
+    p.add_argument("--prompts-from-served", nargs="?", const="", default=None, metavar="MODEL_ID",
+                   help="re-tune on the requests captured while serving the target (serve --capture-requests): each "
+                   "replayed as the server logged it, as a raw completion, at the sampling given here; at most "
+                   "--max-prompts of them (default 8), sampled over time; no built-in long-context requests. "
+                   "MODEL_ID: the served model id (default: the target's file name without .gguf). A profile "
+                   "tuned on them stays fresh as new requests come: --force re-tunes on the newer ones")
     add_option(p, "budget_s", "--budget", dest="budget")
     p.add_argument("--force", action="store_true", help="re-tune even when a fresh profile exists")
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
@@ -80,7 +87,9 @@ def register(subparsers: Any) -> None:
     add_option(p, "long_share", "--long-share", dest="long_share",
                help="share of your requests that are long-context ones; the pick is the fastest configuration "
                "over that mix")
-    add_option(p, "threads", "--threads", dest="threads")
+    add_option(p, "threads", "--threads", dest="threads",
+               default_help="default: the threads setting, else the tune measures the thread settings idle and with "
+               "one core busy and serves the one that copes best")
     from tuner.cli.hardware import add_server_arg_argument
 
     add_server_arg_argument(p)
@@ -223,14 +232,22 @@ def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = (),
         n_predict=args.n_predict,
         repetitions=args.repetitions,
         n_ctx=args.n_ctx,
-        threads=args.threads,
+        threads=args.threads if args.threads is not None else _threads_setting(),
         max_prompts=args.max_prompts,
         sampling=Sampling.from_settings(args),
         long_context=args.long_context,
         long_share=args.long_share,
         rpc_hosts=tuple(rpc_hosts),
         server_args=tuple(server_args),
+        prompts_from_served=getattr(args, "prompts_from_served", None) is not None,
+        served_model_id=getattr(args, "prompts_from_served", None) or None,
     )
+
+
+def _threads_setting() -> int | None:
+    from tuner.settings import threads_value
+
+    return threads_value()
 
 
 def _allow_named_rpc_hosts(hosts: tuple[str, ...]) -> None:

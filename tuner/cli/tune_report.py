@@ -26,6 +26,7 @@ def result_to_json(result: TuneResult) -> dict[str, Any]:
         "draft": d.winner.draft_path if d else None,
         "n_max": d.winner.n_max if d else None,
         "argv": list(prof.argv) if prof else None,
+        "env": {"OMP_WAIT_POLICY": "PASSIVE"} if prof and prof.server_config.get("omp_passive") is True else {},
         "gen_tokens_per_s": d.gen_tokens_per_s if d else None,
         "baseline_gen_tokens_per_s": d.baseline_gen_tokens_per_s if d else None,
         "speedup": d.speedup if d else None,

@@ -181,6 +181,14 @@ def probe_cpu_buffers(binary: ServerBinary | str | os.PathLike[str], dialect: Di
         return None
 
 
+def build_uses_openmp(binary: ServerBinary | str | os.PathLike[str], dialect: Dialect | None = None) -> bool | None:
+    """Whether ``binary``'s CPU backend uses OpenMP (``tuner.hardware.buffers.CpuBuffers.openmp``), from the
+    same once-per-build fact :func:`probe_cpu_buffers` keeps (a probe launch of about a second the first time).
+    None when it cannot tell. Never raises."""
+    fact = probe_cpu_buffers(binary, dialect)
+    return fact.openmp if fact is not None else None
+
+
 def _probe_log(binary: ServerBinary | str | os.PathLike[str], dialect: Dialect | None,
                timeout_s: float) -> tuple[list[str], list[str]]:
     """Start the self-test model through a Supervisor (``-lv 4`` where the build has it, ``-ngl 0``, 256
@@ -209,5 +217,5 @@ def _probe_log(binary: ServerBinary | str | os.PathLike[str], dialect: Dialect |
         return fh.read().splitlines(), argv
 
 
-__all__ = ["current_cpu_workaround", "fact_key", "known_cpu_buffers", "probe_cpu_buffers", "record_cpu_buffers",
+__all__ = ["build_uses_openmp", "current_cpu_workaround", "fact_key", "known_cpu_buffers", "probe_cpu_buffers", "record_cpu_buffers",
            "recorded_no_repack", "with_cpu_workarounds", "workaround_sentence"]

@@ -5,8 +5,8 @@ The llama-server binary whose ``--list-devices`` it reads comes from the caller,
 what that build does with quantized weights (``tuner.crosscheck.build``); the checks of a plan against a
 running llama-server live in ``tuner.crosscheck``.
 
-Public API, importable from this package: :func:`detect_devices` → :class:`Devices` (loaded with the
-package, with ``used_bytes_total`` from NVML and the RPC ``NO_AUTH_WARNING``); the memory plan
+Public API, importable from this package: :func:`detect_devices` → :class:`Devices` and :class:`LoadWatcher`
+(other programs' CPU; loaded with the package, with ``used_bytes_total`` from NVML and the RPC ``NO_AUTH_WARNING``); the memory plan
 (:mod:`tuner.hardware.memory`: ``plan_memory``, ``max_target_ngl``, ``context_trade``, ``load_model_spec``,
 ``MemoryRequest``, ``MemoryPlan``, ``ModelMemorySpec``) is loaded on first use, since it reads GGUF files.
 """
@@ -17,6 +17,7 @@ import importlib
 from typing import TYPE_CHECKING, Any
 
 from tuner.hardware.devices import Device, Devices, Probes, detect_devices
+from tuner.hardware.host import LoadWatcher
 from tuner.hardware.nvml import used_bytes_total
 from tuner.hardware.rpc import NO_AUTH_WARNING
 
@@ -35,7 +36,7 @@ _LAZY = {name: "tuner.hardware.memory" for name in (
     "MemoryPlan", "MemoryRequest", "ModelMemorySpec", "context_trade", "load_model_spec", "max_target_ngl",
     "plan_memory")}
 
-__all__ = ["NO_AUTH_WARNING", "Device", "Devices", "Probes", "detect_devices", "used_bytes_total", *sorted(_LAZY)]
+__all__ = ["NO_AUTH_WARNING", "Device", "Devices", "LoadWatcher", "Probes", "detect_devices", "used_bytes_total", *sorted(_LAZY)]
 
 
 def __getattr__(name: str) -> Any:

@@ -230,6 +230,16 @@ class CpuBuffers:
         """The extra buffer types launches really get: none with ``no_repack``."""
         return () if self.no_repack else self.types
 
+    @property
+    def openmp(self) -> bool | None:
+        """The build's CPU backend uses OpenMP (``system_info: … OPENMP = 1``): its threads then spin-wait at
+        each graph node's barrier (ggml/src/ggml-cpu/ggml-cpu.c ``ggml_barrier`` is an ``omp barrier``), so
+        ``OMP_WAIT_POLICY=PASSIVE`` is the setting that lets them sleep; False: ggml's own threadpool
+        (``--poll``). None when only guessed from the CPU's flags (``source`` ``"CPU flags"``)."""
+        if self.source != "load log":
+            return None
+        return "openmp" in self.build_flags
+
 
 def guess_cpu_buffers(cpu_flags: Iterable[str], local_gpus: bool) -> CpuBuffers:
     """The guess when no load log of the build was read: ``CPU_REPACK`` when the CPU reports ``avx2``

@@ -132,10 +132,11 @@ class LoadWatcher:
     sampled here (``tuner.hardware.nvml`` owns NVML).
     """
 
-    def __init__(self, interval_s: float = 1.0, own_pid: int | None = None) -> None:
+    def __init__(self, interval_s: float = 1.0, own_pid: int | None = None, keep: int | None = None) -> None:
         import os
         import threading
 
+        self.keep = keep  # at most this many samples kept (the newest; a watcher that runs while serving)
         self.interval_s = interval_s
         self.own_pid = own_pid or os.getpid()
         self.samples: list[LoadSample] = []
@@ -190,6 +191,8 @@ class LoadWatcher:
                 steal = max(0.0, cur[2] - prev[2]) / wall
                 with self._lock:
                     self.samples.append(LoadSample(cur[0] - t0, min(1.0, other), min(1.0, steal)))
+                    if self.keep is not None and len(self.samples) > self.keep:
+                        del self.samples[: len(self.samples) - self.keep]
 
         while not self._stop.wait(self.interval_s):
             try:
@@ -216,6 +219,15 @@ class LoadWatcher:
             self._thread = threading.Thread(target=self._loop, name="load-watcher", daemon=True)
             self._thread.start()
         return self
+
+    def latest_other_cores(self) -> float | None:
+        """Other programs' CPU over the latest interval, in cores (``other_cpu_fraction`` × logical CPUs);
+        None before the first interval."""
+        import os
+
+        with self._lock:
+            last = self.samples[-1] if self.samples else None
+        return last.other_cpu_fraction * (os.cpu_count() or 1) if last is not None else None
 
     def summary(self) -> LoadSummary:
         """The summary so far."""

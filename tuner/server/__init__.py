@@ -2,7 +2,7 @@
 failure diagnosis. See docs/architecture.md ("server") for the contract."""
 
 from tuner.process import clean_env
-from tuner.server.argv import UnsupportedConfigError, build_argv
+from tuner.server.argv import UnsupportedConfigError, build_argv, command_line, server_env
 from tuner.server.capture import (
     KEEP_WORDS,
     CapturedFile,
@@ -51,6 +51,7 @@ __all__ = [
     "ServerClient",
     "ServerClientError", "ServerConfig", "ServerHTTPError", "ServerNotFoundError", "ServerStartError", "ServerState",
     "ServerUnreachableError", "SleepStatus", "StateChange", "Supervisor", "UnsupportedConfigError", "build_argv",
-    "cached_dialect", "clean_env", "default_alias", "diagnose", "find_server", "parse_help", "probe_dialect", "reload_words",
+    "cached_dialect", "clean_env", "command_line", "default_alias", "diagnose", "find_server", "parse_help", "probe_dialect",
+    "reload_words", "server_env",
     "startup_timeout_for",
 ]

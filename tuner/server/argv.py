@@ -8,7 +8,9 @@ Rules (llama.cpp sources named with each):
 - ``--metrics`` and ``--slots`` are always on where they exist; ``-np`` is explicit;
 - ``LLAMA_ARG_*`` variables are stripped from the child environment, because the server applies
   them first and ``--spec-type`` *appends* to the env value (common/arg.cpp
-  ``common_params_parse_ex`` and the ``--spec-type`` handler).
+  ``common_params_parse_ex`` and the ``--spec-type`` handler);
+- the one variable a configuration adds is ``OMP_WAIT_POLICY=PASSIVE`` (:func:`server_env`), shown with the
+  argv wherever the exact command line is (:func:`command_line`).
 """
 
 from __future__ import annotations
@@ -103,8 +105,7 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
         argv += [_need(d, "-np", "--parallel"), str(config.n_parallel)]
     if config.ngl is not None:
         argv += [_need(d, "-ngl", "--gpu-layers", "--n-gpu-layers"), _fmt_layers(config.ngl)]
-    if config.threads is not None:
-        argv += [_need(d, "-t", "--threads"), str(config.threads)]
+    argv += _thread_args(config, d)
     if config.cache_type_k is not None:
         argv += [_need(d, "-ctk", "--cache-type-k"), config.cache_type_k]
     if config.cache_type_v is not None:
@@ -136,6 +137,43 @@ def build_argv(binary_path: str | Path, config: ServerConfig, dialect: Dialect,
     argv += _spec_args(config, d)
     argv += list(config.extra_args)
     return argv
+
+
+def _thread_args(config: ServerConfig, d: Dialect) -> list[str]:
+    """``-t N`` for ``config.threads``, and with a separate draft model the same count for the draft's threads
+    (``-td N``, b11434's alias of ``--spec-draft-threads``; common/arg.cpp: without it the draft's threads copy
+    ``-t`` anyway, ``postprocess_cpu_params``), so the argv says both; ``--poll N`` for ``config.poll``."""
+    out: list[str] = []
+    if config.threads is not None:
+        out += [_need(d, "-t", "--threads"), str(config.threads)]
+        td = d.first("-td", "--spec-draft-threads", "--threads-draft")
+        if config.draft_path is not None and td is not None:
+            out += [td, str(config.threads)]
+    if config.poll is not None:
+        out += [_need(d, "--poll"), str(int(config.poll))]
+    return out
+
+
+OMP_WAIT_POLICY = "OMP_WAIT_POLICY"
+"""The OpenMP runtime's variable for how idle threads wait (``PASSIVE``: they sleep; GNU libgomp reads it at
+start-up). The only variable a :class:`~tuner.server.config.ServerConfig` sets in llama-server's environment."""
+
+
+def server_env(config: ServerConfig | None) -> dict[str, str]:
+    """The variables ``config`` sets in llama-server's environment on top of the cleaned one
+    (``tuner.process.clean_env``): ``{"OMP_WAIT_POLICY": "PASSIVE"}`` with ``config.omp_passive``, else ``{}``
+    (also for None). Pure. Every launch goes through it (``tuner.server.launch.Launch.spawn``); with a
+    supervisor's ``config`` it is what the current child got; :func:`command_line` shows it."""
+    return {OMP_WAIT_POLICY: "PASSIVE"} if config is not None and config.omp_passive else {}
+
+
+def command_line(argv: list[str] | tuple[str, ...], env: dict[str, str] | None = None) -> str:
+    """The exact command line as a shell would run it: ``env`` as ``NAME=VALUE`` words in front of the quoted
+    argv (``OMP_WAIT_POLICY=PASSIVE /path/llama-server -m … -t 2``). Pure; shape: one line of text."""
+    import shlex
+
+    words = [f"{k}={shlex.quote(v)}" for k, v in sorted((env or {}).items())]
+    return " ".join([*words, shlex.join(list(argv))])
 
 
 def _no_repack_args(config: ServerConfig, d: Dialect) -> list[str]:

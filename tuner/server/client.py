@@ -228,13 +228,14 @@ class ServerClient:
         """
         self._json("POST", "/models/unload", json={"model": model})
 
-    def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: Any) -> dict:
+    def completion(self, prompt: str | list[int], n_predict: int, timeout_s: float = 120.0, **params: Any) -> dict:
         """``POST /completion`` (not streamed); returns the answer with ``content`` and ``timings``
         (``predicted_per_second``, and ``draft_n`` / ``draft_n_accepted`` only when drafts were
         made: server-common.cpp ``server_slot_stats::to_json``).
 
         Extra ``params`` go into the request body (e.g. ``temperature=0``, ``cache_prompt=False``,
-        ``seed=1``).
+        ``seed=1``). A list ``prompt`` is sent as a token array (tools/server/server-common.cpp
+        ``tokenize_input_prompts`` takes token ids as they are).
 
         Raises: ServerUnreachableError (also when the server dies mid-request), ServerHTTPError.
         """
@@ -242,7 +243,7 @@ class ServerClient:
         body.update(params)
         return self._json("POST", "/completion", timeout_s=timeout_s, json=body)
 
-    def oai_completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: Any) -> dict:
+    def oai_completion(self, prompt: str | list[int], n_predict: int, timeout_s: float = 120.0, **params: Any) -> dict:
         """``POST /v1/completions`` (OpenAI shape, not streamed) with the same body fields as
         :meth:`completion`; the answer dict with ``content`` set to ``choices[0].text`` (so callers read
         it like a ``/completion`` answer) and llama.cpp's ``timings``. ik_llama.cpp reports

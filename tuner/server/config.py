@@ -44,7 +44,16 @@ class ServerConfig:
         api_key: clients must send it; the supervisor passes it as ``--api-key-file`` (a private
             file removed once the server is up) where the binary has that flag, else ``--api-key``.
         cache_type_k / cache_type_v: target KV cache types (``-ctk`` / ``-ctv``), e.g. ``"q8_0"``.
-        threads: CPU threads (``-t``).
+        threads: CPU threads (``-t``); with a separate draft model the draft's threads too (``-td``,
+            b11434's alias of ``--spec-draft-threads``: common/arg.cpp), so both follow one thread setting.
+        omp_passive: run llama-server with ``OMP_WAIT_POLICY=PASSIVE`` in its environment
+            (:func:`tuner.server.argv.server_env`): on a build whose CPU backend uses OpenMP (``system_info: …
+            OPENMP = 1``) the threads then sleep at each graph node's barrier instead of spinning
+            (ggml/src/ggml-cpu/ggml-cpu.c ``ggml_barrier`` is an ``omp barrier`` there), so one thread
+            preempted by another program no longer stalls the others at full spin. The only variable a
+            configuration may set; part of a profile (the tune's thread stage chooses it).
+        poll: ``--poll N`` (0..100, ggml's own threadpool: how long idle threads spin before they sleep;
+            b11434's default 50); 0 = no polling. Changes nothing on an OpenMP build. None = not passed.
         fit: ``True``/``False`` → ``--fit on|off`` where the binary has ``--fit``; None = default.
         alias: model name the API reports (``--alias``: ``/v1/models`` ids and every answer's
             ``model`` field; tools/server/server-context.cpp uses the model path without it). The
@@ -106,10 +115,15 @@ class ServerConfig:
     no_repack: bool = False
     sleep_idle_s: int | None = None
     log_prompts_dir: Path | None = None
+    omp_passive: bool = False
+    poll: int | None = None
 
     def __post_init__(self) -> None:
-        if not isinstance(self.no_repack, bool):
-            raise TypeError(f"ServerConfig.no_repack must be true or false, not {self.no_repack!r}")
+        for name in ("no_repack", "omp_passive"):
+            if not isinstance(getattr(self, name), bool):
+                raise TypeError(f"ServerConfig.{name} must be true or false, not {getattr(self, name)!r}")
+        if self.poll is not None and (isinstance(self.poll, bool) or not 0 <= self.poll <= 100):
+            raise ValueError(f"ServerConfig.poll must be 0 to 100 (--poll), not {self.poll!r}")
         object.__setattr__(self, "model_path", Path(self.model_path))
         object.__setattr__(self, "rpc", tuple(str(h) for h in self.rpc))
         if self.draft_path is not None:

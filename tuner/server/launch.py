@@ -23,7 +23,7 @@ from tuner import process
 from tuner.logs import redact
 from tuner.process import clean_env
 from tuner.server import capture
-from tuner.server.argv import build_argv
+from tuner.server.argv import build_argv, command_line, server_env
 from tuner.server.client import ServerClient
 from tuner.server.config import ServerConfig
 from tuner.server.diagnosis import CrashContext, Diagnosis, diagnose, startup_phase
@@ -80,6 +80,7 @@ class Launch:
         except Exception:
             self.release_key()
             raise
+        self.env = server_env(cfg)  # set on top of the cleaned environment (OMP_WAIT_POLICY=PASSIVE or nothing)
         self.child: process.ChildProcess | None = None
         self.spawned_unix_s = 0.0
         self.oom_at_spawn: OomCounters = (None, None)
@@ -105,7 +106,8 @@ class Launch:
             return None, None
 
     def spawn(self, tail_lines: int) -> process.ChildProcess:
-        """Start the process (a cleaned environment, the key's fd inherited, its log to :attr:`log_path`).
+        """Start the process (a cleaned environment with :attr:`env` on top, the key's fd inherited, its log to
+        :attr:`log_path`).
 
         Raises:
             OSError: it could not be executed (the key hand-off is released).
@@ -114,13 +116,14 @@ class Launch:
         self.spawned_unix_s = time.time()
         key = self.key
         try:
-            child = process.spawn(self.argv, env=clean_env(os.environ), log_path=self.log_path, tail_lines=tail_lines,
+            child = process.spawn(self.argv, env={**clean_env(os.environ), **self.env}, log_path=self.log_path,
+                                  tail_lines=tail_lines,
                                   pass_fds=(key.fd,) if key is not None and key.fd is not None else (),
                                   on_line=self.sleep.on_line if self.sleep is not None else None, umask=CHILD_UMASK)
         except OSError:
             self.release_key()
             raise
-        log.info("llama-server pid %s started: %s", child.pid, redact(" ".join(self.argv)))
+        log.info("llama-server pid %s started: %s", child.pid, redact(command_line(self.argv, self.env)))
         if key is not None:
             key.close_parent_side()
         self.child = child

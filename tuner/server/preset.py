@@ -53,6 +53,8 @@ FLAG_KEYS: dict[str, tuple[str, bool]] = {
     "-np": ("parallel", True), "--parallel": ("parallel", True),
     "-ngl": ("gpu-layers", True), "--gpu-layers": ("gpu-layers", True), "--n-gpu-layers": ("gpu-layers", True),
     "-t": ("threads", True), "--threads": ("threads", True),
+    "-td": ("spec-draft-threads", True), "--spec-draft-threads": ("spec-draft-threads", True),
+    "--threads-draft": ("spec-draft-threads", True), "--poll": ("poll", True),
     "-ctk": ("cache-type-k", True), "--cache-type-k": ("cache-type-k", True),
     "-ctv": ("cache-type-v", True), "--cache-type-v": ("cache-type-v", True),
     "-fit": ("fit", True), "--fit": ("fit", True),

@@ -33,6 +33,7 @@ from pathlib import Path
 from tuner import paths, process
 from tuner.logs import redact
 from tuner.rpcaddr import is_loopback
+from tuner.server.argv import server_env
 from tuner.server.client import ServerClient
 from tuner.server.diagnosis import CrashContext, Diagnosis, diagnose, load_hang
 from tuner.server.dialect import ROUTER_FLAG, Dialect
@@ -145,6 +146,8 @@ class RouterLaunch:
         """
         cache = paths.ensure_private_dir(router_dir() / "empty-model-cache")
         env = router_env(os.environ, self.plan.api_key, cache)
+        for m in self.plan.models:  # the router passes its environment to every model's child: passive for all
+            env.update(server_env(m.config))
         child = process.spawn(self.argv, env=env, log_path=self.log_path, tail_lines=tail_lines, on_line=on_line,
                               umask=CHILD_UMASK)  # its models inherit it: captured requests are the user's only
         log.info("llama-server router pid %s started: %s", child.pid, redact(" ".join(self.argv)))

@@ -4,7 +4,8 @@ Public API, importable from this package (each module is loaded on first use, so
 ``/metrics`` does not load the collector): :class:`~tuner.telemetry.ring.RingBuffer` and
 :func:`~tuner.telemetry.ring.with_breaks`, :func:`~tuner.telemetry.prom.parse_metrics`,
 :class:`~tuner.telemetry.samplers.MetricsSampler` / ``ProcessSampler`` / ``ProcessUsage`` / ``VramSampler``,
-:class:`~tuner.telemetry.watch.AcceptanceWatch`, :class:`~tuner.telemetry.collector.Collector` with its
+:class:`~tuner.telemetry.watch.AcceptanceWatch`, :class:`~tuner.telemetry.watch.CollapseWatch` and
+:func:`~tuner.telemetry.watch.collapse_words`, :class:`~tuner.telemetry.collector.Collector` with its
 ``TelemetryTick`` and thresholds (``IDLE_AFTER_S``, ``NO_DRAFT_WINDOW_S``, ``NO_DRAFT_MIN_TOKENS``).
 """
 
@@ -18,7 +19,7 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time __geta
     from tuner.telemetry.prom import MetricsParseError, MetricsSnapshot, parse_metrics  # noqa: F401
     from tuner.telemetry.ring import RingBuffer, with_breaks  # noqa: F401
     from tuner.telemetry.samplers import MetricsSampler, ProcessSampler, ProcessUsage, VramSampler  # noqa: F401
-    from tuner.telemetry.watch import AcceptanceWatch  # noqa: F401
+    from tuner.telemetry.watch import AcceptanceWatch, CollapseWatch, collapse_words  # noqa: F401
 
 _EXPORTS = {
     "Collector": "tuner.telemetry.collector",
@@ -36,6 +37,8 @@ _EXPORTS = {
     "ProcessUsage": "tuner.telemetry.samplers",
     "VramSampler": "tuner.telemetry.samplers",
     "AcceptanceWatch": "tuner.telemetry.watch",
+    "CollapseWatch": "tuner.telemetry.watch",
+    "collapse_words": "tuner.telemetry.watch",
 }
 
 __all__ = sorted(_EXPORTS)

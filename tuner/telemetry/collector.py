@@ -36,7 +36,7 @@ from tuner.telemetry.samplers import (
     ProcessSampler,
     VramSampler,
 )
-from tuner.telemetry.watch import AcceptanceWatch, WatchVerdict
+from tuner.telemetry.watch import AcceptanceWatch, CollapseVerdict, CollapseWatch, WatchVerdict
 
 SERIES = (
     "gen_tokens_per_s",
@@ -70,6 +70,7 @@ class TelemetryTick:
     process: ProcessRates | None
     vram_used_bytes: int | None
     watch: WatchVerdict | None
+    collapse: CollapseVerdict | None = None
 
 
 class Collector:
@@ -99,6 +100,9 @@ class Collector:
         self.process = process
         self.vram = vram
         self.watch: AcceptanceWatch | None = None
+        #: the speed-collapse watch and its source of other programs' CPU in cores (:meth:`watch_collapse`)
+        self.collapse: CollapseWatch | None = None
+        self.other_cores: Callable[[], float | None] | None = None
         self.clock = clock
         self.process_every = max(1, int(process_every))
         self._n_polls = 0
@@ -126,12 +130,29 @@ class Collector:
         self.sleeps = sleeps
         self._sleeps_seen, self._after_wake = self._read_sleeps(), False
 
+    def watch_collapse(self, watch: CollapseWatch | None, other_cores: Callable[[], float | None] | None) -> None:
+        """Compare each poll's speed with the profile's (``watch``) while ``other_cores()`` (other programs' CPU
+        in cores, None = unknown) says the machine is busy; None turns it off."""
+        self.collapse, self.other_cores = watch, other_cores
+
     def detach(self) -> None:
         """Stop sampling the server (VRAM keeps being sampled)."""
         self.metrics = None
         self.process = None
         self.watch = None
         self.sleeps = None
+        self.collapse = self.other_cores = None
+
+    def _collapse(self, t: float, m: MetricsRates | None, woke: bool) -> CollapseVerdict | None:
+        if self.collapse is None or m is None:
+            return None
+        try:
+            other = self.other_cores() if self.other_cores is not None else None
+        except Exception:  # noqa: BLE001 - an unreadable CPU meter says nothing
+            other = None
+        tps = None if woke else m.gen_tokens_per_s
+        gen_s = (m.generated_tokens or 0.0) / tps if tps else 0.0  # Δ generation seconds of the finished requests
+        return self.collapse.feed(t, tps, other, gen_s)
 
     def _read_sleeps(self) -> int:
         try:
@@ -194,4 +215,5 @@ class Collector:
         if sample_process:
             self.series["ram_rss_bytes"].append(t, p.rss_bytes if p else None)
             self.series["cpu_percent"].append(t, p.cpu_percent if p else None)
-        return TelemetryTick(t_s=t, metrics=m, process=p, vram_used_bytes=v, watch=w)
+        return TelemetryTick(t_s=t, metrics=m, process=p, vram_used_bytes=v, watch=w,
+                             collapse=self._collapse(t, m, woke))

@@ -21,12 +21,14 @@ from PySide6.QtCore import QObject, QTimer, Signal
 from tuner import settings as settings_mod
 from tuner.calibration import EventCallback, TuneResult
 from tuner.catalog import ModelFile
+from tuner.hardware import LoadWatcher
 from tuner.safetext import safe_text
 from tuner.server import MAX_CAPTURED_FILES as MAX_FILES
 from tuner.server import WAKING_MESSAGE, ServerState, SleepStatus, StateChange, reload_words
 from tuner.settings import Settings
-from tuner.telemetry import Collector, TelemetryTick
+from tuner.telemetry import Collector, TelemetryTick, collapse_words
 from tuner.ui import flow
+from tuner.ui.recent_requests import RecentRequests
 from tuner.ui.serve_at_start import ServeAtStart
 from tuner.ui.serve_targets import ServeTargets, switched
 from tuner.ui.server_notices import on_state_change
@@ -138,6 +140,7 @@ class AppController(QObject):
         self.poll_interval_s = poll_interval_s
         self.tune_options: dict[str, Any] = {}
         self._poller: PollWorker | None = None
+        self._load_meter: LoadWatcher | None = None  # other programs' CPU while serving (the collapse watch)
         self._work: CallWorker | None = None
         self._plan_workers: list[CallWorker] = []
         self.stopping = False
@@ -153,6 +156,7 @@ class AppController(QObject):
         """The target *Serve at start* is serving again right now (the state is TUNING meanwhile: a worker runs),
         None otherwise: the tray and the Serve tab say "starting", not "tuning"."""
         self.serve_at_start = ServeAtStart(self)
+        self.recent = RecentRequests(self)  # Re-tune on recent requests
         """*Serve at start*: ``restore()`` at start, ``remember`` / ``forget`` as serving starts and stops."""
         self.serve_targets = ServeTargets()
         """The folder's targets for the tray's *Serve* menu (read in a worker after each scan and serve)."""
@@ -348,13 +352,14 @@ class AppController(QObject):
         self._plan_workers = [x for x in self._plan_workers if x.isRunning()] + [w]
         w.start()
 
-    def tune_and_serve(self, force_retune: bool = False) -> None:
-        """One click: scan → tune (or reuse a fresh profile) → serve, in one cancellable worker."""
+    def tune_and_serve(self, force_retune: bool = False, served_model_id: str | None = None) -> None:
+        """One click: scan → tune (or reuse a fresh profile) → serve, in one worker (``served_model_id``: on its captures)."""
         folder = self.settings.models_dir or flow.demo_models_dir()
         target = self.selected_target
         st = self.settings
-        prompts_path = self.prompts_path
-        tune_options = dict(self.tune_options)
+        prompts_path, tune_options = self.prompts_path, dict(self.tune_options)
+        if served_model_id is not None:  # tune on its captured requests (tuner.ui.recent_requests)
+            prompts_path, tune_options = None, {**tune_options, "prompts_from_served": True, "served_model_id": served_model_id}
         # re-tune while serving: flow.tune_and_serve stops the served server for the sweep
         self.paused_for_retune = self.serving is not None
         self.set_state(AppState.TUNING, "Serving paused for re-tune" if self.paused_for_retune else "Tuning…")
@@ -380,6 +385,7 @@ class AppController(QObject):
         """Tune again even when a fresh profile exists, then serve the new winner."""
         self.retune_offer = None
         self.tune_and_serve(force_retune=True)
+
 
     def _on_served(self, outcome: flow.ServeOutcome) -> None:
         """The worker finished: update the views in separate event-loop turns (each repaint is
@@ -432,6 +438,7 @@ class AppController(QObject):
         self.sleep = SleepStatus()
         self.collector.attach(*(samplers or flow.server_samplers(info, self.runner)),
                               sleeps=flow.sleep_counter(self.runner))
+        self._watch_collapse(info)
         self._start_polling()
         self.server_changed.emit(info)
         self.set_state(AppState.SERVING, f"Serving {info.model_name} at {info.endpoint_url}")
@@ -447,10 +454,18 @@ class AppController(QObject):
         if self._start_work(job, "stop", lambda _r: self._serving_stopped()) is not None:
             self.serve_at_start.forget()
 
+    def _watch_collapse(self, info: flow.ServingInfo | None) -> None:
+        """(Re)start the collapse watch and its meter of other programs' CPU for ``info`` (None: stop them)."""
+        if self._load_meter is not None:
+            self._load_meter.stop()
+        watch, self._load_meter = flow.collapse_watch(info) if info is not None else (None, None)
+        self.collector.watch_collapse(watch, self._load_meter.latest_other_cores if self._load_meter else None)
+
     def _serving_stopped(self) -> None:
         self.stopping = False
         self.serving = None
         self.sleep = SleepStatus()
+        self._watch_collapse(None)
         self.collector.detach()
         self.server_changed.emit(None)
         self.set_state(AppState.IDLE, "Server stopped")
@@ -492,6 +507,9 @@ class AppController(QObject):
         self.last_tick = tick
         self.telemetry.emit(tick)
         watch = self.collector.watch
+        collapse = self.collector.collapse
+        if tick.collapse is not None and tick.collapse.alert and collapse is not None:
+            self.notify.emit(*collapse_words(tick.collapse, collapse.profile_tps))
         if tick.watch is not None and tick.watch.alert and watch is not None:
             rate = tick.watch.acceptance_rate or 0.0
             self.notify.emit(
@@ -511,6 +529,7 @@ class AppController(QObject):
         if self._poller is not None:
             self._poller.stop()
             self._poller = None
+        self._watch_collapse(None)
         self.stopping = True
         try:
             self.runner.stop()

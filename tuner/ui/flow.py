@@ -71,6 +71,7 @@ from tuner.errors import (
 )
 from tuner.hardware import (
     Devices,
+    LoadWatcher,
     MemoryPlan,
     MemoryRequest,
     context_trade,
@@ -96,16 +97,18 @@ from tuner.server import (
     Supervisor,
     cached_dialect,
     captured_count,
+    command_line,
     default_alias,
     find_server,
     log_prompts_dir,
     probe_dialect,
+    server_env,
 )
 from tuner.server import delete_captured as delete_captured  # re-exported: the captured requests for the window
 from tuner.server import forget_captured as forget_captured
 from tuner.server import list_captured as list_captured
 from tuner.settings import Settings, server_api_key
-from tuner.telemetry import AcceptanceWatch, MetricsSampler, ProcessSampler, ProcessUsage, VramSampler
+from tuner.telemetry import AcceptanceWatch, CollapseWatch, MetricsSampler, ProcessSampler, ProcessUsage, VramSampler
 from tuner.units import MIB, format_bytes
 
 log = logging.getLogger(__name__)
@@ -144,6 +147,8 @@ class ServingInfo:
         models: every model id the endpoint serves when it is llama-server's router (a request's ``model``
             picks one); () when it serves one model.
         models_why: how many models the router keeps loaded at once, in words ("" for one model).
+        profile_tps: the profile's generation tokens/s (its decision's), the collapse watch's reference; None
+            when unknown.
     """
 
     model_name: str
@@ -160,6 +165,7 @@ class ServingInfo:
     base_model: bool = False
     models: tuple[str, ...] = ()
     models_why: str = ""
+    profile_tps: float | None = None
 
 
 @dataclass(frozen=True)
@@ -472,6 +478,12 @@ class ServerRunner:
         argv = sup.argv if sup is not None else None
         return tuple(argv) if argv else None
 
+    def command_text(self, argv: Sequence[str]) -> str:
+        """``argv`` as the exact command line, the variables the running configuration sets in front
+        (``OMP_WAIT_POLICY=PASSIVE …``: ``tuner.server.command_line``)."""
+        sup = self.supervisor
+        return command_line(list(argv), server_env(sup.config if sup is not None else None))
+
 
 def _capturable(config: ServerConfig, sup: Supervisor) -> ServerConfig:
     """``config`` without ``--log-prompts-dir`` when ``sup``'s llama-server cannot keep the requests it serves
@@ -512,6 +524,21 @@ class CaptureStatus:
     files: int
     size_bytes: int
     problem: str | None
+
+
+def served_model_id(serving: ServingInfo | None, target: Path | None) -> str | None:
+    """The model id whose captured requests a re-tune on recent requests uses: the served one's (its
+    ``--alias``, else its file's default id, as :func:`capture_config` names its folder), else the selected
+    target's default id; ``None`` when there is neither."""
+    if serving is not None:  # read as attributes: a view may hold a partial stand-in before serving starts
+        model_id, served = getattr(serving, "model_id", None), getattr(serving, "target_path", None)
+        return model_id or (default_alias(served) if served is not None else None)
+    return default_alias(target) if target is not None else None
+
+
+def captured_requests_of(model_id: str | None) -> int:
+    """How many captured requests ``model_id`` has (0 for ``None``); reads the folder's listing, never a file."""
+    return captured_count(model_id)[0] if model_id else 0
 
 
 def capture_status(settings: Settings, runner: ServerRunner | None = None) -> CaptureStatus:
@@ -574,6 +601,19 @@ def server_samplers(info: ServingInfo, runner: ServerRunner) -> Samplers:
     return metrics, ProcessSampler(read_usage), watch
 
 
+def _positive(v: object) -> float | None:
+    return float(v) if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0 else None
+
+
+def collapse_watch(info: ServingInfo) -> tuple[CollapseWatch | None, LoadWatcher | None]:
+    """The Monitor's collapse watch for ``info`` (``tuner.telemetry.watch.CollapseWatch`` on the profile's speed)
+    and a started meter of other programs' CPU (:class:`tuner.hardware.LoadWatcher`, the app's own process tree
+    left out, llama-server included; stop it when serving ends); ``(None, None)`` without the profile's speed."""
+    if info.profile_tps is None:
+        return None, None
+    return CollapseWatch(info.profile_tps), LoadWatcher(keep=60).start()
+
+
 def sleep_counter(runner: ServerRunner) -> Callable[[], int]:
     """How many times the served llama-server fell asleep (idle sleep) in its current launch, for
     :meth:`tuner.telemetry.collector.Collector.attach` (0 when none runs)."""
@@ -609,9 +649,10 @@ def serving_config(profile: Profile, settings: Settings, models_dir: Path | None
     """The profile's winning ``ServerConfig`` with the user's port, listen address and API key, the
     friendly model id (``--alias`` = :func:`tuner.server.config.default_alias`), the prompt-cache
     limit (``settings.cache_ram_mib``), idle sleep (``settings.idle_sleep_s``; 0 = off; passed only where
-    the binary has ``--sleep-idle-seconds``) and the capture of served requests (``settings.capture_requests``:
-    :func:`capture_config`, whose folder is made here). ``models_dir``: the folder served from, whose drafts
-    alone the profile may use (None = the target's own folder); its RPC hosts: loopback or ``settings.rpc_hosts``.
+    the binary has ``--sleep-idle-seconds``), the user's ``threads`` setting over the tuned thread setting, and
+    the capture of served requests (``settings.capture_requests``: :func:`capture_config`, whose folder is made
+    here). ``models_dir``: the folder served from, whose drafts alone the profile may use (None = the target's
+    own folder); its RPC hosts: loopback or ``settings.rpc_hosts``.
 
     Raises:
         tuner.settings.SettingsError: LAN exposure without an API key.
@@ -624,6 +665,8 @@ def serving_config(profile: Profile, settings: Settings, models_dir: Path | None
                   cors_origins=settings.cors_origins_value(),
                   alias=cfg.alias or default_alias(cfg.model_path), cache_ram_mib=settings.cache_ram_mib,
                   sleep_idle_s=settings.idle_sleep_s or None)
+    if settings.threads is not None:  # the user's thread count overrides the tuned setting
+        cfg = replace(cfg, threads=settings.threads, omp_passive=False, poll=None)
     return capture_config(cfg, settings.capture_requests)
 
 
@@ -753,6 +796,7 @@ def _serve_one(profile: Profile, settings: Settings, models_dir: Path, runner: S
         model_id=config.alias if _argv_has(sup.argv, ("-a", "--alias")) else None,
         cache_ram_mib=config.cache_ram_mib if _argv_has(sup.argv, ("-cram", "--cache-ram")) else None,
         base_model=not has_chat_template(profile.target_path),
+        profile_tps=_positive(decision_json.get("gen_tokens_per_s")),
     )
 
 

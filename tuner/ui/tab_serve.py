@@ -6,7 +6,6 @@ llama-server flags), and the capture of served requests (:mod:`tuner.ui.captures
 from __future__ import annotations
 
 import logging
-import shlex
 from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
@@ -498,7 +497,7 @@ class ServeTab(QWidget):
             self.model_id_label.setText(plain(model_id_text(info)))
             self.endpoint_edit.setText(info.endpoint_url)
             argv = c.runner.argv or info.argv  # the live command line: a crash restart's own
-            self.cmd_edit.setPlainText(plain(shlex.join(argv)))
+            self.cmd_edit.setPlainText(plain(c.runner.command_text(argv)))  # OMP_WAIT_POLICY=… in front
             self.web_pages_label.setText(plain(web_pages_text(argv)))
             self._show_cpu_kernels(flow.cpu_kernels_text(argv))
             self.show_idle_sleep_support(c.idle_sleep_problem())

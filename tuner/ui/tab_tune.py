@@ -25,6 +25,7 @@ from tuner.ui.controller import AppController
 from tuner.ui.graphs import CandidateChart
 from tuner.ui.options import spin_box, spin_value
 from tuner.ui.plaintext import plain, plain_label
+from tuner.ui.recent_requests import TIP as RECENT_TIP
 from tuner.ui.state import AppState
 
 log = logging.getLogger(__name__)
@@ -68,6 +69,10 @@ class TuneTab(QWidget):
         self.retune_btn.setToolTip("Measure again even when a fresh profile exists")
         self.retune_btn.clicked.connect(self.retune)
         row.addWidget(self.retune_btn)
+        self.served_btn = QPushButton("Re-tune on recent requests")  # shown only with captured requests
+        self.served_btn.setToolTip(RECENT_TIP)
+        self.served_btn.clicked.connect(self.retune_on_served)
+        row.addWidget(self.served_btn)
         self.cancel_btn = QPushButton("Cancel")
         self.cancel_btn.setEnabled(False)
         self.cancel_btn.clicked.connect(controller.cancel)
@@ -132,6 +137,8 @@ class TuneTab(QWidget):
         controller.restore_refused.connect(self.on_restore_refused)
         controller.scan_done.connect(lambda _scan: self.show_prompt())
         self.show_prompt()
+        for signal in (controller.capture_changed, controller.server_changed, controller.telemetry):
+            signal.connect(lambda *_a: self.show_served_action())
         self.on_state(controller.state)
 
     def show_prompt(self) -> None:
@@ -142,10 +149,10 @@ class TuneTab(QWidget):
         target = self.controller.selected_target
         if target is None:
             line = ("Choose a models folder on the Models tab (or try the demo models), then press "
-                            "“Tune & serve” to find the fastest way to run a model on this machine.")
+                    "“Tune & serve” to find the fastest way to run a model on this machine.")
         else:
             line = (f"Press “Tune & serve” to find the fastest way to run {Path(target).name} on this "
-                            "machine: on its own, or with a draft model or n-gram lookup guessing the next tokens.")
+                    "machine: on its own, or with a draft model or n-gram lookup guessing the next tokens.")
         self._prompt = plain(line)
         self.step_label.setText(self._prompt)
 
@@ -226,12 +233,28 @@ class TuneTab(QWidget):
         self._reset()
         self.controller.retune()
 
+    def retune_on_served(self) -> None:
+        """Start *Re-tune on recent requests* (a sweep on the served model's captured requests)."""
+        self._apply_budget()
+        self._reset()
+        self.controller.recent.retune()
+
+    def show_served_action(self) -> None:
+        """*Re-tune on recent requests* is shown while captured requests exist for the served model (its count in
+        the tooltip), enabled while no sweep runs."""
+        n = self.controller.recent.count()
+        self.served_btn.setVisible(n > 0)
+        self.served_btn.setEnabled(n > 0 and self.controller.state is not AppState.TUNING)
+        if n:
+            self.served_btn.setToolTip(f"{RECENT_TIP} ({n} request{'' if n == 1 else 's'} kept)")
+
     def on_state(self, state: AppState) -> None:
         """Enable the buttons that make sense now."""
         tuning = state is AppState.TUNING
         # the File and tray menus' rule: while serving, "Tune & serve" tunes the selected target and serves it too
         self.start_btn.setEnabled(not tuning)
         self.retune_btn.setEnabled(not tuning and self.controller.can_retune())
+        self.show_served_action()
         self.cancel_btn.setEnabled(tuning)
         self.budget.setEnabled(not tuning)
         if tuning:

@@ -18,11 +18,13 @@ from tuner.ui import flow
 from tuner.ui.controller import AppController, capture_text
 from tuner.ui.icons import state_icon
 from tuner.ui.plaintext import notification_body, plain, tooltip
+from tuner.ui.recent_requests import TIP as RECENT_TIP
 from tuner.ui.state import AppState
 
 #: Menu entries in order (text of the action), for tests and docs.
 MENU_ITEMS = ("Tune & serve", "Serve", "Open Draftwise", "Chat…", "Start server", "Stop server", "Copy endpoint URL",
-              "Re-tune", "Quit")
+              "Re-tune", "Re-tune on recent requests", "Quit")
+"""``Re-tune on recent requests`` is there only while captured requests exist for the served model."""
 #: The router's word for a model's process → what the *Serve* menu adds after its name.
 _STATUS_WORDS = {"loaded": "loaded", "sleeping": "asleep, memory freed", "loading": "loading…"}
 
@@ -120,6 +122,11 @@ class Tray:
         # nothing to re-tune before a first sweep or a served profile
         a.setEnabled(c.can_retune())
         a.triggered.connect(c.retune)
+        if c.recent.count() > 0:  # only with captured requests of the served model
+            a = m.addAction("Re-tune on recent requests")
+            a.setToolTip(RECENT_TIP)
+            a.setEnabled(not busy)
+            a.triggered.connect(c.recent.retune)
         m.addSeparator()
         if served is not None:
             asleep = c.sleep.sleeping

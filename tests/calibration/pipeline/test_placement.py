@@ -126,3 +126,13 @@ def test_without_devices_the_server_places_every_launch(resolve: Any, monkeypatc
     assert inputs.devices is None and "hardware detection failed: no /proc here" in [e.message for e in events]
     plan = plan_sweep(inputs, None, Events(None)).candidates
     assert plan.dropped == () and all(c.ngl is None for c in plan.all_probes)
+
+
+def test_the_thread_stage_is_planned_unless_the_threads_are_chosen(resolve: Any, monkeypatch: pytest.MonkeyPatch
+                                                                    ) -> None:
+    import tuner.crosscheck.cpu_buffers as cpu_buffers
+
+    monkeypatch.setattr(cpu_buffers, "build_uses_openmp", lambda binary, dialect=None: True)
+    settings = plan_sweep(resolve(threads=None), None, Events(None)).settings
+    assert (settings.thread_cores, settings.thread_openmp) == (2, True)  # the quiet machine's 2 physical cores
+    assert plan_sweep(resolve(threads=1), None, Events(None)).settings.thread_cores is None  # the user's count

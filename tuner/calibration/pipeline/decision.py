@@ -4,6 +4,7 @@ sentences about the machine and the sweep (``tuner.calibration.report.finish_dec
 from __future__ import annotations
 
 from ..decide import Decision, decide
+from ..prompts import SERVED_SOURCE_PREFIX
 from ..report import NoRepack, ReportFacts, RpcPlacement, finish_decision
 from .events import Events
 from .inputs import TuneInputs
@@ -27,6 +28,9 @@ def reach_decision(inputs: TuneInputs, plan: SweepPlan, sweep: SweepResult, even
         if inputs.rpc_used and devices is not None else None,
         machine=sweep.machine,
         cpu_workaround=NoRepack(*no_repack) if no_repack is not None else None,
+        captured={i: p.captured_unix_s for i, p in inputs.prompts.chosen if p.captured_unix_s is not None},
+        served_model_id=inputs.prompts.set.source.removeprefix(SERVED_SOURCE_PREFIX)
+        if inputs.prompts.set.captured else None,
     )
     outcome, load = sweep.outcome, sweep.load
     decision = finish_decision(decide(outcome), outcome, facts)

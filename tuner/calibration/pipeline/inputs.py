@@ -16,7 +16,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING
 
 from ..candidates import DraftOption, HeadOption
-from ..prompts import PromptChoice, choose_prompts
+from ..prompts import PromptChoice, PromptFileError, captured_prompt_set, choose_prompts
 from ..request import TuneError, TuneRequest, _check_long_share
 from ..workload import Workload, long_context_prompts
 from .events import Events
@@ -111,13 +111,16 @@ def resolve_inputs(request: TuneRequest, *, scanned: ScanResult | None, binary: 
     models_dir = Path(request.models_dir).resolve()
     scan = scan_folder(models_dir, scanned)
     events.note(check_target_name(scan, request.target))
-    prompts = choose_prompts(request.prompts, request.max_prompts,
-                             long_context_prompts() if request.long_context else ())
-    if prompts.skipped_note:
-        events("skipped", prompts.skipped_note)
+    if not request.prompts_from_served:
+        prompts = choose_prompts(request.prompts, request.max_prompts,
+                                 long_context_prompts() if request.long_context else ())
+        if prompts.skipped_note:
+            events("skipped", prompts.skipped_note)
     long_share = request.long_share if request.long_share is not None else default_long_share
-    _check_long_share(long_share, request.long_context)
+    _check_long_share(long_share, request.long_context or request.prompts_from_served)
     target = choose_target(models_dir, request.target, scan)
+    if request.prompts_from_served:
+        prompts = served_prompts(request, target.path)
     n_ctx, ctx_note = _context_size(request.n_ctx, target.model)
     server = named or resolve_server(request.server, binary)
     check_server_args(request.server_args, server)
@@ -135,6 +138,26 @@ def resolve_inputs(request: TuneRequest, *, scanned: ScanResult | None, binary: 
                       drafts=drafts, heads=heads, long_share=long_share)
 
 
+def served_prompts(request: TuneRequest, target_path: Path) -> PromptChoice:
+    """The captured requests of the served model (``request.served_model_id``, else the target's default id)
+    as the sweep's prompts, with no built-in long-context requests
+    (:func:`tuner.calibration.prompts.captured_prompt_set`).
+
+    Raises:
+        TuneError: (``bad_input``) none captured, naming ``--prompts-from-served`` and how to capture.
+    """
+    from tuner.server.config import default_alias
+
+    model_id = request.served_model_id or default_alias(target_path)
+    try:
+        captured = captured_prompt_set(model_id, request.max_prompts)
+    except PromptFileError:
+        raise TuneError(f"--prompts-from-served: no captured requests of model {model_id!r} to re-tune on; serve it "
+                        "with capture on first (the setting 'Keep served requests', or serve --capture-requests)",
+                        bad_input=True) from None
+    return choose_prompts(captured, None)
+
+
 def _context_size(requested: int | None, model: ModelFile) -> tuple[int, str | None]:
     """``tuner.ctxsize.resolve_ctx_size`` for the target; its ``OptionError`` becomes a ``TuneError``."""
     from tuner.ctxsize import resolve_ctx_size
@@ -147,9 +170,13 @@ def _context_size(requested: int | None, model: ModelFile) -> tuple[int, str | N
 
 def _workload(request: TuneRequest, target_path: Path, n_ctx: int, dialect: Dialect) -> Workload:
     """Chat requests when the target has a chat template (or ``request.chat`` says so), at the request's
-    sampling, on the dialect's raw-completion endpoint."""
+    sampling, on the dialect's raw-completion endpoint; captured requests (``request.prompts_from_served``)
+    always go as raw completions of the text llama-server logged (the served template is in it)."""
     from tuner.catalog.header import has_chat_template
 
+    if request.prompts_from_served:  # captured prompts are templated already: raw completions, even for chat
+        return Workload(chat=False, sampling=request.sampling, n_ctx=n_ctx,
+                        raw_endpoint=dialect.draft_counts_endpoint, captured=True)
     chat = has_chat_template(target_path) if request.chat is None else request.chat
     return Workload(chat=chat, sampling=request.sampling, n_ctx=n_ctx, raw_endpoint=dialect.draft_counts_endpoint)
 

@@ -88,6 +88,7 @@ def plan_sweep(inputs: TuneInputs, settings: SearchSettings | None, events: Even
 
 def _settings(inputs: TuneInputs, settings: SearchSettings | None) -> SearchSettings:
     request = inputs.request
+    given = settings is not None
     settings = settings or SearchSettings(
         n_predict=request.n_predict,
         max_pairs=max(MIN_PAIRS, 2 * request.repetitions),
@@ -97,6 +98,12 @@ def _settings(inputs: TuneInputs, settings: SearchSettings | None) -> SearchSett
     )
     if inputs.long_share is not None:
         settings = dataclasses.replace(settings, long_share=inputs.long_share)
+    cores = inputs.devices.cpu_cores if inputs.devices is not None else None
+    if not given and request.threads is None and cores:  # the thread stage (search/threads.py); tests set it
+        from tuner.crosscheck.cpu_buffers import build_uses_openmp
+
+        settings = dataclasses.replace(settings, thread_cores=cores,
+                                       thread_openmp=build_uses_openmp(inputs.binary, inputs.dialect))
     return settings
 
 

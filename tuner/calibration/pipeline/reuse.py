@@ -16,6 +16,7 @@ from ..report import reused_decision
 from ..request import TuneResult
 from .events import Events
 from .inputs import TuneInputs
+from .keys import keys_for_saved_source
 
 log = logging.getLogger(__name__)
 
@@ -38,7 +39,8 @@ class Reuse:
 
 
 def check_saved(store: ProfileStore, inputs: TuneInputs, keys: StalenessKeys, events: Events) -> Reuse:
-    """Load the target's saved profile and compare its keys with ``keys``; a profile whose sweep ran out of
+    """Load the target's saved profile and compare its keys with ``keys`` (as its own prompt source records them:
+    a profile tuned on served requests answers a request that names no prompts, ``keys.keys_for_saved_source``); a profile whose sweep ran out of
     time before some candidates were measured is stale for a larger budget. Emits ``"stale"`` with the
     reasons; an unreadable profile (kept aside by the store) is a note. ``inputs.request.force`` re-tunes
     a fresh one. Raises nothing of its own."""
@@ -49,7 +51,7 @@ def check_saved(store: ProfileStore, inputs: TuneInputs, keys: StalenessKeys, ev
         return Reuse(None)
     if saved is None:
         return Reuse(None)
-    reasons = store.stale_reasons(saved, keys)
+    reasons = store.stale_reasons(saved, keys_for_saved_source(saved, inputs.request, keys))
     spent = saved.decision.get("budget_spent_before") or []
     old_budget = saved.decision.get("budget_s")
     budget_s = inputs.request.budget_s

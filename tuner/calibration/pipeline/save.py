@@ -4,11 +4,16 @@ llama-server argv), or, after a cancel, what ran and nothing saved."""
 from __future__ import annotations
 
 import logging
+from dataclasses import replace
+from pathlib import Path
+from typing import Any
 
 from tuner.profiles import Profile, ProfileStore, StalenessKeys
 
+from ..candidates import Candidate
 from ..decide import Decision
 from ..outcome import SearchOutcome
+from ..prompts import SERVED_SOURCE_PREFIX
 from ..request import TuneResult
 from ..serving import candidate_config, config_to_json
 from .events import Events
@@ -28,8 +33,8 @@ def save_result(store: ProfileStore, inputs: TuneInputs, keys: StalenessKeys, pl
         OSError: the profile cannot be written.
     """
     request = inputs.request
-    winner_cfg = candidate_config(decision.winner, inputs.target_path, n_ctx=inputs.n_ctx, threads=request.threads,
-                                  server_args=keys.server_args)
+    winner_cfg = candidate_config(served_candidate(decision, outcome), inputs.target_path, n_ctx=inputs.n_ctx,
+                                  threads=request.threads, server_args=keys.server_args)
     try:
         from tuner.server.argv import tuned_argv
 
@@ -45,7 +50,9 @@ def save_result(store: ProfileStore, inputs: TuneInputs, keys: StalenessKeys, pl
         server_config=config_to_json(winner_cfg),
         argv=argv,
         decision={**decision.to_json(), "budget_s": plan.budget_s,
-                  "budget_spent_before": [c.label for c in outcome.unmeasured]},
+                  "budget_spent_before": [c.label for c in outcome.unmeasured],
+                  "prompt_source": prompt_source(inputs),
+                  **({"threads": outcome.threads.detail()} if outcome.threads is not None else {})},
         evidence=tuple(m.to_json() for m in outcome.measurements),
     )
     path = store.save(profile)
@@ -53,6 +60,33 @@ def save_result(store: ProfileStore, inputs: TuneInputs, keys: StalenessKeys, pl
     return TuneResult(request=request, target_path=inputs.target_path, decision=decision,
                       measurements=tuple(outcome.measurements), profile=store.load(inputs.target_path),
                       profile_path=path, dropped=plan.dropped, elapsed_s=events.elapsed_s())
+
+
+def prompt_source(inputs: TuneInputs) -> dict[str, Any]:
+    """Where the sweep's prompts came from, as the profile records it (never their text): ``{"kind":
+    "built-in"}``, ``{"kind": "file", "path"}``, ``{"kind": "given", "source"}`` (a set given in code), or
+    ``{"kind": "served", "model_id", "requests", "first_unix_s", "last_unix_s"}`` (the captured requests
+    chosen, sampled over time)."""
+    ps, request = inputs.prompts.set, inputs.request
+    if ps.captured:
+        times = [p.captured_unix_s for _, p in inputs.prompts.chosen if p.captured_unix_s is not None]
+        return {"kind": "served", "model_id": ps.source.removeprefix(SERVED_SOURCE_PREFIX), "requests": len(times),
+                "first_unix_s": min(times, default=None), "last_unix_s": max(times, default=None)}
+    if request.prompts is None:
+        return {"kind": "built-in"}
+    if isinstance(request.prompts, Path):
+        return {"kind": "file", "path": str(request.prompts)}
+    return {"kind": "given", "source": ps.source}
+
+
+def served_candidate(decision: Decision, outcome: SearchOutcome) -> Candidate:
+    """The decision's winner with the thread stage's setting (``tuner.calibration.threads.ThreadChoice``) when
+    the stage measured that candidate; the winner as it is otherwise."""
+    choice = outcome.threads
+    if choice is None or choice.served_label != decision.winner.label:
+        return decision.winner
+    st = choice.chosen
+    return replace(decision.winner, threads=st.threads, omp_passive=st.omp_passive, poll=st.poll)
 
 
 def cancelled_result(inputs: TuneInputs, plan: SweepPlan, outcome: SearchOutcome, events: Events) -> TuneResult:

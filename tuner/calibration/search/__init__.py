@@ -18,7 +18,9 @@ each stage is its own module, and the stages talk only through the state objects
 - ``measurer.py``: ``Measurer``, one launch measured, booked and reported.
 - ``screening.py``: ``Screening``: baseline, probes, refine, explore, re-screen near ties, the ``p_min``
   variant, and the contenders. ``confirm.py`` / ``side_by_side.py``: ``Confirmation``, the paired rounds
-  (alternating launches, or both servers side by side on the CPU).
+  (alternating launches, or both servers side by side on the CPU). ``threads.py``: ``ThreadStage``, the
+  served configuration's CPU thread setting, idle and with one other busy program (last; its share of the
+  budget is kept back from the others).
 
 Progress events never report 100 % while work remains, and the ETA is unknown (``None``) until the first
 warm-up has been timed. A new stage goes into :meth:`Search.run`'s list; a new estimate into ``Estimates``
@@ -39,7 +41,7 @@ from ..measure import LaunchFn
 from ..outcome import SearchOutcome
 from ..pairing import Mix
 from ..prompts import Prompt
-from ..workload import LongContextPlan, SweepMemory, Workload
+from ..workload import LongContextPlan, SweepMemory, Workload, long_prompt_tokens
 from .budget import HARD_LIMIT, Budget, Estimates
 from .confirm import Confirmation
 from .eta import ConfirmTracker, Eta
@@ -49,6 +51,7 @@ from .protocol import Requests, ngram_only
 from .record import Record
 from .screening import Screening
 from .settings import BaselineFailed, Emit, SearchSettings
+from .threads import ThreadStage
 
 
 class Search:
@@ -70,7 +73,7 @@ class Search:
             (``Estimates.reserve_s``).
 
     Attributes:
-        record, budget, estimates, eta, tracker, events, measurer, screening, confirmation: the sweep's
+        record, budget, estimates, eta, tracker, events, measurer, screening, confirmation, threads: the sweep's
             state and stages (tests read them).
     """
 
@@ -81,7 +84,8 @@ class Search:
         self.s = settings
         requests = Requests(list(prompts), settings.n_predict)
         memory = SweepMemory(long_plan=LongContextPlan(budget_s=budget.budget_s))
-        self.record = Record(mix=Mix.of(requests.prompts, settings.long_share), memory=memory)
+        self.record = Record(mix=Mix.of(requests.prompts, settings.long_share, long_prompt_tokens(workload.n_ctx)),
+                             memory=memory)
         self.budget = budget
         self.estimates = Estimates(requests, self.record, settings.side_by_side, ngram_only(plan))
         self.eta = Eta()
@@ -93,6 +97,8 @@ class Search:
         self.screening = Screening(plan, settings, self.measurer, *state, cancel, busy)
         self.confirmation = Confirmation(settings, self.measurer, self.record, self.tracker, budget, self.estimates,
                                          self.eta, self.events, cancel, busy)
+        self.threads = ThreadStage(launch_fn, settings, workload, requests, budget, self.estimates, self.events,
+                                   cancel)
 
     def run(self) -> SearchOutcome:
         """Run the stages in order; returns what the sweep found (``cancelled`` after a cancel, with the
@@ -110,6 +116,7 @@ class Search:
             self.screening.p_min_variants()
             self.eta.confirming = True
             self.confirmation.run(self.screening.contenders())
+            self.threads.run(self.outcome())
             self.eta.finished = True
         except Cancelled:
             return SearchOutcome(measurements=tuple(self.record.measurements),
@@ -133,6 +140,7 @@ class Search:
             protocol=protocol.detail() if protocol is not None else {},
             server_sampling=dict(r.memory.server_sampling),
             long_context=r.memory.long_plan.left_out,
+            threads=self.threads.choice,
         )
 
 

@@ -68,6 +68,8 @@ class Budget:
         t0: the clock's reading when the sweep started.
         hard_deadline_s: ``time.monotonic()`` value of the hard time limit (:data:`HARD_LIMIT`), set by
             :meth:`arm_hard_limit` once the baseline was measured; ``None`` before.
+        held_s: seconds kept back for the last stage (the thread stage: ``tuner.calibration.threads.SHARE`` of
+            the budget); the stages before it see :meth:`remaining_s` without them; that stage sets it to 0.
     """
 
     def __init__(self, budget_s: float, clock: Callable[[], float] = time.monotonic) -> None:
@@ -75,6 +77,7 @@ class Budget:
         self.clock = clock
         self.t0 = clock()
         self.hard_deadline_s: float | None = None
+        self.held_s = 0.0  # kept back for a later stage (the thread stage's share): not in remaining_s until released
 
     @property
     def limit_s(self) -> float:
@@ -86,8 +89,8 @@ class Budget:
         return self.clock() - self.t0
 
     def remaining_s(self) -> float:
-        """Budget left in seconds (negative once overrun)."""
-        return self.budget_s - self.elapsed_s()
+        """Budget left in seconds (negative once overrun), less what is :attr:`held_s` for a later stage."""
+        return self.budget_s - self.held_s - self.elapsed_s()
 
     def arm_hard_limit(self) -> None:
         """Start the hard time limit (:data:`HARD_LIMIT` × budget from the sweep's start)."""

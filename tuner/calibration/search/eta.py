@@ -201,23 +201,24 @@ class Eta:
                     busy: Callable[[], bool]) -> float | None:
         """Estimated seconds until the decision: the launch under way at its observed pace, then what is
         pending and queued and the paired rounds, each :attr:`slow` times its estimate, as far as the budget
-        left affords them (while confirming: :meth:`ConfirmTracker.expected_s`); never past the hard time
-        limit, where every step ends. ``None`` before the first warm-up was timed."""
+        left affords them (while confirming: :meth:`ConfirmTracker.expected_s`), and the share kept back for the
+        thread stage (``Budget.held_s``); never past the hard time limit, where every step ends. ``None`` before the first warm-up was timed."""
         if estimates.tps() is None:
             return None
         hard_left = max(0.0, budget.limit_s - budget.elapsed_s())
         pending = max(0.0, self.pending_s)
         if self.finished:
             return min(pending, hard_left)
+        held = budget.held_s  # the thread stage's share of the budget, spent after the paired rounds
         if self.confirming:
             # the current pair's own estimate is inside (less what it has run): no pending on top
-            return min(hard_left, tracker.expected_s(estimates, budget, busy, self.slow))
+            return min(hard_left, tracker.expected_s(estimates, budget, busy, self.slow) + held)
         current, step_est = self._current(budget.clock())
         n_q, reps_q = self.queued_probes
         queued = n_q * estimates.estimate_s(None, reps_q)
         rest = (max(0.0, pending - step_est) + queued + estimates.rounds_s()) * self.slow
         # steps beyond the budget left are skipped: the rest is capped by it, the launch under way is not
-        return min(hard_left, current + min(rest, max(0.0, budget.remaining_s() - current)))
+        return min(hard_left, current + min(rest, max(0.0, budget.remaining_s() - current)) + held)
 
     def progress(self, kind: str, elapsed_s: float, eta_s: float | None) -> float:
         """The progress (0..1) an event of ``kind`` shows: elapsed ÷ (elapsed + ETA), below 1 until

@@ -69,6 +69,10 @@ class SearchSettings:
         long_share: fraction (0..1) of served requests that are long-context ones; the ratios that rank
             and confirm candidates are weighted to that mix (:class:`~tuner.calibration.pairing.Mix`).
             ``None`` = the prompt set's own share (every request weighs the same).
+        thread_cores: the physical cores the thread stage (``tuner.calibration.search.threads``) builds its
+            settings for; None = no thread stage (the user chose the threads, or the host's cores are unknown).
+        thread_openmp: the build's CPU backend uses OpenMP (``tuner.hardware.buffers.CpuBuffers.openmp``;
+            None = unknown): which setting lets the threads sleep while they wait.
     """
 
     n_predict: int = 128
@@ -95,6 +99,8 @@ class SearchSettings:
     explore_within: float = 0.95
     rescreen_within: float = 0.88
     long_share: float | None = None
+    thread_cores: int | None = None
+    thread_openmp: bool | None = None
 
     @property
     def layout(self) -> str:

@@ -1,0 +1,119 @@
+"""The thread stage on a scripted server: each thread setting's idle and loaded speed (the issue's figures on
+a 2-core OpenMP build) → the setting served and the sentence that says the trade; its share of the budget."""
+
+from __future__ import annotations
+
+from tests.fakes.scripted_server import ScriptedLaunch, SimClock, scripted_search
+from tuner.calibration.candidates import Candidate, CandidatePlan
+from tuner.calibration.prompts import Prompt
+from tuner.calibration.search import SearchSettings
+from tuner.calibration.threads import DEFAULT, LOADING_MESSAGE, SHARE, ThreadSetting
+from tuner.calibration.wording import render
+
+DRAFT = "/m/good.gguf"
+PASSIVE = ThreadSetting(2, omp_passive=True)
+
+# (idle, loaded) tokens/s per setting: measured on the 2-core machine of issue 25 (12-block target)
+FIGURES = {DEFAULT: (99.0, 1.5), ThreadSetting(1): (51.0, 52.0), PASSIVE: (59.0, 50.0)}
+
+
+class FakeBurner:
+    """Stands for ``tuner.hardware.burner.BoundedBurner``: while it is entered, the script runs "loaded"."""
+
+    loaded = False
+    started: list[float] = []
+
+    def __init__(self, seconds: float) -> None:
+        FakeBurner.started.append(seconds)
+
+    def __enter__(self) -> FakeBurner:
+        FakeBurner.loaded = True
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        FakeBurner.loaded = False
+
+
+def _tps(c: Candidate) -> float:
+    setting = ThreadSetting(c.threads, c.omp_passive, c.poll)
+    idle, loaded = FIGURES[setting]
+    gain = 1.0 if c.is_baseline else 1.4
+    return gain * (loaded if FakeBurner.loaded else idle)
+
+
+def _search(draft: bool, budget_s: float = 600, **settings):
+    FakeBurner.started = []
+    launch = ScriptedLaunch(_tps, content="same text", clock=(clock := SimClock()), load_s=1.0)
+    probe = Candidate(spec_type="draft-simple", draft_path=DRAFT, n_max=8, p_min=0.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(probe,) if draft else (), ngram=(), mtp=None, dropped=())
+    events: list[tuple[str, str]] = []
+    search = scripted_search(launch, plan, [(0, Prompt("p", "code")), (1, Prompt("q", "code"))],
+                             SearchSettings(n_predict=32, **settings), budget_s, clock=clock,
+                             emit=lambda kind, msg, **kw: events.append((kind, msg)))
+    search.threads.burner = FakeBurner
+    return search, launch, events
+
+
+def test_the_model_alone_serves_passive_threads_and_says_the_trade() -> None:
+    search, launch, events = _search(draft=False, thread_cores=2, thread_openmp=True)
+    outcome = search.run()
+    assert outcome.threads is not None
+    assert outcome.threads.chosen == PASSIVE  # (59 + 50) / 2 over (51 + 52) / 2 and (99 + 1.5) / 2
+    tried = [ThreadSetting(c.threads, c.omp_passive, c.poll) for c in launch.launched if c.is_baseline][-3:]
+    assert tried == [ThreadSetting(1), PASSIVE, DEFAULT]  # the default last: on a busy machine it is the slow one
+    assert len(FakeBurner.started) == 3 and all(0 < s <= 120 for s in FakeBurner.started)
+    assert any(kind == "threads" and LOADING_MESSAGE in msg for kind, msg in events)
+    from tuner.calibration.threads import threads_sentence
+
+    assert render([threads_sentence(outcome.threads)]).text == (
+        "Threads: all 2 cores, waiting politely: 59 tokens/s idle, 50 with another busy program; "
+        "the default would be 99 and 1.5.")
+    # the stage's launches are not measurements the decision reads
+    assert all(m.candidate.threads is None and not m.candidate.omp_passive for m in outcome.measurements)
+
+
+def test_a_speculative_winner_is_measured_first_and_the_baseline_after() -> None:
+    search, launch, _ = _search(draft=True, budget_s=1200, thread_cores=2, thread_openmp=True)
+    outcome = search.run()
+    assert outcome.threads is not None and outcome.threads.served_label.startswith("draft-simple")
+    staged = launch.launched[-6:]
+    assert [c.is_baseline for c in staged] == [False] * 3 + [True] * 3
+    assert outcome.threads.chosen == PASSIVE and len(outcome.threads.baseline) == 3
+
+
+def test_a_ggml_threadpool_build_tries_poll_0_instead() -> None:
+    FIGURES[ThreadSetting(2, poll=0)] = (97.0, 2.0)
+    try:
+        search, launch, _ = _search(draft=False, thread_cores=2, thread_openmp=False)
+        outcome = search.run()
+    finally:
+        del FIGURES[ThreadSetting(2, poll=0)]
+    assert outcome.threads is not None and outcome.threads.chosen == ThreadSetting(1)
+    assert not any(c.omp_passive for c in launch.launched)
+
+
+def test_no_thread_stage_without_cores_and_none_past_its_share() -> None:
+    search, launch, _ = _search(draft=False)
+    assert search.budget.held_s == 0 and search.run().threads is None
+    assert all(c.threads is None and not c.omp_passive for c in launch.launched)
+    search, launch, events = _search(draft=False, budget_s=20, thread_cores=2, thread_openmp=True)
+    assert search.budget.held_s == SHARE * 20
+    search.run()
+    staged = [c for c in launch.launched if c.threads is not None or c.omp_passive]
+    assert len(staged) < 2  # 3 s of a 20 s budget: room for one setting at most (a launch is 1 s here)
+    assert any(kind == "skipped" and "thread setting" in msg for kind, msg in events)
+
+
+def test_the_eta_counts_the_share_kept_for_the_stage() -> None:
+    search, _launch, _ = _search(draft=False, thread_cores=2, thread_openmp=True)
+    search.estimates.warmup_tps = 50.0
+    search.eta.confirming = True
+
+    def eta() -> float:
+        v = search.eta.remaining_s(search.budget, search.estimates, search.tracker, lambda: False)
+        assert v is not None
+        return v
+
+    with_share = eta()
+    search.budget.held_s = 0.0
+    assert with_share - eta() == SHARE * 600

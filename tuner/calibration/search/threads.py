@@ -1,0 +1,169 @@
+"""The thread stage: the sweep's last step, the CPU thread setting of the served configuration.
+
+After the paired rounds, the candidate the decision serves (``tuner.calibration.decide.decide`` on the sweep
+so far) and, when that one is speculative, the model alone are each launched once per thread setting
+(``tuner.calibration.threads.settings_for``: one core fewer, all cores waiting politely, then the default: on a
+machine that is busy already the default is the slow one, and the sweep measured it) and
+measured idle, then with one other busy program — a bounded burner this stage starts itself for a few
+seconds (``tuner.hardware.burner.BoundedBurner``; the event says so). ``tuner.calibration.threads.choose``
+picks the setting; its sentence goes to the decision. The stage's time is kept back from the earlier stages
+(``Budget.held_s``, :data:`tuner.calibration.threads.SHARE` of the budget) and it never spends more; a setting
+that does not fit is skipped. Its launches are not measurements of the sweep: the decision's statistics never
+see them. Each request is sized to take about :data:`REQUEST_S` at the launch's warm-up speed and stopped after
+3× that (at least :data:`MIN_LIMIT_S`): a collapsed server (66× slower was measured) then counts as the tokens
+asked for over that limit, an upper bound ("at most"), so one slow setting costs seconds, not minutes.
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import replace
+from statistics import mean
+
+from tuner.errors import Cancelled
+from tuner.hardware.burner import MAX_S, BoundedBurner
+
+from ..candidates import Candidate
+from ..measure import Launch, LaunchError, LaunchFn, RequestError, measure_request
+from ..outcome import SearchOutcome
+from ..threads import LOADING_MESSAGE, SHARE, ThreadChoice, ThreadFigures, ThreadSetting, choose, settings_for
+from ..workload import Workload
+from .budget import Budget, Estimates
+from .events import SweepEvents
+from .protocol import Requests
+from .settings import SearchSettings
+
+PROMPTS = 2
+"""Requests per setting idle, and as many with the burner running."""
+
+REQUEST_S = 0.5
+"""Each request asks for the tokens this launch's warm-up speed makes in about this many seconds (4 to 48)."""
+
+MIN_LIMIT_S = 2.0
+"""A request stops after 3× its expected time, and never before this many seconds: a collapsed server
+(66× slower was measured) then counts as the tokens asked for over that limit, an upper bound."""
+
+WARM_UP_TOKENS = 4
+
+
+class ThreadStage:
+    """The thread stage of one sweep (module docstring); :attr:`choice` is what it found (None: it did not run,
+    or measured nothing usable).
+
+    Args:
+        launch_fn: the sweep's launch function (a candidate's thread fields set the launch's threads).
+        settings: the sweep's settings (``thread_cores`` None: no stage).
+        workload, requests: the requests' shape and the sweep's prompts.
+        budget, estimates, events, cancel: the sweep's state.
+    """
+
+    def __init__(self, launch_fn: LaunchFn, settings: SearchSettings, workload: Workload, requests: Requests,
+                 budget: Budget, estimates: Estimates, events: SweepEvents, cancel: threading.Event,
+                 burner: Callable[[float], BoundedBurner] = BoundedBurner) -> None:
+        self.launch_fn = launch_fn
+        self.s = settings
+        self.workload = workload
+        self.requests = requests
+        self.budget = budget
+        self.estimates = estimates
+        self.events = events
+        self.cancel = cancel
+        self.burner = burner
+        self.choice: ThreadChoice | None = None
+        if settings.thread_cores is not None:
+            budget.held_s = SHARE * budget.budget_s
+
+    def run(self, outcome: SearchOutcome) -> None:
+        """Measure and choose (module docstring); the served candidate is ``decide(outcome)``'s winner.
+
+        Raises:
+            Cancelled: the user cancelled.
+        """
+        from ..decide import decide
+
+        self.budget.held_s = 0.0
+        cores = self.s.thread_cores
+        if cores is None or not outcome.measurements:
+            return
+        served = decide(outcome).winner
+        baseline = next((m.candidate for m in outcome.measurements if m.candidate.is_baseline), served)
+        end_s = self.budget.elapsed_s() + min(SHARE * self.budget.budget_s, max(0.0, self.budget.remaining_s()))
+        # the default last: on a machine already busy it is the slow one, and the sweep measured it already
+        settings = tuple(sorted(settings_for(cores, self.s.thread_openmp), key=lambda st: st.is_default))
+        self.events("threads", f"{LOADING_MESSAGE} ({len(settings)} thread settings of {served.label})",
+                    detail={"settings": [st.to_json() for st in settings]})
+        mine = self._measure_all(served, settings, end_s)
+        base = self._measure_all(baseline, settings, end_s) if not served.is_baseline else ()
+        chosen = choose(mine)
+        if chosen is None:
+            self.events("threads", "no thread setting could be measured in the time left: serving llama-server's "
+                        "default threads")
+            return
+        swept = [m.gen_tokens_per_s for m in outcome.measurements if m.candidate == served and m.ok and m.gen_tokens_per_s]
+        self.choice = ThreadChoice(chosen, mine, cores, served.label, base,
+                                   sweep_default_tps=mean(swept) if swept else None)
+        self.events("threads", f"{served.label}: serving {chosen.words(cores)}", detail=self.choice.detail())
+
+    def _measure_all(self, c: Candidate, settings: tuple[ThreadSetting, ...], end_s: float) -> tuple[ThreadFigures, ...]:
+        out = []
+        for st in settings:
+            if self.cancel.is_set():
+                raise Cancelled()
+            if self.budget.elapsed_s() + self._estimate_s() > end_s:
+                self.events("skipped", f"{c.label}: thread setting {st.words(self.s.thread_cores or 1)} not "
+                            "measured, the thread stage's share of the budget is spent", candidate=c)
+                continue
+            out.append(self._measure(replace(c, threads=st.threads, omp_passive=st.omp_passive, poll=st.poll), st))
+        return tuple(out)
+
+    def _estimate_s(self) -> float:
+        """One setting: a launch, a warm-up, the idle requests and the loaded ones at their time limit."""
+        return self.estimates.load() + 1.0 + PROMPTS * (REQUEST_S + MIN_LIMIT_S) + 0.3
+
+    def _measure(self, cand: Candidate, st: ThreadSetting) -> ThreadFigures:
+        try:
+            launch = self.launch_fn(cand, self.budget.until_deadline(self.cancel))
+        except LaunchError as exc:
+            self.events("threads", f"{cand.label}: could not start ({exc})", candidate=cand)
+            return ThreadFigures(st, None, None)
+        try:
+            return self._idle_and_loaded(launch, st)
+        except RequestError as exc:
+            self.events("threads", f"{cand.label}: {exc}", candidate=cand)
+            return ThreadFigures(st, None, None)
+        finally:
+            launch.stop()
+
+    def _timed(self, launch: Launch, n: int, limit_s: float) -> tuple[float, bool]:
+        """``(tokens/s, at most)`` of the requests of ``n`` tokens, each stopped after ``limit_s`` seconds (then
+        the tokens asked for over the limit, an upper bound, and no more requests)."""
+        speeds: list[float] = []
+        for i, p in self.requests.prompts[:PROMPTS]:
+            t0 = time.monotonic()
+            try:
+                speeds.append(measure_request(launch.client, i, p, 0, n, limit_s, self.workload).gen_tokens_per_s)
+            except RequestError:
+                if time.monotonic() - t0 < 0.9 * limit_s:
+                    raise
+                return n / limit_s, True
+        return mean(speeds), False
+
+    def _idle_and_loaded(self, launch: Launch, st: ThreadSetting) -> ThreadFigures:
+        idx, prompt = self.requests.prompts[0]
+        timeout = self.budget.request_timeout(self.s.request_timeout_s)
+        warm = measure_request(launch.client, idx, prompt, 0, WARM_UP_TOKENS, timeout, self.workload, greedy=True)
+        n = max(4, min(48, self.requests.n_predict, round(REQUEST_S * warm.gen_tokens_per_s)))
+        limit = max(MIN_LIMIT_S, 3 * n / max(warm.gen_tokens_per_s, 1e-3))
+        idle, idle_at_most = self._timed(launch, n, limit)
+        limit = max(MIN_LIMIT_S, 3 * n / max(idle, 1e-3))
+        with self.burner(min(MAX_S, PROMPTS * limit + 2.0)):
+            time.sleep(0.2)  # the burner is spinning before the first token
+            loaded, at_most = self._timed(launch, n, limit)
+        if idle_at_most:
+            return ThreadFigures(st, idle, min(loaded, idle), True)
+        return ThreadFigures(st, idle, loaded, at_most)
+
+
+__all__ = ["MIN_LIMIT_S", "PROMPTS", "REQUEST_S", "ThreadStage"]
