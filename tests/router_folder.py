@@ -26,7 +26,8 @@ UNTUNED = "draft-good"
 
 
 def save_profile(config: ServerConfig, speedup: float, store: ProfileStore | None = None) -> Profile:
-    """Save a profile whose winner is ``config`` (a draft model), as a sweep would have."""
+    """Save a profile whose winner is ``config`` (a draft model; without one, the model alone), as a sweep would
+    have."""
     winner = {"spec_type": config.spec_type or "none",
               "draft_path": str(config.draft_path) if config.draft_path else None,
               "n_max": config.n_max, "p_min": config.p_min}
@@ -34,7 +35,8 @@ def save_profile(config: ServerConfig, speedup: float, store: ProfileStore | Non
     keys = StalenessKeys("hw", "bin", "b11434", "d", (ModelFileKey.of(config.model_path),), "prompts",
                          n_ctx=config.n_ctx)
     prof = Profile(str(config.model_path), keys, winner, config_to_json(config), (),
-                   {"speedup": speedup, "label": label, "winner": winner, "kind": "speculate"},
+                   {"speedup": speedup, "label": label, "winner": winner,
+                    "kind": "speculate" if config.spec_type else "none"},
                    created_unix_s=time.time())
     (store or ProfileStore()).save(prof)
     return prof

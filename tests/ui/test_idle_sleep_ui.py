@@ -76,12 +76,12 @@ def test_tray_serve_tab_and_monitor_show_the_sleeping_server(make_app, qtbot, st
     qtbot.waitUntil(lambda: c.sleep.sleeping, timeout=20_000)
     assert c.state is AppState.SERVING  # still serving: the endpoint answers, the model is unloaded
     tooltip = c.tooltip()
-    assert "sleeping — memory freed; the model is unloaded since " in tooltip, tooltip
+    assert "sleeping — memory freed; the model was unloaded at " in tooltip, tooltip
     assert "the next request loads it again" in tooltip
     app.tray.rebuild_menu()
     assert f"Serving {stories260k.name} — sleeping, memory freed" in app.tray.actions()
     assert "sleeping — memory freed" in serve_tab.state_label.text()
-    assert serve_tab.sleep_label.text().startswith("The model is unloaded since ") and serve_tab.sleep_label.isVisible()
+    assert serve_tab.sleep_label.text().startswith("The model was unloaded at ") and serve_tab.sleep_label.isVisible()
     monitor._update_summary()
     assert "sleeping — memory freed" in monitor.summary.text()
 

@@ -77,8 +77,8 @@ def sleep_text(status: SleepStatus, headline: bool = True) -> str | None:
     if status.waking:
         return WAKING_MESSAGE
     if status.sleeping:
-        since = time.strftime(" since %H:%M", time.localtime(status.since_unix_s)) if status.since_unix_s else ""
-        rest = (f"the model is unloaded{since}; the next request loads it again"
+        since = time.strftime(" at %H:%M", time.localtime(status.since_unix_s)) if status.since_unix_s else ""
+        rest = (f"the model was unloaded{since}; the next request loads it again"
                 + (f" (last time in {last})" if last else ""))
         return f"sleeping — memory freed; {rest}" if headline else rest[0].upper() + rest[1:]
     if last is not None:

@@ -127,20 +127,26 @@ class TimePlot(pg.PlotWidget):
 
 
 def chart_label(label: str) -> str:
-    """Short bar label: ``"draft-simple draft-good.gguf n_max 3"`` → ``"draft-good n_max 3"``; a draft's file
+    """Short bar label: ``"draft-simple draft-good.gguf n_max 3"`` → ``"draft-good n_max 3"``, ``"ngram-mod ngram
+    n_max 16"`` → ``"ngram-mod n_max 16"``; a draft's file
     name shown escaped (:func:`tuner.safetext.safe_text`)."""
-    label = label.replace("draft-simple ", "").replace(".gguf", "")
+    label = label.replace("draft-simple ", "").replace(".gguf", "").replace(" ngram n_max ", " n_max ")
     return safe_text(label)
 
 
 def tick_text(label: str, room: int) -> str:
-    """``label`` in at most two lines of about ``room`` characters (broken at a space: the draft's
-    name over its ``n_max``), elided with "…" only when a single word is longer than a line."""
+    """``label`` in two lines (three for a draft whose ``n_max`` has more after it) of about ``room`` characters (broken at a space: the draft's
+    name over its ``n_max``, and what follows the ``n_max`` on a third line when both do not fit), elided with
+    "…" only when a single word is longer than a line."""
     if len(label) <= room:
         return label
-    if " n_max " in label:  # the draft over its draft length
+    if " n_max " in label:  # the draft over its draft length (over anything after it: "probabilistic")
         head, _sep, tail = label.rpartition(" n_max ")
-        return "\n".join(ln if len(ln) <= room else ln[: room - 1] + "…" for ln in (head, f"n_max {tail}"))
+        n_max, _sp, rest = tail.partition(" ")
+        if rest and len(rest) > room:
+            rest = rest.split(" ")[0]  # "probabilistic drafts" → "probabilistic"
+        parts = (head, f"n_max {n_max}", rest) if rest and len(f"n_max {tail}") > room else (head, f"n_max {tail}")
+        return "\n".join(ln if len(ln) <= room else ln[: room - 1] + "…" for ln in parts)
     lines: list[str] = []
     for word in label.split(" "):
         if lines and len(lines[-1]) + 1 + len(word) <= room:
@@ -227,6 +233,32 @@ class CandidateChart(pg.PlotWidget):
             self.setYRange(0, 1, padding=0)
             self.placeholder.setPos(0.5, 0.5)
 
+    def _tick_texts(self, labels: list[str]) -> list[str]:
+        """The bar labels broken (:func:`tick_text`) so that no line is wider than its bar's room at the chart's
+        width now (a label wider than its bar would run into its neighbours'); at least 6 characters a line."""
+        fm = QFontMetrics(self.getAxis("bottom").style.get("tickFont") or QFont())
+        bar_px = max(200, self.width() - 90) / max(1, len(labels))  # less the left axis and margins
+        room = max(6, int(bar_px / max(1.0, 0.8 * fm.horizontalAdvance("draft-good n_max") / 16)))  # then fewer
+        while True:
+            texts = [tick_text(label, room) for label in labels]
+            if room <= 6 or all(fm.horizontalAdvance(ln) < bar_px for t in texts for ln in t.split("\n")):
+                return texts
+            room -= 1
+
+    def _set_ticks(self, labels: list[str]) -> None:
+        axis = self.getAxis("bottom")
+        texts = self._tick_texts(labels)
+        axis.setTicks([list(enumerate(texts))])
+        n_lines = max(t.count("\n") + 1 for t in texts)
+        line_px = QFontMetrics(axis.style.get("tickFont") or QFont()).height()
+        axis.setHeight(int(line_px * (n_lines + 1) + 8))  # tick lines and the axis label, unclipped
+
+    def resizeEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """Wider or narrower: the bar labels are broken and elided again for the new room."""
+        super().resizeEvent(event)
+        if getattr(self, "rows", None) or getattr(self, "never", None):  # (also called while pyqtgraph builds)
+            self._set_ticks([chart_label(r[0]) for r in self.rows] + [chart_label(n) for n in self.never])
+
     #: The text of a bar-less row: a speculation type that ran but proposed no token (the decision's
     #: wording, tuner.calibration.wording.never_text).
     NEVER_TEXT = "drafted nothing"
@@ -265,16 +297,15 @@ class CandidateChart(pg.PlotWidget):
         self._baseline.setVisible(base is not None)
         if base is not None:
             self._baseline.setValue(base)
-        ticks = []
+        ticks: list[str] = []
         n_all = len(rows) + len(never)
-        room = max(12, int(150 / max(1, n_all)))  # characters that fit under one bar
         font = QFont()
         font.setPointSizeF(8)
         for x, (label, tps, acc, is_base) in zip(xs, rows):
             n_launches = len(self.points.get(label, ()))
             top = max([tps, *self.points.get(label, ())])
             label = chart_label(label)
-            ticks.append((x, tick_text(label, room)))
+            ticks.append(label)
             txt = f"{tps:.0f} tok/s" + (f"\n{acc:.0%} acc." if acc is not None else "")
             if n_launches:
                 txt += f"\n{n_launches} launch{'es' if n_launches != 1 else ''}"
@@ -287,17 +318,14 @@ class CandidateChart(pg.PlotWidget):
             self.addItem(t)
             self._labels.append(t)
         for x, label in enumerate(never, start=len(rows)):
-            ticks.append((x, tick_text(chart_label(label), room)))
-            t = pg.TextItem(self.NEVER_TEXT, color="#6b7280", anchor=(0.5, 1.0))
+            ticks.append(chart_label(label))
+            words = self.NEVER_TEXT if n_all <= 10 else self.NEVER_TEXT.replace(" ", "\n")  # narrow bars: 2 lines
+            t = pg.TextItem(words, color="#6b7280", anchor=(0.5, 1.0))
             t.setFont(font)
             t.setPos(x, 0.0)
             self.addItem(t)
             self._labels.append(t)
-        axis = self.getAxis("bottom")
-        axis.setTicks([ticks])
-        n_lines = max(t[1].count("\n") + 1 for t in ticks)
-        line_px = QFontMetrics(axis.style.get("tickFont") or QFont()).height()
-        axis.setHeight(int(line_px * (n_lines + 1) + 8))  # tick lines and the axis label, unclipped
+        self._set_ticks(ticks)
         pad = max(0.0, (3 - n_all) / 2)  # one or two bars keep the width of three, centred
         self.setXRange(-0.6 - pad, n_all - 0.4 + pad, padding=0)
         top = max([*hs, *(v for vs in self.points.values() for v in vs)], default=0.0)

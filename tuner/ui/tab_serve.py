@@ -41,6 +41,16 @@ log = logging.getLogger(__name__)
 
 
 LOG_LINES = 300
+
+#: llama-server's router logs this for every request it passes to a model (tools/server/server-models.cpp
+#: ``server_models::proxy_request``), the app's own once-a-second telemetry polls included: the Serve tab's tail
+#: leaves these out so the model's own lines stay in view (the log file keeps them).
+ROUTER_PROXY_LINE = "proxying request to model "
+
+
+def shown_log_lines(lines: list[str], n: int = LOG_LINES) -> list[str]:
+    """The last ``n`` of ``lines`` worth showing in the Serve tab: without the router's per-request proxy lines."""
+    return [line for line in lines if ROUTER_PROXY_LINE not in line][-n:]
 #: The state's colour while the served model sleeps (idle sleep): serving, but nothing loaded.
 SLEEPING_COLOR = "#0369a1"
 
@@ -85,8 +95,10 @@ class ServeTab(QWidget):
         self.state_label = QLabel()
         form.addRow("State:", self.state_label)
         self.model_label = plain_label(QLabel("—"))  # file names and the model's own words: never markup
+        self.model_label.setWordWrap(True)
         form.addRow("Serving:", self.model_label)
         self.model_id_label = plain_label(QLabel("—"))
+        self.model_id_label.setWordWrap(True)  # a router's ids and its memory note: never wider than the window
         self.model_id_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         self.model_id_label.setToolTip("The model name clients see in /v1/models and send as \"model\" (--alias)")
         form.addRow("Model id:", self.model_id_label)
@@ -512,7 +524,7 @@ class ServeTab(QWidget):
         """Append new llama-server log lines (reads the supervisor's in-memory tail)."""
         if not self.isVisible():
             return
-        lines = self.controller.runner.log_tail(LOG_LINES)
+        lines = shown_log_lines(self.controller.runner.log_tail(4 * LOG_LINES))
         if lines == self._last_log:
             return
         self._last_log = lines

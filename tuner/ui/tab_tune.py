@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import logging
 import time
+from pathlib import Path
 
 from PySide6.QtCore import Qt, QTimer
 from PySide6.QtWidgets import (
@@ -82,7 +83,7 @@ class TuneTab(QWidget):
         self.progress = QProgressBar()
         self.progress.setRange(0, 1000)
         self.progress.setValue(0)
-        self.progress.setFormat("idle")
+        self.progress.setFormat("not started")
         self.progress.setTextVisible(True)
         lay.addWidget(self.progress)
         # between events (one launch can take a minute) the ETA counts down once a second
@@ -91,8 +92,9 @@ class TuneTab(QWidget):
         self._tick = QTimer(self)
         self._tick.setInterval(1000)
         self._tick.timeout.connect(self._count_down)
-        self.step_label = plain_label(QLabel("Press “Tune & serve” to measure which configuration is fastest on this "
-                                             "machine."))  # event messages name files
+        self.step_label = plain_label(QLabel())  # event messages name files
+        self._prompt = ""
+        """The "Press Tune & serve …" line last shown (replaced by the next target's while still shown)."""
         self.step_label.setWordWrap(True)
         lay.addWidget(self.step_label)
 
@@ -133,9 +135,31 @@ class TuneTab(QWidget):
         controller.server_changed.connect(lambda _info: self._show_finished())
         controller.error.connect(self.on_error)
         controller.restore_refused.connect(self.on_restore_refused)
+        controller.scan_done.connect(lambda _scan: self.show_prompt())
+        self.show_prompt()
         for signal in (controller.capture_changed, controller.server_changed, controller.telemetry):
             signal.connect(lambda *_a: self.show_served_action())
         self.on_state(controller.state)
+
+    def show_prompt(self) -> None:
+        """Before any sweep, say what *Tune & serve* will tune: the target selected on the Models tab (or that a
+        folder is needed first). Leaves any other line (progress, a result, an error) alone."""
+        if self.step_label.text() != self._prompt:
+            return
+        target = self.controller.selected_target
+        if target is None:
+            line = ("Choose a models folder on the Models tab (or try the demo models), then press "
+                    "“Tune & serve” to find the fastest way to run a model on this machine.")
+        else:
+            line = (f"Press “Tune & serve” to find the fastest way to run {Path(target).name} on this "
+                    "machine: on its own, or with a draft model or n-gram lookup guessing the next tokens.")
+        self._prompt = plain(line)
+        self.step_label.setText(self._prompt)
+
+    def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
+        """The Models tab may have selected another target since: name it."""
+        self.show_prompt()
+        super().showEvent(event)
 
     def _budget_s(self) -> int:
         return int(spin_value(self.budget) or 0)
@@ -242,7 +266,7 @@ class TuneTab(QWidget):
             if state is AppState.ERROR:
                 self.progress.setFormat("failed")
             elif self.progress.value() < 1000:
-                self.progress.setFormat("idle" if not self.results else "stopped")
+                self.progress.setFormat("not started" if not self.results else "stopped")
 
     def on_event(self, ev) -> None:
         """Show one calibration event (progress, ETA, candidate result)."""
