@@ -186,6 +186,9 @@ OWN_PROSE_READS = Counter({
     ("tuner/ui/graphs.py", "label.split(' ')"): 1,
     ("tuner/ui/graphs.py", "label.rpartition(' n_max ')"): 1,
     ("tuner/ui/graphs.py", "label.replace('draft-simple ', '')"): 1,
+    # wrapping a bar's label into lines that fit the bar (layout: words split at spaces, no decision)
+    ("tuner/ui/graphs.py", "rest.split(' ')"): 1,
+    ("tuner/ui/graphs.py", "tail.partition(' ')"): 1,
     ("tuner/cli/catalog.py", "reason.lower().startswith('compatible:')"): 1,
     ("tuner/cli/catalog.py", "reason.split(':', 1)"): 1,
     ("tuner/cli/serve.py", "rpc_build_status(binary.path, dialect.has('--rpc')).message.removeprefix('RPC: ')"): 1,
@@ -243,6 +246,7 @@ OUTSIDE_TEXT_READS = Counter({
     ("tuner/server/sleep.py", "ENTER_LINE in line"): 1,
     ("tuner/server/sleep.py", "EXIT_LINE in line"): 1,
     ("tuner/server/sleep.py", "TASK_LINE in line"): 1,
+    ("tuner/ui/tab_serve.py", "ROUTER_PROXY_LINE not in line"): 1,
 })
 """Reads of text another program or the user wrote: they stay (each is listed so a new one is looked at)."""
 
