@@ -218,6 +218,7 @@ OUTSIDE_TEXT_READS = Counter({
     ("tuner/cli/__init__.py", "line.startswith('draftwise')"): 1,
     ("tuner/cli/__init__.py", "line.startswith(prefix)"): 1,
     ("tuner/cli/__init__.py", "line.removeprefix('error:')"): 1,
+    ("tuner/cli/__init__.py", "message.startswith(('unrecognized arguments', 'the following arguments are required'))"): 1,
     # llama-server's log, --help and --version, ggml-rpc-server's log, the SSE stream
     ("tuner/hardware/buffers.py", "'loading draft model' in line"): 1,
     ("tuner/hardware/buffers.py", "'device memory data for initial parameters' in line"): 1,
