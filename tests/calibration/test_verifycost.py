@@ -25,6 +25,7 @@ from tuner.calibration.verifycost import (
     store_curve,
     synth_args,
 )
+from tuner.calibration.wording import words
 
 DRAFT = Candidate(spec_type="draft-simple", draft_path="/m/draft.gguf", n_max=16, p_min=0.0)
 
@@ -103,6 +104,13 @@ def test_the_curve_is_cached_per_threads_and_reused_without_a_launch(tmp_path: P
     group = search.record.group(DRAFT)
     assert search.record.verify_costs[group].costs == pytest.approx([_cost(1), _cost(4), _cost(12)], rel=1e-6)
 
+    outcome = search.outcome()
+    assert outcome.verify_costs[group] == search.record.verify_costs[group].to_json()  # the profile keeps it
+    said = [words(n) for n in outcome.notes if n.kind == "sweep.verify_cost"]
+    costs = ", ".join(f"{_cost(k):.1f}" for k in (1, 4, 12))
+    assert said == [f"Verification cost measured for draft.gguf: a step drafting 1, 4, 12 tokens costs {costs} "
+                    "plain steps."], said
+
     source, search = _sweep(synth, key(2), clock)  # the same key: reused, no launch
     assert source.measured == [] and len(synth.launched) == 5
     assert search.record.verify_costs[search.record.group(DRAFT)] == known_curve(key(2)(DRAFT))
@@ -171,3 +179,32 @@ def test_the_search_predicts_and_prunes_with_the_curve_instead_of_its_fit() -> N
     assert isinstance(search.record.cost_models[search.record.group(other)], VerifyCostCurve)
     pruned = [p for p in search.record.pruned if p["basis"] == other.label]
     assert pruned and all(float(p["at_most"]) == pytest.approx(1.2, abs=0.01) for p in pruned), search.record.pruned
+
+
+@pytest.mark.server
+def test_the_real_server_s_curve_grows_with_the_draft_length(llama_server_bin: Path, wide_family) -> None:
+    """The b11434 server starts with ``--spec-synth-rates`` (n_max entries) on the generated family: the step
+    cost measured at acceptance 0 is at least one plain step and grows with the draft length (a 2-block draft
+    drafting 12 tokens and the target verifying 13 cost far more than drafting 1)."""
+    from tuner.calibration.pipeline.launchers import supervisor_launch_fn
+    from tuner.server.dialect import probe_dialect
+    from tuner.server.supervisor import Supervisor
+
+    assert probe_dialect(llama_server_bin).has(SYNTH_FLAG)
+    sup = Supervisor(llama_server_bin)
+    argv: list[list[str]] = []
+
+    def launch(c: Candidate, extra: tuple[str, ...], cancel: threading.Event):
+        lch = supervisor_launch_fn(sup, wide_family.target, 512, 1, lambda *a, **k: None, 60.0, extra)(c, cancel)
+        argv.append(list(sup.argv or []))
+        return lch
+
+    draft = Candidate(spec_type="draft-simple", draft_path=str(wide_family.good_draft), n_max=16, ngl=0)
+    try:
+        curve = measure_curve(launch, draft, threading.Event())
+    finally:
+        sup.stop()
+    assert SYNTH_FLAG not in argv[0] and argv[-1][argv[-1].index(SYNTH_FLAG) + 1] == ",".join(["1"] * 12)
+    # mean drafted tokens per step (p_min 0; a draft never runs past the tokens left to generate)
+    assert curve.lengths[0] == 1.0 and 3.0 < curve.lengths[1] <= 4.0 and 8.0 < curve.lengths[2] <= 12.0, curve
+    assert curve.costs[0] >= 1.0 and curve.costs[0] < curve.costs[1] < curve.costs[2], curve

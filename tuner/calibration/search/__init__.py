@@ -149,6 +149,7 @@ class Search:
             server_sampling=dict(r.memory.server_sampling),
             long_context=r.memory.long_plan.left_out,
             threads=self.threads.choice,
+            verify_costs={g: c.to_json() for g, c in r.verify_costs.items()},
         )
 
 

@@ -14,9 +14,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
+from pathlib import Path
 
 from ..candidates import CandidatePlan
 from ..measure import LaunchError, RequestError
+from ..sentences import Sentence, Slot
 from ..verifycost import N_PREDICT, PROMPTS, CurveSource, launches_needed, measurable
 from .budget import Budget, Estimates
 from .eta import Eta
@@ -73,6 +75,8 @@ class VerifyCostStage:
                 finally:
                     self.eta.pending_s = max(0.0, self.eta.pending_s - est)
             self.record.verify_costs[group] = curve
+            self.record.notes.append(Sentence(Slot.SWEEP, "sweep.verify_cost", {
+                "label": Path(c.draft_path).name if c.draft_path else c.spec_type, "lengths": list(curve.lengths), "costs": list(curve.costs)}))
             costs = ", ".join(f"{x:.2f}" for x in curve.per_length(8))
             self.events("verifycost", f"{c.label}: verification cost measured ({costs} × a plain step at "
                         "draft lengths 1–8)", candidate=c, detail={"verify_cost": curve.to_json()})
