@@ -82,9 +82,16 @@ def _plan() -> CandidatePlan:
     return CandidatePlan(baseline=Candidate(), drafts=(DRAFT,), ngram=(), mtp=None, dropped=())
 
 
+def _drafting(client) -> str:
+    """The draft's /metrics: per request 10 steps of 16 drafted tokens, 8 accepted at the first position."""
+    n = client.requests
+    return spec_metrics(10 * n, 160 * n, [8 * n] + [0] * 15) if not client.candidate.is_baseline else ""
+
+
 def _sweep(synth: ScriptedSynthLaunch, key_of, clock: SimClock) -> tuple[CurveSource, object]:
     source = CurveSource(synth, key_of, measured=[])
-    launch = ScriptedLaunch(lambda c: 100.0 if c.is_baseline else 130.0, clock=clock, content="same")
+    launch = ScriptedLaunch(lambda c: 100.0 if c.is_baseline else 130.0, clock=clock, content="same",
+                            metrics=_drafting)
     search = scripted_search(launch, _plan(), [(0, Prompt("p", "code"))], SearchSettings(n_predict=16), 600,
                              clock=clock, verify_cost=source)
     search.run()
@@ -121,11 +128,12 @@ def test_the_curve_is_cached_per_threads_and_reused_without_a_launch(tmp_path: P
 
 
 def test_the_curve_s_launches_are_paid_from_the_budget() -> None:
-    """A budget whose time is spent before the curve fits: the curve is not measured, the fit stays."""
+    """Curves whose launches exceed the stage's share of the budget are not measured: the fit stays."""
     clock = SimClock()
     synth = ScriptedSynthLaunch(_cost, clock=clock, load_s=60.0)
     source = CurveSource(synth, lambda c: f"budget|{uuid.uuid4()}", measured=[])
-    launch = ScriptedLaunch(lambda c: 100.0 if c.is_baseline else 130.0, clock=clock, load_s=60.0, content="same")
+    launch = ScriptedLaunch(lambda c: 100.0 if c.is_baseline else 130.0, clock=clock, load_s=60.0, content="same",
+                            metrics=_drafting)
     events: list[str] = []
     search = scripted_search(launch, _plan(), [(0, Prompt("p", "code"))], SearchSettings(n_predict=16), 300,
                              clock=clock, verify_cost=source, emit=lambda kind, msg, **kw: events.append(msg))
@@ -174,7 +182,7 @@ def test_the_search_predicts_and_prunes_with_the_curve_instead_of_its_fit() -> N
 
     source = CurveSource(no_launch, lambda c: key if c.draft_path == other.draft_path else f"none|{uuid.uuid4()}")
     measured, search = run(source)
-    assert len(tried) == 1  # the good draft's measurement tried its first launch; the other's curve was cached
+    assert tried == []  # the other's curve was cached; the good draft's probe has no counters (nothing to refine)
     assert measured == [16], measured
     assert isinstance(search.record.cost_models[search.record.group(other)], VerifyCostCurve)
     pruned = [p for p in search.record.pruned if p["basis"] == other.label]
@@ -208,3 +216,17 @@ def test_the_real_server_s_curve_grows_with_the_draft_length(llama_server_bin: P
     # mean drafted tokens per step (p_min 0; a draft never runs past the tokens left to generate)
     assert curve.lengths[0] == 1.0 and 3.0 < curve.lengths[1] <= 4.0 and 8.0 < curve.lengths[2] <= 12.0, curve
     assert curve.costs[0] >= 1.0 and curve.costs[0] < curve.costs[1] < curve.costs[2], curve
+
+
+def test_a_draft_that_lost_clearly_gets_no_curve() -> None:
+    """A probe stopped early as a clear loser is never refined: no launch is spent on its curve."""
+    clock = SimClock()
+    synth = ScriptedSynthLaunch(_cost, clock=clock)
+    source = CurveSource(synth, lambda c: f"loser|{uuid.uuid4()}", measured=[])
+    launch = ScriptedLaunch(lambda c: 100.0 if c.is_baseline else 30.0, clock=clock, content="same",
+                            metrics=_drafting)
+    search = scripted_search(launch, _plan(), [(0, Prompt("p", "code")), (1, Prompt("q", "chat"))],
+                             SearchSettings(n_predict=16), 600, clock=clock, verify_cost=source)
+    search.run()
+    assert any(m.stopped_early for m in search.record.measurements if m.candidate == DRAFT)
+    assert source.measured == [] and synth.launched == []

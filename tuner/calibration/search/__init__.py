@@ -18,7 +18,7 @@ each stage is its own module, and the stages talk only through the state objects
 - ``measurer.py``: ``Measurer``, one launch measured, booked and reported.
 - ``screening.py``: ``Screening``: baseline, probes, refine, explore, re-screen near ties, the ``p_min``
   variant, and the contenders. ``verify.py``: ``VerifyCostStage``, each draft's measured verify-cost curve
-  (cached, or measured with synthetic acceptance right after the baseline). ``confirm.py`` / ``side_by_side.py``: ``Confirmation``, the paired rounds
+  (cached, or measured with synthetic acceptance after its probe). ``confirm.py`` / ``side_by_side.py``: ``Confirmation``, the paired rounds
   (alternating launches, or both servers side by side on the CPU). ``threads.py``: ``ThreadStage``, the
   served configuration's CPU thread setting, idle and with one other busy program (last; its share of the
   budget is kept back from the others).
@@ -99,11 +99,11 @@ class Search:
         self.events = SweepEvents(emit, budget, self.estimates, self.eta, self.tracker, busy)
         state = (self.record, budget, self.estimates, self.eta, self.events)
         self.measurer = Measurer(launch_fn, plan, settings, workload, requests, *state, cancel, busy)
-        self.screening = Screening(plan, settings, self.measurer, *state, cancel, busy)
-        self.confirmation = Confirmation(settings, self.measurer, self.record, self.tracker, budget, self.estimates,
-                                         self.eta, self.events, cancel, busy)
         self.verify_cost = VerifyCostStage(plan, verify_cost, self.record, budget, self.estimates, self.eta,
                                            self.events, cancel, busy)
+        self.screening = Screening(plan, settings, self.measurer, *state, cancel, busy, self.verify_cost)
+        self.confirmation = Confirmation(settings, self.measurer, self.record, self.tracker, budget, self.estimates,
+                                         self.eta, self.events, cancel, busy)
         self.threads = ThreadStage(launch_fn, settings, workload, requests, budget, self.estimates, self.events,
                                    cancel)
 
@@ -116,7 +116,6 @@ class Search:
         """
         try:
             self.screening.baseline()
-            self.verify_cost.run()
             self.screening.probes()
             self.screening.refine()
             self.screening.explore()

@@ -59,6 +59,7 @@ from .rules import (
     recheck_verdict,
 )
 from .settings import BaselineFailed, SearchSettings
+from .verify import VerifyCostStage
 
 
 def _cost_detail(model: StepCost) -> dict[str, JsonValue]:
@@ -76,8 +77,9 @@ class Screening:
 
     def __init__(self, plan: CandidatePlan, settings: SearchSettings, measurer: Measurer, record: Record,
                  budget: Budget, estimates: Estimates, eta: Eta, events: SweepEvents, cancel: threading.Event,
-                 busy: Callable[[], bool]) -> None:
+                 busy: Callable[[], bool], verify_cost: VerifyCostStage | None = None) -> None:
         self.plan = plan
+        self.verify_cost = verify_cost
         self.s = settings
         self.measurer = measurer
         self.record = record
@@ -197,6 +199,8 @@ class Screening:
             if m.no_drafts_at and m.samples:
                 self.recheck_baseline(m)
             if m.ok and c.spec_type.startswith("draft"):
+                if self.verify_cost is not None:
+                    self.verify_cost.ensure(c, m)
                 self.predict(c)
         self.eta.pending_s = 0.0
 
