@@ -52,10 +52,13 @@ def test_the_curve_from_a_scripted_server_recovers_the_known_cost() -> None:
     assert VerifyCostCurve.from_json(curve.to_json()) == curve
 
 
-def test_an_ngram_type_is_never_measured_with_synthetic_acceptance() -> None:
+def test_an_ngram_type_and_a_clamping_head_are_never_measured_with_synthetic_acceptance() -> None:
     launch = ScriptedSynthLaunch(_cost)
     with pytest.raises(ValueError, match="only a draft model or head"):
         measure_curve(launch, Candidate(spec_type="ngram-mod"), threading.Event())
+    # a DFlash head clamps n_max to its block: n_max rates would not match the effective length, the server exits
+    with pytest.raises(ValueError, match="only a draft model or head"):
+        measure_curve(launch, Candidate(spec_type="draft-dflash", draft_path="/m/h.gguf", n_max=16), threading.Event())
     assert launch.launched == []
 
 

@@ -72,10 +72,17 @@ def synth_args(n_max: int, rate: float) -> tuple[str, ...]:
     return (SYNTH_FLAG, ",".join(f"{rate:g}" for _ in range(n_max)))
 
 
+MEASURED_TYPES = frozenset({"draft-simple", "draft-eagle3", "draft-mtp"})
+"""Types whose curve is measured: they draft on every step, and their effective ``n_max`` is the configured one
+(the rates list must match the effective one: common/speculative.cpp ``common_speculative_init`` resolves it
+from the initialized implementations). DFlash and DSpark heads clamp ``n_max`` to their block (S5 in the
+reference), and so may a multi-head MTP: such a launch exits, the stage says so, and the fit stays."""
+
+
 def measurable(c: Candidate) -> bool:
-    """True for a candidate whose step cost the synthetic rates can measure: a draft model or head type alone
-    (``draft-*``), not a chain, not an n-gram type, not run-time autotune."""
-    return c.spec_type.startswith("draft") and not c.is_chained and not c.autotune
+    """True for a candidate whose step cost the synthetic rates can measure: one of :data:`MEASURED_TYPES`
+    alone (not a chain, not an n-gram type: they draft only on matches; not run-time autotune)."""
+    return c.spec_type in MEASURED_TYPES and not c.autotune
 
 
 @dataclass(frozen=True)
@@ -219,7 +226,8 @@ def measure_curve(launch: SynthLaunch, c: Candidate, cancel: threading.Event, le
         Cancelled: ``cancel`` was set.
     """
     if not measurable(c):
-        raise ValueError(f"{c.label}: only a draft model or head can be measured with synthetic acceptance")
+        raise ValueError(f"{c.label}: only a draft model or head of {sorted(MEASURED_TYPES)} can be measured with "
+                         "synthetic acceptance")
     base = Candidate(ngl=c.ngl, threads=c.threads, omp_passive=c.omp_passive, poll=c.poll, rpc=c.rpc)
     runs = [_run(launch, base, (), None, cancel, timeout_s)]
     for k in lengths:

@@ -76,8 +76,12 @@ def supervisor_launch_fn(
     return launch
 
 
+def _quiet(*args: object, **kwargs: object) -> None:
+    """An event sink that drops every event."""
+
+
 @contextmanager
-def open_curve_source(inputs: TuneInputs, override: LaunchFn | None, events: Events) -> Iterator[CurveSource | None]:
+def open_curve_source(inputs: TuneInputs, override: LaunchFn | None) -> Iterator[CurveSource | None]:
     """Where the sweep gets each draft's measured verify-cost curve (``tuner.calibration.verifycost``): the
     cache, else launches of the tune's binary with ``--spec-synth-rates`` on a supervisor of their own (stopped
     when the block ends); ``None`` when the binary lacks the flag (``Dialect.has``) or a test gives the launches
@@ -91,7 +95,8 @@ def open_curve_source(inputs: TuneInputs, override: LaunchFn | None, events: Eve
     threads, args = inputs.request.threads, inputs.request.server_args
 
     def launch(c: Candidate, extra: tuple[str, ...], cancel: threading.Event) -> Launch:
-        fn = supervisor_launch_fn(sup, inputs.target_path, inputs.n_ctx, threads, events, None, (*args, *extra))
+        # not the sweep's launches: no "ready" event (the stage says what it measured in one "verifycost" event)
+        fn = supervisor_launch_fn(sup, inputs.target_path, inputs.n_ctx, threads, _quiet, None, (*args, *extra))
         return fn(c, cancel)
 
     def key_of(c: Candidate) -> str:

@@ -64,7 +64,7 @@ def run_tune(
     if saved.fresh and saved.profile is not None:
         return reused_result(store, inputs, saved.profile, events)
     plan = plan_sweep(inputs, settings, events)
-    with open_launchers(inputs, launch_fn, events) as launch, open_curve_source(inputs, launch_fn, events) as curves:
+    with open_launchers(inputs, launch_fn, events) as launch, open_curve_source(inputs, launch_fn) as curves:
         sweep = run_sweep(plan, inputs, launch, cancel, events, curves)
     if sweep.outcome.cancelled:
         return cancelled_result(inputs, plan, sweep.outcome, events)
