@@ -17,10 +17,9 @@ Q4_0/Q4_K/IQ4_NL/MXFP4 matrices go to CPU_REPACK (Gemma 3 270M Q4_K_M: 12.7 of 2
 tensors stay), while an AMX build also takes Q8_0/Q4_K/Q5_K/Q6_K (213.9 MiB of it). ``--model`` measures
 another GGUF the same way.
 
-Debug run on the shared 2-core build box (AMD EPYC, AVX2/AVX-512, CPU_REPACK; load average 6.9-7.6 with two
-other engineers' llama-servers and test runs; defaults): repacked 21.7, --no-repack 22.2 tokens/s, ratio
-0.975 (per round 0.87-1.09): no effect measurable under that load. The figure for the sentence needs a run
-on a quiet machine.
+Run on the 2-core build box (AMD EPYC, AVX2/AVX-512, CPU_REPACK; defaults; load average 1.4-1.8, one test
+run beside it): repacked 54.9, --no-repack 54.8 tokens/s, +0.3 % (per round 0.93-1.13): no measurable gain on
+that CPU, so ``REPACK_SPEEDUP_PCT`` stays 0 and the sentence claims no figure.
 
 On a machine whose CPU crashes in the repacked kernels it does not measure and says why: the workaround is
 already recorded for this build, or the probe launch of the self-test model crashed (the supervisor's

@@ -266,3 +266,13 @@ def test_an_unknown_flag_of_a_command_shows_that_commands_usage(capsys: pytest.C
     with pytest.raises(SystemExit):
         main(["--bogus"])
     assert "draftwise: error: unrecognized arguments: --bogus" in capsys.readouterr().err
+
+
+def test_a_bad_value_is_one_line_without_the_usage(capsys: pytest.CaptureFixture[str]):
+    """``tune --budget abc`` printed argparse's nine-line usage before the error (new-user trial): a bad value is
+    one line naming the flag; an unknown flag still shows the command's usage (test above)."""
+    with pytest.raises(SystemExit) as exc:
+        main(["tune", "--models", "/nonexistent", "--budget", "abc"])
+    err = capsys.readouterr().err
+    assert exc.value.code == 2
+    assert err == "draftwise tune: error: argument --budget: invalid float value: 'abc'\n"

@@ -163,3 +163,15 @@ def test_cli_missing_and_empty_models_folder(tmp_path: Path):
         assert proc.returncode == 2
         assert proc.stderr.strip() == proc.stderr.strip().splitlines()[0]
         assert f"--models {folder}" in proc.stderr and words in proc.stderr
+
+
+def test_a_long_label_keeps_its_draft_length():
+    """The result tables cut labels at 46 characters: "… n_max 16" read "… n_max 1" (new-user trial)."""
+    from tuner.cli.tune_report import _fit
+
+    for label in ("draft-simple generated-demo-draft.gguf n_max 16",
+                  "draft-simple generated-demo-draft.gguf n_max 16 probabilistic drafts"):
+        fitted = _fit(label)
+        assert len(fitted) == 46 and "…" in fitted
+        assert fitted.endswith(label[label.rfind(" n_max "):])
+    assert _fit("ngram-mod") == "ngram-mod"

@@ -17,7 +17,7 @@ import logging
 import os
 import sys
 import traceback
-from typing import TextIO, cast
+from typing import NoReturn, TextIO, cast
 
 from tuner import __version__
 from tuner.errors import DraftwiseError
@@ -52,6 +52,17 @@ COMMAND_OWNERS = {
 }
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with one-line errors for a bad value (``draftwise tune: error: argument --budget: invalid float
+    value: 'abc'``); an unknown flag or a missing required one still shows the command's usage, which lists the
+    flags it takes. Sub-command parsers are of this class too (``add_subparsers`` uses the parent's class)."""
+
+    def error(self, message: str) -> NoReturn:
+        if message.startswith(("unrecognized arguments", "the following arguments are required")):
+            super().error(message)
+        self.exit(2, f"{self.prog}: error: {message}\n")
+
+
 def build_parser(only: str | None = None) -> argparse.ArgumentParser:
     """Build the argument parser.
 
@@ -59,7 +70,7 @@ def build_parser(only: str | None = None) -> argparse.ArgumentParser:
         only: a sub-command name from ``COMMAND_OWNERS``; then only the module that owns it
             is imported and registered. ``None`` registers every sub-command (for ``--help``).
     """
-    parser = argparse.ArgumentParser(
+    parser = _Parser(
         prog="draftwise",
         description="Auto-tune speculative decoding for llama.cpp's llama-server. "
         "Run without a command to start the tray app.",

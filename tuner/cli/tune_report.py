@@ -151,8 +151,18 @@ def _launch_row(m: dict[str, Any]) -> str:
         note = (f"first differs at prompt {first['prompt_index'] + 1}, repetition {first['repetition'] + 1}, "
                 f"character {first['char_offset']}")
     acc = "-" if m["acceptance"] is None else f"{100 * m['acceptance']:.0f} %"
-    return (f"{safe_text(m['label'] or '')[:46]:<46} {(m['stage'] or ''):<8} {_fmt(m['gen_tokens_per_s'], '9.1f')} "
+    return (f"{_fit(safe_text(m['label'] or '')):<46} {(m['stage'] or ''):<8} {_fmt(m['gen_tokens_per_s'], '9.1f')} "
             f"{acc:>7} {lossless:>8}  {note}\n")
+
+
+def _fit(label: str, width: int = 46) -> str:
+    """``label`` in ``width`` characters: a longer one loses the middle of its file name, never its end (the draft
+    length: "draft-simple generated-demo-draft.gguf n_max 16" must not read "… n_max 1")."""
+    if len(label) <= width:
+        return label
+    cut = label.rfind(" n_max ")
+    tail = label[cut:] if cut > 0 and len(label) - cut <= width - 12 else label[-(width // 3):]
+    return label[:width - len(tail) - 1] + "…" + tail
 
 
 def _comparison_row(c: dict[str, Any]) -> str:
@@ -165,7 +175,7 @@ def _comparison_row(c: dict[str, Any]) -> str:
     if c.get("stopped_early"):
         how += ", stopped early as a loser"
     sp = "-" if c.get("speedup") is None else f"{c['speedup']:.2f}x"
-    return (f"{safe_text(c.get('label') or '')[:46]:<46} {sp:>8} {_fmt(c.get('gen_tokens_per_s'), '.1f'):>9} "
+    return (f"{_fit(safe_text(c.get('label') or '')):<46} {sp:>8} {_fmt(c.get('gen_tokens_per_s'), '.1f'):>9} "
             f"{_fmt(c.get('baseline_gen_tokens_per_s'), '.1f'):>9} {acc:>7}  {how}\n")
 
 

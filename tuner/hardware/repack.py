@@ -13,7 +13,10 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 #: How much faster generation is with the repacked kernels than with ``--no-repack`` (Gemma 3 270M Q4_K_M,
-#: one thread; bench/no_repack_cost.py; the CPU and the run are named in README's troubleshooting).
+#: one thread; bench/no_repack_cost.py), when a measurement supports a figure; 0 = none is claimed. Measured on
+#: an AMD EPYC (AVX-512, CPU_REPACK: 12.7 of Gemma's 235 MiB repacked), 8 rotated rounds side by side, load
+#: average 1.4-1.8: 54.9 vs 54.8 tokens/s, +0.3 % (rounds 0.93-1.13x), no measurable gain there; an AMX build
+#: repacks 213.9 MiB of it, but no AMX CPU that runs those kernels was at hand to measure.
 REPACK_SPEEDUP_PCT = 0
 
 #: The llama-server flags that turn repacking off (b11434 ``--repack, -nr, --no-repack``, common/arg.cpp).
@@ -42,8 +45,8 @@ def no_repack_sentence(cause: str | None, build_types: tuple[str, ...] = ()) -> 
     called an AMX crash; a segmentation fault is "repacked CPU kernels"."""
     amx = (cause or "").lower() in ("sigill", "illegal_instruction") and (not build_types or "AMX" in build_types)
     where = "llama.cpp's AMX kernels" if amx else "llama.cpp's repacked CPU kernels"
-    gain = f"about {REPACK_SPEEDUP_PCT} % faster" if REPACK_SPEEDUP_PCT > 0 else "faster"
-    return f"Repacked CPU kernels are off: this CPU crashes in {where}; on CPUs where they work they are {gain}."
+    gain = f"are about {REPACK_SPEEDUP_PCT} % faster" if REPACK_SPEEDUP_PCT > 0 else "can make quantized models faster"
+    return f"Repacked CPU kernels are off: this CPU crashes in {where}; on CPUs where they work they {gain}."
 
 
 __all__ = ["NO_REPACK_FLAGS", "REPACK_SPEEDUP_PCT", "no_repack_in", "no_repack_sentence"]
