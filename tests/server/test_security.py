@@ -279,9 +279,10 @@ def test_liveness_rule_tells_a_working_process_from_a_stopped_one() -> None:
 
 @pytest.mark.server
 def test_long_prompt_processing_survives_the_liveness_check(llama_server_bin: Path, gemma3_270m: Path) -> None:
-    """A real long prompt (Gemma 3 270M, ~1,400 tokens of prompt processing: ~6 s on this CPU when
-    it is quiet, ~1.2 s was all that 280 tokens took) with a 1 s liveness timeout: /health is served by the HTTP pool during the work, and the CPU-time
-    rule covers a starved machine; the request completes on the same process, no restart."""
+    """A real long prompt (Gemma 3 270M, ~2,800 tokens of prompt processing: ~4 s on the 2-core build box when it
+    is quiet — ~1,400 tokens took 1.96 s there, under the 2 s floor) with a 1 s liveness timeout: /health is served
+    by the HTTP pool during the work, and the CPU-time rule covers a starved machine; the request completes on the
+    same process, no restart."""
     from tuner.server.client import ServerClient
 
     changes = []
@@ -290,13 +291,13 @@ def test_long_prompt_processing_survives_the_liveness_check(llama_server_bin: Pa
     try:
         url = sup.start_and_wait(ServerConfig(model_path=gemma3_270m, n_ctx=4096, threads=2), timeout_s=180)
         pid = sup.pid
-        prompt = " ".join(f"The {i}th sentence tells about a quiet garden and a red door." for i in range(90))
+        prompt = " ".join(f"The {i}th sentence tells about a quiet garden and a red door." for i in range(180))
         t0 = time.monotonic()
         with ServerClient(url, timeout_s=300) as c:
             res = c.completion(prompt, 4, temperature=0.0, cache_prompt=False, timeout_s=300)
         took = time.monotonic() - t0
         print(f"prompt of {res['timings']['prompt_n']} tokens took {took:.1f} s")
-        assert res["timings"]["prompt_n"] > 1000
+        assert res["timings"]["prompt_n"] > 2000
         assert took > 2.0, f"the prompt took {took:.1f} s: too short to test the liveness rule"
         assert sup.pid == pid and sup.restart_count == 0 and sup.state == ServerState.READY
         assert not [c for c in changes if c.diagnosis is not None and c.diagnosis.code == "hung"]

@@ -93,15 +93,12 @@ class AppController(QObject):
         state_changed(AppState): tray state changed.
         status(str): one-line status for the tooltip / status bar.
         scan_done(object): a :class:`tuner.ui.flow.ScanResult`.
-        tune_event(object): a :class:`tuner.calibration.request.TuneEvent` (the sweep's progress, or
-            the flow's own step as ``kind="status"``).
+        tune_event(object): a :class:`tuner.calibration.TuneEvent` (progress; the flow's steps: ``kind="status"``).
         tune_done(object): the :class:`tuner.calibration.request.TuneResult` behind what is served.
         server_changed(object): a :class:`tuner.ui.flow.ServingInfo` or None when stopped.
         telemetry(object): a :class:`tuner.telemetry.collector.TelemetryTick` (1 Hz while polling).
-        sleep_changed(object): the served server fell asleep or woke (idle sleep): a
-            :class:`tuner.server.SleepStatus`, also in :attr:`sleep`.
-        capture_changed(): the capture of served requests was switched, applied, or requests were deleted
-            (:meth:`capture_status` says where it stands).
+        sleep_changed(object): the served server fell asleep or woke: a :class:`tuner.server.SleepStatus`.
+        capture_changed(): the capture of served requests changed (:meth:`capture_status` says how it stands).
         notify(str, str): title and message for a desktop notification.
         error(str): a failure in plain words (also shown in the Serve tab).
         plan_ready(object, str): a model and its memory plan in words.
@@ -153,11 +150,11 @@ class AppController(QObject):
         self.retune_offer: Path | None = None
         """The target whose stale profile *Serve at start* did not serve: the re-tune it offers."""
         self.restoring: Path | None = None
-        """The target *Serve at start* is serving again right now (the state is TUNING meanwhile: a worker runs),
-        None otherwise: the tray and the Serve tab say "starting", not "tuning"."""
+        """The target *Serve at start* serves again now (state TUNING meanwhile): the views say "starting"."""
         self.serve_at_start = ServeAtStart(self)
-        self.recent = RecentRequests(self)  # Re-tune on recent requests
         """*Serve at start*: ``restore()`` at start, ``remember`` / ``forget`` as serving starts and stops."""
+        self.recent = RecentRequests(self)  # Re-tune on recent requests
+        self.closed = False  # shutdown() ran: no new worker starts (a late scan's memory plan, a targets reading)
         self.serve_targets = ServeTargets()
         """The folder's targets for the tray's *Serve* menu (read in a worker after each scan and serve)."""
 
@@ -280,7 +277,7 @@ class AppController(QObject):
     def _start_work(self, fn: Callable[[Callable[[Any], None], threading.Event], Any], name: str,
                     on_done: Callable[[Any], None], on_event: Callable[[Any], None] | None = None,
                     on_failed: Callable[[BaseException], None] | None = None) -> CallWorker | None:
-        if self.busy:
+        if self.busy or self.closed:
             self.status.emit("Busy: wait for the current step or cancel it")
             return None
         w = CallWorker(fn, name)
@@ -342,8 +339,9 @@ class AppController(QObject):
         self.status.emit(f"Found {n} GGUF file{'' if n == 1 else 's'} in {result.folder}")
 
     def plan_memory(self, model: ModelFile) -> None:
-        """Compute the memory plan of ``model`` in a worker (device detection runs llama-server
-        ``--list-devices``); the answer arrives as :attr:`plan_ready` ``(model, text)``."""
+        """The memory plan of ``model`` in a worker (runs ``--list-devices``), answered as :attr:`plan_ready`."""
+        if self.closed:  # quitting: no new probe
+            return
         cram = self.settings.cache_ram_mib
         ctx_size = self.settings.ctx_size
         w = CallWorker(lambda ev, cancel: flow.memory_plan_text(model, ctx_size, cram), "plan")
@@ -415,8 +413,9 @@ class AppController(QObject):
         return self.serve_targets.items
 
     def refresh_targets(self) -> None:
-        """Read the folder's targets again (:meth:`ServeTargets.refresh`)."""
-        self.serve_targets.refresh(self.scan)
+        """Read the folder's targets again (:meth:`ServeTargets.refresh`), unless the app is quitting."""
+        if not self.closed:
+            self.serve_targets.refresh(self.scan)
 
     def serve_target(self, target: Path) -> None:
         """The *Serve* menu: the served router loads a tuned ``target`` (a worker); anything else is tuned (or its
@@ -520,7 +519,8 @@ class AppController(QObject):
 
     # ------------------------------------------------------------ shutdown
     def shutdown(self, timeout_s: float = 20.0) -> None:
-        """Cancel work, stop polling, stop the server (blocking; called on Quit)."""
+        """Cancel work, stop polling, stop the server (blocking; called on Quit); no worker starts after it."""
+        self.closed = True
         if self._work is not None:
             self._work.cancel()
             self._work.wait(int(timeout_s * 1000))
