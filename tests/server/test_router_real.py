@@ -68,6 +68,11 @@ def test_the_model_field_picks_between_two_tuned_targets(tmp_path: Path, stories
             draft = next(args[i + 1] for i, a in enumerate(args) if a in ("--spec-draft-model", "--model-draft", "-md"))
             assert Path(draft).name == ("draft-good.gguf" if model == "target" else "stories260K.gguf")
             assert rows[model]["tags"] == ["tuned"] and "--api-key" not in " ".join(args)
+        # the app follows "the last model a request loaded" from the router's /models, one look per health
+        # interval: two loads inside one look cannot be ordered (a full-suite run followed the earlier of two), so
+        # the next request waits until the last one is followed
+        last = list(TUNED)[-1]
+        assert wait_for(lambda: sup.current == last and sup.state is ServerState.READY)
         r = client.completions.create(model=UNTUNED, prompt="Once upon a time", max_tokens=8, temperature=0)
         assert r.model == UNTUNED and "draft_n" not in (r.model_extra or {})["timings"]
         with sup.client() as c:
