@@ -11,28 +11,18 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.profile_folder import FOREIGN, fake_profile, make_models
 from tuner.calibration.profile_checks import SERVED_FIELDS
 from tuner.calibration.serving import ProfileError, profile_server_config, rpc_fallback_config
 from tuner.server.config import ServerConfig
 from tuner.settings import Settings, allow_rpc_hosts, load_settings, save_settings
 
-FOREIGN = "192.0.2.7:50052"  # TEST-NET-1: never this machine
-
 
 @pytest.fixture
 def models(tmp_path: Path, stories260k: Path) -> Path:
-    """A models folder with a target and a draft (real GGUF files: the GPU-layer bound reads their blocks)."""
-    folder = tmp_path / "models"
-    folder.mkdir()
-    shutil.copyfile(stories260k, folder / "target.gguf")
-    shutil.copyfile(stories260k, folder / "draft.gguf")
-    return folder
+    return make_models(tmp_path, stories260k)
 
 
-def _profile(folder: Path, **server_config: object) -> SimpleNamespace:
-    target = str((folder / "target.gguf").resolve())
-    obj = {"model_path": target, "spec_type": "none", "n_ctx": 4096} | server_config
-    return SimpleNamespace(path="/p/profile.json", target_path=target, server_config=obj)
 
 
 def _refused(prof: SimpleNamespace, folder: Path | None, rpc_allowed: tuple[str, ...] = ()) -> str:
@@ -44,7 +34,7 @@ def _refused(prof: SimpleNamespace, folder: Path | None, rpc_allowed: tuple[str,
 
 
 def test_a_profile_of_the_folder_with_its_own_draft_is_served(models: Path) -> None:
-    prof = _profile(models, spec_type="draft-simple", draft_path=str(models / "draft.gguf"), n_max=4, threads=2,
+    prof = fake_profile(models, spec_type="draft-simple", draft_path=str(models / "draft.gguf"), n_max=4, threads=2,
                     n_parallel=1, ngl=6, draft_ngl="all", rpc=["127.0.0.1:50052", "localhost:50053"])
     cfg = profile_server_config(prof, models, rpc_allowed=())
     assert cfg.model_path == models / "target.gguf" and cfg.draft_path == models / "draft.gguf"
@@ -56,18 +46,18 @@ def test_another_model_as_model_path_is_refused(models: Path, tmp_path: Path, st
     elsewhere.mkdir()
     other = elsewhere / "other-model.gguf"
     shutil.copyfile(stories260k, other)
-    text = _refused(_profile(models, model_path=str(other)), models)
+    text = _refused(fake_profile(models, model_path=str(other)), models)
     assert "server_config.model_path" in text and "other-model.gguf" in text and "its own target" in text
     # the same file through a link counts as the target itself
     link = elsewhere / "link.gguf"
     link.symlink_to(models / "target.gguf")
-    assert profile_server_config(_profile(models, model_path=str(link)), models, rpc_allowed=()).model_path == link
+    assert profile_server_config(fake_profile(models, model_path=str(link)), models, rpc_allowed=()).model_path == link
 
 
 def test_a_target_outside_the_served_folder_is_refused(models: Path, tmp_path: Path) -> None:
     other_folder = tmp_path / "other"
     other_folder.mkdir()
-    text = _refused(_profile(models), other_folder)
+    text = _refused(fake_profile(models), other_folder)
     assert "target_path" in text and "not a model file of" in text
 
 
@@ -84,7 +74,7 @@ def test_a_draft_outside_the_models_folder_is_refused(models: Path, tmp_path: Pa
         (tmp_path / "models-alias").mkdir()
         (tmp_path / "models-alias" / "draft.gguf").symlink_to(outside)
         draft = str(tmp_path / "models-alias" / "draft.gguf")
-    text = _refused(_profile(models, spec_type="draft-simple", draft_path=draft, n_max=4), models)
+    text = _refused(fake_profile(models, spec_type="draft-simple", draft_path=draft, n_max=4), models)
     assert "server_config.draft_path" in text and "models folder" in text, text
 
 
@@ -95,7 +85,7 @@ def test_a_link_of_the_folder_is_a_draft_of_the_folder(models: Path, tmp_path: P
     blob.parent.mkdir()
     shutil.copyfile(stories260k, blob)
     (models / "linked-draft.gguf").symlink_to(blob)
-    prof = _profile(models, spec_type="draft-simple", draft_path=str(blob), n_max=4)
+    prof = fake_profile(models, spec_type="draft-simple", draft_path=str(blob), n_max=4)
     assert profile_server_config(prof, models, rpc_allowed=()).draft_path == blob
     (models / "linked-draft.gguf").unlink()  # no entry of the folder leads to it any more
     assert "server_config.draft_path" in _refused(prof, models)
@@ -103,12 +93,12 @@ def test_a_link_of_the_folder_is_a_draft_of_the_folder(models: Path, tmp_path: P
 
 def test_a_draft_that_is_not_a_gguf_file_is_refused(models: Path) -> None:
     (models / "notes.txt").write_text("x", encoding="utf-8")
-    text = _refused(_profile(models, spec_type="draft-simple", draft_path=str(models / "notes.txt")), models)
+    text = _refused(fake_profile(models, spec_type="draft-simple", draft_path=str(models / "notes.txt")), models)
     assert "server_config.draft_path" in text
 
 
 def test_a_foreign_rpc_host_is_refused_until_the_setting_allows_it(models: Path) -> None:
-    prof = _profile(models, rpc=[FOREIGN])
+    prof = fake_profile(models, rpc=[FOREIGN])
     text = _refused(prof, models)
     assert "server_config.rpc" in text and FOREIGN in text
     assert "rpc_hosts setting" in text and f"--rpc {FOREIGN}" in text  # how to allow it
@@ -122,7 +112,7 @@ def test_a_foreign_rpc_host_is_refused_until_the_setting_allows_it(models: Path)
     assert allow_rpc_hosts([FOREIGN]) == ()  # there already: the setting is not written twice
     # another port of the same machine is another server: still refused
     with pytest.raises(ProfileError, match="192.0.2.7:50053"):
-        profile_server_config(_profile(models, rpc=["192.0.2.7:50053"]), models)
+        profile_server_config(fake_profile(models, rpc=["192.0.2.7:50053"]), models)
 
 
 def test_allow_rpc_hosts_keeps_the_other_settings(models: Path) -> None:
@@ -133,8 +123,8 @@ def test_allow_rpc_hosts_keeps_the_other_settings(models: Path) -> None:
 
 
 def test_a_malformed_rpc_list_is_refused(models: Path) -> None:
-    assert "server_config.rpc" in _refused(_profile(models, rpc=[5]), models)
-    assert "server_config.rpc" in _refused(_profile(models, rpc=["nohost"]), models)
+    assert "server_config.rpc" in _refused(fake_profile(models, rpc=[5]), models)
+    assert "server_config.rpc" in _refused(fake_profile(models, rpc=["nohost"]), models)
 
 
 @pytest.mark.parametrize(("field", "value"), [
@@ -143,15 +133,15 @@ def test_a_malformed_rpc_list_is_refused(models: Path) -> None:
     ("p_min", 1.5), ("cache_ram_mib", 10**30), ("ngl", 99999), ("draft_ngl", -1),
 ])
 def test_a_number_out_of_its_options_bounds_is_refused(models: Path, field: str, value: object) -> None:
-    prof = _profile(models, spec_type="draft-simple", draft_path=str(models / "draft.gguf"), **{field: value})
+    prof = fake_profile(models, spec_type="draft-simple", draft_path=str(models / "draft.gguf"), **{field: value})
     text = _refused(prof, models)
     assert f"server_config.{field} {value}" in text and "must be" in text, text
 
 
 def test_gpu_layers_are_bounded_by_the_models_blocks(models: Path) -> None:
     """stories260K has 5 blocks: ngl 6 (blocks + 1) serves, 7 is refused naming the model."""
-    assert profile_server_config(_profile(models, ngl=6), models, rpc_allowed=()).ngl == 6
-    text = _refused(_profile(models, ngl=7), models)
+    assert profile_server_config(fake_profile(models, ngl=6), models, rpc_allowed=()).ngl == 6
+    text = _refused(fake_profile(models, ngl=7), models)
     assert "server_config.ngl 7" in text and "target.gguf" in text
 
 
@@ -160,7 +150,7 @@ def test_gpu_layers_are_bounded_by_the_models_blocks(models: Path) -> None:
     ("log_prompts_dir", "/tmp/x"),
 ])
 def test_a_serving_setting_of_the_profiles_own_is_refused(models: Path, field: str, value: object) -> None:
-    assert f"server_config.{field}" in _refused(_profile(models, **{field: value}), models)
+    assert f"server_config.{field}" in _refused(fake_profile(models, **{field: value}), models)
 
 
 def test_the_store_refuses_a_profile_file_standing_for_another_model(models: Path, tmp_path: Path) -> None:
@@ -192,7 +182,7 @@ def _served(config: ServerConfig) -> ServerConfig:
 
 @pytest.mark.parametrize("with_profile", [False, True])
 def test_the_rpc_fallback_keeps_every_serving_setting(models: Path, with_profile: bool) -> None:
-    prof = _profile(models, rpc=["127.0.0.1:50052"], ngl="all")
+    prof = fake_profile(models, rpc=["127.0.0.1:50052"], ngl="all")
     prof.winner, prof.evidence, prof.keys = {"spec_type": "none", "rpc": ["127.0.0.1:50052"]}, (), \
         SimpleNamespace(server_args=())
     config = _served(profile_server_config(prof, models, rpc_allowed=()))

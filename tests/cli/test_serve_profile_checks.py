@@ -8,20 +8,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.profile_folder import FOREIGN, make_models
 from tuner.cli import main as cli_main
 from tuner.profiles import ModelFileKey, Profile, ProfileStore, StalenessKeys
 from tuner.settings import load_settings
 
-FOREIGN = "192.0.2.7:50052"  # TEST-NET-1: never this machine
-
 
 @pytest.fixture
 def models(tmp_path: Path, stories260k: Path) -> Path:
-    folder = tmp_path / "models"
-    folder.mkdir()
-    shutil.copyfile(stories260k, folder / "target.gguf")
-    shutil.copyfile(stories260k, folder / "draft.gguf")
-    return folder
+    return make_models(tmp_path, stories260k)
 
 
 def _save(target: Path, **server_config: object) -> Path:

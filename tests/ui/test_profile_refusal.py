@@ -11,26 +11,17 @@ from types import SimpleNamespace
 
 import pytest
 
+from tests.profile_folder import FOREIGN, fake_profile, make_models
 from tuner.profiles import ProfileError
 from tuner.settings import Settings
 from tuner.ui import flow
 
-FOREIGN = "192.0.2.7:50052"  # TEST-NET-1: never this machine
-
 
 @pytest.fixture
 def models(tmp_path: Path, stories260k: Path) -> Path:
-    folder = tmp_path / "models"
-    folder.mkdir()
-    shutil.copyfile(stories260k, folder / "target.gguf")
-    shutil.copyfile(stories260k, folder / "draft.gguf")
-    return folder
+    return make_models(tmp_path, stories260k)
 
 
-def _profile(folder: Path, **server_config: object) -> SimpleNamespace:
-    target = str((folder / "target.gguf").resolve())
-    obj = {"model_path": target, "spec_type": "none", "n_ctx": 4096} | server_config
-    return SimpleNamespace(path="/p/profile.json", target_path=target, server_config=obj)
 
 
 def _refusal(prof: SimpleNamespace, settings: Settings, folder: Path) -> str:
@@ -55,11 +46,11 @@ def test_the_app_refuses_a_tampered_profile_in_one_line(models: Path, tmp_path: 
     elsewhere = tmp_path / "elsewhere.gguf"
     shutil.copyfile(stories260k, elsewhere)
     fields = {k: (str(elsewhere) if v == "{elsewhere}" else v) for k, v in fields.items()}
-    assert named in _refusal(_profile(models, **fields), Settings(), models)
+    assert named in _refusal(fake_profile(models, **fields), Settings(), models)
 
 
 def test_the_app_serves_a_foreign_rpc_host_its_setting_allows(models: Path) -> None:
-    prof = _profile(models, rpc=[FOREIGN])
+    prof = fake_profile(models, rpc=[FOREIGN])
     assert "rpc_hosts setting" in _refusal(prof, Settings(), models)
     cfg = flow.serving_config(prof, dataclasses.replace(Settings(), rpc_hosts=(FOREIGN,)), models)  # type: ignore[arg-type]
     assert cfg.rpc == (FOREIGN,) and cfg.host == "127.0.0.1"
@@ -69,7 +60,7 @@ def test_the_apps_rpc_fallback_keeps_idle_sleep_and_the_capture(models: Path) ->
     """The served settings of the app (idle sleep, the capture of served requests) survive a lost RPC host."""
     from tuner.calibration.serving import rpc_fallback_config
 
-    prof = _profile(models, rpc=["127.0.0.1:50052"])
+    prof = fake_profile(models, rpc=["127.0.0.1:50052"])
     prof.winner, prof.evidence, prof.keys = {"spec_type": "none"}, (), SimpleNamespace(server_args=())
     settings = dataclasses.replace(Settings(), idle_sleep_s=120, capture_requests=True)
     cfg = flow.serving_config(prof, settings, models)  # type: ignore[arg-type]
