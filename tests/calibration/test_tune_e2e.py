@@ -80,11 +80,6 @@ def test_picks_the_good_draft_and_never_the_unrelated_one(tmp_path: Path, wide_f
     assert res.profile_path is not None and res.profile_path.is_file()
     assert res.profile is not None and res.profile.argv and "--spec-type" in res.profile.argv
     assert len(res.profile.evidence) == len(res.measurements)
-    # The good draft's verify-cost curve was measured with synthetic acceptance and kept with the profile; the
-    # synthetic rates never reach the served argv.
-    assert "--spec-synth-rates" not in res.profile.argv
-    assert any(e.kind == "verifycost" for e in events), [e.message for e in events if e.kind == "skipped"]
-    assert res.profile.decision.get("verify_costs"), res.profile.decision
     assert not _llama_children()
 
 

@@ -114,9 +114,6 @@ SAMPLES: dict[str, tuple[dict[str, Any], str]] = {
                      "Not launched, because on these prompts they could not beat the best configuration screened so "
                      "far: ngram-simple (at most 1.06× by ngram-simple ngram n_max 16's acceptance, below "
                      "draft-simple good.gguf n_max 8 at 1.38×)."),
-    "sweep.verify_cost": ({"label": "good.gguf", "lengths": [1.0, 3.8, 9.8], "costs": [2.13, 3.17, 5.65]},
-                          "Verification cost measured for good.gguf: a step drafting 1, 3.8, 9.8 tokens costs 2.1, 3.2, "
-                          "5.7 plain steps."),
     "sweep.baseline_unmeasurable": ({"first_tps": 22.8, "idle_tps": 741.7, "idle_label": "ngram-mod"},
                                     "The model alone measured 22.8 tokens/s in the baseline launch but 741.7 in "
                                     "ngram-mod, which drafted nothing; the budget left no time to measure it again, "

@@ -28,7 +28,6 @@ from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.measure import Launch, LaunchFn
 from tuner.calibration.prompts import Prompt
 from tuner.calibration.search import Budget, Emit, Search, SearchSettings
-from tuner.calibration.verifycost import SYNTH_FLAG, CurveSource
 from tuner.calibration.workload import Workload
 from tuner.server.client import ServerUnreachableError
 
@@ -232,73 +231,10 @@ class ScriptedLaunch:
 def scripted_search(launch: LaunchFn, plan: CandidatePlan, prompts: list[tuple[int, Prompt]],
                     settings: SearchSettings, budget_s: float, *, clock: SimClock | None = None,
                     emit: Emit | None = None, busy: Callable[[], bool] | None = None,
-                    cancel: threading.Event | None = None, workload: Workload | None = None,
-                    verify_cost: CurveSource | None = None) -> Search:
+                    cancel: threading.Event | None = None, workload: Workload | None = None) -> Search:
     """A :class:`~tuner.calibration.search.Search` over ``launch`` with a time budget of ``budget_s`` seconds
     on ``clock`` (``None``: real time), starting now; ``workload``: greedy ``/completion`` requests unless
     given, ``emit``: events dropped unless given."""
     budget = Budget(budget_s, clock if clock is not None else time.monotonic)
     return Search(launch, plan, prompts, settings, workload or Workload(), budget, cancel or threading.Event(),
-                  emit or (lambda *a, **k: None), busy=busy, verify_cost=verify_cost)
-
-
-class SynthClient(ScriptedClient):
-    """A server started with ``--spec-synth-rates`` (or the target alone) whose verification steps cost what
-    the script says: ``cost(k)`` plain steps per step drafting ``k`` tokens, plus ``per_accepted`` per accepted
-    token, one plain step being ``1 / base_tps`` seconds. Every step drafts ``n_max`` tokens (a draft model at
-    ``p_min`` 0); at rate ``r`` (one rate for every position: 0 or 1 in these scripts) a request of ``n`` tokens
-    accepts ``round((n − 1) · r · k ÷ (1 + r · k))`` of them. ``/metrics`` counts the steps and drafted tokens."""
-
-    def __init__(self, candidate: Candidate, rate: float | None, cost: Callable[[int], float], per_accepted: float,
-                 base_tps: float, clock: SimClock | None) -> None:
-        super().__init__(candidate, lambda c: base_tps, clock=clock, metrics=self._metrics)
-        self.rate, self.cost, self.per_accepted, self.base_tps = rate, cost, per_accepted, base_tps
-        self.steps = self.draft_tokens = self.accepted = 0
-
-    def _metrics(self, client: ScriptedClient) -> str:
-        return spec_metrics(self.steps, self.draft_tokens, [self.accepted]) if self.rate is not None else ""
-
-    def _timings(self, n_predict: int, timeout_s: float) -> dict:
-        self.requests += 1
-        gen = n_predict - 1
-        if self.rate is None:
-            secs = gen / self.base_tps
-            t: dict[str, float] = {"predicted_n": n_predict, "predicted_ms": secs * 1000}
-        else:
-            k = self.candidate.n_max or 1
-            acc = round(gen * self.rate * k / (1 + self.rate * k))
-            steps = gen - acc
-            secs = (steps * self.cost(k) + acc * self.per_accepted) / self.base_tps
-            self.steps, self.draft_tokens, self.accepted = self.steps + steps, self.draft_tokens + steps * k, \
-                self.accepted + acc
-            t = {"predicted_n": n_predict, "predicted_ms": secs * 1000, "draft_n": steps * k, "draft_n_accepted": acc}
-        t["predicted_per_second"] = gen / secs
-        if self.clock is not None:
-            self.clock.advance(secs + self.overhead_s)
-        return t
-
-
-class ScriptedSynthLaunch:
-    """A ``tuner.calibration.verifycost.SynthLaunch`` starting a :class:`SynthClient` per call (the rate read
-    from the ``--spec-synth-rates`` argument, which must hold ``n_max`` entries as llama-server demands).
-
-    Attributes:
-        launched: ``(candidate, extra args)`` of every launch, in order.
-    """
-
-    def __init__(self, cost: Callable[[int], float], per_accepted: float = 0.0, base_tps: float = 100.0,
-                 clock: SimClock | None = None, load_s: float = 0.5) -> None:
-        self.cost, self.per_accepted, self.base_tps, self.clock, self.load_s = cost, per_accepted, base_tps, clock, load_s
-        self.launched: list[tuple[Candidate, tuple[str, ...]]] = []
-
-    def __call__(self, candidate: Candidate, extra: tuple[str, ...], cancel: threading.Event) -> Launch:
-        self.launched.append((candidate, extra))
-        rate = None
-        if SYNTH_FLAG in extra:
-            rates = [float(r) for r in extra[extra.index(SYNTH_FLAG) + 1].split(",")]
-            assert len(rates) == candidate.n_max, "llama-server demands exactly n_max rates"
-            rate = rates[0]
-        if self.clock is not None:
-            self.clock.advance(self.load_s)
-        client = SynthClient(candidate, rate, self.cost, self.per_accepted, self.base_tps, self.clock)
-        return Launch(client=client, stop=lambda: None, log_tail=lambda n: [], load_s=self.load_s)
+                  emit or (lambda *a, **k: None), busy=busy)

@@ -41,8 +41,6 @@ class SearchOutcome:
         long_context: why the long-context requests were left out, ``None`` when they were kept.
         cancelled: the user cancelled: ``measurements`` holds what ran before, nothing is decided.
         threads: the thread stage's finding (``tuner.calibration.search.threads``); None when it did not run.
-        verify_costs: each draft group's measured verify-cost curve (``tuner.calibration.verifycost``), as JSON,
-            by the group (type, draft, placement): the profile keeps them with its decision.
     """
 
     measurements: tuple[Measurement, ...]
@@ -60,7 +58,6 @@ class SearchOutcome:
     long_context: Sentence | None = None
     cancelled: bool = False
     threads: ThreadChoice | None = None
-    verify_costs: Mapping[str, Mapping[str, Any]] = field(default_factory=dict)
 
     @classmethod
     def of(cls, measurements: Iterable[Measurement], **fields: Any) -> SearchOutcome:

@@ -127,11 +127,6 @@ class CostModel:
     per_step: float
     baseline_gen_tokens_per_s: float
 
-    @property
-    def per_accepted_token(self) -> float:
-        """Extra cost per accepted token of a step: 0 (the fitted model folds it into ``u`` and ``w``)."""
-        return 0.0
-
     def predict_gen_tokens_per_s(self, accepted_per_step: float, k: float) -> float:
         """Predicted tokens/s at draft length ``k`` yielding ``accepted_per_step`` accepted tokens per step."""
         return self.baseline_gen_tokens_per_s * (1.0 + accepted_per_step) / self.step_cost(k)
@@ -148,22 +143,6 @@ class StepCost(Protocol):
     def step_cost(self, k: float) -> float:
         """Cost of one verification step drafting ``k`` tokens, in target-token times (≥ 1 for ``k`` ≥ 0)."""
         ...
-
-    @property
-    def per_accepted_token(self) -> float:
-        """Extra cost of a step per accepted token (the draft catching up on it), in target-token times (≥ 0)."""
-        ...
-
-    @property
-    def baseline_gen_tokens_per_s(self) -> float:
-        """The target alone's tokens/s the predicted speeds are scaled by."""
-        ...
-
-
-def step_cost_with(cost: StepCost, k: float, accepted: float) -> float:
-    """Cost of one verification step drafting ``k`` tokens of which ``accepted`` are accepted, in target-token
-    times: ``cost.step_cost(k) + accepted · cost.per_accepted_token``."""
-    return cost.step_cost(k) + accepted * cost.per_accepted_token
 
 
 FREE_VERIFICATION = CostModel(0.0, 0.0, 1.0)
@@ -208,7 +187,7 @@ def predicted_ratio(counts: PerPositionCounts, generated: float, k: int, cost: S
     if a_k is None or f is None or not dps:
         return None
     a = a_k / counts.drafts_total
-    return (1.0 + f * a) / ((1.0 - f) + f * step_cost_with(cost, min(float(k), dps), a))
+    return (1.0 + f * a) / ((1.0 - f) + f * cost.step_cost(min(float(k), dps)))
 
 
 def fit_run_cost(counts: PerPositionCounts, generated: float, ratio: float) -> CostModel | None:
@@ -274,10 +253,9 @@ def fit_cost_model(
 
 
 def predict_curve(
-    counts: PerPositionCounts, model: StepCost, lengths: Sequence[int]
+    counts: PerPositionCounts, model: CostModel, lengths: Sequence[int]
 ) -> list[tuple[int, float, float]]:
-    """Predicted ``(k, acceptance, gen_tokens_per_s)`` for each draft length in ``lengths``, under ``model``
-    (a fitted :class:`CostModel` or a measured verify-cost curve: ``tuner.calibration.verifycost``).
+    """Predicted ``(k, acceptance, gen_tokens_per_s)`` for each draft length in ``lengths``.
 
     Lengths beyond the probe's per-position series are skipped. Drafted tokens per step are capped
     at the probe's mean (drafts shorten near the end of a generation).
@@ -292,6 +270,5 @@ def predict_curve(
         if a is None or acc is None:
             continue
         k_eff = min(float(k), cap) if cap else float(k)
-        tps = model.baseline_gen_tokens_per_s * (1.0 + a) / step_cost_with(model, k_eff, a)
-        out.append((k, acc, tps))
+        out.append((k, acc, model.predict_gen_tokens_per_s(a, k_eff)))
     return out

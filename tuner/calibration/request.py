@@ -297,8 +297,6 @@ class TuneEvent:
             * ``"measured"``: ``measurement`` of ``candidate`` finished (may carry an ``error``).
             * ``"predicted"``: the long-draft probe predicted throughput for shorter drafts
               (``detail["curve"]`` = list of ``[n_max, acceptance, gen_tokens_per_s]``).
-            * ``"verifycost"``: a draft's verify-cost curve (``tuner.calibration.verifycost``), cached or
-              measured with synthetic acceptance after its probe (``detail["verify_cost"]``).
             * ``"skipped"``: a candidate was not measured (budget, predicted loser, dropped early);
               ``message`` says why.
             * ``"decision"``: ``decision`` is final.

@@ -25,8 +25,7 @@ Kinds, by slot:
 - MACHINE_LOAD: ``machine.load``; ``saved.measured_on``.
 - SWEEP: the search's own (``tuner.calibration.search``): ``sweep.baseline_superseded``,
   ``sweep.baseline_unsteady``, ``sweep.baseline_unmeasurable`` (a disturbed baseline launch measured again,
-  or not), ``sweep.pruned`` (what was not launched because it could not beat the leader), ``sweep.verify_cost``
-  (a draft's measured cost of a verification step: ``tuner.calibration.verifycost``), ``sweep.time_limit``,
+  or not), ``sweep.pruned`` (what was not launched because it could not beat the leader), ``sweep.time_limit``,
   ``sweep.long_context_left_out`` (``tuner.calibration.workload.LongContextPlan``);
   the report's: ``sweep.measured_with``, ``sweep.depth``, ``sweep.never_drafted``, ``sweep.where_it_ran``.
 - any slot: ``text`` (words built before the sentence: the tune makes none; tests use it for a slot that
@@ -570,13 +569,6 @@ def _pruned(p: Params) -> str:
         + "; ".join(parts) + "."
 
 
-def _verify_cost(p: Params) -> str:
-    ks = [f"{float(k):.3g}" for k in p["lengths"]]
-    costs = [f"{float(c):.1f}" for c in p["costs"]]
-    return (f"Verification cost measured for {p['label']}: a step drafting {', '.join(ks)} tokens costs "
-            f"{', '.join(costs)} plain steps.")
-
-
 def _time_limit(p: Params) -> str:
     lim, budget = float(p["limit_s"]), float(p["budget_s"])
     lim_text = f"{lim:.0f}" if lim >= 20 else f"{lim:.1f}"
@@ -676,7 +668,6 @@ RENDERERS: Mapping[str, Renderer] = {
     "sweep.where_it_ran": _where,
     "sweep.time_limit": _time_limit,
     "sweep.pruned": _pruned,
-    "sweep.verify_cost": _verify_cost,
     "sweep.baseline_unmeasurable": _baseline_unmeasurable,
     "sweep.baseline_superseded": _baseline_superseded,
     "sweep.baseline_unsteady": _baseline_unsteady,

@@ -16,7 +16,6 @@ from typing import TYPE_CHECKING
 from ..candidates import Candidate
 from ..measure import Cancelled, Launch, LaunchError, LaunchFn
 from ..serving import candidate_config
-from ..verifycost import SYNTH_FLAG, CurveSource, curve_key
 from .events import Events
 from .inputs import TuneInputs
 
@@ -74,38 +73,6 @@ def supervisor_launch_fn(
                       speculation_reason=speculation_reason, speculative_active=confirmed)
 
     return launch
-
-
-def _quiet(*args: object, **kwargs: object) -> None:
-    """An event sink that drops every event."""
-
-
-@contextmanager
-def open_curve_source(inputs: TuneInputs, override: LaunchFn | None) -> Iterator[CurveSource | None]:
-    """Where the sweep gets each draft's measured verify-cost curve (``tuner.calibration.verifycost``): the
-    cache, else launches of the tune's binary with ``--spec-synth-rates`` on a supervisor of their own (stopped
-    when the block ends); ``None`` when the binary lacks the flag (``Dialect.has``) or a test gives the launches
-    (``override``)."""
-    if override is not None or not inputs.dialect.has(SYNTH_FLAG):
-        yield None
-        return
-    from tuner.server.supervisor import Supervisor
-
-    sup = Supervisor(inputs.binary, inputs.dialect)
-    threads, args = inputs.request.threads, inputs.request.server_args
-
-    def launch(c: Candidate, extra: tuple[str, ...], cancel: threading.Event) -> Launch:
-        # not the sweep's launches: no "ready" event (the stage says what it measured in one "verifycost" event)
-        fn = supervisor_launch_fn(sup, inputs.target_path, inputs.n_ctx, threads, _quiet, None, (*args, *extra))
-        return fn(c, cancel)
-
-    def key_of(c: Candidate) -> str:
-        return curve_key(inputs.binary.path, c, inputs.target_path, threads)
-
-    try:
-        yield CurveSource(launch, key_of)
-    finally:
-        sup.stop(grace_s=5.0)
 
 
 @contextmanager

@@ -27,7 +27,7 @@ from .decision import reach_decision
 from .events import Events
 from .inputs import resolve_inputs
 from .keys import staleness_keys
-from .launchers import open_curve_source, open_launchers
+from .launchers import open_launchers
 from .placement import plan_sweep
 from .reuse import check_saved, reused_result
 from .save import cancelled_result, save_result
@@ -64,8 +64,8 @@ def run_tune(
     if saved.fresh and saved.profile is not None:
         return reused_result(store, inputs, saved.profile, events)
     plan = plan_sweep(inputs, settings, events)
-    with open_launchers(inputs, launch_fn, events) as launch, open_curve_source(inputs, launch_fn) as curves:
-        sweep = run_sweep(plan, inputs, launch, cancel, events, curves)
+    with open_launchers(inputs, launch_fn, events) as launch:
+        sweep = run_sweep(plan, inputs, launch, cancel, events)
     if sweep.outcome.cancelled:
         return cancelled_result(inputs, plan, sweep.outcome, events)
     decision = reach_decision(inputs, plan, sweep, events)

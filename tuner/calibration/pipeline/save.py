@@ -52,8 +52,7 @@ def save_result(store: ProfileStore, inputs: TuneInputs, keys: StalenessKeys, pl
         decision={**decision.to_json(), "budget_s": plan.budget_s,
                   "budget_spent_before": [c.label for c in outcome.unmeasured],
                   "prompt_source": prompt_source(inputs),
-                  **({"threads": outcome.threads.detail()} if outcome.threads is not None else {}),
-                  **({"verify_costs": dict(outcome.verify_costs)} if outcome.verify_costs else {})},
+                  **({"threads": outcome.threads.detail()} if outcome.threads is not None else {})},
         evidence=tuple(m.to_json() for m in outcome.measurements),
     )
     path = store.save(profile)

@@ -16,7 +16,6 @@ from ..outcome import SearchOutcome
 from ..report import MachineLoad
 from ..request import TuneError
 from ..search import BaselineFailed, run_search
-from ..verifycost import CurveSource
 from .events import Events
 from .inputs import TuneInputs
 from .placement import SweepPlan
@@ -46,9 +45,8 @@ class SweepResult:
 
 
 def run_sweep(plan: SweepPlan, inputs: TuneInputs, launch: LaunchFn, cancel: threading.Event,
-              events: Events, curves: CurveSource | None = None) -> SweepResult:
-    """Run the search over ``plan`` with ``launch`` (and ``curves``: each draft's measured verify-cost curve,
-    ``tuner.calibration.search.verify``); other llama-servers already running are a note (they
+              events: Events) -> SweepResult:
+    """Run the search over ``plan`` with ``launch``; other llama-servers already running are a note (they
     compete for CPU, GPU and memory), and the busy machine's state goes to the search (``busy``).
 
     Raises:
@@ -66,7 +64,7 @@ def run_sweep(plan: SweepPlan, inputs: TuneInputs, launch: LaunchFn, cancel: thr
     watcher.start()
     try:
         outcome = run_search(plan.candidates, inputs.prompts.chosen, plan.settings, inputs.workload, plan.budget_s,
-                             launch, cancel, events, busy=lambda: watcher.summary().busy, verify_cost=curves)
+                             launch, cancel, events, busy=lambda: watcher.summary().busy)
         if outcome.cancelled:
             events("cancelled", "tuning cancelled; nothing was saved")
     except BaselineFailed as exc:

@@ -17,8 +17,7 @@ each stage is its own module, and the stages talk only through the state objects
   state the ETA reads). ``events.py``: ``SweepEvents``, each event with its progress and ETA.
 - ``measurer.py``: ``Measurer``, one launch measured, booked and reported.
 - ``screening.py``: ``Screening``: baseline, probes, refine, explore, re-screen near ties, the ``p_min``
-  variant, and the contenders. ``verify.py``: ``VerifyCostStage``, each draft's measured verify-cost curve
-  (cached, or measured with synthetic acceptance after its probe). ``confirm.py`` / ``side_by_side.py``: ``Confirmation``, the paired rounds
+  variant, and the contenders. ``confirm.py`` / ``side_by_side.py``: ``Confirmation``, the paired rounds
   (alternating launches, or both servers side by side on the CPU). ``threads.py``: ``ThreadStage``, the
   served configuration's CPU thread setting, idle and with one other busy program (last; its share of the
   budget is kept back from the others).
@@ -42,7 +41,6 @@ from ..measure import LaunchFn
 from ..outcome import SearchOutcome
 from ..pairing import Mix
 from ..prompts import Prompt
-from ..verifycost import CurveSource
 from ..workload import LongContextPlan, SweepMemory, Workload, long_prompt_tokens
 from .budget import HARD_LIMIT, Budget, Estimates
 from .confirm import Confirmation
@@ -54,7 +52,6 @@ from .record import Record
 from .screening import Screening
 from .settings import BaselineFailed, Emit, SearchSettings
 from .threads import ThreadStage
-from .verify import VerifyCostStage
 
 
 class Search:
@@ -74,8 +71,6 @@ class Search:
             variant is skipped) keep twice the paired rounds' reserve, so the remaining budget goes
             to more pairs; the probes and the first refine length keep the plain reserve
             (``Estimates.reserve_s``).
-        verify_cost: where each draft's measured verify-cost curve comes from (``verify.py``); ``None``: the
-            cost of a verification step is fitted to the sweep's own runs.
 
     Attributes:
         record, budget, estimates, eta, tracker, events, measurer, screening, confirmation, threads: the sweep's
@@ -84,7 +79,7 @@ class Search:
 
     def __init__(self, launch_fn: LaunchFn, plan: CandidatePlan, prompts: Sequence[tuple[int, Prompt]],
                  settings: SearchSettings, workload: Workload, budget: Budget, cancel: threading.Event, emit: Emit,
-                 busy: Callable[[], bool] | None = None, verify_cost: CurveSource | None = None) -> None:
+                 busy: Callable[[], bool] | None = None) -> None:
         busy = busy or (lambda: False)
         self.s = settings
         requests = Requests(list(prompts), settings.n_predict)
@@ -99,9 +94,7 @@ class Search:
         self.events = SweepEvents(emit, budget, self.estimates, self.eta, self.tracker, busy)
         state = (self.record, budget, self.estimates, self.eta, self.events)
         self.measurer = Measurer(launch_fn, plan, settings, workload, requests, *state, cancel, busy)
-        self.verify_cost = VerifyCostStage(plan, verify_cost, self.record, budget, self.estimates, self.eta,
-                                           self.events, cancel, busy)
-        self.screening = Screening(plan, settings, self.measurer, *state, cancel, busy, self.verify_cost)
+        self.screening = Screening(plan, settings, self.measurer, *state, cancel, busy)
         self.confirmation = Confirmation(settings, self.measurer, self.record, self.tracker, budget, self.estimates,
                                          self.eta, self.events, cancel, busy)
         self.threads = ThreadStage(launch_fn, settings, workload, requests, budget, self.estimates, self.events,
@@ -148,7 +141,6 @@ class Search:
             server_sampling=dict(r.memory.server_sampling),
             long_context=r.memory.long_plan.left_out,
             threads=self.threads.choice,
-            verify_costs={g: c.to_json() for g, c in r.verify_costs.items()},
         )
 
 
@@ -163,7 +155,6 @@ def run_search(
     emit: Emit,
     busy: Callable[[], bool] | None = None,
     clock: Callable[[], float] = time.monotonic,
-    verify_cost: CurveSource | None = None,
 ) -> SearchOutcome:
     """Run one sweep (:class:`Search`) of ``budget_s`` seconds from now (its :class:`Budget`, on ``clock``:
     tests give a simulated one) and hand back what it found as a
@@ -174,8 +165,7 @@ def run_search(
         BaselineFailed: the baseline could not be measured.
     """
     budget = Budget(budget_s, clock)
-    return Search(launch_fn, plan, prompts, settings, workload, budget, cancel, emit, busy=busy,
-                  verify_cost=verify_cost).run()
+    return Search(launch_fn, plan, prompts, settings, workload, budget, cancel, emit, busy=busy).run()
 
 
 __all__ = ["HARD_LIMIT", "BaselineFailed", "Budget", "Emit", "Search", "SearchSettings", "run_search"]

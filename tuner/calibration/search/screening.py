@@ -7,8 +7,7 @@ DESIGN.md "Calibration method" step 5. Each candidate one server launch:
    reference. Its outputs are the reference for the lossless check.
 2. :meth:`Screening.probes`: per draft model one run at a long draft (``n_max`` 16, ``p_min`` 0): its
    per-position acceptance counters predict accepted tokens per verification for every shorter draft,
-   and its measured step cost fits a :class:`~tuner.calibration.predict.CostModel` (or the draft's measured
-   verify-cost curve stands in for it: ``tuner.calibration.search.verify``); together they
+   and its measured step cost fits a :class:`~tuner.calibration.predict.CostModel`; together they
    predict tokens/s for every ``n_max`` (event ``"predicted"``). n-gram types and ``draft-mtp`` get one
    run. A run that drafted nothing is the model alone: when it disagrees with the baseline, the baseline
    is measured again (:meth:`Screening.recheck_baseline`).
@@ -36,10 +35,9 @@ from tuner.errors import Cancelled
 
 from ..candidates import Candidate, CandidatePlan
 from ..pairing import compare, pooled_tokens_per_s
-from ..predict import CostModel, StepCost, fit_cost_model, predict_curve
+from ..predict import CostModel, fit_cost_model, predict_curve
 from ..results import Measurement
 from ..sentences import JsonValue, Sentence, Slot
-from ..verifycost import VerifyCostCurve
 from .budget import Budget, Estimates
 from .eta import Eta
 from .events import SweepEvents
@@ -59,16 +57,6 @@ from .rules import (
     recheck_verdict,
 )
 from .settings import BaselineFailed, SearchSettings
-from .verify import VerifyCostStage
-
-
-def _cost_detail(model: StepCost) -> dict[str, JsonValue]:
-    """The ``"predicted"`` event's cost figures: the fitted model's ``u`` and ``w``, or the measured curve."""
-    if isinstance(model, CostModel):
-        return {"cost_per_draft_token": model.per_draft_token, "cost_per_step": model.per_step}
-    if isinstance(model, VerifyCostCurve):
-        return {"verify_cost": model.to_json()}
-    return {}
 
 
 class Screening:
@@ -77,9 +65,8 @@ class Screening:
 
     def __init__(self, plan: CandidatePlan, settings: SearchSettings, measurer: Measurer, record: Record,
                  budget: Budget, estimates: Estimates, eta: Eta, events: SweepEvents, cancel: threading.Event,
-                 busy: Callable[[], bool], verify_cost: VerifyCostStage | None = None) -> None:
+                 busy: Callable[[], bool]) -> None:
         self.plan = plan
-        self.verify_cost = verify_cost
         self.s = settings
         self.measurer = measurer
         self.record = record
@@ -127,7 +114,6 @@ class Screening:
         lead = leader(self.record, other_than=c)
         if lead is None or self.record.baseline_rechecked:
             return False
-        cost: StepCost
         if basis is None:
             found = ngram_basis(self.record, c)
             if found is None:
@@ -199,8 +185,6 @@ class Screening:
             if m.no_drafts_at and m.samples:
                 self.recheck_baseline(m)
             if m.ok and c.spec_type.startswith("draft"):
-                if self.verify_cost is not None:
-                    self.verify_cost.ensure(c, m)
                 self.predict(c)
         self.eta.pending_s = 0.0
 
@@ -276,10 +260,7 @@ class Screening:
                 a = m.counts.accepted_tokens_total / m.counts.drafts_total
                 k_eff = m.counts.drafted_per_step or float(m.candidate.n_max or 1)
                 fit_pts.append((k_eff, a, float(m.gen_tokens_per_s)))
-        measured = self.record.verify_costs.get(self.record.group(probe))
-        # a measured verify-cost curve replaces the fit to this draft's own runs (the pruning rule reads it too)
-        model: StepCost = (replace(measured, baseline_gen_tokens_per_s=self.record.base_tps) if measured is not None
-                           else fit_cost_model(self.record.base_tps, fit_pts))
+        model: CostModel = fit_cost_model(self.record.base_tps, fit_pts)
         curve = predict_curve(long_run.counts, model, self.s.draft_lengths)
         self.record.curves[self.record.group(probe)] = curve
         self.record.cost_models[self.record.group(probe)] = model
@@ -287,7 +268,8 @@ class Screening:
             "predicted",
             f"{probe.label}: predicted best n_max " + (f"{max(curve, key=lambda t: t[2])[0]}" if curve else "unknown"),
             candidate=probe,
-            detail={"curve": [list(t) for t in curve], **_cost_detail(model)},
+            detail={"curve": [list(t) for t in curve], "cost_per_draft_token": model.per_draft_token,
+                    "cost_per_step": model.per_step},
         )
         return curve
 
