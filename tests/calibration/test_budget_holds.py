@@ -246,8 +246,9 @@ def test_a_profile_whose_budget_ran_out_is_not_reused_by_a_larger_budget(tmp_pat
     models.mkdir()
     (models / stories260k.name).symlink_to(stories260k)
     store = ProfileStore(tmp_path / "profiles")
-    # a 0.6 s budget (said "1 s"), below the 10 s a user may give (tuner/options.py), so built without TuneRequest.create: on the
-    # tiny model it stands for a budget that a slow machine runs out of
+    # a 0.6 s budget (said "1 s"), below the 10 s a user may give (tuner/options.py), so built without
+    # TuneRequest.create: on the tiny model it stands for a budget that a slow machine runs out of (at 1 s a quiet
+    # box measured every configuration in time)
     short = TuneRequest(models_dir=models, budget_s=0.6, server=llama_server_bin, threads=1)
     first = tune(short, store=store)
     assert first.decision is not None and first.profile is not None
