@@ -10,8 +10,9 @@ the demo folder: ``write_demo_folder``, ``demo_folder``, ``DemoFolder``, ``DemoP
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tuner.lazyface import lazy_getattr
 
 if TYPE_CHECKING:  # the names as the type checker sees them; at run time __getattr__ loads them
     from tuner.catalog.compat import CompatVerdict, check_compatible  # noqa: F401
@@ -58,9 +59,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tuner.catalog' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -19,8 +19,9 @@ loads ``build`` alone; the cross-checks load the llama-server launch code): ``fi
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tuner.lazyface import lazy_getattr
 
 if TYPE_CHECKING:  # the names as the type checker sees them; at run time __getattr__ loads them
     from tuner.crosscheck.build import build_probes, find_server_binary  # noqa: F401
@@ -38,9 +39,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tuner.crosscheck' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)

@@ -13,13 +13,13 @@ Public API, importable from this package: :func:`detect_devices` → :class:`Dev
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from tuner.hardware.devices import Device, Devices, Probes, detect_devices
 from tuner.hardware.host import LoadWatcher
 from tuner.hardware.nvml import used_bytes_total
 from tuner.hardware.rpc import NO_AUTH_WARNING
+from tuner.lazyface import lazy_getattr
 
 if TYPE_CHECKING:  # the names as the type checker sees them; at run time __getattr__ loads them
     from tuner.hardware.memory import (  # noqa: F401
@@ -38,9 +38,4 @@ _LAZY = {name: "tuner.hardware.memory" for name in (
 
 __all__ = ["NO_AUTH_WARNING", "Device", "Devices", "LoadWatcher", "Probes", "detect_devices", "used_bytes_total", *sorted(_LAZY)]
 
-
-def __getattr__(name: str) -> Any:
-    module = _LAZY.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tuner.hardware' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _LAZY)

@@ -11,8 +11,9 @@ Public API, importable from this package (each module is loaded on first use, so
 
 from __future__ import annotations
 
-import importlib
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
+
+from tuner.lazyface import lazy_getattr
 
 if TYPE_CHECKING:  # the names as the type checker sees them; at run time __getattr__ loads them
     from tuner.telemetry.collector import IDLE_AFTER_S, NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S, Collector, TelemetryTick  # noqa: F401
@@ -43,9 +44,4 @@ _EXPORTS = {
 
 __all__ = sorted(_EXPORTS)
 
-
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module 'tuner.telemetry' has no attribute {name!r}")
-    return getattr(importlib.import_module(module), name)
+__getattr__ = lazy_getattr(__name__, _EXPORTS)
