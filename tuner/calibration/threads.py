@@ -122,7 +122,10 @@ class ThreadChoice:
         served_label: the served candidate's label (``Candidate.label``).
         baseline: the model alone's figures per setting when it was measured too (the served one is speculative).
         sweep_default_tps: the model alone's speed at the default threads as the sweep measured it (the
-            sentence quotes it when the stage had no time left for the default).
+            sentence quotes it when the stage had no time left for the default; None when the sweep ran at
+            another setting).
+        of_baseline: ``figures`` are the model alone's: the served speculative configuration could not be
+            measured in the time left, and it is served at the setting the model alone chose.
     """
 
     chosen: ThreadSetting
@@ -131,6 +134,7 @@ class ThreadChoice:
     served_label: str
     baseline: tuple[ThreadFigures, ...] = ()
     sweep_default_tps: float | None = None
+    of_baseline: bool = False
 
     def figures_of(self, setting: ThreadSetting) -> ThreadFigures | None:
         """The served candidate's figures of ``setting``, None when it was not measured."""
@@ -140,7 +144,7 @@ class ThreadChoice:
         """Plain JSON for events and the profile."""
         return {"chosen": self.chosen.to_json(), "cores": self.cores, "served": self.served_label,
                 "figures": [f.to_json() for f in self.figures], "baseline": [f.to_json() for f in self.baseline],
-                "sweep_default_tps": self.sweep_default_tps}
+                "sweep_default_tps": self.sweep_default_tps, "of_baseline": self.of_baseline}
 
 
 def choose(figures: Sequence[ThreadFigures]) -> ThreadSetting | None:
@@ -155,7 +159,8 @@ def choose(figures: Sequence[ThreadFigures]) -> ThreadSetting | None:
 def threads_sentence(choice: ThreadChoice) -> Sentence:
     """The trade in one sentence (slot THREADS, kind ``threads.trade``), e.g. "Threads: all 2 cores, waiting
     politely: 59 tokens/s idle, 50 with another busy program; the default would be 99 and 1.5."; params: the
-    chosen setting's words and figures and the default's (None when the default is chosen or was not measured)."""
+    chosen setting's words and figures and the default's (None when the default is chosen or was not measured),
+    ``of_baseline`` (the figures are the model alone's)."""
     chosen = choice.figures_of(choice.chosen)
     default = choice.figures_of(DEFAULT)
     params: dict[str, Any] = {
@@ -166,6 +171,7 @@ def threads_sentence(choice: ThreadChoice) -> Sentence:
         "default_loaded_tps": default.loaded_tps if default and not choice.chosen.is_default else None,
         "default_loaded_at_most": default.loaded_at_most if default else False,
         "sweep_default_tps": choice.sweep_default_tps if default is None else None,
+        "of_baseline": choice.of_baseline,
     }
     if choice.chosen.is_default:
         others = [f for f in choice.figures if f.setting != DEFAULT and f.score is not None]

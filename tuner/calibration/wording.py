@@ -620,7 +620,8 @@ def _loaded(tps: object, at_most: object) -> str:
 
 def _threads(p: Params) -> str:
     """The thread stage's trade (``tuner.calibration.threads.threads_sentence``)."""
-    head = (f"Threads: {p['setting']}: {_tps(p.get('idle_tps'))} tokens/s idle, "
+    where = " (measured with the model alone)" if p.get("of_baseline") else ""
+    head = (f"Threads{where}: {p['setting']}: {_tps(p.get('idle_tps'))} tokens/s idle, "
             f"{_loaded(p.get('loaded_tps'), p.get('loaded_at_most'))} with another busy program")
     if p.get("default_idle_tps") is not None:
         return (f"{head}; the default would be {_tps(p.get('default_idle_tps'))} and "

@@ -1,5 +1,6 @@
 """The thread stage on a scripted server: each thread setting's idle and loaded speed (the issue's figures on
-a 2-core OpenMP build) → the setting served and the sentence that says the trade; its share of the budget."""
+a 2-core OpenMP build) → the setting the sweep runs at, the setting served and the sentence that says the
+trade; its share of the budget."""
 
 from __future__ import annotations
 
@@ -18,9 +19,11 @@ FIGURES = {DEFAULT: (99.0, 1.5), ThreadSetting(1): (51.0, 52.0), PASSIVE: (59.0,
 
 
 class FakeBurner:
-    """Stands for ``tuner.hardware.burner.BoundedBurner``: while it is entered, the script runs "loaded"."""
+    """Stands for ``tuner.hardware.burner.BoundedBurner``: while it is entered, the script runs "loaded"
+    (``busy_machine``: another program keeps a core busy all the time, burner or not)."""
 
     loaded = False
+    busy_machine = False
     started: list[float] = []
 
     def __init__(self, seconds: float) -> None:
@@ -38,7 +41,7 @@ def _tps(c: Candidate) -> float:
     setting = ThreadSetting(c.threads, c.omp_passive, c.poll)
     idle, loaded = FIGURES[setting]
     gain = 1.0 if c.is_baseline else 1.4
-    return gain * (loaded if FakeBurner.loaded else idle)
+    return gain * (loaded if FakeBurner.loaded or FakeBurner.busy_machine else idle)
 
 
 def _search(draft: bool, budget_s: float = 600, **settings):
@@ -59,8 +62,9 @@ def test_the_model_alone_serves_passive_threads_and_says_the_trade() -> None:
     outcome = search.run()
     assert outcome.threads is not None
     assert outcome.threads.chosen == PASSIVE  # (59 + 50) / 2 over (51 + 52) / 2 and (99 + 1.5) / 2
-    tried = [ThreadSetting(c.threads, c.omp_passive, c.poll) for c in launch.launched if c.is_baseline][-3:]
-    assert tried == [ThreadSetting(1), PASSIVE, DEFAULT]  # the default last: on a busy machine it is the slow one
+    settings = [ThreadSetting(c.threads, c.omp_passive, c.poll) for c in launch.launched]
+    assert settings[:3] == [ThreadSetting(1), PASSIVE, DEFAULT]  # the default last: on a busy machine it is the slow one
+    assert set(settings[3:]) == {PASSIVE}  # the sweep ran at the model alone's choice, and nothing more was staged
     assert len(FakeBurner.started) == 3 and all(0 < s <= 120 for s in FakeBurner.started)
     assert any(kind == "threads" and LOADING_MESSAGE in msg for kind, msg in events)
     from tuner.calibration.threads import threads_sentence
@@ -76,9 +80,43 @@ def test_a_speculative_winner_is_measured_first_and_the_baseline_after() -> None
     search, launch, _ = _search(draft=True, budget_s=1200, thread_cores=2, thread_openmp=True)
     outcome = search.run()
     assert outcome.threads is not None and outcome.threads.served_label.startswith("draft-simple")
-    staged = launch.launched[-6:]
-    assert [c.is_baseline for c in staged] == [False] * 3 + [True] * 3
+    assert [c.is_baseline for c in launch.launched[:3]] == [True] * 3  # the model alone's, before the sweep
+    staged = launch.launched[-3:]
+    assert [c.is_baseline for c in staged] == [False] * 3
+    # the winner's: the sweep's setting first, the default last
+    assert [ThreadSetting(c.threads, c.omp_passive, c.poll) for c in staged] == [PASSIVE, ThreadSetting(1), DEFAULT]
     assert outcome.threads.chosen == PASSIVE and len(outcome.threads.baseline) == 3
+    assert not outcome.threads.of_baseline
+
+
+def test_on_a_busy_machine_the_sweep_measures_at_the_setting_that_does_not_collapse() -> None:
+    FakeBurner.busy_machine = True
+    try:
+        search, launch, _ = _search(draft=True, budget_s=1200, thread_cores=2, thread_openmp=True)
+        outcome = search.run()
+    finally:
+        FakeBurner.busy_machine = False
+    assert search.threads.sweep_setting == ThreadSetting(1)  # 52 loaded and "idle", over 50 (passive) and 1.5
+    base = [m for m in outcome.measurements if m.candidate.is_baseline and m.ok]
+    assert base and all(m.gen_tokens_per_s and m.gen_tokens_per_s > 40 for m in base)  # not the collapsed 1.5
+    assert outcome.threads is not None and outcome.threads.chosen == ThreadSetting(1)
+
+
+def test_without_time_for_the_winner_it_is_served_at_the_model_alones_setting_and_says_so() -> None:
+    search, _launch, _ = _search(draft=True, budget_s=1200, thread_cores=2, thread_openmp=True)
+    stage, real_run = search.threads, search.threads.run
+
+    def run_without_time(outcome) -> None:
+        stage._estimate_s = lambda: 10_000.0  # type: ignore[method-assign]  # no setting fits after the sweep
+        real_run(outcome)
+
+    stage.run = run_without_time  # type: ignore[method-assign]
+    outcome = search.run()
+    assert outcome.threads is not None and outcome.threads.of_baseline and outcome.threads.chosen == PASSIVE
+    from tuner.calibration.threads import threads_sentence
+
+    assert render([threads_sentence(outcome.threads)]).text.startswith(
+        "Threads (measured with the model alone): all 2 cores, waiting politely: 59 tokens/s idle")
 
 
 def test_a_ggml_threadpool_build_tries_poll_0_instead() -> None:

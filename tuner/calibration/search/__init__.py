@@ -19,8 +19,8 @@ each stage is its own module, and the stages talk only through the state objects
 - ``screening.py``: ``Screening``: baseline, probes, refine, explore, re-screen near ties, the ``p_min``
   variant, and the contenders. ``confirm.py`` / ``side_by_side.py``: ``Confirmation``, the paired rounds
   (alternating launches, or both servers side by side on the CPU). ``threads.py``: ``ThreadStage``, the
-  served configuration's CPU thread setting, idle and with one other busy program (last; its share of the
-  budget is kept back from the others).
+  CPU thread setting, idle and with one other busy program: the model alone's first (the whole sweep runs at
+  its choice), the served configuration's last; its share of the budget is kept back from the others.
 
 Progress events never report 100 % while work remains, and the ETA is unknown (``None``) until the first
 warm-up has been timed. A new stage goes into :meth:`Search.run`'s list; a new estimate into ``Estimates``
@@ -108,6 +108,7 @@ class Search:
             BaselineFailed: the baseline could not be measured.
         """
         try:
+            self.measurer.thread_setting = self.threads.before(self.measurer.baseline)
             self.screening.baseline()
             self.screening.probes()
             self.screening.refine()

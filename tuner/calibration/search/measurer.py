@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Sequence
+from dataclasses import replace
 
 from tuner.errors import Cancelled
 
@@ -26,6 +27,7 @@ from ..measure import (
 )
 from ..prompts import Prompt
 from ..results import Measurement, Sample
+from ..threads import ThreadSetting
 from ..workload import Workload
 from .budget import HARD_LIMIT, Budget, Estimates
 from .eta import Eta
@@ -50,6 +52,9 @@ class Measurer:
         busy: the load watcher's "other programs are using the CPU".
 
     Attributes:
+        thread_setting: the CPU thread setting every launch runs at (set by the thread stage's
+            :meth:`~tuner.calibration.search.threads.ThreadStage.before`; None: the tune's threads or llama-server's
+            default). A candidate with its own thread fields keeps them; measurements book the candidate as given.
         protocol: what the first warm-up planned (:func:`~tuner.calibration.search.protocol.plan_protocol`),
             ``None`` until then (or when planning is off).
     """
@@ -57,6 +62,7 @@ class Measurer:
     def __init__(self, launch_fn: LaunchFn, plan: CandidatePlan, settings: SearchSettings, workload: Workload,
                  requests: Requests, record: Record, budget: Budget, estimates: Estimates, eta: Eta,
                  events: SweepEvents, cancel: threading.Event, busy: Callable[[], bool]) -> None:
+        self.thread_setting: ThreadSetting | None = None
         self.launch_fn = self._bounded(launch_fn, budget)
         self.plan = plan
         self.baseline = plan.baseline
@@ -72,20 +78,25 @@ class Measurer:
         self.busy = busy
         self.protocol: ProtocolPlan | None = None
 
-    @staticmethod
-    def _bounded(launch_fn: LaunchFn, budget: Budget) -> LaunchFn:
-        """``launch_fn`` whose start-up wait also ends at the hard time limit (then :class:`LaunchError`
-        "not started: the time budget ran out"; a user's cancel still raises ``Cancelled``)."""
+    def _bounded(self, launch_fn: LaunchFn, budget: Budget) -> LaunchFn:
+        """``launch_fn`` at :attr:`thread_setting` whose start-up wait also ends at the hard time limit (then
+        :class:`LaunchError` "not started: the time budget ran out"; a user's cancel still raises ``Cancelled``)."""
 
         def launch(c: Candidate, cancel: threading.Event) -> Launch:
             try:
-                return launch_fn(c, budget.until_deadline(cancel))
+                return launch_fn(self._at_threads(c), budget.until_deadline(cancel))
             except Cancelled:
                 if cancel.is_set():
                     raise
                 raise LaunchError("not started: the time budget ran out") from None
 
         return launch
+
+    def _at_threads(self, c: Candidate) -> Candidate:
+        st = self.thread_setting
+        if st is None or c.threads is not None or c.omp_passive or c.poll is not None:
+            return c
+        return replace(c, threads=st.threads, omp_passive=st.omp_passive, poll=st.poll)
 
     def measure(self, c: Candidate, reps: Sequence[int], stage: str, predicted: float | None = None,
                 single_launch: bool = False) -> Measurement:

@@ -1,17 +1,25 @@
-"""The thread stage: the sweep's last step, the CPU thread setting of the served configuration.
+"""The thread stage: the CPU thread setting of the sweep and of the served configuration.
 
-After the paired rounds, the candidate the decision serves (``tuner.calibration.decide.decide`` on the sweep
-so far) and, when that one is speculative, the model alone are each launched once per thread setting
-(``tuner.calibration.threads.settings_for``: one core fewer, all cores waiting politely, then the default: on a
-machine that is busy already the default is the slow one, and the sweep measured it) and
-measured idle, then with one other busy program — a bounded burner this stage starts itself for a few
-seconds (``tuner.hardware.burner.BoundedBurner``; the event says so). ``tuner.calibration.threads.choose``
-picks the setting; its sentence goes to the decision. The stage's time is kept back from the earlier stages
-(``Budget.held_s``, :data:`tuner.calibration.threads.SHARE` of the budget) and it never spends more; a setting
-that does not fit is skipped. Its launches are not measurements of the sweep: the decision's statistics never
-see them. Each request is sized to take about :data:`REQUEST_S` at the launch's warm-up speed and stopped after
-3× that (at least :data:`MIN_LIMIT_S`): a collapsed server (66× slower was measured) then counts as the tokens
-asked for over that limit, an upper bound ("at most"), so one slow setting costs seconds, not minutes.
+Two steps share :data:`tuner.calibration.threads.SHARE` of the budget (kept back from the other stages:
+``Budget.held_s``; a setting that does not fit is skipped, never measured past the share):
+
+- :meth:`ThreadStage.before`, the sweep's first step: the model alone is launched once per thread setting
+  (``tuner.calibration.threads.settings_for``: one core fewer, all cores waiting politely, then the default:
+  on a machine that is busy already the default is the slow one) and measured idle, then with one other busy
+  program — a bounded burner this stage starts itself for a few seconds (``tuner.hardware.burner.BoundedBurner``;
+  the event says so). ``tuner.calibration.threads.choose`` picks the setting, and every launch of the sweep runs
+  at it (``Measurer.thread_setting``): on a 2-core OpenMP build under one busy program the default collapses
+  (99 → 1.5 tokens/s was measured), and a sweep measured at the default read collapsed speeds (16.4 against
+  9.1 tokens/s for a configuration that ran at 120 once served at ``-t 1``) and ran out of budget.
+- :meth:`ThreadStage.run`, after the paired rounds: when the candidate the decision serves
+  (``tuner.calibration.decide.decide`` on the sweep so far) is speculative, it is measured the same way (the
+  sweep's setting first, the default last) and the setting with the best mean of its two speeds is served;
+  without time left for it, the model alone's choice is served and the sentence says it was measured there.
+
+Neither step's launches are measurements of the sweep: the decision's statistics never see them. Each
+request is sized to take about :data:`REQUEST_S` at the launch's warm-up speed and stopped after 3× that (at
+least :data:`MIN_LIMIT_S`): a collapsed server then counts as the tokens asked for over that limit, an upper
+bound ("at most"), so one slow setting costs seconds, not minutes.
 """
 
 from __future__ import annotations
@@ -47,16 +55,24 @@ MIN_LIMIT_S = 2.0
 
 WARM_UP_TOKENS = 4
 
+BEFORE_SHARE = 2 / 3
+"""The share of the stage's time (:data:`~tuner.calibration.threads.SHARE` of the budget) :meth:`ThreadStage.before`
+may use on the model alone; the rest is left for the served configuration after the paired rounds."""
+
 
 class ThreadStage:
-    """The thread stage of one sweep (module docstring); :attr:`choice` is what it found (None: it did not run,
-    or measured nothing usable).
+    """The thread stage of one sweep (module docstring).
 
     Args:
         launch_fn: the sweep's launch function (a candidate's thread fields set the launch's threads).
         settings: the sweep's settings (``thread_cores`` None: no stage).
         workload, requests: the requests' shape and the sweep's prompts.
         budget, estimates, events, cancel: the sweep's state.
+
+    Attributes:
+        choice: what the stage found for the served configuration (None: it did not run, or measured nothing).
+        sweep_setting: the setting :meth:`before` chose for the sweep (None: not run, nothing measured).
+        base: the model alone's figures per setting (:meth:`before`).
     """
 
     def __init__(self, launch_fn: LaunchFn, settings: SearchSettings, workload: Workload, requests: Requests,
@@ -72,39 +88,82 @@ class ThreadStage:
         self.cancel = cancel
         self.burner = burner
         self.choice: ThreadChoice | None = None
+        self.sweep_setting: ThreadSetting | None = None
+        self.base: tuple[ThreadFigures, ...] = ()
         if settings.thread_cores is not None:
             budget.held_s = SHARE * budget.budget_s
 
+    def before(self, baseline: Candidate) -> ThreadSetting | None:
+        """The model alone's thread settings, idle and loaded, before the sweep (module docstring); returns the
+        setting every launch of the sweep should use (None: no stage, or nothing measured: the default).
+
+        Raises:
+            Cancelled: the user cancelled.
+        """
+        cores = self.s.thread_cores
+        if cores is None:
+            return None
+        share_s, t0 = SHARE * self.budget.budget_s, self.budget.elapsed_s()
+        settings = self._ordered(None)
+        self.events("threads", f"{LOADING_MESSAGE} ({len(settings)} thread settings of {baseline.label}, before the "
+                    "sweep)", detail={"settings": [st.to_json() for st in settings]})
+        self.base = self._measure_all(baseline, settings, t0 + BEFORE_SHARE * share_s)
+        self.budget.held_s = max(0.0, share_s - (self.budget.elapsed_s() - t0))
+        self.sweep_setting = choose(self.base)
+        if self.sweep_setting is not None:
+            self.events("threads", f"the sweep measures every configuration at {self.sweep_setting.words(cores)}",
+                        detail={"setting": self.sweep_setting.to_json(), "figures": [f.to_json() for f in self.base]})
+        return self.sweep_setting
+
     def run(self, outcome: SearchOutcome) -> None:
-        """Measure and choose (module docstring); the served candidate is ``decide(outcome)``'s winner.
+        """Measure and choose for the served candidate, ``decide(outcome)``'s winner (module docstring).
 
         Raises:
             Cancelled: the user cancelled.
         """
         from ..decide import decide
 
-        self.budget.held_s = 0.0
+        held, self.budget.held_s = self.budget.held_s, 0.0
         cores = self.s.thread_cores
         if cores is None or not outcome.measurements:
             return
         served = decide(outcome).winner
         baseline = next((m.candidate for m in outcome.measurements if m.candidate.is_baseline), served)
-        end_s = self.budget.elapsed_s() + min(SHARE * self.budget.budget_s, max(0.0, self.budget.remaining_s()))
-        # the default last: on a machine already busy it is the slow one, and the sweep measured it already
-        settings = tuple(sorted(settings_for(cores, self.s.thread_openmp), key=lambda st: st.is_default))
+        if served.is_baseline and self.base:
+            self._choose(served, self.base, (), outcome)
+            return
+        end_s = self.budget.elapsed_s() + min(held, max(0.0, self.budget.remaining_s()))
+        settings = self._ordered(self.sweep_setting)
         self.events("threads", f"{LOADING_MESSAGE} ({len(settings)} thread settings of {served.label})",
                     detail={"settings": [st.to_json() for st in settings]})
         mine = self._measure_all(served, settings, end_s)
-        base = self._measure_all(baseline, settings, end_s) if not served.is_baseline else ()
-        chosen = choose(mine)
+        base = self.base or (self._measure_all(baseline, settings, end_s) if not served.is_baseline else ())
+        if choose(mine) is None and self.sweep_setting is not None:
+            self._choose(served, base, base, outcome, of_baseline=True)
+            return
+        self._choose(served, mine, base, outcome)
+
+    def _choose(self, served: Candidate, figures: tuple[ThreadFigures, ...], base: tuple[ThreadFigures, ...],
+                outcome: SearchOutcome, of_baseline: bool = False) -> None:
+        """Set :attr:`choice` from ``figures`` (the served candidate's, or with ``of_baseline`` the model alone's)."""
+        chosen = choose(figures)
+        cores = self.s.thread_cores or 1
         if chosen is None:
             self.events("threads", "no thread setting could be measured in the time left: serving llama-server's "
                         "default threads")
             return
-        swept = [m.gen_tokens_per_s for m in outcome.measurements if m.candidate == served and m.ok and m.gen_tokens_per_s]
-        self.choice = ThreadChoice(chosen, mine, cores, served.label, base,
-                                   sweep_default_tps=mean(swept) if swept else None)
+        at_default = self.sweep_setting is None or self.sweep_setting.is_default
+        swept = [m.gen_tokens_per_s for m in outcome.measurements
+                 if m.candidate == served and m.ok and m.gen_tokens_per_s] if at_default else []
+        self.choice = ThreadChoice(chosen, figures, cores, served.label, base,
+                                   sweep_default_tps=mean(swept) if swept else None, of_baseline=of_baseline)
         self.events("threads", f"{served.label}: serving {chosen.words(cores)}", detail=self.choice.detail())
+
+    def _ordered(self, first: ThreadSetting | None) -> tuple[ThreadSetting, ...]:
+        """The settings to measure: ``first`` first, the default last (on a machine already busy it is the slow
+        one)."""
+        return tuple(sorted(settings_for(self.s.thread_cores or 1, self.s.thread_openmp),
+                            key=lambda st: (st.is_default, st != first)))
 
     def _measure_all(self, c: Candidate, settings: tuple[ThreadSetting, ...], end_s: float) -> tuple[ThreadFigures, ...]:
         out = []
@@ -166,4 +225,4 @@ class ThreadStage:
         return ThreadFigures(st, idle, loaded, at_most)
 
 
-__all__ = ["MIN_LIMIT_S", "PROMPTS", "REQUEST_S", "ThreadStage"]
+__all__ = ["BEFORE_SHARE", "MIN_LIMIT_S", "PROMPTS", "REQUEST_S", "ThreadStage"]
