@@ -31,7 +31,7 @@ from tuner.ui import flow
 from tuner.ui.capture_control import CaptureControl
 from tuner.ui.recent_requests import RecentRequests
 from tuner.ui.serve_at_start import ServeAtStart
-from tuner.ui.serve_targets import ServeTargets, switched
+from tuner.ui.serve_targets import ServeTargets, stale_check, switched
 from tuner.ui.server_notices import on_state_change
 from tuner.ui.state import AppState
 from tuner.ui.workers import CallWorker, PollWorker
@@ -359,7 +359,8 @@ class AppController(QObject):
     def refresh_targets(self) -> None:
         """Read the folder's targets again (:meth:`ServeTargets.refresh`), unless the app is quitting."""
         if not self.closed:
-            self.serve_targets.refresh(self.scan)
+            stale = stale_check(self.settings, self.prompts_path, dict(self.tune_options))
+            self.serve_targets.refresh(self.scan, stale)
 
     def serve_target(self, target: Path) -> None:
         """The *Serve* menu: the served router loads a tuned ``target`` (a worker); anything else is tuned (or its
