@@ -108,7 +108,7 @@ def test_chart_decision_and_per_category_lines_agree() -> None:
     result = TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=tuple(ms))
     rows = {r[0]: r for r in result_rows(result)}
     # the chart's bars are the decision's figures
-    assert rows["no speculation"][1] == pytest.approx(d.baseline_gen_tokens_per_s)
+    assert rows["the model alone"][1] == pytest.approx(d.baseline_gen_tokens_per_s)
     assert rows[GOOD.label][1] == pytest.approx(d.gen_tokens_per_s)
     c_tps, b_tps = _quoted(d.reason)
     assert (plain_tps(c_tps), plain_tps(b_tps)) == (plain_tps(d.gen_tokens_per_s), plain_tps(d.baseline_gen_tokens_per_s))

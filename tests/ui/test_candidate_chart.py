@@ -163,7 +163,7 @@ def test_tune_tab_shows_never_drafted_types_live_and_in_the_result(make_app):
     # the line says what was measured, not the run's error words ("these prompts repeat no n-gram …")
     assert tab.step_label.text() == ("ngram-simple: drafted nothing in 1 request at the served sampling (greedy "
                                      "(temperature 0))")
-    assert [r[0] for r in tab.chart.rows] == ["no speculation"]
+    assert [r[0] for r in tab.chart.rows] == ["the model alone"]
     d = decide(SearchOutcome.of([base, never]))
     assert "ngram-simple drafted nothing" in d.reason  # the chart's words are the decision's
     tab.on_done(TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=(base, never), elapsed_s=12.0))
@@ -213,10 +213,10 @@ def test_tune_tab_collects_each_launch_live_and_from_the_result(make_app):
     for i, m in enumerate(launches):
         tab.on_event(TuneEvent("measured", "no speculation", measurement=m, progress=0.1 * (i + 1), elapsed_s=5.0 * i,
                                eta_s=20.0))
-    assert tab.chart.points == {"no speculation": [694.0, 390.0, 127.0]} and tab.chart.point_count() == 3
+    assert tab.chart.points == {"the model alone": [694.0, 390.0, 127.0]} and tab.chart.point_count() == 3
     d = decide(SearchOutcome.of(launches))
     tab.on_done(TuneResult(target_path=Path("/m/t.gguf"), decision=d, measurements=tuple(launches), elapsed_s=12.0))
-    assert tab.chart.points["no speculation"] == [694.0, 390.0, 127.0] and tab.chart.point_count() == 3
+    assert tab.chart.points["the model alone"] == [694.0, 390.0, 127.0] and tab.chart.point_count() == 3
     assert tab.chart._labels[0].toPlainText().endswith("3 launches")
     tab.on_state(AppState.IDLE)
 

@@ -79,7 +79,7 @@ def test_switching_capture_while_serving_shows_lists_deletes_and_forgets(make_ap
     assert "keeping your last" not in c.tooltip()
 
     box.check.setChecked(True)  # restarts llama-server with --log-prompts-dir, same port
-    qtbot.waitUntil(lambda: c.capture_status().active and not c.busy, timeout=60_000)
+    qtbot.waitUntil(lambda: c.captures.status().active and not c.busy, timeout=60_000)
     assert ServerState.APPLYING in seen and sup.base_url == info.base_url
     assert box.indicator.text() == "On: keeping the requests llama-server answers; 0 requests kept now (0 B)."
     with ServerClient(info.base_url) as client:
@@ -100,14 +100,14 @@ def test_switching_capture_while_serving_shows_lists_deletes_and_forgets(make_ap
     dialog.table.cellWidget(0, 4).click()  # Delete the newest
     assert dialog.table.rowCount() == 1 and dialog.table.item(0, 3).text().startswith("<b>bold</b>")
     dialog.forget_btn.click()
-    assert dialog.table.rowCount() == 0 and flow.list_captured() == [] and c.capture_status().active
+    assert dialog.table.rowCount() == 0 and flow.list_captured() == [] and c.captures.status().active
     assert box.indicator.text() == "On: keeping the requests llama-server answers; 0 requests kept now (0 B)."
 
     with ServerClient(info.base_url) as client:
         client.completion("kept until capture is switched off", n_predict=2)
     seen.clear()
     box.check.setChecked(False)  # restarted without the flag, then everything deleted
-    qtbot.waitUntil(lambda: not c.busy and not c.capture_status().active, timeout=60_000)
+    qtbot.waitUntil(lambda: not c.busy and not c.captures.status().active, timeout=60_000)
     qtbot.waitUntil(lambda: not captures_root().exists(), timeout=10_000)
     assert ServerState.APPLYING in seen and "--log-prompts-dir" not in (c.runner.argv or ())
     assert settings_mod.load_settings().capture_requests is False

@@ -19,6 +19,7 @@ from tuner import settings as settings_mod
 from tuner.server.client import ServerClient
 from tuner.settings import Settings
 from tuner.ui import flow
+from tuner.ui.serve_targets import STALE_WORDS
 from tuner.ui.state import AppState
 
 pytestmark = [pytest.mark.server, pytest.mark.gui, pytest.mark.slow, pytest.mark.timeout(420)]
@@ -62,6 +63,10 @@ def test_typed_folder_then_serve_at_start_then_stale(make_app, qtbot, models_dir
     st = settings_mod.load_settings()
     assert st.serve_at_start is True and st.served_target == c.serving.target_path  # unset → on at the first serve
     assert app.window.serve_tab.serve_at_start_check.isChecked()
+    qtbot.waitUntil(lambda: app.window.tune_tab.chart.point_count() > 0, timeout=5000)
+    tuned_points = dict(app.window.tune_tab.chart.points)  # each launch of the sweep, by bar
+    qtbot.waitUntil(lambda: any(t.tuned for t in c.targets), timeout=30_000)
+    assert all(t.words != STALE_WORDS for t in c.targets if t.tuned)  # a fresh profile reads as its decision
     c.shutdown()  # quit while serving, as a logout does
 
     # 2. the next start (a login) serves it again without a click, and says so
@@ -80,6 +85,7 @@ def test_typed_folder_then_serve_at_start_then_stale(make_app, qtbot, models_dir
     qtbot.waitUntil(lambda: "saved profile" in app2.window.tune_tab.step_label.text(), timeout=5000)
     step = app2.window.tune_tab.step_label.text()
     assert step.startswith("Using the saved profile of ") and "Tuning finished" not in step, step
+    assert app2.window.tune_tab.chart.points == tuned_points  # the saved profile's chart keeps every launch
     with ServerClient(c2.serving.base_url) as client:
         assert client.models() == ["stories260K"]
     c2.shutdown()
@@ -90,6 +96,8 @@ def test_typed_folder_then_serve_at_start_then_stale(make_app, qtbot, models_dir
     app3 = started(make_app, qtbot)
     c3 = app3.controller
     assert c3.state is AppState.IDLE and c3.serving is None
+    qtbot.waitUntil(lambda: any(t.tuned for t in c3.targets), timeout=60_000)
+    assert [t.words for t in c3.targets if t.tuned] == [STALE_WORDS]  # the Serve menu says it needs a re-tune
     title, message = app3.tray.last_notification
     assert "re-tune" in title.lower()
     assert message.startswith("Not serving stories260K.gguf again: its profile is stale (model file ") and \

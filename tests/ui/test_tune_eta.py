@@ -85,8 +85,8 @@ def test_chart_rows_pool_each_candidates_runs_like_the_decision():
         run(draft, 3, 10.0, error="crashed"),  # a failed launch adds nothing
     ))
     rows = {r[0]: r for r in flow.result_rows(result)}
-    assert set(rows) == {base.label, draft.label}
-    assert rows[base.label][1] == pytest.approx(52.0) and rows[base.label][3] is True
+    assert set(rows) == {flow.row_label(base), draft.label}
+    assert rows[flow.row_label(base)][1] == pytest.approx(52.0) and rows[flow.row_label(base)][3] is True
     assert rows[draft.label][1] == pytest.approx(80.0)  # median of 90, 80, 70 (the last run alone: 70)
     assert rows[draft.label][2] == pytest.approx(0.6)  # 180 accepted of 300 drafted (the last run alone: 0.4)
     result = replace(result, measurements=(*result.measurements, run(draft, 4, 100.0, 100, 100)))

@@ -95,7 +95,7 @@ class CaptureBox(QGroupBox):
     def refresh(self) -> None:
         """The check box, the indicator and the buttons from the controller's state."""
         c = self.controller
-        status = c.capture_status()
+        status = c.captures.status()
         self.check.blockSignals(True)
         self.check.setChecked(c.settings.capture_requests)
         self.check.blockSignals(False)
@@ -108,7 +108,7 @@ class CaptureBox(QGroupBox):
 
     def _toggle(self, on: bool) -> None:
         try:
-            done = self.controller.set_capture(on)
+            done = self.controller.captures.set_capture(on)
         except Exception as exc:  # the setting could not be saved, or a folder could not be made private
             log.warning("switching the capture of served requests failed", exc_info=True)
             self.controller.error.emit(f"Could not switch keeping served requests: {exc}")
@@ -119,7 +119,7 @@ class CaptureBox(QGroupBox):
     def forget(self) -> None:
         """*Forget captured requests*: every one is deleted."""
         try:
-            self.controller.forget_captured()
+            self.controller.captures.forget_all()
         except OSError as exc:
             self.controller.error.emit(f"Could not delete every captured request: {exc}")
 
@@ -181,12 +181,12 @@ class CapturedDialog(QDialog):
 
     def _delete(self, path: Path) -> None:
         try:
-            self.controller.delete_captured(path)
+            self.controller.captures.delete(path)
         except (OSError, ValueError) as exc:
             self.controller.error.emit(f"Could not delete the captured request: {exc}")
 
     def _forget(self) -> None:
         try:
-            self.controller.forget_captured()
+            self.controller.captures.forget_all()
         except OSError as exc:
             self.controller.error.emit(f"Could not delete every captured request: {exc}")

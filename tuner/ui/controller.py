@@ -24,13 +24,14 @@ from tuner.catalog import ModelFile
 from tuner.hardware import LoadWatcher
 from tuner.safetext import safe_text
 from tuner.server import MAX_CAPTURED_FILES as MAX_FILES
-from tuner.server import WAKING_MESSAGE, ServerState, SleepStatus, StateChange, reload_words
+from tuner.server import WAKING_MESSAGE, SleepStatus, StateChange, reload_words
 from tuner.settings import Settings
 from tuner.telemetry import Collector, TelemetryTick, collapse_words
 from tuner.ui import flow
+from tuner.ui.capture_control import CaptureControl
 from tuner.ui.recent_requests import RecentRequests
 from tuner.ui.serve_at_start import ServeAtStart
-from tuner.ui.serve_targets import ServeTargets, switched
+from tuner.ui.serve_targets import ServeTargets, stale_check, switched
 from tuner.ui.server_notices import on_state_change
 from tuner.ui.state import AppState
 from tuner.ui.workers import CallWorker, PollWorker
@@ -98,7 +99,7 @@ class AppController(QObject):
         server_changed(object): a :class:`tuner.ui.flow.ServingInfo` or None when stopped.
         telemetry(object): a :class:`tuner.telemetry.collector.TelemetryTick` (1 Hz while polling).
         sleep_changed(object): the served server fell asleep or woke: a :class:`tuner.server.SleepStatus`.
-        capture_changed(): the capture of served requests changed (:meth:`capture_status` says how it stands).
+        capture_changed(): the capture of served requests changed (:meth:`CaptureControl.status` says how it stands).
         notify(str, str): title and message for a desktop notification.
         error(str): a failure in plain words (also shown in the Serve tab).
         plan_ready(object, str): a model and its memory plan in words.
@@ -155,6 +156,8 @@ class AppController(QObject):
         """*Serve at start*: ``restore()`` at start, ``remember`` / ``forget`` as serving starts and stops."""
         self.recent = RecentRequests(self)  # Re-tune on recent requests
         self.closed = False  # shutdown() ran: no new worker starts (a late scan's memory plan, a targets reading)
+        self.captures = CaptureControl(self)
+        """The capture of served requests: on/off, forget, delete one (:class:`tuner.ui.capture_control.CaptureControl`)."""
         self.serve_targets = ServeTargets()
         """The folder's targets for the tray's *Serve* menu (read in a worker after each scan and serve)."""
 
@@ -199,7 +202,7 @@ class AppController(QObject):
             lines.append(sleep_text(self.sleep) or "" if asleep else activity_text(self.collector))
             if not asleep and self.sleep.last_reload_s is not None:
                 lines.append(sleep_text(self.sleep) or "")
-            said = capture_text(self.capture_status())
+            said = capture_text(self.captures.status())
             if said is not None:
                 lines.append(said)
         elif self.state is AppState.ERROR and self.last_error:
@@ -213,65 +216,6 @@ class AppController(QObject):
             flow.set_autostart(new.start_at_login)
         settings_mod.save_settings(new)
         self.settings = new
-
-    # ------------------------------------------------------------ capture of served requests
-    def capture_status(self) -> flow.CaptureStatus:
-        """Where the capture of served requests stands (:func:`tuner.ui.flow.capture_status`)."""
-        return flow.capture_status(self.settings, self.runner)
-
-    def set_capture(self, on: bool) -> bool:
-        """Switch the capture of served requests (the ``capture_requests`` setting). A served server is
-        restarted to apply it (``--log-prompts-dir`` is a start-up flag: the supervisor's applying state); off
-        deletes every captured request once the server runs without the flag. False when refused: a step runs
-        (the setting is unchanged). Raises :class:`tuner.settings.SettingsError` when the setting cannot be saved."""
-        if self.busy:
-            self.status.emit("Busy: wait for the current step or cancel it")
-            return False
-        self.update_settings(self.settings.replace(capture_requests=on))
-        sup = self.runner.supervisor
-        cfg = sup.config if sup is not None and self.serving is not None else None
-        if cfg is None or sup is None or sup.state not in (ServerState.READY, ServerState.SLEEPING):
-            if not on:
-                flow.forget_captured()
-            self.capture_changed.emit()
-            return True
-        setting = "keeping served requests" if on else "not keeping served requests"
-
-        def job(on_event: EventCallback, cancel: threading.Event) -> None:
-            self.runner.apply(flow.capture_config(cfg, on), setting)
-            if not on:
-                flow.forget_captured()
-
-        self._start_work(job, "apply", lambda _r: self._applied(setting))
-        return True
-
-    def _applied(self, setting: str) -> None:
-        """A start-up setting was applied: a new llama-server process serves (fresh /metrics counters, awake)."""
-        if self.sleep != SleepStatus():
-            self.sleep = SleepStatus()
-            self.sleep_changed.emit(self.sleep)
-        self.metrics_reset()
-        self._serving_process_changed()
-        self.capture_changed.emit()
-        self.set_state(AppState.SERVING, f"llama-server restarted: {setting}")
-
-    def forget_captured(self) -> int:
-        """*Forget captured requests*: delete every captured request (a serving llama-server goes on keeping new
-        ones while the setting is on). Returns how many; raises OSError when one cannot be deleted."""
-        try:
-            n = flow.forget_captured(keep_folders=self.settings.capture_requests)
-        finally:
-            self.capture_changed.emit()
-        self.status.emit(f"Forgot {n} captured request{'' if n == 1 else 's'}")
-        return n
-
-    def delete_captured(self, path: Path) -> bool:
-        """Delete one captured request (a file :func:`tuner.ui.flow.list_captured` listed); True when it existed.
-        Raises ValueError for any other path, OSError when it cannot be deleted."""
-        try:
-            return flow.delete_captured(path)
-        finally:
-            self.capture_changed.emit()
 
     # ------------------------------------------------------------ actions
     def _start_work(self, fn: Callable[[Callable[[Any], None], threading.Event], Any], name: str,
@@ -415,7 +359,8 @@ class AppController(QObject):
     def refresh_targets(self) -> None:
         """Read the folder's targets again (:meth:`ServeTargets.refresh`), unless the app is quitting."""
         if not self.closed:
-            self.serve_targets.refresh(self.scan)
+            stale = stale_check(self.settings, self.prompts_path, dict(self.tune_options))
+            self.serve_targets.refresh(self.scan, stale)
 
     def serve_target(self, target: Path) -> None:
         """The *Serve* menu: the served router loads a tuned ``target`` (a worker); anything else is tuned (or its

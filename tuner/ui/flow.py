@@ -109,6 +109,7 @@ from tuner.server import forget_captured as forget_captured
 from tuner.server import list_captured as list_captured
 from tuner.settings import Settings, server_api_key
 from tuner.telemetry import AcceptanceWatch, CollapseWatch, MetricsSampler, ProcessSampler, ProcessUsage, VramSampler
+from tuner.ui.step_words import plain_step
 from tuner.units import MIB, format_bytes
 
 log = logging.getLogger(__name__)
@@ -971,12 +972,13 @@ class TuneProgress:
 
 def tune_progress(ev: TuneEvent) -> TuneProgress:
     """Map a ``TuneEvent`` (the sweep's, or the flow's own ``"status"``) to :class:`TuneProgress`; a
-    measurement of a type that never drafted becomes a bar-less ``never`` row."""
+    measurement of a type that never drafted becomes a bar-less ``never`` row; a launch's message is
+    :func:`tuner.ui.step_words.plain_step`'s (plain words, then the sweep's own line)."""
     if ev.kind == "status":  # the flow's own step: a message, not a point on the sweep's clock
         return TuneProgress(message=ev.message)
     result = None
     never = None
-    message = ev.message
+    message = plain_step(ev) or ev.message  # a launch: what is tried, in plain words first
     m = ev.measurement
     if m is not None:
         row = measurement_row(m)
@@ -996,7 +998,20 @@ def measurement_row(m: Measurement) -> ResultRow | None:
     tps = m.gen_tokens_per_s
     if tps is None or m.error:
         return None
-    return (m.candidate.label, float(tps), m.acceptance, m.candidate.is_baseline)
+    return (row_label(m.candidate), float(tps), m.acceptance, m.candidate.is_baseline)
+
+
+MODEL_ALONE = "the model alone"
+"""The baseline's bar on the app's chart: the decision's words for it (the CLI's table says "no speculation")."""
+
+
+def row_label(c: Candidate) -> str:
+    """A chart row's label: the candidate's own (:attr:`Candidate.label`), the baseline's as :data:`MODEL_ALONE`
+    with its thread setting after it (``" -t 2"``, from the candidate's fields) when the thread stage set one."""
+    if not c.is_baseline:
+        return c.label
+    threads = (f" -t {c.threads}" if c.threads is not None else "") + (" waiting politely" if c.omp_passive else "")
+    return MODEL_ALONE + threads + (f" --poll {c.poll}" if c.poll is not None else "")
 
 
 def result_rows(result: TuneResult) -> list[ResultRow]:
@@ -1004,18 +1019,19 @@ def result_rows(result: TuneResult) -> list[ResultRow]:
     (``Decision.comparisons``, one per candidate, over the requests it was compared on — adjacent
     pairs where it had them), so the chart, the decision sentence and the per-category lines quote the
     same numbers. The baseline's bar is the decision's baseline figure. Without a decision (an old
-    profile), each candidate's successful runs pooled. Empty when there is nothing to show."""
+    profile, or a decision without comparisons), each candidate's successful runs pooled, a reused profile's
+    from its saved launches (:func:`sweep_measurements`). Empty when there is nothing to show."""
     d = result.decision
     figures = result.comparison_figures()  # a reused profile's as it saved them
     if d is not None and figures:
-        rows: list[ResultRow] = [("no speculation", float(d.baseline_gen_tokens_per_s), None, True)] \
+        rows: list[ResultRow] = [(MODEL_ALONE, float(d.baseline_gen_tokens_per_s), None, True)] \
             if d.baseline_gen_tokens_per_s else []
         for c in figures:
             if c.get("gen_tokens_per_s"):
                 rows.append((str(c.get("label") or ""), float(c["gen_tokens_per_s"]), c.get("acceptance"), False))
         return rows
     pooled: dict[Candidate, Measurement] = {}
-    for m in result.measurements:
+    for m in sweep_measurements(result) or ():  # a reused profile's from its saved launches
         if measurement_row(m) is None:
             continue
         key = m.candidate
@@ -1023,12 +1039,29 @@ def result_rows(result: TuneResult) -> list[ResultRow]:
     return [r for r in (measurement_row(m) for m in pooled.values()) if r is not None]
 
 
+def sweep_measurements(result: TuneResult | None) -> tuple[Measurement, ...] | None:
+    """The sweep's measurements behind ``result``: the tune's own, or a reused profile's as it saved them (its
+    ``evidence``: every launch, ``tuner.calibration.pipeline.save``). None when a reused profile kept none
+    (saved without evidence): its launches are not known, which is not the same as one launch each."""
+    if result is None:
+        return ()
+    if result.measurements or not result.reused or result.profile is None:
+        return result.measurements
+    out = []
+    for obj in result.profile.evidence:
+        try:
+            out.append(Measurement.from_json(obj))
+        except (KeyError, TypeError, ValueError):
+            log.warning("a saved measurement of %s is unreadable", result.target_path, exc_info=True)
+    return tuple(out) or None
+
+
 def launch_points(result: TuneResult | None) -> dict[str, list[float]]:
     """Each configuration's launches as the chart draws them on its bar: label → tokens/s of every launch that
     measured a speed (:func:`measurement_row`), in launch order (the baseline's launches under its bar's label,
-    "no speculation")."""
+    :data:`MODEL_ALONE`); a reused profile's from its saved evidence (:func:`sweep_measurements`)."""
     out: dict[str, list[float]] = {}
-    for m in result.measurements if result is not None else ():
+    for m in sweep_measurements(result) or ():
         row = measurement_row(m)
         if row is not None:
             out.setdefault(row[0], []).append(row[1])
@@ -1040,11 +1073,10 @@ def never_drafted(result: TuneResult | None) -> list[str]:
     ``no_drafts_at``) and have no figures of their own, in measurement order: the chart's bar-less
     "never drafted" rows, the same types the decision names (the ``alone.never_drafted`` and
     ``sweep.never_drafted`` sentences, ``tuner.calibration.wording``)."""
-    if result is None:
-        return []
-    measured = {m.candidate.label for m in result.measurements if measurement_row(m) is not None}
+    measurements = sweep_measurements(result) or ()
+    measured = {m.candidate.label for m in measurements if measurement_row(m) is not None}
     out: list[str] = []
-    for m in result.measurements:
+    for m in measurements:
         label = m.candidate.label
         if m.no_drafts_at and label not in measured and label not in out:
             out.append(label)

@@ -192,7 +192,7 @@ class CandidateChart(pg.PlotWidget):
 
     def __init__(self, parent=None) -> None:
         super().__init__(parent=parent)
-        self.setTitle("Candidates: generation speed vs. the baseline", size="10pt")
+        self.setTitle("Candidates: generation speed vs. the model alone", size="10pt")
         self.getAxis("left").setLabel("generation (tokens/s)")
         self.getAxis("bottom").setLabel("candidate")
         for side in ("left", "bottom"):  # bar positions are indices, not a quantity: no "(x0.001)"
@@ -220,6 +220,9 @@ class CandidateChart(pg.PlotWidget):
         self.addItem(self.placeholder)
         self._show_empty(True)
 
+    #: What a bar says when its saved profile kept no launches (not one launch: unknown).
+    LAUNCHES_UNKNOWN = "launches not saved"
+
     #: What the empty chart says.
     PLACEHOLDER = "Each candidate's generation speed appears here as soon as it is measured."
 
@@ -235,15 +238,21 @@ class CandidateChart(pg.PlotWidget):
 
     def _tick_texts(self, labels: list[str]) -> list[str]:
         """The bar labels broken (:func:`tick_text`) so that no line is wider than its bar's room at the chart's
-        width now (a label wider than its bar would run into its neighbours'); at least 6 characters a line."""
+        width now (a label wider than its bar would run into its neighbours'), each label on its own; at least 6
+        characters a line."""
         fm = QFontMetrics(self.getAxis("bottom").style.get("tickFont") or QFont())
         bar_px = max(200, self.width() - 90) / max(1, len(labels))  # less the left axis and margins
         room = max(6, int(bar_px / max(1.0, 0.8 * fm.horizontalAdvance("draft-good n_max") / 16)))  # then fewer
-        while True:
-            texts = [tick_text(label, room) for label in labels]
-            if room <= 6 or all(fm.horizontalAdvance(ln) < bar_px for t in texts for ln in t.split("\n")):
-                return texts
-            room -= 1
+
+        def fitted(label: str) -> str:  # each label as wide as its own lines allow (one wide line breaks only it)
+            r = room
+            while True:
+                text = tick_text(label, r)
+                if r <= 6 or all(fm.horizontalAdvance(ln) < bar_px for ln in text.split("\n")):
+                    return text
+                r -= 1
+
+        return [fitted(label) for label in labels]
 
     def _set_ticks(self, labels: list[str]) -> None:
         axis = self.getAxis("bottom")
@@ -264,13 +273,15 @@ class CandidateChart(pg.PlotWidget):
     NEVER_TEXT = "drafted nothing"
 
     def set_rows(self, rows: list[tuple[str, float, float | None, bool]], winner: str | None = None,
-                 never: Sequence[str] = (), points: Mapping[str, Sequence[float]] | None = None) -> None:
+                 never: Sequence[str] = (), points: Mapping[str, Sequence[float]] | None = None,
+                 launches_unknown: bool = False) -> None:
         """``rows``: (label, gen tokens/s, acceptance 0..1 or None, is_baseline); ``winner``: the
         label of the chosen speculative candidate (drawn green, marked "chosen"), None for none;
         ``never``: labels of speculation types that ran but drafted nothing, shown after the bars as
         bar-less rows reading :attr:`NEVER_TEXT` (they have no speed of their own to draw); ``points``:
         each row's launches (label → tokens/s per launch), drawn as points on its bar with their count
-        under its figure (a pooled bar over launches that ran at 694, 390 and 127 tokens/s shows all three)."""
+        under its figure (a pooled bar over launches that ran at 694, 390 and 127 tokens/s shows all three);
+        ``launches_unknown``: a saved profile that kept no launches: each bar says so instead of a count."""
         never = [n for n in dict.fromkeys(never) if n not in {r[0] for r in rows}]
         self.rows = list(rows)
         self.never = list(never)
@@ -309,6 +320,8 @@ class CandidateChart(pg.PlotWidget):
             txt = f"{tps:.0f} tok/s" + (f"\n{acc:.0%} acc." if acc is not None else "")
             if n_launches:
                 txt += f"\n{n_launches} launch{'es' if n_launches != 1 else ''}"
+            elif launches_unknown:
+                txt += f"\n{self.LAUNCHES_UNKNOWN}"
             if winner is not None and label == chart_label(winner) and not is_base:
                 txt = "chosen\n" + txt
             t = pg.TextItem(txt, color="#111827", anchor=(0.5, 1.0))

@@ -23,6 +23,7 @@ from PySide6.QtWidgets import (
 from tuner.ui import flow
 from tuner.ui.controller import AppController
 from tuner.ui.plaintext import plain, rich, rich_label
+from tuner.ui.serve_targets import draft_only
 from tuner.units import format_bytes
 
 
@@ -180,7 +181,8 @@ class ModelsTab(QWidget):
             # a model that is only ever a draft here (no drafts of its own, listed under a larger
             # target) gets one row, as a draft: not a second "target … 0 draft candidates" row
             draft_paths = {Path(dc.model.path) for e in fam.targets for dc in e.drafts}
-            shown = [e for e in fam.targets if e.drafts or Path(e.target.path) not in draft_paths]
+            only_drafts = draft_only(fam)  # the tray's Serve menu leaves the same ones out
+            shown = [e for e in fam.targets if Path(e.target.path) not in only_drafts]
             n_t, n_d = len(shown), len(draft_paths)
             fam_item = _item(
                 family_label(fam), "", "",

@@ -332,13 +332,17 @@ class TuneTab(QWidget):
         if rows:
             # the decision's pooled figures replace the live per-launch ones (chart = decision)
             self.results = {r[0]: r for r in rows}
-        if result is not None and result.measurements:
+        measured = flow.sweep_measurements(result)
+        if measured:  # a fresh tune's launches, or a saved profile's as it kept them
             self.never = flow.never_drafted(result)
             self.points = flow.launch_points(result)
+        elif measured is None:  # a profile saved without its launches: the bars say so (no points)
+            self.never, self.points = [], {}
         d = result.decision if result is not None else None
         win_label = None
         if d is not None and d.winner is not None and d.winner.label in self.results:
             win_label = d.winner.label if not self.results[d.winner.label][3] else None
         # baseline first, then the chosen candidate, then the rest by speed
         self.chart.set_rows(sorted(self.results.values(), key=lambda r: (not r[3], r[0] != win_label, -r[1])),
-                            winner=win_label, never=self.never, points=self.points)
+                            winner=win_label, never=self.never, points=self.points,
+                            launches_unknown=measured is None)

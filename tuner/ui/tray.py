@@ -134,7 +134,7 @@ class Tray:
             info = m.addAction((f"Serving {plain(served.model_name)}{paused}"
                                 + (" — sleeping, memory freed" if asleep else "")).replace("&", "&&"))  # no mnemonic
             info.setEnabled(False)
-            capturing = capture_text(c.capture_status())
+            capturing = capture_text(c.captures.status())
             if capturing is not None:  # the indicator while served requests are kept
                 m.addAction(capturing[0].upper() + capturing[1:]).setEnabled(False)
         m.addAction("Quit").triggered.connect(self.quit_app)
