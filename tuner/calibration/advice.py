@@ -19,6 +19,8 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from tuner.telemetry.spec_window import SpecTotals
+
 from .candidates import Candidate
 from .predict import CostModel, PerPositionCounts, fit_run_cost, predicted_ratio
 from .results import Measurement
@@ -115,6 +117,11 @@ class Advice:
     last_position_acceptance: float | None = None
 
     @property
+    def offers_retune(self) -> bool:
+        """True when the verdict calls for a re-tune (not ``keep``, not ``too_few``)."""
+        return self.verdict not in (KEEP, TOO_FEW)
+
+    @property
     def alone_ratio(self) -> float | None:
         """How no speculation compares: 1.0 (the model alone) ÷ the served prediction; > 1 = alone is faster."""
         return 1.0 / self.served_speedup if self.served_speedup else None
@@ -150,6 +157,15 @@ def live_advice(window: PerPositionCounts, generated_tokens: float, requests: in
     return Advice(verdict=_verdict(predicted, served, best, last, requests, facts.margin), requests=requests,
                   predicted=predicted, served_n_max=k_served, served_speedup=served, best_n_max=best,
                   measured_speedup=facts.speedup, margin=facts.margin, last_position_acceptance=last)
+
+
+def advice_on_window(window: SpecTotals, facts: ProfileFacts) -> Advice:
+    """:func:`live_advice` on the Monitor's window of the last requests
+    (:meth:`tuner.telemetry.spec_window.SpecWindow.totals`): its counters, its generated tokens less one per
+    request (each request's first token is not a step's), its requests."""
+    counts = PerPositionCounts(int(window.drafts), int(window.draft_tokens), int(window.accepted_tokens),
+                               tuple(int(v) for v in window.accepted_per_pos))
+    return live_advice(counts, max(0.0, window.generated_tokens - window.requests), window.requests, facts)
 
 
 def _verdict(predicted: Mapping[int, float], served: float | None, best: int | None, last: float | None,
