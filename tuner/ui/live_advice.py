@@ -130,7 +130,7 @@ class LiveAdvice:
         if mark == self._notified:
             return None
         self._notified = mark
-        return f"{verdict_sentence(adv)} Re-tuning on the recent requests takes about {self.budget_s():.0f} s."
+        return verdict_sentence(adv)
 
     def budget_s(self) -> float:
         """The time budget the re-tune would use (the settings' sweep budget), seconds."""
