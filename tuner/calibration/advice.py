@@ -17,14 +17,15 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
-
-from tuner.telemetry.spec_window import SpecTotals
+from typing import TYPE_CHECKING, Any
 
 from .candidates import Candidate
 from .predict import CostModel, PerPositionCounts, fit_run_cost, predicted_ratio
 from .results import Measurement
 from .search.rules import draft_length
+
+if TYPE_CHECKING:  # the Monitor's window; not loaded with the calibration package
+    from tuner.telemetry.spec_window import SpecTotals
 
 #: Fewest finished requests before a verdict: one head's acceptance ranges 0.41–0.81 from prompt to prompt
 #: (llama.cpp PR #22673), so a handful of requests can sit anywhere in that range; at 10 the mean of such a
