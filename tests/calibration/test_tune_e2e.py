@@ -80,6 +80,11 @@ def test_picks_the_good_draft_and_never_the_unrelated_one(tmp_path: Path, wide_f
     assert res.profile_path is not None and res.profile_path.is_file()
     assert res.profile is not None and res.profile.argv and "--spec-type" in res.profile.argv
     assert len(res.profile.evidence) == len(res.measurements)
+    # ... and what the Monitor's live prediction needs: the served length and the winner's fitted step cost
+    from tuner.calibration.advice import ProfileFacts
+
+    facts = ProfileFacts.from_decision(res.profile.decision)
+    assert facts is not None and facts.n_max == d.winner.n_max and facts.cost.per_draft_token > 0
     assert not _llama_children()
 
 

@@ -50,6 +50,9 @@ def test_metrics_deltas_match_timings(stories260k_session, llama_server_bin):
     assert rates.draft_tokens == drafted
     assert rates.accepted_tokens == accepted
     assert rates.acceptance_rate == pytest.approx(accepted / drafted)
+    # per position i: steps that accepted ≥ i+1 drafted tokens, so they sum to the accepted tokens
+    assert len(rates.accepted_per_pos) == 4 and sum(rates.accepted_per_pos) == accepted
+    assert rates.drafts is not None and 0 < rates.drafts <= drafted
     assert rates.gen_tokens_per_s is not None and rates.gen_tokens_per_s > 0
     # throughput over wall time can never exceed the speed while generating
     assert rates.throughput_tokens_per_s <= rates.gen_tokens_per_s

@@ -13,6 +13,7 @@ the sweep), ``sentences`` and ``wording`` (the decision's sentences as data, and
 sweep, decision, save).
 """
 
+from .advice import Advice, ProfileFacts, advice_on_window
 from .candidates import Candidate
 from .freshness import SavedState, reused_result, saved_state
 from .prompts import DEFAULT_SET_PROMPTS, PromptFileError, default_prompts, load_prompts, select_prompts
@@ -23,7 +24,7 @@ from .serving import profile_server_config, reachable_config, rpc_fallback_confi
 from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
 from .wording import Rendered, measured_line, render
 
-__all__ = ["Candidate", "DEFAULT_BUDGET_S", "DEFAULT_SET_PROMPTS", "EventCallback", "Measurement", "PromptFileError",
+__all__ = ["Advice", "Candidate", "ProfileFacts", "advice_on_window", "DEFAULT_BUDGET_S", "DEFAULT_SET_PROMPTS", "EventCallback", "Measurement", "PromptFileError",
            "Rendered", "SavedState", "TargetChoice", "TuneError", "TuneEvent", "TuneRequest", "TuneResult",
            "break_even_rate", "captured", "default_prompts", "load_prompts", "measured_line",
            "profile_server_config", "reachable_config", "render", "request_from_settings", "reused_result",

@@ -6,7 +6,8 @@ Public API, importable from this package (each module is loaded on first use, so
 :class:`~tuner.telemetry.samplers.MetricsSampler` / ``ProcessSampler`` / ``ProcessUsage`` / ``VramSampler``,
 :class:`~tuner.telemetry.watch.AcceptanceWatch`, :class:`~tuner.telemetry.watch.CollapseWatch` and
 :func:`~tuner.telemetry.watch.collapse_words`, :class:`~tuner.telemetry.collector.Collector` with its
-``TelemetryTick`` and thresholds (``IDLE_AFTER_S``, ``NO_DRAFT_WINDOW_S``, ``NO_DRAFT_MIN_TOKENS``).
+``TelemetryTick`` and thresholds (``IDLE_AFTER_S``, ``NO_DRAFT_WINDOW_S``, ``NO_DRAFT_MIN_TOKENS``),
+:class:`~tuner.telemetry.spec_window.SpecWindow` / ``SpecTotals`` (the speculative counters of the last requests).
 """
 
 from __future__ import annotations
@@ -20,6 +21,7 @@ if TYPE_CHECKING:  # the names as the type checker sees them; at run time __geta
     from tuner.telemetry.prom import MetricsParseError, MetricsSnapshot, parse_metrics  # noqa: F401
     from tuner.telemetry.ring import RingBuffer, with_breaks  # noqa: F401
     from tuner.telemetry.samplers import MetricsSampler, ProcessSampler, ProcessUsage, VramSampler  # noqa: F401
+    from tuner.telemetry.spec_window import SpecTotals, SpecWindow  # noqa: F401
     from tuner.telemetry.watch import AcceptanceWatch, CollapseWatch, collapse_words  # noqa: F401
 
 _EXPORTS = {
@@ -37,6 +39,8 @@ _EXPORTS = {
     "ProcessSampler": "tuner.telemetry.samplers",
     "ProcessUsage": "tuner.telemetry.samplers",
     "VramSampler": "tuner.telemetry.samplers",
+    "SpecWindow": "tuner.telemetry.spec_window",
+    "SpecTotals": "tuner.telemetry.spec_window",
     "AcceptanceWatch": "tuner.telemetry.watch",
     "CollapseWatch": "tuner.telemetry.watch",
     "collapse_words": "tuner.telemetry.watch",

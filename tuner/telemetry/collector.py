@@ -36,6 +36,7 @@ from tuner.telemetry.samplers import (
     ProcessSampler,
     VramSampler,
 )
+from tuner.telemetry.spec_window import SpecWindow
 from tuner.telemetry.watch import AcceptanceWatch, CollapseVerdict, CollapseWatch, WatchVerdict
 
 SERIES = (
@@ -114,6 +115,8 @@ class Collector:
         self._after_wake = False  # the server slept since the last request: the next one waited for a reload
         #: requests left out of the speed and acceptance figures because they woke the server
         self.left_out_after_wake = 0
+        #: speculative counters of the last requests (the Monitor's live prediction); cleared on :meth:`attach`
+        self.spec_window = SpecWindow()
 
     def attach(
         self,
@@ -129,6 +132,7 @@ class Collector:
         self.watch = watch
         self.sleeps = sleeps
         self._sleeps_seen, self._after_wake = self._read_sleeps(), False
+        self.spec_window.clear()
 
     def watch_collapse(self, watch: CollapseWatch | None, other_cores: Callable[[], float | None] | None) -> None:
         """Compare each poll's speed with the profile's (``watch``) while ``other_cores()`` (other programs' CPU
@@ -209,6 +213,7 @@ class Collector:
         self.series["requests_in_flight"].append(t, m.requests_in_flight if m else None)
         self.series["generated_tokens"].append(t, m.generated_tokens if m else None)
         self.series["draft_tokens"].append(t, m.draft_tokens if m else None)
+        self.spec_window.add(m)  # a woken request's counters count: only its time waited for the reload
         if m is not None and ((m.requests_in_flight or 0) > 0 or (m.generated_tokens or 0) > 0):
             self.last_active_t_s = t
         self.series["vram_used_bytes"].append(t, v)

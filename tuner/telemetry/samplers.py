@@ -16,6 +16,7 @@ from __future__ import annotations
 import logging
 from collections.abc import Callable
 from dataclasses import dataclass
+from typing import Any
 
 from tuner.telemetry.prom import MetricsParseError, MetricsSnapshot, parse_metrics
 
@@ -41,6 +42,9 @@ class MetricsRates:
             were generated or prompts processed during the interval (a burst that started and
             ended between two scrapes still counts); None when the gauges are absent.
         generated_tokens: Δtokens_predicted in the interval (None for the first scrape).
+        drafts: Δ``spec_decode_num_drafts_total`` (verification steps with a draft) in the interval.
+        accepted_per_pos: Δ``spec_decode_num_accepted_tokens_per_pos_total`` by position 0, 1, … in the interval
+            (``()`` until the server lists them; a position missing on one side counts 0).
     """
 
     t_s: float
@@ -54,6 +58,8 @@ class MetricsRates:
     requests_deferred: float | None = None
     requests_in_flight: float | None = None
     generated_tokens: float | None = None
+    drafts: float | None = None
+    accepted_per_pos: tuple[float, ...] = ()
 
 
 def in_flight(processing: float | None, deferred: float | None, active_in_interval: bool = False) -> float | None:
@@ -113,7 +119,8 @@ class MetricsSampler:
         """Fold one already-parsed snapshot taken at ``t_s`` (seconds) and return the interval rates."""
         prev, prev_t = self._prev, self._prev_t
         self._prev, self._prev_t = snap, t_s
-        gauges = dict(requests_processing=snap.requests_processing, requests_deferred=snap.requests_deferred)
+        gauges: dict[str, Any] = dict(requests_processing=snap.requests_processing,
+                                      requests_deferred=snap.requests_deferred)
         if prev is None or prev_t is None:
             return MetricsRates(t_s=t_s, requests_in_flight=in_flight(snap.requests_processing, snap.requests_deferred),
                                 **gauges)
@@ -125,8 +132,9 @@ class MetricsSampler:
             # counters went backwards: the server restarted; this snapshot is the new baseline
             return MetricsRates(t_s=t_s, requests_in_flight=in_flight(snap.requests_processing, snap.requests_deferred),
                                 **gauges)
+        d_steps = _delta(snap.drafts_total, prev.drafts_total)
         if snap.draft_tokens_total is not None and prev.draft_tokens_total is None:
-            d_draft, d_acc = snap.draft_tokens_total, snap.accepted_tokens_total
+            d_draft, d_acc, d_steps = snap.draft_tokens_total, snap.accepted_tokens_total, snap.drafts_total
         interval = t_s - prev_t
         gen = d_tok / d_sec if d_tok and d_sec and d_sec > 0 else None
         thr = d_tok / interval if d_tok is not None and interval > 0 else None
@@ -143,8 +151,16 @@ class MetricsSampler:
             accepted_tokens=d_acc,
             requests_in_flight=in_flight(snap.requests_processing, snap.requests_deferred, active),
             generated_tokens=d_tok,
+            drafts=d_steps,
+            accepted_per_pos=_per_pos_delta(snap.accepted_per_pos_total, prev.accepted_per_pos_total),
             **gauges,
         )
+
+
+def _per_pos_delta(new: tuple[float, ...], old: tuple[float, ...]) -> tuple[float, ...]:
+    """Per-position counters gained between two scrapes (a position missing on one side counts 0)."""
+    n = max(len(new), len(old))
+    return tuple((new[i] if i < len(new) else 0.0) - (old[i] if i < len(old) else 0.0) for i in range(n))
 
 
 @dataclass(frozen=True)

@@ -24,6 +24,7 @@ from PySide6.QtWidgets import (
 from tuner.telemetry import NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S, with_breaks
 from tuner.ui.controller import AppController, activity_text, sleep_text
 from tuner.ui.graphs import TimePlot
+from tuner.ui.live_advice import LiveAdvice
 from tuner.ui.plaintext import plain, plain_label, rich, rich_label
 from tuner.units import GIB, MIB, format_bytes
 
@@ -65,6 +66,12 @@ class MonitorTab(QWidget):
         self.note.setStyleSheet("background:#fef3c7; color:#78350f; padding:4px; border-radius:4px")
         self.note.setVisible(False)
         lay.addWidget(self.note)
+        #: the live prediction from the served requests (labelled as one), beside the profile's measured speedup
+        self.live = LiveAdvice(controller)
+        self.advice = plain_label(QLabel())
+        self.advice.setWordWrap(True)
+        self.advice.setVisible(False)
+        lay.addWidget(self.advice)
 
         grid = QGridLayout()
         self.tps_plot = TimePlot("Generation speed", "generation", "tokens/s", skip_gaps=True, min_top=10.0)
@@ -176,12 +183,14 @@ class MonitorTab(QWidget):
                 parts.append(rich(f"RAM {fmt_bytes(rss)}{self._cache_ram_text(c.serving)}"))
             self.summary.setText(" · ".join(parts))
             self._update_note(now)
+            self._update_advice()
             title = "Draft acceptance rate" if c.serving.spec_label != "no speculation" else "Draft acceptance rate (not speculating)"
             if self.acc_plot.plotItem.titleLabel.text != title:
                 self.acc_plot.setTitle(title, size="10pt")
         else:
             self.summary.setText("Not serving: graphs fill in while llama-server runs.")
             self.note.setVisible(False)
+            self.advice.setVisible(False)
 
     @staticmethod
     def _cache_ram_text(info) -> str:
@@ -209,6 +218,12 @@ class MonitorTab(QWidget):
         if info.spec_label.startswith("ngram"):
             return text + " — sampled traffic rarely matches n-gram lookups."
         return text + " — check the Serve tab's log for the speculation lines."
+
+    def _update_advice(self) -> None:
+        """The line "Predicted from the last N requests: …" (hidden while not speculating or too few requests)."""
+        text = self.live.monitor_text()
+        self.advice.setText(plain(text or ""))
+        self.advice.setVisible(bool(text))
 
     def _update_note(self, now: float) -> None:
         text = self.no_drafts_text(now)

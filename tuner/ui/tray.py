@@ -17,6 +17,7 @@ from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 from tuner.ui import flow
 from tuner.ui.controller import AppController, capture_text
 from tuner.ui.icons import state_icon
+from tuner.ui.live_advice import LiveAdvice, retune_action_text
 from tuner.ui.plaintext import notification_body, plain, tooltip
 from tuner.ui.recent_requests import TIP as RECENT_TIP
 from tuner.ui.state import AppState
@@ -24,7 +25,9 @@ from tuner.ui.state import AppState
 #: Menu entries in order (text of the action), for tests and docs.
 MENU_ITEMS = ("Tune & serve", "Serve", "Open Draftwise", "Chat…", "Start server", "Stop server", "Copy endpoint URL",
               "Re-tune", "Re-tune on recent requests", "Quit")
-"""``Re-tune on recent requests`` is there only while captured requests exist for the served model."""
+"""``Re-tune on recent requests`` is there only while captured requests exist for the served model; it reads
+"Re-tune on recent requests (about N s)" (N: the sweep budget) while the live prediction from the served requests
+says another configuration would be faster, or a longer draft might pay (:mod:`tuner.ui.live_advice`)."""
 #: The router's word for a model's process → what the *Serve* menu adds after its name.
 _STATUS_WORDS = {"loaded": "loaded", "sleeping": "asleep, memory freed", "loading": "loading…"}
 
@@ -64,6 +67,7 @@ class Tray:
         self.available = QSystemTrayIcon.isSystemTrayAvailable()
         self.last_notification: tuple[str, str] | None = None
         self._progress: tuple[flow.TuneProgress, float] | None = None  # the sweep's last progress, when it came
+        self.live = LiveAdvice(controller)  # the live prediction's offer of a re-tune; it never starts one itself
         self.icon = QSystemTrayIcon(state_icon(controller.state))
         self.menu = QMenu()
         self.serve_menu = QMenu("Serve", self.menu)  # one submenu, refilled with the menu (no leak per opening)
@@ -78,6 +82,7 @@ class Tray:
         controller.sleep_changed.connect(lambda _s: self.icon.setToolTip(tooltip(controller.tooltip())))
         controller.capture_changed.connect(lambda: self.icon.setToolTip(tooltip(controller.tooltip())))
         controller.notify.connect(self.notify)
+        controller.telemetry.connect(lambda _t: self.advise())
         controller.tune_event.connect(self._on_tune_event)
         controller.state_changed.connect(self._forget_progress)
         if self.available:
@@ -123,7 +128,8 @@ class Tray:
         a.setEnabled(c.can_retune())
         a.triggered.connect(c.retune)
         if c.recent.count() > 0:  # only with captured requests of the served model
-            a = m.addAction("Re-tune on recent requests")
+            offer = self.live.offer() is not None
+            a = m.addAction(retune_action_text(self.live.budget_s()) if offer else "Re-tune on recent requests")
             a.setToolTip(RECENT_TIP)
             a.setEnabled(not busy)
             a.triggered.connect(c.recent.retune)
@@ -204,6 +210,18 @@ class Tray:
         self.last_notification = (title, message)
         if self.available and QSystemTrayIcon.supportsMessages():
             self.icon.showMessage(title, message, state_icon(self.controller.state), 10000)
+
+    def advise(self) -> None:
+        """One notification when the live prediction first calls for a re-tune (:meth:`LiveAdvice.notice`); the
+        re-tune itself runs only from the menu."""
+        text = self.live.notice()
+        if text is None:
+            return
+        if self.controller.recent.count() > 0:
+            text += f" The tray menu offers {retune_action_text(self.live.budget_s())}."
+        else:
+            text += " Keep the served requests (Settings) to re-tune on them."
+        self.notify("The served requests could run faster", text)
 
     def _on_activated(self, reason) -> None:
         if reason in (QSystemTrayIcon.ActivationReason.Trigger, QSystemTrayIcon.ActivationReason.DoubleClick):

@@ -6,6 +6,8 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
+import pytest
+
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.decide import decide
 from tuner.calibration.outcome import SearchOutcome
@@ -68,3 +70,37 @@ def test_a_cancelled_sweep_saves_nothing(resolve: Any, tmp_path: Path) -> None:
     assert result.cancelled and result.decision is None and result.profile is None
     assert result.measurements == outcome.measurements and result.dropped == plan.dropped
     assert not ProfileStore(tmp_path / "profiles").folder.exists()
+
+
+def test_the_profile_keeps_what_the_live_prediction_needs(resolve: Any, tmp_path: Path) -> None:
+    from dataclasses import replace
+
+    from tuner.calibration.advice import ProfileFacts, live_advice
+    from tuner.calibration.predict import PerPositionCounts
+
+    store = ProfileStore(tmp_path / "profiles")
+    inputs = resolve()
+    per_run = PerPositionCounts(40, 40 * 12, 90, (30, 25, 20, 10, 5) + (0,) * 59)  # ngram-mod: 64 positions
+    ms = [replace(m, counts=per_run) if m.candidate == GOOD else m for m in _outcome().measurements]
+    outcome = SearchOutcome.of(ms)
+    decision = decide(outcome)
+    result = save_result(store, inputs, staleness_keys(inputs), plan_sweep(inputs, None, Events(None)), outcome,
+                         decision, Events(None))
+    assert result.profile is not None
+    facts = ProfileFacts.from_decision(result.profile.decision)
+    assert facts is not None and facts.n_max == 64 and facts.speedup == decision.speedup
+    # the winner's own counters, summed over its runs, predict the speedup it measured
+    runs = [m for m in ms if m.candidate == GOOD]
+    total = PerPositionCounts(40 * len(runs), 40 * 12 * len(runs), 90 * len(runs),
+                              tuple(x * len(runs) for x in per_run.accepted_per_pos))
+    gen = float(sum(max(1, (s.predicted_n or 1) - 1) for m in runs for s in m.samples))
+    assert live_advice(total, gen, 50, facts).served_speedup == pytest.approx(decision.speedup)
+
+
+def test_a_profile_without_counters_keeps_no_live_prediction(resolve: Any, tmp_path: Path) -> None:
+    store = ProfileStore(tmp_path / "profiles")
+    inputs = resolve()
+    outcome = _outcome()  # synthetic rounds carry no per-position counters
+    result = save_result(store, inputs, staleness_keys(inputs), plan_sweep(inputs, None, Events(None)), outcome,
+                         decide(outcome), Events(None))
+    assert result.profile is not None and "live_prediction" not in result.profile.decision

@@ -10,6 +10,7 @@ from typing import Any
 
 from tuner.profiles import Profile, ProfileStore, StalenessKeys
 
+from ..advice import FACTS_KEY, live_facts_json
 from ..candidates import Candidate
 from ..decide import Decision
 from ..outcome import SearchOutcome
@@ -52,7 +53,8 @@ def save_result(store: ProfileStore, inputs: TuneInputs, keys: StalenessKeys, pl
         decision={**decision.to_json(), "budget_s": plan.budget_s,
                   "budget_spent_before": [c.label for c in outcome.unmeasured],
                   "prompt_source": prompt_source(inputs),
-                  **({"threads": outcome.threads.detail()} if outcome.threads is not None else {})},
+                  **({"threads": outcome.threads.detail()} if outcome.threads is not None else {}),
+                  **_live_facts(decision, outcome)},
         evidence=tuple(m.to_json() for m in outcome.measurements),
     )
     path = store.save(profile)
@@ -60,6 +62,14 @@ def save_result(store: ProfileStore, inputs: TuneInputs, keys: StalenessKeys, pl
     return TuneResult(request=request, target_path=inputs.target_path, decision=decision,
                       measurements=tuple(outcome.measurements), profile=store.load(inputs.target_path),
                       profile_path=path, dropped=plan.dropped, elapsed_s=events.elapsed_s())
+
+
+def _live_facts(decision: Decision, outcome: SearchOutcome) -> dict[str, Any]:
+    """The decision's ``live_prediction`` entry (:func:`tuner.calibration.advice.live_facts_json`): what the
+    Monitor's live prediction needs; empty when the winner has none (no speculation, a chain, no counters)."""
+    facts = live_facts_json(decision.winner, outcome.measurements, decision.speedup,
+                            decision.baseline_gen_tokens_per_s)
+    return {FACTS_KEY: facts} if facts is not None else {}
 
 
 def prompt_source(inputs: TuneInputs) -> dict[str, Any]:
