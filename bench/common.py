@@ -117,6 +117,14 @@ def launch_fn(sup: object, target: Path, *, n_ctx: int, threads: int | None,
     return supervisor_launch_fn(sup, target, n_ctx, threads, lambda *a, **k: None, startup_timeout_s)
 
 
+def code_copy_prompt(code: str, *, label: str, answer_label: str, answer_start: str, task: str = "") -> str:
+    """A plain-continuation prompt whose answer copies a code snippet (base models have no chat template): the
+    ``task`` in words (``""``: none), ``label:`` and the ``code``, then ``answer_label:`` and the first words of the
+    answer, ``answer_start``, so the model goes on copying. The code prompts of bench/gemma_ngram.py and
+    bench/served_traffic.py."""
+    return f"{task}{label}:\n{code}\n{answer_label}:\n{answer_start}"
+
+
 def select_prompts(ps: PromptSet, max_prompts: int | None) -> list[tuple[int, Prompt]]:
     """The prompts a sweep measures of ``ps`` (round-robin over categories, at most ``max_prompts``), as
     ``(index, prompt)`` pairs: the tune's own choice."""

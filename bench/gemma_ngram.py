@@ -20,7 +20,15 @@ import tempfile
 import time
 from pathlib import Path
 
-from bench.common import add_server_arg, add_threads_arg, gemma_model, note_machine, private_home, server_binary
+from bench.common import (
+    add_server_arg,
+    add_threads_arg,
+    code_copy_prompt,
+    gemma_model,
+    note_machine,
+    private_home,
+    server_binary,
+)
 from tuner.calibration.prompts import Prompt, make_prompt_set
 from tuner.calibration.sampling import GREEDY
 from tuner.calibration.tune import tune
@@ -36,7 +44,8 @@ _TEXT = ("The committee met on Tuesday to review the budget for the new library.
 
 PROMPTS = [
     Prompt(f"Shopping list: {_LIST}.\nThe same shopping list, copied exactly: {_LIST[:40]}", "copy"),
-    Prompt(f"Original code:\n{_CODE}\nThe same code again, unchanged:\n{_CODE[:60]}", "code"),
+    Prompt(code_copy_prompt(_CODE, label="Original code", answer_label="The same code again, unchanged",
+                            answer_start=_CODE[:60]), "code"),
     Prompt(f"Minutes: {_TEXT}\nQuoted in the newsletter: \"{_TEXT[:50]}", "quote"),
 ]
 

@@ -29,7 +29,15 @@ from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
-from bench.common import add_server_arg, add_threads_arg, gemma_model, note_machine, private_home, server_binary
+from bench.common import (
+    add_server_arg,
+    add_threads_arg,
+    code_copy_prompt,
+    gemma_model,
+    note_machine,
+    private_home,
+    server_binary,
+)
 
 NAMES = ["total", "count", "index", "value", "result", "buffer", "offset", "weight", "price", "score", "limit",
          "cursor", "length", "factor", "amount", "record", "target", "status", "window", "signal"]
@@ -62,8 +70,8 @@ def rename_request(i: int) -> tuple[str, str]:
         code += "\n"
     renamed = code.replace(a, new)
     first = renamed.split("\n", 1)[0]
-    prompt = (f"Rewrite this code with `{a}` renamed to `{new}`. Keep everything else the same.\n\n"
-              f"Code:\n{code}\nRewritten code:\n{first}\n")
+    prompt = code_copy_prompt(code, label="Code", answer_label="Rewritten code", answer_start=f"{first}\n",
+                              task=f"Rewrite this code with `{a}` renamed to `{new}`. Keep everything else the same.\n\n")
     return prompt, renamed
 
 

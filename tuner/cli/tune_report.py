@@ -124,11 +124,12 @@ def print_table(result: TuneResult, out: TextIO, details: bool = False) -> None:
 
 
 def _launches_heading(result: TuneResult, compared: bool) -> str:
-    if result.reused and result.profile is not None:
+    if result.profile is not None and (result.reused or not result.measurements):  # a stale one: tune --details
         when = result.profile.created_unix_s
         return ("The saved profile's launches"
                 + (f", measured {time.strftime('%Y-%m-%d %H:%M', time.localtime(when))}" if when else "")
-                + " (reused: still fresh; --force measures again), each on its own requests"
+                + (" (reused: still fresh" if result.reused else " (stale") + "; --force measures again), each on "
+                "its own requests"
                 + (" (compare configurations in the table below, not here):\n" if compared else ":\n"))
     if compared:
         return "Every launch, each on its own requests (compare configurations in the table below, not here):\n"

@@ -48,6 +48,10 @@ class ModelFollower:
     """The model side of the router supervisor (a base class: the supervisor owns every attribute below and
     the lock; these methods run on its monitor thread and on one short-lived thread per check or crash)."""
 
+    #: Models loaded by requests within one look at ``/models`` that have not passed their checks yet
+    #: (:meth:`_follow_loads`); the supervisor's own set once one was seen.
+    _tied: frozenset[str] = frozenset()
+
     if TYPE_CHECKING:
         binary: ServerBinary
         dialect: Dialect
@@ -130,10 +134,12 @@ class ModelFollower:
 
     def _observe(self, gen: int, statuses: dict[str, ModelStatus]) -> None:
         """The router's latest word on each model: a new process (a load began), a process to find, a loaded
-        one to check; a load past its limit is killed as ``load_hang``."""
+        one to check; a load past its limit is killed as ``load_hang``. The loads that began are then followed
+        (:meth:`_follow_loads`)."""
         with self._lock:
             if not self._alive(gen):
                 return
+            began: list[str] = []
             for model, track in self._tracks.items():
                 new = statuses.get(model)
                 if new is None or track.given_up:
@@ -141,9 +147,7 @@ class ModelFollower:
                 track.status = new
                 if new.running and new.port is not None and new.port != track.port:
                     track.new_process(new.port, self._read_oom())
-                    if model != self._current:
-                        why = "" if model == self._wanted else " (a request named it)"
-                        self._to_loading(model, f"loading {model}{why}")
+                    began.append(model)
                 if new.running and not self._attach(track):
                     continue
                 if new.value == "loaded" and track.ready_at_s is None and not track.checking and track.child:
@@ -155,6 +159,39 @@ class ModelFollower:
                     if time.monotonic() - (track.load_began_s or time.monotonic()) > limit:
                         track.killed = load_hang(limit, track.child.log_lines(50))
                         track.child.kill()
+            self._follow_loads(began)
+
+    def _follow_loads(self, began: list[str]) -> None:
+        """The models whose process began within one look at ``/models`` (caller holds the lock): the state
+        ``switching`` for the wanted one and for the one a request loaded.
+
+        Two or more loaded by requests within one look cannot be ordered: the ``/models`` listing has no
+        per-model time (tools/server/server-models.cpp ``get_router_models``: its ``created`` is the router's
+        clock at the answer, the same for every row; ``server_model_meta::last_used``, set by
+        ``server_models::load`` and ``proxy_request``, orders the LRU eviction only and is not listed), and
+        its rows come in table order, not load order. Those models are *tied*: the current model stays the
+        current one while it runs; when it does not (it was unloaded, or none was serving), the first tied
+        model that passes its readiness checks becomes the current one and the others do not replace it
+        (:meth:`_model_ready`).
+        """
+        self._tied = self._tied.difference(began)
+        by_request = [m for m in began if m not in (self._current, self._wanted)]
+        if self._wanted in began and self._wanted != self._current:
+            self._to_loading(self._wanted, f"loading {self._wanted}")
+        if len(by_request) > 1:
+            self._tied = self._tied.union(by_request)
+            if self._current_runs():
+                self._machine.announce(f"requests loaded {', '.join(by_request)} at once; still following "
+                                       f"{self._current}")
+                return
+        for model in by_request:
+            self._to_loading(model, f"loading {model} (a request named it)")
+
+    def _current_runs(self) -> bool:
+        """The current model passed its checks and its process runs (caller holds the lock)."""
+        track = self._tracks.get(self._current or "")
+        return (track is not None and track.ready_at_s is not None and track.status is not None
+                and track.status.running)
 
     def _attach(self, track: ModelTrack) -> bool:
         plan, launch = self._plan, self._launch
@@ -221,6 +258,10 @@ class ModelFollower:
         start still waits for another — and the state ``ready`` (``sleeping`` when it sleeps already)."""
         if self.state is _S.STARTING and self._wanted not in (None, model):
             return  # the router's start waits for its first model
+        if model in self._tied:
+            self._tied = self._tied - {model}
+            if model != self._current and self.state in (_S.READY, _S.SLEEPING) and self._current_runs():
+                return  # loaded within the same look as another request's model: it does not take over
         if self.state is _S.READY and model == self._current:
             return
         why = "" if model == self._wanted else " (a request named it)"
