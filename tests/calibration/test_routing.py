@@ -46,11 +46,11 @@ def binary(tmp_path: Path) -> Path:
 def test_the_targets_with_their_decisions_in_a_few_words(folder: Path) -> None:
     choices = target_choices(scan_models(folder))
     assert [(c.name, c.model_id, c.tuned, c.words) for c in choices] == [
-        ("stories260K.gguf", "stories260K", True, "draft model stories260K.gguf, 1.2× faster"),
-        ("target.gguf", "target", True, "draft model draft-good.gguf, 1.6× faster"),
+        ("stories260K.gguf", "stories260K", True, "draft model stories260K.gguf speeds up 1.2×"),
+        ("target.gguf", "target", True, "draft model draft-good.gguf speeds up 1.6×"),
         ("draft-good.gguf", "draft-good", False, "")]
     alone = save_profile(ServerConfig(folder / "draft-good.gguf", n_ctx=256), 1.0)
-    assert decision_words(alone) == "model alone is fastest"
+    assert decision_words(alone) == "on its own"  # a profile saved before decision kinds were kept
 
 
 def test_a_tuned_target_is_its_profile_an_untuned_one_the_model_alone(folder: Path, binary: Path) -> None:
@@ -59,7 +59,7 @@ def test_a_tuned_target_is_its_profile_an_untuned_one_the_model_alone(folder: Pa
     by_id = {m.model_id: m for m in plan.models}
     target = by_id["target"]
     assert target.tuned and target.config.draft_path == folder / "draft-good.gguf" and target.config.n_max == 4
-    assert target.config.cache_ram_mib == 256 and target.words.endswith("1.6× faster")
+    assert target.config.cache_ram_mib == 256 and target.words.endswith("speeds up 1.6×")
     untuned = by_id["draft-good"]
     assert not untuned.tuned and untuned.config.draft_path is None and untuned.config.spec_type is None
     assert (plan.port, plan.host, plan.api_key, plan.sleep_idle_s) == (9123, "127.0.0.1", "k", 600)

@@ -19,12 +19,12 @@ from .freshness import SavedState, reused_result, saved_state
 from .prompts import DEFAULT_SET_PROMPTS, PromptFileError, default_prompts, load_prompts, select_prompts
 from .request import EventCallback, TuneRequest, request_from_settings
 from .results import Measurement
-from .routing import TargetChoice, break_even_rate, captured, serving_plan, target_choices
+from .routing import STALE_WORDS, TargetChoice, break_even_rate, captured, decision_words, serving_plan, target_choices
 from .serving import profile_server_config, reachable_config, rpc_fallback_config, with_served
 from .tune import DEFAULT_BUDGET_S, TuneError, TuneEvent, TuneResult, tune
 from .wording import Rendered, measured_line, render
 
-__all__ = ["Advice", "Candidate", "ProfileFacts", "advice_on_window", "DEFAULT_BUDGET_S", "DEFAULT_SET_PROMPTS", "EventCallback", "Measurement", "PromptFileError",
+__all__ = ["Advice", "Candidate", "ProfileFacts", "STALE_WORDS", "advice_on_window", "decision_words", "DEFAULT_BUDGET_S", "DEFAULT_SET_PROMPTS", "EventCallback", "Measurement", "PromptFileError",
            "Rendered", "SavedState", "TargetChoice", "TuneError", "TuneEvent", "TuneRequest", "TuneResult",
            "break_even_rate", "captured", "default_prompts", "load_prompts", "measured_line",
            "profile_server_config", "reachable_config", "render", "request_from_settings", "reused_result",

@@ -17,7 +17,7 @@ The router preset itself is :mod:`tuner.server.preset`'s; this module decides wh
 from __future__ import annotations
 
 import logging
-from collections.abc import Sequence
+from collections.abc import Iterable, Sequence
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
@@ -91,22 +91,51 @@ def break_even_rate(decision: dict[str, Any]) -> float | None:
     return float(best)
 
 
-def decision_words(profile: Profile) -> str:
-    """A saved decision in a few words: "model alone is fastest", "draft model d.gguf, 1.6× faster",
-    "n-gram speculation, 1.2× faster", "MTP, 1.4× faster" (the speedup when the profile has one)."""
+_ALONE_WORDS = {
+    "slower": "fastest on its own",
+    "never_drafted": "fastest on its own",
+    "within_noise": "on its own (speculation was no faster)",
+    "not_enough_evidence": "on its own for now (not sure yet)",
+    "screening_only": "on its own for now (not sure yet)",
+    "unsteady": "on its own for now (its speed varied too much to tell)",
+    "unmeasured": "on its own for now (speculation not measured yet)",
+    "failed": "on its own (speculation did not run correctly here)",
+    "nothing": "on its own (nothing to speculate with)",
+}
+"""The few words of each ``alone.*`` decision kind (``tuner.calibration.decide``)."""
+STALE_WORDS = "needs a re-tune (its saved profile is out of date)"
+
+
+def decision_kind(profile: Profile) -> str:
+    """The saved decision's kind as its headline sentence holds it (``"headline.serving"``, ``"alone.slower"``, …;
+    ``tuner.calibration.sentences``), else the decision's ``kind`` field (``"speculate"``, ``"alone_slower"``)
+    translated; ``""`` for a profile saved before kinds were kept."""
+    for s in profile.decision.get("sentences") or ():
+        if isinstance(s, dict) and s.get("slot") == "HEADLINE":
+            return str(s.get("kind") or "")
+    kind = str(profile.decision.get("kind") or "")
+    if kind == "speculate":
+        return "headline.serving"
+    return kind.replace("alone_", "alone.", 1) if kind.startswith("alone_") else ""
+
+
+def decision_words(profile: Profile, stale: Iterable[str] = ()) -> str:
+    """A saved decision in a few words (the tray's *Serve* menu, ``serve --models``), from its stored kind (never its prose): speculation
+    "draft model d.gguf speeds up 1.6×", the model alone because speculation was slower or never drafted
+    "fastest on its own", not enough evidence "on its own for now (not sure yet)", …; a stale profile
+    (``stale``: its reasons) "needs a re-tune …"."""
+    if tuple(stale):
+        return STALE_WORDS
+    kind = decision_kind(profile)
     winner = profile.winner or {}
     spec = str(winner.get("spec_type") or "none")
-    if spec == "none":
-        return "model alone is fastest"
+    if kind.startswith("alone.") or (not kind and spec == "none"):
+        return _ALONE_WORDS.get(kind.removeprefix("alone."), "on its own")
     draft = winner.get("draft_path")
-    if "draft-mtp" in spec and not draft:
-        what = "MTP"
-    elif draft:
-        what = f"draft model {Path(str(draft)).name}"
-    else:
-        what = "n-gram speculation"
+    what = ("MTP" if "draft-mtp" in spec and not draft else f"draft model {Path(str(draft)).name}" if draft
+            else "n-gram speculation")
     speedup = profile.decision.get("speedup")
-    return f"{what}, {speedup:.1f}× faster" if isinstance(speedup, (int, float)) and speedup > 0 else what
+    return f"{what} speeds up {speedup:.1f}×" if isinstance(speedup, (int, float)) and speedup > 0 else what
 
 
 def _llms(scan: ScanResult) -> list[ModelFile]:
@@ -297,5 +326,5 @@ def models_max_for(models: Sequence[RouterModel], devices: Devices) -> tuple[int
 
 
 __all__ = ["MAX_MODELS", "RAM_MARGIN_FRACTION", "RAM_MARGIN_MIN_BYTES", "TargetChoice", "break_even_rate", "captured",
-           "decision_words", "models_max_for", "router_plan", "serving_plan", "target_choices", "tuned_model",
+           "STALE_WORDS", "decision_kind", "decision_words", "models_max_for", "router_plan", "serving_plan", "target_choices", "tuned_model",
            "untuned_config"]

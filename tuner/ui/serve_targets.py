@@ -11,15 +11,16 @@ request loaded.
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable
+from collections.abc import Callable
 from dataclasses import replace
 from pathlib import Path
 from typing import Any, Protocol
 
 from PySide6.QtCore import QObject, Signal
 
+from tuner.calibration import STALE_WORDS, decision_words
 from tuner.catalog import Family
-from tuner.profiles import Profile, ProfileError, ProfileStore
+from tuner.profiles import ProfileError, ProfileStore
 from tuner.server import ServerState, SleepStatus, StateChange
 from tuner.ui import flow
 from tuner.ui.state import AppState
@@ -29,53 +30,6 @@ log = logging.getLogger(__name__)
 
 StaleCheck = Callable[[flow.ScanResult, Path], tuple[str, ...]]
 """Why a target's saved profile is stale now (phrases; empty = fresh), given the scan and the target."""
-
-_ALONE_WORDS = {
-    "slower": "fastest on its own",
-    "never_drafted": "fastest on its own",
-    "within_noise": "on its own (speculation was no faster)",
-    "not_enough_evidence": "on its own for now (not sure yet)",
-    "screening_only": "on its own for now (not sure yet)",
-    "unsteady": "on its own for now (its speed varied too much to tell)",
-    "unmeasured": "on its own for now (speculation not measured yet)",
-    "failed": "on its own (speculation did not run correctly here)",
-    "nothing": "on its own (nothing to speculate with)",
-}
-"""The *Serve* menu's words for each ``alone.*`` decision kind (``tuner.calibration.decide``)."""
-STALE_WORDS = "needs a re-tune (its saved profile is out of date)"
-
-
-def decision_kind(profile: Profile) -> str:
-    """The saved decision's kind as its headline sentence holds it (``"headline.serving"``, ``"alone.slower"``, …;
-    ``tuner.calibration.sentences``), else the decision's ``kind`` field (``"speculate"``, ``"alone_slower"``)
-    translated; ``""`` for a profile saved before kinds were kept."""
-    for s in profile.decision.get("sentences") or ():
-        if isinstance(s, dict) and s.get("slot") == "HEADLINE":
-            return str(s.get("kind") or "")
-    kind = str(profile.decision.get("kind") or "")
-    if kind == "speculate":
-        return "headline.serving"
-    return kind.replace("alone_", "alone.", 1) if kind.startswith("alone_") else ""
-
-
-def menu_words(profile: Profile, stale: Iterable[str] = ()) -> str:
-    """A saved decision in the *Serve* menu's few words, from its stored kind (never its prose): speculation
-    "draft model d.gguf speeds up 1.6×", the model alone because speculation was slower or never drafted
-    "fastest on its own", not enough evidence "on its own for now (not sure yet)", …; a stale profile
-    (``stale``: its reasons) "needs a re-tune …"."""
-    if tuple(stale):
-        return STALE_WORDS
-    kind = decision_kind(profile)
-    winner = profile.winner or {}
-    spec = str(winner.get("spec_type") or "none")
-    if kind.startswith("alone.") or (not kind and spec == "none"):
-        return _ALONE_WORDS.get(kind.removeprefix("alone."), "on its own")
-    draft = winner.get("draft_path")
-    what = ("MTP" if "draft-mtp" in spec and not draft else f"draft model {Path(str(draft)).name}" if draft
-            else "n-gram speculation")
-    speedup = profile.decision.get("speedup")
-    return f"{what} speeds up {speedup:.1f}×" if isinstance(speedup, (int, float)) and speedup > 0 else what
-
 
 def draft_only(family: Family) -> set[Path]:
     """The models of ``family`` that are only ever a draft there: listed as a draft of a larger target and with
@@ -88,7 +42,7 @@ def menu_choices(scanned: flow.ScanResult, stale: StaleCheck | None = None,
                  store: ProfileStore | None = None) -> list[flow.TargetChoice]:
     """The *Serve* menu's targets: :func:`tuner.ui.flow.serve_choices` less the models the folder only knows as
     drafts (:func:`draft_only`; one with its own saved profile stays), each tuned one worded by
-    :func:`menu_words` (``stale``: asked for each tuned one; None = not checked). Reads the profiles (a worker)."""
+    :func:`tuner.calibration.decision_words` (``stale``: asked for each tuned one; None = not checked). Reads the profiles (a worker)."""
     drafts = {p for fam in scanned.families for p in draft_only(fam)}
     store = store or ProfileStore()
     out = []
@@ -105,7 +59,7 @@ def menu_choices(scanned: flow.ScanResult, stale: StaleCheck | None = None,
         if prof is None:  # gone since it was read
             out.append(choice)
             continue
-        out.append(replace(choice, words=menu_words(prof, _reasons(stale, scanned, choice.path))))
+        out.append(replace(choice, words=decision_words(prof, _reasons(stale, scanned, choice.path))))
     return out
 
 
@@ -213,5 +167,5 @@ def follow_router(c: Controller, change: StateChange) -> bool:
     return False
 
 
-__all__ = ["ServeTargets", "decision_kind", "draft_only", "follow_router", "menu_choices", "menu_words",
+__all__ = ["STALE_WORDS", "ServeTargets", "draft_only", "follow_router", "menu_choices",
            "stale_check", "switched"]
