@@ -50,6 +50,13 @@ def test_the_default_kept_names_the_best_other_and_a_collapse_reads_at_most() ->
     text = render([threads_sentence(ThreadChoice(ThreadSetting(1), figs, 2, "no speculation"))]).text
     assert text == ("Threads: 1 core: 51 tokens/s idle, 52 with another busy program; the default would be 99 "
                     "and at most 4.0.")
+    # another program already kept the CPU busy: the default collapsed without the burner too (a new user's
+    # app read "the default would be 2.0 and at most 2.0", the first figure unmarked)
+    figs = (ThreadFigures(DEFAULT, 2.0, 2.0, loaded_at_most=True, idle_at_most=True),
+            ThreadFigures(ThreadSetting(1), 347, 275))
+    text = render([threads_sentence(ThreadChoice(ThreadSetting(1), figs, 2, "no speculation"))]).text
+    assert text == ("Threads: 1 core: 347 tokens/s idle, 275 with another busy program; the default stalled even "
+                    "without the added load (at most 2.0 tokens/s: another program was already using the CPU).")
 
 
 def test_without_time_for_the_default_the_sentence_quotes_the_sweep() -> None:

@@ -91,12 +91,14 @@ class ThreadFigures:
     """One setting's speed on one candidate (generated tokens/s; None = not measured or failed).
 
     ``loaded_at_most``: the loaded request ran past its time limit, so ``loaded_tps`` is an upper bound
-    (the tokens asked for over the limit)."""
+    (the tokens asked for over the limit); ``idle_at_most`` the same of the idle request (another program
+    already kept the CPU busy: the setting collapsed without the stage's burner)."""
 
     setting: ThreadSetting
     idle_tps: float | None
     loaded_tps: float | None
     loaded_at_most: bool = False
+    idle_at_most: bool = False
 
     @property
     def score(self) -> float | None:
@@ -108,7 +110,7 @@ class ThreadFigures:
     def to_json(self) -> dict[str, Any]:
         """Plain JSON of the figures and the setting."""
         return {**self.setting.to_json(), "idle_tps": self.idle_tps, "loaded_tps": self.loaded_tps,
-                "loaded_at_most": self.loaded_at_most}
+                "loaded_at_most": self.loaded_at_most, "idle_at_most": self.idle_at_most}
 
 
 @dataclass(frozen=True)
@@ -167,9 +169,11 @@ def threads_sentence(choice: ThreadChoice) -> Sentence:
         "setting": choice.chosen.words(choice.cores), "default": choice.chosen.is_default,
         "idle_tps": chosen.idle_tps if chosen else None, "loaded_tps": chosen.loaded_tps if chosen else None,
         "loaded_at_most": chosen.loaded_at_most if chosen else False,
+        "idle_at_most": chosen.idle_at_most if chosen else False,
         "default_idle_tps": default.idle_tps if default and not choice.chosen.is_default else None,
         "default_loaded_tps": default.loaded_tps if default and not choice.chosen.is_default else None,
         "default_loaded_at_most": default.loaded_at_most if default else False,
+        "default_idle_at_most": default.idle_at_most if default else False,
         "sweep_default_tps": choice.sweep_default_tps if default is None else None,
         "of_baseline": choice.of_baseline,
     }

@@ -621,8 +621,12 @@ def _loaded(tps: object, at_most: object) -> str:
 def _threads(p: Params) -> str:
     """The thread stage's trade (``tuner.calibration.threads.threads_sentence``)."""
     where = " (measured with the model alone)" if p.get("of_baseline") else ""
-    head = (f"Threads{where}: {p['setting']}: {_tps(p.get('idle_tps'))} tokens/s idle, "
+    head = (f"Threads{where}: {p['setting']}: {_loaded(p.get('idle_tps'), p.get('idle_at_most'))} tokens/s idle, "
             f"{_loaded(p.get('loaded_tps'), p.get('loaded_at_most'))} with another busy program")
+    if p.get("default_idle_tps") is not None and p.get("default_idle_at_most"):
+        # collapsed even without the stage's burner: another program kept the CPU busy already
+        return (f"{head}; the default stalled even without the added load (at most "
+                f"{_tps(p.get('default_idle_tps'))} tokens/s: another program was already using the CPU).")
     if p.get("default_idle_tps") is not None:
         return (f"{head}; the default would be {_tps(p.get('default_idle_tps'))} and "
                 f"{_loaded(p.get('default_loaded_tps'), p.get('default_loaded_at_most'))}.")

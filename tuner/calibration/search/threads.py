@@ -221,7 +221,7 @@ class ThreadStage:
             time.sleep(0.2)  # the burner is spinning before the first token
             loaded, at_most = self._timed(launch, n, limit)
         if idle_at_most:
-            return ThreadFigures(st, idle, min(loaded, idle), True)
+            return ThreadFigures(st, idle, min(loaded, idle), True, idle_at_most=True)
         return ThreadFigures(st, idle, loaded, at_most)
 
 
