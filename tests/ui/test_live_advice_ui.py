@@ -7,6 +7,7 @@ calls for one, and notifies once. Counters replay /metrics recorded from a real 
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 from tests.calibration.test_advice import _facts_of_good
@@ -17,6 +18,7 @@ from tuner.telemetry.samplers import MetricsSampler
 from tuner.ui.controller import AppController
 from tuner.ui.flow import ServingInfo
 from tuner.ui.live_advice import PREDATES, LiveAdvice, retune_action_text, speed_words
+from tuner.ui.serve_targets import switched
 from tuner.ui.tab_monitor import MonitorTab
 
 DATA = Path(__file__).resolve().parents[1] / "data" / "telemetry" / "live_advice.json"
@@ -143,3 +145,24 @@ def test_the_tray_offers_the_retune_with_its_time_and_notifies_once(qtbot, tmp_p
     offered[0].trigger()
     assert started == [True]
     tray.hide()
+
+
+def test_on_a_router_the_prediction_is_the_current_models_and_a_switch_starts_it_again(qtbot, tmp_path):
+    """The demo folder is served through llama-server's router (3 models): the Monitor reads the current model's
+    own /metrics (``?model=ID``), so its prediction shows; when the router follows another model the window of
+    requests starts again (a new user saw no prediction after 14 requests: the router case was hidden)."""
+    c = AppController(Settings())
+    tab = MonitorTab(c)
+    qtbot.addWidget(tab)
+    target = _save_profile(tmp_path, with_facts=True)
+    _serve(c, target)
+    c.serving = replace(c.serving, models=("target", "stories260K"), model_id="target")
+    _replay(c, "good", MIN_REQUESTS)
+    tab._update_summary()
+    assert not tab.advice.isHidden()
+    assert tab.advice.text().startswith(f"Predicted from the last {MIN_REQUESTS} requests: ")
+    switched(c, replace(c.serving, model_id="stories260K", model_name="stories260K.gguf",
+                        target_path=tmp_path / "stories260K.gguf", spec_label="no speculation"))
+    assert c.collector.spec_window.totals().requests == 0
+    tab._update_summary()
+    assert tab.advice.isHidden()  # the other model speculates with nothing

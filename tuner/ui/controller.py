@@ -435,7 +435,9 @@ class AppController(QObject):
             self.server_changed.emit(self.serving)
 
     def metrics_reset(self) -> None:
-        """Forget the previous /metrics scrape (after a restart the counters start again)."""
+        """Forget the previous /metrics scrape (after a restart, or on a router another model: the counters start
+        again), and the live prediction's window of requests with it."""
+        self.collector.spec_window.clear()
         if self.collector.metrics is not None:
             self.collector.metrics.reset()
 

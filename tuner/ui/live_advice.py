@@ -76,9 +76,10 @@ class LiveAdvice:
         self._notified: tuple[tuple[Path, tuple[str, ...]], str] | None = None
 
     def speculating(self) -> bool:
-        """True while one model is served with speculation (a router's counters mix its models: no prediction)."""
+        """True while the model served (on a router: its current model, whose own process the Monitor reads,
+        ``/metrics?model=ID``; the window is cleared when the router follows another one) speculates."""
         info = self.c.serving
-        return info is not None and info.spec_label != "no speculation" and not getattr(info, "models", ())
+        return info is not None and info.spec_label != "no speculation"
 
     def facts(self) -> ProfileFacts | None:
         """The served profile's facts, read once per served configuration; ``None``: none served, or the profile
