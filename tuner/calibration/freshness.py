@@ -95,7 +95,7 @@ def current_keys(request: TuneRequest, target_path: Path, binary: ServerBinary, 
     from .pipeline.keys import staleness_keys
 
     aimed = replace(request, target=str(Path(target_path).resolve()))
-    return staleness_keys(resolve_inputs(aimed, scanned=scanned, binary=binary, events=Events(None)))
+    return staleness_keys(resolve_inputs(aimed, scanned=scanned, binary=binary, events=Events(None, logged=False)))
 
 
 def saved_state(request: TuneRequest, target_path: Path, binary: ServerBinary, scanned: ScanResult,

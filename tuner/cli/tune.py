@@ -265,7 +265,7 @@ def saved_result(request: TuneRequest) -> tuple[TuneResult, tuple[str, ...]] | N
     from tuner.calibration.pipeline.reuse import check_saved, decision_from_profile
     from tuner.profiles import ProfileStore
 
-    store, events = ProfileStore(), Events(None)
+    store, events = ProfileStore(), Events(None, logged=False)  # nothing is tuned: no "tune started" in the log
     inputs = resolve_inputs(request, scanned=None, binary=None, events=events)
     saved = check_saved(store, inputs, staleness_keys(inputs), events)
     if saved.profile is None:

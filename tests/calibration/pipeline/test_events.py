@@ -33,3 +33,13 @@ def test_without_a_callback_the_events_are_only_logged(caplog: pytest.LogCapture
     with caplog.at_level(logging.INFO, logger="tuner.calibration.pipeline.events"):
         Events(None)("saved", "profile saved to p.json", detail={"profile_path": "p.json"})
     assert [r.getMessage() for r in caplog.records] == ["tune saved: profile saved to p.json"]
+
+
+def test_a_caller_that_only_reads_the_inputs_logs_no_tune(caplog: pytest.LogCaptureFixture) -> None:
+    """The freshness check of a saved profile (each folder scan in the app) and ``tune --details`` on a saved
+    profile resolve the tune's inputs without tuning: "tune started" in the log would be untrue (a new user's log
+    said it at every scan)."""
+    got: list[TuneEvent] = []
+    with caplog.at_level(logging.DEBUG, logger="tuner.calibration.pipeline.events"):
+        Events(got.append, logged=False)("started", "tuning t.gguf")
+    assert caplog.records == [] and [e.kind for e in got] == ["started"]

@@ -21,20 +21,24 @@ class Events:
 
     Args:
         on_event: the caller's callback (``None``: the events are only logged). It runs on the tune's thread.
+        logged: log the events (False: a caller that only reads the inputs, e.g. the freshness check of a saved
+            profile, where "tune started" in the log would be untrue).
 
     Attributes:
         t0: ``time.monotonic()`` when the tune began; every event's ``elapsed_s`` counts from it.
     """
 
-    def __init__(self, on_event: EventCallback | None) -> None:
+    def __init__(self, on_event: EventCallback | None, logged: bool = True) -> None:
         self.on_event = on_event
+        self.logged = logged
         self.t0 = time.monotonic()
 
     def __call__(self, kind: str, message: str, **kw: Any) -> None:
         """Log ``message`` (the event's own sentence: file names, labels, figures; never a prompt's text) and
         send a :class:`TuneEvent` of ``kind`` with ``kw`` as its fields (``detail``: a JSON-able dict)."""
-        level = logging.WARNING if kind == "error" else logging.INFO if kind in LOGGED_KINDS else logging.DEBUG
-        log.log(level, "tune %s: %s", "note" if kind == "error" else kind, message)
+        if self.logged:
+            level = logging.WARNING if kind == "error" else logging.INFO if kind in LOGGED_KINDS else logging.DEBUG
+            log.log(level, "tune %s: %s", "note" if kind == "error" else kind, message)
         if self.on_event is None:
             return
         kw["elapsed_s"] = self.elapsed_s()

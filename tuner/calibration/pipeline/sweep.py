@@ -58,7 +58,7 @@ def run_sweep(plan: SweepPlan, inputs: TuneInputs, launch: LaunchFn, cancel: thr
     competing = host.foreign_processes("llama-server")
     if competing:
         events.note(f"{len(competing)} other llama-server process{'es' if len(competing) != 1 else ''} running on "
-                    f"this machine (pid {', '.join(str(p) for p, _ in competing[:3])}): the measurements compete "
+                    f"this machine (pid {', '.join(str(p) for p, _ in competing[:3])}{', …' if len(competing) > 3 else ''}): the measurements compete "
                     "with them for CPU, GPU and memory; stop them (the app's Re-tune pauses its own server) for "
                     "figures you can trust", detail={"competing": [{"pid": p, "cmdline": c} for p, c in competing]})
     watcher.start()
