@@ -121,6 +121,34 @@ def test_the_allow_list_and_values() -> None:
         check_server_argv(["--host", "0.0.0.0"])
 
 
+@pytest.mark.parametrize("spec, want", [
+    ("-tb=abc", "--server-arg=-tb needs a whole number, not 'abc'"),
+    ("-tb=2x", "needs a whole number, not '2x'"),  # std::stoi would read 2 and ignore the rest
+    ("--batch-size=1.5", "--server-arg=--batch-size needs a whole number"),
+    ("--temp=hot", "--server-arg=--temp needs a number (e.g. 0.8), not 'hot'"),
+    ("-lm=fast", "--server-arg=-lm needs one of auto, none, mmap, mlock, mmap+mlock, dio, not 'fast'"),
+])
+def test_a_value_llama_server_would_refuse_at_start_is_refused_here(spec: str, want: str) -> None:
+    """llama-server reads an N with std::stoi and exits "bad value for -tb: stoi" at start (common/arg.cpp
+    ``common_params_parse_ex``): refused when written, naming the flag and the value."""
+    with pytest.raises(ServerArgError) as exc:
+        parse_server_args([spec])
+    assert str(exc.value) == want or want in str(exc.value), str(exc.value)
+    assert "\n" not in str(exc.value)
+    with pytest.raises(ServerArgError, match="Extra llama-server flags: -tb needs a whole number, not 'abc'"):
+        parse_server_args(["-tb=abc"], where="Extra llama-server flags")
+    assert parse_server_args(["-tb=-1", "--temp=.5", "--top-p=1e-3", "-lm=mmap+mlock", "-ub=+64"]) == (
+        "-tb", "-1", "--temp", ".5", "--top-p", "1e-3", "-lm", "mmap+mlock", "-ub", "+64")
+
+
+def test_the_cli_refuses_a_bad_value_in_one_line(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from tuner.cli import main
+
+    rc = main(["tune", "--models", str(tmp_path), "--server-arg=-tb=abc"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert rc == 2 and err[-1] == "draftwise tune: --server-arg=-tb needs a whole number, not 'abc'", err
+
+
 def test_one_declaration_for_the_profile_and_the_user_lists() -> None:
     from tuner.calibration import serving
     from tuner.calibration.serving import check_profile_extra_args

@@ -83,6 +83,19 @@ _OWN_HINT = {"-c": "--ctx-size", "--ctx-size": "--ctx-size", "-t": "--threads", 
 _DRAFT_WORD = re.compile(r"^--[a-z0-9-]*-draft(?:-|$)")  # --threads-draft, --n-gpu-layers-draft, ...
 _CONTROL = re.compile(r"[\x00-\x1f\x7f]")
 
+#: The value each flag needs, where llama.cpp would refuse another one only at start (b11434 common/arg.cpp:
+#: ``common_params_parse_ex`` reads an ``N`` with ``std::stoi``, "bad value for -tb: stoi"; ``--temp``,
+#: ``--top-p``, ``--min-p`` read theirs with ``std::stof``; ``--load-mode`` and ``--spec-draft-sampling`` throw
+#: for a word off their list). Flags not named here (``-fa``, ``--alias``) are passed as written.
+_WHOLE = frozenset({"-tb", "--threads-batch", "-b", "--batch-size", "-ub", "--ubatch-size", "--top-k", "--seed",
+                    "--cache-reuse", "--ctx-checkpoints", "-cram", "--cache-ram"})
+_NUMBER = frozenset({"--temp", "--temperature", "--top-p", "--min-p", "--repeat-penalty"})
+_CHOICES = {"-lm": ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio"),
+            "--load-mode": ("auto", "none", "mmap", "mlock", "mmap+mlock", "dio"),
+            "--spec-draft-sampling": ("greedy", "probabilistic")}
+_WHOLE_RE = re.compile(r"[+-]?\d+")
+_NUMBER_RE = re.compile(r"[+-]?(?:\d+\.?\d*|\.\d+)(?:[eE][+-]?\d+)?")
+
 
 class ServerArgError(DraftwiseError, ValueError):
     """A user llama-server flag is refused. ``flag`` names it; the message is one line naming it and why."""
@@ -147,6 +160,19 @@ def _check_one(flag: str, value: str | None, shown: str, where: str) -> None:
         raise ServerArgError(flag, f"{_label(where, flag)}: takes a value: {_example(where, flag)}=VALUE")
     if not _TAKES_VALUE[flag] and value is not None:
         raise ServerArgError(flag, f"{_label(where, flag)}: is a switch and takes no value (got {value!r})")
+    if value:
+        _check_value(flag, value, where)
+
+
+def _check_value(flag: str, value: str, where: str) -> None:
+    """``value`` is one ``flag`` accepts (:data:`_WHOLE`, :data:`_NUMBER`, :data:`_CHOICES`), else
+    ServerArgError, e.g. "Extra llama-server flags: -tb needs a whole number, not 'abc'"."""
+    if flag in _WHOLE and not _WHOLE_RE.fullmatch(value):
+        raise ServerArgError(flag, f"{_label(where, flag)} needs a whole number, not {value!r}")
+    if flag in _NUMBER and not _NUMBER_RE.fullmatch(value):
+        raise ServerArgError(flag, f"{_label(where, flag)} needs a number (e.g. 0.8), not {value!r}")
+    if flag in _CHOICES and value not in _CHOICES[flag]:
+        raise ServerArgError(flag, f"{_label(where, flag)} needs one of {', '.join(_CHOICES[flag])}, not {value!r}")
 
 
 def parse_server_args(specs: Iterable[str], where: str = "--server-arg") -> tuple[str, ...]:
@@ -163,8 +189,9 @@ def parse_server_args(specs: Iterable[str], where: str = "--server-arg") -> tupl
     Raises:
         ServerArgError: not a string, a control character or newline, not a flag, a refused flag (its
             class named: listen address, API key, CORS, tools, or a flag Draftwise sets itself), a flag off
-            the allow-list, a value missing from a flag that takes one or given to a switch, or a flag
-            given twice. One line naming the flag.
+            the allow-list, a value missing from a flag that takes one or given to a switch, a value the
+            flag does not take (``-tb=abc``: llama-server would exit with "bad value for -tb: stoi"), or a
+            flag given twice. One line naming the flag.
     """
     out: list[str] = []
     seen: set[str] = set()

@@ -126,7 +126,8 @@ def test_monitor_and_chat_headers_escape_inside_their_rich_text(qtbot, tmp_path:
     qtbot.addWidget(chat)
     c.serving = _serving(tmp_path)
     monitor._update_summary()
-    label_shows(monitor.summary, NAME_SHOWN + " — draft-simple " + NAME_SHOWN)
+    label_shows(monitor.summary, "Serving " + NAME_SHOWN + " with draft-simple " + NAME_SHOWN,
+                "configuration: draft-simple " + NAME_SHOWN)
     chat.refresh()
     label_shows(chat.header, "Chatting with " + SHOWN)
     c.serving = None

@@ -40,7 +40,7 @@ def test_the_tune_tab_shows_the_first_sentence_and_details_behind_it(qtbot):
     assert tab.step_label.text() == "Tuning finished in 42 s."
     qtbot.mouseClick(tab.details_btn, Qt.MouseButton.LeftButton)
     assert tab.details_label.isVisible()
-    assert tab.details_label.text().startswith("The best speculative configuration (draft-simple good.gguf n_max 8) "
+    assert tab.details_label.toPlainText().startswith("The best speculative configuration (draft-simple good.gguf n_max 8) "
                                                "was slower than the target alone (0.85×")
     # a new sweep: no decision, no details, nothing said about the last one
     tab._reset()

@@ -123,7 +123,8 @@ def build(single_instance: bool = True, tray_available: bool | None = None) -> D
         holder["app"].quit()
 
     window = MainWindow(controller, tray_available=True, quit_app=quit_app)
-    tray = Tray(controller, window.bring_forward, quit_app, show_chat=window.show_chat)
+    tray = Tray(controller, window.bring_forward, quit_app, show_chat=window.show_chat,
+                progress=window.tune_tab.progress_text)
     if tray_available is not None:
         tray.available = tray_available
         if not tray_available:

@@ -87,6 +87,28 @@ def sleep_text(status: SleepStatus, headline: bool = True) -> str | None:
     return None
 
 
+def tooltip_text(c: AppController) -> str:
+    """Tray tooltip: state, model, endpoint and the current tokens/s, or "idle" when no request
+    ran in the last :data:`tuner.telemetry.collector.IDLE_AFTER_S` seconds."""
+    if c.restoring is not None:
+        return f"Draftwise — starting\nServing {safe_text(c.restoring.name)} again (its saved profile)"
+    lines = [f"Draftwise — {c.state.value}"]
+    if c.serving and c.paused_for_retune:
+        lines.append(f"{c.serving.model_name}: serving paused for re-tune")
+    elif c.serving:
+        lines.append(f"{c.serving.model_name} at {c.serving.endpoint_url}")
+        asleep = c.sleep.sleeping
+        lines.append(sleep_text(c.sleep) or "" if asleep else activity_text(c.collector))
+        if not asleep and c.sleep.last_reload_s is not None:
+            lines.append(sleep_text(c.sleep) or "")
+        said = capture_text(c.captures.status())
+        if said is not None:
+            lines.append(said)
+    elif c.state is AppState.ERROR and c.last_error:
+        lines.append(c.last_error[:120])
+    return "\n".join(safe_text(line) for line in lines)  # a file name's newline stays inside its line
+
+
 class AppController(QObject):
     """State and actions of the running app.
 
@@ -94,6 +116,7 @@ class AppController(QObject):
         state_changed(AppState): tray state changed.
         status(str): one-line status for the tooltip / status bar.
         scan_done(object): a :class:`tuner.ui.flow.ScanResult`.
+        scan_failed(str): a scan failed, in words (the Models tab says it; the server's state is not touched).
         tune_event(object): a :class:`tuner.calibration.TuneEvent` (progress; the flow's steps: ``kind="status"``).
         tune_done(object): the :class:`tuner.calibration.request.TuneResult` behind what is served.
         server_changed(object): a :class:`tuner.ui.flow.ServingInfo` or None when stopped.
@@ -109,6 +132,7 @@ class AppController(QObject):
     state_changed = Signal(object)
     status = Signal(str)
     scan_done = Signal(object)
+    scan_failed = Signal(str)
     tune_event = Signal(object)
     tune_done = Signal(object)
     server_changed = Signal(object)
@@ -189,25 +213,8 @@ class AppController(QObject):
         return self.serving.endpoint_url if self.serving else None
 
     def tooltip(self) -> str:
-        """Tray tooltip: state, model, endpoint and the current tokens/s, or "idle" when no request
-        ran in the last :data:`tuner.telemetry.collector.IDLE_AFTER_S` seconds."""
-        if self.restoring is not None:
-            return f"Draftwise — starting\nServing {safe_text(self.restoring.name)} again (its saved profile)"
-        lines = [f"Draftwise — {self.state.value}"]
-        if self.serving and self.paused_for_retune:
-            lines.append(f"{self.serving.model_name}: serving paused for re-tune")
-        elif self.serving:
-            lines.append(f"{self.serving.model_name} at {self.serving.endpoint_url}")
-            asleep = self.sleep.sleeping
-            lines.append(sleep_text(self.sleep) or "" if asleep else activity_text(self.collector))
-            if not asleep and self.sleep.last_reload_s is not None:
-                lines.append(sleep_text(self.sleep) or "")
-            said = capture_text(self.captures.status())
-            if said is not None:
-                lines.append(said)
-        elif self.state is AppState.ERROR and self.last_error:
-            lines.append(self.last_error[:120])
-        return "\n".join(safe_text(line) for line in lines)  # a file name's newline stays inside its line
+        """Tray tooltip (:func:`tooltip_text`)."""
+        return tooltip_text(self)
 
     # ------------------------------------------------------------ settings
     def update_settings(self, new: Settings) -> None:
@@ -220,7 +227,8 @@ class AppController(QObject):
     # ------------------------------------------------------------ actions
     def _start_work(self, fn: Callable[[Callable[[Any], None], threading.Event], Any], name: str,
                     on_done: Callable[[Any], None], on_event: Callable[[Any], None] | None = None,
-                    on_failed: Callable[[BaseException], None] | None = None) -> CallWorker | None:
+                    on_failed: Callable[[BaseException], None] | None = None,
+                    report: bool = True) -> CallWorker | None:
         if self.busy or self.closed:
             self.status.emit("Busy: wait for the current step or cancel it")
             return None
@@ -230,7 +238,8 @@ class AppController(QObject):
         w.done.connect(on_done)
         if on_failed is not None:
             w.failed.connect(on_failed)
-        w.failed.connect(self._on_failed)
+        if report:  # the usual report: error signal, state ERROR, notification
+            w.failed.connect(self._on_failed)
         w.finished.connect(lambda: self._work_finished(w))
         self._work = w
         w.start()
@@ -262,7 +271,16 @@ class AppController(QObject):
         """Scan ``folder`` (default: the settings' models folder, else the demo folder) in a worker."""
         folder = folder or self.settings.models_dir or flow.demo_models_dir()
         self.status.emit(f"Scanning {folder}")
-        self._start_work(lambda ev, cancel: flow.scan(folder), "scan", self._on_scanned)
+        self._start_work(lambda ev, cancel: flow.scan(folder), "scan", self._on_scanned,
+                         on_failed=self._scan_failed, report=False)
+
+    def _scan_failed(self, exc: BaseException) -> None:
+        """A failed scan is the Models tab's news (and a balloon): the served server's state is not touched."""
+        msg = "Cancelled" if isinstance(exc, flow.Cancelled) else flow.describe_error(exc)
+        self.scan_failed.emit(msg)
+        self.status.emit(msg)
+        if not isinstance(exc, flow.Cancelled):
+            self.notify.emit("Draftwise: the scan failed", msg)
 
     def prepare_demo(self, on_ready: Callable[[Any], None], on_progress: Callable[[Any], None],
                      on_failed: Callable[[BaseException], None]) -> bool:

@@ -109,7 +109,7 @@ from tuner.server import forget_captured as forget_captured
 from tuner.server import list_captured as list_captured
 from tuner.settings import Settings, server_api_key
 from tuner.telemetry import AcceptanceWatch, CollapseWatch, MetricsSampler, ProcessSampler, ProcessUsage, VramSampler
-from tuner.ui.step_words import plain_step
+from tuner.ui.step_words import candidate_words, plain_step
 from tuner.units import MIB, format_bytes
 
 log = logging.getLogger(__name__)
@@ -150,6 +150,8 @@ class ServingInfo:
         models_why: how many models the router keeps loaded at once, in words ("" for one model).
         profile_tps: the profile's generation tokens/s (its decision's), the collapse watch's reference; None
             when unknown.
+        spec_words: the speculation in plain words (:func:`tuner.ui.step_words.candidate_words`: "the draft
+            model d.gguf (n_max 8)", "the model alone"); "" when unknown (:attr:`spec_label` says it).
     """
 
     model_name: str
@@ -167,6 +169,16 @@ class ServingInfo:
     models: tuple[str, ...] = ()
     models_why: str = ""
     profile_tps: float | None = None
+    spec_words: str = ""
+
+
+def winner_words(winner: dict[str, Any]) -> str:
+    """A profile's winner (its JSON dict) in plain words (:func:`tuner.ui.step_words.candidate_words`); "" when
+    it cannot be read as a candidate (a profile of an older or newer Draftwise)."""
+    try:
+        return candidate_words(Candidate.from_json(dict(winner)))
+    except (KeyError, TypeError, ValueError):
+        return ""
 
 
 @dataclass(frozen=True)
@@ -798,6 +810,7 @@ def _serve_one(profile: Profile, settings: Settings, models_dir: Path, runner: S
         cache_ram_mib=config.cache_ram_mib if _argv_has(sup.argv, ("-cram", "--cache-ram")) else None,
         base_model=not has_chat_template(profile.target_path),
         profile_tps=_positive(decision_json.get("gen_tokens_per_s")),
+        spec_words=winner_words(profile.winner),
     )
 
 
@@ -1065,6 +1078,17 @@ def launch_points(result: TuneResult | None) -> dict[str, list[float]]:
         row = measurement_row(m)
         if row is not None:
             out.setdefault(row[0], []).append(row[1])
+    return out
+
+
+def drafted_tokens(measurements: Sequence[Measurement]) -> dict[str, int]:
+    """Each configuration's drafted tokens summed over its launches that measured a speed (label of
+    :func:`measurement_row` → tokens; ``Measurement.draft_n``), for the chart's "100% of 12 drafted"."""
+    out: dict[str, int] = {}
+    for m in measurements:
+        row = measurement_row(m)
+        if row is not None and not row[3]:
+            out[row[0]] = out.get(row[0], 0) + m.draft_n
     return out
 
 

@@ -267,6 +267,7 @@ class CandidateChart(pg.PlotWidget):
         super().resizeEvent(event)
         if getattr(self, "rows", None) or getattr(self, "never", None):  # (also called while pyqtgraph builds)
             self._set_ticks([chart_label(r[0]) for r in self.rows] + [chart_label(n) for n in self.never])
+            self._fit_y()  # taller or shorter: the labels' room above the bars again
 
     #: The text of a bar-less row: a speculation type that ran but proposed no token (the decision's
     #: wording, tuner.calibration.wording.never_text).
@@ -274,14 +275,16 @@ class CandidateChart(pg.PlotWidget):
 
     def set_rows(self, rows: list[tuple[str, float, float | None, bool]], winner: str | None = None,
                  never: Sequence[str] = (), points: Mapping[str, Sequence[float]] | None = None,
-                 launches_unknown: bool = False) -> None:
+                 launches_unknown: bool = False, drafted: Mapping[str, int] | None = None) -> None:
         """``rows``: (label, gen tokens/s, acceptance 0..1 or None, is_baseline); ``winner``: the
         label of the chosen speculative candidate (drawn green, marked "chosen"), None for none;
         ``never``: labels of speculation types that ran but drafted nothing, shown after the bars as
         bar-less rows reading :attr:`NEVER_TEXT` (they have no speed of their own to draw); ``points``:
         each row's launches (label → tokens/s per launch), drawn as points on its bar with their count
         under its figure (a pooled bar over launches that ran at 694, 390 and 127 tokens/s shows all three);
-        ``launches_unknown``: a saved profile that kept no launches: each bar says so instead of a count."""
+        ``launches_unknown``: a saved profile that kept no launches: each bar says so instead of a count;
+        ``drafted``: each row's drafted tokens over its launches (label → tokens), said beside its acceptance
+        ("100% of 12 drafted": a rate over a handful of tokens explains a bar that is no faster)."""
         never = [n for n in dict.fromkeys(never) if n not in {r[0] for r in rows}]
         self.rows = list(rows)
         self.never = list(never)
@@ -315,9 +318,12 @@ class CandidateChart(pg.PlotWidget):
         for x, (label, tps, acc, is_base) in zip(xs, rows):
             n_launches = len(self.points.get(label, ()))
             top = max([tps, *self.points.get(label, ())])
+            n_drafted = (drafted or {}).get(label, 0)
             label = chart_label(label)
             ticks.append(label)
-            txt = f"{tps:.0f} tok/s" + (f"\n{acc:.0%} acc." if acc is not None else "")
+            if acc is not None:
+                acc_txt = f"{acc:.0%} of {n_drafted:,} drafted" if n_drafted else f"{acc:.0%} acc."
+            txt = f"{tps:.0f} tok/s" + (f"\n{acc_txt}" if acc is not None else "")
             if n_launches:
                 txt += f"\n{n_launches} launch{'es' if n_launches != 1 else ''}"
             elif launches_unknown:
@@ -341,8 +347,20 @@ class CandidateChart(pg.PlotWidget):
         self._set_ticks(ticks)
         pad = max(0.0, (3 - n_all) / 2)  # one or two bars keep the width of three, centred
         self.setXRange(-0.6 - pad, n_all - 0.4 + pad, padding=0)
-        top = max([*hs, *(v for vs in self.points.values() for v in vs)], default=0.0)
-        self.setYRange(0, top * 1.3 if top > 0 else 1, padding=0)
+        self._fit_y()
+
+    def _fit_y(self) -> None:
+        """The y range: room above the highest bar or point for the tallest bar label at the plot's height now (a
+        4-line "chosen" label is cut off under a fixed 30 % headroom when the chart is short)."""
+        top = max([*(r[1] for r in self.rows), *(v for vs in self.points.values() for v in vs)], default=0.0)
+        if top <= 0:
+            self.setYRange(0, 1, padding=0)
+            return
+        label_px = max((t.boundingRect().height() for t in self._labels), default=0.0) + 6  # labels ignore zoom: px
+        below = self.getAxis("bottom").minimumHeight() + 40  # the bar labels' axis, the title and the margins
+        plot_px = max(60.0, min(self.getPlotItem().getViewBox().height() or 1e9, self.height() - below))
+        room = min(0.75, max(0.2, label_px / plot_px))  # the label's share of the plot's height
+        self.setYRange(0, top * 1.04 / (1.0 - room), padding=0)  # a label sits up to 4 % above its bar's top
 
     def _draw_points(self) -> None:
         """The launch points of :attr:`points`, spread over each bar's width in launch order."""

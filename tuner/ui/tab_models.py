@@ -22,7 +22,7 @@ from PySide6.QtWidgets import (
 
 from tuner.ui import flow
 from tuner.ui.controller import AppController
-from tuner.ui.plaintext import plain, rich, rich_label
+from tuner.ui.plaintext import plain, plain_label, rich, rich_label
 from tuner.ui.serve_targets import draft_only
 from tuner.units import format_bytes
 
@@ -77,6 +77,7 @@ class ModelsTab(QWidget):
         row.addWidget(QLabel("Models folder:"))
         self.folder_edit = QLineEdit(str(controller.settings.models_dir or ""))
         self.folder_edit.setPlaceholderText("Choose the folder that holds your .gguf files")
+        self.folder_edit.returnPressed.connect(self.scan)  # Enter scans the typed folder, as *Scan* does
         row.addWidget(self.folder_edit, 1)
         self.browse_btn = QPushButton("Browse…")
         self.browse_btn.clicked.connect(self.browse)
@@ -94,6 +95,13 @@ class ModelsTab(QWidget):
         self.demo_note.setWordWrap(True)
         self.demo_note.setVisible(False)
         lay.addWidget(self.demo_note)
+        self._demo_folder: Path | None = None
+        """The demo folder once prepared: its caption (:attr:`demo_note`) shows only while it is the one shown."""
+        self.scan_note = plain_label(QLabel(""))  # a failed scan, in words (it names the folder)
+        self.scan_note.setWordWrap(True)
+        self.scan_note.setStyleSheet("color:#b91c1c")
+        self.scan_note.setVisible(False)
+        lay.addWidget(self.scan_note)
 
         self.tree = QTreeWidget()
         self.tree.setColumnCount(5)
@@ -115,6 +123,7 @@ class ModelsTab(QWidget):
         self.plan_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.plan_label)
         controller.scan_done.connect(self.show_scan)
+        controller.scan_failed.connect(self.show_scan_failure)
         controller.plan_ready.connect(self._on_plan)
         self._plan_for = None
         self._plan_model = None
@@ -154,6 +163,7 @@ class ModelsTab(QWidget):
         self.demo_btn.setEnabled(True)
         self.demo_note.setText(f"Demo folder: {demo.bundled.name}, a tiny real model, and {demo.target.name} with "
                                f"its draft {demo.draft.name}: {flow.DEMO_LABEL}.")
+        self._demo_folder = Path(demo.folder).resolve()
         self.folder_edit.setText(str(demo.folder))
         self.folder_chosen.emit(demo.folder)
         self.scan()
@@ -161,10 +171,13 @@ class ModelsTab(QWidget):
     def scan(self) -> None:
         """Scan the folder in the edit box (worker thread). A folder typed there is remembered like one
         chosen with *Browse…* (``folder_chosen``), so *Tune & serve* tunes the folder the tab shows; a folder
-        that does not exist is not remembered (the scan's error names it)."""
+        that does not exist is not remembered (the scan's error names it). A ``~`` or relative folder is
+        made absolute and normalised first (``~/m/../m`` → ``/home/u/m``), in the box too."""
         self.first_run.setVisible(False)
         text = self.folder_edit.text().strip()
-        folder = Path(text).expanduser() if text else None
+        folder = Path(text).expanduser().resolve() if text else None
+        if folder is not None and str(folder) != self.folder_edit.text():
+            self.folder_edit.setText(str(folder))
         if folder is not None and folder.is_dir() and folder != self.controller.settings.models_dir:
             self.folder_chosen.emit(folder)
         self.controller.scan_models(folder)
@@ -173,6 +186,12 @@ class ModelsTab(QWidget):
     def show_scan(self, result: flow.ScanResult) -> None:
         """Fill the tree from a :class:`tuner.ui.flow.ScanResult`."""
         self.tree.clear()
+        self.scan_note.setVisible(False)
+        demo = self._demo_folder is not None and Path(result.folder).resolve() == self._demo_folder
+        if not demo and self.demo_note.text().startswith("Demo folder:"):
+            self.demo_note.setVisible(False)  # its "their text is noise" is about the demo models only
+        elif demo:
+            self.demo_note.setVisible(True)
         if str(result.folder) != self.folder_edit.text():
             self.folder_edit.setText(str(result.folder))
         in_family: set[Path] = set()
@@ -243,6 +262,12 @@ class ModelsTab(QWidget):
             self.tree.addTopLevelItem(_item("No .gguf files found", "", "", result.folder, ""))
         if selected_item is not None:
             self.tree.setCurrentItem(selected_item)
+
+    def show_scan_failure(self, message: str) -> None:
+        """A scan that failed (a folder that does not exist): its words under the folder box; the tree keeps
+        the last good scan, and the server's state is not touched (:meth:`AppController.scan_models`)."""
+        self.scan_note.setText(plain(f"Could not scan: {message}"))
+        self.scan_note.setVisible(True)
 
     #: A memory plan older than this (seconds) is computed again when the tab is shown: the free memory it
     #: rests on moves while other programs run (GiBs within minutes on a busy machine).

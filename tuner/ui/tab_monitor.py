@@ -21,7 +21,7 @@ from PySide6.QtWidgets import (
     QWidget,
 )
 
-from tuner.telemetry import NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S, with_breaks
+from tuner.telemetry import IDLE_AFTER_S, NO_DRAFT_MIN_TOKENS, NO_DRAFT_WINDOW_S, with_breaks
 from tuner.ui.controller import AppController, activity_text, sleep_text
 from tuner.ui.graphs import TimePlot
 from tuner.ui.live_advice import LiveAdvice
@@ -30,6 +30,27 @@ from tuner.units import GIB, MIB, format_bytes
 
 RANGES_MIN = (5, 15, 60)
 STAGGER_MS = 150
+
+
+def serving_words(info, activity: str, tps: float | None) -> str:
+    """The Monitor's first sentence, plain: what is served and how fast, e.g. "Serving t.gguf with the draft model
+    d.gguf (n_max 15): 347 tokens/s" (``info``: a :class:`tuner.ui.flow.ServingInfo`; ``tps``: generation
+    tokens/s now, None when no request runs: ``activity`` says what instead, e.g. "idle (no request yet)")."""
+    if info.spec_label == "no speculation":
+        what = f"Serving {info.model_name} on its own (no speculation)"
+    else:
+        what = f"Serving {info.model_name} with {info.spec_words or info.spec_label}"
+    return f"{what}: {int(tps)} tokens/s" if tps is not None else f"{what} — {activity}"  # floor: 347.5 → 347
+
+
+def acceptance_words(last: float | None, accepted: float, drafted: float, requests: int) -> str | None:
+    """Draft acceptance, each figure with the window it is over: the last request (``last``, 0..1) and the last
+    ``requests`` requests (``accepted`` / ``drafted`` tokens summed over them, :class:`tuner.telemetry.SpecWindow`),
+    e.g. "draft acceptance 93% on the last request, 81% over the last 12 requests"; None with neither."""
+    parts = [f"{last:.0%} on the last request"] if last is not None else []
+    if drafted > 0 and requests > 1:
+        parts.append(f"{accepted / drafted:.0%} over the last {requests} requests")
+    return "draft acceptance " + ", ".join(parts) if parts else None
 
 
 def fmt_bytes(n: float) -> str:
@@ -172,15 +193,21 @@ class MonitorTab(QWidget):
             acc = s["acceptance_rate"].last_value()
             rss = s["ram_rss_bytes"].last_value()
             asleep = sleep_text(c.sleep) if c.sleep.sleeping else None
-            parts = [f"<b>{rich(c.serving.model_name)}</b> — {rich(c.serving.spec_label)}",
-                     rich(asleep or activity_text(c.collector, now))]
+            busy = not asleep and not c.collector.is_idle(now)
+            tps = s["gen_tokens_per_s"].latest_valued()
+            live = tps.value if busy and tps is not None and now - tps.t_s <= IDLE_AFTER_S else None
+            parts = [f"<b>{rich(serving_words(c.serving, asleep or activity_text(c.collector, now), live))}</b>"]
             if not asleep and c.sleep.last_reload_s is not None:
                 left_out = " (that request is left out of the speed graph)" if c.collector.left_out_after_wake else ""
                 parts.append(rich((sleep_text(c.sleep) or "") + left_out))
-            if acc is not None and not asleep and not c.collector.is_idle(now):
-                parts.append(f"acceptance {acc:.0%}")
+            win = c.collector.spec_window.totals()
+            said = acceptance_words(acc, win.accepted_tokens, win.draft_tokens, win.requests) if busy else None
+            if said:
+                parts.append(said)
             if rss is not None:
                 parts.append(rich(f"RAM {fmt_bytes(rss)}{self._cache_ram_text(c.serving)}"))
+            if c.serving.spec_label != "no speculation":
+                parts.append(f"configuration: {rich(c.serving.spec_label)}")  # the field terms, last
             self.summary.setText(" · ".join(parts))
             self._update_note(now)
             self._update_advice()

@@ -35,6 +35,7 @@ from tuner.ui.controller import AppController, sleep_text
 from tuner.ui.icons import STATE_COLORS
 from tuner.ui.options import spin_box, spin_value
 from tuner.ui.plaintext import plain, plain_label, rich
+from tuner.ui.server_args_field import SERVER_ARGS_LABEL, SERVER_ARGS_SAVED, server_args_edit, server_args_refusal
 from tuner.ui.state import AppState
 
 log = logging.getLogger(__name__)
@@ -320,23 +321,20 @@ class ServeTab(QWidget):
             self._save(idle_sleep_s=new)
 
     def _server_args_row(self, form: QFormLayout, st) -> None:
-        """The user's own llama-server flags (``server_args``): FLAG or FLAG=VALUE, separated by spaces."""
-        from tuner.serverargs import user_allowed
-
-        self.server_args_edit = QLineEdit(" ".join(st.server_args))
-        self.server_args_edit.setPlaceholderText("none (e.g. --no-repack, or -tb=2)")
-        self.server_args_edit.setToolTip(
-            "Flags added to every llama-server that tuning and serving start, written FLAG or FLAG=VALUE and "
-            "separated by spaces, e.g. --no-repack when this CPU crashes in llama.cpp's repacked kernels. "
-            "Allowed: " + " ".join(user_allowed()) + ". Never one that changes where the server listens, its "
-            "key, CORS or tools, or one Draftwise sets itself. Changing them re-tunes.")
+        """The user's own llama-server flags (``server_args``, :mod:`tuner.ui.server_args_field`)."""
+        self.server_args_edit = server_args_edit(st.server_args)
         self.server_args_edit.editingFinished.connect(self._save_server_args)
-        form.addRow("Extra llama-server flags:", self.server_args_edit)
+        form.addRow(SERVER_ARGS_LABEL + ":", self.server_args_edit)
 
     def _save_server_args(self) -> None:
+        """Check the flags as ``--server-arg`` does (:func:`server_args_refusal`), then save them; refused: one line
+        names the field and the flag, nothing saved."""
         specs = tuple(self.server_args_edit.text().split())
-        if specs != tuple(self.controller.settings.server_args):
-            self._save(server_args=specs)
+        refused = server_args_refusal(specs) if specs != tuple(self.controller.settings.server_args) else ""
+        if refused is None and self._save(server_args=specs):
+            self._set_settings_msg(SERVER_ARGS_SAVED)
+        elif refused:
+            self._refused(refused)
 
     def _workload_rows(self, form: QFormLayout, st) -> None:
         """Context size and served sampling (both measured by the sweep; a change makes the profile stale)."""
@@ -382,13 +380,16 @@ class ServeTab(QWidget):
         self.settings_msg.setText(plain(text))
         self._settings_form.setRowVisible(self.settings_msg, bool(text))
 
+    def _refused(self, text: str) -> None:
+        self.settings_msg.setStyleSheet("color: #b91c1c")
+        self._set_settings_msg(text)
+
     def _save(self, **changes) -> bool:
         try:
             self.controller.update_settings(self.controller.settings.replace(**changes))
         except Exception as exc:
             log.debug("settings refused", exc_info=True)
-            self.settings_msg.setStyleSheet("color: #b91c1c")
-            self._set_settings_msg(str(exc))
+            self._refused(str(exc))
             return False
         self.settings_msg.setStyleSheet("color: #15803d")
         self._set_settings_msg("Saved. Changes apply the next time the server starts.")

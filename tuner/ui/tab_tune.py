@@ -14,6 +14,7 @@ from PySide6.QtWidgets import (
     QLabel,
     QProgressBar,
     QPushButton,
+    QTextBrowser,
     QToolButton,
     QVBoxLayout,
     QWidget,
@@ -46,6 +47,9 @@ def format_eta(eta_s: float | None) -> str:
 class TuneTab(QWidget):
     """Runs the sweep through the controller and shows its events."""
 
+    #: The most height (px) the open *Details* take; longer evidence scrolls inside them.
+    DETAILS_MAX_PX = 220
+
     def __init__(self, controller: AppController) -> None:
         super().__init__()
         self.controller = controller
@@ -54,6 +58,8 @@ class TuneTab(QWidget):
         """Labels of n-gram types that ran but never drafted (bar-less "never drafted" chart rows)."""
         self.points: dict[str, list[float]] = {}
         """Each configuration's launches so far (tokens/s per launch), drawn as points on its bar."""
+        self.measured: list = []
+        """The sweep's measurements so far (their drafted tokens beside each bar's acceptance)."""
         lay = QVBoxLayout(self)
         row = QHBoxLayout()
         row.addWidget(QLabel("Time budget:"))
@@ -89,6 +95,7 @@ class TuneTab(QWidget):
         # between events (one launch can take a minute) the ETA counts down once a second
         self._last_progress: tuple[float, flow.TuneProgress] | None = None
         self._shown_fraction = 0.0  # the bar never moves back within one sweep (a re-plan only moves the ETA)
+        self._shown_text = ""  # the bar's words now, for progress_text()
         self._tick = QTimer(self)
         self._tick.setInterval(1000)
         self._tick.timeout.connect(self._count_down)
@@ -120,11 +127,7 @@ class TuneTab(QWidget):
         self.decision_label.setWordWrap(True)
         self.decision_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
         lay.addWidget(self.decision_label)
-        self.details_label = plain_label(QLabel())  # names models, drafts and files
-        self.details_label.setWordWrap(True)
-        self.details_label.setTextInteractionFlags(Qt.TextInteractionFlag.TextSelectableByMouse)
-        self.details_label.setStyleSheet("color:#374151; margin-left:18px")
-        self.details_label.setVisible(False)
+        self.details_label = self._details_box()
         lay.addWidget(self.details_label)
         self._finished_line: str | None = None
         """The "Tuning finished …" line of the last sweep (the serving part is added while it serves)."""
@@ -135,11 +138,25 @@ class TuneTab(QWidget):
         controller.server_changed.connect(lambda _info: self._show_finished())
         controller.error.connect(self.on_error)
         controller.restore_refused.connect(self.on_restore_refused)
-        controller.scan_done.connect(lambda _scan: self.show_prompt())
+        self._shown_target: Path | None = None
+        """The target whose sweep the chart and the decision show (None: none shown)."""
+        controller.scan_done.connect(self.on_scan)
         self.show_prompt()
         for signal in (controller.capture_changed, controller.server_changed, controller.telemetry):
             signal.connect(lambda *_a: self.show_served_action())
         self.on_state(controller.state)
+
+    def _details_box(self) -> QTextBrowser:
+        """The decision's evidence: it can run to dozens of lines, so a read-only text that scrolls, at most
+        :attr:`DETAILS_MAX_PX` high, below the chart that keeps its minimum height (a label grew until the chart
+        was squashed and its last lines were cut off). Hidden until *Details* opens it."""
+        box = QTextBrowser()  # plain text (setPlainText): names models, drafts and files as they are
+        box.setReadOnly(True)
+        box.setOpenLinks(False)
+        box.setMaximumHeight(self.DETAILS_MAX_PX)
+        box.setStyleSheet("color:#374151; margin-left:18px")
+        box.setVisible(False)
+        return box
 
     def show_prompt(self) -> None:
         """Before any sweep, say what *Tune & serve* will tune: the target selected on the Models tab (or that a
@@ -154,6 +171,26 @@ class TuneTab(QWidget):
             line = (f"Press “Tune & serve” to find the fastest way to run {Path(target).name} on this "
                     "machine: on its own, or with a draft model or n-gram lookup guessing the next tokens.")
         self._prompt = plain(line)
+        self.step_label.setText(self._prompt)
+
+    def on_scan(self, scan: flow.ScanResult) -> None:
+        """A scan: the line names the target *Tune & serve* would tune (:meth:`show_prompt`). When the chart shows
+        a target the scanned folder does not hold (the folder changed), its chart and decision are cleared and the
+        line says so, naming the target *Tune & serve* and *Re-tune* tune now."""
+        shown = self._shown_target
+        if (shown is None or self.controller.state is AppState.TUNING
+                or any(Path(m.path).resolve() == shown for m in scan.models)):
+            self.show_prompt()
+            return
+        self._reset()
+        self._shown_target = None
+        self.progress.setValue(0)
+        self.progress.setFormat("not started")
+        target = self.controller.selected_target
+        now = (f"“Tune & serve” and “Re-tune” tune {Path(target).name} there" if target is not None
+               else "it holds no model to tune")
+        self._prompt = plain(f"The models folder changed to {scan.folder}: the results of {shown.name} were "
+                             f"cleared; {now}.")
         self.step_label.setText(self._prompt)
 
     def showEvent(self, event) -> None:  # noqa: N802 (Qt's name)
@@ -178,24 +215,26 @@ class TuneTab(QWidget):
         self.results.clear()
         self.never = []
         self.points = {}
+        self.measured = []
         self.chart.set_rows([])
         self.set_decision(None)
         self._finished_line = None
         self.step_label.setText("Starting…")
         self._shown_fraction = 0.0
+        self._shown_text = ""
 
     def set_decision(self, words: Rendered | None) -> None:
         """Show a decision: its plain first sentence, and the rest behind *Details* (collapsed); None: none yet."""
         self.decision_label.setText(plain(words.first) if words is not None else "No decision yet.")
         details = words.details if words is not None else ()
-        self.details_label.setText(plain("\n\n".join(details), keep="\n"))
+        self.details_label.setPlainText(plain("\n\n".join(details), keep="\n"))
         self.details_btn.setVisible(bool(details))
         self.details_btn.setChecked(False)
         self._show_details(False)
 
     def _show_details(self, shown: bool) -> None:
         self.details_btn.setArrowType(Qt.ArrowType.DownArrow if shown else Qt.ArrowType.RightArrow)
-        self.details_label.setVisible(shown and bool(self.details_label.text()))
+        self.details_label.setVisible(shown and bool(self.details_label.toPlainText()))
 
     def on_error(self, message: str) -> None:
         """A *Tune & serve* that failed: its words replace the step line (and any "serving …" of a sweep before),
@@ -282,8 +321,10 @@ class TuneTab(QWidget):
             if p.result is not None:
                 self.results[p.result[0]] = p.result
                 self.points.setdefault(p.result[0], []).append(p.result[1])  # one point per launch
+                self.measured.append(ev.measurement)
             rows = sorted(self.results.values(), key=lambda r: (not r[3], -r[1]))
-            self.chart.set_rows(rows, never=self.never, points=self.points)
+            self.chart.set_rows(rows, never=self.never, points=self.points,
+                                drafted=flow.drafted_tokens(self.measured))
 
     #: While a sweep runs the bar stops short of 100 % (only the result fills it).
     MAX_WHILE_TUNING = 0.99
@@ -298,11 +339,20 @@ class TuneTab(QWidget):
         self.progress.setValue(int(fraction * 1000))
         pct = f"{int(fraction * 100)}%"  # floor: 99.6 % reads 99 %, never a rounded-up 100 %
         if overdue:
+            self._shown_text = f"{pct}, taking longer than estimated"
             self.progress.setFormat(f"{pct}  taking longer than estimated")
             return
         if eta_s is not None and eta_s < 0.5 and fraction < 0.9:
             eta_s = None  # nothing planned yet (or the estimate ran out early): unknown, not "finishing"
+        self._shown_text = ", ".join(t for t in (pct, format_eta(eta_s)) if t)
         self.progress.setFormat(f"{pct}  {format_eta(eta_s)}".strip())
+
+    def progress_text(self) -> str | None:
+        """The running sweep's progress as this tab's bar shows it now ("13%, about 2 min 05 s left"), for the
+        tray's *Serve* menu (one figure in both places); None while no sweep runs or before its first estimate."""
+        if self.controller.state is not AppState.TUNING:
+            return None
+        return self._shown_text or None
 
     def _count_down(self) -> None:
         """Once a second while tuning: move the bar and the ETA on from the last event's estimate."""
@@ -317,6 +367,7 @@ class TuneTab(QWidget):
         """Show the decision: its first sentence, the rest behind *Details*. A saved profile served again says so
         ("Using the saved profile of DATE"), never "tuning finished": nothing was tuned."""
         self._tick.stop()  # the countdown must not overwrite "done" before the state change arrives
+        self._shown_target = Path(result.target_path).resolve() if result is not None else None
         self._last_progress = None
         self.progress.setValue(1000)
         if result is not None and result.reused:
@@ -338,6 +389,7 @@ class TuneTab(QWidget):
             self.points = flow.launch_points(result)
         elif measured is None:  # a profile saved without its launches: the bars say so (no points)
             self.never, self.points = [], {}
+        self.measured = list(measured or ())
         d = result.decision if result is not None else None
         win_label = None
         if d is not None and d.winner is not None and d.winner.label in self.results:
@@ -345,4 +397,4 @@ class TuneTab(QWidget):
         # baseline first, then the chosen candidate, then the rest by speed
         self.chart.set_rows(sorted(self.results.values(), key=lambda r: (not r[3], r[0] != win_label, -r[1])),
                             winner=win_label, never=self.never, points=self.points,
-                            launches_unknown=measured is None)
+                            launches_unknown=measured is None, drafted=flow.drafted_tokens(self.measured))

@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import time
 
+from PySide6.QtCore import QTimer
 from PySide6.QtGui import QAction, QGuiApplication
 from PySide6.QtWidgets import QMenu, QSystemTrayIcon
 
@@ -59,8 +60,14 @@ class Tray:
         show_chat: callable that shows the window on the Chat tab (None: "Chat…" opens the window).
     """
 
-    def __init__(self, controller: AppController, show_window, quit_app, show_chat=None) -> None:
+    def __init__(self, controller: AppController, show_window, quit_app, show_chat=None, progress=None) -> None:
         self.controller = controller
+        self.progress = progress
+        """Callable → the window's progress words of the running sweep (``TuneTab.progress_text``), or None."""
+        self._progress_action: QAction | None = None
+        self._progress_timer = QTimer()  # while the menu is open, its progress line follows the window's
+        self._progress_timer.setInterval(1000)
+        self._progress_timer.timeout.connect(self._refresh_progress)
         self.show_window = show_window
         self.show_chat = show_chat or show_window
         self.quit_app = quit_app
@@ -72,6 +79,8 @@ class Tray:
         self.menu = QMenu()
         self.serve_menu = QMenu("Serve", self.menu)  # one submenu, refilled with the menu (no leak per opening)
         self.menu.aboutToShow.connect(self.rebuild_menu)
+        self.menu.aboutToShow.connect(self._progress_timer.start)
+        self.menu.aboutToHide.connect(self._progress_timer.stop)
         self.icon.setContextMenu(self.menu)
         self.icon.activated.connect(self._on_activated)
         self.icon.messageClicked.connect(controller.serve_at_start.clicked)  # e.g. the re-tune a stale profile offers
@@ -160,11 +169,10 @@ class Tray:
         sub.clear()
         m.addMenu(sub)
         busy = c.state is AppState.TUNING
+        self._progress_action = None
         if busy:
-            target = c.selected_target.name if c.selected_target is not None else None
-            seconds = time.monotonic() - self._progress[1] if self._progress is not None else 0.0
-            sub.addAction(_menu_text(plain(progress_words(self._progress[0] if self._progress else None, seconds,
-                                                          target)))).setEnabled(False)
+            self._progress_action = sub.addAction(_menu_text(plain(self.progress_line())))
+            self._progress_action.setEnabled(False)
             sub.addAction("Cancel tuning").triggered.connect(c.cancel)
             sub.addSeparator()
         router = c.runner.router
@@ -184,6 +192,22 @@ class Tray:
             a.triggered.connect(lambda _checked=False, path=t.path: c.serve_target(path))
         if not c.targets:
             sub.addAction("No models yet: choose a folder in the Models tab").setEnabled(False)
+
+    def progress_line(self) -> str:
+        """The *Serve* menu's progress line: the window's figure while it shows one (its bar never moves back, so
+        the two never disagree), else the sweep's last event's."""
+        c = self.controller
+        target = c.selected_target.name if c.selected_target is not None else None
+        shown = self.progress() if self.progress is not None else None
+        if shown:
+            return f"Tuning {target}: {shown}" if target else f"Tuning: {shown}"
+        seconds = time.monotonic() - self._progress[1] if self._progress is not None else 0.0
+        return progress_words(self._progress[0] if self._progress else None, seconds, target)
+
+    def _refresh_progress(self) -> None:
+        """Once a second while the menu is open: the progress line again."""
+        if self._progress_action is not None and self.controller.state is AppState.TUNING:
+            self._progress_action.setText(_menu_text(plain(self.progress_line())))
 
     def _on_tune_event(self, event) -> None:
         """Keep the sweep's last progress for the *Serve* menu (the flow's own status steps carry none)."""
