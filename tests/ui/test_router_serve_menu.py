@@ -41,6 +41,8 @@ def serving(app, qtbot, folder: Path, binary: Path, models_max: int | None = Non
     c.runner.start_router(plan, "target", binary=binary)
     info = flow.router_serving_info(c.runner)
     assert info is not None
+    # the Monitor's first line words the current model's speculation plainly (the saved winner), on a router too
+    assert info.spec_words.startswith("the draft model draft-good.gguf")
     c._serving_started(info)
 
 

@@ -81,7 +81,7 @@ from tuner.hardware import (
     used_bytes_total,
 )
 from tuner.process import tree_usage
-from tuner.profiles import Profile
+from tuner.profiles import Profile, ProfileError, ProfileStore
 from tuner.server import (
     NON_WAKING_PATHS,
     RouterError,
@@ -861,7 +861,17 @@ def router_serving_info(runner: ServerRunner) -> ServingInfo | None:
         cache_ram_mib=model.config.cache_ram_mib,
         models=tuple(m.model_id for m in plan.models),
         models_why=plan.models_max_why,
+        spec_words=_saved_winner_words(Path(model.config.model_path)) if model.tuned else "",
     )
+
+
+def _saved_winner_words(target: Path) -> str:
+    """The saved profile's winner of ``target`` in plain words (:func:`winner_words`); "" when it cannot be read."""
+    try:
+        profile = ProfileStore().load(target, keep_aside=False)
+    except (ProfileError, OSError):
+        return ""
+    return winner_words(profile.winner or {}) if profile is not None else ""
 
 
 def switch_target(runner: ServerRunner, target: Path, cancel: threading.Event) -> ServingInfo:
