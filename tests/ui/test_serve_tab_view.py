@@ -38,3 +38,19 @@ def test_log_tail_leaves_out_the_routers_proxy_lines(make_app, monkeypatch):
     w.tabs.setCurrentWidget(tab)
     tab.refresh_log()
     assert tab.log.toPlainText().split("\n") == own
+
+
+def test_the_serving_line_says_it_in_plain_words_first() -> None:
+    from pathlib import Path
+
+    from tuner.ui.flow import ServingInfo
+    from tuner.ui.tab_serve import serving_words
+
+    info = ServingInfo(model_name="target.gguf", target_path=Path("/m/target.gguf"), endpoint_url="http://h/v1",
+                       base_url="http://h", argv=(), pid=None, spec_label="draft-simple draft-good.gguf n_max 5",
+                       spec_words="the draft model draft-good.gguf (n_max 5)")
+    assert serving_words(info) == ("target.gguf with the draft model draft-good.gguf (n_max 5) — "
+                                   "draft-simple draft-good.gguf n_max 5")
+    from dataclasses import replace
+
+    assert serving_words(replace(info, spec_label="no speculation", spec_words="")) == "target.gguf on its own"

@@ -70,6 +70,16 @@ def web_pages_text(argv: tuple[str, ...] | list[str]) -> str:
 
 
 
+def serving_words(info: flow.ServingInfo) -> str:
+    """The *Serving:* line: the target and its speculation in plain words first, the field terms after
+    ("target.gguf with the draft model d.gguf (n_max 5) — draft-simple d.gguf n_max 5"; "x.gguf on its own")."""
+    if info.spec_label == "no speculation":
+        return f"{info.model_name} on its own"
+    if not info.spec_words:
+        return f"{info.model_name} — {info.spec_label}"
+    return f"{info.model_name} with {info.spec_words} — {info.spec_label}"
+
+
 def model_id_text(info: flow.ServingInfo) -> str:
     """The Serve tab's "Model id" row: the id clients send as ``model``; on llama-server's router, every id the
     endpoint serves and how many it keeps loaded."""
@@ -494,7 +504,7 @@ class ServeTab(QWidget):
         self.serve_at_start_check.blockSignals(False)
         info = c.serving
         if info is not None:
-            self.model_label.setText(plain(f"{info.model_name} — {info.spec_label}"))
+            self.model_label.setText(plain(serving_words(info)))
             self.model_id_label.setText(plain(model_id_text(info)))
             self.endpoint_edit.setText(info.endpoint_url)
             argv = c.runner.argv or info.argv  # the live command line: a crash restart's own
