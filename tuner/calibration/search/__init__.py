@@ -15,6 +15,8 @@ each stage is its own module, and the stages talk only through the state objects
   baseline's verdict).
 - ``eta.py``: ``Eta`` (the ETA and the progress, never back) and ``ConfirmTracker`` (the paired rounds'
   state the ETA reads). ``events.py``: ``SweepEvents``, each event with its progress and ETA.
+- ``stage.py``: ``SweepState`` (what the stages share, built once here) and ``Stage`` (a stage's base: the
+  state's parts as attributes).
 - ``measurer.py``: ``Measurer``, one launch measured, booked and reported.
 - ``screening.py``: ``Screening``: baseline, probes, refine, explore, re-screen near ties, the ``p_min``
   variant, and the contenders. ``confirm.py`` / ``side_by_side.py``: ``Confirmation``, the paired rounds
@@ -51,6 +53,7 @@ from .protocol import Requests, ngram_only
 from .record import Record
 from .screening import Screening
 from .settings import BaselineFailed, Emit, SearchSettings
+from .stage import SweepState
 from .threads import ThreadStage
 
 
@@ -92,13 +95,12 @@ class Search:
         self.tracker = ConfirmTracker(settings.max_pairs, settings.finalists,
                                       next_rep=max(settings.baseline_repetitions, settings.probe_repetitions))
         self.events = SweepEvents(emit, budget, self.estimates, self.eta, self.tracker, busy)
-        state = (self.record, budget, self.estimates, self.eta, self.events)
-        self.measurer = Measurer(launch_fn, plan, settings, workload, requests, *state, cancel, busy)
-        self.screening = Screening(plan, settings, self.measurer, *state, cancel, busy)
-        self.confirmation = Confirmation(settings, self.measurer, self.record, self.tracker, budget, self.estimates,
-                                         self.eta, self.events, cancel, busy)
-        self.threads = ThreadStage(launch_fn, settings, workload, requests, budget, self.estimates, self.events,
-                                   cancel)
+        state = SweepState(settings, self.record, budget, self.estimates, self.eta, self.tracker, self.events,
+                           cancel, busy)
+        self.measurer = Measurer(launch_fn, plan, workload, requests, state)
+        self.screening = Screening(plan, self.measurer, state)
+        self.confirmation = Confirmation(self.measurer, state)
+        self.threads = ThreadStage(launch_fn, workload, requests, state)
 
     def run(self) -> SearchOutcome:
         """Run the stages in order; returns what the sweep found (``cancelled`` after a cancel, with the

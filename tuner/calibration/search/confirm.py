@@ -15,41 +15,25 @@ noise is larger and the same rule spends more of the budget on pairs.
 from __future__ import annotations
 
 import math
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 
 from tuner.errors import Cancelled
 
 from ..candidates import Candidate
 from ..measure import needs_fresh_launch_per_repetition
 from ..pairing import compare
-from .budget import Budget, Estimates
-from .eta import ConfirmTracker, Eta
-from .events import SweepEvents
 from .measurer import Measurer
-from .record import Record
-from .settings import SearchSettings
 from .side_by_side import SideBySide
+from .stage import Stage, SweepState
 
 
-class Confirmation:
+class Confirmation(Stage):
     """The paired rounds of one sweep (module docstring); :meth:`run` takes the screening's contenders."""
 
-    def __init__(self, settings: SearchSettings, measurer: Measurer, record: Record, tracker: ConfirmTracker,
-                 budget: Budget, estimates: Estimates, eta: Eta, events: SweepEvents, cancel: threading.Event,
-                 busy: Callable[[], bool]) -> None:
-        self.s = settings
+    def __init__(self, measurer: Measurer, state: SweepState) -> None:
+        super().__init__(state)
         self.measurer = measurer
-        self.record = record
-        self.tracker = tracker
-        self.budget = budget
-        self.estimates = estimates
-        self.eta = eta
-        self.events = events
-        self.cancel = cancel
-        self.busy = busy
-        self.side_by_side = SideBySide(settings, measurer, record, tracker, budget, estimates, eta, events, cancel,
-                                       busy)
+        self.side_by_side = SideBySide(measurer, state)
 
     def run(self, contenders: Sequence[tuple[float, Candidate]]) -> None:
         """Paired rounds for each finalist in turn — the top half of ``contenders`` (``(screening ratio,

@@ -29,27 +29,22 @@ from ..prompts import Prompt
 from ..results import Measurement, Sample
 from ..threads import ThreadSetting
 from ..workload import Workload
-from .budget import HARD_LIMIT, Budget, Estimates
-from .eta import Eta
-from .events import SweepEvents
+from .budget import HARD_LIMIT, Budget
 from .protocol import ProtocolPlan, Requests, plan_protocol
-from .record import Record
 from .rules import clear_loser
-from .settings import SearchSettings
+from .stage import Stage, SweepState
 
 
-class Measurer:
+class Measurer(Stage):
     """Measures the sweep's launches.
 
     Args:
         launch_fn: the caller's launch function (its start-up wait is bounded here by the hard time
             limit: :meth:`~tuner.calibration.search.budget.Budget.until_deadline`).
         plan: the sweep's candidates (its baseline is the model alone; the protocol is planned for them).
-        settings, workload: the sweep's settings and request shape.
+        workload: the requests' shape.
         requests: what every launch sends (the first warm-up's plan may cut it).
-        record, budget, estimates, eta, events: the sweep's state.
-        cancel: the user's cancel.
-        busy: the load watcher's "other programs are using the CPU".
+        state: the sweep's :class:`~tuner.calibration.search.stage.SweepState`.
 
     Attributes:
         thread_setting: the CPU thread setting every launch runs at (set by the thread stage's
@@ -59,23 +54,15 @@ class Measurer:
             ``None`` until then (or when planning is off).
     """
 
-    def __init__(self, launch_fn: LaunchFn, plan: CandidatePlan, settings: SearchSettings, workload: Workload,
-                 requests: Requests, record: Record, budget: Budget, estimates: Estimates, eta: Eta,
-                 events: SweepEvents, cancel: threading.Event, busy: Callable[[], bool]) -> None:
+    def __init__(self, launch_fn: LaunchFn, plan: CandidatePlan, workload: Workload, requests: Requests,
+                 state: SweepState) -> None:
+        super().__init__(state)
         self.thread_setting: ThreadSetting | None = None
-        self.launch_fn = self._bounded(launch_fn, budget)
+        self.launch_fn = self._bounded(launch_fn, state.budget)
         self.plan = plan
         self.baseline = plan.baseline
-        self.s = settings
         self.workload = workload
         self.requests = requests
-        self.record = record
-        self.budget = budget
-        self.estimates = estimates
-        self.eta = eta
-        self.events = events
-        self.cancel = cancel
-        self.busy = busy
         self.protocol: ProtocolPlan | None = None
 
     def _bounded(self, launch_fn: LaunchFn, budget: Budget) -> LaunchFn:

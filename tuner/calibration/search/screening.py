@@ -27,8 +27,6 @@ Every step runs only when its estimated time fits (event ``"skipped"`` otherwise
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable
 from dataclasses import replace
 
 from tuner.errors import Cancelled
@@ -38,11 +36,8 @@ from ..pairing import compare, pooled_tokens_per_s
 from ..predict import CostModel, fit_cost_model, predict_curve
 from ..results import Measurement
 from ..sentences import JsonValue, Sentence, Slot
-from .budget import Budget, Estimates
-from .eta import Eta
-from .events import SweepEvents
 from .measurer import Measurer
-from .record import Curve, Record
+from .record import Curve
 from .rules import (
     PRUNE_SLACK,
     PRUNE_SLACK_BUSY,
@@ -56,27 +51,19 @@ from .rules import (
     ngram_basis,
     recheck_verdict,
 )
-from .settings import BaselineFailed, SearchSettings
+from .settings import BaselineFailed
+from .stage import Stage, SweepState
 
 
-class Screening:
+class Screening(Stage):
     """The screening stages of one sweep (module docstring); they talk to the rest of the sweep only through
     its state objects and the :class:`~tuner.calibration.search.measurer.Measurer`."""
 
-    def __init__(self, plan: CandidatePlan, settings: SearchSettings, measurer: Measurer, record: Record,
-                 budget: Budget, estimates: Estimates, eta: Eta, events: SweepEvents, cancel: threading.Event,
-                 busy: Callable[[], bool]) -> None:
+    def __init__(self, plan: CandidatePlan, measurer: Measurer, state: SweepState) -> None:
+        super().__init__(state)
         self.plan = plan
-        self.s = settings
         self.measurer = measurer
-        self.record = record
-        self.budget = budget
-        self.estimates = estimates
-        self.eta = eta
-        self.events = events
-        self.cancel = cancel
-        self.busy = busy
-        self.reps = list(range(settings.probe_repetitions))
+        self.reps = list(range(state.settings.probe_repetitions))
         """Repetition ids of every probe and refine launch."""
 
     def _fits(self, est_s: float, reserve: bool = True, optional: bool = False) -> bool:

@@ -17,8 +17,7 @@ One repetition = one pair; the sequential test (``tuner.calibration.sequential``
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import replace
 
 from tuner.errors import Cancelled
@@ -28,31 +27,17 @@ from ..measure import Launch, RequestError, first_divergence, measure_request, n
 from ..pairing import LOOK_STEP, Look, Pair
 from ..prompts import Prompt
 from ..results import Divergence, Measurement, Sample
-from .budget import Budget, Estimates
-from .eta import ConfirmTracker, Eta
-from .events import SweepEvents
 from .measurer import Measurer
-from .record import Record
-from .settings import SearchSettings
+from .stage import Stage, SweepState
 
 
-class SideBySide:
+class SideBySide(Stage):
     """The side-by-side paired rounds of one sweep (module docstring; the caller:
     :class:`~tuner.calibration.search.confirm.Confirmation`)."""
 
-    def __init__(self, settings: SearchSettings, measurer: Measurer, record: Record, tracker: ConfirmTracker,
-                 budget: Budget, estimates: Estimates, eta: Eta, events: SweepEvents, cancel: threading.Event,
-                 busy: Callable[[], bool]) -> None:
-        self.s = settings
+    def __init__(self, measurer: Measurer, state: SweepState) -> None:
+        super().__init__(state)
         self.measurer = measurer
-        self.record = record
-        self.tracker = tracker
-        self.budget = budget
-        self.estimates = estimates
-        self.eta = eta
-        self.events = events
-        self.cancel = cancel
-        self.busy = busy
         self.requests_sent = 0
         """Paired requests sent so far: the even ones go to the finalist first, the odd ones to the baseline."""
 

@@ -24,7 +24,6 @@ bound ("at most"), so one slow setting costs seconds, not minutes.
 
 from __future__ import annotations
 
-import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -38,10 +37,8 @@ from ..measure import Launch, LaunchError, LaunchFn, RequestError, measure_reque
 from ..outcome import SearchOutcome
 from ..threads import LOADING_MESSAGE, SHARE, ThreadChoice, ThreadFigures, ThreadSetting, choose, settings_for
 from ..workload import Workload
-from .budget import Budget, Estimates
-from .events import SweepEvents
 from .protocol import Requests
-from .settings import SearchSettings
+from .stage import Stage, SweepState
 
 PROMPTS = 2
 """Requests per setting idle, and as many with the burner running."""
@@ -60,14 +57,14 @@ BEFORE_SHARE = 2 / 3
 may use on the model alone; the rest is left for the served configuration after the paired rounds."""
 
 
-class ThreadStage:
+class ThreadStage(Stage):
     """The thread stage of one sweep (module docstring).
 
     Args:
         launch_fn: the sweep's launch function (a candidate's thread fields set the launch's threads).
-        settings: the sweep's settings (``thread_cores`` None: no stage).
         workload, requests: the requests' shape and the sweep's prompts.
-        budget, estimates, events, cancel: the sweep's state.
+        state: the sweep's :class:`~tuner.calibration.search.stage.SweepState` (settings ``thread_cores`` None:
+            no stage).
 
     Attributes:
         choice: what the stage found for the served configuration (None: it did not run, or measured nothing).
@@ -75,17 +72,13 @@ class ThreadStage:
         base: the model alone's figures per setting (:meth:`before`).
     """
 
-    def __init__(self, launch_fn: LaunchFn, settings: SearchSettings, workload: Workload, requests: Requests,
-                 budget: Budget, estimates: Estimates, events: SweepEvents, cancel: threading.Event,
+    def __init__(self, launch_fn: LaunchFn, workload: Workload, requests: Requests, state: SweepState,
                  burner: Callable[[float], BoundedBurner] = BoundedBurner) -> None:
+        super().__init__(state)
+        settings, budget = state.settings, state.budget
         self.launch_fn = launch_fn
-        self.s = settings
         self.workload = workload
         self.requests = requests
-        self.budget = budget
-        self.estimates = estimates
-        self.events = events
-        self.cancel = cancel
         self.burner = burner
         self.choice: ThreadChoice | None = None
         self.sweep_setting: ThreadSetting | None = None
