@@ -125,6 +125,8 @@ class ScriptedClient:
         self.metrics = metrics
         self.server_sampling = dict(server_sampling or {})
         self.requests = 0
+        self.prompts: list[str] = []
+        """Each raw completion's prompt, in order."""
 
     def _timings(self, n_predict: int, timeout_s: float) -> dict:
         """One generation of ``n_predict`` tokens: waits or advances the clock, returns llama-server's
@@ -148,7 +150,8 @@ class ScriptedClient:
         return t
 
     def completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:
-        """``POST /completion``: ``{"content", "timings"}``."""
+        """``POST /completion``: ``{"content", "timings"}``; the prompt is kept in :attr:`prompts`."""
+        self.prompts.append(prompt)
         return {"content": self.content, "timings": self._timings(n_predict, timeout_s)}
 
     def oai_completion(self, prompt: str, n_predict: int, timeout_s: float = 120.0, **params: object) -> dict:

@@ -155,3 +155,22 @@ def test_the_eta_counts_the_share_kept_for_the_stage() -> None:
     with_share = eta()
     search.budget.held_s = 0.0
     assert with_share - eta() == SHARE * 600
+
+
+def test_the_loaded_requests_are_not_the_idle_ones_again_and_the_warm_up_is_no_measured_prompt() -> None:
+    """A launch's n-gram pool keeps what earlier requests generated: the same prompts again drafted their own
+    answers back (383 tokens/s "loaded" against 153 idle on ngram-mod)."""
+    from tuner.calibration.measure import WARMUP_PROMPT
+
+    FakeBurner.started = []
+    launch = ScriptedLaunch(_tps, content="same text", clock=(clock := SimClock()), load_s=1.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(), ngram=(), mtp=None, dropped=())
+    prompts = [(i, Prompt(f"prompt {i}", "code")) for i in range(4)]
+    search = scripted_search(launch, plan, prompts, SearchSettings(n_predict=32, thread_cores=2, thread_openmp=True),
+                             600, clock=clock)
+    search.threads.burner = FakeBurner
+    search.run()
+    first = launch.clients[0]  # the model alone's first thread setting, before the sweep
+    # each request's text follows its "Request N." line (tuner.calibration.measure: no two share a cached prompt)
+    assert [p.split("\n", 1)[1] for p in first.prompts] == [WARMUP_PROMPT, "prompt 0", "prompt 1", "prompt 2",
+                                                             "prompt 3"]
