@@ -11,7 +11,7 @@ blocks) and runs, per pair j, three launches through the sweep's own launch path
 stage, so each candidate repetition is adjacent to the baseline repetition with the same requests
 (tuner/calibration/pairing.py). The prompts mix copying (where the n-gram part drafts) with free text
 (where the draft model does). Prints every pair ratio, both comparisons, the chain ÷ single contrast
-(pairing.contrast_test) and the decision sentence. Exit status 0 when the chain ran, was compared over
+(sequential.contrast, the decision's rule) and the decision sentence. Exit status 0 when the chain ran, was compared over
 the adjacent pairs, and the decision served it only if the contrast said "faster".
 """
 
@@ -29,8 +29,8 @@ from tuner.calibration.candidates import Candidate
 from tuner.calibration.decide import MIN_GAIN, decide
 from tuner.calibration.measure import measure_candidate
 from tuner.calibration.outcome import SearchOutcome
-from tuner.calibration.pairing import contrast_test
 from tuner.calibration.prompts import Prompt
+from tuner.calibration.sequential import contrast
 from tuner.calibration.workload import Workload
 from tuner.server.dialect import probe_dialect
 from tuner.server.supervisor import Supervisor
@@ -94,8 +94,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{name} {c.candidate.label}: {c.speedup or 0:.2f}x over {len(c.pairs)} pairs [{ratios}], "
               f"acceptance {c.acceptance or 0:.2f}, vs baseline: {verdict}")
     look = None
-    if cs is not None and cc is not None and cs.pairs and cc.pairs:
-        look = contrast_test([p.ratio for p in cc.pairs], [p.ratio for p in cs.pairs], MIN_GAIN)
+    if cs is not None and cc is not None and cs.look is not None and cc.look is not None:
+        look = contrast(cc.look, cs.look, MIN_GAIN)
         print(f"chain / single: {look.mean_ratio or 0:.2f}x, interval {look.low or 0:.2f}-{look.high or 0:.2f}x, "
               f"{look.verdict}")
     print(f"decision: {d.reason}")

@@ -43,10 +43,11 @@ sys.path.insert(0, str(REPO))
 
 from tests.burner import Burner  # noqa: E402
 from tests.synth import make_family  # noqa: E402
+from tuner.calibration import select_prompts  # noqa: E402
 from tuner.calibration.candidates import Candidate  # noqa: E402
-from tuner.calibration.engine import _supervisor_launch_fn, select_prompts  # noqa: E402
 from tuner.calibration.measure import WARMUP_PROMPT, measure_request  # noqa: E402
 from tuner.calibration.pairing import sample_tokens_and_s  # noqa: E402
+from tuner.calibration.pipeline.launchers import supervisor_launch_fn  # noqa: E402
 from tuner.calibration.prompts import Prompt, default_prompts  # noqa: E402
 from tuner.hardware.host import LoadWatcher  # noqa: E402
 from tuner.server.dialect import probe_dialect  # noqa: E402
@@ -73,8 +74,8 @@ def _launch_pair(lp: int, first_rep: int, a: argparse.Namespace, fam, chosen, bi
     cancel = threading.Event()
     rows = []
     try:
-        launch_b = _supervisor_launch_fn(sup_b, target, 1024, a.threads, lambda *x, **k: None, None)(base, cancel)
-        launch_c = _supervisor_launch_fn(sup_c, target, 1024, a.threads, lambda *x, **k: None, None)(cand, cancel)
+        launch_b = supervisor_launch_fn(sup_b, target, 1024, a.threads, lambda *x, **k: None, None)(base, cancel)
+        launch_c = supervisor_launch_fn(sup_c, target, 1024, a.threads, lambda *x, **k: None, None)(cand, cancel)
         for ln in (launch_c, launch_b):
             measure_request(ln.client, 0, Prompt(WARMUP_PROMPT), -1, 16, 120.0, greedy=True)
         n = 0

@@ -46,7 +46,7 @@ sys.path.insert(0, str(REPO))
 
 from tests.burner import Burner  # noqa: E402
 from tests.synth import make_family  # noqa: E402
-from tuner.calibration.engine import select_prompts  # noqa: E402
+from tuner.calibration import select_prompts  # noqa: E402
 from tuner.calibration.measure import WARMUP_PROMPT, measure_request  # noqa: E402
 from tuner.calibration.pairing import pooled_tokens_per_s  # noqa: E402
 from tuner.calibration.prompts import Prompt, default_prompts  # noqa: E402
