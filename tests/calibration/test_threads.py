@@ -88,3 +88,14 @@ def test_openmp_is_read_from_the_build_flags_only() -> None:
     assert CpuBuffers(("CPU_REPACK",), ("avx2", "openmp")).openmp is True
     assert CpuBuffers((), ("avx2",)).openmp is False
     assert CpuBuffers((), ("avx2",), source="CPU flags").openmp is None
+
+
+def test_the_default_measured_only_on_the_model_alone_is_quoted_as_such() -> None:
+    """The last step had no time for the default on the served configuration; the first step measured it on the
+    model alone (a run under load said nothing of the default at all)."""
+    mine = (ThreadFigures(ThreadSetting(1), 171, 110), ThreadFigures(PASSIVE, 150, 90))
+    base = (ThreadFigures(ThreadSetting(1), 120, 80), ThreadFigures(DEFAULT, 140, 4.0, loaded_at_most=True))
+    choice = ThreadChoice(ThreadSetting(1), mine, 2, "ngram-mod", base)
+    assert render([threads_sentence(choice)]).text == (
+        "Threads: 1 core: 171 tokens/s idle, 110 with another busy program; the default would be 140 and at most "
+        "4.0 (measured with the model alone).")

@@ -161,10 +161,15 @@ def choose(figures: Sequence[ThreadFigures]) -> ThreadSetting | None:
 def threads_sentence(choice: ThreadChoice) -> Sentence:
     """The trade in one sentence (slot THREADS, kind ``threads.trade``), e.g. "Threads: all 2 cores, waiting
     politely: 59 tokens/s idle, 50 with another busy program; the default would be 99 and 1.5."; params: the
-    chosen setting's words and figures and the default's (None when the default is chosen or was not measured),
-    ``of_baseline`` (the figures are the model alone's)."""
+    chosen setting's words and figures and the default's (None when the default is chosen or was not measured;
+    the model alone's when only it was, ``default_of_baseline``), ``of_baseline`` (the figures are the model
+    alone's)."""
     chosen = choice.figures_of(choice.chosen)
     default = choice.figures_of(DEFAULT)
+    # the default not measured on the served configuration: the model alone's, measured before the sweep
+    default_alone = default is None and not choice.of_baseline
+    if default_alone:
+        default = next((f for f in choice.baseline if f.setting == DEFAULT and f.score is not None), None)
     params: dict[str, Any] = {
         "setting": choice.chosen.words(choice.cores), "default": choice.chosen.is_default,
         "idle_tps": chosen.idle_tps if chosen else None, "loaded_tps": chosen.loaded_tps if chosen else None,
@@ -176,6 +181,7 @@ def threads_sentence(choice: ThreadChoice) -> Sentence:
         "default_idle_at_most": default.idle_at_most if default else False,
         "sweep_default_tps": choice.sweep_default_tps if default is None else None,
         "of_baseline": choice.of_baseline,
+        "default_of_baseline": default_alone and default is not None,
     }
     if choice.chosen.is_default:
         others = [f for f in choice.figures if f.setting != DEFAULT and f.score is not None]

@@ -625,11 +625,13 @@ def _threads(p: Params) -> str:
             f"{_loaded(p.get('loaded_tps'), p.get('loaded_at_most'))} with another busy program")
     if p.get("default_idle_tps") is not None and p.get("default_idle_at_most"):
         # collapsed even without the stage's burner: another program kept the CPU busy already
-        return (f"{head}; the default stalled even without the added load (at most "
+        alone = " with the model alone" if p.get("default_of_baseline") else ""
+        return (f"{head}; the default stalled{alone} even without the added load (at most "
                 f"{_tps(p.get('default_idle_tps'))} tokens/s: another program was already using the CPU).")
     if p.get("default_idle_tps") is not None:
+        alone = " (measured with the model alone)" if p.get("default_of_baseline") else ""
         return (f"{head}; the default would be {_tps(p.get('default_idle_tps'))} and "
-                f"{_loaded(p.get('default_loaded_tps'), p.get('default_loaded_at_most'))}.")
+                f"{_loaded(p.get('default_loaded_tps'), p.get('default_loaded_at_most'))}{alone}.")
     if p.get("sweep_default_tps") is not None:
         return (f"{head}; the default was not tried with another busy program in the time left (the sweep measured "
                 f"it at {_tps(p.get('sweep_default_tps'))} tokens/s).")
