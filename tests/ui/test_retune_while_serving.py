@@ -67,7 +67,7 @@ def test_tray_tooltip_and_serve_tab_say_paused_for_retune(make_app):
 
     app = make_app(tray_available=False)
     c = app.controller
-    c.serving = SimpleNamespace(model_name="m.gguf", endpoint_url="http://127.0.0.1:1/v1", spec_label="x", argv=())
+    c.serving = SimpleNamespace(model_name="m.gguf", endpoint_url="http://127.0.0.1:1/v1", spec_label="x", spec_words="", argv=())
     try:
         c.paused_for_retune = True
         c.set_state(AppState.TUNING)
