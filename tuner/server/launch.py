@@ -174,10 +174,11 @@ class Launch:
             while alive():
                 if pruner is not None:
                     pruner.tick()
-                if child.wait(min(0.5, interval_s)) is not None:
-                    return None
+                exited = child.wait(min(0.5, interval_s)) is not None
                 if sleep is not None and sleep.wake_began():
                     announce(WAKING_MESSAGE)  # before the poll, which waits for the reload
+                if exited:  # a wake that died at once (its model gone) was still a wake: announced above first
+                    return None
                 event = sleep.poll() if sleep is not None else None
                 if event is not None and on_sleep is not None and alive():
                     on_sleep(event)
