@@ -23,6 +23,7 @@ from ..candidates import Candidate
 from ..measure import needs_fresh_launch_per_repetition
 from ..pairing import compare
 from .measurer import Measurer
+from .settle import chain_to_settle
 from .side_by_side import SideBySide
 from .stage import Stage, SweepState
 
@@ -61,6 +62,11 @@ class Confirmation(Stage):
                 self.side_by_side.run(finalists)
             else:
                 self._alternating(finalists)
+                while (side := chain_to_settle(self.state, finalists)) is not None:
+                    self.events("progress", f"{side.label}: one more pair, to tell whether the chain is faster "
+                                "than the single type beyond noise", candidate=side)
+                    if not self._alternating([side], settle=True):
+                        break
         finally:
             self.tracker.left = []
 
@@ -87,29 +93,33 @@ class Confirmation(Stage):
             return True, n_pairs
         return False, n_pairs
 
-    def _alternating(self, finalists: Sequence[Candidate]) -> None:
-        """Alternating launches ``A B B A …`` for each finalist (module docstring)."""
+    def _alternating(self, finalists: Sequence[Candidate], settle: bool = False) -> bool:
+        """Alternating launches ``A B B A …`` for each finalist (module docstring); ``settle``: one block of
+        the one finalist, for the decision's chain rule (:func:`.settle.chain_to_settle`). False when the
+        budget was spent or a baseline launch failed."""
         est = self.estimates
+        ran = 0
         open_rep: int | None = None  # a baseline repetition of the last launch still without a partner
         for n_f, c in enumerate(finalists):
             self.tracker.next_finalist(c, self.budget.clock())
             while True:
                 if self.cancel.is_set():
                     raise Cancelled()
-                done, n_pairs = self._conclude(c)
+                done, n_pairs = (ran > 0, self._n_pairs(c)) if settle else self._conclude(c)
                 if done:
                     break
+                ran += 1
                 opening = 0.0 if open_rep is not None else est.estimate_s(None, 1)
                 block = opening + est.estimate_s(self.record.base_tps, 2) + est.estimate_s(None, 2)
                 if not est.fits(self.budget, block, reserve=False):
                     self.events("skipped", f"{c.label}: paired round {n_pairs // 2 + 1} not run, the time budget "
                                 "is spent", candidate=c, detail={"pairs": n_pairs})
-                    return
+                    return False
                 self.eta.pending_s = block
                 if open_rep is None:
                     open_rep = self.tracker.take_rep()
                     if not self._run_baseline([open_rep]):
-                        return
+                        return False
                 r1 = open_rep
                 r2 = self.tracker.take_rep()
                 b_ok = self._run_candidate(c, [r1, r2])
@@ -120,11 +130,18 @@ class Confirmation(Stage):
                                          + est.estimate_s(None, 1), reserve=False)
                 r3 = self.tracker.take_rep() if hold else None
                 if not self._run_baseline([r2] + ([r3] if r3 is not None else [])):
-                    return
+                    return False
                 open_rep = r3
                 if not b_ok:
                     break
         self.eta.pending_s = 0.0
+        return True
+
+    def _n_pairs(self, c: Candidate) -> int:
+        s, t = self.s, self.tracker
+        cmp_ = compare(self.record.measurements, c, s.min_gain, s.alpha, t.max_pairs, t.finalists, mix=self.record.mix,
+                       layout=s.layout)
+        return len(cmp_.pairs) if cmp_ is not None and cmp_.paired else 0
 
     def _run_baseline(self, reps: list[int]) -> bool:
         m = self.measurer.measure(self.measurer.baseline, reps, "confirm", single_launch=True)

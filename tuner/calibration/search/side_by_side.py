@@ -17,7 +17,7 @@ One repetition = one pair; the sequential test (``tuner.calibration.sequential``
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import replace
 
 from tuner.errors import Cancelled
@@ -28,6 +28,7 @@ from ..pairing import LOOK_STEP, Look, Pair
 from ..prompts import Prompt
 from ..results import Divergence, Measurement, Sample
 from .measurer import Measurer
+from .settle import chain_to_settle
 from .stage import Stage, SweepState
 
 
@@ -40,6 +41,9 @@ class SideBySide(Stage):
         self.measurer = measurer
         self.requests_sent = 0
         """Paired requests sent so far: the even ones go to the finalist first, the odd ones to the baseline."""
+        self._base: Launch | None = None
+        self.more_in_launch: Callable[[Look], bool] = self.wants_more
+        """After each repetition of a launch: whether its next repetition runs (budget permitting)."""
 
     def look(self, c: Candidate, extra: Sequence[Pair] = ()) -> Look:
         """The sequential test's look at finalist ``c`` over its pairs so far and ``extra`` pairs of the launch
@@ -55,56 +59,82 @@ class SideBySide(Stage):
         return not concluded and look.n < self.tracker.max_pairs
 
     def run(self, finalists: Sequence[Candidate]) -> None:
-        """Paired rounds with the baseline's server kept running, for each finalist in turn.
+        """Paired rounds with the baseline's server kept running, for each finalist in turn; then more pairs
+        while the decision's chain rule is undecided and the budget allows (:func:`.settle.chain_to_settle`).
 
         Raises:
             Cancelled: the user cancelled (both servers are stopped).
         """
-        base_launch: Launch | None = None
-        est = self.estimates
+        self._base = None
         try:
             for c in finalists:
                 self.tracker.next_finalist(c, self.budget.clock())
-                while True:
-                    if self.cancel.is_set():
-                        raise Cancelled()
-                    look = self.look(c)
-                    if look.n:
-                        self.tracker.saw(look, self.budget.clock())
-                    n_pairs = look.n
-                    if not self.wants_more(look):
-                        self.events("confirmed", f"{c.label}: {look.verdict} than no speculation after {n_pairs} "
-                                    "pairs" if look.verdict != "inconclusive" else
-                                    f"{c.label}: still inconclusive after {n_pairs} pairs", candidate=c,
-                                    detail={"verdict": look.verdict, "pairs": n_pairs})
-                        break
-                    base_tps = self.record.base_tps
-                    pair = est.estimate_s(base_tps, 1) + est.rep_s(base_tps) \
-                        + (est.estimate_s(None, 0) if base_launch is None else 0.0)
-                    if not est.fits(self.budget, pair, reserve=False):
-                        self.events("skipped", f"{c.label}: no further pair, the time budget is spent", candidate=c,
-                                    detail={"pairs": n_pairs})
-                        return
-                    if base_launch is None:
-                        base_launch = self.measurer.open_baseline()
-                        if base_launch is None:
-                            return
-                    per_launch = 1 if needs_fresh_launch_per_repetition(c) else LOOK_STEP
-                    left = self.tracker.max_pairs - n_pairs
-                    reps = [self.tracker.take_rep() for _ in range(max(1, min(per_launch, left)))]
-                    self.eta.pending_s = pair
-                    n_req = len(self.measurer.requests.prompts) * len(reps)
-                    self.eta.start_step(self.budget.clock(), est.launch_s() + len(reps) * 2 * est.rep_s(base_tps),
-                                        est.launch_s(), n_req, base_tps, len(reps))
-                    try:
-                        if not self._launch(c, base_launch, reps):
-                            break
-                    finally:
-                        self.eta.end_step()
+                if not self._rounds(c):
+                    return
+            self._settle(finalists)
         finally:
             self.eta.pending_s = 0.0
-            if base_launch is not None:
-                base_launch.stop()
+            if self._base is not None:
+                self._base.stop()
+
+    def _rounds(self, c: Candidate) -> bool:
+        """Paired rounds of ``c`` until :meth:`wants_more` says no; False when the budget is spent (or the
+        baseline's server would not start): no later finalist runs then."""
+        self.more_in_launch = self.wants_more
+        while True:
+            if self.cancel.is_set():
+                raise Cancelled()
+            look = self.look(c)
+            if look.n:
+                self.tracker.saw(look, self.budget.clock())
+            if not self.wants_more(look):
+                self.events("confirmed", f"{c.label}: {look.verdict} than no speculation after {look.n} "
+                            "pairs" if look.verdict != "inconclusive" else
+                            f"{c.label}: still inconclusive after {look.n} pairs", candidate=c,
+                            detail={"verdict": look.verdict, "pairs": look.n})
+                return True
+            done = self._round(c, look.n)
+            if done is not None:
+                return done
+
+    def _settle(self, finalists: Sequence[Candidate]) -> None:
+        """One launch more at a time for the side :func:`.settle.chain_to_settle` names, while it names one."""
+        self.more_in_launch = lambda _look: True  # a whole launch: its pairs are for the contrast, not this test
+        while (c := chain_to_settle(self.state, finalists)) is not None:
+            if self.cancel.is_set():
+                raise Cancelled()
+            self.events("progress", f"{c.label}: one more pair, to tell whether the chain is faster than the "
+                        "single type beyond noise", candidate=c)
+            if self._round(c, self.look(c).n) is not None:
+                return
+
+    def _round(self, c: Candidate, n_pairs: int) -> bool | None:
+        """One launch of ``c`` next to the baseline's server (started here the first time). ``None`` when it
+        ran; True when ``c`` failed (its rounds end); False when the budget is spent or the baseline's server
+        would not start."""
+        est = self.estimates
+        base_tps = self.record.base_tps
+        pair = est.estimate_s(base_tps, 1) + est.rep_s(base_tps) \
+            + (est.estimate_s(None, 0) if self._base is None else 0.0)
+        if not est.fits(self.budget, pair, reserve=False):
+            self.events("skipped", f"{c.label}: no further pair, the time budget is spent", candidate=c,
+                        detail={"pairs": n_pairs})
+            return False
+        if self._base is None:
+            self._base = self.measurer.open_baseline()
+            if self._base is None:
+                return False
+        per_launch = 1 if needs_fresh_launch_per_repetition(c) else LOOK_STEP
+        left = self.tracker.max_pairs - n_pairs
+        reps = [self.tracker.take_rep() for _ in range(max(1, min(per_launch, left)))]
+        self.eta.pending_s = pair
+        n_req = len(self.measurer.requests.prompts) * len(reps)
+        self.eta.start_step(self.budget.clock(), est.launch_s() + len(reps) * 2 * est.rep_s(base_tps),
+                            est.launch_s(), n_req, base_tps, len(reps))
+        try:
+            return None if self._launch(c, self._base, reps) else True
+        finally:
+            self.eta.end_step()
 
     def _launch(self, c: Candidate, base: Launch, reps: list[int]) -> bool:
         """One launch of ``c`` whose every request is repeated on the baseline's server ``base``; books the
@@ -213,7 +243,7 @@ class _Pair:
             return False
         look = r.look(self.c, self._pairs_so_far(samples))
         r.tracker.saw(look, r.budget.clock())
-        if not r.wants_more(look):
+        if not r.more_in_launch(look):
             return True
         return not r.estimates.fits(r.budget, 2 * r.estimates.rep_s(r.record.base_tps), reserve=False)
 

@@ -1,0 +1,66 @@
+"""Which finalist's next pairs could settle the decision's chain rule (issue 25 item 2: a budget spent where
+it can win).
+
+The decision serves a chained candidate (``ngram-mod,draft-simple`` …) that came out fastest only when its
+pairs show it faster than the best single-type winner beyond noise (``tuner.calibration.decide._chain_rule``);
+otherwise the simpler one is served. Each finalist's paired rounds end as soon as its own test against the
+model alone is conclusive, so a chain confirmed "faster" after two pairs next to a single type confirmed after
+four left that contrast undecided while budget was left (the greedy 180 s bench of the issue's family: the chain
+measured 1.42×, ngram-mod 1.26×, contrast 1.14× with interval 0.96–1.35×, 48 s unspent; ngram-mod was served).
+:func:`chain_to_settle` names the side that should get the next pair, so the paired rounds go on while the
+contrast is undecided, the budget fits another pair and a side has fewer than ``max_pairs`` pairs.
+
+The contrast is looked at after each added pair and once more at decision time; the looks are few (at most
+``max_pairs`` − the pairs already run, in steps of one launch), and an error there serves a chain that is faster
+than the model alone (both sides passed their own test) but not 3 % faster than the single type.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+
+from ..candidates import Candidate
+from ..pairing import Comparison, compare
+from ..sequential import contrast
+from .stage import SweepState
+
+
+def _winners(state: SweepState, finalists: Sequence[Candidate]) -> list[Comparison]:
+    """The finalists whose paired test says "faster", as the decision compares them (``final`` looks)."""
+    s, t, rec = state.settings, state.tracker, state.record
+    out = []
+    for c in finalists:
+        cmp_ = compare(rec.measurements, c, s.min_gain, s.alpha, t.max_pairs, t.finalists, mix=rec.mix,
+                       layout=s.layout, final=True)
+        if cmp_ is not None and cmp_.paired and cmp_.look is not None and cmp_.look.verdict == "faster":
+            out.append(cmp_)
+    return out
+
+
+def chain_to_settle(state: SweepState, finalists: Sequence[Candidate]) -> Candidate | None:
+    """The finalist that should get the next paired round so the decision's chain rule can settle, or ``None``.
+
+    ``None`` unless the fastest "faster" finalist (pooled speedup) is chained, a single-type finalist also
+    passed, and the contrast of the two (``tuner.calibration.sequential.contrast``, the decision's own
+    test) is inconclusive; then the side with fewer pairs (the chain on a tie) below the tracker's
+    ``max_pairs`` — ``None`` when both reached it.
+    """
+    winners = _winners(state, finalists)
+    if not winners:
+        return None
+    fastest = max(winners, key=lambda x: x.speedup or 0.0)
+    singles = [x for x in winners if not x.candidate.is_chained]
+    if not fastest.candidate.is_chained or not singles:
+        return None
+    single = max(singles, key=lambda x: x.speedup or 0.0)
+    assert fastest.look is not None and single.look is not None
+    s = state.settings
+    if contrast(fastest.look, single.look, s.min_gain, s.alpha).verdict != "inconclusive":
+        return None
+    for side in sorted((fastest, single), key=lambda x: (x.look.n if x.look else 0, not x.candidate.is_chained)):
+        if side.look is not None and side.look.n < state.tracker.max_pairs:
+            return side.candidate
+    return None
+
+
+__all__ = ["chain_to_settle"]
