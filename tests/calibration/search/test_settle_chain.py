@@ -72,3 +72,53 @@ def test_extra_pairs_stop_at_the_budget_and_the_simpler_type_is_served_then() ->
     assert 1 <= _more(events) and chain_pairs < 5
     assert ("skipped", "ngram-mod,draft-simple good.gguf n_max 4: no further pair, the time budget is spent") in events
     assert d.winner == NGRAM and "so the simpler configuration is served" in d.reason, d.reason
+
+
+class _NoBurner:
+    """The thread stage's burner, doing nothing (the scripted speeds do not depend on it here)."""
+
+    def __init__(self, seconds: float) -> None:
+        pass
+
+    def __enter__(self) -> _NoBurner:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        pass
+
+
+def test_the_extra_pairs_may_use_the_time_kept_back_for_the_thread_stage() -> None:
+    # greedy 180 s bench, second run: one more pair of the chain did not fit beside the thread stage's
+    # share, which then used 10 of its 27 s; which configuration is served outranks measuring its threads
+    rng = random.Random(1)
+
+    def tps(c: Candidate) -> float:
+        if c.is_baseline:
+            return 100.0 * rng.uniform(0.97, 1.03)
+        if c.is_chained:
+            return 140.0 * rng.uniform(0.85, 1.15)
+        return (110.0 if c.spec_type == "ngram-simple" else 126.0) * rng.uniform(0.97, 1.03)
+
+    clock = SimClock()
+    events: list[tuple[str, str]] = []
+    search = scripted_search(ScriptedLaunch(tps, content="same text", clock=clock, load_s=1.0),
+                             CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)),
+                             [(i, Prompt(f"p{i}", "code")) for i in range(5)],
+                             SearchSettings(n_predict=32, side_by_side=True, thread_cores=2, thread_openmp=True), 65,
+                             clock=clock, emit=lambda kind, msg, **kw: events.append((kind, msg)))
+    search.threads.burner = _NoBurner
+    paid_from_held: list[float] = []
+    real_fits = search.estimates.fits
+
+    def fits(budget, est_s, reserve=True, optional=False, busy=False, held=False):  # type: ignore[no-untyped-def]
+        ok = real_fits(budget, est_s, reserve, optional, busy, held)
+        if held and ok and not real_fits(budget, est_s, reserve, optional, busy):
+            paid_from_held.append(est_s)
+        return ok
+
+    search.estimates.fits = fits  # type: ignore[method-assign]
+    outcome = search.run()
+    d = decide(outcome)
+    assert paid_from_held, "no extra pair needed the thread stage's kept-back time at this budget"
+    assert _more(events) >= 1 and d.winner == CHAIN, d.reason
+    assert search.budget.elapsed_s() <= 65 * 1.05

@@ -186,10 +186,13 @@ class Estimates:
         return MIN_PAIRS * self.pair_s() + self.opening_s()
 
     def fits(self, budget: Budget, est_s: float, reserve: bool = True, optional: bool = False,
-             busy: bool = False) -> bool:
+             busy: bool = False, held: bool = False) -> bool:
         """True when a step of ``est_s`` seconds fits the budget left (screening steps keep
-        :meth:`reserve_s`; ``optional`` steps its busy-machine reserve)."""
-        return budget.remaining_s() - (self.reserve_s(optional, busy) if reserve else 0.0) >= est_s
+        :meth:`reserve_s`; ``optional`` steps its busy-machine reserve; ``held``: the time kept back for the
+        thread stage counts too — a step that decides what is served outranks measuring its threads, which
+        then falls back to the model alone's setting)."""
+        left = budget.remaining_s() + (budget.held_s if held else 0.0)
+        return left - (self.reserve_s(optional, busy) if reserve else 0.0) >= est_s
 
 
 __all__ = ["DEFAULT_LOAD_S", "DEFAULT_TPS", "HARD_LIMIT", "RESERVE_PAIRS", "Budget", "Estimates"]

@@ -111,7 +111,7 @@ class Confirmation(Stage):
                 ran += 1
                 opening = 0.0 if open_rep is not None else est.estimate_s(None, 1)
                 block = opening + est.estimate_s(self.record.base_tps, 2) + est.estimate_s(None, 2)
-                if not est.fits(self.budget, block, reserve=False):
+                if not est.fits(self.budget, block, reserve=False, held=settle):
                     self.events("skipped", f"{c.label}: paired round {n_pairs // 2 + 1} not run, the time budget "
                                 "is spent", candidate=c, detail={"pairs": n_pairs})
                     return False

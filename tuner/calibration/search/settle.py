@@ -8,7 +8,12 @@ model alone is conclusive, so a chain confirmed "faster" after two pairs next to
 four left that contrast undecided while budget was left (the greedy 180 s bench of the issue's family: the chain
 measured 1.42×, ngram-mod 1.26×, contrast 1.14× with interval 0.96–1.35×, 48 s unspent; ngram-mod was served).
 :func:`chain_to_settle` names the side that should get the next pair, so the paired rounds go on while the
-contrast is undecided, the budget fits another pair and a side has fewer than ``max_pairs`` pairs.
+contrast is undecided, the budget fits another pair and a side has fewer than ``max_pairs`` pairs. These pairs
+may use the time kept back for the thread stage (``Budget.held_s``): which configuration is served outranks
+measuring its thread settings, and without that time the thread stage serves the model alone's setting and says
+so (``tuner.calibration.threads.ThreadChoice.of_baseline``). (The same bench's next run: the chain 1.62×,
+ngram-mod 1.40×, contrast 1.15× with interval 1.01–1.32×; one more pair did not fit beside the thread stage's
+share, which then used 10 of its 27 s.)
 
 The contrast is looked at after each added pair and once more at decision time; the looks are few (at most
 ``max_pairs`` − the pairs already run, in steps of one launch), and an error there serves a chain that is faster

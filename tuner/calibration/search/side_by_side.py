@@ -44,6 +44,8 @@ class SideBySide(Stage):
         self._base: Launch | None = None
         self.more_in_launch: Callable[[Look], bool] = self.wants_more
         """After each repetition of a launch: whether its next repetition runs (budget permitting)."""
+        self.settling = False
+        """The rounds for the decision's chain rule are under way: the thread stage's kept-back time may pay."""
 
     def look(self, c: Candidate, extra: Sequence[Pair] = ()) -> Look:
         """The sequential test's look at finalist ``c`` over its pairs so far and ``extra`` pairs of the launch
@@ -100,23 +102,24 @@ class SideBySide(Stage):
     def _settle(self, finalists: Sequence[Candidate]) -> None:
         """One launch more at a time for the side :func:`.settle.chain_to_settle` names, while it names one."""
         self.more_in_launch = lambda _look: True  # a whole launch: its pairs are for the contrast, not this test
+        self.settling = True
         while (c := chain_to_settle(self.state, finalists)) is not None:
             if self.cancel.is_set():
                 raise Cancelled()
             self.events("progress", f"{c.label}: one more pair, to tell whether the chain is faster than the "
                         "single type beyond noise", candidate=c)
-            if self._round(c, self.look(c).n) is not None:
+            if self._round(c, self.look(c).n, held=True) is not None:
                 return
 
-    def _round(self, c: Candidate, n_pairs: int) -> bool | None:
+    def _round(self, c: Candidate, n_pairs: int, held: bool = False) -> bool | None:
         """One launch of ``c`` next to the baseline's server (started here the first time). ``None`` when it
         ran; True when ``c`` failed (its rounds end); False when the budget is spent or the baseline's server
-        would not start."""
+        would not start. ``held``: the thread stage's kept-back time may pay for it (``Estimates.fits``)."""
         est = self.estimates
         base_tps = self.record.base_tps
         pair = est.estimate_s(base_tps, 1) + est.rep_s(base_tps) \
             + (est.estimate_s(None, 0) if self._base is None else 0.0)
-        if not est.fits(self.budget, pair, reserve=False):
+        if not est.fits(self.budget, pair, reserve=False, held=held):
             self.events("skipped", f"{c.label}: no further pair, the time budget is spent", candidate=c,
                         detail={"pairs": n_pairs})
             return False
@@ -245,7 +248,7 @@ class _Pair:
         r.tracker.saw(look, r.budget.clock())
         if not r.more_in_launch(look):
             return True
-        return not r.estimates.fits(r.budget, 2 * r.estimates.rep_s(r.record.base_tps), reserve=False)
+        return not r.estimates.fits(r.budget, 2 * r.estimates.rep_s(r.record.base_tps), reserve=False, held=r.settling)
 
     def checked(self, m: Measurement) -> Measurement:
         """``m`` with its outputs compared with the baseline's on the same requests (the lossless check)."""
