@@ -1,0 +1,214 @@
+"""Predicted against measured speedup of each draft length, on the quality family (issue 28 item 3's table).
+
+    python -m bench.n_max_prediction [--server PATH] [--rounds 3] [--n-predict 96] [--prompts 3] [--threads 1]
+
+On the family of ``bench/tune_quality.py`` (768 wide, a 12-block F16 target, its good 2-block draft; greedy,
+``/completion``, llama-server's sweep protocol: one launch per configuration, a warm-up, then every prompt):
+
+* measured: the target alone, and ``draft-simple`` at every length of :data:`LENGTHS` (``p_min`` 0), in rotated
+  rounds (tune_quality's prompts; each round every configuration once, the order shifted by one each round); each length's speedup is
+  the median over the rounds of its pooled tokens/s ÷ the target alone's in the same round;
+* the synthetic verify-cost curve: ``--spec-synth-rates 0,…,0`` (llama-server b11434, "benchmarking only":
+  tools/server/server-context.cpp ``server_sample_and_accept_synth`` accepts each drafted token at the given
+  rate instead of by match; the draft still drafts all ``n_max`` tokens and the target verifies them) at each
+  length of :data:`SYNTH_LENGTHS` in the same rounds: at rate 0 every step yields one token, so the target
+  alone's tokens/s ÷ the synthetic run's is the cost of one step drafting ``k`` tokens, in target-token times;
+* predicted: from the ``n_max`` 16 launch's ``/metrics`` per-position counters (pooled over the rounds) with
+  ``tuner.calibration.predict.predicted_ratio`` — under the synthetic curve (linear between its lengths) and
+  under the cost model the sweep fits today (``fit_run_cost`` of that one launch, ``w`` = 0);
+* each real run's own step cost, ``(1 + accepted per step) × target alone ÷ its tokens/s``, beside the curve's
+  at its drafted tokens per step: where a prediction misses, this says whether the cost or the acceptance did.
+
+Prints the table and the largest error of each prediction; exit status 0 when the curve's predictions are all
+within 15 % of the measured speedups (issue 28's goal). Say in the note what else ran on the machine.
+"""
+
+from __future__ import annotations
+
+import argparse
+import os
+import statistics
+import sys
+import tempfile
+from dataclasses import dataclass, field, replace
+from pathlib import Path
+
+from bench.common import family, note_machine, private_home, select_prompts, server_binary
+from bench.tune_quality import PROMPTS
+from tuner.calibration.measure import WARMUP_PROMPT, measure_request
+from tuner.calibration.pairing import pooled_tokens_per_s
+from tuner.calibration.predict import PerPositionCounts, fit_run_cost, parse_spec_metrics, predicted_ratio
+from tuner.calibration.prompts import Prompt, make_prompt_set
+from tuner.calibration.results import Sample
+from tuner.calibration.sampling import GREEDY
+from tuner.calibration.workload import Workload
+from tuner.server.config import ServerConfig
+from tuner.server.dialect import probe_dialect
+from tuner.server.supervisor import Supervisor
+
+LENGTHS = (1, 2, 3, 4, 5, 6, 8, 12, 16)
+SYNTH_LENGTHS = (1, 2, 4, 8, 12, 16)
+PROBE = 16
+GOAL = 0.15
+
+
+@dataclass
+class Runs:
+    """One configuration's samples over the rounds, its counters pooled, its ratio per round."""
+
+    samples: list[Sample] = field(default_factory=list)
+    counts: PerPositionCounts | None = None
+    ratios: list[float] = field(default_factory=list)
+
+    def add_counts(self, c: PerPositionCounts | None) -> None:
+        if c is None:
+            return
+        if self.counts is None:
+            self.counts = c
+            return
+        n = max(len(c.accepted_per_pos), len(self.counts.accepted_per_pos))
+        a = list(self.counts.accepted_per_pos) + [0] * (n - len(self.counts.accepted_per_pos))
+        b = list(c.accepted_per_pos) + [0] * (n - len(c.accepted_per_pos))
+        self.counts = PerPositionCounts(self.counts.drafts_total + c.drafts_total,
+                                        self.counts.draft_tokens_total + c.draft_tokens_total,
+                                        self.counts.accepted_tokens_total + c.accepted_tokens_total,
+                                        tuple(x + y for x, y in zip(a, b)))
+
+    @property
+    def generated(self) -> float:
+        """Generated tokens after each request's first (``predicted_n − 1``: the steps' tokens)."""
+        return float(sum(max(0, (s.predicted_n or 0) - 1) for s in self.samples))
+
+
+def _counts(sup: Supervisor) -> PerPositionCounts | None:
+    try:
+        return parse_spec_metrics(sup.client(timeout_s=30.0).metrics_text())
+    except Exception:  # noqa: BLE001 - a bench reads what it can; a missing scrape shows as "-"
+        return None
+
+
+def measure(sup: Supervisor, cfg: ServerConfig, prompts: list[tuple[int, Prompt]], rep: int, n_predict: int,
+            workload: Workload) -> tuple[list[Sample], PerPositionCounts | None]:
+    """One launch: started, warmed up, every prompt once (repetition ``rep``), its counters, stopped."""
+    sup.start(cfg)
+    try:
+        sup.wait_ready()
+        client = sup.client(timeout_s=300.0)
+        measure_request(client, 0, Prompt(WARMUP_PROMPT), -1, 16, 300.0, greedy=True)
+        before = _counts(sup)
+        samples = [measure_request(client, idx, p, rep, n_predict, 300.0, workload=workload) for idx, p in prompts]
+        after = _counts(sup)
+        return samples, (after.minus(before) if after is not None and before is not None else None)
+    finally:
+        sup.stop()
+
+
+def configs(target: Path, draft: Path, n_ctx: int, threads: int | None) -> dict[str, ServerConfig]:
+    base = ServerConfig(target, n_ctx=n_ctx, n_parallel=1, threads=threads)
+    spec = replace(base, draft_path=draft, spec_type="draft-simple", p_min=0.0)
+    out = {"alone": base}
+    out.update({f"n_max {k}": replace(spec, n_max=k) for k in LENGTHS})
+    out.update({f"synth {k}": replace(spec, n_max=k, extra_args=("--spec-synth-rates", ",".join(["0"] * k)))
+                for k in SYNTH_LENGTHS})
+    return out
+
+
+@dataclass(frozen=True)
+class Curve:
+    """The synthetic step costs: ``(drafted tokens per step, cost)`` increasing, linear between them."""
+
+    points: tuple[tuple[float, float], ...]
+
+    def step_cost(self, k: float) -> float:
+        pts = self.points
+        if k <= pts[0][0]:
+            (x0, y0), (x1, y1) = pts[0], pts[1]
+        else:
+            i = max(j for j in range(len(pts) - 1) if pts[j][0] <= k) if k < pts[-1][0] else len(pts) - 2
+            (x0, y0), (x1, y1) = pts[i], pts[i + 1]
+        return max(1.0, y0 + (y1 - y0) * (k - x0) / (x1 - x0)) if x1 > x0 else y0
+
+
+def run(args: argparse.Namespace) -> dict[str, Runs]:
+    work = Path(tempfile.mkdtemp(prefix="dw-nmax-"))
+    private_home(work)
+    fam = family(work / "models")
+    binary = server_binary(args)
+    sup = Supervisor(binary, probe_dialect(binary.path))
+    prompts = select_prompts(make_prompt_set(PROMPTS[: args.prompts], source="bench"), None)
+    workload = Workload(sampling=GREEDY, n_ctx=args.n_ctx)
+    cfgs = configs(fam.target.resolve(), fam.good_draft.resolve(), args.n_ctx, args.threads)
+    names = list(cfgs)
+    runs = {n: Runs() for n in names}
+    for r in range(args.rounds):
+        order = names[r % len(names):] + names[:r % len(names)]
+        tps: dict[str, float] = {}
+        for name in order:
+            samples, counts = measure(sup, cfgs[name], prompts, 100 + r, args.n_predict, workload)
+            runs[name].samples += samples
+            runs[name].add_counts(counts)
+            tps[name] = pooled_tokens_per_s(samples) or 0.0
+            print(f"[round {r + 1}] {name:<10} {tps[name]:8.1f} tok/s", file=sys.stderr, flush=True)
+        for name in names:
+            runs[name].ratios.append(tps[name] / tps["alone"] if tps["alone"] else float("nan"))
+    return runs
+
+
+def table(runs: dict[str, Runs]) -> bool:
+    """Print the table; True when every curve prediction is within :data:`GOAL`."""
+    med = {n: statistics.median(r.ratios) for n, r in runs.items()}
+    pts = []
+    for k in SYNTH_LENGTHS:
+        c = runs[f"synth {k}"].counts
+        drafted = c.drafted_per_step if c is not None and c.drafted_per_step else float(k)
+        pts.append((drafted, 1.0 / med[f"synth {k}"]))
+    curve = Curve(tuple(sorted(pts)))
+    probe = runs[f"n_max {PROBE}"]
+    assert probe.counts is not None, "the n_max 16 launches exposed no /metrics counters"
+    fitted = fit_run_cost(probe.counts, probe.generated, med[f"n_max {PROBE}"])
+    print("\nsynthetic step cost (drafted per step: cost in target-token times): "
+          + ", ".join(f"{x:.2f}: {y:.2f}" for x, y in curve.points))
+    if fitted is not None:
+        print(f"fitted today (n_max {PROBE} launch, w = 0): cost(k) = 1 + {fitted.per_draft_token:.3f}·k")
+    print("\n n_max  measured  curve (err)      fitted (err)     real step cost  curve's cost  acceptance")
+    worst_curve = worst_fit = 0.0
+    for k in LENGTHS:
+        m = med[f"n_max {k}"]
+        pc = predicted_ratio(probe.counts, probe.generated, k, curve)
+        pf = predicted_ratio(probe.counts, probe.generated, k, fitted) if fitted is not None else None
+        own = runs[f"n_max {k}"].counts
+        cost: float | None = None
+        dps: float | None = None
+        acc: float | None = None
+        if own is not None and own.drafts_total:
+            steps = runs[f"n_max {k}"].generated - own.accepted_tokens_total
+            a = own.accepted_tokens_total / steps if steps > 0 else 0.0
+            cost, dps, acc = (1.0 + a) / m, own.drafted_per_step, own.acceptance
+        ec = abs(pc / m - 1) if pc else float("nan")
+        ef = abs(pf / m - 1) if pf else float("nan")
+        worst_curve, worst_fit = max(worst_curve, ec), max(worst_fit, ef)
+        print(f" {k:5d}  {m:7.2f}x  {pc or 0:5.2f}x ({ec:5.1%})  {pf or 0:5.2f}x ({ef:5.1%})  "
+              f"{cost or 0:13.2f}  {curve.step_cost(dps or k):12.2f}  {acc or 0:9.0%}")
+    print(f"\nlargest error: curve {worst_curve:.1%}, fitted {worst_fit:.1%} (goal: the curve within {GOAL:.0%})")
+    return worst_curve <= GOAL
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    ap.add_argument("--server", help="llama-server binary (default: discovered)")
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--n-ctx", type=int, default=1024)
+    ap.add_argument("--threads", type=int, default=1, help="server (and draft) threads of every launch")
+    ap.add_argument("--n-predict", type=int, default=96)
+    ap.add_argument("--prompts", type=int, default=3, help="prompts of bench/tune_quality.py's (of 4)")
+    args = ap.parse_args(argv)
+    note_machine("before")
+    load0 = os.getloadavg()
+    ok = table(run(args))
+    print(f"load average at the start {load0[0]:.1f}, at the end {os.getloadavg()[0]:.1f} ({os.cpu_count()} CPUs)")
+    note_machine("after")
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
