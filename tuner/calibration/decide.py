@@ -28,6 +28,7 @@ from .pairing import (
 )
 from .results import Measurement, Sample
 from .sentences import Sentence, Slot, in_reading_order
+from .sequential import CHAIN_MIN_GAIN
 from .sequential import contrast as contrast_looks
 from .wording import never_entry, of_slot, render
 
@@ -412,7 +413,7 @@ def _entry(m: Measurement) -> dict[str, Any]:
 def _winner(ev: _Evidence, winners: Sequence[Comparison], outcome: SearchOutcome) -> Decision:
     """The fastest of ``winners`` (each "faster" in its paired rounds), after the chain rule."""
     fastest = max(winners, key=lambda c: c.speedup or 0.0)
-    w, chain = _chain_rule(fastest, winners, outcome.min_gain, outcome.alpha)
+    w, chain = _chain_rule(fastest, winners, outcome.alpha)
     wm = _merged(outcome.measurements, w.candidate)
     sentences = [
         Sentence(Slot.HEADLINE, "headline.serving", {
@@ -537,12 +538,12 @@ def mix_sentence(c: Comparison, mix: Mix | None = None, noise: float = MIX_NOISE
                                                **split})
 
 
-def _chain_rule(w: Comparison, winners: Sequence[Comparison], min_gain: float,
-                alpha: float) -> tuple[Comparison, Sentence | None]:
+def _chain_rule(w: Comparison, winners: Sequence[Comparison], alpha: float) -> tuple[Comparison, Sentence | None]:
     """A chained candidate (several types in one ``--spec-type``) that came out fastest is served only
     when its pairs show it faster than the best single-type winner beyond noise
     (:func:`tuner.calibration.sequential.contrast` of their request-level looks: the low end of chain ÷ single above
-    ``1 + min_gain``); otherwise the simpler candidate is served. Both must already have passed the
+    ``1 +`` :data:`~tuner.calibration.sequential.CHAIN_MIN_GAIN`, i.e. above 1); otherwise the simpler candidate is
+    served. Both must already have passed the
     sequential test against the baseline (``winners``). Returns ``(served comparison, sentence)``; the
     sentence is ``None`` when no chain was involved."""
     if not w.candidate.is_chained:
@@ -552,6 +553,7 @@ def _chain_rule(w: Comparison, winners: Sequence[Comparison], min_gain: float,
         return w, None
     single = max(singles, key=lambda c: c.speedup or 0.0)
     assert w.look is not None and single.look is not None  # both passed the sequential test
+    min_gain = CHAIN_MIN_GAIN
     look = contrast_looks(w.look, single.look, min_gain, alpha)
     contrast: dict[str, Any] | None = None
     if look.mean_ratio is not None and look.low is not None and look.high is not None:

@@ -36,6 +36,7 @@ The CAPTURED slot has no kind yet (issue 28 adds it).
 
 from __future__ import annotations
 
+import math
 import time
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass
@@ -401,19 +402,23 @@ def _evidence_paired(p: Params) -> str:
 
 
 def _contrast(p: Params) -> str:
+    """Chain ÷ single with its interval rounded outwards (a low end of 0.998 reads 0.99, never the bar's 1.00)."""
     c = p.get("contrast")
-    return f"{c['mean']:.2f}× over their pairs, interval {c['low']:.2f}–{c['high']:.2f}×" if c else ""
+    if not c:
+        return ""
+    low, high = math.floor(c["low"] * 100) / 100, math.ceil(c["high"] * 100) / 100
+    return f"{c['mean']:.2f}× over their pairs, interval {low:.2f}–{high:.2f}×"
 
 
 def _chain_faster(p: Params) -> str:
     return (f"It is faster than the best single type, {p['single']}, beyond noise "
-            f"({_contrast(p)}; needs more than {1 + p['min_gain']:.2f}×).")
+            f"({_contrast(p)}; the interval needs to lie above {1 + p['min_gain']:.2f}×).")
 
 
 def _chain_not_faster(p: Params) -> str:
     return (f"The chain {p['chain']} measured {p['chain_speedup'] or 0.0:.2f}× but was not faster than "
-            f"{p['single']} beyond noise ({_contrast(p) or 'too few pairs'}; a chain is served only above "
-            f"{1 + p['min_gain']:.2f}× the best single type), so the simpler configuration is served.")
+            f"{p['single']} beyond noise ({_contrast(p) or 'too few pairs'}; a chain is served only when the interval "
+            f"lies above {1 + p['min_gain']:.2f}×), so the simpler configuration is served.")
 
 
 def _divergence(p: Params) -> str:

@@ -26,7 +26,7 @@ from collections.abc import Sequence
 
 from ..candidates import Candidate
 from ..pairing import Comparison, compare
-from ..sequential import contrast
+from ..sequential import CHAIN_MIN_GAIN, contrast
 from .stage import SweepState
 
 
@@ -46,8 +46,8 @@ def chain_to_settle(state: SweepState, finalists: Sequence[Candidate]) -> Candid
     """The finalist that should get the next paired round so the decision's chain rule can settle, or ``None``.
 
     ``None`` unless the fastest "faster" finalist (pooled speedup) is chained, a single-type finalist also
-    passed, and the contrast of the two (``tuner.calibration.sequential.contrast``, the decision's own
-    test) is inconclusive; then the side with fewer pairs (the chain on a tie) below the tracker's
+    passed, and the contrast of the two (``tuner.calibration.sequential.contrast`` at ``CHAIN_MIN_GAIN``, the
+    decision's own test) is inconclusive; then the side with fewer pairs (the chain on a tie) below the tracker's
     ``max_pairs`` — ``None`` when both reached it.
     """
     winners = _winners(state, finalists)
@@ -59,8 +59,7 @@ def chain_to_settle(state: SweepState, finalists: Sequence[Candidate]) -> Candid
         return None
     single = max(singles, key=lambda x: x.speedup or 0.0)
     assert fastest.look is not None and single.look is not None
-    s = state.settings
-    if contrast(fastest.look, single.look, s.min_gain, s.alpha).verdict != "inconclusive":
+    if contrast(fastest.look, single.look, CHAIN_MIN_GAIN, state.settings.alpha).verdict != "inconclusive":
         return None
     for side in sorted((fastest, single), key=lambda x: (x.look.n if x.look else 0, not x.candidate.is_chained)):
         if side.look is not None and side.look.n < state.tracker.max_pairs:
