@@ -107,7 +107,7 @@ def test_without_time_for_the_winner_it_is_served_at_the_model_alones_setting_an
     stage, real_run = search.threads, search.threads.run
 
     def run_without_time(outcome) -> None:
-        stage._estimate_s = lambda: 10_000.0  # type: ignore[method-assign]  # no setting fits after the sweep
+        stage._estimate_s = lambda *_: 10_000.0  # type: ignore[method-assign]  # no setting fits after the sweep
         real_run(outcome)
 
     stage.run = run_without_time  # type: ignore[method-assign]
@@ -174,3 +174,29 @@ def test_the_loaded_requests_are_not_the_idle_ones_again_and_the_warm_up_is_no_m
     # each request's text follows its "Request N." line (tuner.calibration.measure: no two share a cached prompt)
     assert [p.split("\n", 1)[1] for p in first.prompts] == [WARMUP_PROMPT, "prompt 0", "prompt 1", "prompt 2",
                                                              "prompt 3"]
+
+
+def test_an_ngram_winner_is_measured_loaded_in_a_fresh_launch() -> None:
+    """ngram-mod's pool keeps what the idle requests generated: measured in the same launch, the chain ngram-mod +
+    draft read 184 tokens/s idle and 351 with another busy program (bench/tune_quality.py). Each setting of a
+    candidate with an n-gram type is two launches: the idle requests in one, the loaded ones in the next."""
+    FakeBurner.started = []
+    ngram = Candidate(spec_type="ngram-mod", n_max=16)
+    launch = ScriptedLaunch(_tps, content="same text", clock=(clock := SimClock()), load_s=1.0)
+    plan = CandidatePlan(baseline=Candidate(), drafts=(), ngram=(ngram,), mtp=None, dropped=())
+    prompts = [(i, Prompt(f"prompt {i}", "code")) for i in range(6)]
+    search = scripted_search(launch, plan, prompts, SearchSettings(n_predict=32, thread_cores=2, thread_openmp=True),
+                             1200, clock=clock)
+    search.threads.burner = FakeBurner
+    outcome = search.run()
+    assert outcome.threads is not None and outcome.threads.served_label.startswith("ngram-mod")
+    n = 2 * len(outcome.threads.figures)  # two launches per setting, the stage's last
+    staged = list(zip(launch.launched, launch.clients))[-n:]
+    assert all(c.spec_type == "ngram-mod" for c, _ in staged)
+    assert [ThreadSetting(c.threads, c.omp_passive, c.poll) for c, _ in staged[::2]] == \
+        [ThreadSetting(c.threads, c.omp_passive, c.poll) for c, _ in staged[1::2]]
+    for (_, idle_client), (_, loaded_client) in zip(staged[::2], staged[1::2]):
+        idle_texts = [p.split("\n", 1)[1] for p in idle_client.prompts]
+        loaded_texts = [p.split("\n", 1)[1] for p in loaded_client.prompts]
+        assert idle_texts[1:] == ["prompt 0", "prompt 1"] and loaded_texts[1:] == ["prompt 2", "prompt 3"]
+    assert all(f.idle_tps and f.loaded_tps for f in outcome.threads.figures)

@@ -24,6 +24,7 @@ bound ("at most"), so one slow setting costs seconds, not minutes.
 
 from __future__ import annotations
 
+import threading
 import time
 from collections.abc import Callable
 from dataclasses import replace
@@ -33,7 +34,15 @@ from tuner.errors import Cancelled
 from tuner.hardware.burner import MAX_S, BoundedBurner
 
 from ..candidates import Candidate
-from ..measure import WARMUP_PROMPT, Launch, LaunchError, LaunchFn, RequestError, measure_request
+from ..measure import (
+    WARMUP_PROMPT,
+    Launch,
+    LaunchError,
+    LaunchFn,
+    RequestError,
+    measure_request,
+    needs_fresh_launch_per_repetition,
+)
 from ..outcome import SearchOutcome
 from ..prompts import Prompt
 from ..threads import LOADING_MESSAGE, SHARE, ThreadChoice, ThreadFigures, ThreadSetting, choose, settings_for
@@ -164,28 +173,49 @@ class ThreadStage(Stage):
         for st in settings:
             if self.cancel.is_set():
                 raise Cancelled()
-            if self.budget.elapsed_s() + self._estimate_s() > end_s:
+            if self.budget.elapsed_s() + self._estimate_s(c) > end_s:
                 self.events("skipped", f"{c.label}: thread setting {st.words(self.s.thread_cores or 1)} not "
                             "measured, the thread stage's share of the budget is spent", candidate=c)
                 continue
             out.append(self._measure(replace(c, threads=st.threads, omp_passive=st.omp_passive, poll=st.poll), st))
         return tuple(out)
 
-    def _estimate_s(self) -> float:
-        """One setting: a launch, a warm-up, the idle requests and the loaded ones at their time limit."""
-        return self.estimates.load() + 1.0 + PROMPTS * (REQUEST_S + MIN_LIMIT_S) + 0.3
+    def _estimate_s(self, c: Candidate | None = None) -> float:
+        """One setting of ``c``: a launch, a warm-up, the idle requests and the loaded ones at their time limit (and
+        a second launch and warm-up for a candidate with an n-gram type: :meth:`_measure`)."""
+        launches = 2 if c is not None and needs_fresh_launch_per_repetition(c) else 1
+        return launches * (self.estimates.load() + 1.0) + PROMPTS * (REQUEST_S + MIN_LIMIT_S) + 0.3
 
     def _measure(self, cand: Candidate, st: ThreadSetting) -> ThreadFigures:
+        """``cand``'s idle and loaded speed at ``st``: one launch, or for a candidate with an n-gram type one launch
+        for each, so the loaded requests do not draft from what the idle ones generated (ngram-mod's pool: the
+        chain ngram-mod + draft read 184 tokens/s idle and 351 with another busy program in one launch)."""
+        deadline = self.budget.until_deadline(self.cancel)
         try:
-            launch = self.launch_fn(cand, self.budget.until_deadline(self.cancel))
+            if not needs_fresh_launch_per_repetition(cand):
+                return self._in_launch(cand, st, deadline, idle=True, loaded=True)
+            first = self._in_launch(cand, st, deadline, idle=True, loaded=False)
+            if first.idle_tps is None:
+                return first
+            second = self._in_launch(cand, st, deadline, idle=False, loaded=True, idle_tps=first.idle_tps)
+        except RequestError as exc:
+            self.events("threads", f"{cand.label}: {exc}", candidate=cand)
+            return ThreadFigures(st, None, None)
+        if first.idle_at_most and second.loaded_tps is not None:
+            return ThreadFigures(st, first.idle_tps, min(second.loaded_tps, first.idle_tps), True, idle_at_most=True)
+        return ThreadFigures(st, first.idle_tps, second.loaded_tps, second.loaded_at_most)
+
+    def _in_launch(self, cand: Candidate, st: ThreadSetting, deadline: threading.Event, *, idle: bool, loaded: bool,
+                   idle_tps: float | None = None) -> ThreadFigures:
+        """One launch of ``cand`` at ``st``: its idle requests, its loaded ones, or both (``idle_tps``: the idle speed
+        of an earlier launch, for the loaded requests' time limit). Raises ``RequestError``."""
+        try:
+            launch = self.launch_fn(cand, deadline)
         except LaunchError as exc:
             self.events("threads", f"{cand.label}: could not start ({exc})", candidate=cand)
             return ThreadFigures(st, None, None)
         try:
-            return self._idle_and_loaded(launch, st)
-        except RequestError as exc:
-            self.events("threads", f"{cand.label}: {exc}", candidate=cand)
-            return ThreadFigures(st, None, None)
+            return self._idle_and_loaded(launch, st, idle=idle, loaded=loaded, idle_tps=idle_tps)
         finally:
             launch.stop()
 
@@ -212,20 +242,25 @@ class ThreadStage(Stage):
                 return n / limit_s, True
         return mean(speeds), False
 
-    def _idle_and_loaded(self, launch: Launch, st: ThreadSetting) -> ThreadFigures:
+    def _idle_and_loaded(self, launch: Launch, st: ThreadSetting, *, idle: bool = True, loaded: bool = True,
+                         idle_tps: float | None = None) -> ThreadFigures:
         timeout = self.budget.request_timeout(self.s.request_timeout_s)
         warm = measure_request(launch.client, 0, Prompt(WARMUP_PROMPT), -1, WARM_UP_TOKENS, timeout, self.workload,
                                greedy=True)  # not a measured prompt: its answer would seed the n-gram pool
         n = max(4, min(48, self.requests.n_predict, round(REQUEST_S * warm.gen_tokens_per_s)))
         limit = max(MIN_LIMIT_S, 3 * n / max(warm.gen_tokens_per_s, 1e-3))
-        idle, idle_at_most = self._timed(launch, n, limit, loaded=False)
-        limit = max(MIN_LIMIT_S, 3 * n / max(idle, 1e-3))
+        idle_at_most = False
+        if idle:
+            idle_tps, idle_at_most = self._timed(launch, n, limit, loaded=False)
+        if not loaded:
+            return ThreadFigures(st, idle_tps, None, idle_at_most=idle_at_most)
+        limit = max(MIN_LIMIT_S, 3 * n / max(idle_tps or warm.gen_tokens_per_s, 1e-3))
         with self.burner(min(MAX_S, PROMPTS * limit + 2.0)):
             time.sleep(0.2)  # the burner is spinning before the first token
-            loaded, at_most = self._timed(launch, n, limit, loaded=True)
-        if idle_at_most:
-            return ThreadFigures(st, idle, min(loaded, idle), True, idle_at_most=True)
-        return ThreadFigures(st, idle, loaded, at_most)
+            loaded_tps, at_most = self._timed(launch, n, limit, loaded=True)
+        if idle_at_most and idle_tps is not None:
+            return ThreadFigures(st, idle_tps, min(loaded_tps, idle_tps), True, idle_at_most=True)
+        return ThreadFigures(st, idle_tps, loaded_tps, at_most)
 
 
 __all__ = ["BEFORE_SHARE", "MIN_LIMIT_S", "PROMPTS", "REQUEST_S", "ThreadStage"]
