@@ -188,8 +188,8 @@ class ThreadStage(Stage):
 
     def _measure(self, cand: Candidate, st: ThreadSetting) -> ThreadFigures:
         """``cand``'s idle and loaded speed at ``st``: one launch, or for a candidate with an n-gram type one launch
-        for each, so the loaded requests do not draft from what the idle ones generated (ngram-mod's pool: the
-        chain ngram-mod + draft read 184 tokens/s idle and 351 with another busy program in one launch)."""
+        for each, so the loaded requests (the same prompts) do not draft from what the idle ones generated
+        (ngram-mod's pool: the same prompts again read 383 tokens/s loaded against 153 idle in one launch)."""
         deadline = self.budget.until_deadline(self.cancel)
         try:
             if not needs_fresh_launch_per_repetition(cand):
@@ -219,23 +219,24 @@ class ThreadStage(Stage):
         finally:
             launch.stop()
 
-    def _prompts(self, loaded: bool) -> list[tuple[int, Prompt]]:
-        """The idle requests' prompts, or the loaded ones': the next :data:`PROMPTS` of the set (the same ones
-        when it has no more). Not the idle ones again: a launch's n-gram pool (ngram-mod) keeps what its earlier
-        requests generated, so a repeated prompt drafts its own answer back — the loaded speed read 383 tokens/s
-        against 153 idle that way."""
-        prompts = self.requests.prompts
-        start = PROMPTS if loaded and len(prompts) >= 2 * PROMPTS else 0
-        return prompts[start:start + PROMPTS]
+    def _prompts(self) -> list[tuple[int, Prompt]]:
+        """The first :data:`PROMPTS` of the set, for the idle and the loaded requests alike: their speeds are
+        compared, so they must be the same requests (the next prompts, tried before, read "184 tokens/s idle,
+        219 with another busy program" for the chain ngram-mod + draft: prompts differ in how much they let a
+        draft guess). The loaded ones are sent as another repetition (another first line, so no prompt cache is
+        shared), and a candidate with an n-gram type gets a fresh launch for them (:meth:`_measure`)."""
+        return self.requests.prompts[:PROMPTS]
 
     def _timed(self, launch: Launch, n: int, limit_s: float, loaded: bool) -> tuple[float, bool]:
-        """``(tokens/s, at most)`` of the requests of ``n`` tokens (:meth:`_prompts`), each stopped after ``limit_s``
-        seconds (then the tokens asked for over the limit, an upper bound, and no more requests)."""
+        """``(tokens/s, at most)`` of the requests of ``n`` tokens (:meth:`_prompts`; ``loaded``: repetition 1, else
+        0), each stopped after ``limit_s`` seconds (then the tokens asked for over the limit, an upper bound, and no
+        more requests)."""
         speeds: list[float] = []
-        for i, p in self._prompts(loaded):
+        for i, p in self._prompts():
             t0 = time.monotonic()
             try:
-                speeds.append(measure_request(launch.client, i, p, 0, n, limit_s, self.workload).gen_tokens_per_s)
+                speeds.append(measure_request(launch.client, i, p, int(loaded), n, limit_s,
+                                              self.workload).gen_tokens_per_s)
             except RequestError:
                 if time.monotonic() - t0 < 0.9 * limit_s:
                     raise
