@@ -107,3 +107,14 @@ def test_a_chain_faster_beyond_noise_by_less_than_the_speculation_bar_is_served(
     d = decide(SearchOutcome.of(_sweep(single, chain)))
     assert d.winner == CHAIN, d.reason
     assert "(1.06× over their pairs, interval 1.02–1.11×; the interval needs to lie above 1.00×)" in d.reason
+
+
+def test_a_low_end_just_above_the_bar_reads_with_three_decimals() -> None:
+    from tuner.calibration.wording import Sentence, Slot, render
+
+    def said(low: float) -> str:
+        return render([Sentence(Slot.EVIDENCE, "evidence.chain_faster", {
+            "single": "ngram-mod", "contrast": {"mean": 1.15, "low": low, "high": 1.305}, "min_gain": 0.0})]).text
+
+    assert "interval 1.004–1.31×; the interval needs to lie above 1.00×" in said(1.0046)  # not "1.00–1.31×"
+    assert "interval 1.02–1.31×" in said(1.0291)

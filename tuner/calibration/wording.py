@@ -402,12 +402,16 @@ def _evidence_paired(p: Params) -> str:
 
 
 def _contrast(p: Params) -> str:
-    """Chain ÷ single with its interval rounded outwards (a low end of 0.998 reads 0.99, never the bar's 1.00)."""
+    """Chain ÷ single with its interval rounded outwards (a low end of 0.998 reads 0.99, never the bar's 1.00), to
+    three decimals where two would read as the bar itself (1.004: "1.004", not "1.00")."""
     c = p.get("contrast")
     if not c:
         return ""
     low, high = math.floor(c["low"] * 100) / 100, math.ceil(c["high"] * 100) / 100
-    return f"{c['mean']:.2f}× over their pairs, interval {low:.2f}–{high:.2f}×"
+    low_s = f"{low:.2f}"
+    if abs(low - (1 + float(p.get("min_gain") or 0.0))) < 1e-9 and c["low"] > low:
+        low_s = f"{math.floor(c['low'] * 1000) / 1000:.3f}"
+    return f"{c['mean']:.2f}× over their pairs, interval {low_s}–{high:.2f}×"
 
 
 def _chain_faster(p: Params) -> str:
