@@ -203,3 +203,19 @@ def test_an_ngram_winner_is_measured_loaded_in_a_fresh_launch() -> None:
         loaded_texts = [p.split("\n", 1)[1] for p in loaded_client.prompts]
         assert idle_texts[1:] == loaded_texts[1:] == ["prompt 0", "prompt 1"]  # the same prompts, a fresh pool
     assert all(f.idle_tps and f.loaded_tps for f in outcome.threads.figures)
+
+
+def test_a_request_s_time_limit_never_runs_past_the_stage_s_end() -> None:
+    """A collapsed default's limit scaled with its 1.6 tokens/s warm-up (3 × 4 tokens ÷ 1.6 = 7.5 s a request):
+    15 s of idle requests took a 180 s sweep to 192 s (bench/threads_under_load.py). The limit is now the time left
+    over the requests still to run, at least MIN_CAP_S; a request cut there counts as an upper bound."""
+    from tuner.calibration.search.threads import MIN_CAP_S
+
+    search, _launch, _ = _search(draft=False, thread_cores=2, thread_openmp=True)
+    stage = search.threads
+    stage.end_s = search.budget.elapsed_s() + 6.0
+    assert stage._capped(7.5, 2) == 1.5  # 6 s over 2 halves × 2 prompts
+    assert stage._capped(7.5, 1) == 3.0
+    assert stage._capped(1.0, 1) == 1.0  # a short limit stays
+    stage.end_s = search.budget.elapsed_s() - 1.0
+    assert stage._capped(7.5, 2) == MIN_CAP_S

@@ -24,6 +24,7 @@ bound ("at most"), so one slow setting costs seconds, not minutes.
 
 from __future__ import annotations
 
+import math
 import threading
 import time
 from collections.abc import Callable
@@ -60,6 +61,8 @@ MIN_LIMIT_S = 2.0
 """A request stops after 3× its expected time, and never before this many seconds: a collapsed server
 (66× slower was measured) then counts as the tokens asked for over that limit, an upper bound."""
 
+MIN_CAP_S = 0.5
+"""The shortest time limit :meth:`ThreadStage._capped` gives a request."""
 WARM_UP_TOKENS = 4
 
 BEFORE_SHARE = 2 / 3
@@ -93,6 +96,8 @@ class ThreadStage(Stage):
         self.choice: ThreadChoice | None = None
         self.sweep_setting: ThreadSetting | None = None
         self.base: tuple[ThreadFigures, ...] = ()
+        self.end_s = math.inf
+        """The current step's end (seconds into the sweep): no request's time limit runs past it."""
         if settings.thread_cores is not None:
             budget.held_s = SHARE * budget.budget_s
 
@@ -169,6 +174,7 @@ class ThreadStage(Stage):
                             key=lambda st: (st.is_default, st != first)))
 
     def _measure_all(self, c: Candidate, settings: tuple[ThreadSetting, ...], end_s: float) -> tuple[ThreadFigures, ...]:
+        self.end_s = end_s
         out = []
         for st in settings:
             if self.cancel.is_set():
@@ -243,19 +249,27 @@ class ThreadStage(Stage):
                 return n / limit_s, True
         return mean(speeds), False
 
+    def _capped(self, limit_s: float, halves: int) -> float:
+        """A request's time limit, never past :attr:`end_s`: at most the time left over the requests still to run
+        (``halves`` × :data:`PROMPTS`), at least :data:`MIN_CAP_S`. A request cut there is an upper bound ("at
+        most"). (A collapsed default's limit scaled with its 1.6 tokens/s warm-up: 15 s of idle requests took a
+        180 s sweep to 192 s.)"""
+        left = self.end_s - self.budget.elapsed_s()
+        return max(MIN_CAP_S, min(limit_s, left / (halves * PROMPTS)))
+
     def _idle_and_loaded(self, launch: Launch, st: ThreadSetting, *, idle: bool = True, loaded: bool = True,
                          idle_tps: float | None = None) -> ThreadFigures:
         timeout = self.budget.request_timeout(self.s.request_timeout_s)
         warm = measure_request(launch.client, 0, Prompt(WARMUP_PROMPT), -1, WARM_UP_TOKENS, timeout, self.workload,
                                greedy=True)  # not a measured prompt: its answer would seed the n-gram pool
         n = max(4, min(48, self.requests.n_predict, round(REQUEST_S * warm.gen_tokens_per_s)))
-        limit = max(MIN_LIMIT_S, 3 * n / max(warm.gen_tokens_per_s, 1e-3))
+        limit = self._capped(max(MIN_LIMIT_S, 3 * n / max(warm.gen_tokens_per_s, 1e-3)), 2 if loaded else 1)
         idle_at_most = False
         if idle:
             idle_tps, idle_at_most = self._timed(launch, n, limit, loaded=False)
         if not loaded:
             return ThreadFigures(st, idle_tps, None, idle_at_most=idle_at_most)
-        limit = max(MIN_LIMIT_S, 3 * n / max(idle_tps or warm.gen_tokens_per_s, 1e-3))
+        limit = self._capped(max(MIN_LIMIT_S, 3 * n / max(idle_tps or warm.gen_tokens_per_s, 1e-3)), 1)
         with self.burner(min(MAX_S, PROMPTS * limit + 2.0)):
             time.sleep(0.2)  # the burner is spinning before the first token
             loaded_tps, at_most = self._timed(launch, n, limit, loaded=True)
