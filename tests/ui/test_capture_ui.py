@@ -111,7 +111,7 @@ def test_switching_capture_while_serving_shows_lists_deletes_and_forgets(make_ap
     qtbot.waitUntil(lambda: not captures_root().exists(), timeout=10_000)
     assert ServerState.APPLYING in seen and "--log-prompts-dir" not in (c.runner.argv or ())
     assert settings_mod.load_settings().capture_requests is False
-    assert box.indicator.text() == "Off: no request is kept."
+    qtbot.waitUntil(lambda: box.indicator.text() == "Off: no request is kept.", timeout=5_000)  # refreshed after
     assert "keeping your last" not in c.tooltip()
     app.tray.rebuild_menu()
     assert not any(a.startswith("Keeping your last") for a in app.tray.actions())

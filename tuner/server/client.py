@@ -141,7 +141,14 @@ class ServerClient:
         try:
             if timeout_s is not None:
                 kw["timeout"] = timeout_s
-            return self._http.request(method, path, **kw)
+            try:
+                return self._http.request(method, path, **kw)
+            except httpx.RemoteProtocolError:
+                if method != "GET":
+                    raise
+                # the server closed a kept-alive connection as the request went out ("Server disconnected without
+                # sending a response": the router, right after a completion): a GET is safe to send again, once
+                return self._http.request(method, path, **kw)
         except httpx.TimeoutException as exc:
             raise ServerUnreachableError(url, f"timed out ({type(exc).__name__})") from exc
         except httpx.HTTPError as exc:
