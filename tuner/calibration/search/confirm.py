@@ -23,7 +23,7 @@ from ..candidates import Candidate
 from ..measure import needs_fresh_launch_per_repetition
 from ..pairing import compare
 from .measurer import Measurer
-from .settle import chain_to_settle
+from .settle import chain_to_settle, settle_words
 from .side_by_side import SideBySide
 from .stage import Stage, SweepState
 
@@ -63,8 +63,7 @@ class Confirmation(Stage):
             else:
                 self._alternating(finalists)
                 while (side := chain_to_settle(self.state, finalists)) is not None:
-                    self.events("progress", f"{side.label}: one more pair, to tell whether the chain is faster "
-                                "than the single type beyond noise", candidate=side)
+                    self.events("progress", settle_words(side), candidate=side)
                     if not self._alternating([side], settle=True):
                         break
         finally:

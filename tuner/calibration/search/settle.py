@@ -67,4 +67,9 @@ def chain_to_settle(state: SweepState, finalists: Sequence[Candidate]) -> Candid
     return None
 
 
-__all__ = ["chain_to_settle"]
+def settle_words(c: Candidate) -> str:
+    """The ``"progress"`` event of one more launch for the chain rule (both paired-round layouts say it)."""
+    return f"{c.label}: one more pair, to tell whether the chain is faster than the single type beyond noise"
+
+
+__all__ = ["chain_to_settle", "settle_words"]

@@ -28,7 +28,7 @@ from ..pairing import LOOK_STEP, Look, Pair
 from ..prompts import Prompt
 from ..results import Divergence, Measurement, Sample
 from .measurer import Measurer
-from .settle import chain_to_settle
+from .settle import chain_to_settle, settle_words
 from .stage import Stage, SweepState
 
 
@@ -106,8 +106,7 @@ class SideBySide(Stage):
         while (c := chain_to_settle(self.state, finalists)) is not None:
             if self.cancel.is_set():
                 raise Cancelled()
-            self.events("progress", f"{c.label}: one more pair, to tell whether the chain is faster than the "
-                        "single type beyond noise", candidate=c)
+            self.events("progress", settle_words(c), candidate=c)
             if self._round(c, self.look(c).n, held=True) is not None:
                 return
 
