@@ -16,6 +16,8 @@ On the family of ``bench/tune_quality.py`` (768 wide, a 12-block F16 target, its
 * predicted: from the ``n_max`` 16 launch's ``/metrics`` per-position counters (pooled over the rounds) with
   ``tuner.calibration.predict.predicted_ratio`` — under the synthetic curve (linear between its lengths) and
   under the cost model the sweep fits today (``fit_run_cost`` of that one launch, ``w`` = 0);
+* the curve as a tune's verify-cost stage measures it (``tuner.calibration.search.verify``: one request per length,
+  round 1's first prompt, against the model alone's same request in its own launch) and its predictions;
 * each real run's own step cost, ``(1 + accepted per step) × target alone ÷ its tokens/s``, beside the curve's
   at its drafted tokens per step: where a prediction misses, this says whether the cost or the acceptance did.
 
@@ -41,6 +43,7 @@ from tuner.calibration.predict import PerPositionCounts, fit_run_cost, parse_spe
 from tuner.calibration.prompts import Prompt, make_prompt_set
 from tuner.calibration.results import Sample
 from tuner.calibration.sampling import GREEDY
+from tuner.calibration.verifycost import VerifyCurve, curve_from_runs
 from tuner.calibration.workload import Workload
 from tuner.server.config import ServerConfig
 from tuner.server.dialect import probe_dialect
@@ -116,22 +119,6 @@ def configs(target: Path, draft: Path, n_ctx: int, threads: int | None) -> dict[
     return out
 
 
-@dataclass(frozen=True)
-class Curve:
-    """The synthetic step costs: ``(drafted tokens per step, cost)`` increasing, linear between them."""
-
-    points: tuple[tuple[float, float], ...]
-
-    def step_cost(self, k: float) -> float:
-        pts = self.points
-        if k <= pts[0][0]:
-            (x0, y0), (x1, y1) = pts[0], pts[1]
-        else:
-            i = max(j for j in range(len(pts) - 1) if pts[j][0] <= k) if k < pts[-1][0] else len(pts) - 2
-            (x0, y0), (x1, y1) = pts[i], pts[i + 1]
-        return max(1.0, y0 + (y1 - y0) * (k - x0) / (x1 - x0)) if x1 > x0 else y0
-
-
 def run(args: argparse.Namespace) -> dict[str, Runs]:
     work = Path(tempfile.mkdtemp(prefix="dw-nmax-"))
     private_home(work)
@@ -157,6 +144,18 @@ def run(args: argparse.Namespace) -> dict[str, Runs]:
     return runs
 
 
+def stage_curve(runs: dict[str, Runs]) -> VerifyCurve | None:
+    """The curve as ``tuner.calibration.search.verify`` measures it in a tune: one request per length (round 1's
+    first prompt) against the model alone's same request in its own launch (``curve_from_runs``)."""
+    def first(name: str) -> Sample | None:
+        return next((s for s in runs[name].samples if s.repetition == 100), None)
+
+    alone = first("alone")
+    synth = {k: first(f"synth {k}") for k in SYNTH_LENGTHS}
+    pts = {float(k): s.gen_tokens_per_s for k, s in synth.items() if s is not None}
+    return curve_from_runs(alone.gen_tokens_per_s, pts) if alone is not None else None
+
+
 def table(runs: dict[str, Runs]) -> bool:
     """Print the table; True when every curve prediction is within :data:`GOAL`."""
     med = {n: statistics.median(r.ratios) for n, r in runs.items()}
@@ -165,7 +164,8 @@ def table(runs: dict[str, Runs]) -> bool:
         c = runs[f"synth {k}"].counts
         drafted = c.drafted_per_step if c is not None and c.drafted_per_step else float(k)
         pts.append((drafted, 1.0 / med[f"synth {k}"]))
-    curve = Curve(tuple(sorted(pts)))
+    curve = VerifyCurve(tuple(sorted(pts)))
+    stage = stage_curve(runs)
     probe = runs[f"n_max {PROBE}"]
     assert probe.counts is not None, "the n_max 16 launches exposed no /metrics counters"
     fitted = fit_run_cost(probe.counts, probe.generated, med[f"n_max {PROBE}"])
@@ -173,8 +173,11 @@ def table(runs: dict[str, Runs]) -> bool:
           + ", ".join(f"{x:.2f}: {y:.2f}" for x, y in curve.points))
     if fitted is not None:
         print(f"fitted today (n_max {PROBE} launch, w = 0): cost(k) = 1 + {fitted.per_draft_token:.3f}·k")
-    print("\n n_max  measured  curve (err)      fitted (err)     real step cost  curve's cost  acceptance")
-    worst_curve = worst_fit = 0.0
+    if stage is not None:
+        print("as the tune's stage measures it (round 1, first prompt, one request per length): "
+              + ", ".join(f"{x:.2f}: {y:.2f}" for x, y in stage.points))
+    print("\n n_max  measured  curve (err)      fitted (err)     stage's (err)    real step cost  curve's cost  acceptance")
+    worst_curve = worst_fit = worst_stage = 0.0
     for k in LENGTHS:
         m = med[f"n_max {k}"]
         pc = predicted_ratio(probe.counts, probe.generated, k, curve)
@@ -187,12 +190,15 @@ def table(runs: dict[str, Runs]) -> bool:
             steps = runs[f"n_max {k}"].generated - own.accepted_tokens_total
             a = own.accepted_tokens_total / steps if steps > 0 else 0.0
             cost, dps, acc = (1.0 + a) / m, own.drafted_per_step, own.acceptance
+        ps = predicted_ratio(probe.counts, probe.generated, k, stage) if stage is not None else None
         ec = abs(pc / m - 1) if pc else float("nan")
         ef = abs(pf / m - 1) if pf else float("nan")
-        worst_curve, worst_fit = max(worst_curve, ec), max(worst_fit, ef)
-        print(f" {k:5d}  {m:7.2f}x  {pc or 0:5.2f}x ({ec:5.1%})  {pf or 0:5.2f}x ({ef:5.1%})  "
-              f"{cost or 0:13.2f}  {curve.step_cost(dps or k):12.2f}  {acc or 0:9.0%}")
-    print(f"\nlargest error: curve {worst_curve:.1%}, fitted {worst_fit:.1%} (goal: the curve within {GOAL:.0%})")
+        es = abs(ps / m - 1) if ps else float("nan")
+        worst_curve, worst_fit, worst_stage = max(worst_curve, ec), max(worst_fit, ef), max(worst_stage, es)
+        print(f" {k:5d}  {m:7.2f}x  {pc or 0:5.2f}x ({ec:5.1%})  {pf or 0:5.2f}x ({ef:5.1%})  {ps or 0:5.2f}x ({es:5.1%})"
+              f"  {cost or 0:13.2f}  {curve.step_cost(dps or k):12.2f}  {acc or 0:9.0%}")
+    print(f"\nlargest error: curve {worst_curve:.1%}, fitted {worst_fit:.1%}, the stage's curve {worst_stage:.1%} "
+          f"(goal: the curve within {GOAL:.0%})")
     return worst_curve <= GOAL
 
 

@@ -15,6 +15,7 @@ when a class is missing here, listed under the wrong parent or module, or gone::
         RequestError                tuner.calibration.measure (also RuntimeError)
         PromptFileError             tuner.calibration.prompts (also ValueError)
         TuneError                   tuner.calibration.request (also RuntimeError)
+        CurveError                  tuner.calibration.verifycost (also ValueError)
         BaselineFailed              tuner.calibration.search.settings (also RuntimeError)
         NoProfileError              tuner.calibration.serving (also LookupError)
         DemoError                   tuner.catalog.demo (also OSError)

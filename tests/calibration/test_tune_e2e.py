@@ -85,7 +85,35 @@ def test_picks_the_good_draft_and_never_the_unrelated_one(tmp_path: Path, wide_f
 
     facts = ProfileFacts.from_decision(res.profile.decision)
     assert facts is not None and facts.n_max == d.winner.n_max and facts.cost.per_draft_token > 0
+    _verify_cost_measured_and_never_served(res, events, llama_server_bin)
     assert not _llama_children()
+
+
+def _verify_cost_measured_and_never_served(res, events: list[TuneEvent], llama_server_bin) -> None:
+    """The verify-cost stage (issue 28 item 3) launched the good draft with synthetic acceptance at several
+    lengths; the profile keeps the curve for the live prediction; the profile's argv and the served server's
+    have no synthetic flag."""
+    from tuner.calibration.advice import ProfileFacts
+    from tuner.calibration.serving import profile_server_config
+    from tuner.server.dialect import probe_dialect
+    from tuner.server.discovery import find_named_server
+    from tuner.server.supervisor import Supervisor
+
+    synth = [e for e in events if e.kind == "ready" and "--spec-synth-rates" in (e.detail or {}).get("argv", [])]
+    assert len(synth) >= 2, [e.message for e in events if e.kind in ("verify_cost", "skipped")]
+    assert res.profile is not None and res.profile.decision.get("verify_costs")
+    facts = ProfileFacts.from_decision(res.profile.decision)
+    assert facts is not None and facts.curve is not None and facts.step_cost is facts.curve
+    assert all(cost >= 1.0 for _, cost in facts.curve.points)
+    assert not any("synth" in a for a in res.profile.argv)
+    binary = find_named_server(llama_server_bin)
+    sup = Supervisor(binary, probe_dialect(binary.path))
+    try:
+        sup.start(profile_server_config(res.profile))
+        sup.wait_ready()
+        assert "--spec-draft-model" in sup.argv and not any("synth" in a for a in sup.argv), sup.argv
+    finally:
+        sup.stop()
 
 
 def test_only_the_unrelated_draft_gives_no_speculation(tmp_path: Path, wide_family, llama_server_bin):

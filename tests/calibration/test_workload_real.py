@@ -262,6 +262,12 @@ def test_a_default_sweep_has_long_context_requests_and_reports_their_speedup(tmp
             continue
         assert {s.category for s in longs} == {"long document", "long code"}, m.candidate.label
         assert all(s.prompt_n >= n_ctx / 2 for s in longs), [(s.category, s.prompt_n) for s in longs]
+    if d.kind == "alone_unsteady":
+        # the model alone's own speed varied between its launches (a busy CI machine): the decision then shows
+        # no per-category lines by design (screening figures minutes apart are no evidence), but its mix
+        # sentence still counts the long-context requests compared
+        assert d.per_category == () and "long-context" in d.reason, d.reason
+        return
     rows = {c.category: c for c in d.per_category}
     assert {"long document", "long code"} <= rows.keys(), d.per_category
     # the compared candidate's long requests have a speedup unless it was stopped early before reaching them

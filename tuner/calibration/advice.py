@@ -3,9 +3,10 @@
 While a profile is served, llama-server's ``/metrics`` per-position acceptance counters over the last requests
 (:class:`~tuner.calibration.predict.PerPositionCounts`, a difference of two scrapes; tools/server/server-context.cpp
 folds them in at slot release) predict the speedup of every ``n_max`` up to the served one
-(:func:`~tuner.calibration.predict.predicted_ratio`, ``p_min`` 0) with the cost of a verification step the sweep
-fitted to the winner's own run (:func:`~tuner.calibration.predict.fit_run_cost`, kept in the profile by
-:func:`live_facts_json`). No speculation is 1.0 by definition: every prediction is a ratio to the model alone.
+(:func:`~tuner.calibration.predict.predicted_ratio`, ``p_min`` 0) with the cost of a verification step at each
+draft length the sweep measured with synthetic acceptance (:mod:`tuner.calibration.verifycost`), or, for a profile
+without that curve, the cost fitted to the winner's own run (:func:`~tuner.calibration.predict.fit_run_cost`); both
+kept in the profile by :func:`live_facts_json`. No speculation is 1.0 by definition: every prediction is a ratio to the model alone.
 
 :func:`live_advice` compares them and gives one verdict. A prediction only changes the verdict when it beats the
 served ``n_max`` by more than the profile's own measured interval (the sequential test's lower bound,
@@ -20,9 +21,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .candidates import Candidate
-from .predict import CostModel, PerPositionCounts, fit_run_cost, predicted_ratio
+from .predict import CostModel, PerPositionCounts, StepCost, fit_run_cost, predicted_ratio
 from .results import Measurement
+from .search.record import Record
 from .search.rules import draft_length
+from .verifycost import CurveError, VerifyCurve
 
 if TYPE_CHECKING:  # the Monitor's window; not loaded with the calibration package
     from tuner.telemetry.spec_window import SpecTotals
@@ -59,12 +62,19 @@ class ProfileFacts:
         cost: the winner's fitted cost of a verification step (``u``, ``w``; baseline tokens/s of its sweep).
         speedup: the profile's measured speedup (winner ÷ the model alone, paired).
         speedup_ci_low: the sequential test's lower bound of that speedup, ``None`` when it kept none.
+        curve: the measured verify-cost curve of the served draft, ``None`` when the sweep had none for it.
     """
 
     n_max: int
     cost: CostModel
     speedup: float
     speedup_ci_low: float | None
+    curve: VerifyCurve | None = None
+
+    @property
+    def step_cost(self) -> StepCost:
+        """What a prediction prices a verification step with: the measured :attr:`curve`, else the fitted :attr:`cost`."""
+        return self.curve if self.curve is not None else self.cost
 
     @property
     def margin(self) -> float:
@@ -84,7 +94,10 @@ class ProfileFacts:
         try:
             cost = CostModel(float(f["per_draft_token"]), float(f["per_step"]), float(f["baseline_gen_tokens_per_s"]))
             low = decision.get("speedup_ci_low")
-            return cls(int(f["n_max"]), cost, float(decision["speedup"]), float(low) if low else None)
+            curve = VerifyCurve.from_json(f["verify_cost"]) if "verify_cost" in f else None
+            return cls(int(f["n_max"]), cost, float(decision["speedup"]), float(low) if low else None, curve)
+        except CurveError:
+            return cls.from_decision({**decision, _FACTS_KEY: {k: v for k, v in f.items() if k != "verify_cost"}})
         except (KeyError, TypeError, ValueError):
             return None
 
@@ -149,7 +162,7 @@ def live_advice(window: PerPositionCounts, generated_tokens: float, requests: in
     k_served = facts.n_max
     predicted: dict[int, float] = {}
     for k in range(1, k_served + 1):
-        r = predicted_ratio(window, generated_tokens, k, facts.cost)
+        r = predicted_ratio(window, generated_tokens, k, facts.step_cost)
         if r is not None:
             predicted[k] = r
     served = predicted.get(k_served)
@@ -193,11 +206,13 @@ def _last_position(window: PerPositionCounts, k: int) -> float | None:
 
 
 def live_facts_json(winner: Candidate, measurements: Sequence[Measurement], speedup: float,
-                    baseline_gen_tokens_per_s: float | None) -> dict[str, Any] | None:
+                    baseline_gen_tokens_per_s: float | None,
+                    curves: Mapping[str, VerifyCurve] | None = None) -> dict[str, Any] | None:
     """What a saved profile keeps for live predictions (the decision's ``live_prediction``): the served draft
-    length and the cost of a verification step fitted to the winner's own measured runs at its measured
-    ``speedup`` (:func:`~tuner.calibration.predict.fit_run_cost`, ``w`` = 0), so the same acceptance predicts
-    the same speedup. ``None`` for no speculation, a chain or autotune (no single draft length), or a winner
+    length, the cost of a verification step fitted to the winner's own measured runs at its measured
+    ``speedup`` (:func:`~tuner.calibration.predict.fit_run_cost`, ``w`` = 0), and the winner's measured verify-cost
+    curve when ``curves`` (``{draft group: curve}``, ``Record.group``) has one (``verify_cost``: it prices the
+    prediction then). ``None`` for no speculation, a chain or autotune (no single draft length), or a winner
     without per-position counters."""
     k = None if winner.is_baseline else draft_length(winner)
     counts: PerPositionCounts | None = None
@@ -212,8 +227,10 @@ def live_facts_json(winner: Candidate, measurements: Sequence[Measurement], spee
     cost = fit_run_cost(counts, generated, speedup)
     if cost is None:
         return None
+    curve = (curves or {}).get(Record.group(winner))
     return {"n_max": k, "per_draft_token": cost.per_draft_token, "per_step": cost.per_step,
-            "baseline_gen_tokens_per_s": baseline_gen_tokens_per_s or 0.0}
+            "baseline_gen_tokens_per_s": baseline_gen_tokens_per_s or 0.0,
+            **({"verify_cost": curve.to_json()} if curve is not None else {})}
 
 
 def _sum(a: PerPositionCounts, b: PerPositionCounts) -> PerPositionCounts:

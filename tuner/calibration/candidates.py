@@ -85,6 +85,10 @@ class Candidate:
             ``OMP_WAIT_POLICY=PASSIVE``, ``--poll``: ``tuner.calibration.threads.ThreadSetting``); set only by the
             thread stage (``tuner.calibration.search.threads``); unset = the tune's ``threads`` (or the server's
             default). Left out of :meth:`to_json` while unset.
+        synth_rates: synthetic acceptance per draft position (``--spec-synth-rates``, "benchmarking only": the
+            output is not the target's); set only by the verify-cost launches
+            (``tuner.calibration.search.verify``), never served, left out of :meth:`to_json` while empty and never
+            read back by :meth:`from_json`.
     """
 
     spec_type: str = "none"
@@ -103,9 +107,11 @@ class Candidate:
     threads: int | None = None
     omp_passive: bool = False
     poll: int | None = None
+    synth_rates: tuple[float, ...] = ()
 
     def __post_init__(self) -> None:
         object.__setattr__(self, "rpc", tuple(str(h) for h in self.rpc))
+        object.__setattr__(self, "synth_rates", tuple(float(r) for r in self.synth_rates))
 
     @property
     def spec_types(self) -> tuple[str, ...]:
@@ -152,7 +158,8 @@ class Candidate:
             parts.append(f"{self.draft_sampling} drafts")
         if self.autotune:
             parts.append("adaptive n_max")  # ik_llama.cpp --spec-autotune: n_max adapted at run time
-        return " ".join(parts) + self._thread_words()
+        synth = f" synthetic acceptance {self.synth_rates[0]:g}" if self.synth_rates else ""
+        return " ".join(parts) + synth + self._thread_words()
 
     def _thread_words(self) -> str:
         """`` -t 2 waiting politely`` for a launch of the thread stage, else empty."""
@@ -164,15 +171,18 @@ class Candidate:
         """Plain-JSON dict of all fields (used by the CLI ``--json`` output and the profile); the thread
         setting only when set."""
         out = asdict(self)
-        for name, unset in (("threads", None), ("omp_passive", False), ("poll", None)):
+        for name, unset in (("threads", None), ("omp_passive", False), ("poll", None), ("synth_rates", ())):
             if out[name] == unset:
                 del out[name]
+        if "synth_rates" in out:
+            out["synth_rates"] = list(out["synth_rates"])
         return out
 
     @classmethod
     def from_json(cls, obj: dict[str, Any]) -> Candidate:
-        """Inverse of :meth:`to_json`; unknown keys are ignored."""
-        names = {f for f in cls.__dataclass_fields__}
+        """Inverse of :meth:`to_json`; unknown keys are ignored, and so is ``synth_rates`` (a configuration read
+        back is one to serve or compare, never a synthetic benchmark)."""
+        names = {f for f in cls.__dataclass_fields__} - {"synth_rates"}
         return cls(**{k: v for k, v in obj.items() if k in names})
 
     def with_n_max(self, n_max: int) -> Candidate:
@@ -183,7 +193,8 @@ class Candidate:
 def astuple_key(c: Candidate) -> tuple:
     """Identity tuple of a candidate (field values in declaration order)."""
     return (c.spec_type, c.draft_path, c.n_max, c.n_min, c.p_min, c.ngl, c.draft_ngl, c.placement,
-            c.ngram_n_max, c.ngram_n_min, c.autotune, c.draft_sampling, c.rpc, c.threads, c.omp_passive, c.poll)
+            c.ngram_n_max, c.ngram_n_min, c.autotune, c.draft_sampling, c.rpc, c.threads, c.omp_passive, c.poll,
+            c.synth_rates)
 
 
 @dataclass(frozen=True)

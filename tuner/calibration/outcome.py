@@ -17,6 +17,7 @@ from .pairing import ALPHA, FINALISTS, MAX_PAIRS, MIN_GAIN, SIDE_BY_SIDE, Mix
 from .results import Measurement
 from .sentences import Sentence
 from .threads import ThreadChoice
+from .verifycost import VerifyCurve
 
 
 @dataclass(frozen=True)
@@ -41,6 +42,8 @@ class SearchOutcome:
         long_context: why the long-context requests were left out, ``None`` when they were kept.
         cancelled: the user cancelled: ``measurements`` holds what ran before, nothing is decided.
         threads: the thread stage's finding (``tuner.calibration.search.threads``); None when it did not run.
+        verify_curves: ``{draft group: verify-cost curve}`` measured or reused by the sweep
+            (``tuner.calibration.search.verify``; the group is ``Record.group`` of the draft's candidates).
     """
 
     measurements: tuple[Measurement, ...]
@@ -58,6 +61,7 @@ class SearchOutcome:
     long_context: Sentence | None = None
     cancelled: bool = False
     threads: ThreadChoice | None = None
+    verify_curves: Mapping[str, VerifyCurve] = field(default_factory=dict)
 
     @classmethod
     def of(cls, measurements: Iterable[Measurement], **fields: Any) -> SearchOutcome:

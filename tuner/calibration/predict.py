@@ -145,6 +145,20 @@ class StepCost(Protocol):
         ...
 
 
+class PricedCost(StepCost, Protocol):
+    """A step cost with the baseline it predicts against (:func:`predict_curve`): :class:`CostModel`, or a measured
+    verify-cost curve (``tuner.calibration.verifycost.PricedCurve``)."""
+
+    @property
+    def baseline_gen_tokens_per_s(self) -> float:
+        """The target alone's tokens/s every prediction is relative to."""
+        ...
+
+    def predict_gen_tokens_per_s(self, accepted_per_step: float, k: float) -> float:
+        """Predicted tokens/s drafting ``k`` tokens per step with ``accepted_per_step`` accepted."""
+        ...
+
+
 FREE_VERIFICATION = CostModel(0.0, 0.0, 1.0)
 """The optimistic cost: a verification step costs one plain step whatever it drafts (an upper bound on any
 speedup, since verifying ``k`` drafted tokens never costs less than decoding one)."""
@@ -253,7 +267,7 @@ def fit_cost_model(
 
 
 def predict_curve(
-    counts: PerPositionCounts, model: CostModel, lengths: Sequence[int]
+    counts: PerPositionCounts, model: PricedCost, lengths: Sequence[int]
 ) -> list[tuple[int, float, float]]:
     """Predicted ``(k, acceptance, gen_tokens_per_s)`` for each draft length in ``lengths``.
 

@@ -17,6 +17,7 @@ from tuner.serverargs import PROFILE_EXTRA_ARGS_ALLOWED, SERVER_ARGS_ALLOWED
 
 from .candidates import Candidate
 from .profile_checks import SERVED_FIELDS, check_server_config
+from .verifycost import synth_args
 
 
 class NoProfileError(DraftwiseError, LookupError):
@@ -39,7 +40,8 @@ def candidate_config(
     ``draft_sampling`` becomes ``--spec-draft-sampling VALUE`` (b11434 common/arg.cpp). ``server_args``: the
     user's own flags as argv words (checked by ``tuner.serverargs.parse_server_args``), appended to
     ``extra_args`` of every candidate alike, the baseline included. The candidate's own thread setting (the
-    thread stage's launches) goes before ``threads``.
+    thread stage's launches) goes before ``threads``. A verify-cost launch's ``synth_rates`` become
+    ``--spec-synth-rates`` (:func:`tuner.calibration.verifycost.synth_args`); no served candidate has them.
     """
     spec = candidate.spec_type
     has_draft = any(t.startswith("draft") for t in candidate.spec_types)
@@ -62,7 +64,7 @@ def candidate_config(
         omp_passive=candidate.omp_passive,
         poll=candidate.poll,
         extra_args=(("--spec-draft-sampling", candidate.draft_sampling) if candidate.draft_sampling else ())
-        + tuple(server_args),
+        + synth_args(candidate.synth_rates) + tuple(server_args),
         rpc=tuple(candidate.rpc),
     )
 

@@ -29,6 +29,7 @@ from ..candidates import (
 )
 from ..pairing import MIN_PAIRS
 from ..search import SearchSettings
+from ..verifycost import curves_in, sweep_identity
 from .events import Events
 from .inputs import TuneInputs
 
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
 
     from tuner.hardware.devices import Devices
     from tuner.hardware.memory import ModelMemorySpec
+    from tuner.profiles import Profile
 
 log = logging.getLogger(__name__)
 
@@ -61,7 +63,8 @@ class SweepPlan:
         return self.candidates.dropped
 
 
-def plan_sweep(inputs: TuneInputs, settings: SearchSettings | None, events: Events) -> SweepPlan:
+def plan_sweep(inputs: TuneInputs, settings: SearchSettings | None, events: Events,
+               saved: Profile | None = None) -> SweepPlan:
     """Plan the sweep; emits the plan's notes, then ``"plan"`` (the probes, what was dropped and why, the
     prompts' indices).
 
@@ -83,7 +86,22 @@ def plan_sweep(inputs: TuneInputs, settings: SearchSettings | None, events: Even
            detail={"dropped": [{"label": d.candidate.label, "reason": d.reason} for d in plan.dropped],
                    "probes": [c.label for c in plan.all_probes],
                    "prompts": [i for i, _ in inputs.prompts.chosen]})
-    return SweepPlan(plan, _settings(inputs, settings), inputs.request.budget_s)
+    return SweepPlan(plan, _with_verify_cost(_settings(inputs, settings), inputs, settings is not None, saved, events),
+                     inputs.request.budget_s)
+
+
+def _with_verify_cost(settings: SearchSettings, inputs: TuneInputs, given: bool, saved: Profile | None,
+                      events: Events) -> SearchSettings:
+    """The verify-cost stage's settings (``tuner.calibration.search.verify``): this tune's identity, and the curves
+    the target's saved profile keeps (a bad entry is a note and measured again). Settings given by the caller
+    (tests) keep theirs."""
+    if given:
+        return settings
+    known, problems = curves_in(saved.decision) if saved is not None else ((), [])
+    for p in problems:
+        events.note(f"{saved.target_path if saved is not None else ''}: {p}; measured again")
+    identity = sweep_identity(inputs.binary.path, f"{inputs.binary.build}", inputs.target_path, inputs.request.threads)
+    return dataclasses.replace(settings, verify_identity=identity, known_curves=known)
 
 
 def _settings(inputs: TuneInputs, settings: SearchSettings | None) -> SearchSettings:

@@ -63,7 +63,7 @@ def run_tune(
     saved = check_saved(store, inputs, keys, events)
     if saved.fresh and saved.profile is not None:
         return reused_result(store, inputs, saved.profile, events)
-    plan = plan_sweep(inputs, settings, events)
+    plan = plan_sweep(inputs, settings, events, saved.profile)
     with open_launchers(inputs, launch_fn, events) as launch:
         sweep = run_sweep(plan, inputs, launch, cancel, events)
     if sweep.outcome.cancelled:

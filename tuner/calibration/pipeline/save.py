@@ -17,6 +17,7 @@ from ..outcome import SearchOutcome
 from ..prompts import SERVED_SOURCE_PREFIX
 from ..request import TuneResult
 from ..serving import candidate_config, config_to_json
+from ..verifycost import CURVES_KEY
 from .events import Events
 from .inputs import TuneInputs
 from .placement import SweepPlan
@@ -54,7 +55,9 @@ def save_result(store: ProfileStore, inputs: TuneInputs, keys: StalenessKeys, pl
                   "budget_spent_before": [c.label for c in outcome.unmeasured],
                   "prompt_source": prompt_source(inputs),
                   **({"threads": outcome.threads.detail()} if outcome.threads is not None else {}),
-                  **_live_facts(decision, outcome)},
+                  **_live_facts(decision, outcome),
+                  **({CURVES_KEY: [c.to_json() for c in outcome.verify_curves.values()]}
+                     if outcome.verify_curves else {})},
         evidence=tuple(m.to_json() for m in outcome.measurements),
     )
     path = store.save(profile)
@@ -68,7 +71,7 @@ def _live_facts(decision: Decision, outcome: SearchOutcome) -> dict[str, Any]:
     """The decision's ``live_prediction`` entry (:func:`tuner.calibration.advice.live_facts_json`): what the
     Monitor's live prediction needs; empty when the winner has none (no speculation, a chain, no counters)."""
     facts = live_facts_json(decision.winner, outcome.measurements, decision.speedup,
-                            decision.baseline_gen_tokens_per_s)
+                            decision.baseline_gen_tokens_per_s, outcome.verify_curves)
     return {FACTS_KEY: facts} if facts is not None else {}
 
 

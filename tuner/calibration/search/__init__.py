@@ -23,6 +23,8 @@ each stage is its own module, and the stages talk only through the state objects
   (alternating launches, or both servers side by side on the CPU). ``threads.py``: ``ThreadStage``, the
   CPU thread setting, idle and with one other busy program: the model alone's first (the whole sweep runs at
   its choice), the served configuration's last; its share of the budget is kept back from the others.
+  ``verify.py``: ``VerifyCostStage``, after the probes: the fastest draft's cost of a verification step at each
+  draft length, measured with synthetic acceptance (or reused from a profile), which then predicts its lengths.
 
 Progress events never report 100 % while work remains, and the ETA is unknown (``None``) until the first
 warm-up has been timed. A new stage goes into :meth:`Search.run`'s list; a new estimate into ``Estimates``
@@ -55,6 +57,7 @@ from .screening import Screening
 from .settings import BaselineFailed, Emit, SearchSettings
 from .stage import SweepState
 from .threads import ThreadStage
+from .verify import VerifyCostStage
 
 
 class Search:
@@ -101,6 +104,12 @@ class Search:
         self.screening = Screening(plan, self.measurer, state)
         self.confirmation = Confirmation(self.measurer, state)
         self.threads = ThreadStage(launch_fn, workload, requests, state)
+        self.verify = VerifyCostStage(self.measurer.launch_fn, workload, requests, state)
+
+    def _thread_words(self) -> str:
+        """The sweep's thread setting in a verify-cost curve's key (empty: the tune's own threads or the default)."""
+        st = self.measurer.thread_setting
+        return "" if st is None else ",".join(f"{k}={v}" for k, v in sorted(st.to_json().items()))
 
     def run(self) -> SearchOutcome:
         """Run the stages in order; returns what the sweep found (``cancelled`` after a cancel, with the
@@ -113,6 +122,9 @@ class Search:
             self.measurer.thread_setting = self.threads.before(self.measurer.baseline)
             self.screening.baseline()
             self.screening.probes()
+            self.verify.thread_words = self._thread_words()
+            self.verify.run(self.screening.draft_probes())
+            self.screening.use_verify_curves()
             self.screening.refine()
             self.screening.explore()
             self.screening.rescreen_near_ties()
@@ -144,6 +156,7 @@ class Search:
             server_sampling=dict(r.memory.server_sampling),
             long_context=r.memory.long_plan.left_out,
             threads=self.threads.choice,
+            verify_curves=dict(r.verify_curves),
         )
 
 

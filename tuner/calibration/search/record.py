@@ -17,6 +17,7 @@ from ..predict import CostModel
 from ..results import Measurement, Sample
 from ..sentences import JsonValue, Sentence, Slot
 from ..sequential import request_looks
+from ..verifycost import PricedCurve, VerifyCurve
 from ..workload import SweepMemory
 
 Curve = list[tuple[int, float, float]]
@@ -38,7 +39,9 @@ class Record:
         baseline_outputs: ``(prompt index, repetition) → text`` of the baseline (the lossless check).
         base_tps: the screening baseline's tokens/s (``None`` before it ran).
         curves: each draft group's predicted curve (:meth:`group` → :data:`Curve`).
-        cost_models: each draft group's fitted cost of a verification step (the curve's; the pruning rule's).
+        cost_models: each draft group's cost of a verification step (the curve's; the pruning rule's): its
+            measured verify-cost curve where there is one, else the model fitted to its runs.
+        verify_curves: each draft group's measured verify-cost curve (``tuner.calibration.search.verify``).
         pruned: candidates not launched because they could not beat the leader on these prompts
             (``tuner.calibration.search.rules.Pruned.to_json``), in the order they were skipped.
         baseline_rechecked: the baseline was already measured again once (at most once per sweep).
@@ -55,7 +58,8 @@ class Record:
     baseline_outputs: dict[tuple[int, int], str] = field(default_factory=dict)
     base_tps: float | None = None
     curves: dict[str, Curve] = field(default_factory=dict)
-    cost_models: dict[str, CostModel] = field(default_factory=dict)
+    cost_models: dict[str, CostModel | PricedCurve] = field(default_factory=dict)
+    verify_curves: dict[str, VerifyCurve] = field(default_factory=dict)
     pruned: list[dict[str, JsonValue]] = field(default_factory=list)
     baseline_rechecked: bool = False
     baseline_unsteady: bool = False

@@ -33,9 +33,10 @@ from tuner.errors import Cancelled
 
 from ..candidates import Candidate, CandidatePlan
 from ..pairing import compare, pooled_tokens_per_s
-from ..predict import CostModel, fit_cost_model, predict_curve
+from ..predict import CostModel, StepCost, fit_cost_model, predict_curve
 from ..results import Measurement
 from ..sentences import JsonValue, Sentence, Slot
+from ..verifycost import PricedCurve
 from .measurer import Measurer
 from .record import Curve
 from .rules import (
@@ -101,6 +102,7 @@ class Screening(Stage):
         lead = leader(self.record, other_than=c)
         if lead is None or self.record.baseline_rechecked:
             return False
+        cost: StepCost
         if basis is None:
             found = ngram_basis(self.record, c)
             if found is None:
@@ -125,7 +127,7 @@ class Screening(Stage):
         until the refine stage has its own queue."""
         return self.s.refine_per_draft * (len(self.plan.drafts) + (1 if self.plan.mtp is not None else 0))
 
-    def _draft_probes(self) -> list[Candidate]:
+    def draft_probes(self) -> list[Candidate]:
         """The draft models' and MTP's probes that ran."""
         return [c for c in (*self.plan.drafts, *([self.plan.mtp] if self.plan.mtp else [])) if self.record.runs_of(c)]
 
@@ -247,7 +249,10 @@ class Screening(Stage):
                 a = m.counts.accepted_tokens_total / m.counts.drafts_total
                 k_eff = m.counts.drafted_per_step or float(m.candidate.n_max or 1)
                 fit_pts.append((k_eff, a, float(m.gen_tokens_per_s)))
-        model: CostModel = fit_cost_model(self.record.base_tps, fit_pts)
+        group = self.record.group(probe)
+        measured = self.record.verify_curves.get(group)
+        model: CostModel | PricedCurve = (PricedCurve(measured, self.record.base_tps) if measured is not None
+                                          else fit_cost_model(self.record.base_tps, fit_pts))
         curve = predict_curve(long_run.counts, model, self.s.draft_lengths)
         self.record.curves[self.record.group(probe)] = curve
         self.record.cost_models[self.record.group(probe)] = model
@@ -255,10 +260,16 @@ class Screening(Stage):
             "predicted",
             f"{probe.label}: predicted best n_max " + (f"{max(curve, key=lambda t: t[2])[0]}" if curve else "unknown"),
             candidate=probe,
-            detail={"curve": [list(t) for t in curve], "cost_per_draft_token": model.per_draft_token,
-                    "cost_per_step": model.per_step},
+            detail={"curve": [list(t) for t in curve], **_cost_detail(model)},
         )
         return curve
+
+    def use_verify_curves(self) -> None:
+        """Predict again every draft whose group has a measured verify-cost curve now (it replaces the fitted
+        cost model: ``tuner.calibration.search.verify``)."""
+        for probe in self.draft_probes():
+            if self.record.group(probe) in self.record.verify_curves:
+                self.predict(probe)
 
     # ---- 3. draft lengths -----------------------------------------------------------------------------
     def _curve_ratio(self, probe: Candidate, tps: float) -> float:
@@ -274,7 +285,7 @@ class Screening(Stage):
         above ``bar``, a ratio to the baseline), best first; without per-position counters (no /metrics), a few
         fixed lengths."""
         queue: list[tuple[float, Candidate, Candidate]] = []
-        for probe in self._draft_probes():
+        for probe in self.draft_probes():
             curve = self.record.curves.get(self.record.group(probe)) or []
             done = self.record.measured_n_max(probe)
             promising = sorted((t for t in curve if self._curve_ratio(probe, t[2]) > bar and t[0] not in done),
@@ -295,7 +306,7 @@ class Screening(Stage):
         assert self.record.base_tps is not None
         bar = 1.0 + self.s.min_gain / 2  # a ratio to the baseline each curve was predicted against
         queue = self._refine_queue(bar)
-        extra_budget = {self.record.group(p): 2 for p in self._draft_probes()}
+        extra_budget = {self.record.group(p): 2 for p in self.draft_probes()}
         refined = 0
         self.eta.queued_probes = (0, 0)  # the refine stage's own queue from here on
         self.eta.pending_s = sum(self.estimates.estimate_s(t[0] or None, len(self.reps)) for t in queue)
@@ -445,7 +456,7 @@ class Screening(Stage):
         pv = self.s.p_min_variant
         if not pv or self.busy():
             return
-        for probe in [c for c in self._draft_probes() if c.spec_type != "draft-dspark"]:
+        for probe in [c for c in self.draft_probes() if c.spec_type != "draft-dspark"]:
             self._check_cancel()
             best = max(self.record.runs_of(probe), key=lambda m: m.gen_tokens_per_s or 0.0)
             n_max = best.candidate.n_max or 0
@@ -488,6 +499,14 @@ class Screening(Stage):
             if best[0] >= within:
                 return [best]
         return sorted(out.values(), key=lambda t: -t[0])
+
+
+def _cost_detail(model: CostModel | PricedCurve) -> dict[str, JsonValue]:
+    """The ``"predicted"`` event's words on the cost of a verification step: the fitted model's ``u`` and ``w``, or
+    the measured curve's points."""
+    if isinstance(model, PricedCurve):
+        return {"verify_cost": [[x, y] for x, y in model.curve.points]}
+    return {"cost_per_draft_token": model.per_draft_token, "cost_per_step": model.per_step}
 
 
 __all__ = ["Screening"]

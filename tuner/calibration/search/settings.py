@@ -13,6 +13,7 @@ from tuner.errors import DraftwiseError
 from ..candidates import DRAFT_LENGTHS
 from ..pairing import ALPHA, ALTERNATING, MAX_PAIRS, MIN_GAIN, SIDE_BY_SIDE
 from ..results import Measurement
+from ..verifycost import VerifyCurve
 
 
 @dataclass(frozen=True)
@@ -73,6 +74,10 @@ class SearchSettings:
             settings for; None = no thread stage (the user chose the threads, or the host's cores are unknown).
         thread_openmp: the build's CPU backend uses OpenMP (``tuner.hardware.buffers.CpuBuffers.openmp``;
             None = unknown): which setting lets the threads sleep while they wait.
+        verify_identity: :func:`tuner.calibration.verifycost.sweep_identity` of this tune; empty = no verify-cost
+            stage (``tuner.calibration.search.verify``).
+        known_curves: verify-cost curves measured before (a profile of this target keeps them); one whose key
+            matches is used with no launch.
     """
 
     n_predict: int = 128
@@ -101,6 +106,8 @@ class SearchSettings:
     long_share: float | None = None
     thread_cores: int | None = None
     thread_openmp: bool | None = None
+    verify_identity: str = ""
+    known_curves: tuple[VerifyCurve, ...] = ()
 
     @property
     def layout(self) -> str:

@@ -1,0 +1,161 @@
+"""The verify-cost stage: the cost of one verification step at each draft length, measured with synthetic
+acceptance (issue 28 item 3; :mod:`tuner.calibration.verifycost`).
+
+It runs after the probes, for the draft (model or MTP head: both draft on every step) whose probe screened
+fastest, once per (binary, target, draft, placement, threads): a curve a profile of this target already keeps
+for the same key is reused, with no launch. Otherwise each length of :data:`~tuner.calibration.verifycost.LENGTHS`
+is one launch of that draft at ``p_min`` 0 with every drafted token rejected (``--spec-synth-rates 0,…``): a
+warm-up and the first prompt at the sweep's ``n_predict``, whose tokens/s against the model alone's on the same
+request (the screening baseline) is the step's cost. The launches are paid from the budget: the stage keeps the
+paired rounds' reserve and spends at most :data:`SHARE` of the budget, lengths in the order of ``LENGTHS`` (1 and
+16 first, so an early end still spans them).
+
+The curve then replaces the draft's fitted cost model (:meth:`~tuner.calibration.search.screening.Screening.predict`):
+the draft lengths it predicts and the ones the pruning rule skips come from it, and the profile keeps it for the
+Monitor's live prediction. Its launches are not measurements: no decision, chart or pair reads them, and the
+synthetic flag never reaches a served server.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import replace
+
+from tuner.errors import Cancelled
+
+from ..candidates import Candidate
+from ..measure import WARMUP_PROMPT, LaunchError, LaunchFn, RequestError, measure_request
+from ..predict import parse_spec_metrics
+from ..prompts import Prompt
+from ..verifycost import LENGTHS, VerifyCurve, curve_from_runs, curve_key
+from ..workload import Workload
+from .protocol import Requests
+from .rules import screening_ratio
+from .stage import Stage, SweepState
+
+SHARE = 0.12
+"""At most this share of the budget goes to the verify-cost launches."""
+
+WARM_UP_TOKENS = 8
+
+
+class VerifyCostStage(Stage):
+    """The verify-cost stage of one sweep (module docstring).
+
+    Args:
+        launch_fn: the measurer's launch function (at the sweep's thread setting, bounded by the hard time limit).
+        workload, requests: the requests' shape and the sweep's prompts (the first one is sent).
+        state: the sweep's state; the stage runs only when ``settings.verify_identity`` is set.
+
+    Attributes:
+        thread_words: the thread setting's words in the curve's key (set by the search once the thread stage chose).
+    """
+
+    def __init__(self, launch_fn: LaunchFn, workload: Workload, requests: Requests, state: SweepState) -> None:
+        super().__init__(state)
+        self.launch_fn = launch_fn
+        self.workload = workload
+        self.requests = requests
+        self.thread_words = ""
+
+    def run(self, probes: Sequence[Candidate]) -> None:
+        """Find or measure the curve of the fastest-screened draft among ``probes`` (the draft models' and MTP's
+        probes) and keep it in ``record.verify_curves`` under its draft group.
+
+        Raises:
+            Cancelled: the user cancelled.
+        """
+        probe = self._fastest(probes)
+        if not self.s.verify_identity or probe is None:
+            return
+        key = curve_key(self.s.verify_identity, probe.draft_path, f"{probe.placement} ngl {probe.ngl}",
+                        self.thread_words)
+        group = self.record.group(probe)
+        known = next((c for c in self.s.known_curves if c.key == key), None)
+        if known is not None:
+            self.record.verify_curves[group] = known
+            self.events("verify_cost", f"{probe.label}: the cost of checking drafts was measured before on this "
+                        "machine, with this server, model and draft; reused", candidate=probe,
+                        detail={"curve": known.to_json(), "reused": True})
+            return
+        curve = self._measure(probe, key)
+        if curve is not None:
+            self.record.verify_curves[group] = curve
+            self.events("verify_cost", f"{probe.label}: one check of k drafted tokens costs "
+                        + ", ".join(f"{c:.2f} (k {x:g})" for x, c in curve.points) + " target tokens' time",
+                        candidate=probe, detail={"curve": curve.to_json(), "reused": False})
+
+    def _fastest(self, probes: Sequence[Candidate]) -> Candidate | None:
+        """The probe whose run drafted and screened fastest against the baseline (``None``: none did)."""
+        best: tuple[float, Candidate] | None = None
+        for c in probes:
+            m = next((m for m in self.record.runs_of(c) if m.candidate == c and m.counts and m.counts.drafts_total),
+                     None)
+            r = screening_ratio(self.record, m) if m is not None else None
+            if m is not None and r is not None and (best is None or r > best[0]):
+                best = (r, c)
+        return best[1] if best is not None else None
+
+    def _estimate_s(self, k: int) -> float:
+        """One launch at length ``k``: load, warm-up, one request of ``n_predict`` tokens at a step cost of about
+        ``1 + k ÷ 8`` target tokens (a guess; the launches measure it)."""
+        tps = self.estimates.tps() or 1.0
+        return self.estimates.launch_s() + self.requests.n_predict * (1.0 + k / 8) / tps
+
+    def _measure(self, probe: Candidate, key: str) -> VerifyCurve | None:
+        base = self._baseline_tps()
+        if base is None:
+            return None
+        start, runs = self.budget.elapsed_s(), {}
+        for k in LENGTHS:
+            if self.cancel.is_set():
+                raise Cancelled()
+            est = self._estimate_s(k)
+            spent = self.budget.elapsed_s() - start
+            if spent + est > SHARE * self.budget.budget_s or not self.estimates.fits(self.budget, est, optional=True,
+                                                                                     busy=self.busy()):
+                self.events("skipped", f"{probe.label}: the cost of checking {k} drafted tokens not measured, "
+                            "the time budget is spent", candidate=probe)
+                break
+            got = self._one(replace(probe, n_max=k, p_min=0.0, synth_rates=(0.0,) * k))
+            if got is not None:
+                runs[got[0]] = got[1]
+        return curve_from_runs(base, runs, key)
+
+    def _baseline_tps(self) -> float | None:
+        """The screening baseline's tokens/s on the first prompt's first repetition (the request each launch sends)."""
+        found = self.record.screening_baseline()
+        if found is None:
+            return None
+        idx = self.requests.prompts[0][0]
+        sample = next((s for s in found[1].samples if s.prompt_index == idx and s.repetition == 0), None)
+        return sample.gen_tokens_per_s if sample is not None else None
+
+    def _one(self, c: Candidate) -> tuple[float, float] | None:
+        """One synthetic launch: ``(drafted tokens per step, tokens/s)``, ``None`` when it failed or drafted
+        nothing (then said in an event)."""
+        idx, prompt = self.requests.prompts[0]
+        try:
+            launch = self.launch_fn(c, self.cancel)
+        except LaunchError as exc:
+            self.events("verify_cost", f"{c.label}: could not start ({exc})", candidate=c)
+            return None
+        try:
+            timeout = self.budget.request_timeout(self.s.request_timeout_s)
+            measure_request(launch.client, 0, Prompt(WARMUP_PROMPT), -1, WARM_UP_TOKENS, timeout, self.workload,
+                            greedy=True)
+            before = parse_spec_metrics(launch.client.metrics_text())
+            s = measure_request(launch.client, idx, prompt, 0, self.requests.n_predict, timeout, self.workload)
+            counts = parse_spec_metrics(launch.client.metrics_text()).minus(before)
+        except (RequestError, ValueError, OSError) as exc:
+            self.events("verify_cost", f"{c.label}: {exc}", candidate=c)
+            return None
+        finally:
+            launch.stop()
+        if not counts.drafts_total:
+            self.events("verify_cost", f"{c.label}: drafted nothing, so it says nothing about the cost", candidate=c)
+            return None
+        return counts.drafted_per_step or float(c.n_max or 1), s.gen_tokens_per_s
+
+
+__all__ = ["SHARE", "VerifyCostStage"]
