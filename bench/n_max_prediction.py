@@ -16,8 +16,9 @@ On the family of ``bench/tune_quality.py`` (768 wide, a 12-block F16 target, its
 * predicted: from the ``n_max`` 16 launch's ``/metrics`` per-position counters (pooled over the rounds) with
   ``tuner.calibration.predict.predicted_ratio`` — under the synthetic curve (linear between its lengths) and
   under the cost model the sweep fits today (``fit_run_cost`` of that one launch, ``w`` = 0);
-* the curve as a tune's verify-cost stage measures it (``tuner.calibration.search.verify``: one request per length,
-  round 1's first prompt, against the model alone's same request in its own launch) and its predictions;
+* the curve as a tune's verify-cost stage measures it (``tuner.calibration.search.verify``: round 1's first
+  ``verify.PROMPTS`` requests per length, pooled, against the model alone's same requests in its own launch) and its
+  predictions;
 * each real run's own step cost, ``(1 + accepted per step) × target alone ÷ its tokens/s``, beside the curve's
   at its drafted tokens per step: where a prediction misses, this says whether the cost or the acceptance did.
 
@@ -43,6 +44,7 @@ from tuner.calibration.predict import PerPositionCounts, fit_run_cost, parse_spe
 from tuner.calibration.prompts import Prompt, make_prompt_set
 from tuner.calibration.results import Sample
 from tuner.calibration.sampling import GREEDY
+from tuner.calibration.search.verify import PROMPTS as STAGE_PROMPTS
 from tuner.calibration.verifycost import VerifyCurve, curve_from_runs
 from tuner.calibration.workload import Workload
 from tuner.server.config import ServerConfig
@@ -145,15 +147,14 @@ def run(args: argparse.Namespace) -> dict[str, Runs]:
 
 
 def stage_curve(runs: dict[str, Runs]) -> VerifyCurve | None:
-    """The curve as ``tuner.calibration.search.verify`` measures it in a tune: one request per length (round 1's
-    first prompt) against the model alone's same request in its own launch (``curve_from_runs``)."""
-    def first(name: str) -> Sample | None:
-        return next((s for s in runs[name].samples if s.repetition == 100), None)
+    """The curve as ``tuner.calibration.search.verify`` measures it in a tune: round 1's first ``PROMPTS`` requests per
+    length, pooled, against the model alone's same requests in its own launch (``curve_from_runs``)."""
+    def first(name: str) -> float | None:
+        return pooled_tokens_per_s([s for s in runs[name].samples if s.repetition == 100][:STAGE_PROMPTS])
 
     alone = first("alone")
-    synth = {k: first(f"synth {k}") for k in SYNTH_LENGTHS}
-    pts = {float(k): s.gen_tokens_per_s for k, s in synth.items() if s is not None}
-    return curve_from_runs(alone.gen_tokens_per_s, pts) if alone is not None else None
+    pts = {float(k): tps for k in SYNTH_LENGTHS if (tps := first(f"synth {k}"))}
+    return curve_from_runs(alone, pts) if alone else None
 
 
 def table(runs: dict[str, Runs]) -> bool:
@@ -174,7 +175,7 @@ def table(runs: dict[str, Runs]) -> bool:
     if fitted is not None:
         print(f"fitted today (n_max {PROBE} launch, w = 0): cost(k) = 1 + {fitted.per_draft_token:.3f}·k")
     if stage is not None:
-        print("as the tune's stage measures it (round 1, first prompt, one request per length): "
+        print(f"as the tune's stage measures it (round 1, its first {STAGE_PROMPTS} requests per length): "
               + ", ".join(f"{x:.2f}: {y:.2f}" for x, y in stage.points))
     print("\n n_max  measured  curve (err)      fitted (err)     stage's (err)    real step cost  curve's cost  acceptance")
     worst_curve = worst_fit = worst_stage = 0.0

@@ -7,6 +7,7 @@ from __future__ import annotations
 import ast
 import inspect
 import time
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
@@ -68,6 +69,10 @@ def test_the_chart_and_the_progress_line_say_it_plainly(make_app) -> None:
     assert line.endswith(f"probe: starting {DRAFT.label}")  # the sweep's own words stay, as the detail
     tab.on_event(TuneEvent("launch", "confirm: starting no speculation", candidate=Candidate(), progress=0.2))
     assert tab.step_label.text().startswith("Measuring the model alone…")
+    synth = replace(DRAFT, n_max=4, synth_rates=(0.0,) * 4)  # the verify-cost stage's launch: no configuration
+    tab.on_event(TuneEvent("launch", f"verify cost: starting {synth.label}", candidate=synth, progress=0.15))
+    assert tab.step_label.text().startswith(
+        "Timing how long the model takes to check 4 drafted tokens (the draft model draft-good.gguf)…")
     tab.on_state(AppState.IDLE)
     tab.on_done(_reused(tuple(m.to_json() for m in _launches())))
     ticks = [t for _x, t in tab.chart.getAxis("bottom")._tickLevels[0]]

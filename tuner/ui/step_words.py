@@ -6,6 +6,7 @@ keeps the terse line (``tuner.calibration`` events); only the app words it again
 
 from __future__ import annotations
 
+from dataclasses import replace
 from pathlib import Path
 
 from tuner.calibration import Candidate, TuneEvent
@@ -39,12 +40,19 @@ def candidate_words(c: Candidate) -> str:
 
 def plain_step(ev: TuneEvent) -> str | None:
     """The progress line of a sweep event, plain words first: a launch "Trying the draft model d.gguf (n_max
-    8)… — probe: starting …" (the baseline: "Measuring the model alone… — …"); None for any other event (its
+    8)… — probe: starting …" (the baseline: "Measuring the model alone… — …"; a verify-cost launch "Timing how
+    long the model takes to check 4 drafted tokens (the draft model d.gguf)… — …"); None for any other event (its
     own message stands)."""
     c = ev.candidate
     if ev.kind != "launch" or c is None:
         return None
-    first = "Measuring the model alone…" if c.is_baseline else f"Trying {candidate_words(c)}…"
+    if c.is_baseline:
+        first = "Measuring the model alone…"
+    elif c.synth_rates:  # the verify-cost stage: a benchmark of the target's checking, not a configuration
+        first = (f"Timing how long the model takes to check {c.n_max} drafted tokens "
+                 f"({candidate_words(replace(c, n_max=None))})…")
+    else:
+        first = f"Trying {candidate_words(c)}…"
     return f"{first}{DETAIL_SEP}{ev.message}" if ev.message else first
 
 
