@@ -14,8 +14,10 @@ On the family of ``bench/tune_quality.py`` (768 wide, a 12-block F16 target, its
   length of :data:`SYNTH_LENGTHS` in the same rounds: at rate 0 every step yields one token, so the target
   alone's tokens/s ÷ the synthetic run's is the cost of one step drafting ``k`` tokens, in target-token times;
 * predicted: from the ``n_max`` 16 launch's ``/metrics`` per-position counters (pooled over the rounds) with
-  ``tuner.calibration.predict.predicted_ratio`` — under the synthetic curve (linear between its lengths) and
-  under the cost model the sweep fits today (``fit_run_cost`` of that one launch, ``w`` = 0);
+  ``tuner.calibration.predict.predicted_ratio`` (steps counted per accepted span) — under the synthetic curve
+  (linear between its lengths) and under the cost model the sweep fitted before the curve (``fit_run_cost`` of that
+  one launch, ``w`` = 0); and under the curve with the acceptance averaged per probe step (:func:`averaged_ratio`,
+  the prediction before issue 28);
 * the curve as a tune's verify-cost stage measures it (``tuner.calibration.search.verify``: round 1's first
   ``verify.PROMPTS`` requests per length, pooled, against the model alone's same requests in its own launch) and its
   predictions;
@@ -40,7 +42,14 @@ from bench.common import family, note_machine, private_home, select_prompts, ser
 from bench.tune_quality import PROMPTS
 from tuner.calibration.measure import WARMUP_PROMPT, measure_request
 from tuner.calibration.pairing import pooled_tokens_per_s
-from tuner.calibration.predict import PerPositionCounts, fit_run_cost, parse_spec_metrics, predicted_ratio
+from tuner.calibration.predict import (
+    PerPositionCounts,
+    StepCost,
+    accepted_tokens_at,
+    fit_run_cost,
+    parse_spec_metrics,
+    predicted_ratio,
+)
 from tuner.calibration.prompts import Prompt, make_prompt_set
 from tuner.calibration.results import Sample
 from tuner.calibration.sampling import GREEDY
@@ -146,6 +155,18 @@ def run(args: argparse.Namespace) -> dict[str, Runs]:
     return runs
 
 
+def averaged_ratio(counts: PerPositionCounts, generated: float, k: int, cost: StepCost) -> float | None:
+    """The prediction before issue 28 (for comparison): acceptance averaged per probe step,
+    ``(1 + f·a(k)) ÷ ((1 − f) + f·cost(k))`` with ``a(k) = Σ_{i<k} per_pos[i] ÷ drafts``."""
+    a_k = accepted_tokens_at(counts, k)
+    steps = generated - counts.accepted_tokens_total
+    dps = counts.drafted_per_step
+    if a_k is None or not counts.drafts_total or steps <= 0 or not dps:
+        return None
+    f = min(1.0, counts.drafts_total / steps)
+    return (1.0 + f * a_k / counts.drafts_total) / ((1.0 - f) + f * cost.step_cost(min(float(k), dps)))
+
+
 def stage_curve(runs: dict[str, Runs]) -> VerifyCurve | None:
     """The curve as ``tuner.calibration.search.verify`` measures it in a tune: round 1's first ``PROMPTS`` requests per
     length, pooled, against the model alone's same requests in its own launch (``curve_from_runs``)."""
@@ -177,8 +198,9 @@ def table(runs: dict[str, Runs]) -> bool:
     if stage is not None:
         print(f"as the tune's stage measures it (round 1, its first {STAGE_PROMPTS} requests per length): "
               + ", ".join(f"{x:.2f}: {y:.2f}" for x, y in stage.points))
-    print("\n n_max  measured  curve (err)      fitted (err)     stage's (err)    real step cost  curve's cost  acceptance")
-    worst_curve = worst_fit = worst_stage = 0.0
+    print("\n n_max  measured  curve (err)      fitted (err)     stage's (err)    averaged (err)   real step cost  "
+          "curve's cost  acceptance (predicted)")
+    worst_curve = worst_fit = worst_stage = worst_spans = 0.0
     for k in LENGTHS:
         m = med[f"n_max {k}"]
         pc = predicted_ratio(probe.counts, probe.generated, k, curve)
@@ -192,14 +214,19 @@ def table(runs: dict[str, Runs]) -> bool:
             a = own.accepted_tokens_total / steps if steps > 0 else 0.0
             cost, dps, acc = (1.0 + a) / m, own.drafted_per_step, own.acceptance
         ps = predicted_ratio(probe.counts, probe.generated, k, stage) if stage is not None else None
+        pn = averaged_ratio(probe.counts, probe.generated, k, curve)
+        en = abs(pn / m - 1) if pn else float("nan")
+        worst_spans = max(worst_spans, en)
+        pacc = probe.counts.predicted_acceptance(k)
         ec = abs(pc / m - 1) if pc else float("nan")
         ef = abs(pf / m - 1) if pf else float("nan")
         es = abs(ps / m - 1) if ps else float("nan")
         worst_curve, worst_fit, worst_stage = max(worst_curve, ec), max(worst_fit, ef), max(worst_stage, es)
         print(f" {k:5d}  {m:7.2f}x  {pc or 0:5.2f}x ({ec:5.1%})  {pf or 0:5.2f}x ({ef:5.1%})  {ps or 0:5.2f}x ({es:5.1%})"
-              f"  {cost or 0:13.2f}  {curve.step_cost(dps or k):12.2f}  {acc or 0:9.0%}")
-    print(f"\nlargest error: curve {worst_curve:.1%}, fitted {worst_fit:.1%}, the stage's curve {worst_stage:.1%} "
-          f"(goal: the curve within {GOAL:.0%})")
+              f"  {pn or 0:5.2f}x ({en:5.1%})  {cost or 0:13.2f}  {curve.step_cost(dps or k):12.2f}  {acc or 0:9.0%}"
+              f" ({pacc or 0:.0%})")
+    print(f"\nlargest error: curve {worst_curve:.1%}, fitted {worst_fit:.1%}, the stage's curve {worst_stage:.1%}, "
+          f"the curve with acceptance averaged per probe step {worst_spans:.1%} (goal: the curve within {GOAL:.0%})")
     return worst_curve <= GOAL
 
 

@@ -107,3 +107,12 @@ def test_the_stage_keeps_to_its_share_of_the_budget() -> None:
     assert any(kind == "skipped" and "the cost of checking" in msg for kind, msg, _ in events)
     curve = search.record.verify_curves[search.record.group(PROBE)]
     assert curve.lengths[0] == 1.0 and curve.lengths[-1] == 16.0
+
+
+def test_no_launch_when_the_share_cannot_hold_two_lengths() -> None:
+    # a 20 s sweep: 12 % is 2.4 s, less than the lengths 1 and 16 take (about 3.6 s): a single length would be no
+    # curve, so none is launched and the draft keeps its fitted cost
+    search, _, launch, events = _run(SearchSettings(n_predict=16, p_min_variant=None, verify_identity=IDENTITY),
+                                     budget_s=20)
+    assert _synthetic(launch) == [] and search.record.verify_curves == {}
+    assert any(kind == "skipped" and "too short for even two lengths" in msg for kind, msg, _ in events), events

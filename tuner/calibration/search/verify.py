@@ -113,6 +113,13 @@ class VerifyCostStage(Stage):
         (each length's pooled tokens/s rescaled to the screening baseline's on the same requests)."""
         start, runs = self.budget.elapsed_s(), {}
         base: float | None = None
+        ends = self._estimate_s(LENGTHS[0]) + self._estimate_s(LENGTHS[1])
+        if ends > SHARE * self.budget.budget_s or not self.estimates.fits(self.budget, ends, optional=True,
+                                                                          busy=self.busy()):
+            self.events("skipped", f"{probe.label}: the cost of checking drafts not measured, the time budget is too "
+                        f"short for even two lengths (about {ends:.0f} s); its cost is fitted to its runs",
+                        candidate=probe)
+            return None
         for k in LENGTHS:
             if self.cancel.is_set():
                 raise Cancelled()
