@@ -39,8 +39,9 @@ SHARE = 0.12
 """At most this share of the budget goes to the verify-cost launches."""
 
 PROMPTS = 2
-"""Requests per length: ``bench/n_max_prediction.py`` read the curve from one request per length 19 % off the
-pooled rounds' at ``n_max`` 6 (4.48 against 4.07 target tokens), from two within 15 %."""
+"""Requests per length, pooled: in ``bench/n_max_prediction.py`` one request read the cost at ``n_max`` 6 10 % above
+the pooled rounds' (4.48 against 4.07 target tokens). With two, the stage's costs still read 1–14 % above the pooled
+rounds' (run 2): the model alone's reference launch ran minutes earlier, and the machine drifts between them."""
 
 WARM_UP_TOKENS = 8
 
@@ -50,7 +51,7 @@ class VerifyCostStage(Stage):
 
     Args:
         launch_fn: the measurer's launch function (at the sweep's thread setting, bounded by the hard time limit).
-        workload, requests: the requests' shape and the sweep's prompts (the first one is sent).
+        workload, requests: the requests' shape and the sweep's prompts (the first :data:`PROMPTS` are sent).
         state: the sweep's state; the stage runs only when ``settings.verify_identity`` is set.
 
     Attributes:
