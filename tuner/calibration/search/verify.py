@@ -112,7 +112,8 @@ class VerifyCostStage(Stage):
     def _measure(self, probe: Candidate, key: str) -> VerifyCurve | None:
         """One launch per length while the stage's share and the budget last; the curve of what they measured
         (each length's pooled tokens/s rescaled to the screening baseline's on the same requests)."""
-        start, runs = self.budget.elapsed_s(), {}
+        start = self.budget.elapsed_s()
+        runs: dict[float, float] = {}
         base: float | None = None
         ends = self._estimate_s(LENGTHS[0]) + self._estimate_s(LENGTHS[1])
         if ends > SHARE * self.budget.budget_s or not self.estimates.fits(self.budget, ends, optional=True,
@@ -126,8 +127,9 @@ class VerifyCostStage(Stage):
                 raise Cancelled()
             est = self._estimate_s(k)
             spent = self.budget.elapsed_s() - start
-            if spent + est > SHARE * self.budget.budget_s or not self.estimates.fits(self.budget, est, optional=True,
-                                                                                     busy=self.busy()):
+            ends = len(runs) < 2 and k in LENGTHS[:2]  # once started, both ends: one point is no curve
+            if (spent + est > SHARE * self.budget.budget_s and not ends) or not self.estimates.fits(
+                    self.budget, est, optional=True, busy=self.busy()):
                 self.events("skipped", f"{probe.label}: the cost of checking {k} drafted tokens not measured, "
                             "the time budget is spent", candidate=probe)
                 break
