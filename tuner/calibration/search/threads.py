@@ -115,7 +115,7 @@ class ThreadStage(Stage):
         settings = self._ordered(None)
         self.events("threads", f"{LOADING_MESSAGE} ({len(settings)} thread settings of {baseline.label}, before the "
                     "sweep)", detail={"settings": [st.to_json() for st in settings]})
-        self.base = self._measure_all(baseline, settings, t0 + BEFORE_SHARE * share_s)
+        self.base = self._measure_all(baseline, settings, t0 + BEFORE_SHARE * share_s, first_always=True)
         self.budget.held_s = max(0.0, share_s - (self.budget.elapsed_s() - t0))
         self.sweep_setting = choose(self.base)
         if self.sweep_setting is not None:
@@ -173,13 +173,22 @@ class ThreadStage(Stage):
         return tuple(sorted(settings_for(self.s.thread_cores or 1, self.s.thread_openmp),
                             key=lambda st: (st.is_default, st != first)))
 
-    def _measure_all(self, c: Candidate, settings: tuple[ThreadSetting, ...], end_s: float) -> tuple[ThreadFigures, ...]:
+    def _measure_all(self, c: Candidate, settings: tuple[ThreadSetting, ...], end_s: float,
+                     first_always: bool = False) -> tuple[ThreadFigures, ...]:
+        """``c`` at each of ``settings`` that fits before ``end_s`` (seconds into the sweep). ``first_always``: the first
+        setting (one core fewer) is measured whenever the budget holds it, past ``end_s`` too — without any figure the
+        sweep runs at llama-server's default, which one busy program collapses (a 113 s sweep under tune_quality's
+        burner skipped all three settings on the 5 s load guess before any load was timed, measured the model alone
+        at 22.7 tokens/s against its warm-up's 194, and served it)."""
         self.end_s = end_s
-        out = []
+        out: list[ThreadFigures] = []
         for st in settings:
             if self.cancel.is_set():
                 raise Cancelled()
-            if self.budget.elapsed_s() + self._estimate_s(c) > end_s:
+            est, now = self._estimate_s(c), self.budget.elapsed_s()
+            self.end_s = max(end_s, now + est) if first_always and not out and now + est <= self.budget.budget_s \
+                else end_s
+            if now + est > self.end_s:
                 self.events("skipped", f"{c.label}: thread setting {st.words(self.s.thread_cores or 1)} not "
                             "measured, the thread stage's share of the budget is spent", candidate=c)
                 continue
