@@ -116,3 +116,16 @@ def test_no_launch_when_the_share_cannot_hold_two_lengths() -> None:
                                      budget_s=20)
     assert _synthetic(launch) == [] and search.record.verify_curves == {}
     assert any(kind == "skipped" and "too short for even two lengths" in msg for kind, msg, _ in events), events
+
+
+def test_no_curve_is_measured_while_other_programs_use_the_cpu() -> None:
+    clock = SimClock()
+    launch = ScriptedLaunch(tps_of, content="same text", clock=clock, load_s=1.0, metrics=metrics)
+    events: list[tuple[str, str]] = []
+    search = scripted_search(launch, CandidatePlan(baseline=Candidate(), drafts=(PROBE,)),
+                             [(i, Prompt(f"p{i}", "code")) for i in range(3)],
+                             SearchSettings(n_predict=16, p_min_variant=None, verify_identity=IDENTITY), 600,
+                             clock=clock, busy=lambda: True, emit=lambda kind, msg, **kw: events.append((kind, msg)))
+    search.run()
+    assert _synthetic(launch) == [] and search.record.verify_curves == {}
+    assert any(kind == "skipped" and "other programs are using the CPU" in msg for kind, msg in events)
