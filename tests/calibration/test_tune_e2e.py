@@ -100,12 +100,16 @@ def _verify_cost_measured_and_never_served(res, events: list[TuneEvent], llama_s
     from tuner.server.supervisor import Supervisor
 
     synth = [e for e in events if e.kind == "ready" and "--spec-synth-rates" in (e.detail or {}).get("argv", [])]
-    assert len(synth) >= 2, [e.message for e in events if e.kind in ("verify_cost", "skipped")]
-    assert res.profile is not None and res.profile.decision.get("verify_costs")
-    facts = ProfileFacts.from_decision(res.profile.decision)
-    assert facts is not None and facts.curve is not None and facts.step_cost is facts.curve
-    assert all(cost >= 1.0 for _, cost in facts.curve.points)
-    assert not any("synth" in a for a in res.profile.argv)
+    busy = [e for e in events if e.kind == "skipped" and "other programs are using the CPU" in e.message]
+    assert res.profile is not None and not any("synth" in a for a in res.profile.argv)
+    if busy:  # the load watcher saw another program: no curve is measured then (it would be kept for later tunes)
+        assert not synth and not res.profile.decision.get("verify_costs")
+    else:
+        assert len(synth) >= 2, [e.message for e in events if e.kind in ("verify_cost", "skipped")]
+        assert res.profile.decision.get("verify_costs")
+        facts = ProfileFacts.from_decision(res.profile.decision)
+        assert facts is not None and facts.curve is not None and facts.step_cost is facts.curve
+        assert all(cost >= 1.0 for _, cost in facts.curve.points)
     binary = find_named_server(llama_server_bin)
     sup = Supervisor(binary, probe_dialect(binary.path))
     try:
