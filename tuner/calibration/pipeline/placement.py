@@ -99,7 +99,7 @@ def _with_verify_cost(settings: SearchSettings, inputs: TuneInputs, given: bool,
         return settings
     known, problems = curves_in(saved.decision) if saved is not None else ((), [])
     for p in problems:
-        events.note(f"{saved.target_path if saved is not None else ''}: {p}; measured again")
+        events.note(f"{inputs.target_path.name}'s saved profile: {p}; measured again")
     identity = sweep_identity(inputs.binary.path, f"{inputs.binary.build}", inputs.target_path, inputs.request.threads)
     return dataclasses.replace(settings, verify_identity=identity, known_curves=known)
 

@@ -254,8 +254,8 @@ class Screening(Stage):
         model: CostModel | PricedCurve = (PricedCurve(measured, self.record.base_tps) if measured is not None
                                           else fit_cost_model(self.record.base_tps, fit_pts))
         curve = predict_curve(long_run.counts, model, self.s.draft_lengths)
-        self.record.curves[self.record.group(probe)] = curve
-        self.record.cost_models[self.record.group(probe)] = model
+        self.record.curves[group] = curve
+        self.record.cost_models[group] = model
         self.events(
             "predicted",
             f"{probe.label}: predicted best n_max " + (f"{max(curve, key=lambda t: t[2])[0]}" if curve else "unknown"),

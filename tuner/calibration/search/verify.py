@@ -55,9 +55,6 @@ class VerifyCostStage(Stage):
         launch_fn: the measurer's launch function (at the sweep's thread setting, bounded by the hard time limit).
         workload, requests: the requests' shape and the sweep's prompts (the first :data:`PROMPTS` are sent).
         state: the sweep's state; the stage runs only when ``settings.verify_identity`` is set.
-
-    Attributes:
-        thread_words: the thread setting's words in the curve's key (set by the search once the thread stage chose).
     """
 
     def __init__(self, launch_fn: LaunchFn, workload: Workload, requests: Requests, state: SweepState) -> None:
@@ -65,11 +62,11 @@ class VerifyCostStage(Stage):
         self.launch_fn = launch_fn
         self.workload = workload
         self.requests = requests
-        self.thread_words = ""
 
-    def run(self, probes: Sequence[Candidate]) -> None:
+    def run(self, probes: Sequence[Candidate], thread_words: str = "") -> None:
         """Find or measure the curve of the fastest-screened draft among ``probes`` (the draft models' and MTP's
-        probes) and keep it in ``record.verify_curves`` under its draft group.
+        probes) and keep it in ``record.verify_curves`` under its draft group; ``thread_words``: the sweep's thread
+        setting, part of the curve's key.
 
         Raises:
             Cancelled: the user cancelled.
@@ -78,7 +75,7 @@ class VerifyCostStage(Stage):
         if not self.s.verify_identity or probe is None:
             return
         key = curve_key(self.s.verify_identity, probe.draft_path, f"{probe.placement} ngl {probe.ngl}",
-                        self.thread_words)
+                        thread_words)
         group = self.record.group(probe)
         known = next((c for c in self.s.known_curves if c.key == key), None)
         if known is not None:
