@@ -113,3 +113,16 @@ def test_foreign_processes_leaves_our_own_tree_out():
         found = dict(foreign_processes("python"))
         # the burner was re-parented outside our tree: another program; this process is never listed
         assert burner.pid in found and os.getpid() not in found
+
+
+def test_a_watch_shorter_than_one_interval_still_sees_another_program():
+    """The doctor's self-test takes 0.2 s on a fast CPU: a watch of 0.08 s at 0.1 s intervals keeps the part
+    before ``stop()`` as a sample and calls a machine with a core busy elsewhere busy. On
+    one CI machine the 0.5 s interval and a 0.2 s least partial left the self-test with no sample at all."""
+    with Burner(total_s=5.0, min_burst_s=5.0, max_burst_s=5.0):
+        time.sleep(0.3)
+        watcher = LoadWatcher(interval_s=0.1).start()
+        time.sleep(0.08)
+        s = watcher.stop()
+    assert s.samples >= 1, s
+    assert s.busy, s

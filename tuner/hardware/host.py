@@ -202,11 +202,12 @@ class LoadWatcher:
                 continue
             record(prev, cur)
             prev = cur
-        # the part of an interval before stop(): a watch shorter than one interval (the doctor's 0.5 s
-        # self-test) otherwise had no sample at all and never saw another program's load
+        # the part of an interval before stop(): a watch shorter than one interval (the doctor's self-test,
+        # 0.2 s on a fast CPU) otherwise had no sample at all and never saw another program's load; the
+        # least it keeps is half an interval (at most 0.2 s), enough clock ticks for a share of the CPU
         try:
             cur = read()
-            if cur[0] - prev[0] >= 0.2:
+            if cur[0] - prev[0] >= min(0.2, self.interval_s / 2):
                 record(prev, cur)
         except Exception:  # noqa: BLE001
             log.debug("CPU meter reading failed", exc_info=True)
