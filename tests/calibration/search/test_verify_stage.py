@@ -129,3 +129,38 @@ def test_no_curve_is_measured_while_other_programs_use_the_cpu() -> None:
     search.run()
     assert _synthetic(launch) == [] and search.record.verify_curves == {}
     assert any(kind == "skipped" and "other programs are using the CPU" in msg for kind, msg in events)
+
+
+def _steep_tps(c: Candidate) -> float:
+    """As :func:`tps_of`, at a CPU's step cost (``bench/n_max_prediction.py`` here: 2.2 target tokens for a
+    1-token step, 7.2 for a 16-token one), well above the stage's old guess of ``1 + k ÷ 8``."""
+    k = c.n_max or 1
+    step = 1.9 + 0.33 * k
+    if c.is_baseline:
+        return 100.0
+    return 100.0 / step if c.synth_rates else 100.0 * (1.0 + accepted(k)) / step
+
+
+def test_the_stage_prices_its_launches_at_the_probes_own_step_cost() -> None:
+    """Idle quality run 6 (stop 34): the stage priced lengths 1 and 16 at 1.1 and 3 target tokens a step, the CPU's
+    cost 2.1 and 6.5; its two launches took 8.5 s of a 35 s sweep (24 %, its share is 12 %) and left the refine
+    stage one launch: pick/best 0.869. At every budget here the synthetic launches now keep to the share (with
+    the launch overhead's slack: the estimate of a load is the one measured so far) or are not started."""
+    measured = []
+    for budget_s in (30.0, 40.0, 50.0, 60.0, 80.0, 200.0):
+        clock = SimClock()
+        launch = ScriptedLaunch(_steep_tps, content="same text", clock=clock, load_s=0.3, metrics=metrics)
+        events: list[tuple[float, str, str]] = []
+        search = scripted_search(launch, CandidatePlan(baseline=Candidate(), drafts=(PROBE,)),
+                                 [(i, Prompt(f"p{i}", "code")) for i in range(3)],
+                                 SearchSettings(n_predict=48, p_min_variant=None, verify_identity=IDENTITY),
+                                 budget_s, clock=clock,
+                                 emit=lambda kind, msg, **kw: events.append((clock(), kind, msg)))
+        search.run()
+        starts = [t for t, kind, msg in events if kind == "launch" and msg.startswith("verify cost:")]
+        if not starts:
+            continue
+        measured.append(budget_s)
+        end = next(t for t, kind, _ in events if t >= starts[-1] and kind in ("verify_cost", "skipped"))
+        assert end - starts[0] <= 0.12 * budget_s * 1.15, (budget_s, end - starts[0], events)
+    assert measured == [80.0, 200.0]  # where two lengths fit in the share, the stage still runs

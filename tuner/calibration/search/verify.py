@@ -107,11 +107,15 @@ class VerifyCostStage(Stage):
                 best = (r, c)
         return best[1] if best is not None else None
 
-    def _estimate_s(self, k: int) -> float:
-        """One launch at length ``k``: load, warm-up, :data:`PROMPTS` requests of ``n_predict`` tokens at a step cost
-        of about ``1 + k ÷ 8`` target tokens (a guess; the launches measure it)."""
+    def _estimate_s(self, probe: Candidate, k: int) -> float:
+        """One launch at length ``k``: load, warm-up, :data:`PROMPTS` requests of ``n_predict`` tokens, one token a
+        step (acceptance 0) at the step cost the probe's fitted cost model gives (exact at the probe's own length;
+        a guess of ``1 + k ÷ 8`` target tokens where it is lower or there is none). The guess alone priced a
+        16-token step at 3 target tokens where the CPU's costs 7: a 35 s sweep's stage took 8.5 s, not its 4.2."""
         tps = self.estimates.tps() or 1.0
-        return self.estimates.launch_s() + PROMPTS * self.requests.n_predict * (1.0 + k / 8) / tps
+        model = self.record.cost_models.get(self.record.group(probe))
+        step = max(1.0 + k / 8, model.step_cost(k) if model is not None else 0.0)
+        return self.estimates.launch_s() + PROMPTS * self.requests.n_predict * step / tps
 
     def _measure(self, probe: Candidate, key: str) -> VerifyCurve | None:
         """One launch per length while the stage's share and the budget last; the curve of what they measured
@@ -119,7 +123,7 @@ class VerifyCostStage(Stage):
         start = self.budget.elapsed_s()
         runs: dict[float, float] = {}
         base: float | None = None
-        ends = self._estimate_s(LENGTHS[0]) + self._estimate_s(LENGTHS[1])
+        ends = self._estimate_s(probe, LENGTHS[0]) + self._estimate_s(probe, LENGTHS[1])
         if ends > SHARE * self.budget.budget_s or not self.estimates.fits(self.budget, ends, optional=True,
                                                                           busy=self.busy()):
             self.events("skipped", f"{probe.label}: the cost of checking drafts not measured, the time budget is too "
@@ -129,7 +133,7 @@ class VerifyCostStage(Stage):
         for k in LENGTHS:
             if self.cancel.is_set():
                 raise Cancelled()
-            est = self._estimate_s(k)
+            est = self._estimate_s(probe, k)
             spent = self.budget.elapsed_s() - start
             ends = len(runs) < 2 and k in LENGTHS[:2]  # once started, both ends: one point is no curve
             if (spent + est > SHARE * self.budget.budget_s and not ends) or not self.estimates.fits(
