@@ -89,10 +89,12 @@ def test_picks_the_good_draft_and_never_the_unrelated_one(tmp_path: Path, wide_f
     assert not _llama_children()
 
 
-def _verify_cost_measured_and_never_served(res, events: list[TuneEvent], llama_server_bin) -> None:
+def _verify_cost_measured_and_never_served(res, events: list[TuneEvent], llama_server_bin,
+                                           must_measure: bool = False) -> None:
     """The verify-cost stage (issue 28 item 3) launched the good draft with synthetic acceptance at several
     lengths; the profile keeps the curve for the live prediction; the profile's argv and the served server's
-    have no synthetic flag."""
+    have no synthetic flag. ``must_measure``: a sweep sized for the stage (short requests), where only another
+    program's load may skip it."""
     from tuner.calibration.advice import ProfileFacts
     from tuner.calibration.serving import profile_server_config
     from tuner.server.dialect import probe_dialect
@@ -101,8 +103,11 @@ def _verify_cost_measured_and_never_served(res, events: list[TuneEvent], llama_s
 
     synth = [e for e in events if e.kind == "ready" and "--spec-synth-rates" in (e.detail or {}).get("argv", [])]
     busy = [e for e in events if e.kind == "skipped" and "other programs are using the CPU" in e.message]
+    short = [e for e in events if e.kind == "skipped" and "too short for even two lengths" in e.message]
     assert res.profile is not None and not any("synth" in a for a in res.profile.argv)
-    if busy:  # the load watcher saw another program: no curve is measured then (it would be kept for later tunes)
+    if busy or (short and not must_measure):
+        # the load watcher saw another program (a curve measured then would be kept for later tunes), or two
+        # lengths priced at the probe's step cost do not fit in the stage's share: no launch, no curve
         assert not synth and not res.profile.decision.get("verify_costs")
     else:
         assert len(synth) >= 2, [e.message for e in events if e.kind in ("verify_cost", "skipped")]
@@ -118,6 +123,20 @@ def _verify_cost_measured_and_never_served(res, events: list[TuneEvent], llama_s
         assert "--spec-draft-model" in sup.argv and not any("synth" in a for a in sup.argv), sup.argv
     finally:
         sup.stop()
+
+
+def test_short_requests_leave_room_for_the_verify_cost_curve(tmp_path: Path, wide_family, llama_server_bin):
+    """At 96-token requests and 60 s the stage's two lengths, priced at the probe's real step cost (about 7
+    target tokens for 16 drafted on this CPU), do not fit in its 12 % (the test above then checks that nothing
+    synthetic ran). With 24-token requests they do: the real synthetic launches run, the curve is kept, and the
+    served server has no synthetic flag."""
+    models = link_models(tmp_path / "models", wide_family.target, wide_family.good_draft)
+    events: list[TuneEvent] = []
+    res = tune(models, prompts=PROMPTS, budget_s=45, server=llama_server_bin, store=ProfileStore(tmp_path / "p"),
+               n_predict=24, repetitions=2, n_ctx=1024, threads=TUNE_THREADS, on_event=events.append, **WORKLOAD)
+    assert res.decision is not None and res.profile is not None
+    _verify_cost_measured_and_never_served(res, events, llama_server_bin, must_measure=True)
+    assert not _llama_children()
 
 
 def test_only_the_unrelated_draft_gives_no_speculation(tmp_path: Path, wide_family, llama_server_bin):
