@@ -173,6 +173,12 @@ class ThreadStage(Stage):
         return tuple(sorted(settings_for(self.s.thread_cores or 1, self.s.thread_openmp),
                             key=lambda st: (st.is_default, st != first)))
 
+    def _deadline(self, end_s: float, est_s: float, first: bool) -> float:
+        """When a setting's launch of about ``est_s`` seconds must end (seconds into the sweep): ``end_s``, or for
+        the ``first`` setting measured whatever the share, as late as the launch needs while the budget holds it."""
+        now = self.budget.elapsed_s()
+        return max(end_s, now + est_s) if first and now + est_s <= self.budget.budget_s else end_s
+
     def _measure_all(self, c: Candidate, settings: tuple[ThreadSetting, ...], end_s: float,
                      first_always: bool = False) -> tuple[ThreadFigures, ...]:
         """``c`` at each of ``settings`` that fits before ``end_s`` (seconds into the sweep). ``first_always``: the first
@@ -185,10 +191,9 @@ class ThreadStage(Stage):
         for st in settings:
             if self.cancel.is_set():
                 raise Cancelled()
-            est, now = self._estimate_s(c), self.budget.elapsed_s()
-            self.end_s = max(end_s, now + est) if first_always and not out and now + est <= self.budget.budget_s \
-                else end_s
-            if now + est > self.end_s:
+            est = self._estimate_s(c)
+            self.end_s = self._deadline(end_s, est, first_always and not out)
+            if self.budget.elapsed_s() + est > self.end_s:
                 self.events("skipped", f"{c.label}: thread setting {st.words(self.s.thread_cores or 1)} not "
                             "measured, the thread stage's share of the budget is spent", candidate=c)
                 continue
