@@ -50,17 +50,22 @@ def test_sweep_tunes_mtp_draft_length(tmp_path: Path, mtp_folder: Path, llama_se
     (models / "glm-mtp.gguf").symlink_to(mtp_folder / "glm-mtp.gguf")
     # greedy, as the other length-tuning e2e tests: at sampled settings the MTP probe gets a probabilistic-drafts
     # twin (test_the_mtp_drafter_runs_with_probabilistic_drafts), which shares this 90 s budget
+    said: list[str] = []
     res = tune(models, prompts=PROMPTS, budget_s=90, server=llama_server_bin, store=ProfileStore(tmp_path / "p"),
-               n_predict=48, repetitions=2, n_ctx=512, threads=1, sampling=GREEDY)
-    table = "\n".join(f"{m.candidate.label}: ok {m.ok} {m.gen_tokens_per_s} tok/s acc {m.acceptance} err {m.error}"
-                      for m in res.measurements)
+               n_predict=48, repetitions=2, n_ctx=512, threads=1, sampling=GREEDY,
+               on_event=lambda e: said.append(f"{e.kind}: {e.message}") if e.kind in ("skipped", "predicted") else None)
+    table = "\n".join([f"{m.candidate.label}: ok {m.ok} {m.gen_tokens_per_s} tok/s acc {m.acceptance} err {m.error}"
+                       for m in res.measurements] + said)
     mtp = [m for m in res.measurements if m.candidate.spec_type == "draft-mtp" and m.ok]
     assert mtp, table
     assert all(m.speculative_active is True and m.draft_n > 0 for m in mtp), table
     # dial 0.8: each drafted token is right about 80 % of the time
     assert all(m.acceptance is not None and m.acceptance > 0.4 for m in mtp), table
     lengths = sorted({m.candidate.n_max for m in mtp})
-    assert len(lengths) >= 2, table  # the long probe and at least one shorter length
+    # the long probe and at least one shorter length — measured, or ruled out by the length prediction because
+    # another configuration led (on CI's CPU the chain screened 1.61× against n_max 16's 1.53×, the measured
+    # verify-cost curve put every shorter MTP length out of the chain's reach, and none was launched)
+    assert len(lengths) >= 2 or _shorter_mtp_lengths_pruned(res), table
     chain = [m for m in res.measurements if m.candidate.spec_type == "ngram-mod,draft-mtp"]
     plain = [m for m in res.measurements if m.candidate.spec_type == "ngram-mod" and m.candidate.ngram_n_min is None]
     if plain and plain[0].no_drafts_at:
@@ -70,6 +75,16 @@ def test_sweep_tunes_mtp_draft_length(tmp_path: Path, mtp_folder: Path, llama_se
     else:
         assert chain and chain[0].ok and chain[0].draft_n > 0, table
     print("\n" + table + f"\ndecision: {res.decision.winner.label if res.decision else None}")
+
+
+def _shorter_mtp_lengths_pruned(res) -> bool:
+    """True when the decision says a shorter ``draft-mtp`` length was not launched because it could not beat a
+    leader other than MTP alone (the ``sweep.pruned`` sentence, with its prediction's figures)."""
+    pruned = [p for s in (res.decision.sentences if res.decision else ()) if s.kind == "sweep.pruned"
+              for p in s.params["pruned"]]
+    return any(p["label"].startswith("draft-mtp n_max") and not p["label"].endswith("n_max 16")
+               and not p["leader"].startswith("draft-mtp ") and 0 < p["at_most"] < p["leader_ratio"]
+               for p in pruned)
 
 
 def test_the_mtp_drafter_runs_with_probabilistic_drafts(mtp_folder: Path, llama_server_bin: Path) -> None:
