@@ -21,6 +21,13 @@
 ``--busy`` (issue 10): the grid and the tuner both run under the bounded CPU burner of tests/burner.py
 (one core busy in random 2–10 s bursts, stopping by itself); the referee runs without it.
 
+``--with-curve`` (issue 28: "with the verify-cost curve"): before the grid, with no burner, one tune of
+``--curve-budget`` seconds (150) on the same folder, prompts and profile store measures the draft's verify-cost
+curve, as a first tune on this machine would; the timed tune then reuses it from the saved profile (the curve is
+measured once per binary, target, draft, placement and threads) and its budget pays no launch for it. The lines
+``curve:`` and ``curve reused by the timed tune:`` say whether that happened (a different thread setting in the timed
+tune is another key: then it is not reused, and the run says so).
+
 Goal (issues 5, 10 and 25): pick/best ≥ 0.95 (referee; issue 25 asks ``--referee-rounds 4``) at the default
 ``--budget-share 0.20``, idle and ``--busy``; the wall-time ratio stays ≤ 0.35.
 Exit status 0 when both hold.
@@ -50,9 +57,11 @@ from bench.common import (
 from tests.burner import Burner
 from tuner.calibration.candidates import SWEEP_NGRAM_TYPES, Candidate
 from tuner.calibration.measure import measure_repetitions
-from tuner.calibration.prompts import Prompt, make_prompt_set
+from tuner.calibration.prompts import Prompt, PromptSet, make_prompt_set
+from tuner.calibration.request import TuneEvent
 from tuner.calibration.sampling import GREEDY
 from tuner.calibration.tune import tune
+from tuner.calibration.verifycost import curves_in
 from tuner.profiles import ProfileStore
 from tuner.server.dialect import probe_dialect
 from tuner.server.supervisor import Supervisor
@@ -82,6 +91,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print the figures as one JSON object too")
     ap.add_argument("--busy", action="store_true", help="grid and tuner under the bounded CPU burner")
     ap.add_argument("--busy-max-s", type=float, default=3600.0, help="the burner's hard time limit")
+    ap.add_argument("--with-curve", action="store_true", help="measure the verify-cost curve in an untimed tune first")
+    ap.add_argument("--curve-budget", type=float, default=150.0, help="that tune's budget (s)")
     args = ap.parse_args(argv)
 
     binary = server_binary(args)
@@ -102,6 +113,9 @@ def main(argv: list[str] | None = None) -> int:
         grid += [Candidate(spec_type="draft-simple", draft_path=str(d.resolve()), n_max=k, p_min=0.0)
                  for k in range(1, 17)]
     cancel = threading.Event()
+    store = ProfileStore(work / "profiles")
+    if args.with_curve:
+        measure_curve_first(args, work / "models", ps, binary.path, store, fam.target)
     burner = Burner(total_s=args.busy_max_s, seed=5).start() if args.busy else None
     if burner is not None:
         import atexit
@@ -134,12 +148,22 @@ def main(argv: list[str] | None = None) -> int:
     print(f"tuner budget: {budget:.0f} s" + ("" if args.budget is not None else
           f" ({args.budget_share:.2f} x the grid's {grid_s:.0f} s)"), file=sys.stderr, flush=True)
     t1 = time.monotonic()
-    res = tune(work / "models", prompts=ps, budget_s=budget, force=True, server=binary.path,
-               store=ProfileStore(work / "profiles"), n_predict=args.n_predict, n_ctx=args.n_ctx, threads=args.threads,
+    reused: list[bool] = []
+
+    def on_event(ev: TuneEvent) -> None:
+        if ev.kind == "verify_cost" and "reused" in ev.detail:
+            reused.append(bool(ev.detail["reused"]))
+        if ev.kind != "progress":
+            print(f"  tune {ev.elapsed_s:6.1f}s {ev.kind}: {ev.message}", file=sys.stderr)
+
+    res = tune(work / "models", prompts=ps, budget_s=budget, force=True, server=binary.path, store=store,
+               n_predict=args.n_predict, n_ctx=args.n_ctx, threads=args.threads,
                sampling=GREEDY, long_context=False,  # the same workload as the grid's (greedy, short prompts)
-               on_event=lambda ev: print(f"  tune {ev.elapsed_s:6.1f}s {ev.kind}: {ev.message}", file=sys.stderr)
-               if ev.kind != "progress" else None)
+               on_event=on_event)
     tune_s = time.monotonic() - t1
+    if args.with_curve:
+        print(f"curve reused by the timed tune: {'yes' if any(reused) else 'no'}"
+              + ("" if reused else " (no verify-cost event: the stage did not run)"))
     if burner is not None:
         burner.stop()  # the referee measures without it
     pick = res.decision.winner if res.decision else Candidate()
@@ -196,6 +220,22 @@ def main(argv: list[str] | None = None) -> int:
                           "load_average_start": load0, "load_average_end": load1,
                           "ok": ok}))
     return 0 if ok else 1
+
+
+def measure_curve_first(args: argparse.Namespace, models: Path, ps: PromptSet, server: Path, store: ProfileStore,
+                        target: Path) -> None:
+    """``--with-curve``: one untimed tune of ``args.curve_budget`` seconds that measures the verify-cost curve and
+    saves it with the target's profile in ``store``; prints the ``curve:`` line (its points, or that none was
+    measured)."""
+    t = time.monotonic()
+    tune(models, prompts=ps, budget_s=args.curve_budget, force=True, server=server, store=store,
+         n_predict=args.n_predict, n_ctx=args.n_ctx, threads=args.threads, sampling=GREEDY, long_context=False,
+         on_event=lambda ev: print(f"  curve tune {ev.elapsed_s:6.1f}s {ev.kind}: {ev.message}", file=sys.stderr)
+         if ev.kind in ("verify_cost", "skipped") else None)
+    saved = store.load(target)
+    curves, _problems = curves_in(saved.decision) if saved is not None else ((), [])
+    words = "; ".join(", ".join(f"{c:.2f} (k {x:.1f})" for x, c in cv.points) for cv in curves)
+    print(f"curve: {words or 'none measured'} (untimed tune, {time.monotonic() - t:.0f} s)", flush=True)
 
 
 if __name__ == "__main__":
