@@ -24,6 +24,7 @@ from .pairing import (
     Comparison,
     Mix,
     compare,
+    head_to_head,
     pooled_tokens_per_s,
 )
 from .results import Measurement, Sample
@@ -413,7 +414,7 @@ def _entry(m: Measurement) -> dict[str, Any]:
 def _winner(ev: _Evidence, winners: Sequence[Comparison], outcome: SearchOutcome) -> Decision:
     """The fastest of ``winners`` (each "faster" in its paired rounds), after the chain rule."""
     fastest = max(winners, key=lambda c: c.speedup or 0.0)
-    w, chain = _chain_rule(fastest, winners, outcome.alpha)
+    w, chain = _chain_rule(fastest, winners, outcome)
     wm = _merged(outcome.measurements, w.candidate)
     sentences = [
         Sentence(Slot.HEADLINE, "headline.serving", {
@@ -538,12 +539,14 @@ def mix_sentence(c: Comparison, mix: Mix | None = None, noise: float = MIX_NOISE
                                                **split})
 
 
-def _chain_rule(w: Comparison, winners: Sequence[Comparison], alpha: float) -> tuple[Comparison, Sentence | None]:
+def _chain_rule(w: Comparison, winners: Sequence[Comparison], outcome: SearchOutcome
+                ) -> tuple[Comparison, Sentence | None]:
     """A chained candidate (several types in one ``--spec-type``) that came out fastest is served only
     when its pairs show it faster than the best single-type winner beyond noise
-    (:func:`tuner.calibration.sequential.contrast` of their request-level looks: the low end of chain ÷ single above
-    ``1 +`` :data:`~tuner.calibration.sequential.CHAIN_MIN_GAIN`, i.e. above 1); otherwise the simpler candidate is
-    served. Both must already have passed the
+    (:func:`tuner.calibration.sequential.contrast` of their request-level looks, pooled with the requests the two
+    ran head to head where they did — :func:`tuner.calibration.pairing.head_to_head` —: the low end of chain ÷
+    single above ``1 +`` :data:`~tuner.calibration.sequential.CHAIN_MIN_GAIN`, i.e. above 1); otherwise the simpler
+    candidate is served. Both must already have passed the
     sequential test against the baseline (``winners``). Returns ``(served comparison, sentence)``; the
     sentence is ``None`` when no chain was involved."""
     if not w.candidate.is_chained:
@@ -554,10 +557,12 @@ def _chain_rule(w: Comparison, winners: Sequence[Comparison], alpha: float) -> t
     single = max(singles, key=lambda c: c.speedup or 0.0)
     assert w.look is not None and single.look is not None  # both passed the sequential test
     min_gain = CHAIN_MIN_GAIN
-    look = contrast_looks(w.look, single.look, min_gain, alpha)
+    direct = head_to_head(outcome.measurements, w.candidate, single.candidate, outcome.mix, outcome.layout)
+    look = contrast_looks(w.look, single.look, min_gain, outcome.alpha, direct)
     contrast: dict[str, Any] | None = None
     if look.mean_ratio is not None and look.low is not None and look.high is not None:
-        contrast = {"mean": look.mean_ratio, "low": look.low, "high": look.high}
+        contrast = {"mean": look.mean_ratio, "low": look.low, "high": look.high,
+                    "head_to_head": direct.n if direct is not None else 0}
     if look.verdict == "faster":
         return w, Sentence(Slot.EVIDENCE, "evidence.chain_faster", {
             "single": single.candidate.label, "contrast": contrast, "min_gain": min_gain})

@@ -52,6 +52,7 @@ from .sequential import (
     alpha_per_look,
     look_points,
     request_looks,
+    request_test,
     t_cdf,
     t_quantile,
 )
@@ -208,7 +209,13 @@ def _by_rep(m: Measurement) -> dict[int, dict[int, Sample]]:
     return out
 
 
-def adjacent_pairs(measurements: Sequence[Measurement], candidate: Candidate, mix: Mix | None = None) -> list[Pair]:
+HEAD_TO_HEAD = "contrast"
+"""The stage of the launches that run a chained finalist next to the best single-type one, request by request
+(``tuner.calibration.search.side_by_side``): their pairs are :func:`adjacent_pairs` with ``other`` the single."""
+
+
+def adjacent_pairs(measurements: Sequence[Measurement], candidate: Candidate, mix: Mix | None = None,
+                   other: Candidate | None = None) -> list[Pair]:
     """Every :class:`Pair` of ``candidate`` in a sweep, in time order.
 
     Args:
@@ -216,23 +223,28 @@ def adjacent_pairs(measurements: Sequence[Measurement], candidate: Candidate, mi
             ``evidence`` keeps that order). Each element is one launch.
         candidate: the speculative candidate (matched on ``Candidate.key``).
         mix: the served mix each pair's ratio is weighted by (``None`` = every request the same).
+        other: ``None``: pairs with the baseline (``confirm``-stage launches); a candidate: the head-to-head
+            pairs of ``candidate`` and ``other`` (:data:`HEAD_TO_HEAD`-stage launches; "baseline" in the
+            pairs' field names is then ``other``).
 
     Only ``confirm``-stage launches that ran correctly and were not stopped early are paired, each
     with the ``confirm``-stage baseline launch right before or after it; a repetition forms a pair
     only when both sides ran exactly the same prompts for it. A baseline repetition pairs with at
     most one candidate repetition.
     """
+    stage = "confirm" if other is None else HEAD_TO_HEAD
     pairs: list[Pair] = []
     used: set[tuple[int, int]] = set()
     for i, m in enumerate(measurements):
-        if m.candidate.key != candidate.key or m.stage != "confirm" or not m.ok or m.stopped_early:
+        if m.candidate.key != candidate.key or m.stage != stage or not m.ok or m.stopped_early:
             continue
         mine = _by_rep(m)
         for j in (i - 1, i + 1):
             if not 0 <= j < len(measurements):
                 continue
             b = measurements[j]
-            if not b.candidate.is_baseline or b.stage != "confirm" or not b.ok:
+            theirs_ok = b.candidate.is_baseline if other is None else b.candidate.key == other.key
+            if not theirs_ok or b.stage != stage or not b.ok:
                 continue
             theirs = _by_rep(b)
             for rep in sorted(mine.keys() & theirs.keys()):
@@ -244,6 +256,17 @@ def adjacent_pairs(measurements: Sequence[Measurement], candidate: Candidate, mi
                                   mix))
     pairs.sort(key=lambda p: (min(p.candidate_launch, p.baseline_launch), p.repetition))
     return pairs
+
+
+def head_to_head(measurements: Sequence[Measurement], a: Candidate, b: Candidate, mix: Mix | None = None,
+                 layout: str = SIDE_BY_SIDE) -> Look | None:
+    """The estimate of ``ln(a ÷ b)`` from the requests ``a`` and ``b`` ran head to head (:data:`HEAD_TO_HEAD`
+    launches, :func:`adjacent_pairs` with ``other``): a :class:`Look` whose ``mean_ratio``, ``se`` and ``df`` are
+    what :func:`tuner.calibration.sequential.contrast` pools (its verdict is not used). ``None`` without such pairs."""
+    pairs = adjacent_pairs(measurements, a, mix, other=b)
+    if not pairs:
+        return None
+    return request_test(paired_requests(pairs), 0.0, layout=layout, final=True)
 
 
 @dataclass(frozen=True)
@@ -397,6 +420,7 @@ __all__ = [
     "ALTERNATING",
     "Comparison",
     "FINALISTS",
+    "HEAD_TO_HEAD",
     "LOOK_STEP",
     "Look",
     "MAX_PAIRS",
@@ -409,6 +433,7 @@ __all__ = [
     "adjacent_pairs",
     "alpha_per_look",
     "compare",
+    "head_to_head",
     "look_points",
     "paired_requests",
     "pooled_tokens_per_s",

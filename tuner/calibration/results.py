@@ -122,7 +122,8 @@ class Measurement:
         divergences: where outputs first differed (reported, not failed: batched verification can
             flip a near-tie on GPUs).
         predicted_gen_tokens_per_s: the search's prediction for this candidate before it ran.
-        stage: search stage that produced it (``"baseline"``, ``"probe"``, ``"refine"``, ``"confirm"``).
+        stage: search stage that produced it (``"baseline"``, ``"probe"``, ``"refine"``, ``"confirm"``, ``"contrast"``:
+            head to head, ``tuner.calibration.pairing.HEAD_TO_HEAD``).
         stopped_early: True when the run was cut short as a clear loser (fewer prompts measured).
         evidence: the server's last log lines when the launch failed.
         greedy_draft_n: drafted tokens in the separate greedy lossless pass (``None`` when none ran).

@@ -365,33 +365,52 @@ def request_looks(reqs: Sequence[PairedRequest], min_gain: float, alpha: float =
     return last
 
 
-def contrast(a: Look, b: Look, min_gain: float, alpha: float = ALPHA) -> Look:
+def contrast(a: Look, b: Look, min_gain: float, alpha: float = ALPHA, direct: Look | None = None) -> Look:
     """Whether candidate A is faster than candidate B beyond noise, from each one's look against the baseline
-    (the decision's rule for a chained candidate against the best single one).
+    (the decision's rule for a chained candidate against the best single one), and from ``direct`` pairs of A
+    against B where they ran head to head.
 
     Each look's ``θ̂`` already cancels the machine's drift against its own adjacent baseline, and the two were
     measured in different launches, so ``θ̂_a − θ̂_b`` has ``se² = se_a² + se_b²`` with Satterthwaite's degrees of
-    freedom; a one-sided test of H0: ``θ_a − θ_b ≤ ln(1 + min_gain)`` at error ``alpha`` (one test, made once at
-    decision time).
+    freedom. ``direct`` (:func:`request_test` of the head-to-head requests, ``ln(A ÷ B)`` each) is a second,
+    independent estimate of the same ``θ_a − θ_b``, without either baseline's noise: the two are pooled by inverse
+    variance (``se² = 1 ÷ (1/se_i² + 1/se_d²)``, Satterthwaite's degrees of freedom of the weighted sum). Then a
+    one-sided test of H0: ``θ_a − θ_b ≤ ln(1 + min_gain)`` at error ``alpha`` (one test, made once at decision time).
 
     Returns:
-        A :class:`Look` of the ratio A ÷ B (``n`` the smaller pair count); "inconclusive" without an interval
-        on either side.
+        A :class:`Look` of the ratio A ÷ B (``n`` the smaller pair count, plus the direct pairs); "inconclusive"
+        without an interval on either side.
     """
-    n = min(a.n, b.n)
+    n, requests = min(a.n, b.n), min(a.requests, b.requests)
     if a.mean_ratio is None or b.mean_ratio is None or a.se is None or b.se is None or n < MIN_PAIRS:
         return Look(n, "inconclusive", None, None, None, alpha)
     diff = math.log(a.mean_ratio) - math.log(b.mean_ratio)
     va, vb = a.se * a.se, b.se * b.se
-    se = math.sqrt(va + vb) or 1e-9
+    var = va + vb
     da, db = max(1.0, a.df or 1.0), max(1.0, b.df or 1.0)
-    df = (va + vb) ** 2 / (va * va / da + vb * vb / db) if va + vb > 0 else 1000.0
+    df = var ** 2 / (va * va / da + vb * vb / db) if var > 0 else 1000.0
+    if direct is not None and direct.mean_ratio is not None and direct.se and direct.n >= MIN_PAIRS and var > 0:
+        diff, var, df = _pooled((diff, var, df), (math.log(direct.mean_ratio), direct.se ** 2,
+                                                  max(1.0, direct.df or 1.0)))
+        n, requests = n + direct.n, requests + direct.requests
+    se = math.sqrt(var) or 1e-9
     q = t_quantile(1.0 - alpha, t_df(df))
     lo, hi = diff - q * se, diff + q * se
     bar = math.log1p(min_gain)
     verdict = "faster" if lo > bar else "not faster" if hi < bar else "inconclusive"
-    return Look(n, verdict, math.exp(diff), math.exp(lo), math.exp(hi), alpha, requests=min(a.requests, b.requests),
-                se=se, df=df)
+    return Look(n, verdict, math.exp(diff), math.exp(lo), math.exp(hi), alpha, requests=requests, se=se, df=df)
+
+
+def _pooled(x: tuple[float, float, float], y: tuple[float, float, float]) -> tuple[float, float, float]:
+    """Inverse-variance pooling of two independent estimates ``(θ, var, df)``: ``(θ, var, df)`` of the pooled one
+    (Satterthwaite's degrees of freedom of the weighted sum)."""
+    (tx, vx, dx), (ty, vy, dy) = x, y
+    if vy <= 0:
+        return y
+    wx, wy = (1.0 / vx) / (1.0 / vx + 1.0 / vy), (1.0 / vy) / (1.0 / vx + 1.0 / vy)
+    var = 1.0 / (1.0 / vx + 1.0 / vy)
+    df = var * var / ((wx * wx * vx) ** 2 / dx + (wy * wy * vy) ** 2 / dy)
+    return wx * tx + wy * ty, var, df
 
 
 __all__ = [

@@ -411,7 +411,9 @@ def _contrast(p: Params) -> str:
     low_s = f"{low:.2f}"
     if abs(low - (1 + float(p.get("min_gain") or 0.0))) < 1e-9 and c["low"] > low:
         low_s = f"{math.floor(c['low'] * 1000) / 1000:.3f}"
-    return f"{c['mean']:.2f}× over their pairs, interval {low_s}–{high:.2f}×"
+    direct = int(c.get("head_to_head") or 0)
+    run = f", {direct} of them run by the two head to head" if direct else ""
+    return f"{c['mean']:.2f}× over their pairs{run}, interval {low_s}–{high:.2f}×"
 
 
 def _chain_faster(p: Params) -> str:

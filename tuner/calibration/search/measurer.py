@@ -188,18 +188,20 @@ class Measurer(Stage):
         self.events("budget", p.message, detail=p.detail())
         return (req.prompts, p.n_predict) if changed else None
 
-    def open_baseline(self) -> Launch | None:
-        """Start the baseline's server for the side-by-side rounds and warm it up (event ``"launch"``);
-        ``None`` on failure (an event ``"error"``, or the time limit booked as a cut)."""
-        self.events("launch", "confirm: starting no speculation (kept running for the paired rounds)",
-                    candidate=self.baseline)
+    def open_baseline(self, c: Candidate | None = None) -> Launch | None:
+        """Start the baseline's server (``c``: that candidate's, for head-to-head rounds) for the side-by-side rounds
+        and warm it up (event ``"launch"``); ``None`` on failure (an event ``"error"``, or the time limit booked as a
+        cut)."""
+        c = c or self.baseline
+        whose = "the baseline's server" if c.is_baseline else f"{c.label}'s server"
+        self.events("launch", f"confirm: starting {c.label} (kept running for the paired rounds)", candidate=c)
         try:
-            launch = self.launch_fn(self.baseline, self.cancel)
+            launch = self.launch_fn(c, self.cancel)
         except LaunchError as exc:
             if self.budget.past_hard_limit():
-                self.cut(self.baseline, measured=False)
+                self.cut(c, measured=False)
                 return None
-            self.events("error", f"the baseline's server for the paired rounds did not start: {exc}")
+            self.events("error", f"{whose} for the paired rounds did not start: {exc}")
             return None
         try:
             measure_request(launch.client, 0, Prompt(WARMUP_PROMPT), -1, min(16, self.requests.n_predict),
@@ -208,9 +210,9 @@ class Measurer(Stage):
         except RequestError as exc:
             launch.stop()
             if self.budget.past_hard_limit():
-                self.cut(self.baseline, measured=False)
+                self.cut(c, measured=False)
                 return None
-            self.events("error", f"the baseline's server for the paired rounds failed its warm-up: {exc}")
+            self.events("error", f"{whose} for the paired rounds failed its warm-up: {exc}")
             return None
         return launch
 

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from enum import Enum
 
 from ..candidates import Candidate
-from ..pairing import pooled_tokens_per_s
+from ..pairing import HEAD_TO_HEAD, pooled_tokens_per_s
 from ..predict import CostModel, StepCost, fit_run_cost, predicted_ratio
 from ..results import Measurement, Sample
 from ..sentences import JsonValue
@@ -115,7 +115,8 @@ def leader(record: Record, other_than: Candidate | None = None) -> tuple[str, fl
     best: tuple[str, float] | None = None
     own = record.group(other_than) if other_than is not None else None
     for m in record.measurements:
-        if m.candidate.is_baseline or not m.ok or m.stopped_early or m.cut_short or m.stage == "confirm":
+        if (m.candidate.is_baseline or not m.ok or m.stopped_early or m.cut_short
+                or m.stage in ("confirm", HEAD_TO_HEAD)):
             continue
         if own is not None and record.group(m.candidate) == own:
             continue

@@ -13,6 +13,11 @@ One repetition = one pair; the sequential test (``tuner.calibration.sequential``
 * a draft model's server is started afresh every ``LOOK_STEP`` pairs (n-gram types every pair, so their pool
   never carries over): a launch's own speed offset (a placement, a page-cache state) is then not shared by
   every pair of the finalist (a launch-level SD of 0.10: 13 % false "faster" in one launch, 3.7 % this way).
+
+After the finalists, the decision's chain rule may ask for more (``tuner.calibration.search.settle``): first more
+pairs against the model alone, then, once both sides reached ``max_pairs``, head-to-head launches of the chain next
+to a server of the single type (:data:`~tuner.calibration.pairing.HEAD_TO_HEAD`), pooled by the decision with the
+contrast (``tuner.calibration.sequential.contrast``).
 """
 
 from __future__ import annotations
@@ -24,11 +29,11 @@ from tuner.errors import Cancelled
 
 from ..candidates import Candidate
 from ..measure import Launch, RequestError, first_divergence, measure_request, needs_fresh_launch_per_repetition
-from ..pairing import LOOK_STEP, Look, Pair
+from ..pairing import HEAD_TO_HEAD, LOOK_STEP, Look, Pair
 from ..prompts import Prompt
 from ..results import Divergence, Measurement, Sample
 from .measurer import Measurer
-from .settle import chain_to_settle, settle_words
+from .settle import chain_to_settle, head_to_head_next, settle_words
 from .stage import Stage, SweepState
 
 
@@ -74,6 +79,7 @@ class SideBySide(Stage):
                 if not self._rounds(c):
                     return
             self._settle(finalists)
+            self._head_to_head(finalists)
         finally:
             self.eta.pending_s = 0.0
             if self._base is not None:
@@ -110,6 +116,40 @@ class SideBySide(Stage):
             if self._round(c, self.look(c).n, held=True) is not None:
                 return
 
+    def _head_to_head(self, finalists: Sequence[Candidate]) -> None:
+        """While the chain rule is still undecided with both sides at ``max_pairs``
+        (:func:`.settle.head_to_head_next`): one launch of the chain next to a fresh server of the single type,
+        every request run by both one apart (the first side alternating), booked as :data:`HEAD_TO_HEAD` launches
+        (their pairs never count as pairs against the model alone). The model alone's server is stopped first.
+        Paid like the settling rounds (the thread stage's kept-back time may pay)."""
+        self.settling = True
+        while (sides := head_to_head_next(self.state, finalists)) is not None:
+            if self.cancel.is_set():
+                raise Cancelled()
+            chain, single = sides
+            est, tps = self.estimates, self.record.base_tps
+            n_reps = 1 if needs_fresh_launch_per_repetition(chain) or needs_fresh_launch_per_repetition(single) \
+                else LOOK_STEP
+            cost = 2 * est.estimate_s(None, 0) + 2 * n_reps * est.rep_s(tps)
+            if not est.fits(self.budget, cost, reserve=False, held=True):
+                self.events("skipped", f"{chain.label}: not run head to head with {single.label}, the time budget "
+                            "is spent", candidate=chain)
+                return
+            if self._base is not None:
+                self._base.stop()
+                self._base = None
+            self.events("progress", f"{chain.label}: run head to head with {single.label}, to tell whether the "
+                        "chain is faster than the single type beyond noise", candidate=chain)
+            other = self.measurer.open_baseline(single)
+            if other is None:
+                return
+            self.eta.pending_s = cost
+            try:
+                if not self._launch(chain, other, [self.tracker.take_rep() for _ in range(n_reps)], single):
+                    return
+            finally:
+                other.stop()
+
     def _round(self, c: Candidate, n_pairs: int, held: bool = False) -> bool | None:
         """One launch of ``c`` next to the baseline's server (started here the first time). ``None`` when it
         ran; True when ``c`` failed (its rounds end); False when the budget is spent or the baseline's server
@@ -138,9 +178,12 @@ class SideBySide(Stage):
         finally:
             self.eta.end_step()
 
-    def _launch(self, c: Candidate, base: Launch, reps: list[int]) -> bool:
-        """One launch of ``c`` whose every request is repeated on the baseline's server ``base``; books the
-        baseline's and the finalist's measurements (adjacent). False when the finalist failed."""
+    def _launch(self, c: Candidate, base: Launch, reps: list[int], other: Candidate | None = None) -> bool:
+        """One launch of ``c`` whose every request is repeated on the baseline's server ``base`` (``other``: the
+        server of that candidate, head to head); books both sides' measurements (adjacent). False when the finalist
+        failed."""
+        if other is not None:
+            return self._launch_head_to_head(c, base, reps, other)
         pair = _Pair(self, c, base)
         self.events("launch", f"confirm: starting {c.label} next to the running baseline", candidate=c)
         m = self.measurer.paired_launch(c, reps, pair.on_request, pair.stop_if, pair.before_request)
@@ -165,6 +208,24 @@ class SideBySide(Stage):
         msg = f"{c.label} (paired): {m.gen_tokens_per_s or 0:.1f} tokens/s" if m.ok else f"{c.label} failed: {m.error}"
         self.events("measured", msg, candidate=c, measurement=m)
         return m.ok and not pair.a_error
+
+
+    def _launch_head_to_head(self, c: Candidate, base: Launch, reps: list[int], other: Candidate) -> bool:
+        """:meth:`_launch` of the chain ``c`` next to ``other``'s server ``base``: both booked as
+        :data:`HEAD_TO_HEAD` launches. False when either side failed."""
+        pair = _HeadToHead(self, c, base, other)
+        self.events("launch", f"head to head: starting {c.label} next to {other.label}", candidate=c)
+        m = self.measurer.paired_launch(c, reps, pair.on_request, pair.stop_if, pair.before_request)
+        # no lossless check here: the other side is not the target alone, whose outputs are the reference
+        m = replace(m, stopped_early=False, stage=HEAD_TO_HEAD)
+        m_o = Measurement(other, samples=tuple(pair.a_samples), stage=HEAD_TO_HEAD, load_s=base.load_s,
+                          error=pair.a_error[0] if pair.a_error and not pair.a_samples else None)
+        self.record.add(m_o)
+        self.record.add(m)
+        for x, side in ((m_o, other), (m, c)):
+            self.events("measured", f"{side.label} (head to head): {x.gen_tokens_per_s or 0:.1f} tokens/s" if x.ok
+                        else f"{side.label} failed: {x.error}", candidate=side, measurement=x)
+        return m.ok and m_o.ok and not pair.a_error and not self.budget.past_hard_limit()
 
 
 class _Pair:
@@ -221,8 +282,12 @@ class _Pair:
             if a is None:
                 return
         self.r.eta.request_done(self.r.budget.clock())
-        self.r.events("progress", f"pair {sample.repetition}: {self.c.label} {sample.gen_tokens_per_s:.1f} vs no "
-                      f"speculation {a.gen_tokens_per_s:.1f} tokens/s on the same request", candidate=self.c)
+        self.r.events("progress", self._words(sample, a), candidate=self.c)
+
+    def _words(self, sample: Sample, a: Sample) -> str:
+        """The ``"progress"`` event of one paired request."""
+        return (f"pair {sample.repetition}: {self.c.label} {sample.gen_tokens_per_s:.1f} vs no speculation "
+                f"{a.gen_tokens_per_s:.1f} tokens/s on the same request")
 
     def _pairs_so_far(self, samples: Sequence[Sample]) -> list[Pair]:
         """The complete repetitions of this launch so far, as pairs (``tuner.calibration.pairing.Pair``; the
@@ -259,6 +324,27 @@ class _Pair:
         if m.ok:
             m = replace(m, divergences=tuple(divs), lossless=(not divs) if compared else None)
         return m
+
+
+class _HeadToHead(_Pair):
+    """:class:`_Pair` for a head-to-head launch: the other side is a speculative candidate's server, the launch runs
+    all its repetitions while the budget fits them (no look: the decision pools these pairs with the contrast)."""
+
+    def __init__(self, rounds: SideBySide, c: Candidate, base: Launch, other: Candidate) -> None:
+        super().__init__(rounds, c, base)
+        self.other = other
+
+    def _words(self, sample: Sample, a: Sample) -> str:
+        return (f"head to head {sample.repetition}: {self.c.label} {sample.gen_tokens_per_s:.1f} vs "
+                f"{self.other.label} {a.gen_tokens_per_s:.1f} tokens/s on the same request")
+
+    def stop_if(self, samples: Sequence[Sample]) -> bool:
+        r = self.r
+        if self.a_error or r.budget.past_hard_limit():
+            return True
+        if len(samples) % self.n_pr:
+            return False
+        return not r.estimates.fits(r.budget, 2 * r.estimates.rep_s(r.record.base_tps), reserve=False, held=True)
 
 
 __all__ = ["SideBySide"]
