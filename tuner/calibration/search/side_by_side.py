@@ -308,11 +308,15 @@ class _Pair:
             return True
         if len(samples) % self.n_pr:
             return False
-        look = r.look(self.c, self._pairs_so_far(samples))
-        r.tracker.saw(look, r.budget.clock())
-        if not r.more_in_launch(look):
+        if not self._more(samples):
             return True
         return not r.estimates.fits(r.budget, 2 * r.estimates.rep_s(r.record.base_tps), reserve=False, held=r.settling)
+
+    def _more(self, samples: Sequence[Sample]) -> bool:
+        """After a complete repetition: whether the launch's next one is wanted (the sequential test's look)."""
+        look = self.r.look(self.c, self._pairs_so_far(samples))
+        self.r.tracker.saw(look, self.r.budget.clock())
+        return self.r.more_in_launch(look)
 
     def checked(self, m: Measurement) -> Measurement:
         """``m`` with its outputs compared with the baseline's on the same requests (the lossless check)."""
@@ -338,13 +342,8 @@ class _HeadToHead(_Pair):
         return (f"head to head {sample.repetition}: {self.c.label} {sample.gen_tokens_per_s:.1f} vs "
                 f"{self.other.label} {a.gen_tokens_per_s:.1f} tokens/s on the same request")
 
-    def stop_if(self, samples: Sequence[Sample]) -> bool:
-        r = self.r
-        if self.a_error or r.budget.past_hard_limit():
-            return True
-        if len(samples) % self.n_pr:
-            return False
-        return not r.estimates.fits(r.budget, 2 * r.estimates.rep_s(r.record.base_tps), reserve=False, held=True)
+    def _more(self, samples: Sequence[Sample]) -> bool:
+        return True  # every repetition the budget fits (``SideBySide.settling`` is set: held time may pay)
 
 
 __all__ = ["SideBySide"]
