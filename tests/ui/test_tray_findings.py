@@ -73,6 +73,13 @@ def test_the_chart_and_the_progress_line_say_it_plainly(make_app) -> None:
     tab.on_event(TuneEvent("launch", f"verify cost: starting {synth.label}", candidate=synth, progress=0.15))
     assert tab.step_label.text().startswith(
         "Timing how long the model takes to check 4 drafted tokens (the draft model draft-good.gguf)…")
+    chain, single = Candidate(spec_type="ngram-mod,draft-simple", draft_path="/m/d.gguf", n_max=4), \
+        Candidate(spec_type="ngram-mod", n_max=16)
+    tab.on_event(TuneEvent("launch", f"head to head: starting {chain.label} next to {single.label}", candidate=chain,
+                           detail={"versus": single.to_json()}, progress=0.8))
+    assert tab.step_label.text().startswith(
+        "Comparing n-gram speculation (ngram-mod), then the draft model d.gguf (n_max 4) with n-gram speculation "
+        "(ngram-mod) on the same requests…"), tab.step_label.text()
     tab.on_state(AppState.IDLE)
     tab.on_done(_reused(tuple(m.to_json() for m in _launches())))
     ticks = [t for _x, t in tab.chart.getAxis("bottom")._tickLevels[0]]

@@ -41,8 +41,8 @@ def candidate_words(c: Candidate) -> str:
 def plain_step(ev: TuneEvent) -> str | None:
     """The progress line of a sweep event, plain words first: a launch "Trying the draft model d.gguf (n_max
     8)… — probe: starting …" (the baseline: "Measuring the model alone… — …"; a verify-cost launch "Timing how
-    long the model takes to check 4 drafted tokens (the draft model d.gguf)… — …"); None for any other event (its
-    own message stands)."""
+    long the model takes to check 4 drafted tokens (the draft model d.gguf)… — …"; a head-to-head launch "Comparing
+    … with … on the same requests… — …"); None for any other event (its own message stands)."""
     c = ev.candidate
     if ev.kind != "launch" or c is None:
         return None
@@ -51,6 +51,8 @@ def plain_step(ev: TuneEvent) -> str | None:
     elif c.synth_rates:  # the verify-cost stage: a benchmark of the target's checking, not a configuration
         first = (f"Timing how long the model takes to check {c.n_max} drafted tokens "
                  f"({candidate_words(replace(c, n_max=None))})…")
+    elif isinstance(versus := ev.detail.get("versus"), dict):  # the chain rule's head-to-head launch
+        first = f"Comparing {candidate_words(c)} with {candidate_words(Candidate.from_json(versus))} on the same requests…"
     else:
         first = f"Trying {candidate_words(c)}…"
     return f"{first}{DETAIL_SEP}{ev.message}" if ev.message else first

@@ -214,7 +214,8 @@ class SideBySide(Stage):
         """:meth:`_launch` of the chain ``c`` next to ``other``'s server ``base``: both booked as
         :data:`HEAD_TO_HEAD` launches. False when either side failed."""
         pair = _HeadToHead(self, c, base, other)
-        self.events("launch", f"head to head: starting {c.label} next to {other.label}", candidate=c)
+        self.events("launch", f"head to head: starting {c.label} next to {other.label}", candidate=c,
+                    detail={"versus": other.to_json()})
         m = self.measurer.paired_launch(c, reps, pair.on_request, pair.stop_if, pair.before_request)
         # no lossless check here: the other side is not the target alone, whose outputs are the reference
         m = replace(m, stopped_early=False, stage=HEAD_TO_HEAD)
