@@ -26,9 +26,11 @@
 curve, as a first tune on this machine would; the timed tune then reuses it from the saved profile (the curve is
 measured once per binary, target, draft, placement and threads) and its budget pays no launch for it. The lines
 ``curve:`` and ``curve reused by the timed tune:`` say whether that happened (a different thread setting in the timed
-tune is another key: then it is not reused, and the run says so). Without ``--threads`` it fixes the thread count at the
-CPU count for the grid and both tunes: the thread stage's choice differs between a 150 s and a 30 s tune (at 30 s it
-measures no setting), so the curve measured at one would never be reused by the other.
+tune is another key: then it is not reused, and the run says so). Without ``--threads`` it fixes the thread count for
+the grid and both tunes — the CPU count idle, 1 with ``--busy`` — because the thread stage's choice differs between a
+150 s and a 30 s tune (at 30 s it measures no setting), so the curve measured at one would never be reused by the
+other; and beside the burner a server on every core collapses (OpenMP's spin-wait: 187 and 38 tokens/s for the same
+model alone minutes apart, issue 25), while one thread leaves the burner a core.
 
 Goal (issues 5, 10 and 25): pick/best ≥ 0.95 (referee; issue 25 asks ``--referee-rounds 4``) at the default
 ``--budget-share 0.20``, idle and ``--busy``; the wall-time ratio stays ≤ 0.35.
@@ -99,9 +101,9 @@ def main(argv: list[str] | None = None) -> int:
 
     binary = server_binary(args)
     if args.with_curve and args.threads is None:
-        args.threads = os.cpu_count() or 1
+        args.threads = 1 if args.busy else os.cpu_count() or 1
         print(f"threads: {args.threads} for the grid and both tunes (--with-curve: the curve is kept per thread "
-              "setting)", flush=True)
+              "setting" + ("; one thread leaves the burner a core" if args.busy else "") + ")", flush=True)
     note_machine("before")
     load0 = os.getloadavg()
     work = Path(tempfile.mkdtemp(prefix="dw-tune-quality-"))
