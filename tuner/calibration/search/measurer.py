@@ -188,7 +188,7 @@ class Measurer(Stage):
         self.events("budget", p.message, detail=p.detail())
         return (req.prompts, p.n_predict) if changed else None
 
-    def open_baseline(self, c: Candidate | None = None) -> Launch | None:
+    def open_server(self, c: Candidate | None = None) -> Launch | None:
         """Start the baseline's server (``c``: that candidate's, for head-to-head rounds) for the side-by-side rounds
         and warm it up (event ``"launch"``); ``None`` on failure (an event ``"error"``, or the time limit booked as a
         cut)."""

@@ -42,14 +42,9 @@ def _winners(state: SweepState, finalists: Sequence[Candidate]) -> list[Comparis
     return out
 
 
-def chain_to_settle(state: SweepState, finalists: Sequence[Candidate]) -> Candidate | None:
-    """The finalist that should get the next paired round so the decision's chain rule can settle, or ``None``.
-
-    ``None`` unless the fastest "faster" finalist (pooled speedup) is chained, a single-type finalist also
-    passed, and the contrast of the two (``tuner.calibration.sequential.contrast`` at ``CHAIN_MIN_GAIN``, the
-    decision's own test) is inconclusive; then the side with fewer pairs (the chain on a tie) below the tracker's
-    ``max_pairs`` — ``None`` when both reached it.
-    """
+def _chain_and_single(state: SweepState, finalists: Sequence[Candidate]) -> tuple[Comparison, Comparison] | None:
+    """``(fastest, best single)`` of the "faster" finalists when the fastest is chained and a single type passed too
+    (the decision's chain rule applies), else ``None``."""
     winners = _winners(state, finalists)
     if not winners:
         return None
@@ -58,6 +53,26 @@ def chain_to_settle(state: SweepState, finalists: Sequence[Candidate]) -> Candid
     if not fastest.candidate.is_chained or not singles:
         return None
     single = max(singles, key=lambda x: x.speedup or 0.0)
+    assert fastest.look is not None and single.look is not None
+    return fastest, single
+
+
+def chain_to_settle(state: SweepState, finalists: Sequence[Candidate]) -> Candidate | None:
+    """The finalist that should get the next paired round so the decision's chain rule can settle, or ``None``.
+
+    ``None`` unless the fastest "faster" finalist (pooled speedup) is chained, a single-type finalist also
+    passed, and the contrast of the two (``tuner.calibration.sequential.contrast`` at ``CHAIN_MIN_GAIN``, the
+    decision's own test) is inconclusive; then the side with fewer pairs (the chain on a tie) below the tracker's
+    ``max_pairs`` — ``None`` when both reached it.
+    """
+    sides = _chain_and_single(state, finalists)
+    if sides is None:
+        return None
+    return _side_below_max_pairs(state, *sides)
+
+
+def _side_below_max_pairs(state: SweepState, fastest: Comparison, single: Comparison) -> Candidate | None:
+    """:func:`chain_to_settle`'s answer for these two sides."""
     assert fastest.look is not None and single.look is not None
     if contrast(fastest.look, single.look, CHAIN_MIN_GAIN, state.settings.alpha).verdict != "inconclusive":
         return None
@@ -81,14 +96,10 @@ def head_to_head_next(state: SweepState, finalists: Sequence[Candidate]) -> tupl
     they narrow the interval fastest. Measured with ``bench/tune_quality.py --busy`` (0.12 share): the chain 1.38×,
     ngram-mod 1.23×, contrast 1.11× with interval 0.99–1.26× after 6 pairs each, 17 s of the budget unspent;
     ngram-mod was served at 0.936 of the best configuration."""
-    winners = _winners(state, finalists)
-    if not winners:
+    sides = _chain_and_single(state, finalists)
+    if sides is None or _side_below_max_pairs(state, *sides) is not None:
         return None
-    fastest = max(winners, key=lambda x: x.speedup or 0.0)
-    singles = [x for x in winners if not x.candidate.is_chained]
-    if not fastest.candidate.is_chained or not singles or chain_to_settle(state, finalists) is not None:
-        return None
-    single = max(singles, key=lambda x: x.speedup or 0.0)
+    fastest, single = sides
     assert fastest.look is not None and single.look is not None
     rec, s = state.record, state.settings
     direct = head_to_head(rec.measurements, fastest.candidate, single.candidate, rec.mix, s.layout)

@@ -140,12 +140,12 @@ class SideBySide(Stage):
                 self._base = None
             self.events("progress", f"{chain.label}: run head to head with {single.label}, to tell whether the "
                         "chain is faster than the single type beyond noise", candidate=chain)
-            other = self.measurer.open_baseline(single)
+            other = self.measurer.open_server(single)
             if other is None:
                 return
             self.eta.pending_s = cost
             try:
-                if not self._launch(chain, other, [self.tracker.take_rep() for _ in range(n_reps)], single):
+                if not self._launch_head_to_head(chain, other, [self.tracker.take_rep() for _ in range(n_reps)], single):
                     return
             finally:
                 other.stop()
@@ -163,7 +163,7 @@ class SideBySide(Stage):
                         detail={"pairs": n_pairs})
             return False
         if self._base is None:
-            self._base = self.measurer.open_baseline()
+            self._base = self.measurer.open_server()
             if self._base is None:
                 return False
         per_launch = 1 if needs_fresh_launch_per_repetition(c) else LOOK_STEP
@@ -178,12 +178,9 @@ class SideBySide(Stage):
         finally:
             self.eta.end_step()
 
-    def _launch(self, c: Candidate, base: Launch, reps: list[int], other: Candidate | None = None) -> bool:
-        """One launch of ``c`` whose every request is repeated on the baseline's server ``base`` (``other``: the
-        server of that candidate, head to head); books both sides' measurements (adjacent). False when the finalist
-        failed."""
-        if other is not None:
-            return self._launch_head_to_head(c, base, reps, other)
+    def _launch(self, c: Candidate, base: Launch, reps: list[int]) -> bool:
+        """One launch of ``c`` whose every request is repeated on the baseline's server ``base``; books the
+        baseline's and the finalist's measurements (adjacent). False when the finalist failed."""
         pair = _Pair(self, c, base)
         self.events("launch", f"confirm: starting {c.label} next to the running baseline", candidate=c)
         m = self.measurer.paired_launch(c, reps, pair.on_request, pair.stop_if, pair.before_request)
@@ -208,7 +205,6 @@ class SideBySide(Stage):
         msg = f"{c.label} (paired): {m.gen_tokens_per_s or 0:.1f} tokens/s" if m.ok else f"{c.label} failed: {m.error}"
         self.events("measured", msg, candidate=c, measurement=m)
         return m.ok and not pair.a_error
-
 
     def _launch_head_to_head(self, c: Candidate, base: Launch, reps: list[int], other: Candidate) -> bool:
         """:meth:`_launch` of the chain ``c`` next to ``other``'s server ``base``: both booked as
