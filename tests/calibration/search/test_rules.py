@@ -14,6 +14,7 @@ from tuner.calibration.search.rules import (
     RecheckVerdict,
     chain_member_never_drafted,
     clear_loser,
+    finalists,
     never_drafted_type,
     recheck_verdict,
 )
@@ -129,3 +130,24 @@ def test_a_variant_with_looser_lookups_has_no_basis() -> None:
     run16 = _ngram_run(short, 104.0, (6, 4, 2, 1), drafts=10, drafted=80)
     assert ngram_basis(Record(measurements=[_base(), run16], base_tps=100.0), mod) is not None
     assert ngram_basis(record, DRAFT) is None and ngram_basis(record, Candidate(spec_type="ngram-simple")) is None
+
+
+def _len(n: int, p_min: float = 0.0) -> Candidate:
+    return Candidate(spec_type="draft-simple", draft_path="/m/good.gguf", n_max=n, p_min=p_min)
+
+
+def test_the_finalists_are_one_length_per_draft_before_a_second() -> None:
+    chain = Candidate(spec_type="ngram-mod,draft-simple", draft_path="/m/good.gguf", n_max=4, p_min=0.0)
+    mod = Candidate(spec_type="ngram-mod")
+    # screened fastest first: three lengths of one draft ahead of the chain (issue 28's idle quality runs)
+    ranked = [(2.0, _len(11)), (1.9, _len(8)), (1.7, _len(10)), (1.33, chain), (1.02, mod)]
+    assert finalists(ranked, 2) == [_len(11), chain]
+    assert finalists(ranked, 3) == [_len(11), chain, mod]
+    assert finalists(ranked, 4) == [_len(11), chain, mod, _len(8)]  # places left: the next fastest length
+    assert finalists([(2.0, _len(11)), (1.9, _len(8))], 2) == [_len(11), _len(8)]  # one draft only
+    # a p_min variant is a length of the same draft; another draft is another group
+    other = Candidate(spec_type="draft-simple", draft_path="/m/other.gguf", n_max=6, p_min=0.0)
+    assert finalists([(2.0, _len(8, p_min=0.75)), (1.9, _len(8)), (1.2, other)], 2) == [_len(8, p_min=0.75), other]
+    # a draft whose own acceptance said it cannot beat the leader waits with the rest
+    assert finalists([(1.4, _len(16)), (1.3, _len(8)), (1.05, other)], 2, {other.label}) == [_len(16), _len(8)]
+    assert finalists([(1.4, _len(16)), (1.05, other)], 2, {other.label}) == [_len(16), other]

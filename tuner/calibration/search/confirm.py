@@ -2,7 +2,8 @@
 
 DESIGN.md "Calibration method" step 5, ``confirm`` (``tuner.calibration.pairing``): the screened
 candidates are ranked on their ratio over the same requests as the baseline (stopped-early losers and
-those slower than the baseline are dropped); the top half (at most ``finalists``) is confirmed one after
+those slower than the baseline are dropped); the top half (at most ``finalists``), the fastest of each draft
+group first (:func:`.rules.finalists`: one length per draft before a second), is confirmed one after
 another in alternating launches ``A B B A A B B A …`` (baseline A, finalist B, two repetitions per launch,
 n-gram types one launch per repetition), so each finalist repetition is paired with the baseline
 repetition next to it in time. With ``SearchSettings.side_by_side`` (CPU: the weights are mmapped, so two
@@ -22,7 +23,9 @@ from tuner.errors import Cancelled
 from ..candidates import Candidate
 from ..measure import needs_fresh_launch_per_repetition
 from ..pairing import compare
+from . import rules
 from .measurer import Measurer
+from .record import Record
 from .settle import chain_to_settle, settle_words
 from .side_by_side import SideBySide
 from .stage import Stage, SweepState
@@ -50,13 +53,14 @@ class Confirmation(Stage):
                         "nothing to confirm")
             return
         keep = max(1, min(self.s.finalists, math.ceil(len(contenders) / 2)))
-        finalists = [c for _sp, c in contenders[:keep]]
+        finalists = rules.finalists(contenders, keep, {str(p["basis"]) for p in self.record.pruned})
         # the sequential test's error is shared by the finalists chosen here, from screening data only
         # (independent of the pairs to come): fewer finalists, more error per look
         self.tracker.finalists = len(finalists)
         self.tracker.left = list(finalists)
-        for _sp, c in contenders[keep:]:
-            self.events("skipped", f"{c.label}: dropped after screening (successive halving)", candidate=c)
+        for _sp, c in contenders:
+            if c not in finalists:
+                self.events("skipped", self._dropped_words(c, finalists), candidate=c)
         try:
             if self.s.side_by_side:
                 self.side_by_side.run(finalists)
@@ -68,6 +72,14 @@ class Confirmation(Stage):
                         break
         finally:
             self.tracker.left = []
+
+    @staticmethod
+    def _dropped_words(c: Candidate, finalists: Sequence[Candidate]) -> str:
+        """The ``"skipped"`` event's words for a contender that is not a finalist (:func:`.rules.finalists`)."""
+        kin = next((f for f in finalists if Record.group(f) == Record.group(c)), None)
+        if kin is None:
+            return f"{c.label}: dropped after screening (successive halving)"
+        return f"{c.label}: dropped after screening (successive halving; {kin.label} is confirmed for the same draft)"
 
     def _conclude(self, c: Candidate) -> tuple[bool, int]:
         """``(the rounds of c end here, pairs so far)``: the sequential test's latest look over ``c``'s

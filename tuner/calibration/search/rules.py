@@ -9,7 +9,7 @@ the baseline is measured again, and :func:`recheck_verdict` says which launch to
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -97,6 +97,31 @@ def cannot_beat_leader(c: Candidate, basis: Measurement, cost: StepCost, leader:
     if ratio is None or ratio * (1.0 + slack) >= leader[1]:
         return None
     return Pruned(c.label, ratio, basis.candidate.label, leader[0], leader[1])
+
+
+def finalists(contenders: Sequence[tuple[float, Candidate]], keep: int,
+              ruled_out: Collection[str] = ()) -> list[Candidate]:
+    """The ``keep`` candidates the paired rounds confirm, from ``contenders`` (``(screening ratio, candidate)``,
+    fastest first): the fastest of each draft group (:meth:`Record.group`: type, draft, placement) first, in
+    their order, then the next fastest of any group while places are left. A group with a member labelled in
+    ``ruled_out`` (the basis of a :class:`Pruned` record: its own acceptance said its lengths cannot beat the
+    leader) gets no place of its own and waits with the rest.
+
+    Why: the lengths of one draft near its best are within a few per cent of each other (the quality family's
+    draft n_max 4–12 at 2 threads, idle: one screening run each, 235–303 tokens/s in one grid pass, their order
+    changing from pass to pass), so two of them confirmed against the baseline spend the paired rounds on a
+    difference the decision cannot resolve, while one screening run of another kind — a chain, an n-gram type —
+    hides a real one (ngram-mod + draft n_max 4 screened 235 tokens/s against the draft's 300–385, then measured
+    15–25 % faster than the draft's best lengths over four interleaved rounds, issue 28's quality runs).
+    """
+    seen = {Record.group(c) for _r, c in contenders if c.label in ruled_out}
+    firsts: list[Candidate] = []
+    rest: list[Candidate] = []
+    for _ratio, c in contenders:
+        g = Record.group(c)
+        (rest if g in seen else firsts).append(c)
+        seen.add(g)
+    return (firsts + rest)[:keep]
 
 
 def screening_ratio(record: Record, m: Measurement) -> float | None:
