@@ -180,3 +180,21 @@ def test_the_confirm_eta_is_the_pairs_the_test_needs_not_the_budget_left() -> No
     assert tracker.left == [OTHER] and tracker.look is None
     assert tracker.expected_s(e, budget, idle) == pytest.approx(MIN_PAIRS * pair + 2.32)
     assert [tracker.take_rep(), tracker.take_rep()] == [1, 2]
+
+
+@pytest.mark.parametrize("look,left,left_s,room", [
+    (_look(2, "inconclusive"), [GOOD, OTHER], 40.0, True),   # 2 more pairs (18.72 s) and OTHER's first look (21.04 s)
+    (_look(2, "inconclusive"), [GOOD, OTHER], 39.0, False),  # ... do not both fit: OTHER's first look goes first
+    (_look(3, "inconclusive"), [GOOD, OTHER], 39.0, True),   # between look points: the look under way finishes
+    (_look(1, "inconclusive"), [GOOD, OTHER], 5.0, True),    # before the first look
+    (_look(2, "faster"), [GOOD, OTHER], 5.0, True),          # only an inconclusive test gives way
+    (_look(2, "inconclusive"), [GOOD], 5.0, True),           # the last finalist: nobody to give way to
+    (None, [GOOD, OTHER], 5.0, True),
+])
+def test_an_inconclusive_finalist_leaves_the_next_one_its_first_look(look: Look | None, left: list[Candidate],
+                                                                     left_s: float, room: bool) -> None:
+    budget = Budget(left_s, SimClock())
+    tracker = ConfirmTracker(MAX_PAIRS, len(left), next_rep=1, left=list(left))
+    assert tracker.leaves_room(look, budget, estimates()) is room
+    if not room:
+        assert tracker.room_words() == f"; the budget left goes to {OTHER.label}'s first look"

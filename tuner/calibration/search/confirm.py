@@ -98,8 +98,9 @@ class Confirmation(Stage):
                         f"adjacent pairs ({cmp_.speedup:.2f}×)", candidate=c,
                         detail={"verdict": look.verdict, "pairs": n_pairs, "speedup": cmp_.speedup})
             return True, n_pairs
-        if n_pairs >= t.max_pairs:
-            self.events("confirmed", f"{c.label}: still inconclusive after {n_pairs} adjacent pairs",
+        if n_pairs >= t.max_pairs or not t.leaves_room(look, self.budget, self.estimates):
+            self.events("confirmed", f"{c.label}: still inconclusive after {n_pairs} adjacent pairs"
+                        + ("" if n_pairs >= t.max_pairs else t.room_words()),
                         candidate=c, detail={"verdict": "inconclusive", "pairs": n_pairs})
             return True, n_pairs
         return False, n_pairs

@@ -63,7 +63,8 @@ class SideBySide(Stage):
         the budget affords more) and fewer than ``max_pairs`` pairs ran."""
         concluded = look.verdict != "inconclusive" and not self.tracker.more_pairs_while_busy(
             look, self.busy, self.budget, self.estimates)
-        return not concluded and look.n < self.tracker.max_pairs
+        return (not concluded and look.n < self.tracker.max_pairs
+                and (self.settling or self.tracker.leaves_room(look, self.budget, self.estimates)))
 
     def run(self, finalists: Sequence[Candidate]) -> None:
         """Paired rounds with the baseline's server kept running, for each finalist in turn; then more pairs
@@ -96,9 +97,12 @@ class SideBySide(Stage):
             if look.n:
                 self.tracker.saw(look, self.budget.clock())
             if not self.wants_more(look):
+                room = look.verdict != "inconclusive" or look.n >= self.tracker.max_pairs \
+                    or self.tracker.leaves_room(look, self.budget, self.estimates)
                 self.events("confirmed", f"{c.label}: {look.verdict} than no speculation after {look.n} "
                             "pairs" if look.verdict != "inconclusive" else
-                            f"{c.label}: still inconclusive after {look.n} pairs", candidate=c,
+                            f"{c.label}: still inconclusive after {look.n} pairs"
+                            + ("" if room else self.tracker.room_words()), candidate=c,
                             detail={"verdict": look.verdict, "pairs": look.n})
                 return True
             done = self._round(c, look.n)
