@@ -29,10 +29,14 @@ from typing import Any
 
 from tuner.errors import DraftwiseError
 
-LENGTHS = (1, 16, 4, 2, 8, 3, 5, 6, 12)
+LENGTHS = (1, 16, 8, 4, 2, 12, 3, 5, 6)
 """The draft lengths measured, in the order they are measured (a budget that ends early still leaves a curve
 spanning 1–16, linear between its points): every length the bench needed — interpolating 1, 2, 4, 8, 12, 16 missed
-``n_max`` 4 and 5 by 17–19 % on a CPU (``bench/n_max_prediction.py``)."""
+``n_max`` 4 and 5 by 17–19 % on a CPU (``bench/n_max_prediction.py``). After the two ends, the middle of the widest
+gap first (8, then 4): the cost is concave in ``k``, so a straight line over a wide gap overprices the lengths inside
+it, and the sweep's pruning then rules out the best ones (issue 28's quality runs, whose 12 % share measures four
+points: with 1, 2, 4 and 16 the line put ``k`` 7.7 at 4.01 target tokens where it measured 3.69, and pruned draft
+lengths 8 and 9 as "at most 1.28×, 1.24×" against a chain's 1.49× — the grid measures 8 among the best)."""
 
 SYNTH_FLAG = "--spec-synth-rates"
 """llama-server b11434's flag (common/arg.cpp); never on a served argv."""
