@@ -9,10 +9,9 @@ warm-up and the first :data:`PROMPTS` prompts at the sweep's ``n_predict``, whos
 model alone's on the same requests (the screening baseline) is the step's cost. The launches are paid from the
 budget: the stage keeps the paired rounds' reserve and spends at most :data:`SHARE` of the budget, lengths in the
 order of ``LENGTHS`` (1 and 16 first, so an early end still spans them, then the middle of the widest gap; once
-started, it measures both ends). Not
-while other programs use the CPU (the sweep's ``busy``): a curve measured then is kept for later tunes too, and the
-budget is worth more as paired rounds (a busy 111 s sweep spent 12 s on lengths 1 and 16, then could not tell the
-chain from the single draft it served).
+started, it measures both ends). Not while other programs use the CPU (the sweep's ``busy``): a curve measured
+then is kept for later tunes too, and the budget is worth more as paired rounds (a busy 111 s sweep spent 12 s on
+lengths 1 and 16, then could not tell the chain from the single draft it served).
 
 The curve then replaces the draft's fitted cost model (:meth:`~tuner.calibration.search.screening.Screening.predict`):
 the draft lengths it predicts and the ones the pruning rule skips come from it, and the profile keeps it for the
