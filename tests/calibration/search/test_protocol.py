@@ -43,6 +43,19 @@ def test_n_gram_requests_stay_long_enough_to_draft_while_prompts_can_go() -> Non
     assert tiny.n_predict < SIDE.min_n_predict_ngram and tiny.prompts == SIDE.min_prompts
 
 
+def test_with_a_draft_model_every_prompt_stays_until_the_requests_are_at_the_floor() -> None:
+    both = CandidatePlan(baseline=Candidate(), drafts=(DRAFT,), ngram=(Candidate(spec_type="ngram-simple"),),
+                         mtp=None, dropped=())
+    # the budget where n-gram types alone keep 64 tokens and drop prompts: a draft in the plan keeps the prompts
+    ng = plan_protocol(NGRAMS, SIDE, 120.0, PROMPTS, 128, 2.0, 20.0, busy=False)
+    assert ng.prompts < 5
+    p = plan_protocol(both, SIDE, 120.0, PROMPTS, 128, 2.0, 20.0, busy=False)
+    assert (p.prompts, p.n_predict) == (3, SIDE.min_n_predict)  # n-gram types alone: 2 prompts × 64 tokens
+    assert p.planned_s <= PLAN_SHARE * 120.0
+    roomier = plan_protocol(both, SIDE, 160.0, PROMPTS, 128, 2.0, 20.0, busy=False)
+    assert (roomier.prompts, roomier.n_predict) == (5, SIDE.min_n_predict)
+
+
 @pytest.mark.parametrize("side_by_side,busy,pairs", [(True, False, 4), (True, True, 6), (False, True, 4)])
 def test_the_pairs_planned_for(side_by_side: bool, busy: bool, pairs: int) -> None:
     """Side by side on a busy machine: the most pairs (shorter requests); alternating: MIN_PAIRS + 1."""
