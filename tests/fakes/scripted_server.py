@@ -241,3 +241,14 @@ def scripted_search(launch: LaunchFn, plan: CandidatePlan, prompts: list[tuple[i
     budget = Budget(budget_s, clock if clock is not None else time.monotonic)
     return Search(launch, plan, prompts, settings, workload or Workload(), budget, cancel or threading.Event(),
                   emit or (lambda *a, **k: None), busy=busy)
+
+
+def side_by_side_sweep(launch: ScriptedLaunch, plan: CandidatePlan, budget_s: float,
+                       clock: SimClock) -> tuple[Any, list[tuple[str, str]]]:
+    """One side-by-side sweep of ``plan`` over ``launch`` on five code prompts of 32 tokens, with a budget of
+    ``budget_s`` simulated seconds: ``(the sweep's outcome, its events as (kind, message))``."""
+    events: list[tuple[str, str]] = []
+    search = scripted_search(launch, plan, [(i, Prompt(f"p{i}", "code")) for i in range(5)],
+                             SearchSettings(n_predict=32, side_by_side=True), budget_s, clock=clock,
+                             emit=lambda kind, msg, **kw: events.append((kind, msg)))
+    return search.run(), events

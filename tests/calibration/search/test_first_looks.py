@@ -9,12 +9,10 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from tests.fakes.scripted_server import ScriptedLaunch, SimClock, scripted_search
+from tests.fakes.scripted_server import ScriptedLaunch, SimClock, side_by_side_sweep
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
 from tuner.calibration.pairing import compare
-from tuner.calibration.prompts import Prompt
-from tuner.calibration.search import SearchSettings
 
 NGRAM = Candidate(spec_type="ngram-mod", n_max=16)
 CHAIN = Candidate(spec_type="ngram-mod,draft-simple", draft_path="/m/good.gguf", n_max=4, p_min=0.0)
@@ -44,14 +42,9 @@ def _tune(budget_s: float, seed: int = 3):
         return {"tps_of": tps}
 
     clock = SimClock()
-    events: list[tuple[str, str]] = []
-    search = scripted_search(ScriptedLaunch(lambda c: 100.0, content="same text", clock=clock, load_s=1.0,
-                                            per_launch=per_launch),
-                             CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)),
-                             [(i, Prompt(f"p{i}", "code")) for i in range(5)],
-                             SearchSettings(n_predict=32, side_by_side=True), budget_s, clock=clock,
-                             emit=lambda kind, msg, **kw: events.append((kind, msg)))
-    outcome = search.run()
+    outcome, events = side_by_side_sweep(ScriptedLaunch(lambda c: 100.0, content="same text", clock=clock, load_s=1.0,
+                                                        per_launch=per_launch),
+                                         CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)), budget_s, clock)
     return decide(outcome), events, outcome.measurements
 
 

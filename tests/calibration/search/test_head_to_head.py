@@ -10,12 +10,10 @@ from __future__ import annotations
 import math
 import random
 
-from tests.fakes.scripted_server import ScriptedLaunch, SimClock, scripted_search
+from tests.fakes.scripted_server import ScriptedLaunch, SimClock, side_by_side_sweep
 from tuner.calibration.candidates import Candidate, CandidatePlan
 from tuner.calibration.decide import decide
 from tuner.calibration.pairing import HEAD_TO_HEAD, compare, head_to_head
-from tuner.calibration.prompts import Prompt
-from tuner.calibration.search import SearchSettings
 from tuner.calibration.sequential import PairedRequest, contrast, request_test
 
 NGRAM = Candidate(spec_type="ngram-mod", n_max=16)
@@ -36,13 +34,8 @@ def _tune(chain_tps: float, seed: int, budget_s: float = 600, base_noise: float 
         return speed * rng.uniform(0.97, 1.03)
 
     clock = SimClock()
-    events: list[tuple[str, str]] = []
-    search = scripted_search(ScriptedLaunch(tps, content="same text", clock=clock, load_s=1.0),
-                             CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)),
-                             [(i, Prompt(f"p{i}", "code")) for i in range(5)],
-                             SearchSettings(n_predict=32, side_by_side=True), budget_s, clock=clock,
-                             emit=lambda kind, msg, **kw: events.append((kind, msg)))
-    outcome = search.run()
+    outcome, events = side_by_side_sweep(ScriptedLaunch(tps, content="same text", clock=clock, load_s=1.0),
+                                         CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)), budget_s, clock)
     return decide(outcome), events, outcome.measurements
 
 
