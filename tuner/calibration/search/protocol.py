@@ -106,8 +106,8 @@ def plan_protocol(plan: CandidatePlan, settings: SearchSettings, budget_s: float
     ``(1 + P + F + 2·N) · R + (2 + P + F + N/2) · L``
     seconds. When that exceeds :data:`PLAN_SHARE` of the budget, ``n_predict`` is lowered first (to
     ``min_n_predict``; with n-gram types in the plan first to ``min_n_predict_ngram``, then — only without a
-    draft model or head — the prompts, then further), then the prompts (to ``min_prompts``); when even that does not fit, the plan says the
-    budget is too small for one meaningful comparison and which budget would do.
+    draft model or head — the prompts, then further), then the prompts (to ``min_prompts``); when even that
+    does not fit, the plan says the budget is too small for one meaningful comparison and which budget would do.
 
     Args:
         plan: the candidates (how many probes and refine launches).
@@ -155,9 +155,9 @@ def _fit(cost: Callable[[int, int], float], target_s: float, plan: CandidatePlan
     """``(prompts, n_predict)`` that bring ``cost(prompts, n_predict)`` under ``target_s``: ``n_predict``
     first, then the prompts. With only n-gram types in the plan, requests stay long enough for them to draft
     while fewer prompts can make it fit, and only then are they shortened further. With a draft model or an
-    MTP head in the plan (n-gram types too or not) every prompt stays until the requests are at ``min_n_predict``: a draft's acceptance
-    depends on the prompts far more than on the request's length, and a sweep on part of the prompt set tunes
-    for that part (issue 28's quality family, greedy: the good draft's n_max-16 acceptance 44–45 % on its three
+    MTP head in the plan (n-gram types too or not) every prompt stays until the requests are at
+    ``min_n_predict``: a draft's acceptance depends on the prompts far more than on the request's length, and a
+    sweep on part of the prompt set tunes for that part (issue 28's quality family, greedy: the good draft's n_max-16 acceptance 44–45 % on its three
     prompts at 64–72 tokens, 69 % on the first two at 48–64 — the tuner then served lengths 10–16 where the
     three prompts run fastest at 4–8)."""
     floors = [settings.min_n_predict]
