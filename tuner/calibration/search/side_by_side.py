@@ -64,7 +64,7 @@ class SideBySide(Stage):
         concluded = look.verdict != "inconclusive" and not self.tracker.more_pairs_while_busy(
             look, self.busy, self.budget, self.estimates)
         return (not concluded and look.n < self.tracker.max_pairs
-                and (self.settling or self.tracker.leaves_room(look, self.budget, self.estimates)))
+                and self.tracker.leaves_room(look, self.budget, self.estimates))
 
     def run(self, finalists: Sequence[Candidate]) -> None:
         """Paired rounds with the baseline's server kept running, for each finalist in turn; then more pairs
@@ -97,12 +97,11 @@ class SideBySide(Stage):
             if look.n:
                 self.tracker.saw(look, self.budget.clock())
             if not self.wants_more(look):
-                room = look.verdict != "inconclusive" or look.n >= self.tracker.max_pairs \
-                    or self.tracker.leaves_room(look, self.budget, self.estimates)
+                gave_way = look.verdict == "inconclusive" and look.n < self.tracker.max_pairs  # leaves_room said no
                 self.events("confirmed", f"{c.label}: {look.verdict} than no speculation after {look.n} "
                             "pairs" if look.verdict != "inconclusive" else
                             f"{c.label}: still inconclusive after {look.n} pairs"
-                            + ("" if room else self.tracker.room_words()), candidate=c,
+                            + (self.tracker.room_words() if gave_way else ""), candidate=c,
                             detail={"verdict": look.verdict, "pairs": look.n})
                 return True
             done = self._round(c, look.n)
