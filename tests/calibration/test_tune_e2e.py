@@ -84,7 +84,10 @@ def test_picks_the_good_draft_and_never_the_unrelated_one(tmp_path: Path, wide_f
     from tuner.calibration.advice import ProfileFacts
 
     facts = ProfileFacts.from_decision(res.profile.decision)
-    assert facts is not None and facts.n_max == d.winner.n_max and facts.cost.per_draft_token > 0
+    winner_runs = "\n".join(f"{m.stage} {m.candidate.label}: ok {m.ok} counts {m.counts}" for m in res.measurements
+                             if m.candidate.key == d.winner.key)
+    why = f"facts {res.profile.decision.get('live_prediction')}; speedup {d.speedup}\n{winner_runs}"
+    assert facts is not None and facts.n_max == d.winner.n_max and facts.cost.per_draft_token > 0, why
     _verify_cost_measured_and_never_served(res, events, llama_server_bin)
     assert not _llama_children()
 

@@ -119,6 +119,35 @@ def test_an_ngram_variant_that_cannot_beat_the_leader_is_pruned_by_its_types_run
     assert cannot_beat_leader(default, basis, cost, (DRAFT.label, 1.4)) is None
 
 
+def test_a_slow_screening_baseline_does_not_prune_a_draft_length_priced_by_the_curve() -> None:
+    """Issue 28's idle 16: the baseline launch ran slow, every screening speedup read ~35 % high, and a draft's
+    lengths predicted in true units (counters and the measured verify-cost curve) were pruned against a chain's
+    inflated figure. The basis run's own measured ÷ predicted speedup puts the prediction in the same units."""
+    from tuner.calibration.predict import predicted_ratio
+    from tuner.calibration.search.rules import Pruned, cannot_beat_leader, screening_scale
+    from tuner.calibration.verifycost import VerifyCurve
+
+    curve = VerifyCurve(((1.0, 1.2), (4.0, 1.8), (16.0, 4.4)))
+    probe = DRAFT.with_n_max(16)
+    # 200 tokens, 40 draft steps of 16 drafted, acceptance falling with the position
+    per_pos = (34, 30, 26, 22, 18, 14, 10, 8, 6, 4, 3, 2, 1, 1, 0, 0)
+    run = _ngram_run(probe, 160.0, per_pos, drafts=40, drafted=640)
+    own = predicted_ratio(run.counts, 200.0, 16, curve)  # type: ignore[arg-type]
+    at_8 = predicted_ratio(run.counts, 200.0, 8, curve)  # type: ignore[arg-type]
+    assert own is not None and at_8 is not None and at_8 > own
+    chain = ("ngram-mod+draft n_max 4", at_8 * 1.35 * 1.05)  # the leader, read 35 % high like every ratio
+    shorter = DRAFT.with_n_max(8)
+    # without the probe's own screening figure the true-unit prediction is compared with the inflated leader
+    assert isinstance(cannot_beat_leader(shorter, run, curve, chain), Pruned)
+    # the probe measured 35 % above its own prediction against the same baseline: the prediction follows
+    assert screening_scale(run, curve, own * 1.35) == pytest.approx(1.35)
+    assert cannot_beat_leader(shorter, run, curve, chain, basis_ratio=own * 1.35) is None
+    # a fast baseline never makes a prediction smaller (a wrongly pruned length costs the winner)
+    assert screening_scale(run, curve, own * 0.7) == 1.0
+    pruned = cannot_beat_leader(shorter, run, curve, chain, basis_ratio=own * 0.7)
+    assert isinstance(pruned, Pruned) and pruned.at_most == pytest.approx(at_8)
+
+
 def test_a_variant_with_looser_lookups_has_no_basis() -> None:
     from tuner.calibration.search.rules import ngram_basis
 

@@ -83,20 +83,45 @@ def draft_length(c: Candidate) -> int | None:
 
 
 def cannot_beat_leader(c: Candidate, basis: Measurement, cost: StepCost, leader: tuple[str, float],
-                       slack: float = PRUNE_SLACK) -> Pruned | None:
+                       slack: float = PRUNE_SLACK, basis_ratio: float | None = None) -> Pruned | None:
     """The one pruning rule: ``c`` is not launched when its predicted speedup at its draft length — from the
     per-position acceptance counters of ``basis`` (a measured run of the same draft or n-gram type at another
     length) and the cost of a verification step ``cost`` (:class:`~tuner.calibration.predict.StepCost`: the
     draft's fitted :class:`~tuner.calibration.predict.CostModel`, the n-gram run's own, or a measured
     verify-cost curve of the target) — is below the ``leader``'s ``(label, screening speedup)`` even when
-    ``slack`` higher (:data:`PRUNE_SLACK`). ``None``: launch it (also when nothing can be predicted)."""
+    ``slack`` higher (:data:`PRUNE_SLACK`). ``basis_ratio``: the basis run's own screening speedup, which puts
+    the prediction in the leader's units (:func:`screening_scale`). ``None``: launch it (also when nothing can
+    be predicted)."""
     k = draft_length(c)
     if k is None or basis.counts is None or not basis.samples:
         return None
     ratio = predicted_ratio(basis.counts, _generated(basis), k, cost)
-    if ratio is None or ratio * (1.0 + slack) >= leader[1]:
+    if ratio is None:
+        return None
+    ratio *= screening_scale(basis, cost, basis_ratio)
+    if ratio * (1.0 + slack) >= leader[1]:
         return None
     return Pruned(c.label, ratio, basis.candidate.label, leader[0], leader[1])
+
+
+def screening_scale(basis: Measurement, cost: StepCost, basis_ratio: float | None) -> float:
+    """The factor (≥ 1) that turns a prediction from ``basis``'s counters into a screening speedup: the basis
+    run's measured screening speedup ``basis_ratio`` ÷ the prediction at its own draft length; 1 without one.
+
+    Why: a prediction priced by a measured verify-cost curve is in true units (acceptance counters and the
+    target's step cost, no timing of the baseline), while the leader's figure is a screening run's tokens/s ÷
+    the baseline launch's. When the baseline launch ran slow, every screening speedup reads high by the same
+    factor, and true-unit predictions compared with them prune lengths that would win (issue 28's idle 16:
+    baseline 122 tokens/s against 160–172 in later launches of the model alone, the chain leading at 1.66×,
+    the draft's n_max 10, 11 and 15 pruned at 1.25–1.34×, its n_max 16 probe served at 0.888 of the best).
+    The basis ran against that same baseline, so the ratio of its measured to its predicted speedup carries the
+    baseline's error and cancels it. Never below 1: a length pruned wrongly costs the decision its winner, one
+    launched needlessly costs one short launch. With a cost fitted to the basis run itself it is 1."""
+    own_k = draft_length(basis.candidate)
+    if basis_ratio is None or own_k is None or basis.counts is None:
+        return 1.0
+    own = predicted_ratio(basis.counts, _generated(basis), own_k, cost)
+    return max(1.0, basis_ratio / own) if own else 1.0
 
 
 def finalists(contenders: Sequence[tuple[float, Candidate]], keep: int,
@@ -266,6 +291,7 @@ __all__ = [
     "RecheckVerdict",
     "agree",
     "cannot_beat_leader",
+    "screening_scale",
     "chain_member_never_drafted",
     "clear_loser",
     "draft_length",

@@ -51,6 +51,7 @@ from .rules import (
     never_drafted_type,
     ngram_basis,
     recheck_verdict,
+    screening_ratio,
 )
 from .settings import BaselineFailed
 from .stage import Stage, SweepState
@@ -113,7 +114,8 @@ class Screening(Stage):
             if model is None:
                 return False
             cost = model
-        why = cannot_beat_leader(c, basis, cost, lead, PRUNE_SLACK_BUSY if self.busy() else PRUNE_SLACK)
+        why = cannot_beat_leader(c, basis, cost, lead, PRUNE_SLACK_BUSY if self.busy() else PRUNE_SLACK,
+                                 screening_ratio(self.record, basis))
         if why is None:
             return False
         self.record.pruned.append(why.to_json())
