@@ -236,3 +236,20 @@ def test_the_first_setting_is_measured_before_the_sweep_even_past_the_share() ->
     assert [c.threads for c in before][:1] == [1], [c.label for c in launch.launched[:4]]
     assert search.threads.sweep_setting is not None and search.threads.sweep_setting.threads == 1
     assert search.measurer.thread_setting == search.threads.sweep_setting
+
+
+def test_the_next_setting_is_estimated_from_the_stage_s_own_load_times() -> None:
+    # a 150 s tune beside the burner on the 2-core box: the first setting (one core fewer) was measured by 4.4 s of
+    # the stage's 15 s, and the next was guessed at 5 s load + 1 + 2 × 2.5 + 0.3 = 11.3 s — past the share by 0.2 s,
+    # "the thread stage's share of the budget is spent" with two thirds of it left — while every load took 0.3 s.
+    # The stage's launches now time the load its next estimate uses (1 s here: 7.3 s a setting).
+    FakeBurner.busy_machine = True
+    try:
+        search, _launch, events = _search(draft=True, budget_s=120, thread_cores=2, thread_openmp=True)
+        search.run()
+    finally:
+        FakeBurner.busy_machine = False
+    assert [f.setting for f in search.threads.base] == [ThreadSetting(1), PASSIVE]
+    assert search.estimates.load_s and set(search.estimates.load_s) == {1.0}
+    before = [msg for kind, msg in events if kind == "skipped" and msg.startswith("no speculation: thread setting")]
+    assert len(before) == 1 and "(the default)" in before[0]

@@ -234,6 +234,7 @@ class ThreadStage(Stage):
         except LaunchError as exc:
             self.events("threads", f"{cand.label}: could not start ({exc})", candidate=cand)
             return ThreadFigures(st, None, None)
+        self.estimates.load_s.append(launch.load_s)  # the next setting's estimate: its load, timed, not the guess
         try:
             return self._idle_and_loaded(launch, st, idle=idle, loaded=loaded, idle_tps=idle_tps)
         finally:
