@@ -284,11 +284,24 @@ def _servers_below(root: int) -> Iterator[tuple[int, list[str]]]:
             exe = os.readlink(f"/proc/{pid}/exe")
             if not is_real_server(exe):
                 continue
-            with open(f"/proc/{pid}/cmdline", "rb") as fh:
-                argv = [os.fsdecode(a) for a in fh.read().split(b"\0") if a]
+            argv = _cmdline(pid)
         except OSError:  # gone, or a zombie
             continue
-        yield pid, argv
+        yield pid, argv or [exe]
+
+
+def _cmdline(pid: int) -> list[str]:
+    """``pid``'s argv from /proc. Right after ``execve`` the process's exe link already names the new binary while
+    its arguments are not yet in place (the kernel sets them up after switching the executable), and a read then
+    gives nothing: read again for a few milliseconds (a full-suite run once reported a server "started: " with no
+    argv). Raises ``OSError`` when the process is gone."""
+    for _ in range(20):
+        with open(f"/proc/{pid}/cmdline", "rb") as fh:
+            argv = [os.fsdecode(a) for a in fh.read().split(b"\0") if a]
+        if argv:
+            return argv
+        time.sleep(0.001)
+    return []
 
 
 class ServerWatch:
