@@ -221,17 +221,23 @@ def test_a_request_s_time_limit_never_runs_past_the_stage_s_end() -> None:
     assert stage._capped(7.5, 2) == MIN_CAP_S
 
 
+def _busy_draft_search(budget_s: float):
+    """A draft plan's search, run to its end while another program keeps a core busy (2 cores, OpenMP)."""
+    FakeBurner.busy_machine = True
+    try:
+        search, launch, events = _search(draft=True, budget_s=budget_s, thread_cores=2, thread_openmp=True)
+        search.run()
+    finally:
+        FakeBurner.busy_machine = False
+    return search, launch, events
+
+
 def test_the_first_setting_is_measured_before_the_sweep_even_past_the_share() -> None:
     # tune_quality's busy sweep of 113 s: the stage's first step may use 2/3 of 15 % (11.3 s), and before any load
     # was timed a setting is guessed at 5 s load + 1 + 2 × 2.5 + 0.3 = 11.3 s: nothing fitted, the sweep ran at the
     # default and collapsed under the burner. Now the first setting (one core fewer) is always measured, the rest
     # only within the share, and the sweep runs at it.
-    FakeBurner.busy_machine = True
-    try:
-        search, launch, events = _search(draft=True, budget_s=113, thread_cores=2, thread_openmp=True)
-        search.run()
-    finally:
-        FakeBurner.busy_machine = False
+    search, launch, _events = _busy_draft_search(113)
     before = [c for c in launch.launched[:3] if c.is_baseline and (c.threads is not None or c.omp_passive)]
     assert [c.threads for c in before][:1] == [1], [c.label for c in launch.launched[:4]]
     assert search.threads.sweep_setting is not None and search.threads.sweep_setting.threads == 1
@@ -243,12 +249,7 @@ def test_the_next_setting_is_estimated_from_the_stage_s_own_load_times() -> None
     # the stage's 15 s, and the next was guessed at 5 s load + 1 + 2 × 2.5 + 0.3 = 11.3 s — past the share by 0.2 s,
     # "the thread stage's share of the budget is spent" with two thirds of it left — while every load took 0.3 s.
     # The stage's launches now time the load its next estimate uses (1 s here: 7.3 s a setting).
-    FakeBurner.busy_machine = True
-    try:
-        search, _launch, events = _search(draft=True, budget_s=120, thread_cores=2, thread_openmp=True)
-        search.run()
-    finally:
-        FakeBurner.busy_machine = False
+    search, _launch, events = _busy_draft_search(120)
     assert [f.setting for f in search.threads.base] == [ThreadSetting(1), PASSIVE]
     assert search.estimates.load_s and set(search.estimates.load_s) == {1.0}
     before = [msg for kind, msg in events if kind == "skipped" and msg.startswith("no speculation: thread setting")]
