@@ -291,7 +291,6 @@ __all__ = [
     "RecheckVerdict",
     "agree",
     "cannot_beat_leader",
-    "screening_scale",
     "chain_member_never_drafted",
     "clear_loser",
     "draft_length",
@@ -300,4 +299,5 @@ __all__ = [
     "ngram_basis",
     "recheck_verdict",
     "screening_ratio",
+    "screening_scale",
 ]
