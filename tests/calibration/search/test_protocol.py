@@ -56,6 +56,19 @@ def test_with_a_draft_model_every_prompt_stays_until_the_requests_are_at_the_flo
     assert (roomier.prompts, roomier.n_predict) == (5, SIDE.min_n_predict)
 
 
+def test_a_chain_keeps_requests_long_enough_for_its_n_gram_part_while_the_whole_budget_allows() -> None:
+    """Draft + n-gram types: 64 tokens and every prompt stay when they fit the whole budget, even past the planned
+    share (the screening stages then measure fewer draft lengths); past the whole budget the requests shorten."""
+    both = CandidatePlan(baseline=Candidate(), drafts=(DRAFT,), ngram=(Candidate(spec_type="ngram-mod"),),
+                         mtp=None, dropped=())
+    at_floor = plan_protocol(both, SIDE, 1e6, PROMPTS, SIDE.min_n_predict_ngram, 2.0, 20.0, busy=False).planned_s
+    kept = plan_protocol(both, SIDE, at_floor / 0.95, PROMPTS, 128, 2.0, 20.0, busy=False)
+    assert (kept.prompts, kept.n_predict) == (5, SIDE.min_n_predict_ngram)
+    assert kept.planned_s > PLAN_SHARE * at_floor / 0.95 and not kept.budget_too_small
+    cut = plan_protocol(both, SIDE, at_floor / 1.05, PROMPTS, 128, 2.0, 20.0, busy=False)
+    assert cut.n_predict < SIDE.min_n_predict_ngram and cut.planned_s <= PLAN_SHARE * at_floor / 1.05
+
+
 @pytest.mark.parametrize("side_by_side,busy,pairs", [(True, False, 4), (True, True, 6), (False, True, 4)])
 def test_the_pairs_planned_for(side_by_side: bool, busy: bool, pairs: int) -> None:
     """Side by side on a busy machine: the most pairs (shorter requests); alternating: MIN_PAIRS + 1."""

@@ -106,7 +106,8 @@ def plan_protocol(plan: CandidatePlan, settings: SearchSettings, budget_s: float
     ``(1 + P + F + 2·N) · R + (2 + P + F + N/2) · L``
     seconds. When that exceeds :data:`PLAN_SHARE` of the budget, ``n_predict`` is lowered first (to
     ``min_n_predict``; with n-gram types in the plan first to ``min_n_predict_ngram``, then — only without a
-    draft model or head — the prompts, then further), then the prompts (to ``min_prompts``); when even that
+    draft model or head — the prompts, then further; with one, only when even the whole budget is exceeded there:
+    :func:`_fit`), then the prompts (to ``min_prompts``); when even that
     does not fit, the plan says the budget is too small for one meaningful comparison and which budget would do.
 
     Args:
@@ -133,7 +134,7 @@ def plan_protocol(plan: CandidatePlan, settings: SearchSettings, budget_s: float
     def cost(n_prompts: int, n_predict: int) -> float:
         return reps * rep_s(warmup_tps, n_prompts, n_predict) + launches * launch
 
-    n_prompts, n_predict = _fit(cost, PLAN_SHARE * budget_s, plan, settings, len(prompts), n_predict)
+    n_prompts, n_predict = _fit(cost, (PLAN_SHARE * budget_s, budget_s), plan, settings, len(prompts), n_predict)
     # the smallest comparison: the baseline, the first probe and the leader's first look (MIN_PAIRS pairs)
     smallest = ((2 + 2 * MIN_PAIRS) * rep_s(warmup_tps, n_prompts, n_predict)
                 + (2 + (2 if side else 1 + MIN_PAIRS)) * launch)
@@ -150,29 +151,47 @@ def plan_protocol(plan: CandidatePlan, settings: SearchSettings, budget_s: float
                         budget_too_small=need is not None, suggested_budget_s=need, message=msg)
 
 
-def _fit(cost: Callable[[int, int], float], target_s: float, plan: CandidatePlan, settings: SearchSettings, n_prompts: int,
-         n_predict: int) -> tuple[int, int]:
-    """``(prompts, n_predict)`` that bring ``cost(prompts, n_predict)`` under ``target_s``: ``n_predict``
-    first, then the prompts. With only n-gram types in the plan, requests stay long enough for them to draft
-    while fewer prompts can make it fit, and only then are they shortened further. With a draft model or an
-    MTP head in the plan (n-gram types too or not) every prompt stays until the requests are at
+def _fit(cost: Callable[[int, int], float], target_s: tuple[float, float], plan: CandidatePlan,
+         settings: SearchSettings, n_prompts: int, n_predict: int) -> tuple[int, int]:
+    """``(prompts, n_predict)`` that bring ``cost(prompts, n_predict)`` under ``target_s[0]`` (the planned share
+    of the budget): ``n_predict`` first, then the prompts. With n-gram types in the plan the requests stay at
+    ``min_n_predict_ngram`` or longer: fewer prompts make it fit when the plan has only n-gram types; with a
+    draft model or MTP head too (a chain) every prompt stays, and the requests are shortened below that floor only
+    when even there the plan exceeds the whole budget ``target_s[1]`` — otherwise the sweep screens fewer draft
+    lengths (the screening stages keep the paired rounds' reserve: ``Estimates.reserve_s``), whose speedups the
+    per-position counters and the verify-cost curve predict anyway.
+
+    Why (issue 28's quality family, greedy, 4 interleaved rounds, ``python -m bench.request_length``): at 48 tokens
+    the chain ngram-mod + draft ``n_max`` 4 ran 1.39× and the best draft length 1.45×, at 64 and 96 tokens the chain
+    1.69× and 1.72× against the best draft length's 1.44× and 1.37× — its n-gram part drafts only once the answer
+    repeats what came before, so shortened requests hide it; a 35 s tune cut to 48 tokens served a draft length
+    at 0.92 of the best on 96-token answers. Without n-gram types, every prompt stays until the requests are at
     ``min_n_predict``: a draft's acceptance depends on the prompts far more than on the request's length, and a
-    sweep on part of the prompt set tunes for that part (issue 28's quality family, greedy: the good draft's n_max-16 acceptance 44–45 % on its three
+    sweep on part of the prompt set tunes for that part (the good draft's ``n_max``-16 acceptance 44–45 % on its three
     prompts at 64–72 tokens, 69 % on the first two at 48–64 — the tuner then served lengths 10–16 where the
     three prompts run fastest at 4–8)."""
-    floors = [settings.min_n_predict]
-    if plan.ngram:
-        floors.insert(0, max(settings.min_n_predict, min(settings.min_n_predict_ngram, n_predict)))
+    share_s, whole_s = target_s
     keep_prompts = bool(plan.drafts) or plan.mtp is not None
     fewest = min(settings.min_prompts, n_prompts)
-    for i, floor in enumerate(floors):
-        while cost(n_prompts, n_predict) > target_s and n_predict > floor:
-            n_predict = max(floor, int(n_predict * 0.75))
-        if keep_prompts and i < len(floors) - 1:
-            continue  # a draft model or head: shorter requests before fewer prompts
-        while cost(n_prompts, n_predict) > target_s and n_prompts > fewest:
-            n_prompts -= 1
+    if plan.ngram:
+        n_predict = _shorten(cost, share_s, n_prompts, n_predict,
+                             max(settings.min_n_predict, min(settings.min_n_predict_ngram, n_predict)))
+        if keep_prompts and cost(n_prompts, n_predict) <= whole_s:
+            return n_prompts, n_predict
+        if not keep_prompts:
+            while cost(n_prompts, n_predict) > share_s and n_prompts > fewest:
+                n_prompts -= 1
+    n_predict = _shorten(cost, share_s, n_prompts, n_predict, settings.min_n_predict)
+    while cost(n_prompts, n_predict) > share_s and n_prompts > fewest:
+        n_prompts -= 1
     return n_prompts, n_predict
+
+
+def _shorten(cost: Callable[[int, int], float], target_s: float, n_prompts: int, n_predict: int, floor: int) -> int:
+    """``n_predict`` cut by a quarter at a time while ``cost`` exceeds ``target_s``, never below ``floor``."""
+    while cost(n_prompts, n_predict) > target_s and n_predict > floor:
+        n_predict = max(floor, int(n_predict * 0.75))
+    return n_predict
 
 
 __all__ = ["PLAN_SHARE", "ProtocolPlan", "Requests", "ngram_only", "plan_protocol", "rep_s"]
