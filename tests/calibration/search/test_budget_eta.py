@@ -101,6 +101,9 @@ def test_the_paired_rounds_reserve(side_by_side: bool, optional: bool, busy: boo
     # side by side the baseline's server (the candidate's launches are in pair_s); alternating the first launch
     opening = 2.32 if side_by_side else 2.0 + 16 / 50 + 4.1
     assert e.reserve_s(optional, busy) == pytest.approx(pairs * e.pair_s() + opening)
+    e.finalists = 2  # busy, an optional step also keeps the second finalist's first look (MIN_PAIRS pairs)
+    more = MIN_PAIRS if (optional and busy) else 0
+    assert e.reserve_s(optional, busy) == pytest.approx((pairs + more) * e.pair_s() + opening)
 
 
 def test_a_step_fits_the_budget_left_less_the_reserve() -> None:

@@ -93,7 +93,9 @@ class Search:
         self.record = Record(mix=Mix.of(requests.prompts, settings.long_share, long_prompt_tokens(workload.n_ctx)),
                              memory=memory)
         self.budget = budget
-        self.estimates = Estimates(requests, self.record, settings.side_by_side, ngram_only(plan))
+        groups = len(plan.drafts) + (1 if plan.ngram else 0) + (1 if plan.mtp is not None else 0)
+        self.estimates = Estimates(requests, self.record, settings.side_by_side, ngram_only(plan),
+                                   finalists=max(1, min(settings.finalists, groups)))
         self.eta = Eta()
         self.tracker = ConfirmTracker(settings.max_pairs, settings.finalists,
                                       next_rep=max(settings.baseline_repetitions, settings.probe_repetitions))

@@ -120,6 +120,9 @@ class Estimates:
         ngram_only: the plan has n-gram types only (the leader needs a fresh launch per pair).
         load_s: every load time timed so far (seconds).
         warmup_tps: the first launch's warm-up speed (tokens/s); ``None`` until timed.
+        finalists: candidates the paired rounds may confirm (at most ``SearchSettings.finalists``, at most one
+            per group of the plan); a busy machine's optional stages keep the first look of each one after the
+            first (:meth:`reserve_s`).
     """
 
     requests: Requests
@@ -128,6 +131,7 @@ class Estimates:
     ngram_only: bool = False
     load_s: list[float] = field(default_factory=list)
     warmup_tps: float | None = None
+    finalists: int = 1
 
     def tps(self) -> float | None:
         """The model's speed as far as known: the baseline's, else the first warm-up's (``None``: neither)."""
@@ -165,13 +169,17 @@ class Estimates:
         leader (two looks: the second is the spare for a noisier machine) and the launch that opens them
         (side by side: the baseline's server; alternating: the first baseline launch).
 
-        ``optional``: the reserve of the optional stages (exploration, the ``p_min`` variant): on a ``busy``
-        machine one more look's pairs (noisier pairs: more of them are needed); the refine stage after its
-        first length counts as optional. The probes and the first refine length keep the plain reserve
-        while busy: the length the probe's curve predicts fastest is what the pairs then confirm. (Doubling
-        the reserve for them too left a busy 90 s sweep with only the ``n_max`` 16 probe to confirm — every
-        predicted-better length skipped at 34 s with 56 s left — and it ended inconclusive on that probe.)"""
-        extra = LOOK_STEP if (optional and busy) else 0
+        ``optional``: the reserve of the optional stages (exploration, the ``p_min`` variant, a second launch of
+        near ties): on a ``busy`` machine one more look's pairs of the leader and the first look (``MIN_PAIRS``
+        pairs) of each finalist after it (:attr:`finalists`); the refine stage after its first length counts as
+        optional. The probes and the first refine length keep the plain reserve while busy: the length the probe's
+        curve predicts fastest is what the pairs then confirm. (Doubling the reserve for them too left a busy 90 s
+        sweep with only the ``n_max`` 16 probe to confirm — every predicted-better length skipped at 34 s with 56 s
+        left — and it ended inconclusive on that probe.) Why the other finalists' looks (issue 28, quality family,
+        51 s busy tune): the optional stages ran to 32 s, the leader's first look was inconclusive and the second
+        finalist (the chain, ~1.4×) had three noisy looks left, too few to conclude; the model alone was served
+        where the chain was fastest."""
+        extra = LOOK_STEP + (self.finalists - 1) * MIN_PAIRS if (optional and busy) else 0
         return (RESERVE_PAIRS + extra) * self.pair_s() + self.opening_s()
 
     def opening_s(self) -> float:
