@@ -1,6 +1,6 @@
 """Predicted against measured speedup of each draft length, on the quality family (issue 28 item 3's table).
 
-    python -m bench.n_max_prediction [--server PATH] [--rounds 3] [--n-predict 96] [--prompts 3] [--threads 1]
+    python -m bench.n_max_prediction [--server PATH] [--rounds 5] [--n-predict 96] [--prompts 3] [--threads 1]
 
 On the family of ``bench/tune_quality.py`` (768 wide, a 12-block F16 target, its good 2-block draft; greedy,
 ``/completion``, llama-server's sweep protocol: one launch per configuration, a warm-up, then every prompt):
@@ -198,7 +198,7 @@ def table(runs: dict[str, Runs]) -> bool:
     if stage is not None:
         print(f"as the tune's stage measures it (round 1, its first {STAGE_PROMPTS} requests per length): "
               + ", ".join(f"{x:.2f}: {y:.2f}" for x, y in stage.points))
-    print("\n n_max  measured  curve (err)      fitted (err)     stage's (err)    averaged (err)   real step cost  "
+    print("\n n_max  measured  (rounds' range)  curve (err)      fitted (err)     stage's (err)    averaged (err)   real step cost  "
           "curve's cost  acceptance (predicted)")
     worst_curve = worst_fit = worst_stage = worst_spans = 0.0
     for k in LENGTHS:
@@ -222,7 +222,8 @@ def table(runs: dict[str, Runs]) -> bool:
         ef = abs(pf / m - 1) if pf else float("nan")
         es = abs(ps / m - 1) if ps else float("nan")
         worst_curve, worst_fit, worst_stage = max(worst_curve, ec), max(worst_fit, ef), max(worst_stage, es)
-        print(f" {k:5d}  {m:7.2f}x  {pc or 0:5.2f}x ({ec:5.1%})  {pf or 0:5.2f}x ({ef:5.1%})  {ps or 0:5.2f}x ({es:5.1%})"
+        lo, hi = min(runs[f"n_max {k}"].ratios), max(runs[f"n_max {k}"].ratios)
+        print(f" {k:5d}  {m:7.2f}x  ({lo:4.2f}–{hi:4.2f}x)     {pc or 0:5.2f}x ({ec:5.1%})  {pf or 0:5.2f}x ({ef:5.1%})  {ps or 0:5.2f}x ({es:5.1%})"
               f"  {pn or 0:5.2f}x ({en:5.1%})  {cost or 0:13.2f}  {curve.step_cost(dps or k):12.2f}  {acc or 0:9.0%}"
               f" ({pacc or 0:.0%})")
     print(f"\nlargest error: curve {worst_curve:.1%}, fitted {worst_fit:.1%}, the stage's curve {worst_stage:.1%}, "
@@ -233,7 +234,9 @@ def table(runs: dict[str, Runs]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", help="llama-server binary (default: discovered)")
-    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--rounds", type=int, default=5, help="rotated rounds (5: on the 2-core EPYC one launch's step cost "
+                    "at a given draft length varied by up to 25 %% between launches minutes apart, and 3 rounds left "
+                    "a measured n_max 5 at 1.74x between neighbours at 1.41x)")
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=1, help="server (and draft) threads of every launch")
     ap.add_argument("--n-predict", type=int, default=96)
