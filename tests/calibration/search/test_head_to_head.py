@@ -44,7 +44,7 @@ def _ran_head_to_head(events: list[tuple[str, str]]) -> int:
 
 
 def test_a_chain_the_contrast_left_undecided_runs_head_to_head_and_is_served_when_faster() -> None:
-    d, events, ms = _tune(138.0, seed=4)
+    d, events, ms = _tune(138.0, seed=3)  # one of the seeds whose contrast stays undecided (11 of 20)
     assert _ran_head_to_head(events) >= 1, [m for k, m in events if k in ("confirmed", "skipped")]
     assert d.winner == CHAIN, d.reason
     assert "run by the two head to head" in d.reason, d.reason
