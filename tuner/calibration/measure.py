@@ -307,8 +307,9 @@ def measure_candidate(
         stop_if: called with the samples so far after each request; True stops the run early (a clear
             loser); the measurement keeps its samples and is marked ``stopped_early``.
         after_warmup: called once after the warm-up request with ``(load_s, warm-up tokens/s or
-            None)`` (the faster of the warm-up and a second 16-token request: ``_planning_speed``); may return ``(prompts, n_predict)`` to use instead (the search plans the protocol
-            from the first launch's speed, so a slow model gets fewer, shorter requests).
+            None)`` (the faster of the warm-up and a second 16-token request: ``_planning_speed``); may return
+            ``(prompts, n_predict)`` to use instead (the search plans the protocol from the first launch's
+            speed, so a slow model gets fewer, shorter requests).
         hard_deadline_s: ``time.monotonic()`` value at which the run ends whatever it is doing (the
             sweep's hard time limit): no request starts after it, the one in flight is given up when it
             passes (each request's HTTP timeout is bounded by it), and the measurement keeps the
@@ -413,8 +414,7 @@ def _warm_up(run: _Run, base: Measurement, n_predict: int,
     if run.past_hard():
         return replace(base, cut_short=True)
     try:
-        warm_t, _ = send_request(run.launch.client, run.workload, Prompt(text=WARMUP_PROMPT), -1, min(16, n_predict), 1,
-                                 run.timeout(), greedy=True)
+        first_tps = _warmup_tps(run, min(16, n_predict))
     except Exception as exc:  # noqa: BLE001 - the server's HTTP errors are recorded as the failure
         log.debug("warm-up request failed", exc_info=True)
         if run.past_hard():
@@ -422,7 +422,15 @@ def _warm_up(run: _Run, base: Measurement, n_predict: int,
         return replace(base, error=f"warm-up request failed: {exc}")
     if after_warmup is None:
         return None
-    return after_warmup(run.launch.load_s, _planning_speed(run, _f((warm_t or {}).get("predicted_per_second"))))
+    return after_warmup(run.launch.load_s, _planning_speed(run, first_tps))
+
+
+def _warmup_tps(run: _Run, n_tokens: int) -> float | None:
+    """One discarded greedy warm-up request of ``n_tokens``; its generation speed (tokens/s; ``None`` when the
+    server reports none). Raises what the request raises."""
+    t, _ = send_request(run.launch.client, run.workload, Prompt(text=WARMUP_PROMPT), -1, n_tokens, 1, run.timeout(),
+                        greedy=True)
+    return _f((t or {}).get("predicted_per_second"))
 
 
 SECOND_WARMUP_BELOW_S = 1.0
@@ -439,13 +447,11 @@ def _planning_speed(run: _Run, first_tps: float | None) -> float | None:
     if run.past_hard() or not first_tps or 16 / first_tps >= SECOND_WARMUP_BELOW_S:
         return first_tps
     try:
-        t, _ = send_request(run.launch.client, run.workload, Prompt(text=WARMUP_PROMPT), -1, 16, 1, run.timeout(),
-                            greedy=True)
+        second = _warmup_tps(run, 16)
     except Exception:  # noqa: BLE001 - the plan falls back to the first warm-up's speed
         log.debug("second warm-up request failed", exc_info=True)
         return first_tps
-    speeds = [v for v in (first_tps, _f((t or {}).get("predicted_per_second"))) if v]
-    return max(speeds) if speeds else None
+    return max(first_tps, second or 0.0)
 
 
 class _Loop:

@@ -134,7 +134,7 @@ def plan_protocol(plan: CandidatePlan, settings: SearchSettings, budget_s: float
     def cost(n_prompts: int, n_predict: int) -> float:
         return reps * rep_s(warmup_tps, n_prompts, n_predict) + launches * launch
 
-    n_prompts, n_predict = _fit(cost, (PLAN_SHARE * budget_s, budget_s), plan, settings, len(prompts), n_predict)
+    n_prompts, n_predict = _fit(cost, PLAN_SHARE * budget_s, budget_s, plan, settings, len(prompts), n_predict)
     # the smallest comparison: the baseline, the first probe and the leader's first look (MIN_PAIRS pairs)
     smallest = ((2 + 2 * MIN_PAIRS) * rep_s(warmup_tps, n_prompts, n_predict)
                 + (2 + (2 if side else 1 + MIN_PAIRS)) * launch)
@@ -151,13 +151,13 @@ def plan_protocol(plan: CandidatePlan, settings: SearchSettings, budget_s: float
                         budget_too_small=need is not None, suggested_budget_s=need, message=msg)
 
 
-def _fit(cost: Callable[[int, int], float], target_s: tuple[float, float], plan: CandidatePlan,
+def _fit(cost: Callable[[int, int], float], share_s: float, whole_s: float, plan: CandidatePlan,
          settings: SearchSettings, n_prompts: int, n_predict: int) -> tuple[int, int]:
-    """``(prompts, n_predict)`` that bring ``cost(prompts, n_predict)`` under ``target_s[0]`` (the planned share
+    """``(prompts, n_predict)`` that bring ``cost(prompts, n_predict)`` under ``share_s`` (the planned share
     of the budget): ``n_predict`` first, then the prompts. With n-gram types in the plan the requests stay at
     ``min_n_predict_ngram`` or longer: fewer prompts make it fit when the plan has only n-gram types; with a
     draft model or MTP head too (a chain) every prompt stays, and the requests are shortened below that floor only
-    when even there the plan exceeds the whole budget ``target_s[1]`` — otherwise the sweep screens fewer draft
+    when even there the plan exceeds the whole budget ``whole_s`` — otherwise the sweep screens fewer draft
     lengths (the screening stages keep the paired rounds' reserve: ``Estimates.reserve_s``), whose speedups the
     per-position counters and the verify-cost curve predict anyway.
 
@@ -170,28 +170,29 @@ def _fit(cost: Callable[[int, int], float], target_s: tuple[float, float], plan:
     sweep on part of the prompt set tunes for that part (the good draft's ``n_max``-16 acceptance 44–45 % on its three
     prompts at 64–72 tokens, 69 % on the first two at 48–64 — the tuner then served lengths 10–16 where the
     three prompts run fastest at 4–8)."""
-    share_s, whole_s = target_s
     keep_prompts = bool(plan.drafts) or plan.mtp is not None
     fewest = min(settings.min_prompts, n_prompts)
+
+    def shorten(floor: int) -> int:  # n_predict cut by a quarter at a time, never below floor
+        n = n_predict
+        while cost(n_prompts, n) > share_s and n > floor:
+            n = max(floor, int(n * 0.75))
+        return n
+
+    def drop_prompts() -> int:
+        n = n_prompts
+        while cost(n, n_predict) > share_s and n > fewest:
+            n -= 1
+        return n
+
     if plan.ngram:
-        n_predict = _shorten(cost, share_s, n_prompts, n_predict,
-                             max(settings.min_n_predict, min(settings.min_n_predict_ngram, n_predict)))
+        n_predict = shorten(max(settings.min_n_predict, min(settings.min_n_predict_ngram, n_predict)))
         if keep_prompts and cost(n_prompts, n_predict) <= whole_s:
             return n_prompts, n_predict
         if not keep_prompts:
-            while cost(n_prompts, n_predict) > share_s and n_prompts > fewest:
-                n_prompts -= 1
-    n_predict = _shorten(cost, share_s, n_prompts, n_predict, settings.min_n_predict)
-    while cost(n_prompts, n_predict) > share_s and n_prompts > fewest:
-        n_prompts -= 1
-    return n_prompts, n_predict
-
-
-def _shorten(cost: Callable[[int, int], float], target_s: float, n_prompts: int, n_predict: int, floor: int) -> int:
-    """``n_predict`` cut by a quarter at a time while ``cost`` exceeds ``target_s``, never below ``floor``."""
-    while cost(n_prompts, n_predict) > target_s and n_predict > floor:
-        n_predict = max(floor, int(n_predict * 0.75))
-    return n_predict
+            n_prompts = drop_prompts()
+    n_predict = shorten(settings.min_n_predict)
+    return drop_prompts(), n_predict
 
 
 __all__ = ["PLAN_SHARE", "ProtocolPlan", "Requests", "ngram_only", "plan_protocol", "rep_s"]
