@@ -199,8 +199,11 @@ class AppController(QObject):
 
     @property
     def busy(self) -> bool:
-        """True while a scan/tune/serve worker runs."""
-        return self._work is not None and self._work.isRunning()
+        """True while a scan/tune/serve worker runs, and until its result (or error) has been handled here: a
+        thread that has returned but whose queued ``done`` is not yet delivered still counts as busy, so a
+        caller never sees "not busy" with the state of the finished step not applied yet."""
+        w = self._work
+        return w is not None and (w.isRunning() or not w.reported)
 
     def can_retune(self) -> bool:
         """Re-tune makes sense once there is something to re-tune: a sweep ran in this session, a profile is
@@ -235,15 +238,22 @@ class AppController(QObject):
         w = CallWorker(fn, name)
         if on_event is not None:
             w.event.connect(on_event)
-        w.done.connect(on_done)
-        if on_failed is not None:
-            w.failed.connect(on_failed)
-        if report:  # the usual report: error signal, state ERROR, notification
-            w.failed.connect(self._on_failed)
+        w.done.connect(lambda result: self._deliver(w, on_done, value=result))
+        failed_handlers = [h for h in (on_failed, self._on_failed if report else None) if h is not None]
+        # report: the usual error signal, state ERROR and notification after the caller's own handler
+        w.failed.connect(lambda exc: self._deliver(w, *failed_handlers, value=exc))
         w.finished.connect(lambda: self._work_finished(w))
         self._work = w
         w.start()
         return w
+
+    @staticmethod
+    def _deliver(w: CallWorker, *handlers: Callable[[Any], None], value: Any) -> None:
+        """Hand a worker's result or error to its handlers, in the GUI thread (queued); from here on the worker
+        no longer counts as :attr:`busy` once its thread has returned, so a handler may start the next step."""
+        w.reported = True
+        for handler in handlers:
+            handler(value)
 
     def _work_finished(self, w: CallWorker) -> None:
         if self._work is w:

@@ -40,6 +40,8 @@ class CallWorker(QThread):
         super().__init__()
         self.fn = fn
         self.cancel_event = threading.Event()
+        self.reported = False
+        """Set (in the GUI thread) once the result or error has been handed to its receiver."""
         self.setObjectName(name)
 
     def cancel(self) -> None:
