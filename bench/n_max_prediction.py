@@ -5,14 +5,20 @@
 On the family of ``bench/tune_quality.py`` (768 wide, a 12-block F16 target, its good 2-block draft; greedy,
 ``/completion``, llama-server's sweep protocol: one launch per configuration, a warm-up, then every prompt):
 
-* measured: the target alone, and ``draft-simple`` at every length of :data:`LENGTHS` (``p_min`` 0), in rotated
-  rounds (tune_quality's prompts; each round every configuration once, the order shifted by one each round); each length's speedup is
-  the median over the rounds of its pooled tokens/s ÷ the target alone's in the same round;
+* measured: ``draft-simple`` at every length of :data:`LENGTHS` (``p_min`` 0) against the target alone, in
+  rounds of one block per length: the model alone, ``n_max k`` and ``synth k`` launched back to back (tune_quality's
+  prompts; the blocks' order and the order inside each block rotated by one each round). A length's speedup is its
+  pooled tokens/s over the rounds ÷ the model alone's pooled over the launches of the same blocks
+  (:func:`block_ratio`). On the 2-core EPYC one launch's tokens/s moves by 10-15 % against launches minutes away
+  (the model alone: launch means of 111.8-154.7 tokens/s over six launches in three minutes, requests within a launch within ±7 %),
+  and launches next to each other move together; one baseline launch per round divided every length's run of that
+  round and put one launch's luck into all nine speedups (stops 33-38: the table missed the goal in 4 of 8 runs);
 * the synthetic verify-cost curve: ``--spec-synth-rates 0,…,0`` (llama-server b11434, "benchmarking only":
   tools/server/server-context.cpp ``server_sample_and_accept_synth`` accepts each drafted token at the given
   rate instead of by match; the draft still drafts all ``n_max`` tokens and the target verifies them) at each
-  length of :data:`SYNTH_LENGTHS` in the same rounds: at rate 0 every step yields one token, so the target
-  alone's tokens/s ÷ the synthetic run's is the cost of one step drafting ``k`` tokens, in target-token times;
+  length of :data:`SYNTH_LENGTHS` in the same blocks: at rate 0 every step yields one token, so the target
+  alone's tokens/s (the same block's launches) ÷ the synthetic run's is the cost of one step drafting ``k``
+  tokens, in target-token times;
 * predicted: from the ``n_max`` 16 launch's ``/metrics`` per-position counters (pooled over the rounds) with
   ``tuner.calibration.predict.predicted_ratio`` (steps counted per accepted span) — under the synthetic curve
   (linear between its lengths) and under the cost model the sweep fitted before the curve (``fit_run_cost`` of that
@@ -32,7 +38,6 @@ from __future__ import annotations
 
 import argparse
 import os
-import statistics
 import sys
 import tempfile
 from dataclasses import dataclass, field, replace
@@ -67,6 +72,7 @@ step costs 2.99 at n_max 5 and 3.96 at 6), so a curve interpolated from 1, 2, 4,
 by 17-19 %."""
 PROBE = 16
 GOAL = 0.15
+ALONE = "alone"
 
 
 @dataclass
@@ -123,7 +129,7 @@ def measure(sup: Supervisor, cfg: ServerConfig, prompts: list[tuple[int, Prompt]
 def configs(target: Path, draft: Path, n_ctx: int, threads: int | None) -> dict[str, ServerConfig]:
     base = ServerConfig(target, n_ctx=n_ctx, n_parallel=1, threads=threads)
     spec = replace(base, draft_path=draft, spec_type="draft-simple", p_min=0.0)
-    out = {"alone": base}
+    out = {ALONE: base}
     out.update({f"n_max {k}": replace(spec, n_max=k) for k in LENGTHS})
     out.update({f"synth {k}": replace(spec, n_max=k, extra_args=("--spec-synth-rates", ",".join(["0"] * k)))
                 for k in SYNTH_LENGTHS})
@@ -131,6 +137,10 @@ def configs(target: Path, draft: Path, n_ctx: int, threads: int | None) -> dict[
 
 
 def run(args: argparse.Namespace) -> dict[str, Runs]:
+    """Every round measures one block per draft length — the model alone, ``n_max k`` and ``synth k``, launched
+    back to back — the blocks' order and the order inside a block rotated by one each round. The model alone's
+    launches are kept per block (``alone@k``): a length's speedup and its curve point divide by the launches next
+    to its own (:func:`block_ratio`)."""
     work = Path(tempfile.mkdtemp(prefix="dw-nmax-"))
     private_home(work)
     fam = family(work / "models")
@@ -139,20 +149,33 @@ def run(args: argparse.Namespace) -> dict[str, Runs]:
     prompts = select_prompts(make_prompt_set(PROMPTS[: args.prompts], source="bench"), None)
     workload = Workload(sampling=GREEDY, n_ctx=args.n_ctx)
     cfgs = configs(fam.target.resolve(), fam.good_draft.resolve(), args.n_ctx, args.threads)
-    names = list(cfgs)
-    runs = {n: Runs() for n in names}
+    runs: dict[str, Runs] = {}
     for r in range(args.rounds):
-        order = names[r % len(names):] + names[:r % len(names)]
-        tps: dict[str, float] = {}
-        for name in order:
-            samples, counts = measure(sup, cfgs[name], prompts, 100 + r, args.n_predict, workload)
-            runs[name].samples += samples
-            runs[name].add_counts(counts)
-            tps[name] = pooled_tokens_per_s(samples) or 0.0
-            print(f"[round {r + 1}] {name:<10} {tps[name]:8.1f} tok/s", file=sys.stderr, flush=True)
-        for name in names:
-            runs[name].ratios.append(tps[name] / tps["alone"] if tps["alone"] else float("nan"))
+        for k in LENGTHS[r % len(LENGTHS):] + LENGTHS[:r % len(LENGTHS)]:
+            block = (ALONE, f"n_max {k}", f"synth {k}")
+            tps: dict[str, float] = {}
+            for name in block[r % 3:] + block[:r % 3]:
+                key = f"{ALONE}@{k}" if name == ALONE else name
+                samples, counts = measure(sup, cfgs[name], prompts, 100 + r, args.n_predict, workload)
+                runs.setdefault(key, Runs()).samples += samples
+                runs[key].add_counts(counts)
+                tps[key] = pooled_tokens_per_s(samples) or 0.0
+                print(f"[round {r + 1}] {name:<10} {tps[key]:8.1f} tok/s", file=sys.stderr, flush=True)
+            for name in block[1:]:
+                base = tps[f"{ALONE}@{k}"]
+                runs[name].ratios.append(tps[name] / base if base else float("nan"))
     return runs
+
+
+def block_ratio(runs: dict[str, Runs], name: str, k: int) -> float:
+    """``name``'s pooled tokens/s over the rounds ÷ the model alone's pooled over the launches of the same blocks
+    (each launched next to one of ``name``'s): the machine's slow drift between launches minutes apart
+    cancels within a block instead of through one baseline per round."""
+    own = pooled_tokens_per_s(runs[name].samples)
+    alone = pooled_tokens_per_s(runs[f"{ALONE}@{k}"].samples)
+    if not own or not alone:
+        raise SystemExit(f"no tokens measured for {name} or the model alone next to it")
+    return own / alone
 
 
 def averaged_ratio(counts: PerPositionCounts, generated: float, k: int, cost: StepCost) -> float | None:
@@ -168,29 +191,30 @@ def averaged_ratio(counts: PerPositionCounts, generated: float, k: int, cost: St
 
 
 def stage_curve(runs: dict[str, Runs]) -> VerifyCurve | None:
-    """The curve as ``tuner.calibration.search.verify`` measures it in a tune: round 1's first ``PROMPTS`` requests per
-    length, pooled, against the model alone's same requests in its own launch (``curve_from_runs``)."""
+    """The curve as ``tuner.calibration.search.verify`` measures it in a tune: round 1's first ``PROMPTS`` requests
+    per length, pooled, against the model alone's same requests in one launch of its own (round 1's first block's;
+    ``curve_from_runs``)."""
     def first(name: str) -> float | None:
         return pooled_tokens_per_s([s for s in runs[name].samples if s.repetition == 100][:STAGE_PROMPTS])
 
-    alone = first("alone")
+    alone = first(f"{ALONE}@{LENGTHS[0]}")
     pts = {float(k): tps for k in SYNTH_LENGTHS if (tps := first(f"synth {k}"))}
     return curve_from_runs(alone, pts) if alone else None
 
 
 def table(runs: dict[str, Runs]) -> bool:
     """Print the table; True when every curve prediction is within :data:`GOAL`."""
-    med = {n: statistics.median(r.ratios) for n, r in runs.items()}
+    paired = {f"{kind} {k}": block_ratio(runs, f"{kind} {k}", k) for kind in ("n_max", "synth") for k in LENGTHS}
     pts = []
     for k in SYNTH_LENGTHS:
         c = runs[f"synth {k}"].counts
         drafted = c.drafted_per_step if c is not None and c.drafted_per_step else float(k)
-        pts.append((drafted, 1.0 / med[f"synth {k}"]))
+        pts.append((drafted, 1.0 / paired[f"synth {k}"]))
     curve = VerifyCurve(tuple(sorted(pts)))
     stage = stage_curve(runs)
     probe = runs[f"n_max {PROBE}"]
     assert probe.counts is not None, "the n_max 16 launches exposed no /metrics counters"
-    fitted = fit_run_cost(probe.counts, probe.generated, med[f"n_max {PROBE}"])
+    fitted = fit_run_cost(probe.counts, probe.generated, paired[f"n_max {PROBE}"])
     print("\nsynthetic step cost (drafted per step: cost in target-token times): "
           + ", ".join(f"{x:.2f}: {y:.2f}" for x, y in curve.points))
     if fitted is not None:
@@ -202,7 +226,7 @@ def table(runs: dict[str, Runs]) -> bool:
           "curve's cost  acceptance (predicted)")
     worst_curve = worst_fit = worst_stage = worst_spans = 0.0
     for k in LENGTHS:
-        m = med[f"n_max {k}"]
+        m = paired[f"n_max {k}"]
         pc = predicted_ratio(probe.counts, probe.generated, k, curve)
         pf = predicted_ratio(probe.counts, probe.generated, k, fitted) if fitted is not None else None
         own = runs[f"n_max {k}"].counts
@@ -234,9 +258,9 @@ def table(runs: dict[str, Runs]) -> bool:
 def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     ap.add_argument("--server", help="llama-server binary (default: discovered)")
-    ap.add_argument("--rounds", type=int, default=5, help="rotated rounds (5: on the 2-core EPYC one launch's step cost "
-                    "at a given draft length varied by up to 25 %% between launches minutes apart, and 3 rounds left "
-                    "a measured n_max 5 at 1.74x between neighbours at 1.41x)")
+    ap.add_argument("--rounds", type=int, default=5, help="rounds of one block (alone, n_max k, synth k) per draft "
+                    "length (27 launches a round; 5: on the 2-core EPYC one launch's step cost at a given draft "
+                    "length varied by up to 25 %% between launches minutes apart)")
     ap.add_argument("--n-ctx", type=int, default=1024)
     ap.add_argument("--threads", type=int, default=1, help="server (and draft) threads of every launch")
     ap.add_argument("--n-predict", type=int, default=96)

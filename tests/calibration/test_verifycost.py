@@ -34,6 +34,12 @@ def test_the_step_cost_is_linear_between_points_and_follows_the_end_segments_bey
     assert CURVE.step_cost(20) == pytest.approx(5.05)
 
 
+def test_past_the_longest_point_a_falling_last_segment_is_not_continued_downward() -> None:
+    noisy = VerifyCurve(((1.0, 1.6), (9.8, 6.45), (12.0, 4.44)), "k", 100.0)  # a smoke run's last two points
+    assert noisy.step_cost(11.0) == pytest.approx(6.45 + (4.44 - 6.45) * 1.2 / 2.2)  # inside: as measured
+    assert noisy.step_cost(16.0) == pytest.approx(4.44)  # beyond: held at the last point, not 1.5
+
+
 def test_a_curve_from_synthetic_runs_is_the_baseline_over_each_run_never_below_one() -> None:
     c = curve_from_runs(100.0, {16.0: 25.0, 1.0: 80.0, 2.0: 104.0}, "key")
     assert c is not None and c.points == ((1.0, 1.25), (2.0, 1.0), (16.0, 4.0)) and c.key == "key"

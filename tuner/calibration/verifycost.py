@@ -96,12 +96,16 @@ class VerifyCurve:
     baseline_gen_tokens_per_s: float = 0.0
 
     def step_cost(self, k: float) -> float:
-        """Cost of one verification step drafting ``k`` tokens, in target-token times (≥ 1)."""
+        """Cost of one verification step drafting ``k`` tokens, in target-token times (≥ 1): linear between the
+        measured points, the end segments continued beyond them; past the longest point the cost never falls
+        below that point's (a last segment read downward by noise would make longer drafts look free)."""
         pts = self.points
         i = 0
         while i < len(pts) - 2 and k > pts[i + 1][0]:
             i += 1
         (x0, y0), (x1, y1) = pts[i], pts[i + 1]
+        if k > x1 and y1 < y0:
+            return max(1.0, y1)
         return max(1.0, y0 + (y1 - y0) * (k - x0) / (x1 - x0))
 
     @property
