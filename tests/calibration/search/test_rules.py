@@ -119,6 +119,26 @@ def test_an_ngram_variant_that_cannot_beat_the_leader_is_pruned_by_its_types_run
     assert cannot_beat_leader(default, basis, cost, (DRAFT.label, 1.4)) is None
 
 
+def test_a_draft_length_is_not_ruled_out_against_a_chain_that_would_fall_back_to_it() -> None:
+    """Issue 28's idle 24: the chain ngram-mod + draft screened 1.56x, every shorter length of the draft was ruled
+    out against it, the chain's lead over the draft was within noise, and the draft's untuned probe was served."""
+    from tuner.calibration.search.rules import falls_back_to, leader
+
+    chain = Candidate(spec_type="ngram-mod,draft-simple", draft_path=DRAFT.draft_path, n_max=4, p_min=0.0)
+    ngram = Candidate(spec_type="ngram-simple", ngram_n_max=16)
+    other = Candidate(spec_type="draft-simple", draft_path="/m/other.gguf", n_max=16, p_min=0.0)
+    runs = [Measurement(c, samples=_base(tps).samples, stage="probe", speculative_active=True)
+            for c, tps in ((chain, 156.0), (ngram, 123.0), (other, 130.0))]
+    record = Record(measurements=[_base(), *runs], base_tps=100.0)
+    assert falls_back_to(chain, DRAFT.with_n_max(5)) and falls_back_to(chain, Candidate(spec_type="ngram-mod"))
+    assert not falls_back_to(chain, other) and not falls_back_to(chain, chain) and not falls_back_to(DRAFT, DRAFT)
+    assert leader(record) == (chain.label, pytest.approx(1.56))
+    # the draft's lengths are weighed against the best run it is not a member of
+    assert leader(record, other_than=DRAFT.with_n_max(5)) == (other.label, pytest.approx(1.30))
+    # another draft's lengths still are against the chain
+    assert leader(record, other_than=other.with_n_max(5)) == (chain.label, pytest.approx(1.56))
+
+
 def test_a_slow_screening_baseline_does_not_prune_a_draft_length_priced_by_the_curve() -> None:
     """Issue 28's idle 16: the baseline launch ran slow, every screening speedup read ~35 % high, and a draft's
     lengths predicted in true units (counters and the measured verify-cost curve) were pruned against a chain's

@@ -157,11 +157,25 @@ def screening_ratio(record: Record, m: Measurement) -> float | None:
     return tps / base if base and tps else None
 
 
+def falls_back_to(chain: Candidate, single: Candidate) -> bool:
+    """True when ``single`` is a member of ``chain`` as the decision's chain rule would serve it instead: one
+    speculation type of the chain's at the same placement, with the chain's draft file (an n-gram member has
+    none). A chain is served only when its pairs show it faster than the best single type beyond noise
+    (``tuner.calibration.decide``), so a member is what is served whenever the chain's lead is within noise."""
+    if not chain.is_chained or single.is_chained or single.is_baseline or single.placement != chain.placement:
+        return False
+    own_draft = single.draft_path is None if single.spec_type.startswith("ngram") else single.draft_path == chain.draft_path
+    return single.spec_type in chain.spec_types and own_draft
+
+
 def leader(record: Record, other_than: Candidate | None = None) -> tuple[str, float] | None:
     """The best screened speculative run so far: ``(label, speedup on the same requests as the baseline)``;
     runs stopped early, failed or cut short do not lead, nor (``other_than``) those of the candidate's own draft
     group (``Record.group``: its other lengths are what the prediction is made from, so a length is never ruled
-    out against its own draft's screening run, whose ratio carries the machine's drift since the baseline ran)."""
+    out against its own draft's screening run, whose ratio carries the machine's drift since the baseline ran),
+    nor a chain the candidate is a member of (:func:`falls_back_to`: when the chain's lead is within noise the
+    member is served, so its lengths must be tuned, not ruled out against the chain; issue 28's idle 24 served
+    a draft's untuned ``n_max`` 16 probe at 0.80 of its best length that way)."""
     best: tuple[str, float] | None = None
     own = record.group(other_than) if other_than is not None else None
     for m in record.measurements:
@@ -169,6 +183,8 @@ def leader(record: Record, other_than: Candidate | None = None) -> tuple[str, fl
                 or m.stage in ("confirm", HEAD_TO_HEAD)):
             continue
         if own is not None and record.group(m.candidate) == own:
+            continue
+        if other_than is not None and falls_back_to(m.candidate, other_than):
             continue
         r = screening_ratio(record, m)
         if r is not None and (best is None or r > best[1]):
