@@ -29,9 +29,9 @@ class SearchSettings:
         plan: plan prompts and ``n_predict`` from the first warm-up
             (:func:`tuner.calibration.search.protocol.plan_protocol`).
         min_n_predict: the plan never goes below this many generated tokens per request.
-        confirm_within, confirm_within_busy: when no screened candidate beat the baseline, the best
-            one at least this fraction of its speed (on a busy machine: the second) is still confirmed
-            in paired rounds (:meth:`~tuner.calibration.search.screening.Screening.contenders`).
+        confirm_within, confirm_within_busy: when no screened candidate beat the baseline, those at
+            least this fraction of its speed (on a busy machine: the second) are still confirmed in paired
+            rounds, one per draft group first (:meth:`~tuner.calibration.search.screening.Screening.contenders`).
         min_n_predict_ngram: nor below this many when the plan has n-gram types (fewer prompts
             first): an n-gram type drafts only once the last ``size_n`` generated tokens (12 by default
             for ngram-simple and map-k, 24 for ngram-mod: common/arg.cpp ``--spec-ngram-*``) repeat the
