@@ -252,3 +252,23 @@ def side_by_side_sweep(launch: ScriptedLaunch, plan: CandidatePlan, budget_s: fl
                              SearchSettings(n_predict=32, side_by_side=True), budget_s, clock=clock,
                              emit=lambda kind, msg, **kw: events.append((kind, msg)))
     return search.run(), events
+
+
+def decided_side_by_side(per_launch: Callable[[Candidate, int], dict], plan: CandidatePlan,
+                         budget_s: float) -> tuple[Any, list[tuple[str, str]], list[Any]]:
+    """:func:`side_by_side_sweep` on a scripted 100 tokens/s target whose speeds ``per_launch`` sets per launch,
+    then decided: ``(the decision, the events, the measurements)``."""
+    from tuner.calibration.decide import decide
+
+    clock = SimClock()
+    launch = ScriptedLaunch(lambda c: 100.0, content="same text", clock=clock, load_s=1.0, per_launch=per_launch)
+    outcome, events = side_by_side_sweep(launch, plan, budget_s, clock)
+    return decide(outcome), events, outcome.measurements
+
+
+def paired_count(measurements: list[Any], c: Candidate) -> int:
+    """Adjacent pairs of ``c`` against the baseline in ``measurements`` (as the decision's final look counts them)."""
+    from tuner.calibration.pairing import compare
+
+    cmp_ = compare(measurements, c, 0.03, final=True)
+    return len(cmp_.pairs) if cmp_ is not None and cmp_.paired else 0

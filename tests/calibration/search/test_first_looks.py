@@ -9,10 +9,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from tests.fakes.scripted_server import ScriptedLaunch, SimClock, side_by_side_sweep
+from tests.fakes.scripted_server import decided_side_by_side, paired_count
 from tuner.calibration.candidates import Candidate, CandidatePlan
-from tuner.calibration.decide import decide
-from tuner.calibration.pairing import compare
 
 NGRAM = Candidate(spec_type="ngram-mod", n_max=16)
 CHAIN = Candidate(spec_type="ngram-mod,draft-simple", draft_path="/m/good.gguf", n_max=4, p_min=0.0)
@@ -41,23 +39,14 @@ def _tune(budget_s: float, seed: int = 3):
 
         return {"tps_of": tps}
 
-    clock = SimClock()
-    outcome, events = side_by_side_sweep(ScriptedLaunch(lambda c: 100.0, content="same text", clock=clock, load_s=1.0,
-                                                        per_launch=per_launch),
-                                         CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)), budget_s, clock)
-    return decide(outcome), events, outcome.measurements
-
-
-def _pairs(ms, c: Candidate) -> int:
-    cmp_ = compare(ms, c, 0.03, final=True)
-    return len(cmp_.pairs) if cmp_ is not None and cmp_.paired else 0
+    return decided_side_by_side(per_launch, CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)), budget_s)
 
 
 def test_a_tight_budget_still_looks_at_the_second_finalist() -> None:
     d, events, ms = _tune(budget_s=45)
     order = [m for k, m in events if k == "launch" and m.startswith("confirm: starting") and "next to" in m]
     assert order and NGRAM.label in order[0], order  # ngram-mod screened first and was confirmed first
-    assert _pairs(ms, CHAIN) >= 2, [m for k, m in events if k in ("confirmed", "skipped")]
+    assert paired_count(ms, CHAIN) >= 2, [m for k, m in events if k in ("confirmed", "skipped")]
     ended = [m for k, m in events if k == "confirmed" and m.startswith(NGRAM.label)]
     assert ended and f"the budget left goes to {CHAIN.label}'s first look" in ended[0], ended
     assert d.winner == CHAIN, d.reason
@@ -65,7 +54,7 @@ def test_a_tight_budget_still_looks_at_the_second_finalist() -> None:
 
 def test_with_room_for_both_the_first_finalist_runs_its_rounds_out() -> None:
     _d, events, ms = _tune(budget_s=400)
-    assert _pairs(ms, NGRAM) == 6 or any(k == "confirmed" and m.startswith(NGRAM.label) and "than no speculation" in m
+    assert paired_count(ms, NGRAM) == 6 or any(k == "confirmed" and m.startswith(NGRAM.label) and "than no speculation" in m
                                          for k, m in events)
     assert not any("the budget left goes to" in m for _k, m in events)
-    assert _pairs(ms, CHAIN) >= 2
+    assert paired_count(ms, CHAIN) >= 2

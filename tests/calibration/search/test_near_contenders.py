@@ -9,10 +9,8 @@ from __future__ import annotations
 import random
 from collections import Counter
 
-from tests.fakes.scripted_server import ScriptedLaunch, SimClock, side_by_side_sweep
+from tests.fakes.scripted_server import decided_side_by_side, paired_count
 from tuner.calibration.candidates import Candidate, CandidatePlan
-from tuner.calibration.decide import decide
-from tuner.calibration.pairing import compare
 
 NGRAM = Candidate(spec_type="ngram-mod", n_max=16)
 CHAIN = Candidate(spec_type="ngram-mod,draft-simple", draft_path="/m/good.gguf", n_max=4, p_min=0.0)
@@ -41,22 +39,12 @@ def _tune(budget_s: float, seed: int = 1):
 
         return {"tps_of": tps}
 
-    clock = SimClock()
-    outcome, events = side_by_side_sweep(ScriptedLaunch(lambda c: 100.0, content="same text", clock=clock, load_s=1.0,
-                                                        per_launch=per_launch),
-                                         CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)), budget_s,
-                                         clock)
-    return decide(outcome), events, outcome.measurements
-
-
-def _pairs(ms, c: Candidate) -> int:
-    cmp_ = compare(ms, c, 0.03, final=True)
-    return len(cmp_.pairs) if cmp_ is not None and cmp_.paired else 0
+    return decided_side_by_side(per_launch, CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)), budget_s)
 
 
 def test_every_near_contender_is_paired_when_the_baseline_screened_fastest() -> None:
     d, events, ms = _tune(budget_s=60)
     confirmed = [m for k, m in events if k == "launch" and m.startswith("confirm: starting") and "next to" in m]
     assert any(NGRAM.label in m for m in confirmed) and any(CHAIN.label in m for m in confirmed), confirmed
-    assert _pairs(ms, CHAIN) >= 2, [m for k, m in events if k in ("confirmed", "skipped")]
+    assert paired_count(ms, CHAIN) >= 2, [m for k, m in events if k in ("confirmed", "skipped")]
     assert d.winner == CHAIN, d.reason
