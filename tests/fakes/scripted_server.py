@@ -272,3 +272,18 @@ def paired_count(measurements: list[Any], c: Candidate) -> int:
 
     cmp_ = compare(measurements, c, 0.03, final=True)
     return len(cmp_.pairs) if cmp_ is not None and cmp_.paired else 0
+
+
+def by_launch(tps: Callable[[Candidate, bool], float]) -> Callable[[Candidate, int], dict]:
+    """A ``per_launch`` for :class:`ScriptedLaunch` from ``tps(candidate, first)``: each request's tokens/s, with
+    ``first`` true in the first launch of the launched candidate (a screening run) and false after."""
+    from collections import Counter
+
+    launches: Counter[Candidate] = Counter()
+
+    def per_launch(c: Candidate, _n: int) -> dict:
+        launches[c] += 1
+        first = launches[c] == 1
+        return {"tps_of": lambda x: tps(x, first)}
+
+    return per_launch

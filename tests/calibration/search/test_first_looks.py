@@ -7,9 +7,8 @@ got no look, and the model alone was served at 0.76 of the best configuration. S
 from __future__ import annotations
 
 import random
-from collections import Counter
 
-from tests.fakes.scripted_server import decided_side_by_side, paired_count
+from tests.fakes.scripted_server import by_launch, decided_side_by_side, paired_count
 from tuner.calibration.candidates import Candidate, CandidatePlan
 
 NGRAM = Candidate(spec_type="ngram-mod", n_max=16)
@@ -22,24 +21,17 @@ def _tune(budget_s: float, seed: int = 3):
     model alone's ±45 % request noise: inconclusive) and the chain's reads low (118; later 150, 1.5×); ngram-simple
     (105) makes three contenders, so two are finalists."""
     rng = random.Random(seed)
-    launches: Counter[Candidate] = Counter()
 
-    def per_launch(c: Candidate, _n: int) -> dict:
-        launches[c] += 1
-        first = launches[c] == 1
+    def tps(x: Candidate, first: bool) -> float:
+        if x.is_baseline:
+            return 100.0 * rng.uniform(0.55, 1.45)
+        if x.spec_type == "ngram-simple":
+            speed = 105.0  # a third contender: two finalists of three
+        else:
+            speed = (118.0 if first else 150.0) if x.is_chained else (150.0 if first else 112.0)
+        return speed * rng.uniform(0.97, 1.03)
 
-        def tps(x: Candidate) -> float:
-            if x.is_baseline:
-                return 100.0 * rng.uniform(0.55, 1.45)
-            if x.spec_type == "ngram-simple":
-                speed = 105.0  # a third contender: two finalists of three
-            else:
-                speed = (118.0 if first else 150.0) if x.is_chained else (150.0 if first else 112.0)
-            return speed * rng.uniform(0.97, 1.03)
-
-        return {"tps_of": tps}
-
-    return decided_side_by_side(per_launch, CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)), budget_s)
+    return decided_side_by_side(by_launch(tps), CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)), budget_s)
 
 
 def test_a_tight_budget_still_looks_at_the_second_finalist() -> None:

@@ -7,9 +7,8 @@ inconclusive, while the draft at 0.90× — 1.25× by the referee — was never 
 from __future__ import annotations
 
 import random
-from collections import Counter
 
-from tests.fakes.scripted_server import decided_side_by_side, paired_count
+from tests.fakes.scripted_server import by_launch, decided_side_by_side, paired_count
 from tuner.calibration.candidates import Candidate, CandidatePlan
 
 NGRAM = Candidate(spec_type="ngram-mod", n_max=16)
@@ -22,24 +21,17 @@ def _tune(budget_s: float, seed: int = 1):
     (0.94×) and then runs at ~104, the chain screens at 129 (0.92×) and then runs at ~150 (1.5×); ngram-simple
     (127, then 100) makes three near contenders, so two are finalists (the top half, at most ``finalists``)."""
     rng = random.Random(seed)
-    launches: Counter[Candidate] = Counter()
 
-    def per_launch(c: Candidate, _n: int) -> dict:
-        launches[c] += 1
-        first = launches[c] == 1
+    def tps(x: Candidate, first: bool) -> float:
+        if x.is_baseline:
+            return 140.0 if first else 100.0 * rng.uniform(0.8, 1.2)
+        if x.spec_type == "ngram-simple":
+            speed = 127.0 if first else 100.0
+        else:
+            speed = (129.0 if first else 150.0) if x.is_chained else (131.0 if first else 104.0)
+        return speed if first else speed * rng.uniform(0.97, 1.03)  # screening as scripted
 
-        def tps(x: Candidate) -> float:
-            if x.is_baseline:
-                return 140.0 if first else 100.0 * rng.uniform(0.8, 1.2)
-            if x.spec_type == "ngram-simple":
-                speed = 127.0 if first else 100.0
-            else:
-                speed = (129.0 if first else 150.0) if x.is_chained else (131.0 if first else 104.0)
-            return speed if first else speed * rng.uniform(0.97, 1.03)  # screening as scripted
-
-        return {"tps_of": tps}
-
-    return decided_side_by_side(per_launch, CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)), budget_s)
+    return decided_side_by_side(by_launch(tps), CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN)), budget_s)
 
 
 def test_every_near_contender_is_paired_when_the_baseline_screened_fastest() -> None:
