@@ -425,6 +425,17 @@ def _warm_up(run: _Run, base: Measurement, n_predict: int,
     return after_warmup(run.launch.load_s, _planning_speed(run, first_tps))
 
 
+def warm_up(client: CompletionClient, n_tokens: int, request_timeout_s: float, workload: Workload | None) -> Sample:
+    """One discarded greedy request of ``n_tokens`` tokens of :data:`WARMUP_PROMPT` (a fresh llama-server's first
+    request runs far below its speed; its answer is not a measured prompt's, so it seeds no n-gram pool with
+    one): the sample, for its speed.
+
+    Raises:
+        RequestError: the request failed or its answer has no ``timings.predicted_per_second``.
+    """
+    return measure_request(client, 0, Prompt(WARMUP_PROMPT), -1, n_tokens, request_timeout_s, workload, greedy=True)
+
+
 def _warmup_tps(run: _Run, n_tokens: int) -> float | None:
     """One discarded greedy warm-up request of ``n_tokens``; its generation speed (tokens/s; ``None`` when the
     server reports none). Raises what the request raises."""

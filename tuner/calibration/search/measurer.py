@@ -16,14 +16,13 @@ from tuner.errors import Cancelled
 
 from ..candidates import Candidate, CandidatePlan
 from ..measure import (
-    WARMUP_PROMPT,
     Launch,
     LaunchError,
     LaunchFn,
     RequestError,
     measure_candidate,
     measure_repetitions,
-    measure_request,
+    warm_up,
 )
 from ..prompts import Prompt
 from ..results import Measurement, Sample
@@ -204,9 +203,8 @@ class Measurer(Stage):
             self.events("error", f"{whose} for the paired rounds did not start: {exc}")
             return None
         try:
-            measure_request(launch.client, 0, Prompt(WARMUP_PROMPT), -1, min(16, self.requests.n_predict),
-                            self.budget.request_timeout(self.s.request_timeout_s), workload=self.workload,
-                            greedy=True)
+            warm_up(launch.client, min(16, self.requests.n_predict),
+                    self.budget.request_timeout(self.s.request_timeout_s), self.workload)
         except RequestError as exc:
             launch.stop()
             if self.budget.past_hard_limit():

@@ -36,13 +36,13 @@ from tuner.hardware.burner import MAX_S, BoundedBurner
 
 from ..candidates import Candidate
 from ..measure import (
-    WARMUP_PROMPT,
     Launch,
     LaunchError,
     LaunchFn,
     RequestError,
     measure_request,
     needs_fresh_launch_per_repetition,
+    warm_up,
 )
 from ..outcome import SearchOutcome
 from ..prompts import Prompt
@@ -275,8 +275,7 @@ class ThreadStage(Stage):
     def _idle_and_loaded(self, launch: Launch, st: ThreadSetting, *, idle: bool = True, loaded: bool = True,
                          idle_tps: float | None = None) -> ThreadFigures:
         timeout = self.budget.request_timeout(self.s.request_timeout_s)
-        warm = measure_request(launch.client, 0, Prompt(WARMUP_PROMPT), -1, WARM_UP_TOKENS, timeout, self.workload,
-                               greedy=True)  # not a measured prompt: its answer would seed the n-gram pool
+        warm = warm_up(launch.client, WARM_UP_TOKENS, timeout, self.workload)
         n = max(4, min(48, self.requests.n_predict, round(REQUEST_S * warm.gen_tokens_per_s)))
         limit = self._capped(max(MIN_LIMIT_S, 3 * n / max(warm.gen_tokens_per_s, 1e-3)), 2 if loaded else 1)
         idle_at_most = False

@@ -27,10 +27,9 @@ from dataclasses import replace
 from tuner.errors import Cancelled
 
 from ..candidates import Candidate
-from ..measure import WARMUP_PROMPT, LaunchError, LaunchFn, RequestError, measure_request
+from ..measure import LaunchError, LaunchFn, RequestError, measure_request, warm_up
 from ..pairing import pooled_tokens_per_s
 from ..predict import parse_spec_metrics
-from ..prompts import Prompt
 from ..results import Sample
 from ..verifycost import LENGTHS, VerifyCurve, curve_from_runs, curve_key
 from ..workload import Workload
@@ -163,8 +162,7 @@ class VerifyCostStage(Stage):
             return None
         try:
             timeout = self.budget.request_timeout(self.s.request_timeout_s)
-            measure_request(launch.client, 0, Prompt(WARMUP_PROMPT), -1, WARM_UP_TOKENS, timeout, self.workload,
-                            greedy=True)
+            warm_up(launch.client, WARM_UP_TOKENS, timeout, self.workload)
             before = parse_spec_metrics(launch.client.metrics_text())
             samples = [measure_request(launch.client, idx, prompt, 0, self.requests.n_predict, timeout, self.workload)
                        for idx, prompt in self.requests.prompts[:PROMPTS]]
