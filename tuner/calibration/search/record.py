@@ -42,6 +42,8 @@ class Record:
         cost_models: each draft group's cost of a verification step (the curve's; the pruning rule's): its
             measured verify-cost curve where there is one, else the model fitted to its runs.
         verify_curves: each draft group's measured verify-cost curve (``tuner.calibration.search.verify``).
+        fitted_curves: where a measured verify-cost curve prices a draft group, the curve the cost model fitted to
+            the group's own runs predicts: a second opinion the refine stage measures where the two disagree.
         pruned: candidates not launched because they could not beat the leader on these prompts
             (``tuner.calibration.search.rules.Pruned.to_json``), in the order they were skipped.
         baseline_rechecked: the baseline was already measured again once (at most once per sweep).
@@ -60,6 +62,7 @@ class Record:
     curves: dict[str, Curve] = field(default_factory=dict)
     cost_models: dict[str, CostModel | PricedCurve] = field(default_factory=dict)
     verify_curves: dict[str, VerifyCurve] = field(default_factory=dict)
+    fitted_curves: dict[str, Curve] = field(default_factory=dict)
     pruned: list[dict[str, JsonValue]] = field(default_factory=list)
     baseline_rechecked: bool = False
     baseline_unsteady: bool = False

@@ -38,7 +38,7 @@ from ..results import Measurement
 from ..sentences import JsonValue, Sentence, Slot
 from ..verifycost import PricedCurve
 from .measurer import Measurer
-from .record import Curve
+from .record import Curve, Record
 from .rules import (
     PRUNE_SLACK,
     PRUNE_SLACK_BUSY,
@@ -253,8 +253,14 @@ class Screening(Stage):
                 fit_pts.append((k_eff, a, float(m.gen_tokens_per_s)))
         group = self.record.group(probe)
         measured = self.record.verify_curves.get(group)
-        model: CostModel | PricedCurve = (PricedCurve(measured, self.record.base_tps) if measured is not None
-                                          else fit_cost_model(self.record.base_tps, fit_pts))
+        fitted = fit_cost_model(self.record.base_tps, fit_pts) if fit_pts else None
+        model: CostModel | PricedCurve | None = (PricedCurve(measured, self.record.base_tps) if measured is not None
+                                                 else fitted)
+        if model is None:
+            self.record.curves[group] = []
+            return []
+        if measured is not None and fitted is not None:
+            self.record.fitted_curves[group] = predict_curve(long_run.counts, fitted, self.s.draft_lengths)
         curve = predict_curve(long_run.counts, model, self.s.draft_lengths)
         self.record.curves[group] = curve
         self.record.cost_models[group] = model
@@ -292,7 +298,9 @@ class Screening(Stage):
             done = self.record.measured_n_max(probe)
             promising = sorted((t for t in curve if self._curve_ratio(probe, t[2]) > bar and t[0] not in done),
                                key=lambda t: -t[2])
-            for k, _acc, tps in promising[: self.s.refine_per_draft]:
+            fitted = self.record.fitted_curves.get(self.record.group(probe)) or []
+            picks = second_opinion(promising[: self.s.refine_per_draft], fitted, done, self.record.base_tps, bar)
+            for k, _acc, tps in picks:
                 queue.append((tps, probe, probe.with_n_max(k)))
             if not curve and not any(m.candidate.n_max != probe.n_max for m in self.record.runs_of(probe)):
                 for k in (4, 8):
@@ -314,7 +322,9 @@ class Screening(Stage):
         self.eta.pending_s = sum(self.estimates.estimate_s(t[0] or None, len(self.reps)) for t in queue)
         while queue:
             self._check_cancel()
-            predicted, probe, c = queue.pop(0)
+            rank, probe, c = queue.pop(0)
+            predicted = next((t[2] for t in self.record.curves.get(self.record.group(probe)) or []
+                              if t[0] == c.n_max), rank)
             est = self.estimates.estimate_s(predicted or None, len(self.reps))
             self.eta.pending_s = max(0.0, self.eta.pending_s - est)
             if c.n_max in self.record.measured_n_max(probe) or self._length_pruned(c, probe):
@@ -397,25 +407,6 @@ class Screening(Stage):
                 self.measurer.measure(probe.with_n_max(k), self.reps, "refine", predicted or None)
                 self.predict(probe)
 
-    def _near_ties(self) -> list[Candidate]:
-        """Draft-model (and MTP) configurations screened within ``rescreen_within`` of the best one's ratio
-        over the baseline (the best included, best first); none unless two or more."""
-        rated: list[tuple[float, Candidate]] = []
-        for m in self.record.measurements:
-            c = m.candidate
-            if not m.ok or m.stopped_early or c.is_baseline or not (c.draft_path or "draft-mtp" in c.spec_types):
-                continue
-            if any(r[1] == c for r in rated):
-                continue
-            cmp_ = compare(self.record.measurements, c, self.s.min_gain, mix=self.record.mix)
-            if cmp_ is not None and not cmp_.paired and cmp_.speedup and cmp_.speedup > 1.0:
-                rated.append((cmp_.speedup, c))
-        if len(rated) < 2:
-            return []
-        rated.sort(key=lambda t: -t[0])
-        ties = [c for sp, c in rated if sp >= self.s.rescreen_within * rated[0][0]]
-        return ties if len(ties) >= 2 else []
-
     def rescreen_near_ties(self) -> None:
         """On a busy machine, measure the draft-model (and MTP) configurations whose screening ratio is
         within ``rescreen_within`` of the best one once more, the best included, on the same requests,
@@ -434,7 +425,7 @@ class Screening(Stage):
             return
         if self.budget.remaining_s() < self.s.explore_spare * self.budget.budget_s:
             return
-        for c in self._near_ties():
+        for c in near_ties(self.record, self.s.min_gain, self.s.rescreen_within):
             self._check_cancel()
             runs = [m for m in self.record.measurements if m.candidate == c and m.ok and m.stage in ("probe", "refine")]
             if len(runs) >= 2:
@@ -502,6 +493,51 @@ class Screening(Stage):
             within = self.s.confirm_within_busy if self.busy() else self.s.confirm_within
             out = {k: t for k, t in near.items() if t[0] >= within}
         return sorted(out.values(), key=lambda t: -t[0])
+
+
+def second_opinion(picks: Curve, fitted: Curve, done: set[int], base_tps: float | None, bar: float) -> Curve:
+    """``picks`` (the draft lengths a measured verify-cost curve predicts fastest, best first), with the last one
+    replaced by the best length of ``fitted`` (the curve of the cost model fitted to the draft's own runs) when
+    that length is not among them, not in ``done`` (measured) and predicted above ``bar`` (a ratio to
+    ``base_tps``, the screening baseline); ranked right after the curve's first pick (its tokens/s; the
+    measurement's prediction is the curve's own, :meth:`Screening.refine`), so lengths a refit of a wrong curve
+    queues again come after it. ``picks`` as given when there is no ``fitted`` curve, or when the measured curve
+    predicts no length above ``bar`` (the fitted line, through a step cost of 1 at no drafted token, is the more
+    optimistic about short lengths: it adds no launch of its own).
+
+    Why: a curve of two or three launches can be wrong in its shape, and then every length it ranks first is
+    wrong the same way. Issue 28's idle 24 reused a three-point curve whose step at 16 drafted tokens cost only
+    1.32× the step at 8 (1.46–1.61× over ``bench/n_max_prediction.py``'s rounds): it predicted ``n_max`` 16
+    best, the fitted model ``n_max`` 5, and the refine stage measured only lengths next to 16 — the draft's
+    ``n_max`` 16 probe was served at 0.80 of its best length, ``n_max`` 5. Two opinions that disagree are both
+    measured, within the same number of refine launches."""
+    options = [t for t in fitted if t[0] not in done and base_tps and t[2] / base_tps > bar]
+    if not options or not picks:
+        return picks
+    k, acc, _tps = max(options, key=lambda t: t[2])
+    if k in {t[0] for t in picks}:
+        return picks
+    return [*picks[: max(1, len(picks) - 1)], (k, acc, picks[0][2])]
+
+
+def near_ties(record: Record, min_gain: float, within: float) -> list[Candidate]:
+    """Draft-model (and MTP) configurations of ``record`` screened within ``within`` of the best one's ratio over
+    the baseline (the best included, best first; ratios at ``min_gain``'s comparison); none unless two or more."""
+    rated: list[tuple[float, Candidate]] = []
+    for m in record.measurements:
+        c = m.candidate
+        if not m.ok or m.stopped_early or c.is_baseline or not (c.draft_path or "draft-mtp" in c.spec_types):
+            continue
+        if any(r[1] == c for r in rated):
+            continue
+        cmp_ = compare(record.measurements, c, min_gain, mix=record.mix)
+        if cmp_ is not None and not cmp_.paired and cmp_.speedup and cmp_.speedup > 1.0:
+            rated.append((cmp_.speedup, c))
+    if len(rated) < 2:
+        return []
+    rated.sort(key=lambda t: -t[0])
+    ties = [c for sp, c in rated if sp >= within * rated[0][0]]
+    return ties if len(ties) >= 2 else []
 
 
 def _cost_detail(model: CostModel | PricedCurve) -> dict[str, JsonValue]:
