@@ -297,12 +297,16 @@ def fit_cost_model(
 
 
 def predict_curve(
-    counts: PerPositionCounts, model: PricedCost, lengths: Sequence[int]
+    counts: PerPositionCounts, model: PricedCost, lengths: Sequence[int], generated: float | None = None,
 ) -> list[tuple[int, float, float]]:
     """Predicted ``(k, acceptance, gen_tokens_per_s)`` for each draft length in ``lengths``.
 
     Lengths beyond the probe's per-position series are skipped. Drafted tokens per step are capped
-    at the probe's mean (drafts shorten near the end of a generation).
+    at the probe's mean (drafts shorten near the end of a generation). With ``generated`` (the probe's
+    Σ ``predicted_n − 1``) each length's tokens/s is :func:`predicted_ratio` (the steps a run at ``k`` takes,
+    counted from the spans) × the model's baseline, the prediction the pruning rule and the Monitor make;
+    without it, the acceptance averaged per probe step (:meth:`PerPositionCounts.accepted_per_step`), which
+    undershoots short drafts where easy and hard stretches alternate.
     """
     out: list[tuple[int, float, float]] = []
     cap = counts.drafted_per_step or 0.0
@@ -314,5 +318,7 @@ def predict_curve(
         if a is None or acc is None:
             continue
         k_eff = min(float(k), cap) if cap else float(k)
-        out.append((k, acc, model.predict_gen_tokens_per_s(a, k_eff)))
+        ratio = predicted_ratio(counts, generated, k, model) if generated else None
+        tps = ratio * model.baseline_gen_tokens_per_s if ratio else model.predict_gen_tokens_per_s(a, k_eff)
+        out.append((k, acc, tps))
     return out

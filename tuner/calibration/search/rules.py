@@ -67,7 +67,7 @@ class Pruned:
                 "leader_ratio": self.leader_ratio}
 
 
-def _generated(m: Measurement) -> float:
+def generated_tokens(m: Measurement) -> float:
     """Tokens a run generated after each request's first (Σ ``predicted_n − 1``, as its timings count them)."""
     return float(sum(max(1, (s.predicted_n or 1) - 1) for s in m.samples))
 
@@ -95,7 +95,7 @@ def cannot_beat_leader(c: Candidate, basis: Measurement, cost: StepCost, leader:
     k = draft_length(c)
     if k is None or basis.counts is None or not basis.samples:
         return None
-    ratio = predicted_ratio(basis.counts, _generated(basis), k, cost)
+    ratio = predicted_ratio(basis.counts, generated_tokens(basis), k, cost)
     if ratio is None:
         return None
     ratio *= screening_scale(basis, cost, basis_ratio)
@@ -120,7 +120,7 @@ def screening_scale(basis: Measurement, cost: StepCost, basis_ratio: float | Non
     own_k = draft_length(basis.candidate)
     if basis_ratio is None or own_k is None or basis.counts is None:
         return 1.0
-    own = predicted_ratio(basis.counts, _generated(basis), own_k, cost)
+    own = predicted_ratio(basis.counts, generated_tokens(basis), own_k, cost)
     return max(1.0, basis_ratio / own) if own else 1.0
 
 
@@ -207,7 +207,7 @@ def ngram_basis(record: Record, c: Candidate) -> tuple[Measurement, CostModel] |
         if c.spec_type == "ngram-mod" and (c.ngram_n_min or NGRAM_MOD_N_MIN) < (mc.ngram_n_min or NGRAM_MOD_N_MIN):
             continue
         ratio = screening_ratio(record, m)
-        cost = fit_run_cost(m.counts, _generated(m), ratio) if ratio else None
+        cost = fit_run_cost(m.counts, generated_tokens(m), ratio) if ratio else None
         if cost is not None:
             return m, cost
     return None

@@ -47,11 +47,13 @@ from .rules import (
     cannot_beat_leader,
     chain_member_never_drafted,
     draft_length,
+    generated_tokens,
     leader,
     never_drafted_type,
     ngram_basis,
     recheck_verdict,
     screening_ratio,
+    screening_scale,
 )
 from .settings import BaselineFailed
 from .stage import Stage, SweepState
@@ -239,7 +241,16 @@ class Screening(Stage):
         return basis is not None and self.pruned(c, basis)
 
     def predict(self, probe: Candidate) -> Curve:
-        """(Re)fit the cost model of ``probe``'s draft and predict the curve; emits ``"predicted"``."""
+        """(Re)fit the cost model of ``probe``'s draft and predict the curve; emits ``"predicted"``.
+
+        With a measured verify-cost curve the prediction is in its true units (acceptance counters and the
+        target's step cost), while every figure it is compared with — the refine stage's bar, the best measured
+        length, the leader — is a screening run's ratio to the baseline launch: it is raised to the probe's own
+        measured level where the probe ran faster than predicted (:func:`~.rules.screening_scale`, as the
+        pruning rule does). Issue 28's idle 28 reused a curve whose launches ran against a slow baseline (a
+        1-token step at 2.54 target tokens, 2.0–2.2 elsewhere): the draft's ``n_max`` 16 probe measured 1.24×
+        where the curve predicted about 0.95×, no length cleared the refine stage's bar and only the probe's
+        neighbours were measured."""
         runs = self.record.runs_of(probe)
         long_run = self._long_run(probe)
         if long_run is None or long_run.counts is None or self.record.base_tps is None:
@@ -259,9 +270,13 @@ class Screening(Stage):
         if model is None:
             self.record.curves[group] = []
             return []
+        generated = generated_tokens(long_run)
         if measured is not None and fitted is not None:
-            self.record.fitted_curves[group] = predict_curve(long_run.counts, fitted, self.s.draft_lengths)
-        curve = predict_curve(long_run.counts, model, self.s.draft_lengths)
+            self.record.fitted_curves[group] = predict_curve(long_run.counts, fitted, self.s.draft_lengths, generated)
+        curve = predict_curve(long_run.counts, model, self.s.draft_lengths, generated)
+        if measured is not None:  # the curve's shape at the probe's own screening level (rules.screening_scale)
+            scale = screening_scale(long_run, model, screening_ratio(self.record, long_run))
+            curve = [(k, a, tps * scale) for k, a, tps in curve]
         self.record.curves[group] = curve
         self.record.cost_models[group] = model
         self.events(
