@@ -87,9 +87,15 @@ units no length clears the refine stage's bar, while the ``n_max`` 16 probe scre
 a reused curve predicted the probe at about 0.95×, it measured 1.24×)."""
 
 
-def test_a_curve_measured_against_a_slow_baseline_is_read_at_the_probes_level() -> None:
+FAST_BASE = VerifyCurve(tuple((float(k), 0.8 * (1.9 + 0.33 * k)) for k in (1, 4, 8, 12, 16)), KEY, 100.0)
+"""Measured against a fast launch: every length predicted above what it measures (issue 28's idle 31)."""
+
+
+def test_a_curve_measured_against_a_slow_or_fast_baseline_is_read_at_the_probes_level() -> None:
     best = max(true_speedup(k) for k in range(1, 17))
-    for budget_s in (40.0, 60.0):
-        d, refined, _events = _tune(SLOW_BASE, budget_s)
+    for curve, budget_s in ((SLOW_BASE, 40.0), (SLOW_BASE, 60.0), (FAST_BASE, 40.0)):
+        d, refined, events = _tune(curve, budget_s)
+        predicted = [msg for kind, msg in events if kind == "predicted"]
+        assert predicted[-1].endswith(("n_max 6", "n_max 7", "n_max 8")), predicted
         assert refined[:1] and refined[0] in (5, 6, 7, 8, 9), (budget_s, refined)
         assert true_speedup(d.winner.n_max or 16) >= 0.95 * best, (budget_s, d.winner.label, refined)

@@ -33,7 +33,7 @@ from tuner.errors import Cancelled
 
 from ..candidates import Candidate, CandidatePlan
 from ..pairing import compare, pooled_tokens_per_s
-from ..predict import CostModel, StepCost, fit_cost_model, predict_curve
+from ..predict import CostModel, StepCost, fit_cost_model, predict_curve, predicted_ratio
 from ..results import Measurement
 from ..sentences import JsonValue, Sentence, Slot
 from ..verifycost import PricedCurve
@@ -53,7 +53,6 @@ from .rules import (
     ngram_basis,
     recheck_verdict,
     screening_ratio,
-    screening_scale,
 )
 from .settings import BaselineFailed
 from .stage import Stage, SweepState
@@ -241,16 +240,11 @@ class Screening(Stage):
         return basis is not None and self.pruned(c, basis)
 
     def predict(self, probe: Candidate) -> Curve:
-        """(Re)fit the cost model of ``probe``'s draft and predict the curve; emits ``"predicted"``.
-
-        With a measured verify-cost curve the prediction is in its true units (acceptance counters and the
-        target's step cost), while every figure it is compared with — the refine stage's bar, the best measured
-        length, the leader — is a screening run's ratio to the baseline launch: it is raised to the probe's own
-        measured level where the probe ran faster than predicted (:func:`~.rules.screening_scale`, as the
-        pruning rule does). Issue 28's idle 28 reused a curve whose launches ran against a slow baseline (a
-        1-token step at 2.54 target tokens, 2.0–2.2 elsewhere): the draft's ``n_max`` 16 probe measured 1.24×
-        where the curve predicted about 0.95×, no length cleared the refine stage's bar and only the probe's
-        neighbours were measured."""
+        """(Re)fit the cost model of ``probe``'s draft and predict the curve; emits ``"predicted"``. A measured
+        verify-cost curve gives the shape, read at the probe's screening level (scaled to predict the probe's own
+        screening speedup, as the fitted model does by construction): its own level carries the offset of the
+        launches it was measured in (issue 28's idle 28: 0.95× predicted for a probe that screened 1.24×, no
+        length cleared the refine bar; idle 31: every length predicted above what it measured)."""
         runs = self.record.runs_of(probe)
         long_run = self._long_run(probe)
         if long_run is None or long_run.counts is None or self.record.base_tps is None:
@@ -274,9 +268,10 @@ class Screening(Stage):
         if measured is not None and fitted is not None:
             self.record.fitted_curves[group] = predict_curve(long_run.counts, fitted, self.s.draft_lengths, generated)
         curve = predict_curve(long_run.counts, model, self.s.draft_lengths, generated)
-        if measured is not None:  # the curve's shape at the probe's own screening level (rules.screening_scale)
-            scale = screening_scale(long_run, model, screening_ratio(self.record, long_run))
-            curve = [(k, a, tps * scale) for k, a, tps in curve]
+        own = predicted_ratio(long_run.counts, generated, draft_length(long_run.candidate) or 1, model)
+        measured_ratio = screening_ratio(self.record, long_run)
+        if measured is not None and own and measured_ratio:  # the curve's shape at the probe's screening level
+            curve = [(k, a, tps * measured_ratio / own) for k, a, tps in curve]
         self.record.curves[group] = curve
         self.record.cost_models[group] = model
         self.events(
