@@ -117,11 +117,18 @@ def screening_scale(basis: Measurement, cost: StepCost, basis_ratio: float | Non
     The basis ran against that same baseline, so the ratio of its measured to its predicted speedup carries the
     baseline's error and cancels it. Never below 1: a length pruned wrongly costs the decision its winner, one
     launched needlessly costs one short launch. With a cost fitted to the basis run itself it is 1."""
+    return max(1.0, screening_factor(basis, cost, basis_ratio) or 1.0)
+
+
+def screening_factor(basis: Measurement, cost: StepCost, basis_ratio: float | None) -> float | None:
+    """``basis``'s measured screening speedup ``basis_ratio`` ÷ the prediction at its own draft length under
+    ``cost`` (either way of 1; :func:`screening_scale` keeps only the upward part); ``None`` when either is
+    missing."""
     own_k = draft_length(basis.candidate)
     if basis_ratio is None or own_k is None or basis.counts is None:
-        return 1.0
+        return None
     own = predicted_ratio(basis.counts, generated_tokens(basis), own_k, cost)
-    return max(1.0, basis_ratio / own) if own else 1.0
+    return basis_ratio / own if own else None
 
 
 def finalists(contenders: Sequence[tuple[float, Candidate]], keep: int,

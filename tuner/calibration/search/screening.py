@@ -33,7 +33,7 @@ from tuner.errors import Cancelled
 
 from ..candidates import Candidate, CandidatePlan
 from ..pairing import compare, pooled_tokens_per_s
-from ..predict import CostModel, StepCost, fit_cost_model, predict_curve, predicted_ratio
+from ..predict import CostModel, StepCost, fit_cost_model, predict_curve
 from ..results import Measurement
 from ..sentences import JsonValue, Sentence, Slot
 from ..verifycost import PricedCurve
@@ -52,6 +52,7 @@ from .rules import (
     never_drafted_type,
     ngram_basis,
     recheck_verdict,
+    screening_factor,
     screening_ratio,
 )
 from .settings import BaselineFailed
@@ -268,10 +269,9 @@ class Screening(Stage):
         if measured is not None and fitted is not None:
             self.record.fitted_curves[group] = predict_curve(long_run.counts, fitted, self.s.draft_lengths, generated)
         curve = predict_curve(long_run.counts, model, self.s.draft_lengths, generated)
-        own = predicted_ratio(long_run.counts, generated, draft_length(long_run.candidate) or 1, model)
-        measured_ratio = screening_ratio(self.record, long_run)
-        if measured is not None and own and measured_ratio:  # the curve's shape at the probe's screening level
-            curve = [(k, a, tps * measured_ratio / own) for k, a, tps in curve]
+        factor = screening_factor(long_run, model, screening_ratio(self.record, long_run)) if measured else None
+        if factor:  # the curve's shape at the probe's screening level
+            curve = [(k, a, tps * factor) for k, a, tps in curve]
         self.record.curves[group] = curve
         self.record.cost_models[group] = model
         self.events(
