@@ -101,8 +101,8 @@ def test_the_paired_rounds_reserve(side_by_side: bool, optional: bool, busy: boo
     # side by side the baseline's server (the candidate's launches are in pair_s); alternating the first launch
     opening = 2.32 if side_by_side else 2.0 + 16 / 50 + 4.1
     assert e.reserve_s(optional, busy) == pytest.approx(pairs * e.pair_s() + opening)
-    e.finalists = 2  # busy, an optional step also keeps the second finalist's first look (MIN_PAIRS pairs)
-    more = MIN_PAIRS if (optional and busy) else 0
+    e.finalists = 2  # an optional step also keeps the second finalist's first look (MIN_PAIRS pairs), idle or busy
+    more = MIN_PAIRS if optional else 0
     assert e.reserve_s(optional, busy) == pytest.approx((pairs + more) * e.pair_s() + opening)
 
 

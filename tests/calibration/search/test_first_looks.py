@@ -39,8 +39,8 @@ def test_a_tight_budget_still_looks_at_the_second_finalist() -> None:
     order = [m for k, m in events if k == "launch" and m.startswith("confirm: starting") and "next to" in m]
     assert order and NGRAM.label in order[0], order  # ngram-mod screened first and was confirmed first
     assert paired_count(ms, CHAIN) >= 2, [m for k, m in events if k in ("confirmed", "skipped")]
-    ended = [m for k, m in events if k == "confirmed" and m.startswith(NGRAM.label)]
-    assert ended and f"the budget left goes to {CHAIN.label}'s first look" in ended[0], ended
+    paused = [m for k, m in events if k == "progress" and m.startswith(NGRAM.label) and "first looks come next" in m]
+    assert paused, [m for k, m in events if k in ("progress", "confirmed") and m.startswith(NGRAM.label)]
     assert d.winner == CHAIN, d.reason
 
 
@@ -50,3 +50,22 @@ def test_with_room_for_both_the_first_finalist_runs_its_rounds_out() -> None:
                                          for k, m in events)
     assert not any("the budget left goes to" in m for _k, m in events)
     assert paired_count(ms, CHAIN) >= 2
+
+
+def test_after_the_first_looks_the_budget_left_goes_to_the_finalist_whose_pairs_read_fastest() -> None:
+    """Issue 28's quality runs (five of nine): two finalists screened within noise, the first one's rounds took
+    what the budget gave, the second — the faster, its pairs 1.5–2× — had only its first look, neither concluded
+    and the model alone was served. Over tight budgets and seeds, wherever the chain was paired it is served (on the
+    rounds that ran one finalist after the other, three of these eighteen sweeps served the model alone), and the
+    leader after the first looks is announced once."""
+    missed = []
+    for budget_s in (45, 50, 55):
+        for seed in range(1, 7):
+            d, events, ms = _tune(budget_s, seed)
+            if paired_count(ms, CHAIN) == 0:
+                continue  # screening noise left the chain out of the finalists: not this rule's case
+            if d.winner != CHAIN:
+                missed.append((budget_s, seed, paired_count(ms, NGRAM), paired_count(ms, CHAIN), d.reason))
+            leads = [m for k, m in events if k == "progress" and "the fastest of the finalists" in m]
+            assert len(leads) <= 1, leads
+    assert not missed, missed

@@ -42,6 +42,8 @@ class ConfirmTracker:
         left: finalists whose paired rounds have not ended (the current one first).
         look: the sequential test's latest look at the current finalist (``None`` before its first pair).
         pair_t0: clock reading when the current pair (side by side) or round (alternating) began.
+        looked: every finalist has had its first look (side by side's first pass,
+            ``tuner.calibration.search.side_by_side``): :meth:`leaves_room` keeps nothing more for them.
     """
 
     max_pairs: int
@@ -50,6 +52,7 @@ class ConfirmTracker:
     left: list[Candidate] = field(default_factory=list)
     look: Look | None = None
     pair_t0: float | None = None
+    looked: bool = False
 
     def take_rep(self) -> int:
         """A fresh repetition id for the next pair."""
@@ -89,8 +92,9 @@ class ConfirmTracker:
         launch): its rounds end there. One finalist's inconclusive rounds then never take the budget the next one
         needs to be looked at at all (issue 28, a busy quality run: ngram-mod ran 6 inconclusive pairs, 23 s of a
         54 s budget, and the chain ngram-mod + draft, 1.54× in its one pair, was never looked at; the model alone
-        was served). True before the first look, between look points, and for the last finalist."""
-        if look is None or look.verdict != "inconclusive" or look.n < MIN_PAIRS or look.n % LOOK_STEP \
+        was served). True before the first look, between look points, for the last finalist, and once every finalist
+        had its first look (:attr:`looked`)."""
+        if self.looked or look is None or look.verdict != "inconclusive" or look.n < MIN_PAIRS or look.n % LOOK_STEP \
                 or len(self.left) <= 1:
             return True
         per_pair = estimates.pair_s()

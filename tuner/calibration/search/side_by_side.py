@@ -29,7 +29,7 @@ from tuner.errors import Cancelled
 
 from ..candidates import Candidate
 from ..measure import Launch, RequestError, first_divergence, measure_request, needs_fresh_launch_per_repetition
-from ..pairing import HEAD_TO_HEAD, LOOK_STEP, Look, Pair
+from ..pairing import HEAD_TO_HEAD, LOOK_STEP, MIN_PAIRS, Look, Pair
 from ..prompts import Prompt
 from ..results import Divergence, Measurement, Sample
 from .measurer import Measurer
@@ -58,17 +58,27 @@ class SideBySide(Stage):
         s, t = self.s, self.tracker
         return self.record.look(c, s.min_gain, s.alpha, t.max_pairs, t.finalists, extra, s.layout)
 
-    def wants_more(self, look: Look) -> bool:
+    def wants_more(self, look: Look, until: int | None = None) -> bool:
         """True while the finalist's rounds go on: the test is inconclusive (or says "faster" while busy and
-        the budget affords more) and fewer than ``max_pairs`` pairs ran."""
+        the budget affords more) and fewer than ``max_pairs`` pairs (``until``, when smaller: the first pass's
+        first look) ran."""
         concluded = look.verdict != "inconclusive" and not self.tracker.more_pairs_while_busy(
             look, self.busy, self.budget, self.estimates)
-        return (not concluded and look.n < self.tracker.max_pairs
+        return (not concluded and look.n < min(self.tracker.max_pairs, until or self.tracker.max_pairs)
                 and self.tracker.leaves_room(look, self.budget, self.estimates))
 
     def run(self, finalists: Sequence[Candidate]) -> None:
-        """Paired rounds with the baseline's server kept running, for each finalist in turn; then more pairs
-        while the decision's chain rule is undecided and the budget allows (:func:`.settle.chain_to_settle`).
+        """Paired rounds with the baseline's server kept running: a first pass gives each finalist its first
+        look (``MIN_PAIRS`` pairs), then the rest of the budget goes to the finalists still undecided, the one
+        whose pairs read fastest first (:meth:`standing`); then more pairs while the decision's chain rule is
+        undecided and the budget allows (:func:`.settle.chain_to_settle`).
+
+        Why the first pass (issue 28, quality family, five of nine runs): two finalists screened within noise
+        of each other, the first one's rounds took what the budget gave and the second, whose pairs then read
+        1.5–2× (the configuration the referee found fastest), had only its first look; neither concluded and the
+        model alone was served. The sequential test's error is split over every finalist and look
+        (``tuner.calibration.sequential.alpha_per_look``), so which finalist gets the later pairs may depend on
+        the pairs so far: the bound holds for any such rule.
 
         Raises:
             Cancelled: the user cancelled (both servers are stopped).
@@ -76,6 +86,13 @@ class SideBySide(Stage):
         self._base = None
         try:
             for c in finalists:
+                self.tracker.next_finalist(c, self.budget.clock())
+                if not self._rounds(c, until=MIN_PAIRS if len(finalists) > 1 else None):
+                    return
+            self.tracker.looked = True
+            order = self.standing(finalists)
+            self.tracker.left = list(order)
+            for c in order:
                 self.tracker.next_finalist(c, self.budget.clock())
                 if not self._rounds(c):
                     return
@@ -86,27 +103,53 @@ class SideBySide(Stage):
             if self._base is not None:
                 self._base.stop()
 
-    def _rounds(self, c: Candidate) -> bool:
-        """Paired rounds of ``c`` until :meth:`wants_more` says no; False when the budget is spent (or the
-        baseline's server would not start): no later finalist runs then."""
-        self.more_in_launch = self.wants_more
+    def standing(self, finalists: Sequence[Candidate]) -> list[Candidate]:
+        """The finalists whose rounds go on after the first pass (:meth:`wants_more`), the highest mean ratio
+        over their pairs so far first (screening order among equals); each is announced (event ``"progress"``)."""
+        looks = {c: self.look(c) for c in finalists}
+        left = [c for c in finalists if self.wants_more(looks[c])]
+        left.sort(key=lambda c: -(looks[c].mean_ratio or 0.0))
+        if len(finalists) > 1 and left:
+            lead = looks[left[0]]
+            self.events("progress", f"{left[0].label}: {lead.mean_ratio or 0:.2f}× over its first {lead.n} pairs, "
+                        "the fastest of the finalists: the paired rounds go on with it", candidate=left[0])
+        return left
+
+    def _rounds(self, c: Candidate, until: int | None = None) -> bool:
+        """Paired rounds of ``c`` until :meth:`wants_more` says no (``until``: at most that many pairs, the first
+        pass); False when the budget is spent (or the baseline's server would not start): no later finalist
+        runs then."""
+        self.more_in_launch = lambda lk: self.wants_more(lk, until)
         while True:
             if self.cancel.is_set():
                 raise Cancelled()
             look = self.look(c)
             if look.n:
                 self.tracker.saw(look, self.budget.clock())
-            if not self.wants_more(look):
-                gave_way = look.verdict == "inconclusive" and look.n < self.tracker.max_pairs  # leaves_room said no
-                self.events("confirmed", f"{c.label}: {look.verdict} than no speculation after {look.n} "
-                            "pairs" if look.verdict != "inconclusive" else
-                            f"{c.label}: still inconclusive after {look.n} pairs"
-                            + (self.tracker.room_words() if gave_way else ""), candidate=c,
-                            detail={"verdict": look.verdict, "pairs": look.n})
+            if not self.wants_more(look, until):
+                if until is not None and until <= look.n < self.tracker.max_pairs and (
+                        look.verdict == "inconclusive" or self.tracker.more_pairs_while_busy(
+                            look, self.busy, self.budget, self.estimates)):
+                    # the first pass's first look: its rounds may go on after the other finalists' first looks
+                    self.events("progress", f"{c.label}: {look.mean_ratio or 0:.2f}× after its first {look.n} pairs "
+                                f"({look.verdict}); the other finalists' first looks come next", candidate=c,
+                                detail={"verdict": look.verdict, "pairs": look.n})
+                    return True
+                self._ended(c, look)
                 return True
-            done = self._round(c, look.n)
+            done = self._round(c, look.n, until)
             if done is not None:
                 return done
+
+    def _ended(self, c: Candidate, look: Look) -> None:
+        """The ``"confirmed"`` event of a finalist whose rounds ended at ``look``."""
+        gave_way = look.verdict == "inconclusive" and look.n < self.tracker.max_pairs \
+            and not self.tracker.leaves_room(look, self.budget, self.estimates)
+        self.events("confirmed", f"{c.label}: {look.verdict} than no speculation after {look.n} "
+                    "pairs" if look.verdict != "inconclusive" else
+                    f"{c.label}: still inconclusive after {look.n} pairs"
+                    + (self.tracker.room_words() if gave_way else ""), candidate=c,
+                    detail={"verdict": look.verdict, "pairs": look.n})
 
     def _settle(self, finalists: Sequence[Candidate]) -> None:
         """One launch more at a time for the side :func:`.settle.chain_to_settle` names, while it names one."""
@@ -153,10 +196,11 @@ class SideBySide(Stage):
             finally:
                 other.stop()
 
-    def _round(self, c: Candidate, n_pairs: int, held: bool = False) -> bool | None:
-        """One launch of ``c`` next to the baseline's server (started here the first time). ``None`` when it
-        ran; True when ``c`` failed (its rounds end); False when the budget is spent or the baseline's server
-        would not start. ``held``: the thread stage's kept-back time may pay for it (``Estimates.fits``)."""
+    def _round(self, c: Candidate, n_pairs: int, until: int | None = None, held: bool = False) -> bool | None:
+        """One launch of ``c`` next to the baseline's server (started here the first time), of at most ``until``
+        pairs in all (default ``max_pairs``). ``None`` when it ran; True when ``c`` failed (its rounds end); False
+        when the budget is spent or the baseline's server would not start. ``held``: the thread stage's kept-back
+        time may pay for it (``Estimates.fits``)."""
         est = self.estimates
         base_tps = self.record.base_tps
         pair = est.estimate_s(base_tps, 1) + est.rep_s(base_tps) \
@@ -170,7 +214,7 @@ class SideBySide(Stage):
             if self._base is None:
                 return False
         per_launch = 1 if needs_fresh_launch_per_repetition(c) else LOOK_STEP
-        left = self.tracker.max_pairs - n_pairs
+        left = min(self.tracker.max_pairs, until or self.tracker.max_pairs) - n_pairs
         reps = [self.tracker.take_rep() for _ in range(max(1, min(per_launch, left)))]
         self.eta.pending_s = pair
         n_req = len(self.measurer.requests.prompts) * len(reps)
