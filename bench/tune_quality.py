@@ -22,8 +22,8 @@
 (one core busy in random 2–10 s bursts, stopping by itself); the referee runs without it.
 
 ``--with-curve`` (issue 28: "with the verify-cost curve"): before the grid, with no burner, one tune of
-``--curve-budget`` seconds (150) on the same folder, prompts and profile store measures the draft's verify-cost
-curve, as a first tune on this machine would; the timed tune then reuses it from the saved profile (the curve is
+``--curve-budget`` seconds (150; when it measured none, once more at twice that) on the same folder, prompts and
+profile store measures the draft's verify-cost curve, as a first tune on this machine would; the timed tune then reuses it from the saved profile (the curve is
 measured once per binary, target, draft, placement and threads) and its budget pays no launch for it. The lines
 ``curve:`` and ``curve reused by the timed tune:`` say whether that happened (a different thread setting in the timed
 tune is another key: then it is not reused, and the run says so). Without ``--threads`` it fixes the thread count for
@@ -233,18 +233,27 @@ def main(argv: list[str] | None = None) -> int:
 def measure_curve_first(args: argparse.Namespace, models: Path, ps: PromptSet, server: Path, store: ProfileStore,
                         target: Path) -> None:
     """``--with-curve``: one untimed tune of ``args.curve_budget`` seconds that measures the verify-cost curve and
-    saves it with the target's profile in ``store``; prints the ``curve:`` line (its points, or that none was
-    measured)."""
-    t = time.monotonic()
-    tune(models, prompts=ps, budget_s=args.curve_budget, force=True, server=server, store=store,
-         n_predict=args.n_predict, n_ctx=args.n_ctx, threads=args.threads, sampling=GREEDY, long_context=False,
-         on_event=lambda ev: print(f"  curve tune {ev.elapsed_s:6.1f}s {ev.kind}: {ev.message}", file=sys.stderr)
-         if ev.kind in ("verify_cost", "skipped") else None)
-    saved = store.load(target)
-    curves, _problems = curves_in(saved.decision) if saved is not None else ((), [])
-    words = "; ".join(", ".join(f"{c:.2f} (k {x:.1f})" for x, c in cv.points) for cv in curves)
-    print(f"curve: {words or 'none measured'} (untimed tune, {time.monotonic() - t:.0f} s)", flush=True)
+    saves it with the target's profile in ``store``; when it measured none (the verify-cost stage gets at most
+    ``tuner.calibration.search.verify.SHARE`` of a tune's budget: on a slow target that can be too short for two
+    lengths), once more at twice the budget. Prints one ``curve:`` line per tune (its points, or that none was
+    measured).
 
+    Why the second try: on a 1-thread target at 55 tokens/s (an AMX CPU, repacked kernels off) a 150 s tune left
+    the stage 18 s where two lengths take about 26 s, and every ``--busy`` run went without the curve the quality
+    row asks for."""
+    for budget in (args.curve_budget, 2 * args.curve_budget):
+        t = time.monotonic()
+        tune(models, prompts=ps, budget_s=budget, force=True, server=server, store=store,
+             n_predict=args.n_predict, n_ctx=args.n_ctx, threads=args.threads, sampling=GREEDY, long_context=False,
+             on_event=lambda ev: print(f"  curve tune {ev.elapsed_s:6.1f}s {ev.kind}: {ev.message}", file=sys.stderr)
+             if ev.kind in ("verify_cost", "skipped") else None)
+        saved = store.load(target)
+        curves, _problems = curves_in(saved.decision) if saved is not None else ((), [])
+        words = "; ".join(", ".join(f"{c:.2f} (k {x:.1f})" for x, c in cv.points) for cv in curves)
+        print(f"curve: {words or 'none measured'} (untimed tune of {budget:.0f} s, {time.monotonic() - t:.0f} s)",
+              flush=True)
+        if words:
+            return
 
 if __name__ == "__main__":
     sys.exit(main())
