@@ -69,3 +69,27 @@ def test_after_the_first_looks_the_budget_left_goes_to_the_finalist_whose_pairs_
             leads = [m for k, m in events if k == "progress" and "the fastest of the finalists" in m]
             assert len(leads) <= 1, leads
     assert not missed, missed
+
+
+def test_a_finalist_whose_launch_failed_is_not_launched_again_after_the_first_looks() -> None:
+    """A finalist whose paired launch fails (a crashing server) ends its rounds in the first pass; the second pass
+    gives the budget to the others and never starts it again."""
+    from tests.fakes.scripted_server import ScriptedLaunch, SimClock, side_by_side_sweep
+    from tuner.calibration.decide import decide
+    from tuner.calibration.measure import LaunchError
+
+    clock = SimClock()
+    inner = ScriptedLaunch(lambda c: 100.0, content="same text", clock=clock, load_s=1.0,
+                           per_launch=by_launch(lambda x, first: 100.0 if x.is_baseline else 150.0 if x.is_chained
+                                                else 112.0 if x.spec_type == "ngram-mod" else 105.0))
+
+    def launch(c: Candidate, cancel):
+        if c == CHAIN and c in inner.launched:
+            inner.launched.append(c)
+            raise LaunchError("llama-server exited with status -4 (illegal instruction)")
+        return inner(c, cancel)
+
+    plan = CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN))
+    outcome, _events = side_by_side_sweep(launch, plan, 400, clock)  # type: ignore[arg-type]
+    assert inner.launched.count(CHAIN) == 2, inner.launched  # the screening launch and the one confirm launch
+    assert decide(outcome).winner != CHAIN

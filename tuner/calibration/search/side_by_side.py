@@ -51,6 +51,8 @@ class SideBySide(Stage):
         """After each repetition of a launch: whether its next repetition runs (budget permitting)."""
         self.settling = False
         """The rounds for the decision's chain rule are under way: the thread stage's kept-back time may pay."""
+        self.failed: set[Candidate] = set()
+        """Finalists whose launch failed: their rounds ended, the second pass never launches them again."""
 
     def look(self, c: Candidate, extra: Sequence[Pair] = ()) -> Look:
         """The sequential test's look at finalist ``c`` over its pairs so far and ``extra`` pairs of the launch
@@ -104,10 +106,11 @@ class SideBySide(Stage):
                 self._base.stop()
 
     def standing(self, finalists: Sequence[Candidate]) -> list[Candidate]:
-        """The finalists whose rounds go on after the first pass (:meth:`wants_more`), the highest mean ratio
-        over their pairs so far first (screening order among equals); each is announced (event ``"progress"``)."""
+        """The finalists whose rounds go on after the first pass (:meth:`wants_more`; not one whose launch
+        failed), the highest mean ratio over their pairs so far first (screening order among equals); the first is
+        announced (event ``"progress"``)."""
         looks = {c: self.look(c) for c in finalists}
-        left = [c for c in finalists if self.wants_more(looks[c])]
+        left = [c for c in finalists if c not in self.failed and self.wants_more(looks[c])]
         left.sort(key=lambda c: -(looks[c].mean_ratio or 0.0))
         if len(finalists) > 1 and left:
             lead = looks[left[0]]
@@ -138,6 +141,8 @@ class SideBySide(Stage):
                 self._ended(c, look)
                 return True
             done = self._round(c, look.n, until)
+            if done:
+                self.failed.add(c)
             if done is not None:
                 return done
 
