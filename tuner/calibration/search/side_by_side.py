@@ -64,10 +64,14 @@ class SideBySide(Stage):
         """True while the finalist's rounds go on: the test is inconclusive (or says "faster" while busy and
         the budget affords more) and fewer than ``max_pairs`` pairs (``until``, when smaller: the first pass's
         first look) ran."""
-        concluded = look.verdict != "inconclusive" and not self.tracker.more_pairs_while_busy(
-            look, self.busy, self.budget, self.estimates)
-        return (not concluded and look.n < min(self.tracker.max_pairs, until or self.tracker.max_pairs)
+        return (self._undecided(look) and look.n < (until or self.tracker.max_pairs)
                 and self.tracker.leaves_room(look, self.budget, self.estimates))
+
+    def _undecided(self, look: Look) -> bool:
+        """Fewer than ``max_pairs`` pairs ran and the test is inconclusive, or says "faster" while busy and the
+        budget affords more pairs (``ConfirmTracker.more_pairs_while_busy``)."""
+        return look.n < self.tracker.max_pairs and (look.verdict == "inconclusive" or self.tracker.more_pairs_while_busy(
+            look, self.busy, self.budget, self.estimates))
 
     def run(self, finalists: Sequence[Candidate]) -> None:
         """Paired rounds with the baseline's server kept running: a first pass gives each finalist its first
@@ -130,9 +134,7 @@ class SideBySide(Stage):
             if look.n:
                 self.tracker.saw(look, self.budget.clock())
             if not self.wants_more(look, until):
-                if until is not None and until <= look.n < self.tracker.max_pairs and (
-                        look.verdict == "inconclusive" or self.tracker.more_pairs_while_busy(
-                            look, self.busy, self.budget, self.estimates)):
+                if until is not None and look.n >= until and self._undecided(look):
                     # the first pass's first look: its rounds may go on after the other finalists' first looks
                     self.events("progress", f"{c.label}: {look.mean_ratio or 0:.2f}× after its first {look.n} pairs "
                                 f"({look.verdict}); the other finalists' first looks come next", candidate=c,
