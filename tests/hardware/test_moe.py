@@ -89,19 +89,31 @@ def test_header_of_a_generated_qwen3moe(tmp_path):
 
 
 @pytest.mark.server
+@pytest.mark.parametrize("repack", [True, False], ids=["repack", "no-repack"])
 @pytest.mark.parametrize("n_ctx", [512, 4096])
-def test_generated_moe_loads_in_the_real_server_and_matches_the_plan(llama_server_bin, tmp_path, n_ctx):
+def test_generated_moe_loads_in_the_real_server_and_matches_the_plan(llama_server_bin, tmp_path, n_ctx, repack):
+    """The plan of a generated MoE agrees with the real server's load lines, with ggml's extra CPU buffer
+    types on (the plan told the build's types: on an AMX build the dense F16 matrices get an AMX copy beside
+    the mapped file, the experts do not) and off (``--no-repack``, the workaround on CPUs whose repacked
+    kernels trap). ``--no-warmup``: loading runs no kernel, so the repack mode loads on such CPUs too."""
     from tests.synth import server_load_log, write_moe_gguf
-    from tuner.hardware.buffers import parse_load_buffers
+    from tuner.hardware.buffers import EXTRA_CPU_BUFFER_TYPES, CpuBuffers, parse_cpu_build, parse_load_buffers
 
     path = write_moe_gguf(tmp_path / "moe.gguf", n_embd=256, n_layers=4, n_expert=16, n_expert_used=4, n_ff_exp=256)
     lines = server_load_log([str(llama_server_bin), "-m", str(path), "-c", str(n_ctx), "-np", "1", "-lv", "4",
-                             "--fit", "off", "--host", "127.0.0.1", "--port", "0", "-t", "1", "--no-warmup"], 120)
+                             "--fit", "off", "--host", "127.0.0.1", "--port", "0", "-t", "1", "--no-warmup",
+                             *([] if repack else ["--no-repack"])], 120)
     assert any("model loaded" in x for x in lines), "".join(lines[-10:])
-    bufs = parse_load_buffers(lines).target
-    plan = plan_memory(MemoryRequest(target=load_model_spec(path), n_ctx=n_ctx, n_parallel=1), Devices((), None, None, None))
+    bufs, build = parse_load_buffers(lines).target, parse_cpu_build(lines)
+    types = set(build.extra_types) | ({"CPU_REPACK"} if "avx2" in build.build_flags else set())
+    fact = CpuBuffers(tuple(t for t in EXTRA_CPU_BUFFER_TYPES if t in types), build.build_flags, no_repack=not repack)
+    req = MemoryRequest(target=load_model_spec(path), n_ctx=n_ctx, n_parallel=1)
+    plan = plan_memory(req, Devices((), None, None, None, cpu_buffers=fact))
+    assert tuple(n for n, _, _ in plan.extra_buffers) == build.extra_types
+    for (name, copy, _), (_, sbytes) in zip(plan.extra_buffers, build.extra_bytes):
+        assert abs(copy - sbytes) <= 0.01 * MIB, (name, copy / MIB, sbytes / MIB)
     h = plan.host.need
-    assert abs(h.target_weights_bytes - bufs.model_bytes) <= 0.01 * bufs.model_bytes
+    assert abs(h.target_weights_bytes - bufs.model_bytes) <= 0.01 * bufs.model_bytes, bufs.by_backend
     assert abs(h.target_kv_bytes - bufs.kv_bytes) <= 0.01 * bufs.kv_bytes
     assert abs(h.compute_bytes - bufs.compute_bytes) <= 0.10 * bufs.compute_bytes, (h.compute_bytes / MIB,
                                                                                   bufs.compute_bytes / MIB)
