@@ -22,7 +22,7 @@ from tuner.errors import Cancelled
 
 from ..candidates import Candidate
 from ..measure import needs_fresh_launch_per_repetition
-from ..pairing import compare
+from ..pairing import MIN_PAIRS, compare
 from . import rules
 from .measurer import Measurer
 from .record import Record
@@ -38,6 +38,7 @@ class Confirmation(Stage):
         super().__init__(state)
         self.measurer = measurer
         self.side_by_side = SideBySide(measurer, state)
+        self._failed: set[Candidate] = set()  # finalists whose paired launch failed (alternating layout)
 
     def run(self, contenders: Sequence[tuple[float, Candidate]]) -> None:
         """Paired rounds for each finalist in turn — the top half of ``contenders`` (``(screening ratio,
@@ -65,7 +66,7 @@ class Confirmation(Stage):
             if self.s.side_by_side:
                 self.side_by_side.run(finalists)
             else:
-                self._alternating(finalists)
+                self._alternating_rounds(finalists)
                 while (side := chain_to_settle(self.state, finalists)) is not None:
                     self.events("progress", settle_words(side), candidate=side)
                     if not self._alternating([side], settle=True):
@@ -81,10 +82,43 @@ class Confirmation(Stage):
             return f"{c.label}: dropped after screening (successive halving)"
         return f"{c.label}: dropped after screening (successive halving; {kin.label} is confirmed for the same draft)"
 
-    def _conclude(self, c: Candidate) -> tuple[bool, int]:
+    def _alternating_rounds(self, finalists: Sequence[Candidate]) -> None:
+        """The alternating layout's paired rounds: with more than one finalist a first pass gives each its first
+        look (``MIN_PAIRS`` pairs: one block), then the budget left goes to the finalists still undecided, the
+        one whose pairs read fastest first (:meth:`_standing`) — as side by side
+        (:meth:`.side_by_side.SideBySide.run`, which says why; the sequential test's error bound holds for any
+        such order)."""
+        if len(finalists) < 2:
+            self._alternating(finalists)
+            return
+        if not self._alternating(finalists, until=MIN_PAIRS):
+            return
+        self.tracker.looked = True
+        order = self._standing(finalists)
+        self.tracker.left = list(order)
+        self._alternating(order)
+
+    def _standing(self, finalists: Sequence[Candidate]) -> list[Candidate]:
+        """After the first pass: the finalists still undecided (fewer than ``max_pairs`` pairs, inconclusive or
+        wanting more pairs while busy; not one whose launch failed), the highest mean ratio over their pairs
+        first (screening order among equals); the first is announced (event ``"progress"``)."""
+        s, t = self.s, self.tracker
+        looks = {c: self.record.look(c, s.min_gain, s.alpha, t.max_pairs, t.finalists, (), s.layout) for c in finalists}
+        left = [c for c in finalists if c not in self._failed and looks[c].n < t.max_pairs and (
+            looks[c].verdict == "inconclusive" or t.more_pairs_while_busy(looks[c], self.busy, self.budget,
+                                                                          self.estimates))]
+        left.sort(key=lambda c: -(looks[c].mean_ratio or 0.0))
+        if left:
+            lead = looks[left[0]]
+            self.events("progress", f"{left[0].label}: {lead.mean_ratio or 0:.2f}× over its first {lead.n} pairs, "
+                        "the fastest of the finalists: the paired rounds go on with it", candidate=left[0])
+        return left
+
+    def _conclude(self, c: Candidate, until: int | None = None) -> tuple[bool, int]:
         """``(the rounds of c end here, pairs so far)``: the sequential test's latest look over ``c``'s
         adjacent pairs is conclusive (and no more pairs are wanted while busy), or ``max_pairs`` ran; each
-        ending is an event ``"confirmed"``."""
+        ending is an event ``"confirmed"``. ``until``: the first pass pauses an undecided finalist after that many
+        pairs (event ``"progress"``: its rounds may go on after the other finalists' first looks)."""
         s, t = self.s, self.tracker
         cmp_ = compare(self.record.measurements, c, s.min_gain, s.alpha, t.max_pairs, t.finalists, mix=self.record.mix,
                        layout=s.layout)
@@ -98,6 +132,11 @@ class Confirmation(Stage):
                         f"adjacent pairs ({cmp_.speedup:.2f}×)", candidate=c,
                         detail={"verdict": look.verdict, "pairs": n_pairs, "speedup": cmp_.speedup})
             return True, n_pairs
+        if until is not None and look is not None and until <= n_pairs < t.max_pairs:
+            self.events("progress", f"{c.label}: {look.mean_ratio or 0:.2f}× after its first {n_pairs} pairs "
+                        f"({look.verdict}); the other finalists' first looks come next", candidate=c,
+                        detail={"verdict": look.verdict, "pairs": n_pairs})
+            return True, n_pairs
         if n_pairs >= t.max_pairs or not t.leaves_room(look, self.budget, self.estimates):
             self.events("confirmed", f"{c.label}: still inconclusive after {n_pairs} adjacent pairs"
                         + ("" if n_pairs >= t.max_pairs else t.room_words()),
@@ -105,10 +144,10 @@ class Confirmation(Stage):
             return True, n_pairs
         return False, n_pairs
 
-    def _alternating(self, finalists: Sequence[Candidate], settle: bool = False) -> bool:
+    def _alternating(self, finalists: Sequence[Candidate], settle: bool = False, until: int | None = None) -> bool:
         """Alternating launches ``A B B A …`` for each finalist (module docstring); ``settle``: one block of
-        the one finalist, for the decision's chain rule (:func:`.settle.chain_to_settle`). False when the
-        budget was spent or a baseline launch failed."""
+        the one finalist, for the decision's chain rule (:func:`.settle.chain_to_settle`); ``until``: the first
+        pass (:meth:`_conclude`). False when the budget was spent or a baseline launch failed."""
         est = self.estimates
         ran = 0
         open_rep: int | None = None  # a baseline repetition of the last launch still without a partner
@@ -117,7 +156,7 @@ class Confirmation(Stage):
             while True:
                 if self.cancel.is_set():
                     raise Cancelled()
-                done, n_pairs = (ran > 0, self._n_pairs(c)) if settle else self._conclude(c)
+                done, n_pairs = (ran > 0, self._n_pairs(c)) if settle else self._conclude(c, until)
                 if done:
                     break
                 ran += 1
@@ -145,6 +184,7 @@ class Confirmation(Stage):
                     return False
                 open_rep = r3
                 if not b_ok:
+                    self._failed.add(c)
                     break
         self.eta.pending_s = 0.0
         return True
