@@ -41,6 +41,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
 import os
 import sys
 import tempfile
@@ -76,6 +77,23 @@ PROMPTS = [
     Prompt("Question: what is 17 times 23? Answer step by step.", "math"),
     Prompt("Translate to French: The weather is nice today and we are going to the park.", "translation"),
 ]
+
+
+
+def round_ratios_words(by_round: list[dict[tuple, float]], pick: tuple, best: tuple) -> str:
+    """How far the referee's pick/best ratio can be trusted: the ratio within each round (the pick's launch and
+    the referee's best one's, minutes apart at most), their geometric mean and a 90 % t interval on it (rounds as
+    independent draws; at 4 rounds t = 2.353). One line; "-" parts where fewer than two rounds have both."""
+    ratios = [r[pick] / r[best] for r in by_round if r.get(pick) and r.get(best)]
+    if len(ratios) < 2:
+        return "referee per round: fewer than two rounds with both the pick and the best"
+    logs = [math.log(x) for x in ratios]
+    mean = sum(logs) / len(logs)
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    t90 = {2: 6.314, 3: 2.920, 4: 2.353, 5: 2.132, 6: 2.015, 7: 1.943, 8: 1.895}.get(len(logs), 1.833)
+    half = t90 * sd / math.sqrt(len(logs))
+    return (f"referee per round (pick/best in the same round): {' '.join(f'{x:.3f}' for x in ratios)}; geometric "
+            f"mean {math.exp(mean):.3f}, 90 % interval {math.exp(mean - half):.3f}-{math.exp(mean + half):.3f}")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -189,14 +207,18 @@ def main(argv: list[str] | None = None) -> int:
     ranked = sorted((c for c in grid if results.get(c.key)), key=lambda c: -results[c.key])  # type: ignore[operator]
     finalists = ranked[:3] + ([pick_grid] if pick_grid.key not in {c.key for c in ranked[:3]} else [])
     pooled: dict[tuple, object] = {}
+    by_round: list[dict[tuple, float]] = []
     sup = Supervisor(binary, dialect)
     launch = launch_fn(sup, target, n_ctx=args.n_ctx, threads=args.threads)
     try:
         for r in range(args.referee_rounds):
+            by_round.append({})
             for c in finalists:
                 reps = [10 + 2 * r, 11 + 2 * r]
                 m = measure_repetitions(launch, c, chosen, reps, args.n_predict, cancel, stage="referee")
                 pooled[c.key] = pooled[c.key].merged(m) if c.key in pooled else m  # type: ignore[attr-defined]
+                if m.ok and m.gen_tokens_per_s:
+                    by_round[-1][c.key] = m.gen_tokens_per_s
     finally:
         sup.stop()
     ref = {k: m.gen_tokens_per_s for k, m in pooled.items() if m.ok}  # type: ignore[attr-defined]
@@ -213,6 +235,8 @@ def main(argv: list[str] | None = None) -> int:
     ref_best_label = next((c.label for c in finalists if c.key == ref_best_key), "-")
     print(f"pick/best throughput ratio (referee, {args.referee_rounds} interleaved rounds of the grid's top 3 "
           f"and the pick; best {ref_best_label}): {ref_ratio if ref_ratio is not None else float('nan'):.3f}")
+    if ref_best_key is not None:
+        print(round_ratios_words(by_round, pick_grid.key, ref_best_key))
     print(f"wall-time ratio (tuner/grid): {time_ratio:.3f}" + (" (grid and tuner under the burner)" if args.busy else ""))
     print(f"decision: {res.decision.reason if res.decision else '-'}")
     load1 = os.getloadavg()
@@ -225,6 +249,8 @@ def main(argv: list[str] | None = None) -> int:
                           "baseline_tps": base_tps, "pick": pick.label, "pick_grid_tps": pick_tps,
                           "pick_best_ratio": ratio, "referee_pick_best_ratio": ref_ratio,
                           "referee_best": ref_best_label, "wall_time_ratio": time_ratio, "busy": args.busy,
+                          "referee_rounds_pick_best": [r[pick_grid.key] / r[ref_best_key] for r in by_round
+                                                       if ref_best_key and r.get(pick_grid.key) and r.get(ref_best_key)],
                           "load_average_start": load0, "load_average_end": load1,
                           "ok": ok}))
     return 0 if ok else 1
