@@ -70,8 +70,10 @@ class Screening(Stage):
         self.reps = list(range(state.settings.probe_repetitions))
         """Repetition ids of every probe and refine launch."""
 
-    def _fits(self, est_s: float, reserve: bool = True, optional: bool = False) -> bool:
-        return self.estimates.fits(self.budget, est_s, reserve, optional, reserve and self.busy())
+    def _fits(self, est_s: float, reserve: bool = True, optional: bool = False, busy: bool | None = None) -> bool:
+        """``Estimates.fits`` for a step of ``est_s`` s; ``busy``: reserve the busy extra look (default: if busy)."""
+        return self.estimates.fits(self.budget, est_s, reserve, optional,
+                                   reserve and (self.busy() if busy is None else busy))
 
     def _check_cancel(self) -> None:
         if self.cancel.is_set():
@@ -322,7 +324,10 @@ class Screening(Stage):
     def refine(self) -> None:
         """Measure the lengths each draft's curve predicts fastest (and faster than the baseline by half of
         ``min_gain``), best first, refitting after each; a better length the refit finds is queued too
-        (at most two per draft). The first length keeps the plain reserve, the rest the busy one."""
+        (at most two per draft). The first length keeps the plain reserve, the rest the optional stages' reserve
+        without the busy machine's extra look of the leader: the curve's predicted best moves by two or three
+        lengths between curves of one draft, so its neighbours are worth more (tests/calibration/search/
+        test_busy_refine.py says where that was measured)."""
         assert self.record.base_tps is not None
         bar = 1.0 + self.s.min_gain / 2  # a ratio to the baseline each curve was predicted against
         queue = self._refine_queue(bar)
@@ -339,7 +344,7 @@ class Screening(Stage):
             self.eta.pending_s = max(0.0, self.eta.pending_s - est)
             if c.n_max in self.record.measured_n_max(probe) or self._length_pruned(c, probe):
                 continue
-            if not self._fits(est, optional=refined > 0):
+            if not self._fits(est, optional=refined > 0, busy=False):
                 self.events("skipped", f"{c.label}: not measured, the time budget is spent", candidate=c)
                 self.record.unmeasured.append(c)
                 continue
