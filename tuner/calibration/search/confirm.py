@@ -104,9 +104,7 @@ class Confirmation(Stage):
         first (screening order among equals); the first is announced (event ``"progress"``)."""
         s, t = self.s, self.tracker
         looks = {c: self.record.look(c, s.min_gain, s.alpha, t.max_pairs, t.finalists, (), s.layout) for c in finalists}
-        left = [c for c in finalists if c not in self._failed and looks[c].n < t.max_pairs and (
-            looks[c].verdict == "inconclusive" or t.more_pairs_while_busy(looks[c], self.busy, self.budget,
-                                                                          self.estimates))]
+        left = [c for c in finalists if c not in self._failed and self.side_by_side.undecided(looks[c])]
         left.sort(key=lambda c: -(looks[c].mean_ratio or 0.0))
         if left:
             lead = looks[left[0]]
@@ -133,9 +131,7 @@ class Confirmation(Stage):
                         detail={"verdict": look.verdict, "pairs": n_pairs, "speedup": cmp_.speedup})
             return True, n_pairs
         if until is not None and look is not None and until <= n_pairs < t.max_pairs:
-            self.events("progress", f"{c.label}: {look.mean_ratio or 0:.2f}× after its first {n_pairs} pairs "
-                        f"({look.verdict}); the other finalists' first looks come next", candidate=c,
-                        detail={"verdict": look.verdict, "pairs": n_pairs})
+            self.side_by_side.paused(c, look)
             return True, n_pairs
         if n_pairs >= t.max_pairs or not t.leaves_room(look, self.budget, self.estimates):
             self.events("confirmed", f"{c.label}: still inconclusive after {n_pairs} adjacent pairs"

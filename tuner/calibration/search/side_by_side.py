@@ -64,14 +64,21 @@ class SideBySide(Stage):
         """True while the finalist's rounds go on: the test is inconclusive (or says "faster" while busy and
         the budget affords more) and fewer than ``max_pairs`` pairs (``until``, when smaller: the first pass's
         first look) ran."""
-        return (self._undecided(look) and look.n < (until or self.tracker.max_pairs)
+        return (self.undecided(look) and look.n < (until or self.tracker.max_pairs)
                 and self.tracker.leaves_room(look, self.budget, self.estimates))
 
-    def _undecided(self, look: Look) -> bool:
+    def undecided(self, look: Look) -> bool:
         """Fewer than ``max_pairs`` pairs ran and the test is inconclusive, or says "faster" while busy and the
         budget affords more pairs (``ConfirmTracker.more_pairs_while_busy``)."""
         return look.n < self.tracker.max_pairs and (look.verdict == "inconclusive" or self.tracker.more_pairs_while_busy(
             look, self.busy, self.budget, self.estimates))
+
+    def paused(self, c: Candidate, look: Look) -> None:
+        """The first pass stops finalist ``c`` at its first ``look`` (event ``"progress"``): its rounds may go on
+        after the other finalists' first looks. Both layouts say it (``Confirmation._alternating_rounds``)."""
+        self.events("progress", f"{c.label}: {look.mean_ratio or 0:.2f}× after its first {look.n} pairs "
+                    f"({look.verdict}); the other finalists' first looks come next", candidate=c,
+                    detail={"verdict": look.verdict, "pairs": look.n})
 
     def run(self, finalists: Sequence[Candidate]) -> None:
         """Paired rounds with the baseline's server kept running: a first pass gives each finalist its first
@@ -134,11 +141,9 @@ class SideBySide(Stage):
             if look.n:
                 self.tracker.saw(look, self.budget.clock())
             if not self.wants_more(look, until):
-                if until is not None and look.n >= until and self._undecided(look):
+                if until is not None and look.n >= until and self.undecided(look):
                     # the first pass's first look: its rounds may go on after the other finalists' first looks
-                    self.events("progress", f"{c.label}: {look.mean_ratio or 0:.2f}× after its first {look.n} pairs "
-                                f"({look.verdict}); the other finalists' first looks come next", candidate=c,
-                                detail={"verdict": look.verdict, "pairs": look.n})
+                    self.paused(c, look)
                     return True
                 self._ended(c, look)
                 return True
