@@ -174,11 +174,13 @@ class Estimates:
         and on a ``busy`` machine one more look's pairs of the leader; the refine stage after its first length
         counts as optional, without that busy extra (``Screening.refine`` says why). (Idle too since issue 28's
         quality runs: with the leader's two looks alone reserved, two finalists split four pairs, neither
-        concluded, and the model alone was served in five of nine runs where the pairs read 1.2–2×.) The probes and the first refine length keep the plain reserve while busy: the length the probe's
-        curve predicts fastest is what the pairs then confirm. (Doubling the reserve for them too left a busy 90 s
-        sweep with only the ``n_max`` 16 probe to confirm — every predicted-better length skipped at 34 s with 56 s
-        left — and it ended inconclusive on that probe.) Why the other finalists' looks (issue 28, quality family,
-        51 s busy tune): the optional stages ran to 32 s, the leader's first look was inconclusive and the second
+        concluded, and the model alone was served in five of nine runs where the pairs read 1.2–2×.)
+
+        The probes and the first refine length keep the plain reserve while busy: the length the probe's curve
+        predicts fastest is what the pairs then confirm. (Doubling the reserve for them too left a busy 90 s sweep
+        with only the ``n_max`` 16 probe to confirm — every predicted-better length skipped at 34 s with 56 s left —
+        and it ended inconclusive on that probe.) Why the other finalists' looks (issue 28, quality family, 51 s
+        busy tune): the optional stages ran to 32 s, the leader's first look was inconclusive and the second
         finalist (the chain, ~1.4×) had three noisy looks left, too few to conclude; the model alone was served
         where the chain was fastest."""
         extra = (self.finalists - 1) * MIN_PAIRS + (LOOK_STEP if busy else 0) if optional else 0

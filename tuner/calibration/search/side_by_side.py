@@ -70,8 +70,9 @@ class SideBySide(Stage):
     def undecided(self, look: Look) -> bool:
         """Fewer than ``max_pairs`` pairs ran and the test is inconclusive, or says "faster" while busy and the
         budget affords more pairs (``ConfirmTracker.more_pairs_while_busy``)."""
-        return look.n < self.tracker.max_pairs and (look.verdict == "inconclusive" or self.tracker.more_pairs_while_busy(
-            look, self.busy, self.budget, self.estimates))
+        t = self.tracker
+        return look.n < t.max_pairs and (
+            look.verdict == "inconclusive" or t.more_pairs_while_busy(look, self.busy, self.budget, self.estimates))
 
     def paused(self, c: Candidate, look: Look) -> None:
         """The first pass stops finalist ``c`` at its first ``look`` (event ``"progress"``): its rounds may go on
