@@ -312,6 +312,7 @@ class Screening(Stage):
                                key=lambda t: -t[2])
             fitted = self.record.fitted_curves.get(self.record.group(probe)) or []
             picks = second_opinion(promising[: self.s.refine_per_draft], fitted, done, self.record.base_tps, bar)
+            picks = with_neighbours(picks, promising)
             for k, _acc, tps in picks:
                 queue.append((tps, probe, probe.with_n_max(k)))
             if not curve and not any(m.candidate.n_max != probe.n_max for m in self.record.runs_of(probe)):
@@ -323,8 +324,8 @@ class Screening(Stage):
 
     def refine(self) -> None:
         """Measure the lengths each draft's curve predicts fastest (and faster than the baseline by half of
-        ``min_gain``), best first, refitting after each; a better length the refit finds is queued too
-        (at most two per draft). The first length keeps the plain reserve, the rest the optional stages' reserve
+        ``min_gain``), best first, then the best one's two neighbours (:func:`with_neighbours`), refitting after
+        each; a better length the refit finds is queued too (at most two per draft). The first length keeps the plain reserve, the rest the optional stages' reserve
         without the busy machine's extra look of the leader: the curve's predicted best moves by two or three
         lengths between curves of one draft, so its neighbours are worth more (tests/calibration/search/
         test_busy_refine.py says where that was measured)."""
@@ -515,8 +516,8 @@ def second_opinion(picks: Curve, fitted: Curve, done: set[int], base_tps: float 
     replaced by the best length of ``fitted`` (the curve of the cost model fitted to the draft's own runs) when
     that length is not among them, not in ``done`` (measured) and predicted above ``bar`` (a ratio to
     ``base_tps``, the screening baseline); ranked right after the curve's first pick (its tokens/s; the
-    measurement's prediction is the curve's own, :meth:`Screening.refine`), so lengths a refit of a wrong curve
-    queues again come after it. ``picks`` as given when there is no ``fitted`` curve, or when the measured curve
+    measurement's prediction is the curve's own, :meth:`Screening.refine`; :func:`with_neighbours` then puts the
+    first pick's neighbours before it), so lengths a refit of a wrong curve queues again come after it. ``picks`` as given when there is no ``fitted`` curve, or when the measured curve
     predicts no length above ``bar`` (the fitted line, through a step cost of 1 at no drafted token, is the more
     optimistic about short lengths: it adds no launch of its own).
 
@@ -533,6 +534,24 @@ def second_opinion(picks: Curve, fitted: Curve, done: set[int], base_tps: float 
     if k in {t[0] for t in picks}:
         return picks
     return [*picks[: max(1, len(picks) - 1)], (k, acc, picks[0][2])]
+
+
+def with_neighbours(picks: Curve, promising: Curve) -> Curve:
+    """``picks`` (best first) with the lengths next to the first one (±1, from ``promising``: the curve's unmeasured
+    lengths predicted above the refine bar) placed right after it, the one predicted faster first, all ranked at the
+    first one's predicted tokens/s (the queue keeps their order).
+
+    Why: the verify-cost curve's predicted best moves by one or two lengths between curves of one draft (a curve of
+    three points, 1, 7.7 and 14.7 drafted tokens, says little about the lengths between them), and on a busy machine
+    the exploration after the refine stage keeps the paired rounds' reserve and measures none. Issue 28's busy 76:
+    the refine measured the predicted ``n_max`` 8 and the fitted model's second opinion 3, then stopped with 48 s of
+    83 left; it served 8 at 0.932 of the referee's best, 7. The second opinion still comes after the neighbours."""
+    if not picks:
+        return picks
+    first = picks[0]
+    near = sorted({t[0]: t for t in [*promising, *picks[1:]] if abs(t[0] - first[0]) == 1}.values(), key=lambda t: -t[2])
+    rest = [t for t in picks[1:] if abs(t[0] - first[0]) != 1]
+    return [first, *[(k, a, first[2]) for k, a, _ in [*near, *rest]]]
 
 
 def near_ties(record: Record, min_gain: float, within: float) -> list[Candidate]:
