@@ -25,7 +25,7 @@ import pytest
 from tests.burner import Burner
 from tuner.calibration.candidates import Candidate
 from tuner.calibration.measure import measure_request
-from tuner.calibration.pairing import adjacent_pairs, pooled_tokens_per_s
+from tuner.calibration.pairing import MIN_PAIRS, adjacent_pairs, pooled_tokens_per_s
 from tuner.calibration.pipeline.launchers import supervisor_launch_fn
 from tuner.calibration.sampling import GREEDY
 from tuner.calibration.tune import tune
@@ -83,9 +83,11 @@ def test_busy_machine_still_picks_the_good_draft(tmp_path: Path, wide_family, ll
                       for m in res.measurements)
     assert d is not None and not d.no_speculation, f"{d.reason}\n{table}"
     assert d.winner.draft_path == str(wide_family.good_draft.resolve()), f"{d.reason}\n{table}"
-    # its own rounds: every pair it rests on, pooled, is faster than the baseline
+    # its own rounds: every pair it rests on, pooled, is faster than the baseline; at least the first look's two
+    # pairs (more while the budget lasts, unless another finalist's first look took the rest: a clean-clone run
+    # concluded n_max 15 after 2 pairs and then spent the budget on the chain's look)
     pairs = adjacent_pairs(list(res.measurements), d.winner)
-    assert d.pairs == len(pairs) >= 3 and d.speedup > 1.0
+    assert d.pairs == len(pairs) >= MIN_PAIRS and d.speedup > 1.0
     assert "Other programs used" in d.reason, d.reason  # the load watcher saw the burner
     # the reference runs the requests the estimate rests on: the same (prompt, repetition) texts — each
     # repetition has its own prefix — and the same length (a busy plan shortens requests)
