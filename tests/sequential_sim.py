@@ -162,8 +162,8 @@ def check_batch(rng: np.random.Generator, n: int = 40) -> float:
 # ---- data ---------------------------------------------------------------------------------------------
 
 def residual_bootstrap(rng: np.random.Generator, r: int, name: str, target: float,
-                       pairs_per_launch: int = 2) -> tuple[np.ndarray, np.ndarray]:
-    """``(Y, S)`` of ``r`` replications of ``MAX_PAIRS`` pairs from the recording ``name`` (module docstring),
+                       pairs_per_launch: int = 2, pairs: int = sq.MAX_PAIRS) -> tuple[np.ndarray, np.ndarray]:
+    """``(Y, S)`` of ``r`` replications of ``pairs`` pairs from the recording ``name`` (module docstring),
     centred on the true ln ratio ``target`` (under the recording's typical time weights)."""
     _d, yr, sr = load_recording(name)
     nl, per, p = yr.shape
@@ -181,7 +181,7 @@ def residual_bootstrap(rng: np.random.Generator, r: int, name: str, target: floa
     u = u / max(u.std(ddof=1), 1e-12) * math.sqrt(tau2)
     lm = (lm - lm.mean()) / max(lm.std(ddof=1), 1e-12) * math.sqrt(lam2)
     res = res.ravel() * math.sqrt(nl * per * p / ((nl * per - 1) * (p - 1)))  # residuals have fewer df
-    g = sq.MAX_PAIRS
+    g = pairs
     y = target + alpha[None, None, :] + rng.choice(res, size=(r, g, p))
     n_l = math.ceil(g / pairs_per_launch)
     y += np.repeat(rng.choice(lm, size=(r, n_l)), pairs_per_launch, axis=1)[:, :g, None]

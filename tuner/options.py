@@ -161,7 +161,7 @@ def _tuning_options() -> list[Option]:
                in_request=True, gui_scale=1 / 60, gui_suffix=" min"),
         Option("n_predict", int, 1, default=256, help="tokens generated per measured request", in_request=True),
         Option("repetitions", int, 1, default=3, in_request=True,
-               help="repetitions of the finalists (at most 2 × this many adjacent pairs each)"),
+               help="repetitions of the finalists (at most 2 × this many adjacent pairs each; two more on a busy machine)"),
         Option("max_prompts", int, 1, unset="all of a prompt file, 5 of the built-in set", in_request=True,
                help="use at most N prompts of the set"),
         Option("threads", int, 1, limit=Limit("logical_cpus", factor=4, words="4 × the {n} logical CPUs"),

@@ -34,6 +34,9 @@ def reqs(means: list[float], sigma: float = 0.05, prompts: int = 6, seed: int = 
 def test_looks_and_their_share_of_the_error():
     assert look_points(6) == [2, 4, 6] and look_points(5) == [2, 4, 5] and look_points(2) == [2]
     assert look_points(1) == [2]
+    # at most three looks, the last at max_pairs (a busy side-by-side sweep's 8; --repetitions 5's 10)
+    assert look_points(8) == [2, 4, 8] and look_points(10) == [2, 4, 10] and look_points(3) == [2, 3]
+    assert alpha_per_look(0.05, 8, 2) == pytest.approx(0.05 / 6)
     assert alpha_per_look(0.05, 6, 2) == pytest.approx(0.05 / 6)
     assert alpha_per_look() == pytest.approx(0.05 / (len(look_points(MAX_PAIRS)) * FINALISTS))
 

@@ -41,6 +41,7 @@ from .results import Measurement, Sample
 from .sequential import (
     ALPHA,
     ALTERNATING,
+    BUSY_EXTRA_PAIRS,
     FINALISTS,
     LOOK_STEP,
     MAX_PAIRS,
@@ -418,6 +419,7 @@ def compare(
 __all__ = [
     "ALPHA",
     "ALTERNATING",
+    "BUSY_EXTRA_PAIRS",
     "Comparison",
     "FINALISTS",
     "HEAD_TO_HEAD",

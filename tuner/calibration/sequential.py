@@ -27,8 +27,9 @@ the pooled ratio Σ w·tokens ÷ Σ w·time, to third order) and:
 * ``se² = V ÷ G``; alternating launches (A{r0} B{r0,r1} A{r1,r2} …: neighbouring pairs share a launch) add
   ``(1 − 1/G)·max(0, V − σ̂²Σπ²) ÷ G``.
 
-Looks and the error rate: a one-sided test of ``H0: θ ≤ ln(1 + min_gain)`` at ``G = 2, 4, 6`` pairs
-(:func:`look_points`: one look per launch pair's two repetitions, and at ``max_pairs``), each at
+Looks and the error rate: a one-sided test of ``H0: θ ≤ ln(1 + min_gain)`` at ``G = 2, 4, 6`` pairs (a busy
+side-by-side sweep: 2, 4, 8, :data:`BUSY_EXTRA_PAIRS`; :func:`look_points`: one look per launch pair's two
+repetitions, at most :data:`MAX_LOOKS`, the last at ``max_pairs``), each at
 ``α_look = α ÷ (looks × finalists)`` (Bonferroni): "faster" when the interval's low end clears the bar, "not
 faster" when its high end is below it. The union bound makes the probability of declaring any finalist faster
 when none is more than ``min_gain`` faster at most ``α`` (5 %) for any rule of when to stop, so an earlier look's
@@ -57,6 +58,15 @@ LOOK_STEP = 2
 """Pairs between looks: a launch pair's two repetitions (looks at 2, 4, 6 pairs)."""
 MAX_PAIRS = 6
 """The last look per finalist."""
+BUSY_EXTRA_PAIRS = 2
+"""A busy side-by-side sweep moves each finalist's last look this many pairs further (6 → 8: looks at 2, 4 and 8,
+:data:`MAX_LOOKS`), reached only while the budget pays for the pairs. Issue 28's busy quality run 7: ngram-mod
+read 1.13× in all six pairs, its interval 1.02–1.26× just missed the bar of 1.03 at the last look, 12 s of the
+74 s budget were left and the model alone was served at 0.78 of the best; two more pairs were about 10 s."""
+MAX_LOOKS = 3
+"""Looks per finalist at most: ``MIN_PAIRS``, every ``LOOK_STEP`` pairs after it, and the last at ``max_pairs``
+(6 pairs: 2, 4, 6; 8 pairs: 2, 4, 8). Each look spends ``α ÷ (looks × finalists)``: a fourth look at 6 of 8 would
+widen every interval by 4 % (the t quantile at 0.05/8 against 0.05/6) to stop two pairs sooner now and then."""
 FINALISTS = 2
 """Candidates whose paired rounds share the error ``ALPHA``."""
 MIN_GAIN = 0.03
@@ -220,12 +230,13 @@ class Look:
 
 
 def look_points(max_pairs: int = MAX_PAIRS) -> list[int]:
-    """Pair counts at which the test looks: ``MIN_PAIRS, MIN_PAIRS + LOOK_STEP, …`` up to ``max_pairs``, and
-    ``max_pairs`` itself (an odd last look); ``[MIN_PAIRS]`` when ``max_pairs`` is smaller."""
-    pts = list(range(MIN_PAIRS, max(MIN_PAIRS, max_pairs) + 1, LOOK_STEP))
-    if max_pairs > pts[-1]:
-        pts.append(max_pairs)
-    return pts
+    """Pair counts at which the test looks: ``MIN_PAIRS, MIN_PAIRS + LOOK_STEP, …`` below ``max_pairs``, at most
+    ``MAX_LOOKS − 1`` of them, and ``max_pairs`` itself (the last look; it may be odd or further on: 8 → 2, 4, 8);
+    ``[MIN_PAIRS]`` when ``max_pairs`` is smaller."""
+    if max_pairs <= MIN_PAIRS:
+        return [MIN_PAIRS]
+    pts = list(range(MIN_PAIRS, max_pairs, LOOK_STEP))[:MAX_LOOKS - 1]
+    return pts + [max_pairs]
 
 
 def alpha_per_look(alpha: float = ALPHA, max_pairs: int = MAX_PAIRS, finalists: int = FINALISTS) -> float:
@@ -296,7 +307,7 @@ def _pairs_needed(theta: float, se: float, df: float, g: int, a_look: float, bar
     shrinking as ``√(g/k)``), ``None`` when the mean is not above the bar or none up to 60 pairs would."""
     if theta <= bar:
         return None
-    for k in (x for x in look_points(60) if x >= g):
+    for k in range(max(g, MIN_PAIRS) + (g - MIN_PAIRS) % LOOK_STEP, 61, LOOK_STEP):
         if theta - t_quantile(1.0 - a_look, t_df(df + k - g)) * se * math.sqrt(g / k) > bar:
             return k
     return None
@@ -416,6 +427,7 @@ def _pooled(x: tuple[float, float, float], y: tuple[float, float, float]) -> tup
 __all__ = [
     "ALPHA",
     "ALTERNATING",
+    "BUSY_EXTRA_PAIRS",
     "CHAIN_MIN_GAIN",
     "D0",
     "FINALISTS",
@@ -423,6 +435,7 @@ __all__ = [
     "LAYOUTS",
     "LOOK_STEP",
     "Look",
+    "MAX_LOOKS",
     "MAX_PAIRS",
     "MIN_GAIN",
     "MIN_PAIRS",

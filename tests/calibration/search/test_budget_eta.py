@@ -201,3 +201,27 @@ def test_an_inconclusive_finalist_leaves_the_next_one_its_first_look(look: Look 
     assert tracker.leaves_room(look, budget, estimates()) is room
     if not room:
         assert tracker.room_words() == f"; the budget left goes to {OTHER.label}'s first look"
+
+
+def test_an_extended_last_look_keeps_the_busy_estimate_pairs_and_looks_only_at_its_points() -> None:
+    """A busy side-by-side sweep's last look moved to 8 (``extend_last_look``): a "faster" finalist still pairs on
+    only up to the 6 planned; an inconclusive one at 4 gives way unless the 4 pairs to the look at 8 fit with the
+    next finalist's first look; the ETA counts to that look."""
+    clock = SimClock()
+    e = estimates()
+    pair = 8.2 + 2.32 / 2
+    tracker = ConfirmTracker(MAX_PAIRS, 2, next_rep=1, left=[GOOD, OTHER])
+    tracker.extend_last_look(MAX_PAIRS + 2)
+    tracker.extend_last_look(MAX_PAIRS)  # never moves back
+    assert (tracker.max_pairs, tracker.planned_pairs) == (8, MAX_PAIRS)
+    busy = lambda: True  # noqa: E731
+    assert tracker.more_pairs_while_busy(_look(5, "faster"), busy, Budget(100.0, clock), e)
+    assert not tracker.more_pairs_while_busy(_look(6, "faster"), busy, Budget(100.0, clock), e)
+    later = MIN_PAIRS * pair + 2.32
+    assert not tracker.leaves_room(_look(4, "inconclusive"), Budget(later + 3.5 * pair, clock), e)
+    assert tracker.leaves_room(_look(4, "inconclusive"), Budget(later + 4 * pair + 0.1, clock), e)
+    assert tracker.leaves_room(_look(6, "inconclusive"), Budget(5.0, clock), e)  # not a look point of 2, 4, 8
+    budget = Budget(300.0, clock)
+    tracker.next_finalist(GOOD, clock())
+    tracker.saw(_look(4, "inconclusive", pairs_needed=6), clock())
+    assert tracker.expected_s(e, budget, lambda: False) == pytest.approx(4 * pair + later)

@@ -20,7 +20,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ..candidates import Candidate
-from ..pairing import LOOK_STEP, MIN_PAIRS, Look
+from ..pairing import MIN_PAIRS, Look, look_points
 from .budget import Budget, Estimates
 
 MAX_SLOWDOWN = 50.0
@@ -33,9 +33,10 @@ class ConfirmTracker:
     """The paired rounds' state, for the rounds themselves and for the ETA.
 
     Attributes:
-        max_pairs: looks per finalist of the sequential test (the decision uses the same). (More looks
-            when busy were tried: each look then gets a smaller share of the error, and short busy
-            sweeps ended inconclusive after 2 pairs where 3 would have decided.)
+        max_pairs: the sequential test's last look per finalist (the decision uses the same): the settings', or
+            further on a busy machine side by side (:meth:`extend_last_look`). (More looks when busy were tried:
+            each look then gets a smaller share of the error, and short busy sweeps ended inconclusive after 2
+            pairs where 3 would have decided; a further last look keeps three: 2, 4, 8.)
         finalists: finalists the paired rounds were planned for (the sequential test's error is split
             over them; chosen from screening data only).
         next_rep: the next fresh repetition id (after the screening ones).
@@ -44,6 +45,8 @@ class ConfirmTracker:
         pair_t0: clock reading when the current pair (side by side) or round (alternating) began.
         looked: every finalist has had its first look (side by side's first pass,
             ``tuner.calibration.search.side_by_side``): :meth:`leaves_room` keeps nothing more for them.
+        planned_pairs: the settings' ``max_pairs``: a finalist already "faster" on a busy machine has its rounds go
+            on up to here (:meth:`more_pairs_while_busy`), not to an extended last look (0: ``max_pairs``).
     """
 
     max_pairs: int
@@ -53,6 +56,13 @@ class ConfirmTracker:
     look: Look | None = None
     pair_t0: float | None = None
     looked: bool = False
+    planned_pairs: int = 0
+
+    def extend_last_look(self, last_look: int) -> None:
+        """Move the last look to ``last_look`` pairs when that is further (the protocol's plan on a busy machine,
+        before any pair: ``tuner.calibration.search.protocol.ProtocolPlan.last_look``); the pairs planned stay."""
+        self.planned_pairs = self.planned_pairs or self.max_pairs
+        self.max_pairs = max(self.max_pairs, last_look)
 
     def take_rep(self) -> int:
         """A fresh repetition id for the next pair."""
@@ -80,7 +90,7 @@ class ConfirmTracker:
         the estimate: a test that stops at its first conclusive look on 3 noisy pairs stops when they
         happen to read high, and under load a pair's ratio spreads wider than idle (issue 10: "spend
         the remaining budget on more paired rounds")."""
-        if look is None or look.verdict != "faster" or look.n >= self.max_pairs or not busy():
+        if look is None or look.verdict != "faster" or look.n >= (self.planned_pairs or self.max_pairs) or not busy():
             return False
         per_pair = estimates.pair_s()
         later = max(0, len(self.left) - 1) * (MIN_PAIRS * per_pair + estimates.launch_s())
@@ -88,18 +98,20 @@ class ConfirmTracker:
 
     def leaves_room(self, look: Look | None, budget: Budget, estimates: Estimates) -> bool:
         """False when the current finalist's test is inconclusive at a look point and the budget left cannot pay
-        its next ``LOOK_STEP`` pairs and still give each later finalist its first look (``MIN_PAIRS`` pairs and a
+        the pairs to its next look and still give each later finalist its first look (``MIN_PAIRS`` pairs and a
         launch): its rounds end there. One finalist's inconclusive rounds then never take the budget the next one
         needs to be looked at at all (issue 28, a busy quality run: ngram-mod ran 6 inconclusive pairs, 23 s of a
         54 s budget, and the chain ngram-mod + draft, 1.54× in its one pair, was never looked at; the model alone
         was served). True before the first look, between look points, for the last finalist, and once every finalist
         had its first look (:attr:`looked`)."""
-        if self.looked or look is None or look.verdict != "inconclusive" or look.n < MIN_PAIRS or look.n % LOOK_STEP \
-                or len(self.left) <= 1:
+        points = look_points(self.max_pairs)
+        if self.looked or look is None or look.verdict != "inconclusive" or look.n not in points \
+                or look.n >= points[-1] or len(self.left) <= 1:
             return True
         per_pair = estimates.pair_s()
         later = (len(self.left) - 1) * (MIN_PAIRS * per_pair + estimates.launch_s())
-        return budget.remaining_s() - later >= LOOK_STEP * per_pair
+        to_next = next(p for p in points if p > look.n) - look.n
+        return budget.remaining_s() - later >= to_next * per_pair
 
     def room_words(self) -> str:
         """The words for a finalist whose rounds :meth:`leaves_room` ended: who gets the budget."""
@@ -126,10 +138,12 @@ class ConfirmTracker:
         if look is None or n < 2:
             want = MIN_PAIRS
         elif look.verdict != "inconclusive":
-            want = self.max_pairs if self.more_pairs_while_busy(look, busy, budget, estimates) else n
+            want = (self.planned_pairs or self.max_pairs) if self.more_pairs_while_busy(look, busy, budget, estimates) \
+                else n
         else:
             want = look.pairs_needed if look.pairs_needed is not None else self.max_pairs
-            want = max(MIN_PAIRS, min(self.max_pairs, want))
+            # the test decides only at a look point: the first at or after the pairs needed
+            want = next(p for p in look_points(self.max_pairs) if p >= min(self.max_pairs, max(MIN_PAIRS, want)))
         ran = (budget.clock() - self.pair_t0) if self.pair_t0 is not None else 0.0
         # the pair under way (less what it has run; an overrun one is still under way: not below 0),
         # then the rest, as far as the budget left affords them (a pair that does not fit is not run)

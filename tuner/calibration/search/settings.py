@@ -11,7 +11,7 @@ from dataclasses import dataclass
 from tuner.errors import DraftwiseError
 
 from ..candidates import DRAFT_LENGTHS
-from ..pairing import ALPHA, ALTERNATING, MAX_PAIRS, MIN_GAIN, SIDE_BY_SIDE
+from ..pairing import ALPHA, ALTERNATING, BUSY_EXTRA_PAIRS, MAX_PAIRS, MIN_GAIN, SIDE_BY_SIDE
 from ..results import Measurement
 from ..verifycost import VerifyCurve
 
@@ -25,6 +25,9 @@ class SearchSettings:
         baseline_repetitions: repetitions of the first baseline launch (screening reference).
         probe_repetitions: repetitions of probe and refine launches.
         max_pairs: at most this many adjacent pairs per finalist (the sequential test's looks).
+        busy_extra_pairs: side by side on a machine that is busy when the protocol is planned, the last look is
+            this many pairs after ``max_pairs`` (``tuner.calibration.sequential.BUSY_EXTRA_PAIRS``: looks at 2, 4,
+            8), reached only while the budget pays for the pairs; 0: none.
         alpha: total error of the sequential test (``tuner.calibration.pairing``).
         plan: plan prompts and ``n_predict`` from the first warm-up
             (:func:`tuner.calibration.search.protocol.plan_protocol`).
@@ -84,6 +87,7 @@ class SearchSettings:
     baseline_repetitions: int = 1
     probe_repetitions: int = 1
     max_pairs: int = MAX_PAIRS
+    busy_extra_pairs: int = BUSY_EXTRA_PAIRS
     alpha: float = ALPHA
     plan: bool = True
     min_n_predict: int = 32
