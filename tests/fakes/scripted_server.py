@@ -244,26 +244,27 @@ def scripted_search(launch: LaunchFn, plan: CandidatePlan, prompts: list[tuple[i
 
 
 def side_by_side_sweep(launch: ScriptedLaunch, plan: CandidatePlan, budget_s: float,
-                       clock: SimClock, side_by_side: bool = True) -> tuple[Any, list[tuple[str, str]]]:
+                       clock: SimClock, side_by_side: bool = True, busy: bool = False) -> tuple[Any, list[tuple[str, str]]]:
     """One side-by-side sweep of ``plan`` over ``launch`` on five code prompts of 32 tokens, with a budget of
     ``budget_s`` simulated seconds: ``(the sweep's outcome, its events as (kind, message))``;
-    ``side_by_side=False``: the alternating launches of a GPU placement instead."""
+    ``side_by_side=False``: the alternating launches of a GPU placement instead; ``busy``: the load watcher says
+    other programs use the CPU."""
     events: list[tuple[str, str]] = []
     search = scripted_search(launch, plan, [(i, Prompt(f"p{i}", "code")) for i in range(5)],
                              SearchSettings(n_predict=32, side_by_side=side_by_side), budget_s, clock=clock,
-                             emit=lambda kind, msg, **kw: events.append((kind, msg)))
+                             emit=lambda kind, msg, **kw: events.append((kind, msg)), busy=lambda: busy)
     return search.run(), events
 
 
-def decided_side_by_side(per_launch: Callable[[Candidate, int], dict], plan: CandidatePlan,
-                         budget_s: float, side_by_side: bool = True) -> tuple[Any, list[tuple[str, str]], list[Any]]:
+def decided_side_by_side(per_launch: Callable[[Candidate, int], dict], plan: CandidatePlan, budget_s: float,
+                         side_by_side: bool = True, busy: bool = False) -> tuple[Any, list[tuple[str, str]], list[Any]]:
     """:func:`side_by_side_sweep` on a scripted 100 tokens/s target whose speeds ``per_launch`` sets per launch,
     then decided: ``(the decision, the events, the measurements)``."""
     from tuner.calibration.decide import decide
 
     clock = SimClock()
     launch = ScriptedLaunch(lambda c: 100.0, content="same text", clock=clock, load_s=1.0, per_launch=per_launch)
-    outcome, events = side_by_side_sweep(launch, plan, budget_s, clock, side_by_side)
+    outcome, events = side_by_side_sweep(launch, plan, budget_s, clock, side_by_side, busy)
     return decide(outcome), events, outcome.measurements
 
 

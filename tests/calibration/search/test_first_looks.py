@@ -16,10 +16,10 @@ CHAIN = Candidate(spec_type="ngram-mod,draft-simple", draft_path="/m/good.gguf",
 SIMPLE = Candidate(spec_type="ngram-simple", n_max=16)
 
 
-def _tune(budget_s: float, seed: int = 3, side_by_side: bool = True):
+def _tune(budget_s: float, seed: int = 3, side_by_side: bool = True, busy: bool = False):
     """A side-by-side sweep where ngram-mod's screening launch reads high (150 tokens/s; later ~112, within the
     model alone's ±45 % request noise: inconclusive) and the chain's reads low (118; later 150, 1.5×); ngram-simple
-    (105) makes three contenders, so two are finalists."""
+    (105) makes three contenders, so two are finalists. ``busy``: the load watcher says other programs use the CPU."""
     rng = random.Random(seed)
 
     def tps(x: Candidate, first: bool) -> float:
@@ -32,7 +32,7 @@ def _tune(budget_s: float, seed: int = 3, side_by_side: bool = True):
         return speed * rng.uniform(0.97, 1.03)
 
     plan = CandidatePlan(baseline=Candidate(), ngram=(NGRAM, SIMPLE, CHAIN))
-    return decided_side_by_side(by_launch(tps), plan, budget_s, side_by_side)
+    return decided_side_by_side(by_launch(tps), plan, budget_s, side_by_side, busy)
 
 
 def test_a_tight_budget_still_looks_at_the_second_finalist() -> None:

@@ -64,7 +64,7 @@ class Confirmation(Stage):
                 self.events("skipped", self._dropped_words(c, finalists), candidate=c)
         try:
             if self.s.side_by_side:
-                self.side_by_side.run(finalists)
+                self.side_by_side.run(finalists, {c: r for r, c in contenders})
             else:
                 self._alternating_rounds(finalists)
                 while (side := chain_to_settle(self.state, finalists)) is not None:
