@@ -93,7 +93,7 @@ def test_the_detail_the_tune_reads_and_the_prompts_left_alone() -> None:
     small = plan_protocol(DRAFTS, SIDE, 60.0, prompts, 128, 8.0, 3.0, busy=False)
     assert prompts == PROMPTS  # pure: the caller applies the plan
     assert list(small.detail()) == ["n_predict", "prompts", "load_s", "pairs", "busy", "warmup_gen_tokens_per_s",
-                                    "planned_s", "smallest_s", "last_look", "budget_too_small", "suggested_budget_s"]
+                                    "planned_s", "smallest_s", "budget_too_small", "suggested_budget_s"]
     fits = plan_protocol(DRAFTS, SIDE, 3600.0, prompts, 128, 1.0, 500.0, busy=False).detail()
     assert "budget_too_small" not in fits and fits["warmup_gen_tokens_per_s"] == 500.0
 
@@ -101,17 +101,3 @@ def test_the_detail_the_tune_reads_and_the_prompts_left_alone() -> None:
 def test_a_repetition_is_every_prompt_once() -> None:
     assert rep_s(20.0, 5, 128) == pytest.approx(5 * (128 / 20.0 + 0.05))
     assert rep_s(0.0, 1, 10) == pytest.approx(10 / 1e-3 + 0.05)  # no speed: never a division by zero
-
-
-@pytest.mark.parametrize("busy,side,last", [(False, True, 6), (True, True, 8), (True, False, 6), (False, False, 6)])
-def test_the_last_look_moves_two_pairs_further_only_side_by_side_on_a_busy_machine(busy: bool, side: bool,
-                                                                                  last: int) -> None:
-    """The look schedule is fixed when the protocol is planned (before any pair): 2, 4, 8 on a busy machine side
-    by side, where a pair is one request on each running server; alternating launches reload both sides per block."""
-    settings = SearchSettings(n_predict=128, side_by_side=side)
-    p = plan_protocol(DRAFTS, settings, 3600.0, PROMPTS, 128, 1.0, 500.0, busy=busy)
-    assert p.last_look == last and p.detail()["last_look"] == last
-    assert p.pairs == (6 if busy and side else 4)  # the pairs planned stay the settings' (the budget pays the rest)
-    none = plan_protocol(DRAFTS, SearchSettings(n_predict=128, side_by_side=side, busy_extra_pairs=0), 3600.0,
-                         PROMPTS, 128, 1.0, 500.0, busy=busy)
-    assert none.last_look == 6

@@ -49,6 +49,10 @@ class Confirmation(Stage):
             Cancelled: the user cancelled.
         """
         assert self.record.base_tps is not None
+        if self.s.side_by_side and self.busy():
+            # fixed before any pair (the sequential test's error bound needs the looks set in advance): the load
+            # watcher has seen the screening by now, where at the protocol's plan it had seen one warm-up
+            self.tracker.extend_last_look(self.s.max_pairs + max(0, self.s.busy_extra_pairs))
         if not contenders:
             self.events("skipped", "no speculative configuration beat the baseline on the same requests: "
                         "nothing to confirm")

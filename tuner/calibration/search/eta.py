@@ -59,8 +59,8 @@ class ConfirmTracker:
     planned_pairs: int = 0
 
     def extend_last_look(self, last_look: int) -> None:
-        """Move the last look to ``last_look`` pairs when that is further (the protocol's plan on a busy machine,
-        before any pair: ``tuner.calibration.search.protocol.ProtocolPlan.last_look``); the pairs planned stay."""
+        """Move the last look to ``last_look`` pairs when that is further (a busy machine side by side, when the
+        paired rounds begin: ``tuner.calibration.search.confirm.Confirmation.run``); the pairs planned stay."""
         self.planned_pairs = self.planned_pairs or self.max_pairs
         self.max_pairs = max(self.max_pairs, last_look)
 

@@ -172,7 +172,6 @@ class Measurer(Stage):
         p = plan_protocol(self.plan, self.s, self.budget.budget_s, req.prompts, req.n_predict, load_s, warmup_tps,
                           self.busy())
         self.protocol = p
-        self.tracker.extend_last_look(p.last_look)
         changed = (p.prompts, p.n_predict) != (len(req.prompts), req.n_predict)
         if changed:  # before the event, so that its ETA is the planned protocol's
             req.prompts = req.prompts[:p.prompts]

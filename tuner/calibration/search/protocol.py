@@ -56,9 +56,6 @@ class ProtocolPlan:
         n_predict: generated tokens per request.
         load_s: the first launch's load time (seconds).
         pairs: paired rounds planned for the leader.
-        last_look: the sequential test's last look (``max_pairs`` of the paired rounds): ``settings.max_pairs``, or
-            ``settings.busy_extra_pairs`` more side by side on a busy machine (the budget left decides whether it is
-            reached; the look schedule is fixed here, before any pair, so the test's error bound holds).
         busy: the load watcher said the machine was busy when it was planned.
         warmup_tps: the first warm-up's generation speed (tokens/s).
         planned_s: the planned sweep's estimated seconds.
@@ -80,17 +77,15 @@ class ProtocolPlan:
     budget_too_small: bool = False
     suggested_budget_s: int | None = None
     message: str = ""
-    last_look: int = 0
 
     def detail(self) -> dict[str, object]:
         """The ``"budget"`` event's detail and the outcome's ``protocol`` (the keys the tune and the Tune
         tab read: ``n_predict``, ``prompts``, ``load_s``, ``pairs``, ``busy``, ``warmup_gen_tokens_per_s``,
-        ``planned_s``, ``smallest_s``, ``last_look``, and ``budget_too_small`` / ``suggested_budget_s`` when too
-        small)."""
+        ``planned_s``, ``smallest_s``, and ``budget_too_small`` / ``suggested_budget_s`` when too small)."""
         out: dict[str, object] = {
             "n_predict": self.n_predict, "prompts": self.prompts, "load_s": self.load_s, "pairs": self.pairs,
             "busy": self.busy, "warmup_gen_tokens_per_s": self.warmup_tps, "planned_s": self.planned_s,
-            "smallest_s": self.smallest_s, "last_look": self.last_look}
+            "smallest_s": self.smallest_s}
         if self.budget_too_small:
             out.update(budget_too_small=True, suggested_budget_s=self.suggested_budget_s)
         return out
@@ -151,10 +146,9 @@ def plan_protocol(plan: CandidatePlan, settings: SearchSettings, budget_s: float
         need = math.ceil(smallest / PLAN_SHARE / 30) * 30
         msg += (f"; the budget of {budget_s:.0f} s is too small for one meaningful comparison at "
                 f"this speed (the smallest takes about {smallest:.0f} s): a budget of about {need} s would do")
-    last_look = settings.max_pairs + (max(0, settings.busy_extra_pairs) if busy and side else 0)
     return ProtocolPlan(prompts=n_prompts, n_predict=n_predict, load_s=load_s, pairs=pairs, busy=busy,
                         warmup_tps=warmup_tps, planned_s=cost(n_prompts, n_predict), smallest_s=smallest,
-                        budget_too_small=need is not None, suggested_budget_s=need, message=msg, last_look=last_look)
+                        budget_too_small=need is not None, suggested_budget_s=need, message=msg)
 
 
 def _fit(cost: Callable[[int, int], float], share_s: float, whole_s: float, plan: CandidatePlan,

@@ -25,7 +25,7 @@ class SearchSettings:
         baseline_repetitions: repetitions of the first baseline launch (screening reference).
         probe_repetitions: repetitions of probe and refine launches.
         max_pairs: at most this many adjacent pairs per finalist (the sequential test's looks).
-        busy_extra_pairs: side by side on a machine that is busy when the protocol is planned, the last look is
+        busy_extra_pairs: side by side on a machine that is busy when the paired rounds begin, the last look is
             this many pairs after ``max_pairs`` (``tuner.calibration.sequential.BUSY_EXTRA_PAIRS``: looks at 2, 4,
             8), reached only while the budget pays for the pairs; 0: none.
         alpha: total error of the sequential test (``tuner.calibration.pairing``).
