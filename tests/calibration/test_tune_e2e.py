@@ -56,6 +56,13 @@ def test_picks_the_good_draft_and_never_the_unrelated_one(tmp_path: Path, wide_f
     store = ProfileStore(tmp_path / "profiles")
     res = tune(models, prompts=PROMPTS, budget_s=60, server=llama_server_bin, store=store, n_predict=96,
                repetitions=3, n_ctx=1024, threads=TUNE_THREADS, on_event=events.append, **WORKLOAD)
+    if res.decision is not None and res.decision.no_speculation and "a longer tune can settle it" in res.decision.reason:
+        # what the app tells a user whose machine is noisy: a longer tune settles it. On the EPYC of issue 28's stop
+        # 45 the 60 s tune ended both finalists inconclusive in 5 of 15 runs (old code and new alike: the draft at
+        # 1.31-1.36x over 4 pairs, intervals 0.99-2.00x), at 75 s still 2 of 4
+        events.clear()
+        res = tune(models, prompts=PROMPTS, budget_s=150, server=llama_server_bin, store=store, n_predict=96,
+                   repetitions=3, n_ctx=1024, threads=TUNE_THREADS, on_event=events.append, force=True, **WORKLOAD)
     d = res.decision
     assert d is not None, "no decision"
     table = "\n".join(f"{m.candidate.label}: {m.gen_tokens_per_s} tok/s acc {m.acceptance} err {m.error}"
