@@ -61,8 +61,13 @@ class ConfirmTracker:
     def extend_last_look(self, last_look: int) -> None:
         """Move the last look to ``last_look`` pairs when that is further (a busy machine side by side, when the
         paired rounds begin: ``tuner.calibration.search.confirm.Confirmation.run``); the pairs planned stay."""
-        self.planned_pairs = self.planned_pairs or self.max_pairs
+        self.planned_pairs = self.faster_pairs
         self.max_pairs = max(self.max_pairs, last_look)
+
+    @property
+    def faster_pairs(self) -> int:
+        """Pairs a finalist already "faster" on a busy machine runs to: the planned ones (:attr:`planned_pairs`)."""
+        return self.planned_pairs or self.max_pairs
 
     def take_rep(self) -> int:
         """A fresh repetition id for the next pair."""
@@ -90,7 +95,7 @@ class ConfirmTracker:
         the estimate: a test that stops at its first conclusive look on 3 noisy pairs stops when they
         happen to read high, and under load a pair's ratio spreads wider than idle (issue 10: "spend
         the remaining budget on more paired rounds")."""
-        if look is None or look.verdict != "faster" or look.n >= (self.planned_pairs or self.max_pairs) or not busy():
+        if look is None or look.verdict != "faster" or look.n >= self.faster_pairs or not busy():
             return False
         per_pair = estimates.pair_s()
         later = max(0, len(self.left) - 1) * (MIN_PAIRS * per_pair + estimates.launch_s())
@@ -138,8 +143,7 @@ class ConfirmTracker:
         if look is None or n < 2:
             want = MIN_PAIRS
         elif look.verdict != "inconclusive":
-            want = (self.planned_pairs or self.max_pairs) if self.more_pairs_while_busy(look, busy, budget, estimates) \
-                else n
+            want = self.faster_pairs if self.more_pairs_while_busy(look, busy, budget, estimates) else n
         else:
             want = look.pairs_needed if look.pairs_needed is not None else self.max_pairs
             # the test decides only at a look point: the first at or after the pairs needed

@@ -175,11 +175,11 @@ class SideBySide(Stage):
             if look.n:
                 self.tracker.saw(look, self.budget.clock())
             if not self.wants_more(look, until):
-                if until is not None and look.n >= until and self.undecided(look) and self.goes_on(c, look):
-                    until = None
-                    self.more_in_launch = lambda lk: self.wants_more(lk)
-                    continue
                 if until is not None and look.n >= until and self.undecided(look):
+                    if self.goes_on(c, look):
+                        until = None
+                        self.more_in_launch = lambda lk: self.wants_more(lk)
+                        continue
                     # the first pass's first look: its rounds may go on after the other finalists' first looks
                     self.paused(c, look)
                     return True
