@@ -517,7 +517,7 @@ class _QuietWatcher:
     def start(self) -> None:
         pass
 
-    def summary(self) -> Any:
+    def summary(self, early: bool = False) -> Any:
         from tuner.hardware.host import LoadSummary
 
         return LoadSummary(samples=10, other_cpu_mean=0.4, other_cpu_max=0.55, steal_mean=0.0, busy_share=0.5)

@@ -125,3 +125,21 @@ def test_a_watch_shorter_than_one_interval_still_sees_another_program():
         s = watcher.stop()
     assert s.samples >= 1, s
     assert s.busy, s
+
+
+def test_an_early_question_is_answered_from_the_interval_in_progress():
+    """A sweep plans its protocol after the first warm-up, 0.6–1.0 s in with a small model, before the watcher's
+    first whole 1 s interval: ``summary(early=True)`` answers from the interval in progress (a core busy
+    elsewhere: busy), where ``summary()`` has no sample and says idle (issue 28's busy quality runs all planned
+    as idle beside the burner). Once a whole interval is there, ``early`` changes nothing."""
+    with Burner(total_s=5.0, min_burst_s=5.0, max_burst_s=5.0):
+        time.sleep(0.3)
+        watcher = LoadWatcher(interval_s=1.0).start()
+        time.sleep(0.6)
+        plain, early = watcher.summary(), watcher.summary(early=True)
+        assert plain.samples == 0 and not plain.busy, plain
+        assert early.samples == 1 and early.busy, early
+        time.sleep(1.0)
+        later, later_early = watcher.summary(), watcher.summary(early=True)
+        watcher.stop()
+    assert later.samples >= 1 and later_early == later, (later, later_early)

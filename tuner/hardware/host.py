@@ -121,6 +121,10 @@ BUSY_FRACTION = 0.15
 """Others' mean CPU share (of all CPUs) from which the machine counts as busy."""
 
 
+_Reading = tuple[float, float, float, float]
+"""``(monotonic s, machine busy CPU s, steal s, our tree's CPU s)``: one reading of the counters."""
+
+
 class LoadWatcher:
     """Samples the machine's CPU use by other processes in a background thread (psutil).
 
@@ -135,6 +139,7 @@ class LoadWatcher:
     def __init__(self, interval_s: float = 1.0, own_pid: int | None = None, keep: int | None = None) -> None:
         import os
         import threading
+        import time
 
         self.keep = keep  # at most this many samples kept (the newest; a watcher that runs while serving)
         self.interval_s = interval_s
@@ -143,6 +148,8 @@ class LoadWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
+        self._t0 = time.monotonic()
+        self._prev: _Reading | None = None  # the last reading (the loop's thread)
 
     def _own_cpu_s(self, psutil) -> float:
         total = 0.0
@@ -164,6 +171,44 @@ class LoadWatcher:
                 continue
         return total
 
+    def _read(self, psutil) -> _Reading:
+        """The counters now."""
+        import time
+
+        ct = psutil.cpu_times()
+        busy = sum(getattr(ct, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
+        return time.monotonic(), busy, getattr(ct, "steal", 0.0), self._own_cpu_s(psutil)
+
+    def _interval(self, prev: _Reading, cur: _Reading, n_cpu: int) -> LoadSample | None:
+        """The sample of the interval from reading ``prev`` to ``cur`` (None when no time passed)."""
+        wall = (cur[0] - prev[0]) * n_cpu
+        if wall <= 0:
+            return None
+        other = max(0.0, (cur[1] - prev[1]) - (cur[3] - prev[3])) / wall
+        steal = max(0.0, cur[2] - prev[2]) / wall
+        return LoadSample(cur[0] - self._t0, min(1.0, other), min(1.0, steal))
+
+    def _partial(self, psutil, n_cpu: int) -> tuple[LoadSample | None, _Reading | None]:
+        """The interval in progress and the reading it ends at: the sample is None until at least
+        ``min(0.2 s, interval/2)`` of it has passed (enough clock ticks for a share of the CPU)."""
+        with self._lock:
+            prev = self._prev
+        if prev is None:
+            return None, None
+        cur = self._read(psutil)
+        if cur[0] - prev[0] < min(0.2, self.interval_s / 2):
+            return None, cur
+        return self._interval(prev, cur, n_cpu), cur
+
+    def _record(self, sample: LoadSample | None, cur: _Reading) -> None:
+        with self._lock:
+            self._prev = cur
+            if sample is None:
+                return
+            self.samples.append(sample)
+            if self.keep is not None and len(self.samples) > self.keep:
+                del self.samples[: len(self.samples) - self.keep]
+
     def _loop(self) -> None:
         import time
 
@@ -172,43 +217,27 @@ class LoadWatcher:
         except ImportError:  # pragma: no cover
             return
         n_cpu = psutil.cpu_count(logical=True) or 1
-        t0 = time.monotonic()
-
-        def read():
-            ct = psutil.cpu_times()
-            busy = sum(getattr(ct, f, 0.0) for f in ("user", "nice", "system", "irq", "softirq"))
-            return time.monotonic(), busy, getattr(ct, "steal", 0.0), self._own_cpu_s(psutil)
-
+        self._t0 = time.monotonic()
         try:
-            prev = read()
+            prev = self._read(psutil)
         except Exception:  # noqa: BLE001
             log.debug("CPU meter cannot read CPU times", exc_info=True)
             return
-        def record(prev, cur) -> None:
-            wall = (cur[0] - prev[0]) * n_cpu
-            if wall > 0:
-                other = max(0.0, (cur[1] - prev[1]) - (cur[3] - prev[3])) / wall
-                steal = max(0.0, cur[2] - prev[2]) / wall
-                with self._lock:
-                    self.samples.append(LoadSample(cur[0] - t0, min(1.0, other), min(1.0, steal)))
-                    if self.keep is not None and len(self.samples) > self.keep:
-                        del self.samples[: len(self.samples) - self.keep]
-
+        self._record(None, prev)
         while not self._stop.wait(self.interval_s):
             try:
-                cur = read()
+                cur = self._read(psutil)
             except Exception:  # noqa: BLE001
                 log.debug("CPU meter reading failed", exc_info=True)
                 continue
-            record(prev, cur)
+            self._record(self._interval(prev, cur, n_cpu), cur)
             prev = cur
         # the part of an interval before stop(): a watch shorter than one interval (the doctor's self-test,
-        # 0.2 s on a fast CPU) otherwise had no sample at all and never saw another program's load; the
-        # least it keeps is half an interval (at most 0.2 s), enough clock ticks for a share of the CPU
+        # 0.2 s on a fast CPU) otherwise had no sample at all and never saw another program's load
         try:
-            cur = read()
-            if cur[0] - prev[0] >= min(0.2, self.interval_s / 2):
-                record(prev, cur)
+            part, end = self._partial(psutil, n_cpu)
+            if part is not None and end is not None:
+                self._record(part, end)
         except Exception:  # noqa: BLE001
             log.debug("CPU meter reading failed", exc_info=True)
 
@@ -230,10 +259,24 @@ class LoadWatcher:
             last = self.samples[-1] if self.samples else None
         return last.other_cpu_fraction * (os.cpu_count() or 1) if last is not None else None
 
-    def summary(self) -> LoadSummary:
-        """The summary so far."""
+    def summary(self, early: bool = False) -> LoadSummary:
+        """The summary so far. ``early``: before the first whole interval, the interval in progress stands in
+        for it (once at least ``min(0.2 s, interval/2)`` of it has passed), so that a question asked that soon is
+        answered from what the watcher has seen rather than "idle" for want of a sample — a sweep plans its
+        protocol after the first warm-up, 0.6–1.0 s in with a small model (issue 28's busy quality runs: every
+        one planned as idle beside the burner). Never raises."""
         with self._lock:
             ss = list(self.samples)
+        if early and not ss and self._thread is not None and not self._stop.is_set():
+            try:
+                import psutil
+
+                part, _cur = self._partial(psutil, psutil.cpu_count(logical=True) or 1)
+            except Exception:  # noqa: BLE001
+                log.debug("CPU meter reading failed", exc_info=True)
+                part = None
+            if part is not None:
+                ss.append(part)
         return summarize_load(ss)
 
     def stop(self) -> LoadSummary:

@@ -56,7 +56,7 @@ class IdleWatcher:
     def start(self) -> None:
         pass
 
-    def summary(self) -> Any:
+    def summary(self, early: bool = False) -> Any:
         from tuner.hardware.host import LoadSummary
 
         return LoadSummary(samples=3, other_cpu_mean=0.0, other_cpu_max=0.0, steal_mean=0.0, busy_share=0.0)

@@ -64,7 +64,7 @@ def run_sweep(plan: SweepPlan, inputs: TuneInputs, launch: LaunchFn, cancel: thr
     watcher.start()
     try:
         outcome = run_search(plan.candidates, inputs.prompts.chosen, plan.settings, inputs.workload, plan.budget_s,
-                             launch, cancel, events, busy=lambda: watcher.summary().busy)
+                             launch, cancel, events, busy=lambda: watcher.summary(early=True).busy)
         if outcome.cancelled:
             events("cancelled", "tuning cancelled; nothing was saved")
     except BaselineFailed as exc:
