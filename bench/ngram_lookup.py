@@ -54,6 +54,7 @@ CONFIGS: dict[str, dict[str, Any]] = {
 def _measure(binary: Any, model: Path, threads: int | None, n_predict: int, requests: int) -> dict[str, list]:
     """Serve every configuration at once and send each request to all; per configuration the list of
     ``(generated tokens, generation seconds, text)`` of each request, in request order."""
+    from tuner.calibration.pairing import generated_tokens_and_s
     from tuner.server.config import ServerConfig
     from tuner.server.supervisor import Supervisor
 
@@ -70,8 +71,8 @@ def _measure(binary: Any, model: Path, threads: int | None, n_predict: int, requ
                 with sups[name].client() as client:
                     answer = client.completion(prompt, n_predict, timeout_s=300, temperature=0.0, cache_prompt=False)
                 t = answer.get("timings") or {}
-                out[name].append((max(1, int(t.get("predicted_n") or 1) - 1),
-                                  float(t.get("predicted_ms") or 0.0) / 1000.0, answer.get("content", "")))
+                tokens, secs = generated_tokens_and_s(t.get("predicted_n"), t.get("predicted_ms")) or (0.0, 0.0)
+                out[name].append((tokens, secs, answer.get("content", "")))
     finally:
         for sup in sups.values():
             sup.stop()

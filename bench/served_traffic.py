@@ -110,6 +110,7 @@ def _serve_with_capture(config: Any, binary: Any, model_id: str, n_predict: int)
 def _side_by_side(configs: dict[str, Any], binary: Any, n_predict: int) -> dict[str, dict[str, float]]:
     """Both configurations served at once; :data:`MEASURED_PAIRS` further requests, each sent to both (the order
     alternating); per side: generated tokens, generation seconds, wall seconds."""
+    from tuner.calibration.pairing import generated_tokens_and_s
     from tuner.server.supervisor import Supervisor
 
     sups = {name: Supervisor(binary.path) for name in configs}
@@ -127,8 +128,9 @@ def _side_by_side(configs: dict[str, Any], binary: Any, n_predict: int) -> dict[
                                                cache_prompt=False)
                     wall = time.monotonic() - t0
                 t = answer.get("timings") or {}
-                totals[name]["tokens"] += max(1, int(t.get("predicted_n") or 1) - 1)
-                totals[name]["gen_s"] += float(t.get("predicted_ms") or 0.0) / 1000.0
+                tokens, secs = generated_tokens_and_s(t.get("predicted_n"), t.get("predicted_ms")) or (0.0, 0.0)
+                totals[name]["tokens"] += tokens
+                totals[name]["gen_s"] += secs
                 totals[name]["wall_s"] += wall
     finally:
         for sup in sups.values():

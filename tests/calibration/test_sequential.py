@@ -9,7 +9,7 @@ import random
 
 import pytest
 
-from tuner.calibration.pairing import Pair, paired_requests
+from tuner.calibration.pairing import Pair, generated_tokens_and_s, paired_requests
 from tuner.calibration.results import Sample
 from tuner.calibration.sequential import (
     ALTERNATING,
@@ -135,3 +135,12 @@ def test_bad_input():
     with pytest.raises(ValueError, match="finite"):
         request_test([PairedRequest(0, 0, 0, math.inf)], 0.03)
     assert request_test([], 0.03).verdict == "inconclusive"
+
+
+def test_a_requests_tokens_and_seconds_leave_out_the_first_token():
+    """The pairs' unit (and the benches' pooled tokens/s): ``predicted_n − 1`` tokens over ``predicted_ms``, the
+    rule of llama-server's own ``predicted_per_second``; an answer without timings has none."""
+    assert generated_tokens_and_s(65, 500.0) == (64.0, 0.5)
+    assert generated_tokens_and_s(1, 20.0) == (1.0, 0.02)  # the first token alone still counts as one
+    assert generated_tokens_and_s(None, 500.0) is None and generated_tokens_and_s(65, 0) is None
+    assert generated_tokens_and_s("x", 5.0) is None  # type: ignore[arg-type]  # a malformed answer

@@ -62,13 +62,26 @@ RequestKey = tuple[int, int]
 """``(prompt_index, repetition)``."""
 
 
+def generated_tokens_and_s(predicted_n: float | None, predicted_ms: float | None) -> tuple[float, float] | None:
+    """``(generated tokens, generation seconds)`` from an answer's ``timings.predicted_n`` and
+    ``timings.predicted_ms`` (llama-server: tools/server/server-common.cpp, ``server_slot_stats::to_json``):
+    ``predicted_n − 1`` tokens (the first comes with the prompt's evaluation; at least 1) over
+    ``predicted_ms ÷ 1000``; None when either is missing or zero."""
+    try:
+        n, ms = int(predicted_n or 0), float(predicted_ms or 0.0)
+    except (TypeError, ValueError):
+        return None
+    if n <= 0 or ms <= 0:
+        return None
+    return float(max(1, n - 1)), ms / 1000.0
+
+
 def sample_tokens_and_s(s: Sample) -> tuple[float, float]:
     """``(generated tokens, generation seconds)`` of one request, the rule of
-    ``Measurement.rep_gen_tokens_per_s_by_id``: ``predicted_n − 1`` tokens over ``predicted_ms`` (the
-    first token comes with the prompt); without timings 1 token over ``1 / gen_tokens_per_s`` s."""
-    if s.predicted_n and s.predicted_ms:
-        return float(max(1, s.predicted_n - 1)), s.predicted_ms / 1000.0
-    return 1.0, 1.0 / max(s.gen_tokens_per_s, 1e-9)
+    ``Measurement.rep_gen_tokens_per_s_by_id`` (:func:`generated_tokens_and_s`); without timings 1 token over
+    ``1 / gen_tokens_per_s`` s."""
+    return (generated_tokens_and_s(s.predicted_n, s.predicted_ms)
+            or (1.0, 1.0 / max(s.gen_tokens_per_s, 1e-9)))
 
 
 @dataclass(frozen=True)
@@ -435,6 +448,7 @@ __all__ = [
     "adjacent_pairs",
     "alpha_per_look",
     "compare",
+    "generated_tokens_and_s",
     "head_to_head",
     "look_points",
     "paired_requests",
