@@ -108,12 +108,10 @@ class Confirmation(Stage):
         first (screening order among equals); the first is announced (event ``"progress"``)."""
         s, t = self.s, self.tracker
         looks = {c: self.record.look(c, s.min_gain, s.alpha, t.max_pairs, t.finalists, (), s.layout) for c in finalists}
-        left = [c for c in finalists if c not in self._failed and self.side_by_side.undecided(looks[c])]
-        left.sort(key=lambda c: -(looks[c].mean_ratio or 0.0))
+        left = rules.standing(finalists, looks,
+                              lambda c: c not in self._failed and self.side_by_side.undecided(looks[c]))
         if left:
-            lead = looks[left[0]]
-            self.events("progress", f"{left[0].label}: {lead.mean_ratio or 0:.2f}× over its first {lead.n} pairs, "
-                        "the fastest of the finalists: the paired rounds go on with it", candidate=left[0])
+            self.events("progress", rules.standing_words(left[0], looks[left[0]]), candidate=left[0])
         return left
 
     def _conclude(self, c: Candidate, until: int | None = None) -> tuple[bool, int]:

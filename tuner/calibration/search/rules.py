@@ -9,12 +9,12 @@ the baseline is measured again, and :func:`recheck_verdict` says which launch to
 
 from __future__ import annotations
 
-from collections.abc import Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
 from ..candidates import Candidate
-from ..pairing import HEAD_TO_HEAD, pooled_tokens_per_s
+from ..pairing import HEAD_TO_HEAD, Look, pooled_tokens_per_s
 from ..predict import CostModel, StepCost, fit_run_cost, predicted_ratio
 from ..results import Measurement, Sample
 from ..sentences import JsonValue
@@ -154,6 +154,21 @@ def finalists(contenders: Sequence[tuple[float, Candidate]], keep: int,
         (rest if g in seen else firsts).append(c)
         seen.add(g)
     return (firsts + rest)[:keep]
+
+
+def standing(finalists: Sequence[Candidate], looks: Mapping[Candidate, Look],
+             go_on: Callable[[Candidate], bool]) -> list[Candidate]:
+    """The finalists whose paired rounds go on after the first pass (``go_on``), the highest mean ratio over their
+    pairs first (``looks``: each one's latest look; screening order among equals)."""
+    left = [c for c in finalists if go_on(c)]
+    left.sort(key=lambda c: -(looks[c].mean_ratio or 0.0))
+    return left
+
+
+def standing_words(c: Candidate, look: Look) -> str:
+    """The ``"progress"`` event's sentence for the finalist whose rounds go on first (:func:`standing`)."""
+    return (f"{c.label}: {look.mean_ratio or 0:.2f}× over its first {look.n} pairs, the fastest of the finalists: "
+            "the paired rounds go on with it")
 
 
 def screening_ratio(record: Record, m: Measurement) -> float | None:
@@ -305,6 +320,8 @@ def recheck_verdict(first: float, idle: float, again: float) -> RecheckVerdict:
 
 
 __all__ = [
+    "standing",
+    "standing_words",
     "BASELINE_DISAGREES",
     "NGRAM_DEFAULT_N_MAX",
     "NGRAM_MOD_N_MIN",

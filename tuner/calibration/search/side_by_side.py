@@ -32,6 +32,7 @@ from ..measure import Launch, RequestError, first_divergence, measure_request, n
 from ..pairing import HEAD_TO_HEAD, LOOK_STEP, MIN_PAIRS, Look, Pair
 from ..prompts import Prompt
 from ..results import Divergence, Measurement, Sample
+from . import rules
 from .measurer import Measurer
 from .settle import chain_to_settle, head_to_head_next, settle_words
 from .stage import Stage, SweepState
@@ -129,12 +130,9 @@ class SideBySide(Stage):
         failed), the highest mean ratio over their pairs so far first (screening order among equals); the first is
         announced (event ``"progress"``)."""
         looks = {c: self.look(c) for c in finalists}
-        left = [c for c in finalists if c not in self.failed and self.wants_more(looks[c])]
-        left.sort(key=lambda c: -(looks[c].mean_ratio or 0.0))
+        left = rules.standing(finalists, looks, lambda c: c not in self.failed and self.wants_more(looks[c]))
         if len(finalists) > 1 and left:
-            lead = looks[left[0]]
-            self.events("progress", f"{left[0].label}: {lead.mean_ratio or 0:.2f}× over its first {lead.n} pairs, "
-                        "the fastest of the finalists: the paired rounds go on with it", candidate=left[0])
+            self.events("progress", rules.standing_words(left[0], looks[left[0]]), candidate=left[0])
         return left
 
     def goes_on(self, c: Candidate, look: Look) -> bool:
