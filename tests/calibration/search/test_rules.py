@@ -11,11 +11,13 @@ from tuner.calibration.search.record import Record
 from tuner.calibration.search.rules import (
     BASELINE_DISAGREES,
     NGRAM_MOD_N_MIN,
+    Pruned,
     RecheckVerdict,
     chain_member_never_drafted,
     clear_loser,
     finalists,
     never_drafted_type,
+    pruned_against,
     recheck_verdict,
 )
 
@@ -197,6 +199,22 @@ def test_the_finalists_are_one_length_per_draft_before_a_second() -> None:
     # a p_min variant is a length of the same draft; another draft is another group
     other = Candidate(spec_type="draft-simple", draft_path="/m/other.gguf", n_max=6, p_min=0.0)
     assert finalists([(2.0, _len(8, p_min=0.75)), (1.9, _len(8)), (1.2, other)], 2) == [_len(8, p_min=0.75), other]
-    # a draft whose own acceptance said it cannot beat the leader waits with the rest
-    assert finalists([(1.4, _len(16)), (1.3, _len(8)), (1.05, other)], 2, {other.label}) == [_len(16), _len(8)]
-    assert finalists([(1.4, _len(16)), (1.05, other)], 2, {other.label}) == [_len(16), other]
+    # a draft whose own acceptance said it cannot beat the leader (1.4x) waits with the rest
+    assert finalists([(1.4, _len(16)), (1.3, _len(8)), (1.05, other)], 2, {other.label: 1.4}) == [_len(16), _len(8)]
+    assert finalists([(1.4, _len(16)), (1.05, other)], 2, {other.label: 1.4}) == [_len(16), other]
+
+
+def test_a_draft_whose_run_beat_the_leader_keeps_its_place_when_some_of_its_lengths_are_pruned() -> None:
+    """A clean-clone suite run (issue 28): the draft's n_max 5 pruned on n_max 16's acceptance against ngram-mod at
+    1.18x, n_max 16 itself screened at 1.49x; the draft lost its place and a chain at 1.19x was served."""
+    chain = Candidate(spec_type="ngram-mod,draft-simple", draft_path="/m/good.gguf", n_max=4, p_min=0.0)
+    mod = Candidate(spec_type="ngram-mod")
+    ranked = [(1.49, _len(16)), (1.42, _len(15)), (1.29, chain), (1.18, mod)]
+    pruned = [Pruned(_len(5).label, 0.84, _len(16).label, mod.label, 1.18).to_json()]
+    assert pruned_against(pruned) == {_len(16).label: 1.18}
+    assert finalists(ranked, 2, pruned_against(pruned)) == [_len(16), chain]
+    # pruned against a leader it never beat: it waits with the rest
+    assert finalists(ranked, 2, {_len(16).label: 1.6}) == [chain, mod]
+    # pruned against two leaders: the higher one counts
+    two = [*pruned, Pruned(_len(6).label, 0.9, _len(16).label, "x", 1.55).to_json()]
+    assert pruned_against(two) == {_len(16).label: 1.55} and finalists(ranked, 2, pruned_against(two)) == [chain, mod]

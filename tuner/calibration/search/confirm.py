@@ -58,7 +58,7 @@ class Confirmation(Stage):
                         "nothing to confirm")
             return
         keep = max(1, min(self.s.finalists, math.ceil(len(contenders) / 2)))
-        finalists = rules.finalists(contenders, keep, {str(p["basis"]) for p in self.record.pruned})
+        finalists = rules.finalists(contenders, keep, rules.pruned_against(self.record.pruned))
         # the sequential test's error is shared by the finalists chosen here, from screening data only
         # (independent of the pairs to come): fewer finalists, more error per look
         self.tracker.finalists = len(finalists)

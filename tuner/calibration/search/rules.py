@@ -9,7 +9,7 @@ the baseline is measured again, and :func:`recheck_verdict` says which launch to
 
 from __future__ import annotations
 
-from collections.abc import Callable, Collection, Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from enum import Enum
 
@@ -132,12 +132,17 @@ def screening_factor(basis: Measurement, cost: StepCost, basis_ratio: float | No
 
 
 def finalists(contenders: Sequence[tuple[float, Candidate]], keep: int,
-              ruled_out: Collection[str] = ()) -> list[Candidate]:
+              ruled_out: Mapping[str, float] | None = None) -> list[Candidate]:
     """The ``keep`` candidates the paired rounds confirm, from ``contenders`` (``(screening ratio, candidate)``,
     fastest first): the fastest of each draft group (:meth:`Record.group`: type, draft, placement) first, in
-    their order, then the next fastest of any group while places are left. A group with a member labelled in
-    ``ruled_out`` (the basis of a :class:`Pruned` record: its own acceptance said its lengths cannot beat the
-    leader) gets no place of its own and waits with the rest.
+    their order, then the next fastest of any group while places are left. ``ruled_out``: the basis of each
+    :class:`Pruned` record (its label) and the leader's screening ratio it was pruned against (the highest when
+    several); a group with such a member whose fastest screening stays below that ratio — its own acceptance
+    said its lengths cannot beat the leader, and none of its runs did — gets no place of its own and waits with
+    the rest. One whose fastest run beat that leader keeps its place: pruning a few of its lengths does not
+    rule out the lengths it measured (a clean-clone suite run, issue 28: the draft's ``n_max`` 5 pruned on
+    ``n_max`` 16's acceptance against ngram-mod at 1.18×, while ``n_max`` 16 itself screened at 1.49×; the
+    draft lost its place to ngram-mod and a chain at 1.19× was served).
 
     Why: the lengths of one draft near its best are within a few per cent of each other (the quality family's
     draft n_max 4–12 at 2 threads, idle: one screening run each, 235–303 tokens/s in one grid pass, their order
@@ -146,7 +151,12 @@ def finalists(contenders: Sequence[tuple[float, Candidate]], keep: int,
     hides a real one (ngram-mod + draft n_max 4 screened 235 tokens/s against the draft's 300–385, then measured
     15–25 % faster than the draft's best lengths over four interleaved rounds, issue 28's quality runs).
     """
-    seen = {Record.group(c) for _r, c in contenders if c.label in ruled_out}
+    ruled_out = ruled_out or {}
+    fastest: dict[object, float] = {}
+    for ratio, c in contenders:
+        fastest.setdefault(Record.group(c), ratio)
+    seen = {Record.group(c) for _r, c in contenders
+            if c.label in ruled_out and fastest[Record.group(c)] < ruled_out[c.label]}
     firsts: list[Candidate] = []
     rest: list[Candidate] = []
     for _ratio, c in contenders:
@@ -154,6 +164,17 @@ def finalists(contenders: Sequence[tuple[float, Candidate]], keep: int,
         (rest if g in seen else firsts).append(c)
         seen.add(g)
     return (firsts + rest)[:keep]
+
+
+def pruned_against(pruned: Sequence[Mapping[str, JsonValue]]) -> dict[str, float]:
+    """Each :class:`Pruned` record's basis label → the highest leader ratio it was pruned against (the
+    ``ruled_out`` of :func:`finalists`; ``pruned``: the records' JSON, :attr:`Record.pruned`)."""
+    out: dict[str, float] = {}
+    for p in pruned:
+        ratio = p.get("leader_ratio")
+        ratio = float(ratio) if isinstance(ratio, (int, float)) else 0.0
+        out[str(p["basis"])] = max(out.get(str(p["basis"]), 0.0), ratio)
+    return out
 
 
 def standing(finalists: Sequence[Candidate], looks: Mapping[Candidate, Look],
@@ -320,6 +341,7 @@ def recheck_verdict(first: float, idle: float, again: float) -> RecheckVerdict:
 
 
 __all__ = [
+    "pruned_against",
     "standing",
     "standing_words",
     "BASELINE_DISAGREES",
