@@ -139,7 +139,6 @@ class LoadWatcher:
     def __init__(self, interval_s: float = 1.0, own_pid: int | None = None, keep: int | None = None) -> None:
         import os
         import threading
-        import time
 
         self.keep = keep  # at most this many samples kept (the newest; a watcher that runs while serving)
         self.interval_s = interval_s
@@ -148,7 +147,7 @@ class LoadWatcher:
         self._stop = threading.Event()
         self._thread: threading.Thread | None = None
         self._lock = threading.Lock()
-        self._t0 = time.monotonic()
+        self._t0 = 0.0  # monotonic seconds when the loop started (samples' t_s count from it)
         self._prev: _Reading | None = None  # the last reading (the loop's thread)
 
     def _own_cpu_s(self, psutil) -> float:

@@ -341,9 +341,6 @@ def recheck_verdict(first: float, idle: float, again: float) -> RecheckVerdict:
 
 
 __all__ = [
-    "pruned_against",
-    "standing",
-    "standing_words",
     "BASELINE_DISAGREES",
     "NGRAM_DEFAULT_N_MAX",
     "NGRAM_MOD_N_MIN",
@@ -359,7 +356,10 @@ __all__ = [
     "leader",
     "never_drafted_type",
     "ngram_basis",
+    "pruned_against",
     "recheck_verdict",
     "screening_ratio",
     "screening_scale",
+    "standing",
+    "standing_words",
 ]
